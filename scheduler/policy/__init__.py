@@ -1,0 +1,57 @@
+"""Scheduling policy engine: a snapshot in, decisions out. Pure Python, deterministic.
+
+No Django, no clock reads, no I/O inside the engine: time comes from ``Snapshot.now``. The same
+snapshot always gives the same decisions. See docs/policy.md for the rules and defaults.
+"""
+
+from scheduler.policy.codec import (
+    SnapshotError,
+    decisions_from_dict,
+    decisions_to_dict,
+    snapshot_from_dict,
+    snapshot_to_dict,
+)
+from scheduler.policy.engine import decide
+from scheduler.policy.model import (
+    NODE_STATES,
+    QUEUE_ORDERS,
+    Config,
+    Decisions,
+    Elastic,
+    Node,
+    Pending,
+    PendingJob,
+    Preempt,
+    Quota,
+    Reserve,
+    Resize,
+    RunningJob,
+    Snapshot,
+    Start,
+    Team,
+)
+
+__all__ = [
+    "NODE_STATES",
+    "QUEUE_ORDERS",
+    "Config",
+    "Decisions",
+    "Elastic",
+    "Node",
+    "Pending",
+    "PendingJob",
+    "Preempt",
+    "Quota",
+    "Reserve",
+    "Resize",
+    "RunningJob",
+    "Snapshot",
+    "SnapshotError",
+    "Start",
+    "Team",
+    "decide",
+    "decisions_from_dict",
+    "decisions_to_dict",
+    "snapshot_from_dict",
+    "snapshot_to_dict",
+]

@@ -1,0 +1,591 @@
+"""JSON <-> dataclass conversion for the policy contract, with field-level validation.
+
+Guarantees:
+- :func:`snapshot_from_dict` either returns a :class:`Snapshot` that the engine can decide on, or
+  raises :class:`SnapshotError` whose ``str`` is ``"field: reason"`` naming the first offending
+  field by its JSON path (e.g. ``pending[3].workers: must be >= 1``). It never raises anything
+  else for any JSON-shaped input (dicts, lists, strings, numbers, bools, None).
+- Unknown keys are ignored (forward compatibility); every ``config`` key is optional.
+- ``snapshot_to_dict(snapshot_from_dict(d))`` is a normalised ``d``;
+  ``snapshot_from_dict(snapshot_to_dict(s)) == s`` for any valid snapshot ``s``.
+- :func:`decisions_to_dict` produces the contract's decision shape; ``Pending`` carries
+  ``estimated_start`` only when known, ``Start`` carries ``workers`` only when set, ``Resize``
+  carries ``placement`` only when set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.policy.model import (
+    NODE_STATES,
+    QUEUE_ORDERS,
+    Config,
+    Decisions,
+    Elastic,
+    Node,
+    Pending,
+    PendingJob,
+    Preempt,
+    Quota,
+    Reserve,
+    Resize,
+    RunningJob,
+    Snapshot,
+    Start,
+    Team,
+)
+
+__all__ = [
+    "SnapshotError",
+    "snapshot_from_dict",
+    "snapshot_to_dict",
+    "decisions_to_dict",
+    "decisions_from_dict",
+]
+
+
+class SnapshotError(ValueError):
+    """A snapshot (or decisions) document is malformed; ``str(e)`` is ``"field: reason"``."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+_MISSING = object()
+
+
+def _get(obj: Mapping[str, Any], key: str, path: str, default: Any = _MISSING) -> Any:
+    if key in obj:
+        return obj[key]
+    if default is _MISSING:
+        raise SnapshotError(_join(path, key), "is required")
+    return default
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _obj(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SnapshotError(path or "snapshot", "must be an object")
+    return value
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise SnapshotError(path, "must be a list")
+    return list(value)
+
+
+def _str(value: Any, path: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise SnapshotError(path, "must be a string")
+    if not allow_empty and not value:
+        raise SnapshotError(path, "must not be empty")
+    return value
+
+
+def _opt_str(value: Any, path: str) -> str | None:
+    return None if value is None else _str(value, path)
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise SnapshotError(path, "must be true or false")
+    return value
+
+
+def _num(value: Any, path: str, *, minimum: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SnapshotError(path, "must be a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise SnapshotError(path, "must be finite")
+    if minimum is not None and value < minimum:
+        raise SnapshotError(path, f"must be >= {_fmt(minimum)}")
+    return value
+
+
+def _opt_num(value: Any, path: str, *, minimum: float | None = None) -> float | None:
+    return None if value is None else _num(value, path, minimum=minimum)
+
+
+def _int(value: Any, path: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise SnapshotError(path, "must be an integer")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise SnapshotError(path, "must be an integer")
+    if minimum is not None and value < minimum:
+        raise SnapshotError(path, f"must be >= {minimum}")
+    return value
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _indices(value: Any, path: str, gpus: int | None = None) -> tuple[int, ...]:
+    items = _list(value, path)
+    out = []
+    seen = set()
+    for i, item in enumerate(items):
+        idx = _int(item, f"{path}[{i}]", minimum=0)
+        if gpus is not None and idx >= gpus:
+            raise SnapshotError(f"{path}[{i}]", f"GPU index {idx} out of range for {gpus} GPUs")
+        if idx in seen:
+            raise SnapshotError(f"{path}[{i}]", f"GPU index {idx} listed twice")
+        seen.add(idx)
+        out.append(idx)
+    return tuple(sorted(out))
+
+
+def _config(value: Any, path: str) -> Config:
+    d = _obj(value, path)
+    c = Config()
+    kw: dict[str, Any] = {}
+    for key in ("backfill", "preemption"):
+        if key in d:
+            kw[key] = _bool(d[key], _join(path, key))
+    for key in ("checkpoint_protect_s", "preemption_grace_s", "default_runtime_s"):
+        if key in d:
+            kw[key] = _num(d[key], _join(path, key), minimum=0)
+    for key in ("fair_share_half_life_s", "queue_aging_s"):
+        if key in d:
+            kw[key] = _num(d[key], _join(path, key), minimum=0)
+            if kw[key] <= 0:
+                raise SnapshotError(_join(path, key), "must be > 0")
+    if "min_health" in d:
+        kw["min_health"] = _num(d["min_health"], _join(path, "min_health"), minimum=0)
+        if kw["min_health"] > 1:
+            raise SnapshotError(_join(path, "min_health"), "must be <= 1")
+    if "fair_share_band" in d:
+        kw["fair_share_band"] = _num(d["fair_share_band"], _join(path, "fair_share_band"))
+        if kw["fair_share_band"] <= 1:
+            raise SnapshotError(_join(path, "fair_share_band"), "must be > 1")
+    if "max_preemption_attempts" in d:
+        kw["max_preemption_attempts"] = _int(
+            d["max_preemption_attempts"], _join(path, "max_preemption_attempts"), minimum=0
+        )
+    if "queue_order" in d:
+        order = _str(d["queue_order"], _join(path, "queue_order"))
+        if order not in QUEUE_ORDERS:
+            raise SnapshotError(
+                _join(path, "queue_order"), f"must be one of {', '.join(QUEUE_ORDERS)}"
+            )
+        kw["queue_order"] = order
+    return Config(**{**{f: getattr(c, f) for f in c.__slots__}, **kw})
+
+
+def _elastic(value: Any, path: str) -> Elastic | None:
+    if value is None:
+        return None
+    d = _obj(value, path)
+    lo = _int(_get(d, "min_workers", path), _join(path, "min_workers"), minimum=1)
+    hi = _int(_get(d, "max_workers", path), _join(path, "max_workers"), minimum=1)
+    if hi < lo:
+        raise SnapshotError(_join(path, "max_workers"), "must be >= min_workers")
+    return Elastic(min_workers=lo, max_workers=hi)
+
+
+def _team(value: Any, path: str) -> Team:
+    d = _obj(value, path)
+    quota_raw = _obj(_get(d, "quota", path, {}), _join(path, "quota"))
+    quota = {}
+    for model in sorted(quota_raw):
+        qp = f"{path}.quota.{model}"
+        q = _obj(quota_raw[model], qp)
+        quota[model] = Quota(
+            guaranteed=_int(_get(q, "guaranteed", qp), f"{qp}.guaranteed", minimum=0),
+            borrow_limit=_int(_get(q, "borrow_limit", qp, 0), f"{qp}.borrow_limit", minimum=0),
+        )
+    weight = _num(_get(d, "weight", path, 1.0), _join(path, "weight"), minimum=0)
+    if weight <= 0:
+        raise SnapshotError(_join(path, "weight"), "must be > 0")
+    return Team(
+        name=_str(_get(d, "name", path), _join(path, "name")),
+        parent=_opt_str(_get(d, "parent", path, None), _join(path, "parent")),
+        weight=weight,
+        quota=quota,
+        usage_gpu_s=_num(_get(d, "usage_gpu_s", path, 0.0), _join(path, "usage_gpu_s"), minimum=0),
+    )
+
+
+def _node(value: Any, path: str) -> Node:
+    d = _obj(value, path)
+    gpus = _int(_get(d, "gpus", path), _join(path, "gpus"), minimum=1)
+    state = _str(_get(d, "state", path, "ready"), _join(path, "state"))
+    if state not in NODE_STATES:
+        raise SnapshotError(_join(path, "state"), f"must be one of {', '.join(NODE_STATES)}")
+    health = _num(_get(d, "health", path, 1.0), _join(path, "health"), minimum=0)
+    if health > 1:
+        raise SnapshotError(_join(path, "health"), "must be <= 1")
+    datasets = _list(_get(d, "datasets", path, []), _join(path, "datasets"))
+    return Node(
+        name=_str(_get(d, "name", path), _join(path, "name")),
+        gpu_model=_str(_get(d, "gpu_model", path), _join(path, "gpu_model")),
+        gpus=gpus,
+        free_gpus=_indices(_get(d, "free_gpus", path), _join(path, "free_gpus"), gpus),
+        zone=_str(_get(d, "zone", path, ""), _join(path, "zone"), allow_empty=True),
+        rack=_str(_get(d, "rack", path, ""), _join(path, "rack"), allow_empty=True),
+        nvlink_domain=_str(
+            _get(d, "nvlink_domain", path, ""), _join(path, "nvlink_domain"), allow_empty=True
+        ),
+        fabric=_str(_get(d, "fabric", path, ""), _join(path, "fabric"), allow_empty=True),
+        spot=_bool(_get(d, "spot", path, False), _join(path, "spot")),
+        health=health,
+        state=state,
+        datasets=tuple(_str(x, f"{path}.datasets[{i}]") for i, x in enumerate(datasets)),
+    )
+
+
+def _placement(value: Any, path: str) -> dict[str, tuple[int, ...]]:
+    d = _obj(value, path)
+    out = {}
+    for name in sorted(d):
+        _str(name, path)
+        out[name] = _indices(d[name], f"{path}.{name}")
+    return out
+
+
+def _job_common(d: Mapping[str, Any], path: str, classes: Mapping[str, int]) -> dict[str, Any]:
+    pclass = _str(_get(d, "priority_class", path), _join(path, "priority_class"))
+    if pclass not in classes:
+        raise SnapshotError(_join(path, "priority_class"), f"unknown priority class {pclass!r}")
+    return {
+        "id": _str(_get(d, "id", path), _join(path, "id")),
+        "team": _str(_get(d, "team", path), _join(path, "team")),
+        "priority_class": pclass,
+        "gpu_model": _opt_str(_get(d, "gpu_model", path, None), _join(path, "gpu_model")),
+        "workers": _int(_get(d, "workers", path, 1), _join(path, "workers"), minimum=1),
+        "gpus_per_worker": _int(
+            _get(d, "gpus_per_worker", path, 1), _join(path, "gpus_per_worker"), minimum=1
+        ),
+        "preemptible": _bool(_get(d, "preemptible", path, False), _join(path, "preemptible")),
+        "elastic": _elastic(_get(d, "elastic", path, None), _join(path, "elastic")),
+    }
+
+
+def _running(value: Any, path: str, classes: Mapping[str, int]) -> RunningJob:
+    d = _obj(value, path)
+    kw = _job_common(d, path, classes)
+    placement = _placement(_get(d, "placement", path), _join(path, "placement"))
+    held = sum(len(v) for v in placement.values())
+    if held != kw["workers"] * kw["gpus_per_worker"]:
+        raise SnapshotError(
+            _join(path, "placement"),
+            f"holds {held} GPUs, expected workers x gpus_per_worker = "
+            f"{kw['workers'] * kw['gpus_per_worker']}",
+        )
+    return RunningJob(
+        **kw,
+        placement=placement,
+        started_at=_num(_get(d, "started_at", path, 0.0), _join(path, "started_at")),
+        expected_end=_opt_num(_get(d, "expected_end", path, None), _join(path, "expected_end")),
+        last_checkpoint_at=_opt_num(
+            _get(d, "last_checkpoint_at", path, None), _join(path, "last_checkpoint_at")
+        ),
+        checkpoint_interval_s=_opt_num(
+            _get(d, "checkpoint_interval_s", path, None),
+            _join(path, "checkpoint_interval_s"),
+            minimum=0,
+        ),
+    )
+
+
+def _pending(value: Any, path: str, classes: Mapping[str, int]) -> PendingJob:
+    d = _obj(value, path)
+    kw = _job_common(d, path, classes)
+    est = _opt_num(
+        _get(d, "runtime_estimate_s", path, None), _join(path, "runtime_estimate_s"), minimum=0
+    )
+    return PendingJob(
+        **kw,
+        submitted_at=_num(_get(d, "submitted_at", path, 0.0), _join(path, "submitted_at")),
+        runtime_estimate_s=est,
+        dataset=_opt_str(_get(d, "dataset", path, None), _join(path, "dataset")),
+        dataset_ready=_bool(_get(d, "dataset_ready", path, True), _join(path, "dataset_ready")),
+        attained_service_s=_num(
+            _get(d, "attained_service_s", path, 0.0), _join(path, "attained_service_s"), minimum=0
+        ),
+        requeued=_bool(_get(d, "requeued", path, False), _join(path, "requeued")),
+    )
+
+
+def snapshot_from_dict(data: Any) -> Snapshot:
+    """Build a validated :class:`Snapshot` from the contract's JSON shape.
+
+    Raises :class:`SnapshotError` naming the first bad field. Besides per-field checks it
+    rejects: duplicate team/node/job ids, a team whose parent is unknown or whose ancestry is a
+    cycle, a running placement on an unknown node or on a GPU index the node does not have, and a
+    GPU listed both free and held by a running job (or held by two running jobs).
+    """
+    d = _obj(data, "")
+    now = _num(_get(d, "now", ""), "now")
+    config = _config(_get(d, "config", "", {}), "config")
+    classes_raw = _obj(_get(d, "priority_classes", "", {}), "priority_classes")
+    classes = {}
+    for name in sorted(classes_raw):
+        classes[name] = _int(classes_raw[name], f"priority_classes.{name}")
+
+    teams = tuple(
+        _team(t, f"teams[{i}]") for i, t in enumerate(_list(_get(d, "teams", "", []), "teams"))
+    )
+    names = {}
+    for i, t in enumerate(teams):
+        if t.name in names:
+            raise SnapshotError(f"teams[{i}].name", f"duplicate team {t.name!r}")
+        names[t.name] = t
+    for i, t in enumerate(teams):
+        if t.parent is not None and t.parent not in names:
+            raise SnapshotError(f"teams[{i}].parent", f"unknown team {t.parent!r}")
+        seen = {t.name}
+        p = t.parent
+        while p is not None:
+            if p in seen:
+                raise SnapshotError(f"teams[{i}].parent", "team tree has a cycle")
+            seen.add(p)
+            p = names[p].parent
+
+    nodes = tuple(
+        _node(n, f"nodes[{i}]") for i, n in enumerate(_list(_get(d, "nodes", "", []), "nodes"))
+    )
+    by_name: dict[str, Node] = {}
+    for i, n in enumerate(nodes):
+        if n.name in by_name:
+            raise SnapshotError(f"nodes[{i}].name", f"duplicate node {n.name!r}")
+        by_name[n.name] = n
+
+    running = tuple(
+        _running(r, f"running[{i}]", classes)
+        for i, r in enumerate(_list(_get(d, "running", "", []), "running"))
+    )
+    held: set[tuple[str, int]] = {(n.name, g) for n in nodes for g in n.free_gpus}
+    ids: set[str] = set()
+    for i, r in enumerate(running):
+        if r.id in ids:
+            raise SnapshotError(f"running[{i}].id", f"duplicate job {r.id!r}")
+        ids.add(r.id)
+        for name, idxs in r.placement.items():
+            p = f"running[{i}].placement.{name}"
+            node = by_name.get(name)
+            if node is None:
+                raise SnapshotError(p, f"unknown node {name!r}")
+            for g in idxs:
+                if g >= node.gpus:
+                    raise SnapshotError(p, f"GPU index {g} out of range for {node.gpus} GPUs")
+                if (name, g) in held:
+                    raise SnapshotError(p, f"GPU {g} is free or held by another running job")
+                held.add((name, g))
+
+    pending = tuple(
+        _pending(p, f"pending[{i}]", classes)
+        for i, p in enumerate(_list(_get(d, "pending", "", []), "pending"))
+    )
+    for i, p in enumerate(pending):
+        if p.id in ids:
+            raise SnapshotError(f"pending[{i}].id", f"duplicate job {p.id!r}")
+        ids.add(p.id)
+    return Snapshot(
+        now=now,
+        config=config,
+        priority_classes=classes,
+        teams=teams,
+        nodes=nodes,
+        running=running,
+        pending=pending,
+    )
+
+
+def _placement_out(placement: Mapping[str, tuple[int, ...]]) -> dict[str, list[int]]:
+    return {name: list(placement[name]) for name in sorted(placement)}
+
+
+def _elastic_out(e: Elastic | None) -> dict[str, int] | None:
+    return None if e is None else {"min_workers": e.min_workers, "max_workers": e.max_workers}
+
+
+def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
+    """The contract's JSON shape of ``snapshot`` (all fields, extensions included)."""
+    c = snapshot.config
+    return {
+        "now": snapshot.now,
+        "config": {f: getattr(c, f) for f in c.__slots__},
+        "priority_classes": dict(snapshot.priority_classes),
+        "teams": [
+            {
+                "name": t.name,
+                "parent": t.parent,
+                "weight": t.weight,
+                "quota": {
+                    m: {"guaranteed": q.guaranteed, "borrow_limit": q.borrow_limit}
+                    for m, q in sorted(t.quota.items())
+                },
+                "usage_gpu_s": t.usage_gpu_s,
+            }
+            for t in snapshot.teams
+        ],
+        "nodes": [
+            {
+                "name": n.name,
+                "gpu_model": n.gpu_model,
+                "gpus": n.gpus,
+                "free_gpus": list(n.free_gpus),
+                "zone": n.zone,
+                "rack": n.rack,
+                "nvlink_domain": n.nvlink_domain,
+                "fabric": n.fabric,
+                "spot": n.spot,
+                "health": n.health,
+                "state": n.state,
+                "datasets": list(n.datasets),
+            }
+            for n in snapshot.nodes
+        ],
+        "running": [
+            {
+                "id": r.id,
+                "team": r.team,
+                "priority_class": r.priority_class,
+                "gpu_model": r.gpu_model,
+                "workers": r.workers,
+                "gpus_per_worker": r.gpus_per_worker,
+                "placement": _placement_out(r.placement),
+                "started_at": r.started_at,
+                "expected_end": r.expected_end,
+                "preemptible": r.preemptible,
+                "last_checkpoint_at": r.last_checkpoint_at,
+                "checkpoint_interval_s": r.checkpoint_interval_s,
+                "elastic": _elastic_out(r.elastic),
+            }
+            for r in snapshot.running
+        ],
+        "pending": [
+            {
+                "id": p.id,
+                "team": p.team,
+                "priority_class": p.priority_class,
+                "gpu_model": p.gpu_model,
+                "workers": p.workers,
+                "gpus_per_worker": p.gpus_per_worker,
+                "submitted_at": p.submitted_at,
+                "runtime_estimate_s": p.runtime_estimate_s,
+                "preemptible": p.preemptible,
+                "dataset": p.dataset,
+                "dataset_ready": p.dataset_ready,
+                "elastic": _elastic_out(p.elastic),
+                "attained_service_s": p.attained_service_s,
+                "requeued": p.requeued,
+            }
+            for p in snapshot.pending
+        ],
+    }
+
+
+def decisions_to_dict(decisions: Decisions) -> dict[str, Any]:
+    """The contract's JSON shape of ``decisions`` (lists in decision order)."""
+    starts = []
+    for s in decisions.start:
+        item: dict[str, Any] = {"job": s.job, "placement": _placement_out(s.placement)}
+        if s.workers is not None:
+            item["workers"] = s.workers
+        starts.append(item)
+    resizes = []
+    for r in decisions.resize:
+        item = {"job": r.job, "workers": r.workers}
+        if r.placement is not None:
+            item["placement"] = _placement_out(r.placement)
+        resizes.append(item)
+    pending = []
+    for p in decisions.pending:
+        item = {"job": p.job, "why": p.why}
+        if p.estimated_start is not None:
+            item["estimated_start"] = p.estimated_start
+        pending.append(item)
+    return {
+        "start": starts,
+        "preempt": [
+            {"job": p.job, "reason": p.reason, "grace_s": p.grace_s} for p in decisions.preempt
+        ],
+        "reserve": [{"job": r.job, "at": r.at, "nodes": list(r.nodes)} for r in decisions.reserve],
+        "resize": resizes,
+        "pending": pending,
+    }
+
+
+def decisions_from_dict(data: Any) -> Decisions:
+    """Inverse of :func:`decisions_to_dict`; raises :class:`SnapshotError` on a bad shape."""
+    d = _obj(data, "")
+
+    def items(key: str) -> list[Mapping[str, Any]]:
+        return [_obj(x, f"{key}[{i}]") for i, x in enumerate(_list(_get(d, key, "", []), key))]
+
+    start = []
+    for i, s in enumerate(items("start")):
+        p = f"start[{i}]"
+        w = _get(s, "workers", p, None)
+        start.append(
+            Start(
+                job=_str(_get(s, "job", p), f"{p}.job"),
+                placement=_placement(_get(s, "placement", p), f"{p}.placement"),
+                workers=None if w is None else _int(w, f"{p}.workers", minimum=1),
+            )
+        )
+    preempt = [
+        Preempt(
+            job=_str(_get(x, "job", f"preempt[{i}]"), f"preempt[{i}].job"),
+            reason=_str(_get(x, "reason", f"preempt[{i}]"), f"preempt[{i}].reason"),
+            grace_s=_num(_get(x, "grace_s", f"preempt[{i}]"), f"preempt[{i}].grace_s", minimum=0),
+        )
+        for i, x in enumerate(items("preempt"))
+    ]
+    reserve = [
+        Reserve(
+            job=_str(_get(x, "job", f"reserve[{i}]"), f"reserve[{i}].job"),
+            at=_num(_get(x, "at", f"reserve[{i}]"), f"reserve[{i}].at"),
+            nodes=tuple(
+                _str(n, f"reserve[{i}].nodes[{j}]")
+                for j, n in enumerate(
+                    _list(_get(x, "nodes", f"reserve[{i}]"), f"reserve[{i}].nodes")
+                )
+            ),
+        )
+        for i, x in enumerate(items("reserve"))
+    ]
+    resize = []
+    for i, x in enumerate(items("resize")):
+        p = f"resize[{i}]"
+        pl = _get(x, "placement", p, None)
+        resize.append(
+            Resize(
+                job=_str(_get(x, "job", p), f"{p}.job"),
+                workers=_int(_get(x, "workers", p), f"{p}.workers", minimum=1),
+                placement=None if pl is None else _placement(pl, f"{p}.placement"),
+            )
+        )
+    pending = []
+    for i, x in enumerate(items("pending")):
+        p = f"pending[{i}]"
+        pending.append(
+            Pending(
+                job=_str(_get(x, "job", p), f"{p}.job"),
+                why=_str(_get(x, "why", p), f"{p}.why"),
+                estimated_start=_opt_num(
+                    _get(x, "estimated_start", p, None), f"{p}.estimated_start"
+                ),
+            )
+        )
+    return Decisions(
+        start=tuple(start),
+        preempt=tuple(preempt),
+        reserve=tuple(reserve),
+        resize=tuple(resize),
+        pending=tuple(pending),
+    )

@@ -1,0 +1,233 @@
+"""Snapshot and decision dataclasses of the scheduling policy engine.
+
+These mirror the JSON contract in ``/work/shared/contracts/policy-snapshot.md`` field for field
+(plus the documented extensions in ``docs/policy.md``). Every class is a frozen, slotted
+dataclass: the engine never mutates its input, and a snapshot can be shared between cycles,
+threads and the simulator without copying.
+
+Guarantees:
+- Constructing these objects performs no validation (the simulator builds thousands per second);
+  :mod:`scheduler.policy.codec` validates untrusted JSON field by field before building them.
+- Optional fields have defaults so tests and the simulator can build snapshots tersely.
+- Mappings are treated as read-only by the engine; pass plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "QUEUE_ORDERS",
+    "NODE_STATES",
+    "Config",
+    "Quota",
+    "Team",
+    "Node",
+    "Elastic",
+    "RunningJob",
+    "PendingJob",
+    "Snapshot",
+    "Start",
+    "Preempt",
+    "Reserve",
+    "Resize",
+    "Pending",
+    "Decisions",
+]
+
+# Tie-break orders among jobs of equal priority class and fair-share standing (docs/policy.md):
+# "fair": requeued jobs first, then smallest predicted remaining GPU-time, aged so nobody starves;
+# "fifo": oldest submission first; "las": least attained GPU-service first (Tiresias-like);
+# "sjf": smallest predicted GPU-time first, no aging (a baseline; can starve big jobs).
+QUEUE_ORDERS = ("fair", "fifo", "las", "sjf")
+
+NODE_STATES = ("ready", "draining", "quarantined", "down")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Engine knobs. Every field is optional in JSON; these defaults are the documented ones."""
+
+    backfill: bool = True
+    preemption: bool = True
+    checkpoint_protect_s: float = 300.0
+    preemption_grace_s: float = 120.0
+    fair_share_half_life_s: float = 604800.0
+    min_health: float = 0.5
+    # --- extensions (docs/policy.md) ---
+    queue_order: str = "fair"
+    # "fair" order: a job's predicted GPU-time counts half for every queue_aging_s it has waited.
+    queue_aging_s: float = 3600.0
+    # Runtime assumed for ordering when a job has no runtime_estimate_s.
+    default_runtime_s: float = 3600.0
+    # Teams whose fair-share ratio (share / usage) differs by less than about this factor tie,
+    # so fair share does not dominate ordering between (nearly) equal teams.
+    fair_share_band: float = 2.0
+    # At most this many capacity-blocked jobs try preemption per cycle (bounds the cycle's cost).
+    max_preemption_attempts: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """GPUs of one model a team is entitled to, and how many more it may borrow while idle."""
+
+    guaranteed: int
+    borrow_limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """A node of the team tree. ``usage_gpu_s`` is already decayed by the caller."""
+
+    name: str
+    parent: str | None = None
+    weight: float = 1.0
+    quota: Mapping[str, Quota] = field(default_factory=dict)
+    usage_gpu_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A GPU node. ``free_gpus`` are the GPU indices free right now."""
+
+    name: str
+    gpu_model: str
+    gpus: int
+    free_gpus: tuple[int, ...]
+    zone: str = ""
+    rack: str = ""
+    nvlink_domain: str = ""
+    fabric: str = ""
+    spot: bool = False
+    health: float = 1.0
+    state: str = "ready"
+    datasets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Elastic:
+    """Worker range of an elastic job."""
+
+    min_workers: int
+    max_workers: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding GPUs. ``placement`` maps node name to the GPU indices it holds there."""
+
+    id: str
+    team: str
+    priority_class: str
+    gpu_model: str | None = None
+    workers: int = 1
+    gpus_per_worker: int = 1
+    placement: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    started_at: float = 0.0
+    expected_end: float | None = None
+    preemptible: bool = False
+    last_checkpoint_at: float | None = None
+    checkpoint_interval_s: float | None = None
+    elastic: Elastic | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting to start.
+
+    Extensions: ``attained_service_s`` (seconds of run time already done, for requeued jobs) and
+    ``requeued`` (the job ran before and was requeued, e.g. after a node failure).
+    """
+
+    id: str
+    team: str
+    priority_class: str
+    gpu_model: str | None = None
+    workers: int = 1
+    gpus_per_worker: int = 1
+    submitted_at: float = 0.0
+    runtime_estimate_s: float | None = None
+    preemptible: bool = False
+    dataset: str | None = None
+    dataset_ready: bool = True
+    elastic: Elastic | None = None
+    attained_service_s: float = 0.0
+    requeued: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one scheduling cycle may look at. ``now`` is the only clock the engine reads."""
+
+    now: float
+    config: Config = field(default_factory=Config)
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    teams: tuple[Team, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start ``job`` now on GPUs that are free now.
+
+    ``workers`` (extension) is the number of workers started; it differs from the request only
+    for an elastic job started below its requested size. ``None`` means the requested size.
+    """
+
+    job: str
+    placement: Mapping[str, tuple[int, ...]]
+    workers: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop ``job`` after ``grace_s`` seconds (time for a final checkpoint)."""
+
+    job: str
+    reason: str
+    grace_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """``job`` is expected to start at ``at`` on ``nodes``; backfill must not delay it."""
+
+    job: str
+    at: float
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Change an elastic running job to ``workers`` workers.
+
+    ``placement`` (extension) is the job's complete placement after the resize: for a shrink the
+    GPUs it keeps, for a grow its old GPUs plus the new ones (which are free now).
+    """
+
+    job: str
+    workers: int
+    placement: Mapping[str, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A job left waiting, with the reason a user can act on and, if reserved, a start estimate."""
+
+    job: str
+    why: str
+    estimated_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """The output of one cycle. Every pending job not started appears in ``pending``."""
+
+    start: tuple[Start, ...] = ()
+    preempt: tuple[Preempt, ...] = ()
+    reserve: tuple[Reserve, ...] = ()
+    resize: tuple[Resize, ...] = ()
+    pending: tuple[Pending, ...] = ()
