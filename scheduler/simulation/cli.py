@@ -1,0 +1,224 @@
+"""Command line: `python -m scheduler.simulation replay|compare ...`.
+
+This module (and `traces`/`cluster`, which read files) is where I/O and the wall clock live; the
+simulator core gets the clock injected. Exit status: 0 on success, 2 on bad arguments or input
+(a message on stderr, no traceback).
+
+    replay  --trace PATH --policy NAME --out result.json [--html report.html] ...
+    compare --trace PATH --policies fifo,sjf,... [--out results.json] [--html report.html] ...
+
+`--trace synthetic:N` generates a seeded synthetic trace of N jobs instead of reading a file.
+`--fidelity` reproduces the published reference simulator's model (fifo and sjf only): exclusive
+run times, no checkpoints, overheads, failures or spot interruptions, best-fit placement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .cluster import ClusterSpec, parse_cluster, uniform_cluster
+from .engine import SimConfig, SimulationError
+from .runner import POLICIES, simulate
+from .traces import FORMATS, TraceJob, detect_format, generate_synthetic, load_trace
+
+FIDELITY_POLICIES = ("fifo", "sjf")
+TABLE_KEYS = (
+    ("avg_jct_s", "avg JCT s", "{:.0f}"),
+    ("p99_jct_s", "p99 JCT s", "{:.0f}"),
+    ("avg_queue_s", "avg queue s", "{:.0f}"),
+    ("p95_queue_s", "p95 queue s", "{:.0f}"),
+    ("max_queue_s", "max queue s", "{:.0f}"),
+    ("gpu_utilization", "util", "{:.3f}"),
+    ("gpu_utilization_window", "util(win)", "{:.3f}"),
+    ("idle_while_pending_frac", "idle-pend", "{:.4f}"),
+    ("preemptions", "preempt", "{}"),
+    ("lost_gpu_hours", "lost GPU-h", "{:.0f}"),
+    ("jain_fairness", "jain", "{:.4f}"),
+    ("wall_s", "wall s", "{:.1f}"),
+    ("decide_calls", "calls", "{}"),
+    ("decide_p50_ms", "p50 ms", "{:.3f}"),
+)
+
+
+class Progress:
+    """A plain progress bar on stderr (redrawn in place on a terminal, every 10 % otherwise)."""
+
+    def __init__(self, label: str, enabled: bool = True) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self._last_decile = -1
+
+    def __call__(self, done: int, total: int, now: float) -> None:
+        if not self.enabled or total == 0:
+            return
+        frac = done / total
+        if not self.tty:
+            decile = int(frac * 10)
+            if decile == self._last_decile:
+                return
+            self._last_decile = decile
+        bar = "#" * int(frac * 30)
+        line = f"{self.label} [{bar:<30}] {frac:4.0%} {done}/{total} jobs  t={now / 3600:.0f} h"
+        sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
+        if self.tty and done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _optional_seconds(value: str) -> float | None:
+    if value.lower() in ("none", "off", "0"):
+        return None
+    return float(value)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="trace CSV path, or synthetic:N")
+    p.add_argument("--format", choices=FORMATS, help="trace format (default: from the header)")
+    p.add_argument("--cluster", help="NxG[:model], openb[:PATH] or a node-list CSV")
+    p.add_argument("--nodes", type=int, help="uniform cluster: number of nodes")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--max-jobs", type=int, help="replay only the first N jobs")
+    p.add_argument("--max-submit", type=float, help="replay jobs submitted at or before T s")
+    p.add_argument("--seed", type=int, default=0, help="tenants, failures, spot, synthetic")
+    p.add_argument("--fidelity", action="store_true", help="reference model (fifo, sjf only)")
+    p.add_argument("--checkpoint-interval", type=_optional_seconds, default=1800.0)
+    p.add_argument("--restart-overhead", type=float, default=60.0)
+    p.add_argument("--mtbf", type=_optional_seconds, default=None, help="per-node MTBF s")
+    p.add_argument("--repair", type=float, default=4 * 3600.0, help="node repair time s")
+    p.add_argument("--spot-fraction", type=float, default=0.0)
+    p.add_argument("--spot-mtbi", type=_optional_seconds, default=None, help="per spot node s")
+    p.add_argument("--html", help="write an offline HTML report here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of both subcommands."""
+    parser = argparse.ArgumentParser(prog="python -m scheduler.simulation", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    replay = sub.add_parser("replay", help="replay a trace under one policy")
+    _add_common(replay)
+    replay.add_argument("--policy", required=True, choices=POLICIES)
+    replay.add_argument("--out", required=True, help="metrics JSON file")
+    compare = sub.add_parser("compare", help="replay one trace under several policies")
+    _add_common(compare)
+    compare.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    compare.add_argument("--out", help="JSON file with every policy's metrics")
+    return parser
+
+
+def _load(args: argparse.Namespace) -> tuple[tuple[TraceJob, ...], ClusterSpec, str]:
+    if args.trace.startswith("synthetic:"):
+        trace = generate_synthetic(int(args.trace.split(":", 1)[1]), seed=args.seed)
+        fmt = "synthetic"
+        if args.max_jobs:
+            trace = trace[: args.max_jobs]
+    else:
+        fmt = args.format or detect_format(args.trace)
+        trace = load_trace(
+            args.trace, fmt=fmt, max_jobs=args.max_jobs, max_submit=args.max_submit, seed=args.seed
+        )
+    if args.cluster:
+        cluster = parse_cluster(args.cluster)
+    elif args.nodes:
+        cluster = uniform_cluster(args.nodes, args.gpus_per_node)
+    elif fmt == "openb":
+        cluster = parse_cluster("openb")
+    else:
+        cluster = uniform_cluster(128, args.gpus_per_node)
+    if args.spot_fraction:
+        cluster = cluster.with_spot_fraction(args.spot_fraction, seed=args.seed)
+    return trace, cluster, fmt
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    if args.fidelity:
+        return SimConfig(
+            seed=args.seed, checkpoint_interval_s=None, restart_overhead_s=0.0, preemptible=False
+        )
+    return SimConfig(
+        seed=args.seed,
+        checkpoint_interval_s=args.checkpoint_interval,
+        restart_overhead_s=args.restart_overhead,
+        mtbf_s=args.mtbf,
+        repair_s=args.repair,
+        spot_mtbi_s=args.spot_mtbi,
+    )
+
+
+def _run_one(args, trace, cluster, policy: str) -> tuple[dict[str, Any], Any]:
+    progress = Progress(f"{policy:>13}", enabled=not args.quiet)
+    metrics, sim = simulate(
+        trace, cluster, policy, _config(args), timer=time.perf_counter, progress=progress
+    )
+    metrics["params"] = {
+        "trace": args.trace,
+        "format": args.format,
+        "max_jobs": args.max_jobs,
+        "max_submit": args.max_submit,
+        "seed": args.seed,
+        "fidelity": args.fidelity,
+        "config": {k: getattr(sim.config, k) for k in sim.config.__dataclass_fields__},
+    }
+    return metrics, sim
+
+
+def format_table(results: dict[str, dict[str, Any]]) -> str:
+    """A plain-text table of the headline metrics, one row per policy."""
+    headers = ["policy"] + [h for _, h, _ in TABLE_KEYS]
+    rows = [
+        [name] + [fmt.format(m.get(key, float("nan"))) for key, _, fmt in TABLE_KEYS]
+        for name, m in results.items()
+    ]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = [
+        "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [headers, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        trace, cluster, _ = _load(args)
+        policies = [args.policy] if args.command == "replay" else args.policies.split(",")
+        for p in policies:
+            if p not in POLICIES:
+                raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(POLICIES)}")
+            if args.fidelity and p not in FIDELITY_POLICIES:
+                raise ValueError(f"--fidelity models only {FIDELITY_POLICIES}, not {p!r}")
+        if not args.quiet:
+            sys.stderr.write(
+                f"{len(trace)} jobs on {cluster.name} ({len(cluster.nodes)} nodes, "
+                f"{cluster.total_gpus} GPUs)\n"
+            )
+        results: dict[str, dict[str, Any]] = {}
+        runs = []
+        for p in policies:
+            metrics, sim = _run_one(args, trace, cluster, p)
+            results[p] = metrics
+            if args.html:
+                from .report import series_of
+
+                runs.append(series_of(sim, metrics))
+    except (OSError, ValueError, KeyError, SimulationError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    if args.command == "replay":
+        Path(args.out).write_text(json.dumps(results[args.policy], indent=2) + "\n")
+    else:
+        print(format_table(results))
+        if args.out:
+            Path(args.out).write_text(json.dumps({"results": results}, indent=2) + "\n")
+    if args.html:
+        from .report import write_html
+
+        write_html(args.html, runs, f"{args.trace} on {cluster.name}")
+    return 0

@@ -1,0 +1,219 @@
+"""`gpuplatform`: our policy engine driven through snapshot -> decide -> apply, as in the live loop.
+
+What the engine may know is what a real scheduler knows: the cluster, running and pending jobs,
+team usage, and runtime estimates from a predictor over jobs that have already finished (the
+trace's future durations are never handed over). The trace has no user runtime limits.
+
+Snapshots are built incrementally: `Node`, `RunningJob` and `PendingJob` objects are cached and
+rebuilt only when their inputs change (the simulator marks changed nodes; a job's entry is keyed
+by what it shows the engine), so a call costs O(changes) plus the tuple copies.
+
+Decisions are applied as the live loop applies them: preemptions first, then starts; a start on
+GPUs that are not free is dropped (counted in `start_conflicts`); `Reserve` and `Pending` are
+informational; `Resize` is not modelled (trace jobs are not elastic) and only counted.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import deque
+
+from scheduler.policy import (
+    Config,
+    Node,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    Team,
+    decide,
+)
+
+from .engine import SimJob, Simulator
+
+PRIORITY_CLASSES = {"production": 1000, "research": 500, "best-effort": 100}
+
+
+class RuntimePredictor:
+    """Runtime estimates from already-finished jobs only: the median of the last `window`
+    durations of the same (tenant, GPU count), else of the same GPU count, else of all jobs;
+    None before anything has finished (the engine then uses its default). A job that has run
+    longer than its estimate is predicted to need as long again as it has run (doubling)."""
+
+    def __init__(self, window: int = 64) -> None:
+        self.window = window
+        self._recent: dict[object, deque[float]] = {}
+        self._sorted: dict[object, list[float]] = {}
+        self._cache: dict[object, float | None] = {}
+        self.version = 0
+
+    def observe(self, tenant: str, gpus: int, duration: float) -> None:
+        """Record a finished job's actual run time."""
+        for key in ((tenant, gpus), gpus, None):
+            recent = self._recent.setdefault(key, deque())
+            ordered = self._sorted.setdefault(key, [])
+            recent.append(duration)
+            insort(ordered, duration)
+            if len(recent) > self.window:
+                old = recent.popleft()
+                del ordered[bisect_left(ordered, old)]
+            self._cache.pop(key, None)
+        self.version += 1
+
+    def _median(self, key: object) -> float | None:
+        if key not in self._cache:
+            ordered = self._sorted.get(key)
+            self._cache[key] = ordered[len(ordered) // 2] if ordered else None
+        return self._cache[key]
+
+    def estimate(self, tenant: str, gpus: int, attained_s: float = 0.0) -> float | None:
+        """Predicted total run time of a job, given `attained_s` seconds already done."""
+        for key, minimum in (((tenant, gpus), 5), (gpus, 5), (None, 1)):
+            ordered = self._sorted.get(key)
+            if ordered and len(ordered) >= minimum:
+                est = self._median(key)
+                break
+        else:
+            return None
+        if est is not None and attained_s >= est:
+            est = 2.0 * attained_s
+        return est
+
+
+class GpuPlatformPolicy:
+    """Adapter from the simulator to `scheduler.policy.decide` (engine defaults unless `config`
+    is given)."""
+
+    name = "gpuplatform"
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or Config()
+        self.predictor = RuntimePredictor()
+        self._nodes: list[Node] = []
+        self._node_names: list[str] = []
+        self._node_index: dict[str, int] = {}
+        self._running: dict[int, tuple[tuple, RunningJob]] = {}
+        self._pending: dict[int, tuple[tuple, PendingJob]] = {}
+        self._finished_seen = 0
+        self.resizes_ignored = 0
+        self.last_decisions = None
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def _sync_nodes(self, sim: Simulator) -> None:
+        if not self._nodes:
+            specs = sim.cluster.nodes
+            self._node_names = [n.name for n in specs]
+            self._node_index = {name: i for i, name in enumerate(self._node_names)}
+            self._nodes = [None] * len(specs)  # type: ignore[list-item]
+        specs = sim.cluster.nodes
+        for i in sim.changed_nodes:
+            s = specs[i]
+            self._nodes[i] = Node(
+                name=s.name,
+                gpu_model=s.gpu_model,
+                gpus=s.gpus,
+                free_gpus=tuple(sim.node_free[i]),
+                zone=s.zone,
+                rack=s.rack,
+                nvlink_domain=s.nvlink_domain,
+                fabric=s.fabric,
+                spot=s.spot,
+                state=sim.node_state[i],
+            )
+        sim.changed_nodes.clear()
+
+    def _observe_finished(self, sim: Simulator) -> None:
+        # feed the predictor with jobs that finished since the last call (finish order)
+        finished = sim.finished
+        for k in range(self._finished_seen, len(finished)):
+            job = sim.jobs[finished[k]]
+            self.predictor.observe(job.tenant, job.gpus, job.duration)
+        self._finished_seen = len(finished)
+
+    def _running_job(self, sim: Simulator, job: SimJob) -> RunningJob:
+        est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
+        lca = sim.last_checkpoint_at(job)
+        key = (job.run_id, est, lca)
+        cached = self._running.get(job.idx)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        expected_end = None
+        if est is not None:
+            expected_end = job.run_start + job.overhead + max(0.0, est - job.progress)
+            if expected_end <= sim.now:
+                # it has outrun its estimate: as long again as it has run so far
+                expected_end = sim.now + max(60.0, sim.now - job.run_start)
+        names = self._node_names
+        rj = RunningJob(
+            id=job.id,
+            team=job.tenant,
+            priority_class=job.priority_class,
+            gpu_model=job.models[0] if job.models and len(job.models) == 1 else None,
+            workers=job.workers,
+            gpus_per_worker=job.gpus_per_worker,
+            placement={names[n]: g for n, g in job.placement.items()},
+            started_at=job.run_start,
+            expected_end=expected_end,
+            preemptible=job.preemptible,
+            last_checkpoint_at=lca,
+            checkpoint_interval_s=job.checkpoint_interval_s,
+        )
+        self._running[job.idx] = (key, rj)
+        return rj
+
+    def _pending_job(self, job: SimJob) -> PendingJob:
+        est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
+        key = (est, job.progress, job.requeued)
+        cached = self._pending.get(job.idx)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        pj = PendingJob(
+            id=job.id,
+            team=job.tenant,
+            priority_class=job.priority_class,
+            gpu_model=job.models[0] if job.models and len(job.models) == 1 else None,
+            workers=job.workers,
+            gpus_per_worker=job.gpus_per_worker,
+            submitted_at=job.submit,
+            runtime_estimate_s=est,
+            preemptible=job.preemptible,
+            attained_service_s=job.progress,
+            requeued=job.requeued,
+        )
+        self._pending[job.idx] = (key, pj)
+        return pj
+
+    def snapshot(self, sim: Simulator, now: float) -> Snapshot:
+        """The engine's view of the simulator now (no future durations in it)."""
+        self._observe_finished(sim)
+        self._sync_nodes(sim)
+        running = tuple(self._running_job(sim, j) for j in sim.running.values())
+        for idx in [i for i in self._running if i not in sim.running]:
+            del self._running[idx]
+        pending = tuple(self._pending_job(j) for j in sim.pending.values())
+        for idx in [i for i in self._pending if i not in sim.pending]:
+            del self._pending[idx]
+        teams = tuple(Team(name=t, usage_gpu_s=u) for t, u in sim.tenant_usage.items())
+        return Snapshot(
+            now=now,
+            config=self.config,
+            priority_classes=PRIORITY_CLASSES,
+            teams=teams,
+            nodes=tuple(self._nodes),
+            running=running,
+            pending=pending,
+        )
+
+    # -- apply ------------------------------------------------------------------------------
+
+    def schedule(self, sim: Simulator, now: float) -> None:
+        """Build a snapshot, call `decide`, apply preemptions then starts."""
+        decisions = decide(self.snapshot(sim, now))
+        self.last_decisions = decisions
+        by_id = sim.by_id
+        for p in decisions.preempt:
+            sim.preempt(by_id[p.job], p.grace_s, p.reason)
+        index = self._node_index
+        for s in decisions.start:
+            sim.start(by_id[s.job], {index[name]: tuple(g) for name, g in s.placement.items()})
+        self.resizes_ignored += len(decisions.resize)

@@ -1,0 +1,41 @@
+"""Policy registry and the one-call `simulate()` used by the CLI, benchmarks and tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .baselines import BASELINES
+from .cluster import ClusterSpec
+from .engine import Policy, SimConfig, Simulator
+from .metrics import compute_metrics
+from .traces import TraceJob
+
+POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
+
+
+def make_policy(name: str) -> Policy:
+    """A fresh policy object by name (see `POLICIES`). Raises ValueError for an unknown name."""
+    if name in BASELINES:
+        return BASELINES[name]()
+    if name == "gpuplatform":
+        # imported lazily: the baselines must work without the engine package
+        from .gpuplatform_policy import GpuPlatformPolicy
+
+        return GpuPlatformPolicy()
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+
+
+def simulate(
+    trace: Iterable[TraceJob],
+    cluster: ClusterSpec,
+    policy: str | Policy,
+    config: SimConfig | None = None,
+    *,
+    timer: Callable[[], float] | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> tuple[dict[str, Any], Simulator]:
+    """Run one replay to the end; returns (metrics dict, the finished simulator)."""
+    pol = make_policy(policy) if isinstance(policy, str) else policy
+    sim = Simulator(trace, cluster, pol, config, timer=timer, progress=progress).run()
+    return compute_metrics(sim), sim

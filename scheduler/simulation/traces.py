@@ -1,0 +1,201 @@
+"""Trace loaders and a synthetic trace generator.
+
+Every loader returns a tuple of `TraceJob`s sorted by `(submit, id)` with times shifted so nothing
+is negative. The files are read from wherever they are (by default `../shared/traces` relative to
+the repository root); nothing is copied or converted. Tenants are assigned deterministically from
+`(seed, job id)` when the trace has none, so the same seed always gives the same labels.
+
+Formats:
+- `itp`: Microsoft ITP clusters (ElasticFlow), columns `job_id,submission_time,duration,num_gpu`.
+- `openb`: Alibaba GPU v2023 "openb" pod lists. CPU-only pods and pods that were never scheduled
+  (their service time is unknown) are skipped; runtime is `deletion_time - scheduled_time`; a
+  fractional GPU request (`gpu_milli < 1000`) is treated as one whole GPU (no GPU sharing model);
+  `gpu_spec` (`A|B`) becomes the set of allowed GPU models.
+- `synthetic`: `generate_synthetic()`; no file.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+DEFAULT_TENANTS = ("team-a", "team-b", "team-c", "team-d")
+FORMATS = ("itp", "openb")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace: what was asked for and how long it ran exclusively (its service time)."""
+
+    id: str
+    submit: float
+    duration: float
+    gpus: int
+    tenant: str
+    models: tuple[str, ...] | None = None  # allowed GPU models; None = any
+    priority_class: str = "research"
+
+
+def default_traces_dir() -> Path:
+    """`../shared/traces` relative to the repository root (the checkout holding `scheduler/`)."""
+    repo_root = Path(__file__).resolve().parents[2]
+    return repo_root.parent / "shared" / "traces"
+
+
+def assign_tenant(job_id: str, seed: int, tenants: tuple[str, ...] = DEFAULT_TENANTS) -> str:
+    """A tenant picked from a stable hash of `(seed, job_id)`: deterministic across runs and
+    Python processes (no reliance on `hash()` randomization)."""
+    digest = hashlib.blake2b(f"{seed}:{job_id}".encode(), digest_size=8).digest()
+    return tenants[int.from_bytes(digest, "big") % len(tenants)]
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The trace format from the CSV header: `itp` or `openb`. Raises ValueError otherwise."""
+    with open(path, newline="") as fh:
+        header = fh.readline().strip().split(",")
+    if {"job_id", "submission_time", "duration", "num_gpu"} <= set(header):
+        return "itp"
+    if {"name", "num_gpu", "creation_time"} <= set(header):
+        return "openb"
+    raise ValueError(f"{path}: unknown trace format (header {header!r})")
+
+
+def _finish(jobs: list[TraceJob], max_jobs: int | None) -> tuple[TraceJob, ...]:
+    jobs.sort(key=lambda j: (j.submit, j.id))
+    if max_jobs is not None:
+        jobs = jobs[:max_jobs]
+    if jobs and jobs[0].submit < 0:
+        shift = -jobs[0].submit
+        jobs = [replace(j, submit=j.submit + shift) for j in jobs]
+    return tuple(jobs)
+
+
+def load_itp(
+    path: str | os.PathLike[str],
+    *,
+    max_jobs: int | None = None,
+    max_submit: float | None = None,
+    seed: int = 0,
+    tenants: tuple[str, ...] = DEFAULT_TENANTS,
+) -> tuple[TraceJob, ...]:
+    """Load a Microsoft ITP cluster CSV. `max_submit` keeps rows with `submission_time <=
+    max_submit` (the benchmark window is 2246340 on cluster04); `max_jobs` keeps the first N
+    after sorting. Rows with a non-positive duration or GPU count raise ValueError."""
+    jobs: list[TraceJob] = []
+    with open(path, newline="") as fh:
+        for lineno, row in enumerate(csv.DictReader(fh), start=2):
+            submit = float(row["submission_time"])
+            if max_submit is not None and submit > max_submit:
+                # the files are sorted by submission_time, so nothing later can qualify
+                break
+            if max_jobs is not None and len(jobs) >= max_jobs and submit > jobs[-1].submit:
+                # the file is sorted: every later row sorts after the first max_jobs
+                break
+            duration = float(row["duration"])
+            gpus = int(row["num_gpu"])
+            if duration <= 0 or gpus <= 0:
+                raise ValueError(f"{path}:{lineno}: duration and num_gpu must be > 0")
+            jobs.append(
+                TraceJob(
+                    row["job_id"],
+                    submit,
+                    duration,
+                    gpus,
+                    assign_tenant(row["job_id"], seed, tenants),
+                )
+            )
+    return _finish(jobs, max_jobs)
+
+
+def load_openb(
+    path: str | os.PathLike[str],
+    *,
+    max_jobs: int | None = None,
+    max_submit: float | None = None,
+    seed: int = 0,
+    tenants: tuple[str, ...] = DEFAULT_TENANTS,
+) -> tuple[TraceJob, ...]:
+    """Load an Alibaba openb pod list (a file with times: not the `multigpu*` lists, which have
+    none). Skips CPU-only pods and never-scheduled pods; see the module docstring."""
+    jobs: list[TraceJob] = []
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if "creation_time" not in (reader.fieldnames or ()):
+            raise ValueError(f"{path}: this pod list has no timestamps; it cannot be replayed")
+        for row in reader:
+            gpus = int(row["num_gpu"])
+            if gpus <= 0 or not row.get("scheduled_time") or not row.get("deletion_time"):
+                continue
+            submit = float(row["creation_time"])
+            if max_submit is not None and submit > max_submit:
+                continue
+            duration = max(1.0, float(row["deletion_time"]) - float(row["scheduled_time"]))
+            spec = (row.get("gpu_spec") or "").strip()
+            models = tuple(sorted(m for m in spec.split("|") if m)) if spec else None
+            jobs.append(
+                TraceJob(
+                    row["name"],
+                    submit,
+                    duration,
+                    gpus,
+                    assign_tenant(row["name"], seed, tenants),
+                    models,
+                )
+            )
+    return _finish(jobs, max_jobs)
+
+
+def load_trace(
+    path: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    max_jobs: int | None = None,
+    max_submit: float | None = None,
+    seed: int = 0,
+) -> tuple[TraceJob, ...]:
+    """Load a trace in format `fmt` (detected from the header when None)."""
+    fmt = fmt or detect_format(path)
+    if fmt == "itp":
+        return load_itp(path, max_jobs=max_jobs, max_submit=max_submit, seed=seed)
+    if fmt == "openb":
+        return load_openb(path, max_jobs=max_jobs, max_submit=max_submit, seed=seed)
+    raise ValueError(f"unknown trace format {fmt!r}; expected one of {FORMATS}")
+
+
+def generate_synthetic(
+    n_jobs: int,
+    *,
+    seed: int = 0,
+    mean_interarrival_s: float = 300.0,
+    median_duration_s: float = 3600.0,
+    duration_sigma: float = 1.5,
+    gpu_choices: tuple[tuple[int, float], ...] = (
+        (1, 0.7),
+        (2, 0.05),
+        (4, 0.08),
+        (8, 0.12),
+        (16, 0.05),
+    ),
+    tenants: tuple[str, ...] = DEFAULT_TENANTS,
+) -> tuple[TraceJob, ...]:
+    """A seeded synthetic trace: Poisson arrivals, log-normal durations (>= 60 s), GPU counts
+    drawn from `gpu_choices` (count, weight). Same arguments, same trace."""
+    rng = random.Random(seed)
+    counts = [c for c, _ in gpu_choices]
+    weights = [w for _, w in gpu_choices]
+    t = 0.0
+    jobs = []
+    for i in range(n_jobs):
+        t += rng.expovariate(1.0 / mean_interarrival_s)
+        duration = max(60.0, round(median_duration_s * math.exp(rng.gauss(0.0, duration_sigma))))
+        gpus = rng.choices(counts, weights)[0]
+        job_id = f"syn-{i:06d}"
+        jobs.append(
+            TraceJob(job_id, round(t, 3), duration, gpus, tenants[rng.randrange(len(tenants))])
+        )
+    return tuple(jobs)
