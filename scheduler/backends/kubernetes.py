@@ -1,0 +1,597 @@
+"""Kubernetes backend: runs the engine's placement as bound pods, through the official client.
+
+A run (``job_id``, ``attempt``) becomes one Pod per worker, named
+``backend_job_name(job_id, attempt) + "-w<index>"``. Each pod names our ``schedulerName`` so the
+default scheduler leaves it alone, and the backend binds it to the node the engine chose with the
+Binding API (or, with ``bind_mode="nodeName"``, sets ``spec.nodeName`` directly). Manifests are
+built by the pure :mod:`scheduler.backends.k8s_manifests`.
+
+Guarantees (on top of :mod:`scheduler.backends.base`):
+
+- Idempotent by our identity: pod names are derived from the run, a 409 AlreadyExists on create
+  means "already submitted" (the pod is read back and bound if it is not yet), a 409 on a binding
+  whose pod already sits on the chosen node is success, a 404 on delete/patch is "already gone".
+- Typed errors: 5xx, 429 and connection/timeout errors raise :class:`BackendUnavailable` after
+  ``retry_attempts`` tries with exponential backoff and full jitter (``Retry-After`` honoured);
+  other 4xx raise :class:`BackendRejected` at once.
+- Job state comes from a watch on the platform's pods (:class:`PodWatcher`): it resumes from the
+  last ``resourceVersion`` it saw and relists when the server answers 410 Gone.
+- ``dry_run`` logs every mutating request instead of sending it; reads still go to the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from scheduler.backends import k8s_manifests as m
+from scheduler.backends.base import (
+    BackendJobSpec,
+    BackendJobStatus,
+    BackendNode,
+    BackendRejected,
+    BackendUnavailable,
+    backend_job_name,
+)
+
+logger = logging.getLogger(__name__)
+
+_SMP = "application/strategic-merge-patch+json"
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _status_message(exc: ApiException) -> str:
+    """The API server's ``Status.message`` if the body carries one, else the HTTP reason."""
+    try:
+        body = json.loads(exc.body or "")
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])
+    except (TypeError, ValueError):
+        pass
+    return str(exc.reason or "")
+
+
+def translate_error(exc: BaseException, what: str) -> BackendRejected | BackendUnavailable:
+    """Map a client exception to the backend's typed errors (see module docstring)."""
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        text = f"{what}: HTTP {status} {_status_message(exc)}".strip()
+        if status == 0 or status == 429 or status >= 500:
+            return BackendUnavailable(text)
+        return BackendRejected(text)
+    return BackendUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class PodWatcher:
+    """A cache of the platform's pods in one namespace, kept current by list + watch.
+
+    :meth:`sync` brings the cache up to date: the first call (and any call after the server
+    answered 410 Gone, as an HTTP status or as an ERROR event in the stream) lists the pods and
+    remembers the list's ``resourceVersion``; later calls watch from the last ``resourceVersion``
+    seen (events and bookmarks advance it) for at most ``timeout_s`` seconds. Pods that disappear
+    are kept as tombstones (their last seen state) so a run whose pods were deleted can still be
+    told apart from one that never existed. Thread-safe: one sync at a time.
+    """
+
+    def __init__(
+        self,
+        call: Callable[..., Any],
+        core: k8s_client.CoreV1Api,
+        namespace: str,
+        label_selector: str,
+        timeout_s: int,
+        request_timeout_s: float,
+        max_tombstones: int = 10_000,
+    ) -> None:
+        self._call = call
+        self._core = core
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.timeout_s = timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.max_tombstones = max_tombstones
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.deleted: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.resource_version: str | None = None
+        self.relists = 0
+        self.watches = 0
+        self._lock = threading.Lock()
+
+    def sync(self) -> None:
+        """Apply everything that happened since the last sync (list on first use or after 410)."""
+        with self._lock:
+            if self.resource_version is None:
+                self._relist()
+                return
+            if not self._watch_once():
+                self._relist()
+
+    def run_pods(self, run: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``(live, deleted)`` pods of one run from the cache."""
+
+        def of_run(pod: Mapping[str, Any]) -> bool:
+            return ((pod.get("metadata") or {}).get("labels") or {}).get(m.LABEL_RUN) == run
+
+        with self._lock:
+            live = [p for p in self.pods.values() if of_run(p)]
+            gone = [p for p in self.deleted.values() if of_run(p)]
+        return live, gone
+
+    def busy_nodes(self) -> set[str]:
+        """Nodes where a platform pod is bound and not finished."""
+        with self._lock:
+            return {
+                p["spec"]["nodeName"]
+                for p in self.pods.values()
+                if (p.get("spec") or {}).get("nodeName")
+                and (p.get("status") or {}).get("phase") not in _TERMINAL_PHASES
+            }
+
+    # -- internals
+
+    def _relist(self) -> None:
+        api_client = self._core.api_client
+        result = self._call(
+            "list pods",
+            self._core.list_namespaced_pod,
+            self.namespace,
+            label_selector=self.label_selector,
+        )
+        listed = api_client.sanitize_for_serialization(result)
+        fresh = {p["metadata"]["name"]: p for p in listed.get("items") or []}
+        # Pods that vanished while we were not watching: keep their last seen state.
+        for name, pod in self.pods.items():
+            if name not in fresh:
+                self._tombstone(name, pod)
+        for name in fresh:
+            self.deleted.pop(name, None)
+        self.pods = fresh
+        self.resource_version = (listed.get("metadata") or {}).get("resourceVersion")
+        self.relists += 1
+
+    def _tombstone(self, name: str, pod: dict[str, Any]) -> None:
+        self.deleted[name] = pod
+        self.deleted.move_to_end(name)
+        while len(self.deleted) > self.max_tombstones:
+            self.deleted.popitem(last=False)
+
+    def _watch_once(self) -> bool:
+        """Stream one watch window; False when the resourceVersion has expired (410)."""
+        try:
+            resp = self._call(
+                "watch pods",
+                self._core.list_namespaced_pod,
+                self.namespace,
+                label_selector=self.label_selector,
+                watch=True,
+                resource_version=self.resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self.timeout_s,
+                _preload_content=False,
+                _request_timeout=(self.request_timeout_s, self.timeout_s + self.request_timeout_s),
+                expect=(410,),
+            )
+        except ApiException:  # 410 Gone as an HTTP status
+            return False
+        self.watches += 1
+        try:
+            for event in _events(resp):
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return False
+                    raise BackendUnavailable(f"watch pods: {obj.get('code')} {obj.get('message')}")
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                name = (obj.get("metadata") or {}).get("name")
+                if kind in ("ADDED", "MODIFIED") and name:
+                    self.pods[name] = obj
+                    self.deleted.pop(name, None)
+                elif kind == "DELETED" and name:
+                    self.pods.pop(name, None)
+                    self._tombstone(name, obj)
+                if rv:
+                    self.resource_version = rv
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # The server may end a watch at any time; what was applied stays, the next sync
+            # resumes from the last resourceVersion.
+            logger.info("pod watch ended early: %s", exc)
+        finally:
+            resp.release_conn()
+        return True
+
+
+def _events(resp: Any) -> Iterator[dict[str, Any]]:
+    """Newline-delimited JSON watch events from a streaming urllib3 response."""
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=True):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+    if buffer.strip():
+        yield json.loads(buffer)
+
+
+class KubernetesBackend:
+    """The :class:`~scheduler.backends.base.Backend` for a Kubernetes cluster.
+
+    ``config`` holds the keys of :class:`~scheduler.backends.k8s_manifests.KubernetesConfig`
+    (plus an optional ``api_client``); ``api_client``, ``sleep``, ``clock`` and ``rng`` are
+    injectable so tests drive it over real HTTP against a test API server, without real waits.
+    The connection is opened lazily: constructing the backend never touches the network.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        api_client: k8s_client.ApiClient | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], datetime] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        raw = dict(config or {})
+        self.cfg = m.KubernetesConfig.from_mapping(raw)
+        self._api_client = api_client or raw.get("api_client")
+        self._sleep = sleep
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._rng = rng or random.Random()
+        self._core: k8s_client.CoreV1Api | None = None
+        self._watcher: PodWatcher | None = None
+        self._init_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ wiring
+
+    @property
+    def core(self) -> k8s_client.CoreV1Api:
+        """The CoreV1Api, built on first use from the configured transport."""
+        with self._init_lock:
+            if self._core is None:
+                self._core = k8s_client.CoreV1Api(self._api_client or self._build_api_client())
+            return self._core
+
+    @property
+    def watcher(self) -> PodWatcher:
+        """The pod cache used by :meth:`poll_jobs` and :meth:`list_nodes`."""
+        core = self.core
+        with self._init_lock:
+            if self._watcher is None:
+                self._watcher = PodWatcher(
+                    self._call,
+                    core,
+                    self.cfg.namespace,
+                    m.managed_selector(),
+                    timeout_s=self.cfg.watch_timeout_s,
+                    request_timeout_s=self.cfg.request_timeout_s,
+                )
+            return self._watcher
+
+    def _build_api_client(self) -> k8s_client.ApiClient:
+        cfg = self.cfg
+        conf = k8s_client.Configuration()
+        try:
+            if cfg.host:
+                conf.host = cfg.host
+            elif cfg.in_cluster:
+                k8s_config.load_incluster_config(client_configuration=conf)
+            elif cfg.kubeconfig or cfg.context:
+                k8s_config.load_kube_config(
+                    config_file=cfg.kubeconfig or None,
+                    context=cfg.context or None,
+                    client_configuration=conf,
+                )
+            else:
+                try:
+                    k8s_config.load_incluster_config(client_configuration=conf)
+                except ConfigException:
+                    k8s_config.load_kube_config(client_configuration=conf)
+        except (ConfigException, OSError) as exc:
+            raise BackendRejected(f"kubernetes client configuration: {exc}") from exc
+        # Our own retry loop (with backoff and typed errors) is the only one: urllib3 must not
+        # silently retry a non-idempotent POST underneath it.
+        conf.retries = False
+        return k8s_client.ApiClient(conf)
+
+    def _call(self, what: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call the API with retries; ``expect`` statuses are re-raised as ApiException."""
+        expect = kwargs.pop("expect", ())
+        kwargs.setdefault("_request_timeout", self.cfg.request_timeout_s)
+        attempts = self.cfg.retry_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as exc:
+                if exc.status in expect:
+                    raise
+                error: BaseException = exc
+                typed = translate_error(exc, what)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                error = exc
+                typed = translate_error(exc, what)
+            if isinstance(typed, BackendRejected) or attempt == attempts:
+                raise typed from error
+            ceiling = min(self.cfg.retry_cap_s, self.cfg.retry_base_s * 2 ** (attempt - 1))
+            delay = _retry_after(error)
+            if delay is None:
+                delay = self._rng.uniform(0, ceiling)
+            logger.warning("%s failed (%s), retry %d in %.2fs", what, typed, attempt, delay)
+            self._sleep(min(delay, self.cfg.retry_cap_s))
+        raise AssertionError("unreachable")
+
+    def _as_dict(self, obj: Any) -> dict[str, Any]:
+        return self.core.api_client.sanitize_for_serialization(obj)
+
+    def _dry(self, action: str, body: Any = None) -> None:
+        logger.info(
+            "dry-run: would %s %s", action, json.dumps(body, sort_keys=True) if body else ""
+        )
+
+    # ------------------------------------------------------------------ Backend protocol
+
+    def submit(self, spec: BackendJobSpec) -> str:
+        """Create and bind one pod per worker; re-submitting the same run changes nothing.
+
+        Returns ``"<namespace>/<run name>"``. A failure part-way leaves the pods created so far;
+        calling ``submit`` again completes the run (created pods are found, unbound ones bound).
+        """
+        manifests = m.pod_manifests(spec, self.cfg)
+        ref = f"{self.cfg.namespace}/{spec.backend_name}"
+        for pod, node in manifests:
+            if self.cfg.dry_run:
+                self._dry("create pod", pod)
+                if self.cfg.bind_mode == "binding":
+                    binding = m.binding_manifest(pod["metadata"]["name"], self.cfg.namespace, node)
+                    self._dry("bind pod", binding)
+                continue
+            created = self._create_pod(pod)
+            if self.cfg.bind_mode == "binding":
+                self._bind(created, node)
+        return ref
+
+    def cancel(self, job_id: str, attempt: int) -> None:
+        """Mark the run's pods cancelled and delete them (SIGTERM, then the checkpoint grace).
+
+        Unknown runs and runs whose pods have all finished are left alone.
+        """
+        pods = self._list_run(job_id, attempt)
+        if not pods or all(_phase(p) in _TERMINAL_PHASES for p in pods):
+            return
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            annotations = pod["metadata"].get("annotations") or {}
+            if self.cfg.dry_run:
+                self._dry(f"annotate and delete pod {name}", m.cancel_patch())
+                continue
+            try:
+                if annotations.get(m.ANN_CANCELLED) != "true":
+                    self._call(
+                        "annotate pod",
+                        self.core.patch_namespaced_pod,
+                        name,
+                        self.cfg.namespace,
+                        m.cancel_patch(),
+                        _content_type=_SMP,
+                        expect=(404,),
+                    )
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self._call(
+                        "delete pod",
+                        self.core.delete_namespaced_pod,
+                        name,
+                        self.cfg.namespace,
+                        expect=(404,),
+                    )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                # Already gone: nothing left to stop.
+
+    def checkpoint(self, job_id: str, attempt: int) -> None:
+        """Annotate each running worker pod with a new checkpoint request id.
+
+        The kubelet refreshes the downward API file ``$GP_PODINFO_DIR/annotations`` in place; the
+        workload checkpoints when the ``gpuplatform.io/checkpoint-request`` value changes.
+        """
+        request_id = self._clock().strftime("%Y%m%dT%H%M%S.%fZ")
+        for pod in self._list_run(job_id, attempt):
+            if _phase(pod) in _TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
+                continue
+            name = pod["metadata"]["name"]
+            if self.cfg.dry_run:
+                self._dry(f"annotate pod {name}", m.checkpoint_patch(request_id))
+                continue
+            try:
+                self._call(
+                    "request checkpoint",
+                    self.core.patch_namespaced_pod,
+                    name,
+                    self.cfg.namespace,
+                    m.checkpoint_patch(request_id),
+                    _content_type=_SMP,
+                    expect=(404,),
+                )
+            except ApiException:
+                pass  # 404: the pod finished and went away in between
+
+    def drain_node(self, name: str, reason: str) -> None:
+        """Quarantine: cordon ``name`` and add the quarantine taint; running pods stay."""
+        self._patch_node(name, lambda node: m.quarantine_patch(node, self.cfg, reason))
+
+    def undrain_node(self, name: str) -> None:
+        """Release: remove our taint, and the cordon if the platform put it there."""
+        self._patch_node(name, lambda node: m.release_patch(node, self.cfg))
+
+    def list_nodes(self) -> list[BackendNode]:
+        """GPU nodes (matching ``node_selector``) from labels and allocatable, sorted by name."""
+        raw = self._list_nodes(self.cfg.node_selector)
+        self.watcher.sync()
+        busy = self.watcher.busy_nodes()
+        nodes = [m.node_from_k8s(n, self.cfg, busy) for n in raw]
+        return sorted((n for n in nodes if n is not None), key=lambda n: n.name)
+
+    def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
+        """States of the runs, from the pod watch cache plus the nodes' health (one node list)."""
+        runs = list(runs)
+        if not runs:
+            return []
+        self.watcher.sync()
+        health = {n["metadata"]["name"]: m.node_health(n) for n in self._list_nodes("")}
+        now = self._clock()
+        out = []
+        for job_id, attempt in runs:
+            live, gone = self.watcher.run_pods(backend_job_name(job_id, attempt))
+            out.append(m.run_status(job_id, attempt, live, gone, health, self.cfg, now))
+        return out
+
+    def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
+        """Last ``lines`` lines of worker 0's output; "" if the pod or its output is missing."""
+        try:
+            return self._call(
+                "read pod log",
+                self.core.read_namespaced_pod_log,
+                m.pod_name(job_id, attempt, 0),
+                self.cfg.namespace,
+                container=m.WORKER_CONTAINER,
+                tail_lines=max(int(lines), 1),
+                expect=(400, 404),
+            )
+        except ApiException:
+            # 404: no such pod; 400: the container has not started, so there is no output yet.
+            return ""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _list_run(self, job_id: str, attempt: int) -> list[dict[str, Any]]:
+        result = self._call(
+            "list pods",
+            self.core.list_namespaced_pod,
+            self.cfg.namespace,
+            label_selector=m.run_selector(job_id, attempt),
+        )
+        return list(self._as_dict(result).get("items") or [])
+
+    def _list_nodes(self, selector: str) -> list[dict[str, Any]]:
+        result = self._call("list nodes", self.core.list_node, label_selector=selector or None)
+        return list(self._as_dict(result).get("items") or [])
+
+    def _create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        name = pod["metadata"]["name"]
+        try:
+            created = self._call(
+                "create pod",
+                self.core.create_namespaced_pod,
+                self.cfg.namespace,
+                pod,
+                field_validation="Strict",
+                expect=(409,),
+            )
+            return self._as_dict(created)
+        except ApiException:
+            pass  # 409 AlreadyExists: submitted before (maybe by a crashed earlier try)
+        try:
+            existing = self._as_dict(
+                self._call(
+                    "read pod",
+                    self.core.read_namespaced_pod,
+                    name,
+                    self.cfg.namespace,
+                    expect=(404,),
+                )
+            )
+        except ApiException as exc:
+            raise BackendUnavailable(f"pod {name} exists and vanished; retry submit") from exc
+        run = pod["metadata"]["labels"][m.LABEL_RUN]
+        if (existing["metadata"].get("labels") or {}).get(m.LABEL_RUN) != run:
+            raise BackendRejected(f"pod {name} exists and was not created for run {run}")
+        return existing
+
+    def _bind(self, pod: dict[str, Any], node: str) -> None:
+        name = pod["metadata"]["name"]
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to == node:
+            return
+        if bound_to:
+            raise BackendRejected(f"pod {name} is already bound to {bound_to}, not {node}")
+        try:
+            resp = self._call(
+                "bind pod",
+                self.core.create_namespaced_pod_binding,
+                name,
+                self.cfg.namespace,
+                m.binding_manifest(name, self.cfg.namespace, node),
+                # The server answers 201 with a Status, which the client cannot read as a
+                # V1Binding: take the raw response.
+                _preload_content=False,
+                expect=(409,),
+            )
+            resp.read()
+            resp.release_conn()
+            return
+        except ApiException:
+            pass  # 409: already bound by an earlier try; check to which node
+        current = self._as_dict(
+            self._call("read pod", self.core.read_namespaced_pod, name, self.cfg.namespace)
+        )
+        bound_to = (current.get("spec") or {}).get("nodeName")
+        if bound_to != node:
+            raise BackendRejected(f"pod {name} is bound to {bound_to!r}, not {node}")
+
+    def _patch_node(self, name: str, compute: Callable[[dict[str, Any]], dict | None]) -> None:
+        # Read-modify-write with the node's resourceVersion in the patch: a concurrent writer
+        # (kubectl, the node controller) makes it fail with 409 and we recompute.
+        for _ in range(5):
+            try:
+                node = self._as_dict(
+                    self._call("read node", self.core.read_node, name, expect=(404,))
+                )
+            except ApiException as exc:
+                raise BackendRejected(f"node {name} does not exist") from exc
+            patch = compute(node)
+            if patch is None:
+                return
+            if self.cfg.dry_run:
+                self._dry(f"patch node {name}", patch)
+                return
+            try:
+                self._call(
+                    "patch node",
+                    self.core.patch_node,
+                    name,
+                    patch,
+                    _content_type=_SMP,
+                    expect=(409,),
+                )
+                return
+            except ApiException:
+                continue  # 409 Conflict: the node changed under us; read it again
+        raise BackendUnavailable(f"node {name} kept changing while being patched")
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
