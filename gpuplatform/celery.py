@@ -1,0 +1,29 @@
+"""The Celery application. Beat entries expire just under their period, so a backlog never
+replays a pile of stale scheduling cycles after a worker restart."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
+
+app = Celery("gpuplatform")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _register_beat(sender, **_kwargs):
+    from django.conf import settings
+
+    period = settings.SCHEDULER_CYCLE_SECONDS
+    sender.add_periodic_task(
+        period,
+        sender.signature("scheduler.tasks.run_cycle", options={"expires": period * 0.9}),
+        name="scheduling cycle",
+    )
+    sender.add_periodic_task(
+        period,
+        sender.signature("scheduler.tasks.sync_backends", options={"expires": period * 0.9}),
+        name="backend sync",
+    )

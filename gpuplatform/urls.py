@@ -1,0 +1,28 @@
+"""URL wiring: the portal, the REST API v1, its OpenAPI schema and docs, Django admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from scheduler.api import views as scheduler_views
+from tenants import api as tenants_api
+
+router = DefaultRouter()
+router.register("jobs", scheduler_views.JobViewSet, basename="job")
+router.register("clusters", scheduler_views.ClusterViewSet, basename="cluster")
+router.register("nodes", scheduler_views.NodeViewSet, basename="node")
+router.register("gpu-models", scheduler_views.GpuModelViewSet, basename="gpu-model")
+router.register("teams", tenants_api.TeamViewSet, basename="team")
+router.register("quotas", tenants_api.QuotaViewSet, basename="quota")
+router.register("priority-classes", tenants_api.PriorityClassViewSet, basename="priority-class")
+
+urlpatterns = [
+    path("api/v1/auth/token", tenants_api.TokenExchangeView.as_view(), name="api-token"),
+    path("api/v1/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("admin/", admin.site.urls),
+    path("", include("frontend.urls")),
+]

@@ -1,0 +1,96 @@
+"""REST endpoints for jobs, clusters, nodes and GPU models. Views only translate HTTP to calls of
+selectors and services; every queryset comes from a selector scoped to the caller's teams."""
+
+from __future__ import annotations
+
+import django_filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from .. import selectors, services
+from ..models import Cluster, GpuModel, Job
+from .serializers import (
+    ClusterSerializer,
+    GpuModelSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    NodeSerializer,
+)
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.CharFilter(method="filter_state", help_text="comma-separated states")
+    team = django_filters.CharFilter(field_name="team__slug")
+    submitter = django_filters.CharFilter(field_name="submitter__username")
+
+    class Meta:
+        model = Job
+        fields = ["state", "team", "submitter"]
+
+    def filter_state(self, queryset, _name, value):
+        return queryset.filter(state__in=[v.strip() for v in value.split(",") if v.strip()])
+
+
+class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+
+    def get_queryset(self):
+        return selectors.job_list(user=self.request.user)
+
+    def get_object(self):
+        return selectors.job_get(user=self.request.user, job_id=self._job_id())
+
+    def _job_id(self) -> int:
+        try:
+            return int(self.kwargs["pk"])
+        except (TypeError, ValueError):
+            from ..errors import NotFound
+
+            raise NotFound("no such job", field="id") from None
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
+    def create(self, request):
+        incoming = JobSubmitSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        job = services.job_submit(
+            user=request.user, request=services.JobRequest(**incoming.validated_data)
+        )
+        job = selectors.job_get(user=request.user, job_id=job.pk)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        services.job_cancel(user=request.user, job_id=self._job_id())
+        return Response(
+            JobSerializer(selectors.job_get(user=request.user, job_id=self._job_id())).data
+        )
+
+    @extend_schema(responses={200: JobEventSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        events = selectors.job_events(user=request.user, job_id=self._job_id())
+        return Response(JobEventSerializer(events, many=True).data)
+
+
+class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = ClusterSerializer
+    queryset = Cluster.objects.order_by("name")
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = NodeSerializer
+    filterset_fields = ["state", "rack", "gpu_model__name", "cluster__name"]
+
+    def get_queryset(self):
+        return selectors.node_list(user=self.request.user)
+
+
+class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = GpuModelSerializer
+    queryset = GpuModel.objects.order_by("name")
+    lookup_field = "name"

@@ -1,0 +1,139 @@
+"""Seed the demo organisation, cluster and users. Idempotent; refuses to run with DEBUG off so demo
+passwords never reach a production database."""
+
+from __future__ import annotations
+
+import random
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from scheduler.models import BackendKind, Cluster, GpuModel, Node
+from tenants.models import Membership, PriorityClass, Quota, Role, Team
+
+DEMO_PASSWORD = "demo"
+
+
+class Command(BaseCommand):
+    help = "Create the demo teams, quotas, priority classes, a 32-node simulated cluster and users."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--jobs", type=int, default=12, help="demo jobs to queue (first run)")
+
+    def handle(self, *args, jobs: int, **options):
+        if not settings.DEBUG:
+            raise CommandError("seed_demo refuses to run with DJANGO_DEBUG off (demo passwords)")
+        with transaction.atomic():
+            created = seed(jobs=jobs)
+        self.stdout.write(self.style.SUCCESS("Demo ready." if created else "Demo already seeded."))
+        self.stdout.write(
+            "Users (password 'demo'): admin (platform admin), alice (vision), bob (nlp)\n"
+            "Portal: http://127.0.0.1:8000/   API docs: http://127.0.0.1:8000/api/docs/"
+        )
+
+
+def seed(*, jobs: int = 12) -> bool:
+    """Create the demo objects that are missing. Returns True when anything new was queued."""
+    h100, _ = GpuModel.objects.get_or_create(name="h100-80gb", defaults={"memory_gib": 80})
+    a100, _ = GpuModel.objects.get_or_create(name="a100-40gb", defaults={"memory_gib": 40})
+
+    for name, value, preemptible in (
+        ("production", 1000, False),
+        ("research", 500, True),
+        ("best-effort", 100, True),
+    ):
+        PriorityClass.objects.get_or_create(
+            name=name, defaults={"value": value, "preemptible_by_default": preemptible}
+        )
+
+    research, _ = Team.objects.get_or_create(slug="research", defaults={"name": "Research"})
+    vision, _ = Team.objects.get_or_create(
+        slug="vision", defaults={"name": "Vision", "parent": research, "fair_share_weight": 2.0}
+    )
+    nlp, _ = Team.objects.get_or_create(
+        slug="nlp", defaults={"name": "NLP", "parent": research, "fair_share_weight": 1.0}
+    )
+    prod, _ = Team.objects.get_or_create(
+        slug="prod", defaults={"name": "Production", "fair_share_weight": 1.0}
+    )
+    for team, model, guaranteed, borrow in (
+        (vision, h100, 64, 32),
+        (nlp, h100, 32, 32),
+        (nlp, a100, 32, 32),
+        (prod, h100, 32, 0),
+        (prod, a100, 64, 0),
+    ):
+        Quota.objects.get_or_create(
+            team=team,
+            gpu_model=model,
+            defaults={"guaranteed_gpus": guaranteed, "borrow_limit_gpus": borrow},
+        )
+
+    cluster, _ = Cluster.objects.get_or_create(
+        name="demo", defaults={"backend_kind": BackendKind.SIMULATED, "backend_config": {"seed": 7}}
+    )
+    # 32 nodes x 8 GPUs in 4 racks: racks 1-2 H100, racks 3-4 A100; the last node of each rack spot.
+    for rack in range(1, 5):
+        model = h100 if rack <= 2 else a100
+        for n in range(1, 9):
+            name = f"r{rack}-n{n:02d}"
+            Node.objects.get_or_create(
+                cluster=cluster,
+                name=name,
+                defaults={
+                    "gpu_model": model,
+                    "gpu_count": 8,
+                    "zone": "z1",
+                    "rack": f"r{rack}",
+                    "nvlink_domain": name,
+                    "fabric": f"ib{(rack + 1) // 2}",
+                    "spot": n == 8,
+                    "datasets": ["c4"] if n <= 4 else [],
+                },
+            )
+
+    User = get_user_model()
+    admin, created = User.objects.get_or_create(
+        username="admin", defaults={"is_staff": True, "is_superuser": True}
+    )
+    if created:
+        admin.set_password(DEMO_PASSWORD)
+        admin.save()
+    people = {}
+    for username, team in (("alice", vision), ("bob", nlp)):
+        user, created = User.objects.get_or_create(username=username)
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        Membership.objects.get_or_create(user=user, team=team, defaults={"role": Role.MEMBER})
+        people[username] = user
+    Membership.objects.get_or_create(user=admin, team=prod, defaults={"role": Role.OWNER})
+
+    if jobs <= 0 or cluster.jobs.exists() or vision.jobs.exists():
+        return False
+    from scheduler.services import JobRequest, job_submit
+
+    rng = random.Random(42)
+    plan = [("alice", "vision"), ("bob", "nlp")]
+    for i in range(jobs):
+        username, team = plan[i % 2]
+        workers = rng.choice([1, 1, 1, 2, 4])
+        job_submit(
+            user=people[username],
+            request=JobRequest(
+                name=f"{team}-train-{i + 1:02d}",
+                team=team,
+                workers=workers,
+                gpus_per_worker=rng.choice([1, 2, 4, 8]) if workers == 1 else 8,
+                image="nvcr.io/nvidia/pytorch:24.05-py3",
+                command="python train.py",
+                gpu_model=rng.choice(["h100-80gb", "a100-40gb", None]),
+                priority_class=rng.choice(["research", "research", "best-effort"]),
+                checkpoint_interval_s=1800,
+                runtime_limit_s=rng.choice([3600, 7200, 14400]),
+                simulated_duration_s=rng.choice([900, 1800, 3600, 7200]),
+            ),
+        )
+    return True

@@ -1,0 +1,250 @@
+"""Scheduler state: GPU models, clusters, nodes, jobs, GPU allocations and events.
+
+Hard invariants live in the database as named constraints, so no code path (a racing worker, a
+bug, a manual shell) can break them: a GPU (node, index) is held by at most one live allocation.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from tenants.models import Team
+
+from .states import JobState
+
+
+class GpuModel(models.Model):
+    name = models.SlugField(unique=True, max_length=64)
+    memory_gib = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BackendKind(models.TextChoices):
+    SIMULATED = "simulated", "Simulated"
+    SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class Cluster(models.Model):
+    name = models.SlugField(unique=True, max_length=64)
+    backend_kind = models.CharField(
+        max_length=16, choices=BackendKind.choices, default=BackendKind.SIMULATED
+    )
+    backend_config = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    # Set by the loop: whether the backend answered on its last call.
+    backend_available = models.BooleanField(default=True)
+    backend_error = models.TextField(blank=True)
+    backend_checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeState(models.TextChoices):
+    READY = "ready", "Ready"
+    DRAINING = "draining", "Draining"
+    QUARANTINED = "quarantined", "Quarantined"
+    DOWN = "down", "Down"
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, related_name="nodes", on_delete=models.CASCADE)
+    name = models.CharField(max_length=128)
+    gpu_model = models.ForeignKey(GpuModel, related_name="nodes", on_delete=models.PROTECT)
+    gpu_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    zone = models.CharField(max_length=64, blank=True)
+    rack = models.CharField(max_length=64, blank=True)
+    nvlink_domain = models.CharField(max_length=64, blank=True)
+    fabric = models.CharField(max_length=64, blank=True)
+    spot = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)
+    state_reason = models.CharField(max_length=300, blank=True)
+    health = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    datasets = models.JSONField(default=list, blank=True)
+    probation_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_cluster_name"),
+            models.CheckConstraint(
+                condition=Q(health__gte=0) & Q(health__lte=1), name="node_health_0_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeEvent(models.Model):
+    class Kind(models.TextChoices):
+        FAILED = "failed", "Failed"
+        RECOVERED = "recovered", "Recovered"
+        QUARANTINED = "quarantined", "Quarantined"
+        PROBATION = "probation", "Probation"
+        RELEASED = "released", "Released"
+        DRAINED = "drained", "Drained"
+
+    node = models.ForeignKey(Node, related_name="events", on_delete=models.CASCADE)
+    time = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    message = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [models.Index(fields=["node", "kind", "time"], name="nodeevent_node_kind_time")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} @ {self.time:%H:%M:%S}"
+
+
+class JobQuerySet(models.QuerySet):
+    def visible_to(self, user) -> JobQuerySet:
+        """Jobs of the teams ``user`` belongs to (all of them for platform admins)."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(team__memberships__user=user)
+
+
+class Job(models.Model):
+    team = models.ForeignKey(Team, related_name="jobs", on_delete=models.PROTECT, db_index=True)
+    submitter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="jobs", on_delete=models.PROTECT
+    )
+    name = models.CharField(max_length=200)
+    image = models.CharField(max_length=300, blank=True)
+    command = models.TextField(blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    workers = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    gpus_per_worker = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    gpu_model = models.ForeignKey(
+        GpuModel, null=True, blank=True, related_name="jobs", on_delete=models.PROTECT
+    )
+    priority_class = models.ForeignKey(
+        "tenants.PriorityClass", related_name="jobs", on_delete=models.PROTECT
+    )
+    preemptible = models.BooleanField(default=True)
+    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # Work (exclusive-run seconds) safely checkpointed across all attempts; a resume starts here.
+    checkpointed_progress_s = models.FloatField(default=0.0)
+    runtime_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    dataset = models.CharField(max_length=200, blank=True)
+    elastic_min_workers = models.PositiveIntegerField(null=True, blank=True)
+    elastic_max_workers = models.PositiveIntegerField(null=True, blank=True)
+
+    state = models.CharField(
+        max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True
+    )
+    why_pending = models.TextField(blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    requeued = models.BooleanField(default=False)
+    attained_service_s = models.FloatField(default=0.0)
+    lost_gpu_s = models.FloatField(default=0.0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, related_name="jobs", on_delete=models.SET_NULL
+    )
+    backend_ref = models.CharField(max_length=200, blank=True)
+    # Simulated backend only: how long the work takes when run exclusively (demo, tests).
+    simulated_duration_s = models.FloatField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_positive"),
+            models.CheckConstraint(
+                condition=Q(gpus_per_worker__gte=1), name="job_gpus_per_worker_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in JobState]), name="job_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(elastic_min_workers__isnull=True)
+                | (
+                    Q(elastic_max_workers__isnull=False)
+                    & Q(elastic_min_workers__gte=1)
+                    & Q(elastic_min_workers__lte=F("elastic_max_workers"))
+                ),
+                name="job_elastic_range_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "state"], name="job_team_state")]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def elastic(self) -> dict | None:
+        if self.elastic_min_workers is None:
+            return None
+        return {"min_workers": self.elastic_min_workers, "max_workers": self.elastic_max_workers}
+
+
+class Allocation(models.Model):
+    """One GPU held by one job attempt. ``ended_at IS NULL`` means live."""
+
+    job = models.ForeignKey(Job, related_name="allocations", on_delete=models.CASCADE)
+    node = models.ForeignKey(Node, related_name="allocations", on_delete=models.CASCADE)
+    gpu_index = models.PositiveIntegerField()
+    worker_index = models.PositiveIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # The scheduler's first invariant, enforced by the database on SQLite and PostgreSQL.
+            models.UniqueConstraint(
+                fields=["node", "gpu_index"],
+                condition=Q(ended_at__isnull=True),
+                name="allocation_one_live_holder_per_gpu",
+            ),
+        ]
+        indexes = [models.Index(fields=["job", "ended_at"], name="allocation_job_live")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.gpu_index} for job {self.job_id}"
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, related_name="events", on_delete=models.CASCADE)
+    time = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=32)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+        indexes = [models.Index(fields=["job", "time"], name="jobevent_job_time")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} @ {self.time:%H:%M:%S}"

@@ -1,0 +1,243 @@
+"""Writes to jobs: submission, cancellation and the state transitions the loop applies.
+
+Every function here is keyword-only, atomic, and moves a job with a conditional UPDATE guarded by
+the state machine (``scheduler.states``), so two workers racing on the same job cannot both win.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from tenants.models import PriorityClass, Team
+from tenants.permissions import can_submit_to, is_platform_admin
+
+from . import streams
+from .errors import Conflict, DomainError, FieldErrors, NotFound
+from .models import Allocation, GpuModel, Job, JobEvent, Node
+from .states import IllegalTransition, JobState, check_transition, sources_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A validated-shape submission (types checked by the caller; domain rules checked here)."""
+
+    name: str
+    team: str
+    workers: int
+    gpus_per_worker: int
+    image: str = ""
+    command: str = ""
+    env: dict[str, str] | None = None
+    gpu_model: str | None = None
+    priority_class: str | None = None
+    preemptible: bool | None = None
+    checkpoint_interval_s: int | None = None
+    runtime_limit_s: int | None = None
+    dataset: str = ""
+    elastic: dict[str, int] | None = None
+    simulated_duration_s: float | None = None
+
+
+def event_record(
+    *,
+    job: Job,
+    kind: str,
+    message: str = "",
+    data: dict | None = None,
+    time: datetime | None = None,
+) -> JobEvent:
+    """Append an event to the job's timeline."""
+    return JobEvent.objects.create(
+        job=job, kind=kind, message=message, data=data or {}, time=time or timezone.now()
+    )
+
+
+def job_payload(job: Job, placement: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    return {
+        "type": "job.status",
+        "job": job.pk,
+        "team": job.team.slug,
+        "name": job.name,
+        "state": job.state,
+        "why": job.why_pending,
+        "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
+        "placement": placement or {},
+        "time": timezone.now().isoformat(),
+    }
+
+
+def publish_job(job: Job, placement: dict[str, list[int]] | None = None) -> None:
+    streams.publish(streams.team_group(job.team_id), job_payload(job, placement))
+
+
+def _validate_request(req: JobRequest, *, user) -> tuple[Team, GpuModel | None, PriorityClass]:
+    errors: dict[str, list[str]] = {}
+
+    def err(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    team = Team.objects.filter(slug=req.team).first()
+    if team is None or not (is_platform_admin(user) or team.memberships.filter(user=user).exists()):
+        # Not telling apart "no such team" from "not yours" keeps other teams' names private.
+        err("team", f"you are not a member of a team '{req.team}'")
+    elif not can_submit_to(user, team):
+        err("team", "viewers cannot submit jobs to this team")
+
+    if req.workers < 1:
+        err("workers", "must be >= 1")
+    if req.gpus_per_worker < 1:
+        err("gpus_per_worker", "must be >= 1")
+
+    gpu_model = None
+    if req.gpu_model:
+        gpu_model = GpuModel.objects.filter(name=req.gpu_model).first()
+        if gpu_model is None:
+            known = ", ".join(GpuModel.objects.values_list("name", flat=True)) or "none"
+            err("gpu_model", f"unknown GPU model '{req.gpu_model}' (known: {known})")
+
+    if req.priority_class:
+        priority = PriorityClass.objects.filter(name=req.priority_class).first()
+        if priority is None:
+            known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none"
+            err("priority_class", f"unknown priority class '{req.priority_class}' (known: {known})")
+    else:
+        priority = PriorityClass.objects.order_by("value").first()
+        if priority is None:
+            err("priority_class", "no priority class is configured on this platform")
+
+    if req.gpus_per_worker >= 1 and "gpu_model" not in errors:
+        nodes = Node.objects.filter(cluster__enabled=True)
+        if gpu_model is not None:
+            nodes = nodes.filter(gpu_model=gpu_model)
+        largest = nodes.aggregate(m=Max("gpu_count"))["m"] or 0
+        if req.gpus_per_worker > largest:
+            where = f"a {gpu_model.name} node" if gpu_model else "any node"
+            err(
+                "gpus_per_worker",
+                f"{req.gpus_per_worker} GPUs per worker is more than {where} has ({largest})",
+            )
+
+    for field in ("checkpoint_interval_s", "runtime_limit_s"):
+        value = getattr(req, field)
+        if value is not None and value < 1:
+            err(field, "must be >= 1 second")
+
+    if req.elastic is not None:
+        lo, hi = req.elastic.get("min_workers"), req.elastic.get("max_workers")
+        if not isinstance(lo, int) or lo < 1:
+            err("elastic.min_workers", "must be an integer >= 1")
+        elif not isinstance(hi, int) or hi < lo:
+            err("elastic.max_workers", "must be an integer >= min_workers")
+        elif not lo <= req.workers <= hi:
+            err("workers", f"must lie within the elastic range {lo}..{hi}")
+
+    if errors:
+        raise FieldErrors(errors)
+    return team, gpu_model, priority
+
+
+def job_submit(*, user, request: JobRequest) -> Job:
+    """Validate and queue a job. All-or-nothing: on any error nothing is written.
+
+    Raises :class:`FieldErrors` naming each bad field. Triggers a scheduling cycle after commit.
+    """
+    with transaction.atomic():
+        team, gpu_model, priority = _validate_request(request, user=user)
+        job = Job.objects.create(
+            team=team,
+            submitter=user,
+            name=request.name,
+            image=request.image,
+            command=request.command,
+            env=request.env or {},
+            workers=request.workers,
+            gpus_per_worker=request.gpus_per_worker,
+            gpu_model=gpu_model,
+            priority_class=priority,
+            preemptible=(
+                priority.preemptible_by_default
+                if request.preemptible is None
+                else request.preemptible
+            ),
+            checkpoint_interval_s=request.checkpoint_interval_s,
+            runtime_limit_s=request.runtime_limit_s,
+            dataset=request.dataset,
+            elastic_min_workers=(request.elastic or {}).get("min_workers"),
+            elastic_max_workers=(request.elastic or {}).get("max_workers"),
+            simulated_duration_s=request.simulated_duration_s,
+            state=JobState.PENDING,
+            why_pending="waiting for the next scheduling cycle",
+            submitted_at=timezone.now(),
+        )
+        event_record(job=job, kind="submitted", message=f"submitted by {user.get_username()}")
+        publish_job(job)
+        _trigger_cycle()
+    return job
+
+
+def _trigger_cycle() -> None:
+    from .triggers import request_cycle
+
+    request_cycle()
+
+
+def job_transition(*, job: Job, target: JobState, **fields: Any) -> bool:
+    """Move ``job`` to ``target`` if its current state allows it, as one conditional UPDATE.
+
+    Returns False (and changes nothing) when another worker already moved it elsewhere.
+    """
+    updated = Job.objects.filter(pk=job.pk, state__in=sources_for(target)).update(
+        state=target, **fields
+    )
+    if updated:
+        job.state = target
+        for key, value in fields.items():
+            setattr(job, key, value)
+    return bool(updated)
+
+
+def release_allocations(*, job: Job, at: datetime | None = None) -> int:
+    """End the job's live allocations (its GPUs become free). Idempotent."""
+    return Allocation.objects.filter(job=job, ended_at__isnull=True).update(
+        ended_at=at or timezone.now()
+    )
+
+
+def job_cancel(*, user, job_id: int) -> Job:
+    """Cancel a live job of one of the caller's teams.
+
+    Another team's job is NotFound. A job already final is a Conflict. The backend is told to stop
+    after commit; GPUs are released in the same transaction as the state change.
+    """
+    with transaction.atomic():
+        job = Job.objects.visible_to(user).select_related("team").filter(pk=job_id).first()
+        if job is None:
+            raise NotFound("no such job", field="id")
+        if not can_submit_to(user, job.team):
+            raise DomainError("viewers cannot cancel jobs", field="id")
+        try:
+            check_transition(job.state, JobState.CANCELLED)
+        except IllegalTransition as exc:
+            raise Conflict(f"job is already {job.state}", field="state") from exc
+        was_holding = job.state in (JobState.RUNNING, JobState.PREEMPTED)
+        now = timezone.now()
+        if not job_transition(job=job, target=JobState.CANCELLED, finished_at=now, why_pending=""):
+            raise Conflict("job changed state meanwhile; try again", field="state")
+        release_allocations(job=job, at=now)
+        event_record(job=job, kind="cancelled", message=f"cancelled by {user.get_username()}")
+        publish_job(job)
+        if was_holding and job.cluster_id:
+            from .enforce import backend_cancel_after_commit
+
+            backend_cancel_after_commit(job)
+        _trigger_cycle()
+    return job

@@ -1,0 +1,167 @@
+"""Shared fixtures: two teams with their users (alice in vision, bob in nlp, charlie a viewer of
+vision), an admin, GPU models, priority classes and a small simulated cluster, so every test can
+assert isolation as well as behaviour."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip when a service is absent locally; fail under CI, where it must be present."""
+    if _reachable(host, port):
+        return
+    message = f"{name} is not reachable on {host}:{port}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (required in CI)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def gpu_models(db):
+    from scheduler.models import GpuModel
+
+    return {
+        "h100": GpuModel.objects.create(name="h100-80gb", memory_gib=80),
+        "a100": GpuModel.objects.create(name="a100-40gb", memory_gib=40),
+    }
+
+
+@pytest.fixture
+def priorities(db):
+    from tenants.models import PriorityClass
+
+    return {
+        "production": PriorityClass.objects.create(
+            name="production", value=1000, preemptible_by_default=False
+        ),
+        "research": PriorityClass.objects.create(name="research", value=500),
+        "best-effort": PriorityClass.objects.create(name="best-effort", value=100),
+    }
+
+
+@pytest.fixture
+def teams(db):
+    from tenants.models import Team
+
+    research = Team.objects.create(slug="research", name="Research")
+    return {
+        "research": research,
+        "vision": Team.objects.create(
+            slug="vision", name="Vision", parent=research, fair_share_weight=2.0
+        ),
+        "nlp": Team.objects.create(slug="nlp", name="NLP", parent=research),
+    }
+
+
+def _user(username: str, **extra):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(
+        username=username, password="pw-" + username, **extra
+    )
+    return user
+
+
+@pytest.fixture
+def alice(teams):
+    from tenants.models import Membership
+
+    user = _user("alice")
+    Membership.objects.create(user=user, team=teams["vision"], role="member")
+    return user
+
+
+@pytest.fixture
+def bob(teams):
+    from tenants.models import Membership
+
+    user = _user("bob")
+    Membership.objects.create(user=user, team=teams["nlp"], role="member")
+    return user
+
+
+@pytest.fixture
+def charlie(teams):
+    """A viewer of vision: may read its jobs, may not submit or cancel."""
+    from tenants.models import Membership
+
+    user = _user("charlie")
+    Membership.objects.create(user=user, team=teams["vision"], role="viewer")
+    return user
+
+
+@pytest.fixture
+def platform_admin(db):
+    return _user("root", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
+def cluster(gpu_models):
+    """4 nodes x 8 GPUs: two H100 nodes in rack r1, two A100 nodes in rack r2."""
+    from scheduler.models import Cluster, Node
+
+    cluster = Cluster.objects.create(
+        name="test", backend_kind="simulated", backend_config={"seed": 1}
+    )
+    for i, (model, rack) in enumerate(
+        [("h100", "r1"), ("h100", "r1"), ("a100", "r2"), ("a100", "r2")], start=1
+    ):
+        Node.objects.create(
+            cluster=cluster,
+            name=f"n{i}",
+            gpu_model=gpu_models[model],
+            gpu_count=8,
+            rack=rack,
+            nvlink_domain=f"n{i}",
+            zone="z1",
+        )
+    return cluster
+
+
+@pytest.fixture
+def platform(cluster, priorities, alice, bob, charlie, platform_admin):
+    """Everything at once: cluster, priority classes, the three users and an admin."""
+    return {
+        "cluster": cluster,
+        "alice": alice,
+        "bob": bob,
+        "charlie": charlie,
+        "admin": platform_admin,
+    }
+
+
+@pytest.fixture
+def api_as():
+    from rest_framework.test import APIClient
+
+    def make(user=None):
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def submit(api_as):
+    """Submit a job through the API as ``user``; returns the response."""
+
+    def do(user, **fields):
+        body = {"name": "train", "team": "vision", "workers": 1, "gpus_per_worker": 1}
+        body.update(fields)
+        return api_as(user).post("/api/v1/jobs/", body, format="json")
+
+    return do

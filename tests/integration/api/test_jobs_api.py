@@ -1,0 +1,129 @@
+"""Job submission, validation, listing, cancel and events through the REST API."""
+
+import pytest
+
+from scheduler.models import Job, JobEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def test_submit_returns_the_job_in_contract_field_names(platform, submit):
+    response = submit(
+        platform["alice"],
+        name="resnet",
+        workers=2,
+        gpus_per_worker=4,
+        gpu_model="h100-80gb",
+        priority_class="research",
+        checkpoint_interval_s=600,
+        elastic={"min_workers": 1, "max_workers": 2},
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["team"] == "vision" and body["state"] == "pending"
+    assert body["workers"] == 2 and body["gpus_per_worker"] == 4 and body["total_gpus"] == 8
+    assert body["gpu_model"] == "h100-80gb" and body["priority_class"] == "research"
+    assert body["elastic"] == {"min_workers": 1, "max_workers": 2}
+    assert body["why"]
+    job = Job.objects.get(pk=body["id"])
+    assert job.submitter == platform["alice"]
+    assert JobEvent.objects.filter(job=job, kind="submitted").exists()
+
+
+@pytest.mark.parametrize(
+    "fields,field,needle",
+    [
+        ({"workers": 0}, "workers", "greater than or equal to 1"),
+        (
+            {"gpus_per_worker": 9, "gpu_model": "h100-80gb"},
+            "gpus_per_worker",
+            "more than a h100-80gb node has (8)",
+        ),
+        ({"gpus_per_worker": 16}, "gpus_per_worker", "more than any node has (8)"),
+        ({"gpu_model": "tpu-v5"}, "gpu_model", "unknown GPU model 'tpu-v5'"),
+        ({"priority_class": "urgent"}, "priority_class", "unknown priority class 'urgent'"),
+        ({"team": "nlp"}, "team", "not a member of a team 'nlp'"),
+        ({"team": "no-such-team"}, "team", "not a member"),
+        ({"workers": "many"}, "workers", "valid integer"),
+        ({"elastic": {"min_workers": 3, "max_workers": 2}}, "elastic", "min_workers"),
+        (
+            {"workers": 5, "elastic": {"min_workers": 1, "max_workers": 2}},
+            "workers",
+            "elastic range",
+        ),
+        ({"checkpoint_interval_s": 0}, "checkpoint_interval_s", "greater than or equal to 1"),
+    ],
+)
+def test_bad_submission_is_400_naming_the_field_and_writes_nothing(
+    platform, submit, fields, field, needle
+):
+    response = submit(platform["alice"], **fields)
+    assert response.status_code == 400
+    body = response.json()
+    assert field in body, body
+    assert needle in str(body[field]), body
+    assert Job.objects.count() == 0
+    assert JobEvent.objects.count() == 0
+
+
+def test_viewer_cannot_submit(platform, submit):
+    response = submit(platform["charlie"])
+    assert response.status_code == 400
+    assert "viewers cannot submit" in str(response.json()["team"])
+    assert Job.objects.count() == 0
+
+
+def test_anonymous_is_refused(platform, api_as):
+    assert api_as().get("/api/v1/jobs/").status_code in (401, 403)
+    assert api_as().post("/api/v1/jobs/", {}, format="json").status_code in (401, 403)
+
+
+def test_list_filters_by_state_team_and_submitter(platform, submit, api_as):
+    submit(platform["alice"], name="a1")
+    submit(platform["alice"], name="a2")
+    client = api_as(platform["alice"])
+    names = {j["name"] for j in client.get("/api/v1/jobs/?state=pending").json()["results"]}
+    assert names == {"a1", "a2"}
+    assert client.get("/api/v1/jobs/?state=running").json()["results"] == []
+    assert client.get("/api/v1/jobs/?submitter=bob").json()["results"] == []
+    assert len(client.get("/api/v1/jobs/?team=vision").json()["results"]) == 2
+
+
+def test_cancel_moves_a_pending_job_to_cancelled_once(platform, submit, api_as):
+    job_id = submit(platform["alice"]).json()["id"]
+    client = api_as(platform["alice"])
+    response = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert response.status_code == 200 and response.json()["state"] == "cancelled"
+    again = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert again.status_code == 409 and "already cancelled" in str(again.json())
+    kinds = list(client.get(f"/api/v1/jobs/{job_id}/events/").json())
+    assert [e["kind"] for e in kinds] == ["submitted", "cancelled"]
+
+
+def test_viewer_cannot_cancel(platform, submit, api_as):
+    job_id = submit(platform["alice"]).json()["id"]
+    response = api_as(platform["charlie"]).post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert response.status_code == 400
+    assert Job.objects.get(pk=job_id).state == "pending"
+
+
+def test_another_teams_job_is_404_for_every_verb(platform, submit, api_as):
+    job_id = submit(platform["alice"], name="secret-vision-job").json()["id"]
+    bob = api_as(platform["bob"])
+    assert bob.get(f"/api/v1/jobs/{job_id}/").status_code == 404
+    assert bob.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 404
+    assert bob.get(f"/api/v1/jobs/{job_id}/events/").status_code == 404
+    listing = bob.get("/api/v1/jobs/").json()
+    assert listing["count"] == 0 and "secret-vision-job" not in str(listing)
+    assert Job.objects.get(pk=job_id).state == "pending"
+
+
+def test_team_in_body_cannot_smuggle_a_job_into_another_team(platform, submit):
+    response = submit(platform["bob"], team="vision")
+    assert response.status_code == 400
+    assert Job.objects.count() == 0
+
+
+def test_teams_endpoint_lists_only_mine(platform, api_as):
+    slugs = {t["slug"] for t in api_as(platform["bob"]).get("/api/v1/teams/").json()["results"]}
+    assert slugs == {"nlp"}
