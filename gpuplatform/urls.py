@@ -24,5 +24,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("admin/", admin.site.urls),
+    path("teams/", include("tenants.urls")),
+    path("billing/", include("billing.urls")),
     path("", include("frontend.urls")),
 ]

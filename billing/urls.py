@@ -1,0 +1,4 @@
+"""Portal pages of the billing app."""
+
+app_name = "billing"
+urlpatterns: list = []

@@ -1,0 +1,4 @@
+"""Portal pages of the tenants app."""
+
+app_name = "tenants"
+urlpatterns: list = []
