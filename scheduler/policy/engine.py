@@ -1,12 +1,869 @@
-"""Scheduling policy engine (placeholder until the real engine lands: every job stays pending)."""
+"""The scheduling policy engine: :func:`decide` turns one :class:`Snapshot` into :class:`Decisions`.
+
+Pure and deterministic: no clock (time is ``snapshot.now``), no I/O, no randomness, no
+iteration over hash-ordered string sets; the same snapshot always yields the same decisions.
+
+One cycle, in order (docs/policy.md explains each rule and default):
+
+1. Rank the pending queue: priority class, then hierarchical fair-share standing, then the
+   ``Config.queue_order`` tie-break (default "fair": requeued jobs first, then smallest predicted
+   remaining GPU-time, aged so that waiting halves a job's effective size every
+   ``queue_aging_s``).
+2. Walk the queue once. A job whose dataset is not ready, or whose team (or an ancestor) would
+   exceed its quota, waits without holding anyone up. Otherwise the job is placed as a gang
+   (all workers or none) with topology-aware best-fit placement on ``ready`` nodes with health at
+   least ``min_health``; preemptible jobs try spot nodes first, others avoid spot nodes unless
+   nothing else fits; nodes caching the job's dataset are preferred.
+3. A job that does not fit may (if higher priority than preemptible jobs, or reclaiming GPUs
+   borrowed from its guarantee) shrink elastic jobs and then preempt the victims that lose the
+   least work (GPUs x time since their last checkpoint), skipping victims whose next checkpoint
+   is due within ``checkpoint_protect_s``. Freed GPUs come back only after ``preemption_grace_s``,
+   so the job is reported pending ("waiting for N preempted GPUs ...") with a reservation at the
+   end of the grace period; those GPUs are never handed to another job in the same cycle.
+4. Otherwise the highest-ranked blocked job of each GPU model gets an EASY-backfill reservation
+   at the earliest time the running jobs' expected ends free enough GPUs. Lower-ranked jobs
+   start only on GPUs the reservation does not need, or if their estimated end comes before the
+   reservation.
+5. Elastic running jobs grow into GPUs left idle on GPU models where no job waits for capacity.
+
+Invariants (checked by the property tests): a started GPU was free now and is given once; a
+started gang has all its workers, ``gpus_per_worker`` each on one node of the requested model,
+every node ``ready`` and healthy; every pending job not started gets a non-empty ``why``;
+non-preemptible jobs and jobs inside their checkpoint protection window are never preempted.
+
+Cost: O(P log P) to rank P pending jobs plus O(1)-ish per job that cannot fit (memoised slot
+counts per request shape), plus O(N) per started job for N nodes; reservations walk one sorted
+timeline of expected releases. Never jobs x nodes x GPUs.
+"""
 
 from __future__ import annotations
 
-from scheduler.policy.model import Decisions, Pending, Snapshot
+import math
+
+from scheduler.policy.capacity import Index, Pool
+from scheduler.policy.fairshare import standings
+from scheduler.policy.model import (
+    Decisions,
+    Pending,
+    PendingJob,
+    Preempt,
+    Quota,
+    Reserve,
+    Resize,
+    RunningJob,
+    Snapshot,
+    Start,
+)
+
+__all__ = ["decide", "queue_order"]
+
+_INF = math.inf
+# Preemption planning looks at no more than this many candidate victims per blocked job; it
+# bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
+_MAX_VICTIM_CANDIDATES = 512
+# A GPU model gets at most one EASY reservation; if the top blocked job cannot get one (its GPUs
+# are held by jobs without an expected end), the next few blocked jobs may try.
+_MAX_RESERVATION_TRIES = 4
+
+
+def _fmt_t(t: float) -> str:
+    return f"{t:.0f}" if abs(t) >= 1 or t == 0 else f"{t:g}"
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s:.0f}" if float(s).is_integer() or s >= 10 else f"{s:g}"
+
+
+def queue_order(snapshot: Snapshot) -> list[PendingJob]:
+    """The pending queue in the order the engine considers it (highest rank first)."""
+    cfg = snapshot.config
+    classes = snapshot.priority_classes
+    fs_rank, neutral = standings(snapshot.teams, cfg.fair_share_band)
+    now = snapshot.now
+    order = cfg.queue_order
+    if order == "fifo":
+
+        def key(p: PendingJob):
+            return (
+                -classes.get(p.priority_class, 0),
+                fs_rank.get(p.team, neutral),
+                p.submitted_at,
+                p.id,
+            )
+
+    elif order == "las":
+
+        def key(p: PendingJob):
+            return (
+                -classes.get(p.priority_class, 0),
+                fs_rank.get(p.team, neutral),
+                p.attained_service_s * p.workers * p.gpus_per_worker,
+                p.submitted_at,
+                p.id,
+            )
+
+    else:
+        dflt = cfg.default_runtime_s
+        aging = cfg.queue_aging_s
+        sjf = order == "sjf"
+        log2 = math.log2
+
+        def key(p: PendingJob):
+            est = p.runtime_estimate_s if p.runtime_estimate_s is not None else dflt
+            rem = est - p.attained_service_s
+            if rem < 1.0:
+                rem = 1.0
+            size = rem * p.workers * p.gpus_per_worker
+            if sjf:
+                return (
+                    -classes.get(p.priority_class, 0),
+                    fs_rank.get(p.team, neutral),
+                    size,
+                    p.submitted_at,
+                    p.id,
+                )
+            wait = now - p.submitted_at
+            return (
+                -classes.get(p.priority_class, 0),
+                fs_rank.get(p.team, neutral),
+                not p.requeued,
+                log2(size) - (wait / aging if wait > 0 else 0.0),
+                p.submitted_at,
+                p.id,
+            )
+
+    return sorted(snapshot.pending, key=key)
+
+
+class _Run:
+    """A running job as the planner sees it (GPUs per eligible node id)."""
+
+    __slots__ = ("job", "model", "gpus", "on", "prio", "end", "lost", "protected", "chain")
+
+    def __init__(self, job: RunningJob, model: str, gpus: int, on: dict[int, int]) -> None:
+        self.job = job
+        self.model = model
+        self.gpus = gpus
+        self.on = on
+        self.prio = 0
+        self.end: float | None = None
+        self.lost = 0.0
+        self.protected = False
+        self.chain: tuple[tuple[str, Quota], ...] = ()
+
+
+class _Model:
+    """Per-GPU-model cycle state: pools (all / spot / on-demand), their views, reservations."""
+
+    __slots__ = (
+        "name",
+        "pools",
+        "now",
+        "long",
+        "initial",
+        "ds_nodes",
+        "static_slots",
+        "min_res_at",
+        "reservations",
+        "reserved_nodes",
+        "easy_done",
+        "easy_tries",
+        "easy_failed",
+        "blocked_by",
+        "capacity_wait",
+        "runs",
+        "started_ends",
+        "timeline",
+        "unknown_gpus",
+        "pre_failed",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pools: dict[str, Pool] = {}
+        self.now: dict[str, Index] = {}
+        self.long: dict[str, Index] | None = None  # None: same as ``now`` (nothing protected)
+        self.initial: Index | None = None
+        self.ds_nodes: dict[str, frozenset[int]] = {}
+        self.static_slots: dict[int, int] = {}
+        self.min_res_at = _INF
+        self.reservations: list[tuple[str, float]] = []
+        self.reserved_nodes: set[int] = set()
+        self.easy_done = False
+        self.easy_tries = 0
+        self.easy_failed: list[tuple[int, int]] = []
+        self.blocked_by: str | None = None
+        self.capacity_wait = False
+        self.runs: list[_Run] = []
+        self.started_ends: list[tuple[float, int, int]] = []
+        self.timeline: list[tuple[float, int, int]] | None = None
+        self.unknown_gpus = 0
+        self.pre_failed: dict[tuple[int, bool], list[tuple[int, int]]] = {}
+
+
+class _Cycle:
+    """State of one ``decide`` call. Built from the snapshot, consumed by :meth:`run`."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        cfg = self.cfg = snap.config
+        self.now = snap.now
+        self.classes = snap.priority_classes
+        self.starts: list[Start] = []
+        self.preempts: list[Preempt] = []
+        self.reserves: list[Reserve] = []
+        self.resizes: list[Resize] = []
+        self.pendings: list[Pending] = []
+        self.preempt_attempts = 0
+        self.gone: set[str] = set()  # running jobs preempted this cycle
+        self.shrunk: dict[str, list[tuple[int, tuple[int, ...]]]] = {}  # job -> removed units
+        self.why_cache: dict[tuple, str] = {}
+
+        # ---- nodes: eligible ones get global ids in topology order
+        min_health = cfg.min_health
+        by_name = {n.name: n for n in snap.nodes}
+        self.node_by_name = by_name
+        elig = sorted(
+            (n for n in snap.nodes if n.state == "ready" and n.health >= min_health and n.gpus > 0),
+            key=lambda n: (n.gpu_model, n.fabric, n.rack, n.nvlink_domain, n.name),
+        )
+        self.names = [n.name for n in elig]
+        self.id_of = {n.name: i for i, n in enumerate(elig)}
+        self.rack = [n.rack for n in elig]
+        self.free: list[list[int]] = []
+        for n in elig:
+            f = sorted({g for g in n.free_gpus if 0 <= g < n.gpus})
+            self.free.append(f)
+        self.protected = [0] * len(elig)
+        gpus = [n.gpus for n in elig]
+        domain = [n.nvlink_domain for n in elig]
+        fabric = [n.fabric for n in elig]
+        self.models: dict[str, _Model] = {}
+        self.node_model: list[str] = [n.gpu_model for n in elig]
+        groups: dict[str, list[int]] = {}
+        for i, n in enumerate(elig):
+            groups.setdefault(n.gpu_model, []).append(i)
+        self.pools_of: list[list[tuple[_Model, str]]] = [[] for _ in elig]
+        for model in sorted(groups):
+            ids = groups[model]
+            ms = _Model(model)
+            spot = [i for i in ids if elig[i].spot]
+            ondemand = [i for i in ids if not elig[i].spot]
+            subsets = {"all": ids}
+            if spot and ondemand:
+                subsets["spot"] = spot
+                subsets["ondemand"] = ondemand
+            for key, sub in subsets.items():
+                pool = Pool(sub, gpus, domain, self.rack, fabric)
+                ms.pools[key] = pool
+                ms.now[key] = Index(pool, {i: len(self.free[i]) for i in sub})
+                for i in sub:
+                    self.pools_of[i].append((ms, key))
+            ms.initial = ms.now["all"].clone()
+            ds: dict[str, list[int]] = {}
+            for i in ids:
+                for d in elig[i].datasets:
+                    ds.setdefault(d, []).append(i)
+            ms.ds_nodes = {d: frozenset(v) for d, v in ds.items()}
+            self.models[model] = ms
+        self.model_names = sorted(self.models)
+
+        # ---- teams and quotas
+        self.teams = {t.name: t for t in snap.teams}
+        self._chains: dict[tuple[str, str], tuple[tuple[str, Quota], ...]] = {}
+        self._ancestry: dict[str, tuple[str, ...]] = {}
+        self.used: dict[tuple[str, str], int] = {}
+        self.reclaimed: dict[tuple[str, str], int] = {}
+
+        # ---- running jobs
+        now = self.now
+        protect = cfg.checkpoint_protect_s
+        self.runs: dict[str, _Run] = {}
+        for r in snap.running:
+            model = r.gpu_model
+            if model is None:
+                for name in r.placement:
+                    node = by_name.get(name)
+                    if node is not None:
+                        model = node.gpu_model
+                        break
+            if model is None:
+                continue
+            on: dict[int, int] = {}
+            total = 0
+            for name, idxs in r.placement.items():
+                total += len(idxs)
+                i = self.id_of.get(name)
+                if i is not None and self.node_model[i] == model and idxs:
+                    on[i] = on.get(i, 0) + len(idxs)
+            run = _Run(r, model, total, on)
+            run.prio = self.classes.get(r.priority_class, 0)
+            run.end = r.expected_end
+            base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
+            run.lost = total * max(0.0, now - base)
+            if r.checkpoint_interval_s is not None:
+                due = base + r.checkpoint_interval_s
+                run.protected = now <= due <= now + protect
+            run.chain = self.quota_chain(r.team, model)
+            for t in self.ancestry(r.team):
+                self.used[(t, model)] = self.used.get((t, model), 0) + total
+            self.runs[r.id] = run
+            ms = self.models.get(model)
+            if ms is not None and on:
+                ms.runs.append(run)
+
+    # ------------------------------------------------------------------ teams / quota
+
+    def ancestry(self, team: str) -> tuple[str, ...]:
+        """``team`` and its known ancestors, nearest first (cycle-safe)."""
+        a = self._ancestry.get(team)
+        if a is None:
+            out = []
+            seen = set()
+            t = team
+            while t is not None and t in self.teams and t not in seen:
+                seen.add(t)
+                out.append(t)
+                t = self.teams[t].parent
+            if not out:
+                out = [team]
+            a = self._ancestry[team] = tuple(out)
+        return a
+
+    def quota_chain(self, team: str, model: str) -> tuple[tuple[str, Quota], ...]:
+        """Quota entries for ``model`` on ``team`` and its ancestors, nearest first."""
+        key = (team, model)
+        c = self._chains.get(key)
+        if c is None:
+            c = tuple(
+                (t, self.teams[t].quota[model])
+                for t in self.ancestry(team)
+                if t in self.teams and model in self.teams[t].quota
+            )
+            self._chains[key] = c
+        return c
+
+    def quota_block(self, job: PendingJob, model: str, need: int) -> str | None:
+        """Why ``need`` more GPUs of ``model`` would break a quota of the job's team tree."""
+        for t, q in self.quota_chain(job.team, model):
+            used = self.used.get((t, model), 0)
+            limit = q.guaranteed + q.borrow_limit
+            if used + need > limit:
+                who = f"team {t}" if t == job.team else f"team {t} (ancestor of {job.team})"
+                return (
+                    f"quota: {who} would use {used + need} {model} GPUs, above its limit of "
+                    f"{limit} ({q.guaranteed} guaranteed + {q.borrow_limit} borrowable); "
+                    f"{used} in use"
+                )
+        return None
+
+    # ------------------------------------------------------------------ capacity
+
+    def views(self, ms: _Model, short: bool) -> dict[str, Index]:
+        return ms.now if short or ms.long is None else ms.long
+
+    def refresh(self, i: int) -> None:
+        """Re-sync node ``i``'s counts in every view after a take or a protection."""
+        free = len(self.free[i])
+        prot = self.protected[i]
+        for ms, key in self.pools_of[i]:
+            ms.now[key].set(i, free)
+            if ms.long is not None:
+                ms.long[key].set(i, free - prot if free > prot else 0)
+
+    def protect(self, ms: _Model, i: int, k: int) -> None:
+        if k <= 0:
+            return
+        if ms.long is None:
+            ms.long = {key: idx.clone() for key, idx in ms.now.items()}
+        self.protected[i] += k
+        self.refresh(i)
+
+    def pool_order(self, ms: _Model, preemptible: bool) -> tuple[str, ...]:
+        if "spot" not in ms.pools:
+            return ("all",)
+        return ("spot", "all") if preemptible else ("ondemand", "all")
+
+    def take(self, ms: _Model, plan: list[tuple[int, int]], g: int) -> dict[str, tuple[int, ...]]:
+        """Allocate the lowest free GPU indices per node of ``plan``; returns the placement."""
+        placement = {}
+        for i, workers in plan:
+            k = workers * g
+            f = self.free[i]
+            placement[self.names[i]] = tuple(f[:k])
+            del f[:k]
+            self.refresh(i)
+        return {name: placement[name] for name in sorted(placement)}
+
+    def static_slots(self, ms: _Model, g: int) -> int:
+        s = ms.static_slots.get(g)
+        if s is None:
+            s = sum(self.node_by_name[self.names[i]].gpus // g for i in ms.pools["all"].nodes)
+            ms.static_slots[g] = s
+        return s
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> Decisions:
+        for job in queue_order(self.snap):
+            self.consider(job)
+        self.grow_elastic()
+        return Decisions(
+            start=tuple(self.starts),
+            preempt=tuple(self.preempts),
+            reserve=tuple(self.reserves),
+            resize=tuple(self.resizes),
+            pending=tuple(self.pendings),
+        )
+
+    def consider(self, job: PendingJob) -> None:
+        if not job.dataset_ready:
+            self.pendings.append(
+                Pending(
+                    job.id,
+                    f"dataset {job.dataset or '(unnamed)'} is not ready yet; "
+                    "the job waits without holding up others",
+                )
+            )
+            return
+        g = job.gpus_per_worker
+        w = job.workers
+        wmin = w
+        if job.elastic is not None:
+            wmin = max(1, min(w, job.elastic.min_workers))
+        models = (job.gpu_model,) if job.gpu_model is not None else tuple(self.model_names)
+        if not models:
+            self.pendings.append(Pending(job.id, "no ready, healthy GPU nodes in the cluster"))
+            return
+        reasons: list[str] = []
+        blocked: list[tuple[_Model, bool, int]] = []  # capacity-blocked: model, short, workers
+        est = job.runtime_estimate_s
+        for model in models:
+            ms = self.models.get(model)
+            if ms is None:
+                reasons.append(f"no ready, healthy nodes with {model} GPUs")
+                continue
+            if self.static_slots(ms, g) < wmin:
+                reasons.append(self.never_fits(ms, wmin, g))
+                continue
+            q = self.quota_block(job, model, wmin * g)
+            if q is not None:
+                reasons.append(q)
+                continue
+            if not self.cfg.backfill and ms.blocked_by is not None:
+                reasons.append(
+                    f"queued behind {ms.blocked_by}, which waits for {model} GPUs (backfill is off)"
+                )
+                ms.capacity_wait = True
+                continue
+            short = est is not None and self.now + est <= ms.min_res_at
+            views = self.views(ms, short)
+            order = self.pool_order(ms, job.preemptible)
+            prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
+            k = w
+            while k >= wmin:
+                if k > wmin and self.quota_block(job, model, k * g) is not None:
+                    k -= 1
+                    continue
+                for key in order:
+                    plan = views[key].place(k, g, prefer)
+                    if plan is not None:
+                        self.start(job, ms, plan, g, k)
+                        return
+                k -= 1
+            blocked.append((ms, short, wmin))
+            reasons.append(self.capacity_why(ms, views["all"], short, wmin, g))
+        if not blocked:
+            self.pendings.append(Pending(job.id, "; ".join(reasons)))
+            return
+        for ms, _, _ in blocked:
+            ms.capacity_wait = True
+            if not self.cfg.backfill and ms.blocked_by is None:
+                ms.blocked_by = job.id
+        # Capacity-blocked: preempt (priority or reclaim), else an EASY reservation.
+        if self.cfg.preemption and self.preempt_attempts < self.cfg.max_preemption_attempts:
+            for ms, _, wneed in blocked:
+                plan = self.plan_preemption(job, ms, wneed, g)
+                if plan is not None:
+                    why, at = plan
+                    self.pendings.append(Pending(job.id, why, at))
+                    return
+        suffix = ""
+        at = None
+        if self.cfg.backfill:
+            for ms, _, wneed in blocked:
+                if ms.easy_done:
+                    continue
+                got = self.reserve(job, ms, wneed, g)
+                if got is not None:
+                    at = got
+                    suffix = f"; reserved to start at t={_fmt_t(at)}"
+                    break
+                if ms.unknown_gpus:
+                    suffix = (
+                        f"; no start estimate: {ms.unknown_gpus} {ms.name} GPUs are held by "
+                        "jobs without an expected end"
+                    )
+        self.pendings.append(Pending(job.id, "; ".join(reasons) + suffix, at))
+
+    def start(self, job: PendingJob, ms: _Model, plan: list[tuple[int, int]], g: int, k: int):
+        placement = self.take(ms, plan, g)
+        self.starts.append(Start(job.id, placement, k))
+        need = k * g
+        for t in self.ancestry(job.team):
+            self.used[(t, ms.name)] = self.used.get((t, ms.name), 0) + need
+        if job.runtime_estimate_s is not None:
+            end = self.now + job.runtime_estimate_s
+            for i, workers in plan:
+                ms.started_ends.append((end, i, workers * g))
+        else:
+            ms.unknown_gpus += need
+
+    # ------------------------------------------------------------------ why
+
+    def never_fits(self, ms: _Model, w: int, g: int) -> str:
+        cap = ms.pools["all"].cap
+        if g > cap:
+            return f"needs {g} {ms.name} GPUs per worker; the largest ready, healthy node has {cap}"
+        return (
+            f"gang of {w}x{g} {ms.name} GPUs can never fit: the ready, healthy {ms.name} nodes "
+            f"have room for only {self.static_slots(ms, g)} workers of {g} GPUs"
+        )
+
+    def capacity_why(self, ms: _Model, view: Index, short: bool, w: int, g: int) -> str:
+        now_view = ms.now["all"]
+        key = (ms.name, w, g, id(view), view.version, now_view.version, len(ms.reservations))
+        cached = self.why_cache.get(key)
+        if cached is not None:
+            return cached
+        m = ms.name
+        if w == 1:
+            base = (
+                f"needs {g} free {m} GPUs on one node; the largest free block is {view.max_block()}"
+            )
+        else:
+            free = view.group_free(0)
+            base = (
+                f"gang of {w}x{g} {m} GPUs does not fit: free GPUs per node leave room for "
+                f"{view.slots(g)} of {w} workers"
+            )
+            if free >= w * g:
+                base += f" ({free} GPUs free in total, spread too thinly across nodes)"
+        if view is not now_view and now_view.slots(g) >= w and ms.reservations:
+            rj, rat = ms.reservations[0]
+            base += (
+                f"; the free GPUs are held for {rj} (reserved at t={_fmt_t(rat)}); "
+                "an estimated end before then would let it backfill"
+            )
+        elif ms.initial is not None and ms.initial.slots(g) >= w:
+            base += "; the free GPUs went to higher-ranked jobs this cycle (priority, fair share)"
+        self.why_cache[key] = base
+        return base
+
+    # ------------------------------------------------------------------ reservations
+
+    def build_timeline(self, ms: _Model) -> list[tuple[float, int, int]]:
+        now = self.now
+        events = []
+        unknown = 0
+        for run in ms.runs:
+            if run.job.id in self.gone or run.job.id in self.shrunk:
+                continue
+            if run.end is None:
+                unknown += sum(run.on.values())
+                continue
+            t = run.end if run.end > now else now
+            for i, k in run.on.items():
+                events.append((t, i, k))
+        events.extend(ms.started_ends)
+        events.sort()
+        ms.unknown_gpus += unknown
+        return events
+
+    def reserve(self, job: PendingJob, ms: _Model, w: int, g: int) -> float | None:
+        """Give ``job`` the model's EASY reservation if its gang fits on the release timeline."""
+        if ms.easy_tries >= _MAX_RESERVATION_TRIES:
+            return None
+        if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
+            return None
+        ms.easy_tries += 1
+        if ms.timeline is None:
+            ms.timeline = self.build_timeline(ms)
+        events = ms.timeline
+        long_view = (ms.long or ms.now)["all"]
+        hyp = long_view.clone()
+        cap = ms.pools["all"].cap
+        i = 0
+        n_ev = len(events)
+        found = None
+        while i < n_ev:
+            t = events[i][0]
+            while i < n_ev and events[i][0] == t:
+                _, node, k = events[i]
+                c = hyp.cnt[node] + k
+                hyp.set(node, c if c < cap else cap)
+                i += 1
+            if hyp.slots(g) >= w:
+                found = t
+                break
+        if found is None:
+            ms.easy_failed.append((w, g))
+            return None
+        prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
+        plan = hyp.place(w, g, prefer)
+        assert plan is not None
+        for node, workers in plan:
+            k = workers * g
+            released = hyp.cnt[node] - long_view.cnt[node]
+            self.protect(ms, node, k - released)
+            ms.reserved_nodes.add(node)
+        ms.easy_done = True
+        ms.min_res_at = min(ms.min_res_at, found)
+        ms.reservations.append((job.id, found))
+        self.reserves.append(Reserve(job.id, found, tuple(sorted(self.names[n] for n, _ in plan))))
+        return found
+
+    # ------------------------------------------------------------------ preemption
+
+    def plan_preemption(self, job: PendingJob, ms: _Model, w: int, g: int):
+        """Shrink elastic jobs, then preempt the cheapest eligible victims, so ``job`` fits.
+
+        Returns ``(why, estimated_start)`` after emitting the decisions, or ``None``.
+        """
+        now = self.now
+        model = ms.name
+        prio = self.classes.get(job.priority_class, 0)
+        need = w * g
+        chain = self.quota_chain(job.team, model)
+        reclaim_team = None
+        if chain:
+            t, q = chain[0]
+            if self.used.get((t, model), 0) + need <= q.guaranteed:
+                reclaim_team = (t, q)
+        own = set(self.ancestry(job.team))
+        fail_key = (prio, reclaim_team is not None)
+        failed = ms.pre_failed.get(fail_key, ())
+        if any(fg <= g and fw <= w for fw, fg in failed):
+            return None
+
+        def borrower(run: _Run) -> str | None:
+            if reclaim_team is None:
+                return None
+            for t, q in run.chain:
+                if t in own:
+                    return None
+                if self.used.get((t, model), 0) - self.reclaimed.get((t, model), 0) > q.guaranteed:
+                    return t
+            return None
+
+        # Candidates: (kind, cost, tiebreak, run, on, units, reason_team)
+        cands = []
+        for run in ms.runs:
+            rid = run.job.id
+            if rid in self.gone:
+                continue
+            lower = run.prio < prio
+            bt = None if lower else borrower(run)
+            if not lower and bt is None:
+                continue
+            if run.job.elastic is not None and rid not in self.shrunk:
+                units = self.shrink_units(run)
+                for u in units:
+                    cands.append((1, 0.0, rid, run, {u[0]: len(u[1])}, [u], bt))
+            if not run.job.preemptible or run.protected:
+                continue
+            if any(i in ms.reserved_nodes for i in run.on):
+                continue
+            cands.append((2, run.lost, rid, run, dict(run.on), None, bt))
+        if not cands:
+            return None
+        self.preempt_attempts += 1
+        cands.sort(key=lambda c: (c[0], c[1], c[2]))
+        cands = cands[:_MAX_VICTIM_CANDIDATES]
+        base = (ms.long or ms.now)["all"]
+        hyp = base.clone()
+        cap = ms.pools["all"].cap
+        chosen = []
+        fits = False
+
+        def add(on: dict[int, int], sign: int) -> None:
+            for i, k in on.items():
+                c = hyp.cnt[i] + sign * k
+                hyp.set(i, min(max(c, 0), cap))
+
+        full_victims: set[str] = set()
+        for c in cands:
+            on = c[4]
+            if c[0] == 2:
+                # A fully preempted elastic job also frees the units already counted.
+                on = dict(on)
+                for other in chosen:
+                    if other[0] == 1 and other[2] == c[2]:
+                        for i, k in other[4].items():
+                            on[i] -= k
+                on = {i: k for i, k in on.items() if k > 0}
+                full_victims.add(c[2])
+                c = c[:4] + (on,) + c[5:]
+            add(c[4], 1)
+            chosen.append(c)
+            if hyp.slots(g) >= w:
+                fits = True
+                break
+        if not fits:
+            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            return None
+        # Drop what is not needed, most expensive first (victims before elastic shrinks).
+        for c in list(reversed(chosen)):
+            add(c[4], -1)
+            if hyp.slots(g) >= w:
+                chosen.remove(c)
+            else:
+                add(c[4], 1)
+        prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
+        plan = hyp.place(w, g, prefer)
+        assert plan is not None
+        take = {i: workers * g for i, workers in plan}
+        freed: dict[int, int] = {}
+        for c in chosen:
+            for i, k in c[4].items():
+                freed[i] = freed.get(i, 0) + k
+        for c in list(reversed(chosen)):
+            if all(take.get(i, 0) <= base.cnt[i] + freed[i] - k for i, k in c[4].items()):
+                chosen.remove(c)
+                for i, k in c[4].items():
+                    freed[i] -= k
+        # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
+        grace = self.cfg.preemption_grace_s
+        n_gpus = 0
+        victims = [c for c in chosen if c[0] == 2]
+        victim_ids = {c[2] for c in victims}
+        by_job: dict[str, list] = {}
+        for c in chosen:
+            if c[0] == 1 and c[2] not in victim_ids:
+                by_job.setdefault(c[2], []).extend(c[5])
+        for c in victims:
+            run = c[3]
+            self.gone.add(c[2])
+            n_gpus += sum(c[4].values())
+            if run.prio < prio:
+                reason = (
+                    f"priority: {job.id} ({job.priority_class}) needs {need} {model} GPUs; "
+                    f"{c[2]} ({run.job.priority_class}) loses the least work since its last "
+                    "checkpoint"
+                )
+            else:
+                t, q = reclaim_team
+                reason = (
+                    f"reclaim: team {t} is within its guarantee of {q.guaranteed} {model} GPUs "
+                    f"and reclaims GPUs borrowed by team {c[6]}"
+                )
+                for bt in self.ancestry(run.job.team):
+                    self.reclaimed[(bt, model)] = self.reclaimed.get((bt, model), 0) + run.gpus
+            self.preempts.append(Preempt(c[2], reason, grace))
+        shrink_gpus = 0
+        for rid in sorted(by_job):
+            run = self.runs[rid]
+            units = by_job[rid]
+            self.shrunk[rid] = units
+            removed: dict[str, set[int]] = {}
+            for i, idxs in units:
+                removed.setdefault(self.names[i], set()).update(idxs)
+                shrink_gpus += len(idxs)
+            kept = {}
+            for name in sorted(run.job.placement):
+                left = tuple(x for x in run.job.placement[name] if x not in removed.get(name, ()))
+                if left:
+                    kept[name] = left
+            self.resizes.append(Resize(rid, run.job.workers - len(units), kept))
+        for i, k in take.items():
+            self.protect(ms, i, min(k, base.cnt[i]))
+            ms.reserved_nodes.add(i)
+        at = now + grace
+        ms.min_res_at = min(ms.min_res_at, at)
+        ms.reservations.append((job.id, at))
+        self.reserves.append(Reserve(job.id, at, tuple(sorted(self.names[i] for i in take))))
+        parts = []
+        if n_gpus:
+            parts.append(f"waiting for {n_gpus} preempted GPUs to be released")
+        if shrink_gpus:
+            parts.append(f"waiting for {shrink_gpus} GPUs released by shrinking elastic jobs")
+        return f"{'; '.join(parts)} (grace {_fmt_s(grace)} s)", at
+
+    def shrink_units(self, run: _Run) -> list[tuple[int, tuple[int, ...]]]:
+        """Workers an elastic job can give up (down to its minimum), last nodes first."""
+        job = run.job
+        spare = job.workers - max(1, job.elastic.min_workers)
+        if spare <= 0:
+            return []
+        g = job.gpus_per_worker
+        units = []
+        for name in sorted(job.placement, reverse=True):
+            i = self.id_of.get(name)
+            idxs = sorted(job.placement[name], reverse=True)
+            for s in range(0, len(idxs) - g + 1, g):
+                if len(units) == spare:
+                    return units
+                if i is not None and self.node_model[i] == run.model:
+                    units.append((i, tuple(sorted(idxs[s : s + g]))))
+        return units
+
+    # ------------------------------------------------------------------ elastic growth
+
+    def grow_elastic(self) -> None:
+        """Grow elastic running jobs into idle GPUs that no waiting job can use this cycle."""
+        growers = []
+        for run in self.runs.values():
+            e = run.job.elastic
+            if e is None or run.job.workers >= e.max_workers:
+                continue
+            if run.job.id in self.gone or run.job.id in self.shrunk:
+                continue
+            ms = self.models.get(run.model)
+            if ms is None or ms.capacity_wait:
+                continue
+            growers.append(run)
+        growers.sort(key=lambda r: (-r.prio, r.job.id))
+        for run in growers:
+            job = run.job
+            ms = self.models[run.model]
+            g = job.gpus_per_worker
+            extra = job.elastic.max_workers - job.workers
+            for t, q in run.chain:
+                room = q.guaranteed + q.borrow_limit - self.used.get((t, run.model), 0)
+                extra = min(extra, room // g)
+            if extra <= 0:
+                continue
+            view = (ms.long or ms.now)["all"]
+            mine = {self.id_of[n] for n in job.placement if n in self.id_of}
+            racks = {self.rack[i] for i in mine}
+            cands = [i for i in view.pool.nodes if view.cnt[i] >= g]
+            if not cands:
+                continue
+            cands.sort(key=lambda i: (i not in mine, self.rack[i] not in racks, view.cnt[i], i))
+            plan = []
+            left = extra
+            for i in cands:
+                k = min(view.cnt[i] // g, left)
+                plan.append((i, k))
+                left -= k
+                if not left:
+                    break
+            added = self.take(ms, plan, g)
+            merged = {name: tuple(idx) for name, idx in job.placement.items()}
+            for name, idx in added.items():
+                merged[name] = tuple(sorted(merged.get(name, ()) + idx))
+            grown = extra - left
+            for t in self.ancestry(job.team):
+                self.used[(t, run.model)] = self.used.get((t, run.model), 0) + grown * g
+            self.resizes.append(
+                Resize(job.id, job.workers + grown, {n: merged[n] for n in sorted(merged)})
+            )
 
 
 def decide(snapshot: Snapshot) -> Decisions:
-    """Return decisions for ``snapshot``; this placeholder leaves every pending job pending."""
-    return Decisions(
-        pending=tuple(Pending(p.id, "engine not implemented yet") for p in snapshot.pending)
-    )
+    """Decide one scheduling cycle for ``snapshot`` (see the module docstring for the rules).
+
+    Deterministic and side-effect free. Every pending job appears exactly once, either in
+    ``start`` or in ``pending`` (in queue order, with a non-empty ``why``).
+    """
+    return _Cycle(snapshot).run()
