@@ -1,0 +1,416 @@
+"""KubernetesBackend end to end over real HTTP, through the official client, against the test API
+server (fake_apiserver.py): submit/bind/run/succeed, idempotency, cancel, quarantine, the pod
+watch (resume and 410 relist), error mapping and retries, logs, checkpoint requests, dry run."""
+
+from __future__ import annotations
+
+import random
+import socket
+from datetime import UTC, datetime
+
+import pytest
+
+from scheduler.backends.base import (
+    Backend,
+    BackendJobSpec,
+    BackendJobState,
+    BackendRejected,
+    BackendUnavailable,
+)
+from scheduler.backends.kubernetes import KubernetesBackend
+from tests.integration.kubernetes.fake_apiserver import FakeKubeApiServer
+
+NS = "gpuplatform-jobs"
+PODS = rf"^/api/v1/namespaces/{NS}/pods$"
+CLOCK = datetime(2026, 12, 2, 15, 0, 0, tzinfo=UTC)
+
+
+def make_spec(job_id="1001", attempt=1, placement=None) -> BackendJobSpec:
+    placement = placement or {"gpu-a": (0, 1, 2, 3), "gpu-b": (0, 1, 2, 3)}
+    return BackendJobSpec(
+        job_id=job_id,
+        attempt=attempt,
+        name="resnet",
+        team="alice",
+        image="registry.example/train:2",
+        command="python train.py --epochs 3",
+        workers=len(placement),
+        gpus_per_worker=4,
+        placement=placement,
+        checkpoint_grace_s=45,
+    )
+
+
+@pytest.fixture
+def server():
+    with FakeKubeApiServer(watch_hold_s=0.05) as srv:
+        srv.add_node("gpu-a", rack="r1")
+        srv.add_node("gpu-b", rack="r1")
+        srv.add_node(
+            "gpu-c",
+            rack="r2",
+            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        )
+        yield srv
+
+
+class Harness:
+    def __init__(self, server: FakeKubeApiServer, **config):
+        self.sleeps: list[float] = []
+        self.backend = KubernetesBackend(
+            {"host": server.url, "retry_base_s": 0.05, "request_timeout_s": 5, **config},
+            sleep=self.sleeps.append,
+            clock=lambda: CLOCK,
+            rng=random.Random(7),
+        )
+
+
+@pytest.fixture
+def harness(server):
+    return Harness(server)
+
+
+@pytest.fixture
+def backend(harness):
+    return harness.backend
+
+
+def state_of(backend, job_id="1001", attempt=1):
+    (status,) = backend.poll_jobs([(job_id, attempt)])
+    return status
+
+
+def test_implements_the_backend_protocol(backend):
+    assert isinstance(backend, Backend)
+    assert backend.kind == "kubernetes"
+
+
+def test_submit_binds_each_worker_to_its_node_and_follows_it_to_success(server, backend):
+    ref = backend.submit(make_spec())
+    assert ref == f"{NS}/gp-1001-a1"
+    w0, w1 = server.pod("gp-1001-a1-w0"), server.pod("gp-1001-a1-w1")
+    assert (w0["spec"]["nodeName"], w1["spec"]["nodeName"]) == ("gpu-a", "gpu-b")
+    assert w0["spec"]["schedulerName"] == "gpuplatform"
+    assert w0["spec"]["terminationGracePeriodSeconds"] == 45
+    assert w0["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    creates = server.requests_matching("POST", PODS)
+    assert [r.query.get("fieldValidation") for r in creates] == ["Strict", "Strict"]
+    bindings = server.requests_matching("POST", r"/binding$")
+    assert [r.body["target"]["name"] for r in bindings] == ["gpu-a", "gpu-b"]
+
+    assert state_of(backend).state is BackendJobState.PENDING
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    assert state_of(backend).state is BackendJobState.PENDING  # gang not complete yet
+    server.set_pod_phase("gp-1001-a1-w1", "Running")
+    running = state_of(backend)
+    assert running.state is BackendJobState.RUNNING
+    assert running.nodes == ("gpu-a", "gpu-b")
+    server.set_pod_phase("gp-1001-a1-w0", "Succeeded")
+    assert state_of(backend).state is BackendJobState.RUNNING
+    server.set_pod_phase("gp-1001-a1-w1", "Succeeded")
+    done = state_of(backend)
+    assert (done.state, done.exit_code) == (BackendJobState.SUCCEEDED, 0)
+
+
+def test_submit_again_is_idempotent(server, backend):
+    backend.submit(make_spec())
+    before = {name: pod["metadata"]["uid"] for (_, name), pod in server.pods.items()}
+    assert backend.submit(make_spec()) == f"{NS}/gp-1001-a1"
+    after = {name: pod["metadata"]["uid"] for (_, name), pod in server.pods.items()}
+    assert after == before  # the same two pods, not new ones
+    assert len(server.requests_matching("POST", r"/binding$")) == 2  # no second binding
+
+
+def test_submit_interrupted_part_way_is_completed_by_the_next_submit(server, harness):
+    backend = harness.backend
+    server.fail("POST", r"/gp-1001-a1-w1/binding$", 503, times=10)
+    with pytest.raises(BackendUnavailable):
+        backend.submit(make_spec())
+    assert "nodeName" not in server.pod("gp-1001-a1-w1")["spec"]
+    server.faults.clear()
+    backend.submit(make_spec())
+    assert server.pod("gp-1001-a1-w1")["spec"]["nodeName"] == "gpu-b"
+    assert len(server.pods) == 2
+
+
+def test_lost_answers_are_retried_into_already_exists_and_already_bound(server, backend):
+    # The create and the binding both take effect but their answers never arrive: the retries
+    # meet 409 AlreadyExists and 409 "already assigned", and both mean "done".
+    server.fail("POST", PODS, -1, times=1)
+    server.fail("POST", r"/gp-1001-a1-w0/binding$", -1, times=1)
+    backend.submit(make_spec())
+    assert len(server.requests_matching("POST", PODS)) == 3
+    assert server.pod("gp-1001-a1-w0")["spec"]["nodeName"] == "gpu-a"
+    assert len(server.pods) == 2
+
+
+def test_a_pod_bound_elsewhere_is_rejected(server, backend):
+    backend.submit(make_spec())
+    with pytest.raises(BackendRejected, match="bound"):
+        backend.submit(make_spec(placement={"gpu-c": (0,), "gpu-b": (0,)}))
+
+
+def test_node_name_mode_needs_no_binding(server):
+    backend = Harness(server, bind_mode="nodeName").backend
+    backend.submit(make_spec())
+    assert server.pod("gp-1001-a1-w1")["spec"]["nodeName"] == "gpu-b"
+    assert server.requests_matching("POST", r"/binding$") == []
+
+
+# ------------------------------------------------------------------ errors and retries
+
+
+def test_5xx_then_recovery_is_retried_with_backoff(server, harness):
+    server.fail("POST", PODS, 503, times=2)
+    harness.backend.submit(make_spec())
+    assert len(server.pods) == 2
+    assert len(harness.sleeps) == 2
+    assert harness.sleeps[0] <= 0.05 and harness.sleeps[1] <= 0.1  # full jitter under the cap
+
+
+def test_429_honours_retry_after(server, harness):
+    server.fail("GET", r"^/api/v1/nodes$", 429, times=1, retry_after=2)
+    assert len(harness.backend.list_nodes()) == 3
+    assert harness.sleeps == [2.0]
+
+
+def test_persistent_outage_is_unavailable_after_the_configured_tries(server, harness):
+    server.fail("GET", r"^/api/v1/nodes$", 500, times=100)
+    with pytest.raises(BackendUnavailable, match="500"):
+        harness.backend.list_nodes()
+    assert len(server.requests_matching("GET", r"^/api/v1/nodes$")) == 4
+    assert len(harness.sleeps) == 3
+
+
+def test_connection_refused_is_unavailable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = KubernetesBackend(
+        {"host": f"http://127.0.0.1:{port}", "retry_attempts": 2}, sleep=lambda _: None
+    )
+    with pytest.raises(BackendUnavailable):
+        backend.list_nodes()
+
+
+def test_dropped_connection_is_retried(server, harness):
+    server.fail("GET", r"^/api/v1/nodes$", 0, times=1)
+    assert len(harness.backend.list_nodes()) == 3
+
+
+@pytest.mark.parametrize("status", [400, 403, 422])
+def test_refusals_are_rejected_at_once_without_side_effects(server, harness, status):
+    server.fail("POST", PODS, status, times=1)
+    with pytest.raises(BackendRejected, match=str(status)):
+        harness.backend.submit(make_spec())
+    assert harness.sleeps == []
+    assert server.pods == {}
+    assert server.requests_matching("POST", r"/binding$") == []
+
+
+# ------------------------------------------------------------------ cancel
+
+
+def test_cancel_deletes_the_pods_and_reports_cancelled(server, backend):
+    backend.submit(make_spec())
+    for w in (0, 1):
+        server.set_pod_phase(f"gp-1001-a1-w{w}", "Running")
+    assert state_of(backend).state is BackendJobState.RUNNING
+
+    backend.cancel("1001", 1)
+    w0 = server.pod("gp-1001-a1-w0")
+    assert w0["metadata"]["deletionTimestamp"]  # graceful: SIGTERM, then the checkpoint grace
+    assert w0["metadata"]["annotations"]["gpuplatform.io/cancelled"] == "true"
+    assert len(server.requests_matching("DELETE", r"/pods/gp-1001-a1-w\d$")) == 2
+    assert state_of(backend).state is BackendJobState.CANCELLED
+
+    server.set_pod_phase("gp-1001-a1-w0", "Succeeded")  # the worker checkpointed and exited 0
+    for w in (0, 1):
+        server.finish_deletion(f"gp-1001-a1-w{w}")
+    assert server.pods == {}
+    assert state_of(backend).state is BackendJobState.CANCELLED  # remembered from the watch
+
+    backend.cancel("1001", 1)  # already done: quiet
+    backend.cancel("does-not-exist", 3)
+    assert len(server.requests_matching("DELETE", r"/pods/")) == 2
+
+
+def test_cancel_leaves_a_finished_run_alone(server, backend):
+    backend.submit(make_spec())
+    for w in (0, 1):
+        server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
+    backend.cancel("1001", 1)
+    assert server.requests_matching("DELETE", r"/pods/") == []
+    assert state_of(backend).state is BackendJobState.SUCCEEDED
+
+
+# ------------------------------------------------------------------ quarantine
+
+
+def test_quarantine_cordons_and_taints_and_release_undoes_both(server, backend):
+    original = server.nodes["gpu-c"]["spec"]
+    backend.drain_node("gpu-c", "xid 79: GPU fell off the bus")
+    spec = server.nodes["gpu-c"]["spec"]
+    assert spec["unschedulable"] is True
+    assert spec["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "gpuplatform.io/quarantine", "value": "true", "effect": "NoSchedule"},
+    ]
+    patch = server.requests_matching("PATCH", r"^/api/v1/nodes/gpu-c$")[0]
+    assert patch.content_type == "application/strategic-merge-patch+json"
+    node = {n.name: n for n in backend.list_nodes()}["gpu-c"]
+    assert (node.state, node.reason) == ("drained", "xid 79: GPU fell off the bus")
+
+    backend.drain_node("gpu-c", "xid 79: GPU fell off the bus")  # already quarantined
+    assert len(server.requests_matching("PATCH", r"/nodes/")) == 1
+
+    backend.undrain_node("gpu-c")
+    assert server.nodes["gpu-c"]["spec"] == original
+    assert (
+        "gpuplatform.io/quarantine-reason" not in server.nodes["gpu-c"]["metadata"]["annotations"]
+    )
+    assert {n.name: n.state for n in backend.list_nodes()}["gpu-c"] == "ready"
+    backend.undrain_node("gpu-c")  # already released
+    assert len(server.requests_matching("PATCH", r"/nodes/")) == 2
+
+
+def test_quarantine_of_a_busy_node_is_draining(server, backend):
+    backend.submit(make_spec())
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    backend.drain_node("gpu-a", "ecc")
+    assert {n.name: n.state for n in backend.list_nodes()}["gpu-a"] == "draining"
+
+
+def test_quarantine_retries_when_the_node_changed_under_it(server, backend):
+    # The node controller updates the node between our read and our patch: the patch carries the
+    # old resourceVersion, the server answers 409 Conflict, we read again and win the second time.
+    server.before("PATCH", r"^/api/v1/nodes/gpu-a$", lambda: server.touch_node("gpu-a"))
+    backend.drain_node("gpu-a", "ecc")
+    assert server.nodes["gpu-a"]["spec"]["unschedulable"] is True
+    assert len(server.requests_matching("PATCH", r"/nodes/gpu-a$")) == 2
+    assert server.nodes["gpu-a"]["metadata"]["annotations"]["fake/heartbeat"]  # not overwritten
+
+
+def test_quarantine_of_an_unknown_node_is_rejected(backend):
+    with pytest.raises(BackendRejected, match="does not exist"):
+        backend.drain_node("gpu-zz", "ecc")
+
+
+def test_inventory_from_labels_and_allocatable(server, backend):
+    server.add_node("gpu-d", gpus=4, product="NVIDIA-L40S", zone="zone-b", rack="r9")
+    server.set_node_ready("gpu-b", False)
+    nodes = {n.name: n for n in backend.list_nodes()}
+    assert (nodes["gpu-d"].gpus, nodes["gpu-d"].gpu_model) == (4, "NVIDIA-L40S")
+    assert (nodes["gpu-d"].zone, nodes["gpu-d"].rack) == ("zone-b", "r9")
+    assert nodes["gpu-b"].state == "down"
+    selective = Harness(server, node_selector="topology.kubernetes.io/zone=zone-b").backend
+    assert [n.name for n in selective.list_nodes()] == ["gpu-d"]
+
+
+# ------------------------------------------------------------------ the pod watch
+
+
+def test_watch_resumes_from_the_last_resource_version(server, backend):
+    backend.submit(make_spec())
+    state_of(backend)  # first poll lists
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    state_of(backend)  # then watches from the list's resourceVersion
+    last_rv = server.pod("gp-1001-a1-w0")["metadata"]["resourceVersion"]
+    server.set_pod_phase("gp-1001-a1-w1", "Running")
+    assert state_of(backend).state is BackendJobState.RUNNING
+    watches = [r for r in server.requests_matching("GET", PODS) if r.query.get("watch") == "true"]
+    assert len(watches) == 2
+    assert int(watches[1].query["resourceVersion"]) >= int(last_rv)
+    assert watches[0].query["allowWatchBookmarks"] == "true"
+    assert backend.watcher.relists == 1
+
+
+@pytest.mark.parametrize("expired_as", ["event", "status"])
+def test_watch_410_gone_relists_and_loses_nothing(expired_as):
+    with FakeKubeApiServer(watch_hold_s=0.05, expired_as=expired_as) as server:
+        for name in ("gpu-a", "gpu-b"):
+            server.add_node(name)
+        backend = Harness(server).backend
+        backend.submit(make_spec())
+        backend.submit(make_spec(job_id="1002", placement={"gpu-a": (4,)}))
+        for w in (0, 1):
+            server.set_pod_phase(f"gp-1001-a1-w{w}", "Running")
+        server.set_pod_phase("gp-1002-a1-w0", "Running")
+        assert state_of(backend).state is BackendJobState.RUNNING
+        # Our resourceVersion falls out of the server's history while changes happen.
+        server.compact()
+        for w in (0, 1):
+            server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
+        server.delete_pod_now("gp-1002-a1-w0")
+        server.compact()
+        first, second = backend.poll_jobs([("1001", 1), ("1002", 1)])
+        assert backend.watcher.relists == 2
+        assert first.state is BackendJobState.SUCCEEDED
+        # Seen gone by comparing the relist with the cache: deleted behind our back.
+        assert (second.state, second.reason) == (
+            BackendJobState.FAILED,
+            "worker 0: pod deleted outside the platform",
+        )
+
+
+def test_node_loss_is_node_failed(server, backend):
+    backend.submit(make_spec())
+    for w in (0, 1):
+        server.set_pod_phase(f"gp-1001-a1-w{w}", "Running")
+    server.set_node_ready("gpu-b", False)
+    status = state_of(backend)
+    assert status.state is BackendJobState.NODE_FAILED
+    assert "gpu-b" in status.reason
+    server.set_node_ready("gpu-b", True)
+    server.remove_node("gpu-a")
+    assert "gpu-a is gone" in state_of(backend).reason
+
+
+def test_failed_worker_reports_its_exit_code(server, backend):
+    backend.submit(make_spec())
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    server.set_pod_phase("gp-1001-a1-w1", "Failed", exit_code=137)
+    status = state_of(backend)
+    assert (status.state, status.exit_code) == (BackendJobState.FAILED, 137)
+
+
+def test_unknown_runs_are_unknown(backend):
+    assert state_of(backend, "nope", 1).state is BackendJobState.UNKNOWN
+    assert backend.poll_jobs([]) == []
+
+
+# ------------------------------------------------------------------ logs, checkpoint, dry run
+
+
+def test_log_tail_reads_worker_zero(server, backend):
+    backend.submit(make_spec())
+    assert backend.log_tail("1001", 1) == ""  # container still waiting: 400 from the server
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    server.logs[(NS, "gp-1001-a1-w0")] = "".join(f"step {i}\n" for i in range(500))
+    assert backend.log_tail("1001", 1, lines=2) == "step 498\nstep 499\n"
+    assert backend.log_tail("missing", 1) == ""
+    (req,) = server.requests_matching("GET", r"/gp-1001-a1-w0/log$")[1:2]
+    assert req.query == {"container": "worker", "tailLines": "2"}
+
+
+def test_checkpoint_annotates_running_workers(server, backend):
+    backend.submit(make_spec())
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    server.set_pod_phase("gp-1001-a1-w1", "Succeeded")
+    backend.checkpoint("1001", 1)
+    w0, w1 = server.pod("gp-1001-a1-w0"), server.pod("gp-1001-a1-w1")
+    key = "gpuplatform.io/checkpoint-request"
+    assert w0["metadata"]["annotations"][key] == "20261202T150000.000000Z"
+    assert key not in w1["metadata"]["annotations"]  # finished workers are not bothered
+    backend.checkpoint("unknown", 1)  # nothing to do, no error
+
+
+def test_dry_run_reads_but_never_writes(server):
+    backend = Harness(server, dry_run=True).backend
+    assert backend.submit(make_spec()) == f"{NS}/gp-1001-a1"
+    backend.drain_node("gpu-a", "ecc")
+    backend.cancel("1001", 1)
+    writes = [r for r in server.requests if r.method in ("POST", "PATCH", "DELETE")]
+    assert writes == []
+    assert server.pods == {}
+    assert "unschedulable" not in server.nodes["gpu-a"]["spec"]

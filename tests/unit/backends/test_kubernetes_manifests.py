@@ -1,0 +1,286 @@
+"""Manifests of the Kubernetes backend: content, determinism, and validity against the official
+Kubernetes OpenAPI schemas (kubernetes-validate, strict) for several Kubernetes versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from scheduler.backends import k8s_manifests as m
+from scheduler.backends.base import BackendJobSpec, BackendRejected
+
+VERSIONS = ("1.34", "1.35", "1.36", "1.37")
+RBAC = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "rbac.yaml"
+
+
+def make_spec(**overrides) -> BackendJobSpec:
+    values = dict(
+        job_id="42",
+        attempt=2,
+        name="llama finetune (lr sweep)",
+        team="alice-lab",
+        image="registry.example/train:1.4",
+        command="torchrun --nproc-per-node 4 train.py --note 'a b; rm -rf /'",
+        workers=2,
+        gpus_per_worker=4,
+        placement={"gpu-a": (0, 1, 2, 3), "gpu-b": (4, 5, 6, 7)},
+        env={"WANDB_MODE": "offline"},
+        runtime_limit_s=7200,
+        checkpoint_grace_s=90,
+    )
+    values.update(overrides)
+    return BackendJobSpec(**values)
+
+
+def cfg(**overrides) -> m.KubernetesConfig:
+    return m.KubernetesConfig.from_mapping(overrides)
+
+
+def full_cfg() -> m.KubernetesConfig:
+    return cfg(
+        service_account="trainer",
+        priority_class_name="gpu-batch",
+        image_pull_secrets=["regcred"],
+        prestop_command=["/opt/gpuplatform/final-checkpoint", "--timeout", "60"],
+        gpu_taint_keys=["nvidia.com/gpu", "gpuplatform.io/dedicated"],
+    )
+
+
+def node_object(name: str = "gpu-a", **spec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "resourceVersion": "77",
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "annotations": {},
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
+        | spec,
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"}},
+    }
+
+
+# ------------------------------------------------------------------ content
+
+
+def test_one_pod_per_worker_pinned_to_the_engines_node():
+    pods = m.pod_manifests(make_spec(), cfg())
+    assert [(p["metadata"]["name"], node) for p, node in pods] == [
+        ("gp-42-a2-w0", "gpu-a"),
+        ("gp-42-a2-w1", "gpu-b"),
+    ]
+    pod, node = pods[1]
+    spec = pod["spec"]
+    assert spec["schedulerName"] == "gpuplatform"
+    assert "nodeName" not in spec  # bound later through the Binding API
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-b"]}]}
+    ]
+    assert m.binding_manifest("gp-42-a2-w1", "gpuplatform-jobs", node)["target"]["name"] == "gpu-b"
+
+
+def test_pod_carries_gpus_grace_deadline_tolerations_and_identity():
+    pod, _ = m.pod_manifests(make_spec(), cfg())[0]
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
+    assert spec["terminationGracePeriodSeconds"] == 90
+    assert spec["activeDeadlineSeconds"] == 7200
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert pod["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "gpuplatform",
+        "gpuplatform.io/run": "gp-42-a2",
+        "gpuplatform.io/job-id": "42",
+        "gpuplatform.io/attempt": "2",
+        "gpuplatform.io/worker-index": "0",
+        "gpuplatform.io/team": "alice-lab",
+    }
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["gpuplatform.io/team"] == "alice-lab"
+    assert annotations["gpuplatform.io/job-name"] == "llama finetune (lr sweep)"
+    assert annotations["gpuplatform.io/workers"] == "2"
+    assert annotations["gpuplatform.io/gpu-indices"] == "0,1,2,3"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GP_WORKER_INDEX"] == "0"
+    assert env["GP_WORLD_SIZE"] == "2"
+    assert env["GP_CHECKPOINT_GRACE_S"] == "90"
+    assert env["WANDB_MODE"] == "offline"
+
+
+def test_command_is_an_argument_list_never_a_shell():
+    pod, _ = m.pod_manifests(make_spec(), cfg())[0]
+    assert pod["spec"]["containers"][0]["command"] == [
+        "torchrun",
+        "--nproc-per-node",
+        "4",
+        "train.py",
+        "--note",
+        "a b; rm -rf /",
+    ]
+    with pytest.raises(BackendRejected):
+        m.pod_manifests(make_spec(command="python 'unterminated"), cfg())
+
+
+def test_prestop_checkpoint_hook_and_optional_fields():
+    pod, _ = m.pod_manifests(make_spec(), full_cfg())[0]
+    container = pod["spec"]["containers"][0]
+    assert container["lifecycle"] == {
+        "preStop": {"exec": {"command": ["/opt/gpuplatform/final-checkpoint", "--timeout", "60"]}}
+    }
+    assert pod["spec"]["serviceAccountName"] == "trainer"
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {t["key"] for t in pod["spec"]["tolerations"]} == {
+        "nvidia.com/gpu",
+        "gpuplatform.io/dedicated",
+    }
+
+
+def test_node_name_mode_skips_the_scheduler():
+    pod, _ = m.pod_manifests(make_spec(), cfg(bind_mode="nodeName"))[1]
+    assert pod["spec"]["nodeName"] == "gpu-b"
+    assert "schedulerName" not in pod["spec"]
+
+
+def test_manifests_are_deterministic():
+    assert m.pod_manifests(make_spec(), cfg()) == m.pod_manifests(make_spec(), cfg())
+
+
+def test_team_that_is_not_a_label_value_stays_in_the_annotation():
+    pod, _ = m.pod_manifests(make_spec(team="Alice Lab/ML"), cfg())[0]
+    assert "gpuplatform.io/team" not in pod["metadata"]["labels"]
+    assert pod["metadata"]["annotations"]["gpuplatform.io/team"] == "Alice Lab/ML"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"job_id": "Job_42"},  # not a DNS-1123 name
+        {"job_id": "x" * 70},  # run name longer than a label value
+        {"workers": 3},  # placement has 2 nodes
+        {"image": ""},
+    ],
+)
+def test_specs_kubernetes_cannot_run_are_rejected_before_any_call(overrides):
+    with pytest.raises(BackendRejected):
+        m.pod_manifests(make_spec(**overrides), cfg())
+
+
+def test_config_refuses_unknown_keys_and_bad_values():
+    with pytest.raises(ValueError, match="unknown"):
+        m.KubernetesConfig.from_mapping({"namespcae": "x"})
+    with pytest.raises(ValueError, match="list"):
+        m.KubernetesConfig.from_mapping({"gpu_taint_keys": "nvidia.com/gpu"})
+    with pytest.raises(ValueError):
+        m.KubernetesConfig.from_mapping({"bind_mode": "magic"})
+    with pytest.raises(ValueError):
+        m.KubernetesConfig.from_mapping({"namespace": "Bad_NS"})
+
+
+# ------------------------------------------------------------------ node patches
+
+
+def test_quarantine_keeps_foreign_taints_and_claims_only_its_own_cordon():
+    node = node_object()
+    patch = m.quarantine_patch(node, cfg(), "xid 79 on GPU 3")
+    assert patch["metadata"]["resourceVersion"] == "77"  # optimistic concurrency precondition
+    assert patch["spec"]["unschedulable"] is True
+    assert patch["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "gpuplatform.io/quarantine", "value": "true", "effect": "NoSchedule"},
+    ]
+    assert patch["metadata"]["annotations"] == {
+        "gpuplatform.io/quarantine-reason": "xid 79 on GPU 3",
+        "gpuplatform.io/cordoned-by": "gpuplatform",
+    }
+    quarantined = m.strategic_merge(node, patch)
+    assert m.quarantine_patch(quarantined, cfg(), "xid 79 on GPU 3") is None  # already done
+
+    released = m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))
+    assert "unschedulable" not in released["spec"]
+    assert released["spec"]["taints"] == node["spec"]["taints"]
+    assert released["metadata"]["annotations"] == {}
+    assert m.release_patch(released, cfg()) is None  # already released
+
+
+def test_release_leaves_a_cordon_someone_else_set():
+    node = node_object(unschedulable=True)  # an admin ran kubectl cordon
+    quarantined = m.strategic_merge(node, m.quarantine_patch(node, cfg(), "ecc"))
+    assert "gpuplatform.io/cordoned-by" not in quarantined["metadata"]["annotations"]
+    released = m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))
+    assert released["spec"]["unschedulable"] is True
+    assert [t["key"] for t in released["spec"]["taints"]] == ["nvidia.com/gpu"]
+
+
+# ------------------------------------------------------------------ schema validation
+
+
+def _every_manifest() -> list[dict]:
+    out = []
+    for config in (cfg(), full_cfg(), cfg(bind_mode="nodeName")):
+        for spec in (make_spec(), make_spec(runtime_limit_s=None, env={}, command="")):
+            # Workers differ only in index and node: worker 1 stands for all of them.
+            pod, node = m.pod_manifests(spec, config)[1]
+            out.append(pod)
+    out.append(m.binding_manifest(pod["metadata"]["name"], config.namespace, node))
+    node = node_object()
+    quarantined = m.strategic_merge(node, m.quarantine_patch(node, cfg(), "xid 79"))
+    out += [quarantined, m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))]
+    pod = out[0]
+    for patch in (m.cancel_patch(), m.checkpoint_patch("20260101T000000.000000Z")):
+        out.append(m.strategic_merge(pod, patch))
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_is_valid_for_kubernetes(version):
+    for manifest in _every_manifest():
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rbac_manifests_are_valid_for_kubernetes(version):
+    documents = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    assert {d["kind"] for d in documents} == {
+        "Namespace",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    }
+    for document in documents:
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_rbac_grants_exactly_what_the_backend_uses():
+    documents = {d["kind"]: d for d in yaml.safe_load_all(RBAC.read_text()) if d}
+    role = {r["resources"][0]: set(r["verbs"]) for r in documents["Role"]["rules"]}
+    assert role == {
+        "pods": {"get", "list", "watch", "create", "patch", "delete"},
+        "pods/binding": {"create"},
+        "pods/log": {"get"},
+    }
+    (node_rule,) = documents["ClusterRole"]["rules"]
+    assert node_rule["resources"] == ["nodes"] and set(node_rule["verbs"]) == {
+        "get",
+        "list",
+        "patch",
+    }
+    assert documents["Role"]["metadata"]["namespace"] == m.KubernetesConfig().namespace
+
+
+def test_the_validator_is_strict_enough_to_catch_a_wrong_field():
+    pod, _ = m.pod_manifests(make_spec(), cfg())[0]
+    pod["spec"]["containers"][0]["gpus"] = 4
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, VERSIONS[-1], strict=True)

@@ -1,0 +1,213 @@
+"""How the Kubernetes backend reads nodes and pods: inventory and per-run state aggregation."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler.backends import k8s_manifests as m
+from scheduler.backends.base import BackendJobSpec, BackendJobState
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+CFG = m.KubernetesConfig.from_mapping(
+    {"rack_label": "example.com/rack", "node_not_ready_grace_s": 60}
+)
+
+
+def k8s_node(name="gpu-a", *, ready=True, gpus="8", labels=None, spec=None, annotations=None):
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                "topology.kubernetes.io/zone": "eu-1b",
+                "example.com/rack": "r07",
+                "nvidia.com/gpu.clique": "clique-3",
+            }
+            | (labels or {}),
+            "annotations": annotations or {},
+        },
+        "spec": spec or {},
+        "status": {
+            "allocatable": {"cpu": "95", "nvidia.com/gpu": gpus},
+            "capacity": {"cpu": "96", "nvidia.com/gpu": "8"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "Unknown",
+                    "reason": "KubeletReady" if ready else "NodeStatusUnknown",
+                    "message": "" if ready else "Kubelet stopped posting node status.",
+                    "lastTransitionTime": (NOW - timedelta(seconds=30)).isoformat(),
+                }
+            ],
+        },
+    }
+
+
+def test_node_inventory_from_labels_and_allocatable():
+    node = m.node_from_k8s(k8s_node(labels={"karpenter.sh/capacity-type": "spot"}), CFG)
+    assert node.name == "gpu-a"
+    assert node.gpus == 8
+    assert node.gpu_model == "NVIDIA-A100-SXM4-80GB"
+    assert (node.zone, node.rack, node.nvlink_domain) == ("eu-1b", "r07", "clique-3")
+    assert node.spot is True
+    assert node.state == "ready"
+
+
+def test_node_states():
+    assert m.node_from_k8s(k8s_node(ready=False), CFG).state == "down"
+    assert m.node_from_k8s(k8s_node(gpus="0"), CFG).state == "down"  # device plugin lost its GPUs
+    quarantined = k8s_node(
+        spec={
+            "unschedulable": True,
+            "taints": [{"key": CFG.quarantine_taint_key, "effect": "NoSchedule"}],
+        },
+        annotations={m.ANN_QUARANTINE_REASON: "xid 48"},
+    )
+    draining = m.node_from_k8s(quarantined, CFG, busy_nodes={"gpu-a"})
+    assert (draining.state, draining.reason) == ("draining", "xid 48")
+    assert m.node_from_k8s(quarantined, CFG).state == "drained"
+    cordoned = m.node_from_k8s(k8s_node(spec={"unschedulable": True}), CFG)
+    assert (cordoned.state, cordoned.reason) == ("drained", "cordoned outside gpuplatform")
+
+
+def test_nodes_without_gpus_are_not_inventory():
+    cpu = k8s_node(labels={})
+    del cpu["metadata"]["labels"]["nvidia.com/gpu.product"]
+    del cpu["status"]["allocatable"]["nvidia.com/gpu"]
+    del cpu["status"]["capacity"]["nvidia.com/gpu"]
+    assert m.node_from_k8s(cpu, CFG) is None
+
+
+# ------------------------------------------------------------------ run state
+
+SPEC = BackendJobSpec(
+    job_id="7",
+    attempt=1,
+    name="t",
+    team="bob",
+    image="img",
+    command="python t.py",
+    workers=2,
+    gpus_per_worker=8,
+    placement={"gpu-a": (0,), "gpu-b": (0,)},
+)
+HEALTHY = {"gpu-a": m.NodeHealth(True, True), "gpu-b": m.NodeHealth(True, True)}
+
+
+def pods(*phases, bound=True):
+    """The run's pods as the API server would hold them, with the given phases."""
+    out = []
+    for (pod, node), phase in zip(m.pod_manifests(SPEC, CFG), phases, strict=False):
+        pod = copy.deepcopy(pod)
+        if bound:
+            pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": phase}
+        out.append(pod)
+    return out
+
+
+def state(live, deleted=(), nodes=HEALTHY, now=NOW):
+    return m.run_status("7", 1, live, list(deleted), nodes, CFG, now)
+
+
+def terminated(pod, code, reason=None):
+    pod["status"]["containerStatuses"] = [
+        {"name": "worker", "state": {"terminated": {"exitCode": code}}}
+    ]
+    if reason:
+        pod["status"]["reason"] = reason
+    return pod
+
+
+def test_no_pods_is_unknown():
+    assert state([]).state is BackendJobState.UNKNOWN
+
+
+def test_pending_until_every_worker_runs():
+    assert state(pods("Pending", "Pending", bound=False)).state is BackendJobState.PENDING
+    assert "not bound" in state(pods("Pending", "Pending", bound=False)).reason
+    assert state(pods("Running", "Pending")).state is BackendJobState.PENDING
+    assert state(pods("Running")).state is BackendJobState.PENDING  # worker 1 not created yet
+    running = state(pods("Running", "Running"))
+    assert running.state is BackendJobState.RUNNING
+    assert running.nodes == ("gpu-a", "gpu-b")
+    assert running.backend_ref == "gpuplatform-jobs/gp-7-a1"
+    assert state(pods("Succeeded", "Running")).state is BackendJobState.RUNNING
+
+
+def test_all_succeeded_even_if_some_pods_are_already_gone():
+    live, gone = pods("Succeeded", "Succeeded")
+    assert state([live], [gone]).state is BackendJobState.SUCCEEDED
+
+
+def test_failed_worker_fails_the_run_with_its_exit_code():
+    live = pods("Running", "Failed")
+    terminated(live[1], 3)
+    status = state(live)
+    assert (status.state, status.exit_code) == (BackendJobState.FAILED, 3)
+    assert "worker 1" in status.reason
+
+
+def test_runtime_limit():
+    live = pods("Failed", "Failed")
+    live[0]["status"]["reason"] = "DeadlineExceeded"
+    assert state(live).reason == "runtime limit exceeded"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: p["status"].update(reason="Evicted", message="low on memory"),
+        lambda p: p["status"].update(reason="OutOfnvidia.com/gpu"),  # kubelet admission
+        lambda p: p["status"].update(reason="NodeShutdown"),
+        lambda p: (
+            p["status"]
+            .setdefault("conditions", [])
+            .append(
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+            )
+        ),
+    ],
+)
+def test_pods_lost_to_their_node_are_node_failed(mutate):
+    live = pods("Running", "Failed")
+    mutate(live[1])
+    assert state(live).state is BackendJobState.NODE_FAILED
+
+
+def test_node_gone_or_not_ready_past_the_grace_is_node_failed():
+    live = pods("Running", "Running")
+    assert state(live, nodes={"gpu-a": HEALTHY["gpu-a"]}).state is BackendJobState.NODE_FAILED
+    flaky = dict(HEALTHY, **{"gpu-b": m.NodeHealth(True, False, NOW - timedelta(seconds=30))})
+    assert state(live, nodes=flaky).state is BackendJobState.RUNNING  # within the 60 s grace
+    dead = dict(HEALTHY, **{"gpu-b": m.NodeHealth(True, False, NOW - timedelta(seconds=61))})
+    status = state(live, nodes=dead)
+    assert status.state is BackendJobState.NODE_FAILED
+    assert "gpu-b is NotReady" in status.reason
+
+
+def test_cancel_wins_over_how_the_pods_exited():
+    live = pods("Running", "Succeeded")  # SIGTERM handler exited 0
+    for pod in live:
+        pod["metadata"]["annotations"][m.ANN_CANCELLED] = "true"
+    assert state([live[0]], [live[1]]).state is BackendJobState.CANCELLED
+
+
+def test_pod_deleted_behind_our_back_fails_the_run():
+    live, gone = pods("Running", "Running")
+    status = state([live], [gone])
+    assert status.state is BackendJobState.FAILED
+    assert "deleted outside" in status.reason
+
+
+def test_permanent_image_errors_fail_but_pull_backoff_waits():
+    live = pods("Pending", "Pending")
+    live[0]["status"]["containerStatuses"] = [
+        {"name": "worker", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+    ]
+    assert (state(live).state, state(live).reason) == (BackendJobState.PENDING, "ImagePullBackOff")
+    live[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "InvalidImageName"
+    assert state(live).state is BackendJobState.FAILED
