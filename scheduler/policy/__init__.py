@@ -11,7 +11,7 @@ from scheduler.policy.codec import (
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from scheduler.policy.engine import decide
+from scheduler.policy.engine import decide, queue_order
 from scheduler.policy.model import (
     NODE_STATES,
     QUEUE_ORDERS,
@@ -50,6 +50,7 @@ __all__ = [
     "Start",
     "Team",
     "decide",
+    "queue_order",
     "decisions_from_dict",
     "decisions_to_dict",
     "snapshot_from_dict",

@@ -37,6 +37,7 @@ class Pool:
         "racks",
         "fabrics",
         "fabric_racks",
+        "fabric_of",
         "rack_of",
     )
 
@@ -91,8 +92,11 @@ class Pool:
         self.fabrics, fabric_ids = build(lambda n: fabric[n])
         self.rack_of = {n: rack_ids[f"{fabric[n]}\0{rack[n]}"] for n in self.nodes}
         self.fabric_racks: dict[int, list[int]] = {f: [] for f in self.fabrics}
+        self.fabric_of: dict[int, int] = {}
         for key, gid in rack_ids.items():
-            self.fabric_racks[fabric_ids[key.split("\0", 1)[0]]].append(gid)
+            f = fabric_ids[key.split("\0", 1)[0]]
+            self.fabric_racks[f].append(gid)
+            self.fabric_of[gid] = f
         self.members = members
         self.groups_of = {n: tuple(g) for n, g in groups_of.items()}
 
@@ -230,19 +234,30 @@ class Index:
         if best_f is not None:
             chosen = best_f[1]
         else:
-            fabrics = sorted(
-                ((self.group_slots(f, g), f) for f in pool.fabrics), key=lambda x: (-x[0], x[1])
-            )
-            chosen = []
+            # Several fabrics: the roomiest racks overall (fewest racks), unless filling fabric
+            # by fabric needs fewer fabrics; compare (fabrics, racks).
+            by_fabric = []
             total = 0
-            for _s, f in fabrics:
+            for _, f in sorted(
+                ((self.group_slots(f, g), f) for f in pool.fabrics), key=lambda x: (-x[0], x[1])
+            ):
                 if total >= w:
                     break
                 for rs, gid in self._roomiest(pool.fabric_racks[f], g):
                     if total >= w:
                         break
-                    chosen.append(gid)
+                    by_fabric.append(gid)
                     total += rs
+            overall = []
+            total = 0
+            for rs, gid in self._roomiest(pool.racks, g):
+                if total >= w:
+                    break
+                overall.append(gid)
+                total += rs
+            cost_a = (len({pool.fabric_of[r] for r in by_fabric}), len(by_fabric))
+            cost_b = (len({pool.fabric_of[r] for r in overall}), len(overall))
+            chosen = overall if cost_b < cost_a else by_fabric
         nodes = sorted(n for gid in chosen for n in pool.members[gid])
         return self._fill(nodes, w, g, prefer)
 

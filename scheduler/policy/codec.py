@@ -297,6 +297,7 @@ def _running(value: Any, path: str, classes: Mapping[str, int]) -> RunningJob:
             _join(path, "checkpoint_interval_s"),
             minimum=0,
         ),
+        releasing_at=_opt_num(_get(d, "releasing_at", path, None), _join(path, "releasing_at")),
     )
 
 
@@ -464,6 +465,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 "last_checkpoint_at": r.last_checkpoint_at,
                 "checkpoint_interval_s": r.checkpoint_interval_s,
                 "elastic": _elastic_out(r.elastic),
+                "releasing_at": r.releasing_at,
             }
             for r in snapshot.running
         ],

@@ -299,6 +299,8 @@ class _Cycle:
             run = _Run(r, model, total, on)
             run.prio = self.classes.get(r.priority_class, 0)
             run.end = r.expected_end
+            if r.releasing_at is not None and (run.end is None or r.releasing_at < run.end):
+                run.end = r.releasing_at
             base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
             run.lost = total * max(0.0, now - base)
             if r.checkpoint_interval_s is not None:
@@ -662,6 +664,10 @@ class _Cycle:
             rid = run.job.id
             if rid in self.gone:
                 continue
+            if run.job.releasing_at is not None:
+                # Already preempted in an earlier cycle: its GPUs come back at no further cost.
+                cands.append((0, 0.0, rid, run, dict(run.on), None, None))
+                continue
             lower = run.prio < prio
             bt = None if lower else borrower(run)
             if not lower and bt is None:
@@ -734,7 +740,15 @@ class _Cycle:
                     freed[i] -= k
         # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
         grace = self.cfg.preemption_grace_s
+        at = now
         n_gpus = 0
+        for c in chosen:
+            if c[0] == 0:
+                self.gone.add(c[2])
+                n_gpus += sum(c[4].values())
+                at = max(at, c[3].job.releasing_at)
+            else:
+                at = max(at, now + grace)
         victims = [c for c in chosen if c[0] == 2]
         victim_ids = {c[2] for c in victims}
         by_job: dict[str, list] = {}
@@ -778,7 +792,6 @@ class _Cycle:
         for i, k in take.items():
             self.protect(ms, i, min(k, base.cnt[i]))
             ms.reserved_nodes.add(i)
-        at = now + grace
         ms.min_res_at = min(ms.min_res_at, at)
         ms.reservations.append((job.id, at))
         self.reserves.append(Reserve(job.id, at, tuple(sorted(self.names[i] for i in take))))
@@ -787,7 +800,11 @@ class _Cycle:
             parts.append(f"waiting for {n_gpus} preempted GPUs to be released")
         if shrink_gpus:
             parts.append(f"waiting for {shrink_gpus} GPUs released by shrinking elastic jobs")
-        return f"{'; '.join(parts)} (grace {_fmt_s(grace)} s)", at
+        if victims or by_job:
+            when = f"grace {_fmt_s(grace)} s"
+        else:
+            when = f"expected at t={_fmt_t(at)}"
+        return f"{'; '.join(parts)} ({when})", at
 
     def shrink_units(self, run: _Run) -> list[tuple[int, tuple[int, ...]]]:
         """Workers an elastic job can give up (down to its minimum), last nodes first."""
@@ -816,7 +833,8 @@ class _Cycle:
             e = run.job.elastic
             if e is None or run.job.workers >= e.max_workers:
                 continue
-            if run.job.id in self.gone or run.job.id in self.shrunk:
+            rid = run.job.id
+            if rid in self.gone or rid in self.shrunk or run.job.releasing_at is not None:
                 continue
             ms = self.models.get(run.model)
             if ms is None or ms.capacity_wait:

@@ -115,7 +115,12 @@ class Elastic:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job holding GPUs. ``placement`` maps node name to the GPU indices it holds there."""
+    """A job holding GPUs. ``placement`` maps node name to the GPU indices it holds there.
+
+    Extension: ``releasing_at`` is set by the caller once a ``Preempt`` was issued for the job
+    (the end of its grace period): the engine never preempts it again and counts its GPUs as
+    already on their way back at that time.
+    """
 
     id: str
     team: str
@@ -130,6 +135,7 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     checkpoint_interval_s: float | None = None
     elastic: Elastic | None = None
+    releasing_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,77 @@
+"""Rule 3: quotas per team and GPU model, borrowing up to the limit, reclaim by preemption."""
+
+from scheduler.policy import decide
+
+from .helpers import check_invariants, job, node, run, snap, started, team, why
+
+
+def test_rule_3_guarantee_plus_borrow_limit_caps_a_team():
+    teams = [team("vision", quota={"h100": (2, 1)})]
+    s = snap(
+        [node("n1", [2, 3, 4, 5, 6, 7])],
+        [job("too-big", 1, 2, team="vision"), job("fits", 1, 1, team="vision", submitted=1)],
+        [run("r", {"n1": [0, 1]}, team="vision")],
+        teams=teams,
+    )
+    d = decide(s)
+    check_invariants(s, d)
+    assert list(started(d)) == ["fits"]  # 2 used + 1 = 3 = 2 guaranteed + 1 borrowed
+    assert why(d, "too-big") == (
+        "quota: team vision would use 5 h100 GPUs, above its limit of 3 "
+        "(2 guaranteed + 1 borrowable); 3 in use"
+    )
+
+
+def test_rule_3_quota_blocked_job_does_not_hold_up_others():
+    teams = [team("a", quota={"h100": (0, 0)}), team("b")]
+    s = snap([node("n1", 1)], [job("a1", pc="high", team="a"), job("b1", team="b")], teams=teams)
+    d = decide(s)
+    assert list(started(d)) == ["b1"]
+    assert "quota" in why(d, "a1")
+
+
+def test_rule_3_a_childs_use_counts_against_its_ancestors_quota():
+    teams = [team("research", quota={"h100": (4, 0)}), team("vision", "research")]
+    s = snap(
+        [node("n1", [4, 5, 6, 7])],
+        [job("v", 1, 1, team="vision")],
+        [run("r", {"n1": [0, 1, 2, 3]}, team="vision")],
+        teams=teams,
+    )
+    d = decide(s)
+    assert not d.start
+    assert "team research (ancestor of vision)" in why(d, "v")
+
+
+def test_rule_3_no_quota_entry_for_a_model_means_not_limited():
+    teams = [team("vision", quota={"h100": (0, 0)})]
+    s = snap([node("a1", model="a100")], [job("j", 1, 8, team="vision", model="a100")], teams=teams)
+    assert list(started(decide(s))) == ["j"]
+
+
+def test_rule_3_team_within_guarantee_reclaims_borrowed_gpus_by_preemption():
+    teams = [team("owner", quota={"h100": (8, 0)}), team("borrower", quota={"h100": (0, 8)})]
+    s = snap(
+        [node("n1", 0)],
+        [job("mine", 1, 8, team="owner", pc="low")],
+        [run("lent", {"n1": range(8)}, team="borrower", pc="high", ckpt=900)],
+        teams=teams,
+    )
+    d = decide(s)
+    check_invariants(s, d)
+    assert [p.job for p in d.preempt] == ["lent"]
+    assert d.preempt[0].reason.startswith("reclaim: team owner is within its guarantee of 8")
+    assert not d.start  # GPUs come back only after the grace period
+    assert "waiting for 8 preempted GPUs to be released (grace 120 s)" in why(d, "mine")
+
+
+def test_rule_3_no_reclaim_beyond_the_guarantee_or_from_non_borrowers():
+    teams = [team("owner", quota={"h100": (4, 8)}), team("other", quota={"h100": (8, 0)})]
+    s = snap(
+        [node("n1", 0)],
+        [job("mine", 1, 8, team="owner", pc="low")],  # 8 > 4 guaranteed: would borrow
+        [run("theirs", {"n1": range(8)}, team="other", pc="low")],
+        teams=teams,
+    )
+    d = decide(s)
+    assert not d.preempt and not d.start

@@ -1,0 +1,51 @@
+"""Rule 10: every job left pending says which constraint holds it, with a start estimate when
+a reservation exists."""
+
+from scheduler.policy import decide
+
+from .helpers import check_invariants, job, node, run, snap, team, why
+
+
+def test_rule_10_each_constraint_has_a_readable_why():
+    teams = [team("capped", quota={"h100": (0, 0)}), team("heavy", usage=1e6), team("light")]
+    nodes = [node("n1", [4, 5, 6, 7]), node("n2", [6, 7])]
+    running = [
+        run("r1", {"n1": [0, 1, 2, 3]}, end=5000.0, preemptible=False),
+        run("r2", {"n2": range(6)}, end=9000.0, preemptible=False),
+    ]
+    pend = [
+        job("quota", team="capped", pc="high"),
+        job("data", dataset="imagenet", dataset_ready=False),
+        job("light-4", 1, 4, team="light", est=100_000),
+        job("heavy-4", 1, 4, team="heavy"),
+        job("gang", 2, 8, team="light", pc="low"),
+        job("model", model="mi300", pc="low"),
+        job("after-res", 1, 2, team="light", pc="low", est=100_000),
+    ]
+    s = snap(nodes, pend, running, teams=teams)
+    d = decide(s)
+    check_invariants(s, d)
+    assert why(d, "quota").startswith("quota: team capped would use 1 h100 GPUs, above its limit")
+    assert why(d, "data").startswith("dataset imagenet is not ready yet")
+    assert why(d, "heavy-4") == (
+        "needs 4 free h100 GPUs on one node; the largest free block is 2; the free GPUs went "
+        "to higher-ranked jobs this cycle (priority, fair share); reserved to start at t=5000"
+    )
+    assert why(d, "gang").startswith(
+        "gang of 2x8 h100 GPUs does not fit: free GPUs per node leave room for 0 of 2 workers"
+    )
+    assert why(d, "model") == "no ready, healthy nodes with mi300 GPUs"
+    estimates = {p.job: p.estimated_start for p in d.pending}
+    assert estimates["heavy-4"] == 5000.0
+    assert estimates["gang"] is None
+
+
+def test_rule_10_reservation_ahead_is_named():
+    nodes = [node("n1", [4, 5, 6, 7])]
+    running = [run("r1", {"n1": [0, 1, 2, 3]}, end=2000.0, preemptible=False)]
+    s = snap(nodes, [job("big", 1, 8, pc="high"), job("small", 1, 2)], running)
+    d = decide(s)
+    assert why(d, "small") == (
+        "needs 2 free h100 GPUs on one node; the largest free block is 0; the free GPUs are held "
+        "for big (reserved at t=2000); an estimated end before then would let it backfill"
+    )
