@@ -1,0 +1,303 @@
+"""Billing state: the price book, metered usage, lost work, budgets and their alerts, statements.
+
+Invariants the database enforces (named constraints), so a re-run, a racing worker or a manual
+shell cannot break them:
+- one usage row per (allocation, hour bucket): re-running the meter overwrites, never adds;
+- one lost-work row per (job, cumulative lost GPU-seconds): a loss is metered once;
+- one price per (GPU model, capacity type, effective instant);
+- one budget per (team, month), one alert per (budget, threshold): an alert fires once;
+- one statement per (team, month); a closed statement carries its closing time and total.
+
+Money is ``Decimal`` throughout (USD). Months are UTC calendar months, stored as their first day.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from scheduler.models import Allocation, GpuModel, Job
+from tenants.models import Team
+
+MONEY = {"max_digits": 18, "decimal_places": 6}
+RATE = {"max_digits": 12, "decimal_places": 4}
+
+
+class Capacity(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    SPOT = "spot", "Spot"
+
+
+class PriceRate(models.Model):
+    """USD per GPU-hour for one GPU model and capacity type, valid from ``effective_from`` until
+    the next rate of the same pair. Rows are append-only: a change is a new row."""
+
+    gpu_model = models.ForeignKey(GpuModel, related_name="price_rates", on_delete=models.PROTECT)
+    capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    effective_from = models.DateTimeField()
+    rate_per_gpu_hour = models.DecimalField(**RATE)
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["gpu_model__name", "capacity", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_model", "capacity", "effective_from"],
+                name="price_unique_model_cap_from",
+            ),
+            models.CheckConstraint(condition=Q(rate_per_gpu_hour__gte=0), name="price_rate_gte_0"),
+            models.CheckConstraint(
+                condition=Q(capacity__in=[c.value for c in Capacity]), name="price_capacity_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model} {self.capacity} ${self.rate_per_gpu_hour}/GPU-h from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class UsageRecord(models.Model):
+    """GPU time one allocation (one GPU) held within one UTC hour bucket, priced.
+
+    Values are absolute (recomputed from the allocation), so writing a row twice is harmless; the
+    unique key makes a second row impossible. ``idle_fraction`` is the share of the time the GPU
+    sat idle per telemetry; NULL means no telemetry (never guessed as 0)."""
+
+    # Plain ids, not foreign keys: billing history outlives the scheduler's rows.
+    allocation_id = models.BigIntegerField()
+    hour = models.DateTimeField()
+    job = models.ForeignKey(
+        Job, related_name="usage", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    attempt = models.PositiveIntegerField(default=1)
+    team = models.ForeignKey(Team, related_name="usage", on_delete=models.PROTECT)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="usage", on_delete=models.PROTECT
+    )
+    gpu_model = models.ForeignKey(GpuModel, related_name="usage", on_delete=models.PROTECT)
+    capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    gpu_seconds = models.FloatField()
+    cost = models.DecimalField(**MONEY)
+    # GPU-seconds of this slice that had no price in the book (billed at 0, flagged on statements).
+    unpriced_gpu_seconds = models.FloatField(default=0.0)
+    idle_fraction = models.FloatField(null=True, blank=True)
+    finalized = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["hour", "allocation_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation_id", "hour"], name="usage_unique_alloc_hour"
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_seconds__gte=0) & Q(gpu_seconds__lte=3600),
+                name="usage_gpu_seconds_in_hour",
+            ),
+            models.CheckConstraint(
+                condition=Q(idle_fraction__isnull=True)
+                | (Q(idle_fraction__gte=0) & Q(idle_fraction__lte=1)),
+                name="usage_idle_fraction_0_1",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["team", "hour"], name="usage_team_hour"),
+            models.Index(fields=["hour"], name="usage_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"alloc {self.allocation_id} @ {self.hour:%Y-%m-%d %H}:00 {self.gpu_seconds:.0f}s"
+
+
+class AllocationMeter(models.Model):
+    """The meter's cursor for one allocation: metered up to ``metered_until``; once the
+    allocation has ended and been metered to its end, ``finalized`` and never touched again."""
+
+    allocation = models.OneToOneField(
+        Allocation, related_name="meter", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    metered_until = models.DateTimeField()
+    finalized = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["finalized"], name="allocmeter_finalized")]
+
+    def __str__(self) -> str:
+        return f"meter of allocation {self.allocation_id} to {self.metered_until:%Y-%m-%d %H:%M}"
+
+
+class LostKind(models.TextChoices):
+    PREEMPTED = "preempted", "Preemption"
+    NODE_FAILED = "node_failed", "Node failure"
+    OTHER = "other", "Other"
+
+
+class LostWork(models.Model):
+    """GPU time lost (work since the last checkpoint) when a job was preempted or its node
+    failed, metered separately from usage: it is part of the allocated time already billed, shown
+    as waste. One row per increase of ``Job.lost_gpu_s`` (keyed by the cumulative value)."""
+
+    job = models.ForeignKey(
+        Job, related_name="lost_work", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    cumulative_gpu_seconds = models.FloatField()
+    team = models.ForeignKey(Team, related_name="lost_work", on_delete=models.PROTECT)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="lost_work", on_delete=models.PROTECT
+    )
+    gpu_model = models.ForeignKey(
+        GpuModel, null=True, blank=True, related_name="lost_work", on_delete=models.PROTECT
+    )
+    capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    kind = models.CharField(max_length=16, choices=LostKind.choices)
+    occurred_at = models.DateTimeField()
+    gpu_seconds = models.FloatField()
+    cost = models.DecimalField(**MONEY)
+
+    class Meta:
+        ordering = ["occurred_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "cumulative_gpu_seconds"], name="lostwork_unique_job_cumulative"
+            ),
+            models.CheckConstraint(condition=Q(gpu_seconds__gt=0), name="lostwork_positive"),
+        ]
+        indexes = [models.Index(fields=["team", "occurred_at"], name="lostwork_team_time")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.gpu_seconds:.0f} GPU-s of job {self.job_id}"
+
+
+class Budget(models.Model):
+    """A team's spending limit for one month, covering the team and its sub-teams. With
+    ``hard_stop`` new submissions are refused once spend reaches ``amount`` (running jobs go on)."""
+
+    team = models.ForeignKey(Team, related_name="budgets", on_delete=models.CASCADE)
+    month = models.DateField()
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    hard_stop = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-month", "team__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="budget_unique_team_month"),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="budget_amount_positive"),
+            models.CheckConstraint(condition=Q(month__day=1), name="budget_month_first_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m}: ${self.amount}"
+
+
+class BudgetAlert(models.Model):
+    """The event "spend crossed ``threshold`` % of a budget". Fires once per threshold."""
+
+    THRESHOLDS = (50, 80, 100)
+
+    budget = models.ForeignKey(Budget, related_name="alerts", on_delete=models.CASCADE)
+    threshold = models.PositiveSmallIntegerField()
+    spend = models.DecimalField(max_digits=14, decimal_places=2)
+    fired_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["fired_at", "threshold"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "threshold"], name="budgetalert_once_per_threshold"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} reached {self.threshold}%"
+
+
+class StatementStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    CLOSED = "closed", "Closed"
+
+
+class StatementMode(models.TextChoices):
+    SHOWBACK = "showback", "Showback (informational)"
+    CHARGEBACK = "chargeback", "Chargeback (charged to the team)"
+
+
+class Statement(models.Model):
+    """A team's monthly statement, rolled up over its sub-teams. Open: computed live from usage.
+    Closed: frozen into lines and a total; later corrections are adjustments."""
+
+    team = models.ForeignKey(Team, related_name="statements", on_delete=models.PROTECT)
+    month = models.DateField()
+    status = models.CharField(
+        max_length=8, choices=StatementStatus.choices, default=StatementStatus.OPEN
+    )
+    mode = models.CharField(
+        max_length=16, choices=StatementMode.choices, default=StatementMode.SHOWBACK
+    )
+    total = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-month", "team__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="statement_unique_team_month"),
+            models.CheckConstraint(condition=Q(month__day=1), name="statement_month_first_day"),
+            models.CheckConstraint(
+                condition=Q(status="open", closed_at__isnull=True, total__isnull=True)
+                | Q(status="closed", closed_at__isnull=False, total__isnull=False),
+                name="statement_closed_is_frozen",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m} ({self.status})"
+
+
+class StatementLine(models.Model):
+    """One frozen line of a closed statement: a (sub-)team's usage of one GPU model and capacity."""
+
+    statement = models.ForeignKey(Statement, related_name="lines", on_delete=models.PROTECT)
+    team = models.ForeignKey(Team, related_name="+", on_delete=models.PROTECT)
+    gpu_model = models.ForeignKey(GpuModel, related_name="+", on_delete=models.PROTECT)
+    capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)
+    cost = models.DecimalField(max_digits=14, decimal_places=2)
+
+    class Meta:
+        ordering = ["team__slug", "gpu_model__name", "capacity"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["statement", "team", "gpu_model", "capacity"], name="stmtline_unique_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.gpu_model} {self.capacity}: ${self.cost}"
+
+
+class Adjustment(models.Model):
+    """A correction to a statement (credit < 0, charge > 0), append-only. The only way to change
+    what a closed statement says."""
+
+    statement = models.ForeignKey(Statement, related_name="adjustments", on_delete=models.PROTECT)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    reason = models.CharField(max_length=300)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(amount=0), name="adjustment_nonzero"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.amount:+} ({self.reason})"
