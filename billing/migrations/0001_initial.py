@@ -10,8 +10,8 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('scheduler', '0003_simulatednodefault_simulatedrun'),
-        ('tenants', '0002_quota_requests_audit'),
+        ('scheduler', '0002_initial'),
+        ('tenants', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
