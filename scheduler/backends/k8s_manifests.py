@@ -110,6 +110,8 @@ class KubernetesConfig:
     image_pull_secrets: tuple[str, ...] = ()
     shm_size: str = "16Gi"
     prestop_command: tuple[str, ...] = ()
+    rendezvous_service: bool = True
+    rendezvous_port: int = 29500
     node_not_ready_grace_s: float = 0.0
     dry_run: bool = False
     # Transport: exactly one of api_client / host / in_cluster / kubeconfig is used, in that order.
@@ -257,6 +259,12 @@ def pod_manifest(
     }
     if cfg.prestop_command:
         container["lifecycle"] = {"preStop": {"exec": {"command": list(cfg.prestop_command)}}}
+    if cfg.rendezvous_service:
+        # Stable DNS for every worker through the run's headless Service: w<i>.<run>.
+        env += [
+            {"name": "GP_MASTER_ADDR", "value": f"w0.{run}"},
+            {"name": "GP_MASTER_PORT", "value": str(cfg.rendezvous_port)},
+        ]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # Deleting the pod sends SIGTERM and waits this long before SIGKILL: the workload's
@@ -296,6 +304,9 @@ def pod_manifest(
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": cfg.shm_size}},
         ],
     }
+    if cfg.rendezvous_service:
+        pod_spec["hostname"] = f"w{worker_index}"
+        pod_spec["subdomain"] = run
     if cfg.bind_mode == "nodeName":
         pod_spec["nodeName"] = node
     else:
@@ -332,6 +343,41 @@ def pod_manifests(spec: BackendJobSpec, cfg: KubernetesConfig) -> list[tuple[dic
         (pod_manifest(spec, i, node, gpus, cfg), node)
         for i, (node, gpus) in enumerate(spec.placement.items())
     ]
+
+
+def rendezvous_service_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
+    """The run's headless Service: gives worker ``i`` the DNS name ``w<i>.<run>`` (pods set
+    ``hostname``/``subdomain``), published before the pods are Ready so rendezvous can start."""
+    _check_identity(spec.job_id, spec.attempt, spec.workers)
+    run = spec.backend_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": run,
+            "namespace": cfg.namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY_VALUE,
+                LABEL_RUN: run,
+                LABEL_JOB_ID: spec.job_id,
+                LABEL_ATTEMPT: str(spec.attempt),
+            },
+            "annotations": {ANN_TEAM: spec.team},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_RUN: run},
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {
+                    "name": "rendezvous",
+                    "port": cfg.rendezvous_port,
+                    "targetPort": cfg.rendezvous_port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
 
 
 def binding_manifest(pod: str, namespace: str, node: str) -> dict[str, Any]:

@@ -219,6 +219,8 @@ class PodWatcher:
             # resumes from the last resourceVersion.
             logger.info("pod watch ended early: %s", exc)
         finally:
+            # Close before releasing: a watch left unread must not go back to the pool.
+            resp.close()
             resp.release_conn()
         return True
 
@@ -232,8 +234,8 @@ def _events(resp: Any) -> Iterator[dict[str, Any]]:
             line, buffer = buffer.split(b"\n", 1)
             if line.strip():
                 yield json.loads(line)
-    if buffer.strip():
-        yield json.loads(buffer)
+    # A stream cut mid-event leaves a partial line: it is dropped, and the next watch resumes
+    # from the last complete event's resourceVersion.
 
 
 class KubernetesBackend:
@@ -362,6 +364,12 @@ class KubernetesBackend:
         """
         manifests = m.pod_manifests(spec, self.cfg)
         ref = f"{self.cfg.namespace}/{spec.backend_name}"
+        if self.cfg.rendezvous_service:
+            service = m.rendezvous_service_manifest(spec, self.cfg)
+            if self.cfg.dry_run:
+                self._dry("create service", service)
+            else:
+                self._create_service(service)
         for pod, node in manifests:
             if self.cfg.dry_run:
                 self._dry("create pod", pod)
@@ -380,8 +388,9 @@ class KubernetesBackend:
         Unknown runs and runs whose pods have all finished are left alone.
         """
         pods = self._list_run(job_id, attempt)
-        if not pods or all(_phase(p) in _TERMINAL_PHASES for p in pods):
+        if pods and all(_phase(p) in _TERMINAL_PHASES for p in pods):
             return
+        self._delete_service(job_id, attempt)
         for pod in pods:
             name = pod["metadata"]["name"]
             annotations = pod["metadata"].get("annotations") or {}
@@ -411,6 +420,29 @@ class KubernetesBackend:
                 if exc.status != 404:
                     raise
                 # Already gone: nothing left to stop.
+
+    def purge(self, job_id: str, attempt: int) -> None:
+        """Delete every object of a run the platform has finished with (pods and Service).
+
+        Not part of the Backend protocol: finished pods are kept (for logs and state) until the
+        platform calls this once it has recorded the run's final state. Idempotent.
+        """
+        self._delete_service(job_id, attempt)
+        for pod in self._list_run(job_id, attempt):
+            name = pod["metadata"]["name"]
+            if self.cfg.dry_run:
+                self._dry(f"delete pod {name}")
+                continue
+            try:
+                self._call(
+                    "delete pod",
+                    self.core.delete_namespaced_pod,
+                    name,
+                    self.cfg.namespace,
+                    expect=(404,),
+                )
+            except ApiException:
+                pass  # 404: already gone
 
     def checkpoint(self, job_id: str, attempt: int) -> None:
         """Annotate each running worker pod with a new checkpoint request id.
@@ -499,6 +531,44 @@ class KubernetesBackend:
     def _list_nodes(self, selector: str) -> list[dict[str, Any]]:
         result = self._call("list nodes", self.core.list_node, label_selector=selector or None)
         return list(self._as_dict(result).get("items") or [])
+
+    def _create_service(self, service: dict[str, Any]) -> None:
+        name = service["metadata"]["name"]
+        try:
+            self._call(
+                "create service",
+                self.core.create_namespaced_service,
+                self.cfg.namespace,
+                service,
+                field_validation="Strict",
+                expect=(409,),
+            )
+            return
+        except ApiException:
+            pass  # 409 AlreadyExists: check it is ours
+        existing = self._as_dict(
+            self._call("read service", self.core.read_namespaced_service, name, self.cfg.namespace)
+        )
+        if (existing["metadata"].get("labels") or {}).get(m.LABEL_RUN) != name:
+            raise BackendRejected(f"service {name} exists and was not created for this run")
+
+    def _delete_service(self, job_id: str, attempt: int) -> None:
+        if not self.cfg.rendezvous_service:
+            return
+        name = backend_job_name(job_id, attempt)
+        if self.cfg.dry_run:
+            self._dry(f"delete service {name}")
+            return
+        try:
+            self._call(
+                "delete service",
+                self.core.delete_namespaced_service,
+                name,
+                self.cfg.namespace,
+                expect=(404,),
+            )
+        except ApiException:
+            pass  # 404: never created or already gone
 
     def _create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         name = pod["metadata"]["name"]

@@ -11,6 +11,7 @@ through the official ``kubernetes`` client on 127.0.0.1 with a random port:
   strategic-merge patch, graceful delete (``deletionTimestamp`` first, gone when the test says
   the kubelet finished), binding (201 + ``Status``; 409 when already bound), log (400 while the
   container is waiting);
+- services: create (201; 409; 422 as for pods), get, delete;
 - nodes: get, list (label selectors), strategic-merge patch with the ``resourceVersion``
   precondition (409 Conflict), schema-validated result.
 
@@ -42,6 +43,7 @@ import kubernetes_validate.utils
 from referencing import Registry, Resource
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(binding|log))?$")
+_SERVICE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")
 _NODE_PATH = re.compile(r"^/api/v1/nodes(?:/([^/]+))?$")
 _PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
 
@@ -139,6 +141,7 @@ class FakeKubeApiServer:
         self.rv = 1000
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[tuple[int, str, dict[str, Any]]] = []
         self.compacted_rv = 0
         self.faults: list[Fault] = []
@@ -390,6 +393,8 @@ class FakeKubeApiServer:
         """Returns (status, json body) or ("watch", params) for a streaming watch."""
         if m := _NODE_PATH.match(path):
             return self._nodes(method, m.group(1), query, body)
+        if m := _SERVICE_PATH.match(path):
+            return self._services(method, m.group(1), m.group(2), body)
         if m := _POD_PATH.match(path):
             return self._pods(method, m.group(1), m.group(2), m.group(3), query, body)
         return 404, status_body(404, "NotFound", f"the server could not find {path}")
@@ -433,6 +438,48 @@ class FakeKubeApiServer:
                 patched["metadata"]["resourceVersion"] = self._bump()
                 self.nodes[name] = patched
                 return 200, copy.deepcopy(patched)
+        return 405, status_body(405, "MethodNotAllowed", f"{method} not allowed")
+
+    def _services(self, method: str, ns: str, name: str | None, body: Any):
+        with self.cond:
+            if name is None and method == "POST":
+                if not isinstance(body, dict) or body.get("kind") != "Service":
+                    return 400, status_body(400, "BadRequest", "body is not a Service")
+                name = body["metadata"]["name"]
+                if problem := self._invalid(body):
+                    return 422, status_body(
+                        422, "Invalid", f'Service "{name}" is invalid: {problem}'
+                    )
+                if (ns, name) in self.services:
+                    return 409, status_body(
+                        409,
+                        "AlreadyExists",
+                        f'services "{name}" already exists',
+                        name=name,
+                        kind="services",
+                    )
+                service = copy.deepcopy(body)
+                service["metadata"].update(
+                    namespace=ns,
+                    uid=str(uuid.uuid4()),
+                    creationTimestamp=_now(),
+                    resourceVersion=self._bump(),
+                )
+                service["spec"]["clusterIPs"] = ["None"]
+                service["spec"].setdefault("type", "ClusterIP")
+                service["status"] = {"loadBalancer": {}}
+                self.services[(ns, name)] = service
+                return 201, copy.deepcopy(service)
+            service = self.services.get((ns, name or ""))
+            if service is None:
+                return 404, status_body(
+                    404, "NotFound", f'services "{name}" not found', name=name, kind="services"
+                )
+            if method == "GET":
+                return 200, copy.deepcopy(service)
+            if method == "DELETE":
+                del self.services[(ns, name)]
+                return 200, copy.deepcopy(service)
         return 405, status_body(405, "MethodNotAllowed", f"{method} not allowed")
 
     def _pods(self, method, ns, name, sub, query, body):

@@ -93,6 +93,8 @@ def test_submit_binds_each_worker_to_its_node_and_follows_it_to_success(server, 
     assert w0["spec"]["schedulerName"] == "gpuplatform"
     assert w0["spec"]["terminationGracePeriodSeconds"] == 45
     assert w0["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    service = server.services[(NS, "gp-1001-a1")]
+    assert service["spec"]["selector"] == {"gpuplatform.io/run": "gp-1001-a1"}
     creates = server.requests_matching("POST", PODS)
     assert [r.query.get("fieldValidation") for r in creates] == ["Strict", "Strict"]
     bindings = server.requests_matching("POST", r"/binding$")
@@ -230,18 +232,24 @@ def test_cancel_deletes_the_pods_and_reports_cancelled(server, backend):
     assert server.pods == {}
     assert state_of(backend).state is BackendJobState.CANCELLED  # remembered from the watch
 
+    assert server.services == {}
     backend.cancel("1001", 1)  # already done: quiet
     backend.cancel("does-not-exist", 3)
     assert len(server.requests_matching("DELETE", r"/pods/")) == 2
 
 
-def test_cancel_leaves_a_finished_run_alone(server, backend):
+def test_cancel_leaves_a_finished_run_alone_and_purge_removes_it(server, backend):
     backend.submit(make_spec())
     for w in (0, 1):
         server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
     backend.cancel("1001", 1)
     assert server.requests_matching("DELETE", r"/pods/") == []
     assert state_of(backend).state is BackendJobState.SUCCEEDED
+
+    backend.purge("1001", 1)
+    assert server.pods == {} and server.services == {}
+    assert state_of(backend).state is BackendJobState.SUCCEEDED  # the watch saw the final state
+    backend.purge("1001", 1)  # idempotent
 
 
 # ------------------------------------------------------------------ quarantine

@@ -145,6 +145,19 @@ def test_prestop_checkpoint_hook_and_optional_fields():
     }
 
 
+def test_workers_find_each_other_through_the_runs_headless_service():
+    service = m.rendezvous_service_manifest(make_spec(), cfg())
+    assert service["metadata"]["name"] == "gp-42-a2"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"gpuplatform.io/run": "gp-42-a2"}
+    pod, _ = m.pod_manifests(make_spec(), cfg())[1]
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("w1", "gp-42-a2")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["GP_MASTER_ADDR"], env["GP_MASTER_PORT"]) == ("w0.gp-42-a2", "29500")
+    plain, _ = m.pod_manifests(make_spec(), cfg(rendezvous_service=False))[1]
+    assert "subdomain" not in plain["spec"]
+
+
 def test_node_name_mode_skips_the_scheduler():
     pod, _ = m.pod_manifests(make_spec(), cfg(bind_mode="nodeName"))[1]
     assert pod["spec"]["nodeName"] == "gpu-b"
@@ -232,6 +245,7 @@ def _every_manifest() -> list[dict]:
             pod, node = m.pod_manifests(spec, config)[1]
             out.append(pod)
     out.append(m.binding_manifest(pod["metadata"]["name"], config.namespace, node))
+    out.append(m.rendezvous_service_manifest(make_spec(), cfg()))
     node = node_object()
     quarantined = m.strategic_merge(node, m.quarantine_patch(node, cfg(), "xid 79"))
     out += [quarantined, m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))]
@@ -269,6 +283,7 @@ def test_rbac_grants_exactly_what_the_backend_uses():
         "pods": {"get", "list", "watch", "create", "patch", "delete"},
         "pods/binding": {"create"},
         "pods/log": {"get"},
+        "services": {"get", "create", "delete"},
     }
     (node_rule,) = documents["ClusterRole"]["rules"]
     assert node_rule["resources"] == ["nodes"] and set(node_rule["verbs"]) == {
