@@ -444,6 +444,15 @@ class Simulator:
             return job.run_start
         return job.run_start + job.overhead + (k - job.progress)
 
+    def next_checkpoint_at(self, job: SimJob) -> float:
+        """When the running job will next save a checkpoint (inf without checkpointing)."""
+        ci = job.checkpoint_interval_s
+        if not ci:
+            return math.inf
+        useful = max(0.0, self.now - job.run_start - job.overhead)
+        nxt = (math.floor((job.progress + useful) / ci) + 1) * ci
+        return job.run_start + job.overhead + (nxt - job.progress)
+
     def _schedule_failure(self, n: int) -> None:
         if self.config.mtbf_s:
             t = self.now + self._fail_rng[n].expovariate(1.0 / self.config.mtbf_s)

@@ -39,12 +39,12 @@ class RuntimePredictor:
     None before anything has finished (the engine then uses its default). A job that has run
     longer than its estimate is predicted to need as long again as it has run (doubling)."""
 
-    def __init__(self, window: int = 64) -> None:
+    def __init__(self, window: int = 64, min_samples: int = 5) -> None:
         self.window = window
+        self.min_samples = min_samples
         self._recent: dict[object, deque[float]] = {}
         self._sorted: dict[object, list[float]] = {}
-        self._cache: dict[object, float | None] = {}
-        self.version = 0
+        self._base: dict[tuple[str, int], float | None] = {}  # cleared on every observation
 
     def observe(self, tenant: str, gpus: int, duration: float) -> None:
         """Record a finished job's actual run time."""
@@ -56,24 +56,25 @@ class RuntimePredictor:
             if len(recent) > self.window:
                 old = recent.popleft()
                 del ordered[bisect_left(ordered, old)]
-            self._cache.pop(key, None)
-        self.version += 1
+        self._base.clear()
 
-    def _median(self, key: object) -> float | None:
-        if key not in self._cache:
-            ordered = self._sorted.get(key)
-            self._cache[key] = ordered[len(ordered) // 2] if ordered else None
-        return self._cache[key]
+    def base_estimate(self, tenant: str, gpus: int) -> float | None:
+        """Predicted total run time of a fresh job of `gpus` GPUs from `tenant`."""
+        key = (tenant, gpus)
+        if key in self._base:
+            return self._base[key]
+        est = None
+        for k, minimum in ((key, self.min_samples), (gpus, self.min_samples), (None, 1)):
+            ordered = self._sorted.get(k)
+            if ordered and len(ordered) >= minimum:
+                est = ordered[len(ordered) // 2]
+                break
+        self._base[key] = est
+        return est
 
     def estimate(self, tenant: str, gpus: int, attained_s: float = 0.0) -> float | None:
         """Predicted total run time of a job, given `attained_s` seconds already done."""
-        for key, minimum in (((tenant, gpus), 5), (gpus, 5), (None, 1)):
-            ordered = self._sorted.get(key)
-            if ordered and len(ordered) >= minimum:
-                est = self._median(key)
-                break
-        else:
-            return None
+        est = self.base_estimate(tenant, gpus)
         if est is not None and attained_s >= est:
             est = 2.0 * attained_s
         return est
@@ -91,7 +92,7 @@ class GpuPlatformPolicy:
         self._nodes: list[Node] = []
         self._node_names: list[str] = []
         self._node_index: dict[str, int] = {}
-        self._running: dict[int, tuple[tuple, RunningJob]] = {}
+        self._running: dict[int, tuple[int, float, RunningJob]] = {}
         self._pending: dict[int, tuple[tuple, PendingJob]] = {}
         self._finished_seen = 0
         self.resizes_ignored = 0
@@ -131,18 +132,28 @@ class GpuPlatformPolicy:
         self._finished_seen = len(finished)
 
     def _running_job(self, sim: Simulator, job: SimJob) -> RunningJob:
-        est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
-        lca = sim.last_checkpoint_at(job)
-        key = (job.run_id, est, lca)
+        # The expected end is fixed when the job starts (from the estimate then), as a live
+        # scheduler records it; it is only pushed out when the job outruns it. The entry is
+        # rebuilt only when the job's last checkpoint or expected end changes.
+        now = sim.now
         cached = self._running.get(job.idx)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        expected_end = None
-        if est is not None:
-            expected_end = job.run_start + job.overhead + max(0.0, est - job.progress)
-            if expected_end <= sim.now:
-                # it has outrun its estimate: as long again as it has run so far
-                expected_end = sim.now + max(60.0, sim.now - job.run_start)
+        if cached is not None and cached[0] == job.run_id and now < cached[1]:
+            return cached[2]
+        if cached is not None and cached[0] == job.run_id:
+            expected_end = cached[2].expected_end
+        else:
+            est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
+            expected_end = None
+            if est is not None:
+                expected_end = job.run_start + job.overhead + max(0.0, est - job.progress)
+        if expected_end is not None and expected_end <= now:
+            # it has outrun its estimate: as long again as it has run so far
+            expected_end = now + max(60.0, now - job.run_start)
+        lca = sim.last_checkpoint_at(job)
+        ci = job.checkpoint_interval_s
+        # valid until the next checkpoint or the expected end, whichever comes first
+        next_ckpt = sim.next_checkpoint_at(job)
+        valid_until = min(next_ckpt, expected_end if expected_end is not None else float("inf"))
         names = self._node_names
         rj = RunningJob(
             id=job.id,
@@ -156,9 +167,9 @@ class GpuPlatformPolicy:
             expected_end=expected_end,
             preemptible=job.preemptible,
             last_checkpoint_at=lca,
-            checkpoint_interval_s=job.checkpoint_interval_s,
+            checkpoint_interval_s=ci,
         )
-        self._running[job.idx] = (key, rj)
+        self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj
 
     def _pending_job(self, job: SimJob) -> PendingJob:
