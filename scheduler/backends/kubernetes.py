@@ -117,16 +117,20 @@ class PodWatcher:
         self.resource_version: str | None = None
         self.relists = 0
         self.watches = 0
+        self.last_sync: float | None = None  # time.monotonic() of the last completed sync
         self._lock = threading.Lock()
 
     def sync(self) -> None:
         """Apply everything that happened since the last sync (list on first use or after 410)."""
         with self._lock:
-            if self.resource_version is None:
+            if self.resource_version is None or not self._watch_once():
                 self._relist()
-                return
-            if not self._watch_once():
-                self._relist()
+            self.last_sync = time.monotonic()
+
+    def sync_if_older(self, max_age_s: float) -> None:
+        """:meth:`sync` unless the cache was brought up to date less than ``max_age_s`` ago."""
+        if self.last_sync is None or time.monotonic() - self.last_sync >= max_age_s:
+            self.sync()
 
     def run_pods(self, run: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(live, deleted)`` pods of one run from the cache."""
@@ -482,7 +486,9 @@ class KubernetesBackend:
     def list_nodes(self) -> list[BackendNode]:
         """GPU nodes (matching ``node_selector``) from labels and allocatable, sorted by name."""
         raw = self._list_nodes(self.cfg.node_selector)
-        self.watcher.sync()
+        # Only "draining" vs "drained" depends on the pods: a cache a few seconds old will do,
+        # and saves holding a watch window open on every inventory read.
+        self.watcher.sync_if_older(5.0)
         busy = self.watcher.busy_nodes()
         nodes = [m.node_from_k8s(n, self.cfg, busy) for n in raw]
         return sorted((n for n in nodes if n is not None), key=lambda n: n.name)
