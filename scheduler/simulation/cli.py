@@ -23,7 +23,7 @@ from typing import Any
 
 from .cluster import ClusterSpec, parse_cluster, uniform_cluster
 from .engine import SimConfig, SimulationError
-from .runner import POLICIES, simulate
+from .runner import POLICIES, VARIANTS, simulate
 from .traces import FORMATS, TraceJob, detect_format, generate_synthetic, load_trace
 
 FIDELITY_POLICIES = ("fifo", "sjf")
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="replay a trace under one policy")
     _add_common(replay)
-    replay.add_argument("--policy", required=True, choices=POLICIES)
+    replay.add_argument("--policy", required=True, choices=POLICIES + VARIANTS)
     replay.add_argument("--out", required=True, help="metrics JSON file")
     compare = sub.add_parser("compare", help="replay one trace under several policies")
     _add_common(compare)
@@ -190,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         trace, cluster, _ = _load(args)
         policies = [args.policy] if args.command == "replay" else args.policies.split(",")
         for p in policies:
-            if p not in POLICIES:
-                raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(POLICIES)}")
+            if p not in POLICIES + VARIANTS:
+                names = ", ".join(POLICIES + VARIANTS)
+                raise ValueError(f"unknown policy {p!r}; expected one of {names}")
             if args.fidelity and p not in FIDELITY_POLICIES:
                 raise ValueError(f"--fidelity models only {FIDELITY_POLICIES}, not {p!r}")
         if not args.quiet:

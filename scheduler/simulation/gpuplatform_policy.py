@@ -15,7 +15,7 @@ informational; `Resize` is not modelled (trace jobs are not elastic) and only co
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 
 from scheduler.policy import (
@@ -86,8 +86,26 @@ class GpuPlatformPolicy:
 
     name = "gpuplatform"
 
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        demote_gpu_s: tuple[float, ...] = (),
+        name: str | None = None,
+    ) -> None:
         self.config = config or Config()
+        if name:
+            self.name = name
+        # Optional attained-service demotion (off by default): a job that has received more
+        # than demote_gpu_s[k] GPU-seconds is shown to the engine in a lower priority class, so
+        # the engine's own checkpoint-aware preemption runs a discretized least-attained-service
+        # policy. This emulates, outside the engine, an ordering knob the engine lacks.
+        self.demote = tuple(sorted(demote_gpu_s))
+        if self.demote:
+            levels = len(self.demote) + 1
+            self.classes = {f"las-{k}": 100 * (levels - k) for k in range(levels)}
+        else:
+            self.classes = PRIORITY_CLASSES
         self.predictor = RuntimePredictor()
         self._nodes: list[Node] = []
         self._node_names: list[str] = []
@@ -131,6 +149,20 @@ class GpuPlatformPolicy:
             self.predictor.observe(job.tenant, job.gpus, job.duration)
         self._finished_seen = len(finished)
 
+    def _level(self, job: SimJob, now: float) -> str:
+        if not self.demote:
+            return job.priority_class
+        return f"las-{bisect_right(self.demote, job.attained_gpu_s(now))}"
+
+    def _next_demotion(self, job: SimJob, now: float) -> float:
+        if not self.demote:
+            return float("inf")
+        a = job.attained_gpu_s(now)
+        k = bisect_right(self.demote, a)
+        return (
+            now + (self.demote[k] - a) / job.gpus + 1e-6 if k < len(self.demote) else float("inf")
+        )
+
     def _running_job(self, sim: Simulator, job: SimJob) -> RunningJob:
         # The expected end is fixed when the job starts (from the estimate then), as a live
         # scheduler records it; it is only pushed out when the job outruns it. The entry is
@@ -153,12 +185,16 @@ class GpuPlatformPolicy:
         ci = job.checkpoint_interval_s
         # valid until the next checkpoint or the expected end, whichever comes first
         next_ckpt = sim.next_checkpoint_at(job)
-        valid_until = min(next_ckpt, expected_end if expected_end is not None else float("inf"))
+        valid_until = min(
+            next_ckpt,
+            expected_end if expected_end is not None else float("inf"),
+            self._next_demotion(job, now),
+        )
         names = self._node_names
         rj = RunningJob(
             id=job.id,
             team=job.tenant,
-            priority_class=job.priority_class,
+            priority_class=self._level(job, now),
             gpu_model=job.models[0] if job.models and len(job.models) == 1 else None,
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
@@ -172,16 +208,17 @@ class GpuPlatformPolicy:
         self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj
 
-    def _pending_job(self, job: SimJob) -> PendingJob:
+    def _pending_job(self, job: SimJob, now: float) -> PendingJob:
         est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
-        key = (est, job.progress, job.requeued)
+        level = self._level(job, now)
+        key = (est, job.progress, job.requeued, level)
         cached = self._pending.get(job.idx)
         if cached is not None and cached[0] == key:
             return cached[1]
         pj = PendingJob(
             id=job.id,
             team=job.tenant,
-            priority_class=job.priority_class,
+            priority_class=level,
             gpu_model=job.models[0] if job.models and len(job.models) == 1 else None,
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
@@ -201,14 +238,14 @@ class GpuPlatformPolicy:
         running = tuple(self._running_job(sim, j) for j in sim.running.values())
         for idx in [i for i in self._running if i not in sim.running]:
             del self._running[idx]
-        pending = tuple(self._pending_job(j) for j in sim.pending.values())
+        pending = tuple(self._pending_job(j, now) for j in sim.pending.values())
         for idx in [i for i in self._pending if i not in sim.pending]:
             del self._pending[idx]
         teams = tuple(Team(name=t, usage_gpu_s=u) for t, u in sim.tenant_usage.items())
         return Snapshot(
             now=now,
             config=self.config,
-            priority_classes=PRIORITY_CLASSES,
+            priority_classes=self.classes,
             teams=teams,
             nodes=tuple(self._nodes),
             running=running,
@@ -228,3 +265,8 @@ class GpuPlatformPolicy:
         for s in decisions.start:
             sim.start(by_id[s.job], {index[name]: tuple(g) for name, g in s.placement.items()})
         self.resizes_ignored += len(decisions.resize)
+        if self.demote and sim.pending:
+            # a running job crossing a demotion threshold may now be preempted: look again then
+            wake = min((self._next_demotion(j, now) for j in sim.running.values()), default=None)
+            if wake is not None and wake != float("inf"):
+                sim.wake_at(wake)

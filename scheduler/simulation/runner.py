@@ -12,6 +12,10 @@ from .metrics import compute_metrics
 from .traces import TraceJob
 
 POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
+# Extra, clearly-labelled variants (not in the default comparison): the engine with its LAS
+# demotion emulated by the simulator (see gpuplatform_policy.GpuPlatformPolicy).
+VARIANTS = ("gpuplatform-las",)
+DEMOTE_GPU_S = (3600.0, 36000.0, 360000.0)
 
 
 def make_policy(name: str) -> Policy:
@@ -23,7 +27,11 @@ def make_policy(name: str) -> Policy:
         from .gpuplatform_policy import GpuPlatformPolicy
 
         return GpuPlatformPolicy()
-    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    if name == "gpuplatform-las":
+        from .gpuplatform_policy import GpuPlatformPolicy
+
+        return GpuPlatformPolicy(demote_gpu_s=DEMOTE_GPU_S, name=name)
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 
 def simulate(
