@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from billing import api as billing_api
 from scheduler.api import views as scheduler_views
 from tenants import api as tenants_api
 
@@ -12,13 +13,22 @@ router = DefaultRouter()
 router.register("jobs", scheduler_views.JobViewSet, basename="job")
 router.register("clusters", scheduler_views.ClusterViewSet, basename="cluster")
 router.register("nodes", scheduler_views.NodeViewSet, basename="node")
+router.register("admin/nodes", scheduler_views.NodeAdminViewSet, basename="node-admin")
 router.register("gpu-models", scheduler_views.GpuModelViewSet, basename="gpu-model")
 router.register("teams", tenants_api.TeamViewSet, basename="team")
 router.register("quotas", tenants_api.QuotaViewSet, basename="quota")
 router.register("priority-classes", tenants_api.PriorityClassViewSet, basename="priority-class")
+router.register("billing/prices", billing_api.PriceRateViewSet, basename="price")
+router.register("billing/budgets", billing_api.BudgetViewSet, basename="budget")
+router.register("billing/alerts", billing_api.BudgetAlertViewSet, basename="budget-alert")
+router.register("billing/statements", billing_api.StatementViewSet, basename="statement")
+router.register("quota-requests", tenants_api.QuotaRequestViewSet, basename="quota-request")
+router.register("tokens", tenants_api.TokenViewSet, basename="token")
+router.register("audit", tenants_api.AuditEntryViewSet, basename="audit")
 
 urlpatterns = [
     path("api/v1/auth/token", tenants_api.TokenExchangeView.as_view(), name="api-token"),
+    path("api/v1/admin/last-cycle", scheduler_views.LastCycleView.as_view(), name="last-cycle"),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -248,3 +248,46 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} @ {self.time:%H:%M:%S}"
+
+
+class SimulatedRun(models.Model):
+    """A run on the simulated backend. Kept in the database (not process memory) so the web
+    process, every Celery worker and the in-process loop see one and the same simulated cluster."""
+
+    cluster = models.ForeignKey(Cluster, related_name="simulated_runs", on_delete=models.CASCADE)
+    job_id = models.CharField(max_length=64)
+    attempt = models.PositiveIntegerField()
+    nodes = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    service_time_s = models.FloatField()
+    resume_from_s = models.FloatField(default=0.0)
+    checkpoint_interval_s = models.FloatField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_requested_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "job_id", "attempt"], name="simulatedrun_unique_run"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"sim run {self.job_id}/{self.attempt}"
+
+
+class SimulatedNodeFault(models.Model):
+    """A simulated node failure: the node is down from ``failed_at`` until ``repaired_at``."""
+
+    cluster = models.ForeignKey(Cluster, related_name="simulated_faults", on_delete=models.CASCADE)
+    node_name = models.CharField(max_length=128)
+    failed_at = models.DateTimeField()
+    repaired_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["cluster", "node_name", "repaired_at"], name="simfault_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} down {self.failed_at:%H:%M:%S}-{self.repaired_at:%H:%M:%S}"

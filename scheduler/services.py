@@ -152,6 +152,9 @@ def job_submit(*, user, request: JobRequest) -> Job:
     """
     with transaction.atomic():
         team, gpu_model, priority = _validate_request(request, user=user)
+        from billing.services import budget_check_submission
+
+        budget_check_submission(team=team)
         job = Job.objects.create(
             team=team,
             submitter=user,
@@ -241,3 +244,114 @@ def job_cancel(*, user, job_id: int) -> Job:
             backend_cancel_after_commit(job)
         _trigger_cycle()
     return job
+
+
+# --- Nodes (admin actions from the cluster view and the API) ---------------------------------
+
+
+def _node_for_admin(*, user, node_id: int):
+    from .models import Node as NodeRow
+
+    if not is_platform_admin(user):
+        raise NotFound("no such node", field="id")
+    node = NodeRow.objects.select_related("cluster").filter(pk=node_id).first()
+    if node is None:
+        raise NotFound("no such node", field="id")
+    return node
+
+
+def _node_changed(node, kind: str, message: str) -> None:
+    from .models import NodeEvent
+
+    now = timezone.now()
+    NodeEvent.objects.create(node=node, kind=kind, message=message, time=now)
+    streams.publish(
+        streams.ADMIN_GROUP,
+        {
+            "type": "node.event",
+            "node": node.name,
+            "kind": kind,
+            "message": message,
+            "time": now.isoformat(),
+        },
+    )
+    streams.publish(
+        streams.CLUSTER_GROUP,
+        {
+            "type": "node.status",
+            "node": node.name,
+            "state": node.state,
+            "health": node.health,
+            "gpus": {},
+            "time": now.isoformat(),
+        },
+    )
+
+
+def _backend_after_commit(node, action: str, *args) -> None:
+    from .backends import get_backend
+    from .backends.base import BackendError
+
+    def run() -> None:
+        try:
+            getattr(get_backend(node.cluster), action)(node.name, *args)
+        except BackendError:
+            log.warning("backend %s of %s failed; the next sync retries", action, node.name)
+
+    transaction.on_commit(run)
+
+
+def node_quarantine(*, user, node_id: int, reason: str) -> Node:
+    """Quarantine a node by hand (platform admins): no new work, drained on the backend, released
+    only by :func:`node_release`. Running jobs keep running."""
+    from .models import NodeState
+
+    if not reason or not reason.strip():
+        raise DomainError("give a reason for the quarantine", field="reason")
+    with transaction.atomic():
+        node = _node_for_admin(user=user, node_id=node_id)
+        if node.state == NodeState.QUARANTINED:
+            return node
+        Node.objects.filter(pk=node.pk).update(
+            state=NodeState.QUARANTINED, state_reason=reason.strip()[:300], probation_until=None
+        )
+        node.state, node.state_reason = NodeState.QUARANTINED, reason.strip()[:300]
+        _node_changed(node, "quarantined", f"{reason.strip()} (by {user.get_username()})")
+        _backend_after_commit(node, "drain_node", reason.strip())
+    return node
+
+
+def node_drain(*, user, node_id: int, reason: str) -> Node:
+    """Let running work finish but place nothing new on the node (platform admins)."""
+    from .models import NodeState
+
+    with transaction.atomic():
+        node = _node_for_admin(user=user, node_id=node_id)
+        if node.state in (NodeState.DRAINING, NodeState.QUARANTINED):
+            return node
+        Node.objects.filter(pk=node.pk).update(
+            state=NodeState.DRAINING, state_reason=(reason or "drained by admin")[:300]
+        )
+        node.state = NodeState.DRAINING
+        _node_changed(node, "drained", f"{reason or 'drained'} (by {user.get_username()})")
+        _backend_after_commit(node, "drain_node", reason or "drained by admin")
+    return node
+
+
+def node_release(*, user, node_id: int) -> Node:
+    """Return a drained or quarantined node to service (platform admins). A down node stays down
+    until the backend reports it back."""
+    from .models import NodeState
+
+    with transaction.atomic():
+        node = _node_for_admin(user=user, node_id=node_id)
+        if node.state not in (NodeState.DRAINING, NodeState.QUARANTINED):
+            raise Conflict(f"node is {node.state}, not drained or quarantined", field="state")
+        Node.objects.filter(pk=node.pk).update(
+            state=NodeState.READY, state_reason="", probation_until=None
+        )
+        node.state = NodeState.READY
+        _node_changed(node, "released", f"released by {user.get_username()}")
+        _backend_after_commit(node, "undrain_node")
+        _trigger_cycle()
+    return node

@@ -165,3 +165,9 @@ def submit(api_as):
         return api_as(user).post("/api/v1/jobs/", body, format="json")
 
     return do
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # Real hashing costs ~0.3 s per user; the tests check behaviour, not the hash's strength.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

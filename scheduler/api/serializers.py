@@ -38,6 +38,13 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     dataset = serializers.CharField(required=False, allow_blank=True, default="")
     elastic = ElasticSerializer(required=False, allow_null=True, default=None)
+    simulated_duration_s = serializers.FloatField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Simulated clusters only: seconds of work the job takes when run alone.",
+    )
 
 
 class JobSerializer(serializers.ModelSerializer):

@@ -4,10 +4,13 @@ selectors and services; every queryset comes from a selector scoped to the calle
 from __future__ import annotations
 
 import django_filters
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from .. import selectors, services
 from ..models import Cluster, GpuModel, Job
@@ -40,6 +43,14 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
 
     def get_queryset(self):
         return selectors.job_list(user=self.request.user)
+
+    def get_throttles(self):
+        # Submission rate limits per user and per team (tenants.throttles; 429 + Retry-After).
+        if self.action == "create":
+            from tenants.throttles import job_submit_throttles
+
+            return job_submit_throttles()
+        return super().get_throttles()
 
     def get_object(self):
         return selectors.job_get(user=self.request.user, job_id=self._job_id())
@@ -94,3 +105,73 @@ class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = GpuModelSerializer
     queryset = GpuModel.objects.order_by("name")
     lookup_field = "name"
+
+
+class LastCycleView(APIView):
+    """Platform admins: the last cycle's snapshot and decisions as contract JSON (replayable with
+    ``python -m scheduler.policy decide``)."""
+
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        from django.utils import timezone
+
+        from scheduler.policy import decide, decisions_to_dict, snapshot_to_dict
+
+        from ..cycle import last_cycle
+        from ..snapshot import build_snapshot
+
+        remembered = last_cycle()
+        if remembered is None or request.query_params.get("fresh"):
+            snapshot, _ = build_snapshot(now=timezone.now())
+            remembered = {
+                "snapshot": snapshot_to_dict(snapshot),
+                "decisions": decisions_to_dict(decide(snapshot)),
+            }
+        return Response(remembered)
+
+
+class NodeActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class NodeAdminViewSet(viewsets.ViewSet):
+    """Platform admins: quarantine, drain and release nodes."""
+
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def quarantine(self, request, pk=None):
+        body = NodeActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = services.node_quarantine(
+            user=request.user, node_id=_int_id(pk), reason=body.validated_data["reason"]
+        )
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request, pk=None):
+        body = NodeActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = services.node_drain(
+            user=request.user, node_id=_int_id(pk), reason=body.validated_data["reason"]
+        )
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=None, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        node = services.node_release(user=request.user, node_id=_int_id(pk))
+        return Response(NodeSerializer(node).data)
+
+
+def _int_id(pk) -> int:
+    try:
+        return int(pk)
+    except (TypeError, ValueError):
+        from ..errors import NotFound
+
+        raise NotFound("no such node", field="id") from None

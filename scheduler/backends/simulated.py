@@ -1,0 +1,268 @@
+"""The simulated backend: the demo's and the tests' cluster.
+
+Jobs progress on a scaled clock (``SIMULATED_TIME_SCALE`` simulated seconds per real second),
+write a checkpoint every ``checkpoint_interval_s`` of simulated work, and finish when their
+simulated service time is done. Nodes fail now and then (a seeded rate per node-hour, or on
+demand through :meth:`SimulatedBackend.fail_node`) and come back after a repair time; runs on a
+failed node end as NODE_FAILED. Per-GPU utilization samples are produced for busy GPUs.
+
+State lives in the database (``SimulatedRun``, ``SimulatedNodeFault``) so every process sees the
+same cluster. Every call is idempotent by ``(job_id, attempt)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .base import BackendJobSpec, BackendJobState, BackendJobStatus, BackendNode
+
+DEFAULT_SERVICE_TIME_S = 1800.0
+FAILURE_CHECK_BUCKET_S = 10.0
+
+
+class SimulatedBackend:
+    kind = "simulated"
+
+    def __init__(self, *, cluster_id: int, config: dict | None = None):
+        self.cluster_id = cluster_id
+        self.config = config or {}
+        self.seed = int(self.config.get("seed", 0))
+        self._last_failure_check: datetime | None = None
+
+    # -- clock -------------------------------------------------------------------------------
+    @property
+    def scale(self) -> float:
+        return float(self.config.get("time_scale", settings.SIMULATED_TIME_SCALE))
+
+    def _now(self) -> datetime:
+        return timezone.now()
+
+    # -- runs ----------------------------------------------------------------------------------
+    def submit(self, spec: BackendJobSpec) -> str:
+        from scheduler.models import SimulatedRun
+
+        ref = spec.backend_name
+        if SimulatedRun.objects.filter(
+            cluster_id=self.cluster_id, job_id=spec.job_id, attempt=spec.attempt
+        ).exists():
+            return ref
+        service = spec.service_time_s or DEFAULT_SERVICE_TIME_S
+        interval = None
+        if spec.env.get("CHECKPOINT_INTERVAL_S"):
+            interval = float(spec.env["CHECKPOINT_INTERVAL_S"])
+        try:
+            with transaction.atomic():
+                SimulatedRun.objects.create(
+                    cluster_id=self.cluster_id,
+                    job_id=spec.job_id,
+                    attempt=spec.attempt,
+                    nodes=sorted(spec.placement),
+                    started_at=self._now(),
+                    service_time_s=service,
+                    resume_from_s=min(spec.resume_from_s, service),
+                    checkpoint_interval_s=interval,
+                )
+        except IntegrityError:
+            pass  # a concurrent submit of the same run won: that is the idempotent outcome
+        return ref
+
+    def cancel(self, job_id: str, attempt: int) -> None:
+        from scheduler.models import SimulatedRun
+
+        SimulatedRun.objects.filter(
+            cluster_id=self.cluster_id, job_id=job_id, attempt=attempt, cancelled_at__isnull=True
+        ).update(cancelled_at=self._now())
+
+    def checkpoint(self, job_id: str, attempt: int) -> None:
+        from scheduler.models import SimulatedRun
+
+        SimulatedRun.objects.filter(
+            cluster_id=self.cluster_id, job_id=job_id, attempt=attempt
+        ).update(checkpoint_requested_at=self._now())
+
+    def _status(self, run, now: datetime, down: dict[str, list[datetime]]) -> BackendJobStatus:
+        end_of_work = run.started_at + timedelta(
+            seconds=(run.service_time_s - run.resume_from_s) / self.scale
+        )
+        failed_at = min(
+            (t for n in run.nodes for t in down.get(n, ()) if t >= run.started_at), default=None
+        )
+        stop = min(t for t in (run.cancelled_at, failed_at, end_of_work, now) if t is not None)
+        progress = (
+            run.resume_from_s + max(0.0, (stop - run.started_at).total_seconds()) * self.scale
+        )
+        progress = min(progress, run.service_time_s)
+        checkpointed = run.resume_from_s
+        if run.checkpoint_interval_s:
+            done_since_resume = progress - run.resume_from_s
+            checkpointed += (
+                done_since_resume // run.checkpoint_interval_s
+            ) * run.checkpoint_interval_s
+        if run.checkpoint_requested_at and run.checkpoint_requested_at <= stop:
+            # A requested checkpoint is written at once (the simulated job honours the signal).
+            asked = run.resume_from_s + (
+                (run.checkpoint_requested_at - run.started_at).total_seconds() * self.scale
+            )
+            checkpointed = max(checkpointed, min(asked, progress))
+        ref = f"gp-{run.job_id}-a{run.attempt}"
+        common = dict(
+            job_id=run.job_id,
+            attempt=run.attempt,
+            backend_ref=ref,
+            nodes=tuple(run.nodes),
+            checkpointed_progress_s=checkpointed,
+        )
+        if run.cancelled_at and stop == run.cancelled_at and run.cancelled_at < end_of_work:
+            return BackendJobStatus(state=BackendJobState.CANCELLED, **common)
+        if failed_at is not None and stop == failed_at and failed_at < end_of_work:
+            return BackendJobStatus(
+                state=BackendJobState.NODE_FAILED, reason="node failed", **common
+            )
+        if stop == end_of_work:
+            return BackendJobStatus(state=BackendJobState.SUCCEEDED, exit_code=0, **common)
+        return BackendJobStatus(state=BackendJobState.RUNNING, **common)
+
+    def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
+        from scheduler.models import SimulatedRun
+
+        wanted = set(runs)
+        if not wanted:
+            return []
+        now = self._now()
+        down = self._fault_times()
+        rows = SimulatedRun.objects.filter(
+            cluster_id=self.cluster_id, job_id__in={job_id for job_id, _ in wanted}
+        )
+        found = {(r.job_id, r.attempt): r for r in rows}
+        out = []
+        for key in sorted(wanted):
+            run = found.get(key)
+            if run is None:
+                out.append(
+                    BackendJobStatus(job_id=key[0], attempt=key[1], state=BackendJobState.UNKNOWN)
+                )
+            else:
+                out.append(self._status(run, now, down))
+        return out
+
+    def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
+        (status,) = self.poll_jobs([(job_id, attempt)])
+        if status.state == BackendJobState.UNKNOWN:
+            return ""
+        from scheduler.models import SimulatedRun
+
+        run = SimulatedRun.objects.get(cluster_id=self.cluster_id, job_id=job_id, attempt=attempt)
+        rng = random.Random(f"{job_id}/{attempt}")
+        elapsed = min(self._now(), run.cancelled_at or self._now()) - run.started_at
+        steps = int(run.resume_from_s / 60 + elapsed.total_seconds() * self.scale / 60)
+        out = [f"[gpuplatform] attempt {attempt} on {', '.join(run.nodes)}"]
+        if run.resume_from_s:
+            out.append(
+                f"[gpuplatform] resumed from checkpoint at {run.resume_from_s:.0f} s of work"
+            )
+        loss = 4.0
+        for step in range(1, steps + 1):
+            loss = max(0.05, loss * (0.985 + rng.random() * 0.01))
+            out.append(f"step {step:6d}  loss {loss:.4f}")
+        if status.state == BackendJobState.SUCCEEDED:
+            out.append("[gpuplatform] training finished")
+        return "\n".join(out[-lines:])
+
+    # -- nodes -----------------------------------------------------------------------------
+    def _fault_times(self) -> dict[str, list[datetime]]:
+        """Node name -> start times of its failures so far, oldest first."""
+        from scheduler.models import SimulatedNodeFault
+
+        times: dict[str, list[datetime]] = {}
+        rows = SimulatedNodeFault.objects.filter(
+            cluster_id=self.cluster_id, failed_at__lte=self._now()
+        ).order_by("failed_at")
+        for name, failed_at in rows.values_list("node_name", "failed_at"):
+            times.setdefault(name, []).append(failed_at)
+        return times
+
+    def fail_node(self, name: str, *, repair_after_s: float = 60.0) -> None:
+        """Make ``name`` fail now for ``repair_after_s`` real seconds (demo and tests)."""
+        from scheduler.models import SimulatedNodeFault
+
+        now = self._now()
+        SimulatedNodeFault.objects.create(
+            cluster_id=self.cluster_id,
+            node_name=name,
+            failed_at=now,
+            repaired_at=now + timedelta(seconds=repair_after_s),
+        )
+
+    def _draw_random_failures(self, node_names: list[str]) -> None:
+        rate = float(
+            self.config.get(
+                "failure_rate_per_node_hour", settings.SIMULATED_FAILURE_RATE_PER_NODE_HOUR
+            )
+        )
+        if rate <= 0:
+            return
+        now = self._now()
+        last = self._last_failure_check or now
+        self._last_failure_check = now
+        buckets = int((now - last).total_seconds() // FAILURE_CHECK_BUCKET_S)
+        if buckets <= 0:
+            return
+        p = min(1.0, rate * self.scale * FAILURE_CHECK_BUCKET_S / 3600.0) * buckets
+        bucket_id = int(now.timestamp() // FAILURE_CHECK_BUCKET_S)
+        for name in node_names:
+            digest = hashlib.sha256(f"{self.seed}/{name}/{bucket_id}".encode()).digest()
+            if int.from_bytes(digest[:8], "big") / 2**64 < p:
+                self.fail_node(name, repair_after_s=float(self.config.get("repair_s", 45)))
+
+    def list_nodes(self) -> list[BackendNode]:
+        from scheduler.models import Node, SimulatedNodeFault
+
+        now = self._now()
+        nodes = list(Node.objects.filter(cluster_id=self.cluster_id).select_related("gpu_model"))
+        self._draw_random_failures([n.name for n in nodes])
+        down = set(
+            SimulatedNodeFault.objects.filter(
+                cluster_id=self.cluster_id, failed_at__lte=now, repaired_at__gt=now
+            ).values_list("node_name", flat=True)
+        )
+        drained = set(self.config.get("drained", []))
+        return [
+            BackendNode(
+                name=n.name,
+                gpus=n.gpu_count,
+                gpu_model=n.gpu_model.name,
+                state="down" if n.name in down else ("drained" if n.name in drained else "ready"),
+                zone=n.zone,
+                rack=n.rack,
+                nvlink_domain=n.nvlink_domain,
+                fabric=n.fabric,
+                spot=n.spot,
+            )
+            for n in nodes
+        ]
+
+    def drain_node(self, name: str, reason: str) -> None:
+        drained = set(self.config.get("drained", []))
+        drained.add(name)
+        self.config["drained"] = sorted(drained)
+
+    def undrain_node(self, name: str) -> None:
+        self.config["drained"] = sorted(set(self.config.get("drained", [])) - {name})
+
+    def gpu_utilization(
+        self, placement_by_node: dict[str, list[int]]
+    ) -> dict[str, dict[str, float]]:
+        """Per-GPU utilization samples (0..1) for the given busy GPUs; idle GPUs read 0."""
+        bucket = int(self._now().timestamp() // 5)
+        samples: dict[str, dict[str, float]] = {}
+        for node, indices in placement_by_node.items():
+            rng = random.Random(f"{self.seed}/{node}/{bucket}")
+            samples[node] = {str(i): round(0.55 + 0.45 * rng.random(), 3) for i in indices}
+        return samples

@@ -1,0 +1,388 @@
+"""One scheduling cycle: Observe → Decide → Enforce.
+
+``run_cycle`` holds the single-flight lock (``scheduler.locks``), then
+
+1. syncs every enabled cluster's backend (``scheduler.sync``): finished runs, node failures,
+   checkpoints, quarantine and probation;
+2. builds the snapshot (``scheduler.snapshot``) and asks the pure policy engine to decide;
+3. applies the decisions in ONE transaction: allocations, state transitions, events. Every
+   transition is a conditional UPDATE and every GPU is guarded by the database's partial unique
+   constraint, so applying the same decisions twice changes nothing and a racing cycle cannot
+   double-allocate;
+4. after commit, reconciles the backend with the database (``reconcile``): submits runs that are
+   RUNNING in the database but not yet on the backend, asks preemption victims to checkpoint and
+   stops them when their grace ends. Because this step reads state rather than remembering what the
+   decide step did, a worker killed between commit and backend call is healed by the next cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from scheduler.policy import Decisions, decide, decisions_to_dict, snapshot_to_dict
+
+from . import streams
+from .backends import get_backend
+from .backends.base import BackendError, BackendJobSpec
+from .locks import scheduler_lock
+from .models import Allocation, Cluster, Job
+from .services import event_record, publish_job, release_allocations
+from .snapshot import SnapshotIndex, build_snapshot
+from .states import JobState
+
+log = logging.getLogger(__name__)
+
+# The last cycle's snapshot and decisions, for `dump_snapshot` and the admin endpoint.
+LAST_CYCLE_CACHE_KEY = "scheduler:last-cycle"
+
+
+@dataclass
+class CycleResult:
+    ran: bool
+    started: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    pending: int = 0
+    decide_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+def run_cycle(*, now: datetime | None = None, sync: bool = True) -> CycleResult:
+    """Run one cycle unless another is running (then return ``ran=False`` at once)."""
+    with scheduler_lock() as acquired:
+        if not acquired:
+            return CycleResult(ran=False)
+        t0 = time.perf_counter()
+        if sync:
+            from .sync import sync_all
+
+            sync_all()
+        now = now or timezone.now()
+        snapshot, index = build_snapshot(now=now)
+        t1 = time.perf_counter()
+        decisions = decide(snapshot)
+        decide_ms = (time.perf_counter() - t1) * 1000
+        result = apply_decisions(decisions, index=index, now=now)
+        _remember(snapshot, decisions)
+        reconcile(now=timezone.now())
+        result.decide_ms = decide_ms
+        result.total_ms = (time.perf_counter() - t0) * 1000
+        _observe_cycle(result)
+        return result
+
+
+def _observe_cycle(result: CycleResult) -> None:
+    try:
+        from .metrics import observe_cycle
+    except ImportError:
+        return
+    observe_cycle(result)
+
+
+def _remember(snapshot, decisions: Decisions) -> None:
+    from django.core.cache import cache
+
+    try:
+        cache.set(
+            LAST_CYCLE_CACHE_KEY,
+            {"snapshot": snapshot_to_dict(snapshot), "decisions": decisions_to_dict(decisions)},
+            timeout=24 * 3600,
+        )
+    except Exception:  # a cache outage must not stop scheduling
+        log.warning("could not store the last cycle's snapshot", exc_info=True)
+
+
+def apply_decisions(decisions: Decisions, *, index: SnapshotIndex, now: datetime) -> CycleResult:
+    """Write the decisions in one transaction. Idempotent: re-applying changes nothing."""
+    result = CycleResult(ran=True)
+    with transaction.atomic():
+        for start in decisions.start:
+            job_pk = index.job_pk.get(start.job)
+            if job_pk is not None and _apply_start(job_pk, start, index, now):
+                result.started.append(job_pk)
+        for preempt in decisions.preempt:
+            job_pk = index.job_pk.get(preempt.job)
+            if job_pk is not None and _apply_preempt(job_pk, preempt, now):
+                result.preempted.append(job_pk)
+        for resize in decisions.resize:
+            job_pk = index.job_pk.get(resize.job)
+            if job_pk is not None and resize.placement is not None:
+                _apply_resize(job_pk, resize, index, now)
+        result.pending = _apply_pending(decisions, index)
+    return result
+
+
+def _apply_start(job_pk: int, start, index: SnapshotIndex, now: datetime) -> bool:
+    nodes = [index.node_by_name[name] for name in start.placement]
+    clusters = {node.cluster_id for node in nodes}
+    if len(clusters) != 1:
+        log.error("engine placed job %s across clusters %s; not started", job_pk, clusters)
+        return False
+    try:
+        with transaction.atomic():  # a savepoint: a lost race undoes only this job
+            moved = Job.objects.filter(pk=job_pk, state=JobState.PENDING).update(
+                state=JobState.RUNNING,
+                started_at=now,
+                attempts=F("attempts") + 1,
+                cluster_id=clusters.pop(),
+                why_pending="",
+                estimated_start=None,
+                backend_ref="",
+                preempt_deadline=None,
+                finished_at=None,
+            )
+            if not moved:
+                return False
+            job = Job.objects.select_related("team").get(pk=job_pk)
+            allocations = []
+            for worker, (name, gpus) in enumerate(sorted(start.placement.items())):
+                node = index.node_by_name[name]
+                for gpu in gpus:
+                    allocations.append(
+                        Allocation(
+                            job=job,
+                            node=node,
+                            gpu_index=gpu,
+                            worker_index=worker,
+                            attempt=job.attempts,
+                            started_at=now,
+                        )
+                    )
+            Allocation.objects.bulk_create(allocations)
+            placement = {n: list(g) for n, g in sorted(start.placement.items())}
+            event_record(
+                job=job,
+                kind="started",
+                time=now,
+                message=f"attempt {job.attempts} on {', '.join(placement)}",
+                data={"placement": placement, "attempt": job.attempts},
+            )
+            publish_job(job, placement)
+            return True
+    except IntegrityError:
+        # Another cycle took one of these GPUs first: the database refused the double allocation.
+        log.warning("start of job %s lost a race for its GPUs; it stays pending", job_pk)
+        return False
+
+
+def _apply_preempt(job_pk: int, preempt, now: datetime) -> bool:
+    deadline = now + timedelta(seconds=preempt.grace_s)
+    moved = Job.objects.filter(pk=job_pk, state=JobState.RUNNING, preemptible=True).update(
+        state=JobState.PREEMPTED, preempt_deadline=deadline
+    )
+    if moved:
+        job = Job.objects.select_related("team").get(pk=job_pk)
+        event_record(
+            job=job,
+            kind="preempted",
+            time=now,
+            message=f"{preempt.reason}; checkpoint grace {preempt.grace_s:.0f} s",
+            data={"reason": preempt.reason, "grace_s": preempt.grace_s},
+        )
+        publish_job(job)
+    return bool(moved)
+
+
+def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> None:
+    job = Job.objects.select_related("team").filter(pk=job_pk, state=JobState.RUNNING).first()
+    if job is None:
+        return
+    wanted = {(index.node_by_name[n].pk, g) for n, gpus in resize.placement.items() for g in gpus}
+    live = {(a.node_id, a.gpu_index): a for a in job.allocations.filter(ended_at__isnull=True)}
+    Allocation.objects.filter(pk__in=[a.pk for key, a in live.items() if key not in wanted]).update(
+        ended_at=now
+    )
+    Allocation.objects.bulk_create(
+        Allocation(job=job, node_id=node_id, gpu_index=g, attempt=job.attempts, started_at=now)
+        for node_id, g in sorted(wanted - set(live))
+    )
+    event_record(
+        job=job,
+        kind="resized",
+        time=now,
+        message=f"elastic resize to {resize.workers} workers",
+        data={"workers": resize.workers},
+    )
+    publish_job(job)
+
+
+def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
+    """Store each pending job's reason and estimate; only rows whose text changed are written."""
+    wanted = {}
+    for item in decisions.pending:
+        job_pk = index.job_pk.get(item.job)
+        if job_pk is None:
+            continue
+        estimate = (
+            datetime.fromtimestamp(item.estimated_start, tz=timezone.UTC)
+            if item.estimated_start is not None
+            else None
+        )
+        wanted[job_pk] = (item.why[:2000], estimate)
+    if not wanted:
+        return 0
+    changed = []
+    for job in Job.objects.filter(pk__in=wanted, state=JobState.PENDING).only(
+        "id", "why_pending", "estimated_start", "team_id", "name", "state"
+    ):
+        why, estimate = wanted[job.pk]
+        if job.why_pending != why or job.estimated_start != estimate:
+            job.why_pending, job.estimated_start = why, estimate
+            changed.append(job)
+    Job.objects.bulk_update(changed, ["why_pending", "estimated_start"], batch_size=500)
+    for job in changed[:200]:  # the live pages need the new reason; cap a burst
+        streams.publish(
+            streams.team_group(job.team_id),
+            {
+                "type": "job.status",
+                "job": job.pk,
+                "team": "",
+                "name": job.name,
+                "state": job.state,
+                "why": job.why_pending,
+                "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
+                "placement": {},
+                "time": timezone.now().isoformat(),
+            },
+        )
+    return len(wanted)
+
+
+# --- Enforce ---------------------------------------------------------------------------------
+
+
+def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
+    env = {str(k): str(v) for k, v in (job.env or {}).items()}
+    if job.checkpoint_interval_s:
+        env.setdefault("CHECKPOINT_INTERVAL_S", str(job.checkpoint_interval_s))
+    service = job.simulated_duration_s
+    if service is None and job.runtime_limit_s:
+        service = job.runtime_limit_s * 0.6
+    return BackendJobSpec(
+        job_id=str(job.pk),
+        attempt=job.attempts,
+        name=job.name,
+        team=job.team.slug,
+        image=job.image,
+        command=job.command,
+        workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        placement={n: tuple(g) for n, g in sorted(placement.items())},
+        env=env,
+        runtime_limit_s=job.runtime_limit_s,
+        checkpoint_grace_s=120,
+        service_time_s=service,
+        resume_from_s=job.checkpointed_progress_s,
+    )
+
+
+def _placement_of(job: Job) -> dict[str, list[int]]:
+    placement: dict[str, list[int]] = {}
+    for name, gpu in job.allocations.filter(ended_at__isnull=True).values_list(
+        "node__name", "gpu_index"
+    ):
+        placement.setdefault(name, []).append(gpu)
+    return placement
+
+
+def _mark_backend(cluster: Cluster, error: str = "") -> None:
+    available = not error
+    if cluster.backend_available != available or cluster.backend_error != error:
+        Cluster.objects.filter(pk=cluster.pk).update(
+            backend_available=available,
+            backend_error=error[:2000],
+            backend_checked_at=timezone.now(),
+        )
+        cluster.backend_available, cluster.backend_error = available, error
+
+
+def reconcile(*, now: datetime) -> None:
+    """Make each backend match the database. Safe to run any number of times."""
+    # Runs that are RUNNING in the database but not yet submitted (or whose submit was lost).
+    for job in Job.objects.filter(state=JobState.RUNNING, backend_ref="").select_related(
+        "team", "cluster"
+    ):
+        if job.cluster is None:
+            continue
+        try:
+            ref = get_backend(job.cluster).submit(job_spec(job, _placement_of(job)))
+        except BackendError as exc:
+            _mark_backend(job.cluster, f"submit failed: {exc}")
+            continue
+        _mark_backend(job.cluster)
+        Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
+            backend_ref=ref
+        )
+    # Preemption victims: ask for a checkpoint, then stop and requeue when the grace is over.
+    for job in Job.objects.filter(state=JobState.PREEMPTED).select_related("team", "cluster"):
+        backend = get_backend(job.cluster) if job.cluster else None
+        try:
+            if backend is not None and job.backend_ref:
+                backend.checkpoint(str(job.pk), job.attempts)
+            if job.preempt_deadline and job.preempt_deadline <= now:
+                progress = None
+                if backend is not None and job.backend_ref:
+                    (status,) = backend.poll_jobs([(str(job.pk), job.attempts)])
+                    progress = status.checkpointed_progress_s
+                    backend.cancel(str(job.pk), job.attempts)
+                job_requeue(job=job, now=now, reason="preempted", checkpointed_progress_s=progress)
+        except BackendError as exc:
+            if job.cluster:
+                _mark_backend(job.cluster, f"preemption failed: {exc}")
+
+
+def job_requeue(
+    *, job: Job, now: datetime, reason: str, checkpointed_progress_s: float | None = None
+) -> bool:
+    """Put a running or preempted job back in the queue to resume from its last checkpoint.
+
+    Releases its GPUs, records the work lost since the checkpoint (GPU-seconds) and an event, all
+    in one transaction; returns False if the job had already left those states.
+    """
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().filter(pk=job.pk).first()
+        if locked is None or locked.state not in (JobState.RUNNING, JobState.PREEMPTED):
+            return False
+        started = locked.started_at or now
+        progress = locked.checkpointed_progress_s
+        if checkpointed_progress_s is not None:
+            progress = max(progress, checkpointed_progress_s)
+        ran_s = max(0.0, (now - started).total_seconds())
+        since_checkpoint = (
+            now - max(started, locked.last_checkpoint_at or started)
+        ).total_seconds()
+        lost = max(0.0, since_checkpoint) * locked.total_gpus
+        Job.objects.filter(pk=locked.pk).update(
+            state=JobState.PENDING,
+            requeued=True,
+            backend_ref="",
+            preempt_deadline=None,
+            checkpointed_progress_s=progress,
+            lost_gpu_s=F("lost_gpu_s") + lost,
+            attained_service_s=F("attained_service_s") + ran_s * locked.total_gpus,
+            why_pending="requeued: waiting to resume from its last checkpoint",
+            submitted_at=locked.submitted_at,
+        )
+        release_allocations(job=locked, at=now)
+        locked.refresh_from_db()
+        event_record(
+            job=locked,
+            kind="requeued",
+            time=now,
+            message=f"{reason}; resumes from its checkpoint, lost {lost / 3600:.2f} GPU-h",
+            data={"reason": reason, "lost_gpu_s": lost, "resume_from_s": progress},
+        )
+        publish_job(locked)
+    return True
+
+
+def last_cycle() -> dict | None:
+    from django.core.cache import cache
+
+    return cache.get(LAST_CYCLE_CACHE_KEY)

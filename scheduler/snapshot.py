@@ -1,0 +1,228 @@
+"""Observe: build the policy engine's snapshot from the database in a fixed number of queries.
+
+The snapshot uses the engine's plain dataclasses (``scheduler.policy``); the returned
+:class:`SnapshotIndex` maps the engine's string ids back to rows for the apply step. Times are
+epoch seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Q
+
+from scheduler.policy import (
+    Config,
+    Elastic,
+    Node,
+    PendingJob,
+    Quota,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+from tenants.models import PriorityClass
+from tenants.models import Quota as QuotaRow
+from tenants.models import Team as TeamRow
+
+from .models import Allocation, Job
+from .models import Node as NodeRow
+from .states import JobState
+
+# A node whose cluster's backend is unreachable gets no new work: it is shown as down.
+UNREACHABLE_NODE_STATE = "down"
+
+
+@dataclass
+class SnapshotIndex:
+    node_by_name: dict[str, NodeRow] = field(default_factory=dict)
+    job_pk: dict[str, int] = field(default_factory=dict)
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def policy_config() -> Config:
+    overrides = getattr(settings, "SCHEDULER_POLICY", {}) or {}
+    return Config(**overrides)
+
+
+def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
+    """GPU-seconds per team id, each second weighted by 0.5 ** (age / half-life)."""
+    horizon = now.timestamp() - 6 * half_life_s
+    rows = (
+        Job.objects.filter(started_at__isnull=False)
+        .filter(
+            Q(finished_at__isnull=True)
+            | Q(finished_at__gte=datetime.fromtimestamp(horizon, now.tzinfo))
+        )
+        .values_list("team_id", "workers", "gpus_per_worker", "started_at", "finished_at", "state")
+    )
+    usage: dict[int, float] = defaultdict(float)
+    t_now = now.timestamp()
+    for team_id, workers, gpw, started, finished, state in rows:
+        if finished is None and state not in (JobState.RUNNING, JobState.PREEMPTED):
+            continue
+        start = max(started.timestamp(), horizon)
+        end = finished.timestamp() if finished else t_now
+        if end <= start:
+            continue
+        # Integral of the decay over [start, end], closed form.
+        k = math.log(2) / half_life_s
+        weight = (math.exp(-k * (t_now - end)) - math.exp(-k * (t_now - start))) / k
+        usage[team_id] += workers * gpw * weight
+    return usage
+
+
+def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
+    """Read everything the engine needs. Queries: priority classes, teams, quotas, usage, nodes,
+    live allocations, running jobs, pending jobs — eight, whatever the cluster's size."""
+    config = policy_config()
+    index = SnapshotIndex()
+    priorities = dict(PriorityClass.objects.values_list("name", "value"))
+
+    team_rows = list(TeamRow.objects.values_list("id", "slug", "parent__slug", "fair_share_weight"))
+    quotas: dict[int, dict[str, Quota]] = defaultdict(dict)
+    for team_id, model, guaranteed, borrow in QuotaRow.objects.values_list(
+        "team_id", "gpu_model__name", "guaranteed_gpus", "borrow_limit_gpus"
+    ):
+        quotas[team_id][model] = Quota(guaranteed=guaranteed, borrow_limit=borrow)
+    usage = _decayed_usage(now, config.fair_share_half_life_s)
+    teams = tuple(
+        Team(
+            name=slug,
+            parent=parent,
+            weight=weight,
+            quota=quotas.get(pk, {}),
+            usage_gpu_s=usage.get(pk, 0.0),
+        )
+        for pk, slug, parent, weight in team_rows
+    )
+
+    node_rows = list(
+        NodeRow.objects.filter(cluster__enabled=True).select_related("gpu_model", "cluster")
+    )
+    busy: dict[int, set[int]] = defaultdict(set)
+    placements: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    node_name_by_id = {n.pk: n.name for n in node_rows}
+    for node_id, gpu_index, job_id in Allocation.objects.filter(ended_at__isnull=True).values_list(
+        "node_id", "gpu_index", "job_id"
+    ):
+        busy[node_id].add(gpu_index)
+        if node_id in node_name_by_id:
+            placements[job_id][node_name_by_id[node_id]].append(gpu_index)
+
+    nodes = []
+    for row in node_rows:
+        index.node_by_name[row.name] = row
+        state = row.state if row.cluster.backend_available else UNREACHABLE_NODE_STATE
+        nodes.append(
+            Node(
+                name=row.name,
+                gpu_model=row.gpu_model.name,
+                gpus=row.gpu_count,
+                free_gpus=tuple(i for i in range(row.gpu_count) if i not in busy[row.pk]),
+                zone=row.zone,
+                rack=row.rack,
+                nvlink_domain=row.nvlink_domain or row.name,
+                fabric=row.fabric,
+                spot=row.spot,
+                health=row.health,
+                state=state,
+                datasets=tuple(row.datasets or ()),
+            )
+        )
+
+    job_fields = (
+        "id",
+        "team__slug",
+        "priority_class__name",
+        "gpu_model__name",
+        "workers",
+        "gpus_per_worker",
+        "preemptible",
+        "checkpoint_interval_s",
+        "last_checkpoint_at",
+        "runtime_limit_s",
+        "elastic_min_workers",
+        "elastic_max_workers",
+        "submitted_at",
+        "started_at",
+        "preempt_deadline",
+        "state",
+        "dataset",
+        "attained_service_s",
+        "requeued",
+    )
+    running = []
+    for row in Job.objects.filter(state__in=[JobState.RUNNING, JobState.PREEMPTED]).values(
+        *job_fields
+    ):
+        key = str(row["id"])
+        index.job_pk[key] = row["id"]
+        started = _ts(row["started_at"]) or now.timestamp()
+        running.append(
+            RunningJob(
+                id=key,
+                team=row["team__slug"],
+                priority_class=row["priority_class__name"],
+                gpu_model=row["gpu_model__name"],
+                workers=row["workers"],
+                gpus_per_worker=row["gpus_per_worker"],
+                placement={n: tuple(sorted(g)) for n, g in placements.get(row["id"], {}).items()},
+                started_at=started,
+                expected_end=(started + row["runtime_limit_s"]) if row["runtime_limit_s"] else None,
+                preemptible=row["preemptible"],
+                last_checkpoint_at=_ts(row["last_checkpoint_at"]),
+                checkpoint_interval_s=row["checkpoint_interval_s"],
+                elastic=_elastic(row),
+                releasing_at=(
+                    _ts(row["preempt_deadline"]) if row["state"] == JobState.PREEMPTED else None
+                ),
+            )
+        )
+
+    pending = []
+    for row in Job.objects.filter(state=JobState.PENDING).values(*job_fields).order_by("id"):
+        key = str(row["id"])
+        index.job_pk[key] = row["id"]
+        pending.append(
+            PendingJob(
+                id=key,
+                team=row["team__slug"],
+                priority_class=row["priority_class__name"],
+                gpu_model=row["gpu_model__name"],
+                workers=row["workers"],
+                gpus_per_worker=row["gpus_per_worker"],
+                submitted_at=_ts(row["submitted_at"]) or now.timestamp(),
+                runtime_estimate_s=row["runtime_limit_s"],
+                preemptible=row["preemptible"],
+                dataset=row["dataset"] or None,
+                dataset_ready=True,
+                elastic=_elastic(row),
+                attained_service_s=row["attained_service_s"],
+                requeued=row["requeued"],
+            )
+        )
+
+    snapshot = Snapshot(
+        now=now.timestamp(),
+        config=config,
+        priority_classes=priorities,
+        teams=teams,
+        nodes=tuple(nodes),
+        running=tuple(running),
+        pending=tuple(pending),
+    )
+    return snapshot, index
+
+
+def _elastic(row: dict) -> Elastic | None:
+    if row["elastic_min_workers"] is None:
+        return None
+    return Elastic(min_workers=row["elastic_min_workers"], max_workers=row["elastic_max_workers"])

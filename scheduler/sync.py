@@ -1,0 +1,277 @@
+"""Observe the backends: job and node states, checkpoints, failures, quarantine and probation.
+
+Runs inside the scheduling lock (``run_cycle`` calls it first; the ``sync_backends`` task takes
+the lock itself). Every step is a conditional update, so a sync repeated after a crash is safe.
+
+Fault tolerance:
+- A node the backend reports down gets a ``failed`` node event; its jobs are requeued to resume
+  from their last checkpoint (lost work recorded) ahead of their peers (``requeued`` jobs).
+- A node failing ``SCHEDULER_QUARANTINE_FAILURES`` times within
+  ``SCHEDULER_QUARANTINE_WINDOW_SECONDS`` is quarantined (drained on the backend) when it comes
+  back, with a probation of ``SCHEDULER_PROBATION_SECONDS``; after probation and a health check
+  it is released. Each step is an event streamed to admins.
+- Only node-down reports count against a node. A job that exits with an error is the job's
+  failure, never the node's, so a job failing on node after node quarantines nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from . import streams
+from .backends import get_backend
+from .backends.base import BackendError, BackendJobState
+from .cycle import _mark_backend, job_requeue
+from .models import Cluster, Job, Node, NodeEvent, NodeState
+from .services import event_record, publish_job, release_allocations
+from .states import JobState
+
+log = logging.getLogger(__name__)
+
+
+def sync_all(*, now: datetime | None = None) -> None:
+    for cluster in Cluster.objects.filter(enabled=True):
+        sync_cluster(cluster, now=now or timezone.now())
+
+
+def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
+    backend = get_backend(cluster)
+    try:
+        backend_nodes = {n.name: n for n in backend.list_nodes()}
+        holders = list(
+            Job.objects.filter(cluster=cluster, state__in=[JobState.RUNNING, JobState.PREEMPTED])
+            .exclude(backend_ref="")
+            .select_related("team")
+        )
+        statuses = {
+            (s.job_id, s.attempt): s
+            for s in backend.poll_jobs([(str(j.pk), j.attempts) for j in holders])
+        }
+    except BackendError as exc:
+        # Jobs keep their state; the cluster shows as unavailable until the backend answers.
+        _mark_backend(cluster, str(exc) or exc.__class__.__name__)
+        log.warning("backend of cluster %s unavailable: %s", cluster.name, exc)
+        return
+    _mark_backend(cluster)
+    _sync_nodes(cluster, backend_nodes, now)
+    for job in holders:
+        status = statuses.get((str(job.pk), job.attempts))
+        if status is not None:
+            _sync_job(job, status, now)
+    _release_after_probation(cluster, backend, now)
+    _publish_utilization(cluster, backend)
+
+
+def _sync_job(job: Job, status, now: datetime) -> None:
+    if status.checkpointed_progress_s is not None and (
+        status.checkpointed_progress_s > job.checkpointed_progress_s + 1e-6
+    ):
+        Job.objects.filter(pk=job.pk).update(
+            checkpointed_progress_s=status.checkpointed_progress_s, last_checkpoint_at=now
+        )
+        job.last_checkpoint_at = now
+        job.checkpointed_progress_s = status.checkpointed_progress_s
+        event_record(
+            job=job,
+            kind="checkpoint",
+            time=now,
+            message=f"checkpoint at {status.checkpointed_progress_s:.0f} s of work",
+        )
+    if status.state in (BackendJobState.SUCCEEDED, BackendJobState.FAILED):
+        target = (
+            JobState.SUCCEEDED if status.state == BackendJobState.SUCCEEDED else JobState.FAILED
+        )
+        job_finish(
+            job=job, target=target, now=now, exit_code=status.exit_code, message=status.reason
+        )
+    elif status.state == BackendJobState.NODE_FAILED:
+        job_requeue(
+            job=job,
+            now=now,
+            reason=f"node failure ({status.reason or 'node lost'})",
+            checkpointed_progress_s=status.checkpointed_progress_s,
+        )
+    elif status.state == BackendJobState.UNKNOWN and job.state == JobState.RUNNING:
+        # The backend lost the run (e.g. restarted without state): run it again from the
+        # checkpoint rather than leave GPUs held by a ghost.
+        job_requeue(
+            job=job,
+            now=now,
+            reason="the backend has no record of the run",
+            checkpointed_progress_s=job.checkpointed_progress_s,
+        )
+    elif status.state == BackendJobState.CANCELLED and job.state == JobState.RUNNING:
+        job_finish(job=job, target=JobState.CANCELLED, now=now, message="cancelled on the backend")
+
+
+def job_finish(
+    *, job: Job, target: JobState, now: datetime, exit_code: int | None = None, message: str = ""
+) -> bool:
+    """Move a running (or preempted) job to a final state and free its GPUs. Idempotent."""
+    with transaction.atomic():
+        moved = Job.objects.filter(
+            pk=job.pk, state__in=[JobState.RUNNING, JobState.PREEMPTED]
+        ).update(state=target, finished_at=now, exit_code=exit_code, preempt_deadline=None)
+        if not moved:
+            return False
+        release_allocations(job=job, at=now)
+        job.refresh_from_db()
+        event_record(
+            job=job,
+            kind=target.value,
+            time=now,
+            message=message or (f"exit code {exit_code}" if exit_code is not None else ""),
+        )
+        publish_job(job)
+    from .triggers import request_cycle
+
+    request_cycle()
+    return True
+
+
+def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
+    NodeEvent.objects.create(node=node, kind=kind, message=message, time=now)
+    payload = {
+        "type": "node.event",
+        "node": node.name,
+        "kind": kind,
+        "message": message,
+        "time": now.isoformat(),
+    }
+    streams.publish(streams.ADMIN_GROUP, payload)
+    streams.publish(
+        streams.CLUSTER_GROUP,
+        {
+            "type": "node.status",
+            "node": node.name,
+            "state": node.state,
+            "health": node.health,
+            "gpus": {},
+            "time": now.isoformat(),
+        },
+    )
+
+
+def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
+    window = timedelta(seconds=settings.SCHEDULER_QUARANTINE_WINDOW_SECONDS)
+    for node in Node.objects.filter(cluster=cluster):
+        seen = backend_nodes.get(node.name)
+        if seen is None:
+            continue
+        if seen.state == "down" and node.state != NodeState.DOWN:
+            with transaction.atomic():
+                if (
+                    not Node.objects.filter(pk=node.pk)
+                    .exclude(state=NodeState.DOWN)
+                    .update(state=NodeState.DOWN, state_reason=seen.reason or "node failure")
+                ):
+                    continue
+                node.state = NodeState.DOWN
+                _node_event(node, NodeEvent.Kind.FAILED, seen.reason or "node failure", now)
+            _requeue_jobs_on(node, now)
+        elif seen.state != "down" and node.state == NodeState.DOWN:
+            failures = NodeEvent.objects.filter(
+                node=node, kind=NodeEvent.Kind.FAILED, time__gte=now - window
+            ).count()
+            if failures >= settings.SCHEDULER_QUARANTINE_FAILURES:
+                node_quarantine_auto(node, now=now, failures=failures)
+            else:
+                Node.objects.filter(pk=node.pk, state=NodeState.DOWN).update(
+                    state=NodeState.READY, state_reason=""
+                )
+                node.state = NodeState.READY
+                _node_event(node, NodeEvent.Kind.RECOVERED, "node is back", now)
+
+
+def _requeue_jobs_on(node: Node, now: datetime) -> None:
+    jobs = (
+        Job.objects.filter(
+            allocations__node=node,
+            allocations__ended_at__isnull=True,
+            state__in=[JobState.RUNNING, JobState.PREEMPTED],
+        )
+        .select_related("team", "cluster")
+        .distinct()
+    )
+    for job in jobs:
+        progress = None
+        if job.cluster and job.backend_ref:
+            backend = get_backend(job.cluster)
+            try:
+                (status,) = backend.poll_jobs([(str(job.pk), job.attempts)])
+                progress = status.checkpointed_progress_s
+                backend.cancel(str(job.pk), job.attempts)  # the gang's other workers stop too
+            except BackendError:
+                log.warning("could not stop job %s after node failure", job.pk, exc_info=True)
+        job_requeue(
+            job=job, now=now, reason=f"node {node.name} failed", checkpointed_progress_s=progress
+        )
+
+
+def node_quarantine_auto(node: Node, *, now: datetime, failures: int) -> None:
+    """Quarantine a node that failed too often; it is released after probation."""
+    until = now + timedelta(seconds=settings.SCHEDULER_PROBATION_SECONDS)
+    reason = f"failed {failures} times within {settings.SCHEDULER_QUARANTINE_WINDOW_SECONDS:.0f} s"
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            state=NodeState.QUARANTINED, state_reason=reason, probation_until=until
+        )
+        node.state, node.state_reason, node.probation_until = NodeState.QUARANTINED, reason, until
+        _node_event(node, NodeEvent.Kind.QUARANTINED, reason, now)
+        _node_event(
+            node, NodeEvent.Kind.PROBATION, f"probation until {until:%Y-%m-%d %H:%M:%S} UTC", now
+        )
+    _drain_on_backend(node, reason)
+
+
+def _drain_on_backend(node: Node, reason: str) -> None:
+    cluster = node.cluster
+    try:
+        get_backend(cluster).drain_node(node.name, reason)
+    except BackendError:
+        log.warning("could not drain %s on the backend", node.name, exc_info=True)
+
+
+def _release_after_probation(cluster: Cluster, backend, now: datetime) -> None:
+    min_health = getattr(settings, "SCHEDULER_RELEASE_MIN_HEALTH", 0.5)
+    for node in Node.objects.filter(
+        cluster=cluster, state=NodeState.QUARANTINED, probation_until__lte=now
+    ):
+        if node.health < min_health:
+            continue  # the health check before release failed; stays quarantined
+        try:
+            backend.undrain_node(node.name)
+        except BackendError:
+            continue
+        if Node.objects.filter(pk=node.pk, state=NodeState.QUARANTINED).update(
+            state=NodeState.READY, state_reason="", probation_until=None
+        ):
+            node.state = NodeState.READY
+            _node_event(node, NodeEvent.Kind.RELEASED, "probation passed, health check ok", now)
+
+
+def _publish_utilization(cluster: Cluster, backend) -> None:
+    sampler = getattr(backend, "gpu_utilization", None)
+    if sampler is None:
+        return
+    busy: dict[str, list[int]] = {}
+    for name, gpu in Node.objects.filter(
+        cluster=cluster, allocations__ended_at__isnull=True
+    ).values_list("name", "allocations__gpu_index"):
+        busy.setdefault(name, []).append(gpu)
+    now = timezone.now().isoformat()
+    for node, samples in sampler(busy).items():
+        streams.publish(
+            streams.CLUSTER_GROUP,
+            {
+                "type": "gpu.utilization",
+                "node": node,
+                "utilization": samples,
+                "time": now,
+            },
+        )

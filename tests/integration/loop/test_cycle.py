@@ -1,0 +1,175 @@
+"""The live loop on the simulated backend: submit → running → succeeded, idempotent apply,
+node failure → requeue from checkpoint, quarantine after K failures, release after probation."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduler.backends import get_backend, reset_backends
+from scheduler.cycle import apply_decisions, run_cycle
+from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent
+from scheduler.policy import decide
+from scheduler.snapshot import build_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_simulation(settings):
+    settings.SIMULATED_TIME_SCALE = 3600.0  # one real second = one simulated hour
+    settings.SCHEDULER_QUARANTINE_FAILURES = 2
+    settings.SCHEDULER_PROBATION_SECONDS = 0.5
+    reset_backends()
+    yield
+    reset_backends()
+
+
+def advance(seconds: float):
+    """Move the simulated cluster forward by ``seconds`` of real time (x SIMULATED_TIME_SCALE of
+    simulated work) by shifting its runs and faults back in time."""
+    from scheduler.models import SimulatedNodeFault, SimulatedRun
+
+    delta = timedelta(seconds=seconds)
+    for run in SimulatedRun.objects.all():
+        run.started_at -= delta
+        run.save(update_fields=["started_at"])
+    for fault in SimulatedNodeFault.objects.all():
+        fault.failed_at -= delta
+        fault.repaired_at -= delta
+        fault.save(update_fields=["failed_at", "repaired_at"])
+
+
+def test_submitted_job_runs_and_succeeds(platform, submit):
+    job_id = submit(
+        platform["alice"],
+        gpus_per_worker=4,
+        gpu_model="h100-80gb",
+        simulated_duration_s=None,
+        runtime_limit_s=3600,
+    ).json()["id"]
+    result = run_cycle()
+    assert result.ran and result.started == [job_id]
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "running" and job.backend_ref == f"gp-{job_id}-a1"
+    assert Allocation.objects.filter(job=job, ended_at__isnull=True).count() == 4
+    assert {a.node.gpu_model.name for a in job.allocations.all()} == {"h100-80gb"}
+    advance(1.0)  # one simulated hour; 0.6 x the runtime limit is the service time
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "succeeded" and job.exit_code == 0
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    kinds = list(JobEvent.objects.filter(job=job).values_list("kind", flat=True))
+    assert kinds[0] == "submitted" and "started" in kinds and kinds[-1] == "succeeded"
+
+
+def test_applying_the_same_decisions_twice_changes_nothing(platform, submit):
+    for i in range(3):
+        submit(platform["alice"], name=f"j{i}", gpus_per_worker=8)
+    snapshot, index = build_snapshot(now=timezone.now())
+    decisions = decide(snapshot)
+    assert len(decisions.start) == 3
+    apply_decisions(decisions, index=index, now=timezone.now())
+    before = (
+        list(Allocation.objects.values_list("node_id", "gpu_index", "job_id")),
+        list(Job.objects.values_list("id", "state", "attempts")),
+    )
+    second = apply_decisions(decisions, index=index, now=timezone.now())
+    after = (
+        list(Allocation.objects.values_list("node_id", "gpu_index", "job_id")),
+        list(Job.objects.values_list("id", "state", "attempts")),
+    )
+    assert second.started == [] and before == after
+
+
+def test_crash_between_commit_and_backend_is_healed_by_next_cycle(platform, submit):
+    job_id = submit(platform["alice"], gpus_per_worker=2).json()["id"]
+    snapshot, index = build_snapshot(now=timezone.now())
+    apply_decisions(decide(snapshot), index=index, now=timezone.now())
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "running" and job.backend_ref == ""  # the "worker died" here
+    from scheduler.models import SimulatedRun
+
+    assert not SimulatedRun.objects.exists()
+    run_cycle()
+    job.refresh_from_db()
+    assert job.backend_ref == f"gp-{job_id}-a1"
+    assert SimulatedRun.objects.filter(job_id=str(job_id), attempt=1).count() == 1
+
+
+def test_node_failure_requeues_and_resumes_from_checkpoint(platform, submit, settings):
+    settings.SIMULATED_TIME_SCALE = 60.0  # slow enough that the job outlives the test's cycles
+    job_id = submit(
+        platform["alice"],
+        gpus_per_worker=8,
+        gpu_model="h100-80gb",
+        checkpoint_interval_s=600,
+        simulated_duration_s=7200,
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    first_node = job.allocations.get(gpu_index=0).node
+    advance(1900 / 60)  # 3 checkpoints (600, 1200, 1800 s of work) written
+    run_cycle()
+    job.refresh_from_db()
+    assert job.checkpointed_progress_s == pytest.approx(1800)
+    get_backend(job.cluster).fail_node(first_node.name, repair_after_s=600)
+    run_cycle()
+    job.refresh_from_db()
+    first_node.refresh_from_db()
+    assert first_node.state == "down"
+    assert NodeEvent.objects.filter(node=first_node, kind="failed").count() == 1
+    # Requeued and restarted at once on the other H100 node, resuming from 1800 s of work.
+    assert job.state == "running" and job.attempts == 2 and job.requeued
+    assert job.allocations.filter(ended_at__isnull=True).first().node != first_node
+    assert job.lost_gpu_s > 0
+    from scheduler.models import SimulatedRun
+
+    assert SimulatedRun.objects.get(job_id=str(job_id), attempt=2).resume_from_s == 1800
+    assert JobEvent.objects.filter(job=job, kind="requeued").exists()
+
+
+def test_repeated_failures_quarantine_then_probation_releases(platform):
+    node = Node.objects.get(name="n3")
+    backend = get_backend(node.cluster)
+    for _ in range(2):
+        backend.fail_node("n3", repair_after_s=0.2)
+        run_cycle()
+        node.refresh_from_db()
+        assert node.state == "down"
+        advance(0.3)
+        run_cycle()
+        node.refresh_from_db()
+    assert node.state == "quarantined" and node.probation_until is not None
+    assert "n3" in backend.config["drained"]
+    kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
+    assert kinds == ["failed", "recovered", "failed", "quarantined", "probation"]
+    Node.objects.filter(pk=node.pk).update(probation_until=timezone.now() - timedelta(seconds=1))
+    run_cycle()
+    node.refresh_from_db()
+    assert node.state == "ready" and "n3" not in backend.config["drained"]
+    assert NodeEvent.objects.filter(node=node, kind="released").exists()
+
+
+def test_cancel_of_running_job_frees_gpus_and_stops_the_run(
+    platform, submit, api_as, django_capture_on_commit_callbacks
+):
+    job_id = submit(platform["alice"], gpus_per_worker=8).json()["id"]
+    run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api_as(platform["alice"]).post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert response.status_code == 200
+    assert not Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).exists()
+    from scheduler.models import SimulatedRun
+
+    assert SimulatedRun.objects.get(job_id=str(job_id)).cancelled_at is not None
+
+
+def test_pending_job_gets_a_reason(platform, submit):
+    job_id = submit(platform["alice"], workers=3, gpus_per_worker=8, gpu_model="h100-80gb").json()[
+        "id"
+    ]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "pending" and job.why_pending
+    assert "waiting for the next" not in job.why_pending
