@@ -623,6 +623,12 @@ def _node_failure(
     return ""
 
 
+def _worker_order(pod: Mapping[str, Any]) -> tuple[int, str]:
+    meta = pod.get("metadata") or {}
+    index = (meta.get("labels") or {}).get(LABEL_WORKER_INDEX, "")
+    return (int(index) if index.isdigit() else -1, meta.get("name", ""))
+
+
 def run_status(
     job_id: str,
     attempt: int,
@@ -643,7 +649,10 @@ def run_status(
     """
     now = now or datetime.now(UTC)
     ref = f"{cfg.namespace}/{backend_job_name(job_id, attempt)}"
-    everything = list(pods) + list(deleted)
+    # Worker order, so the reason names the lowest failing worker whatever order the API gave.
+    pods = sorted(pods, key=_worker_order)
+    deleted = sorted(deleted, key=_worker_order)
+    everything = pods + deleted
 
     def status(state: BackendJobState, reason: str = "", exit_code: int | None = None):
         node_names = sorted(

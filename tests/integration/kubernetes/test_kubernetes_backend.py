@@ -97,6 +97,7 @@ def test_submit_binds_each_worker_to_its_node_and_follows_it_to_success(server, 
     assert service["spec"]["selector"] == {"gpuplatform.io/run": "gp-1001-a1"}
     creates = server.requests_matching("POST", PODS)
     assert [r.query.get("fieldValidation") for r in creates] == ["Strict", "Strict"]
+    assert {r.content_type for r in creates} <= {"", "application/json"}
     bindings = server.requests_matching("POST", r"/binding$")
     assert [r.body["target"]["name"] for r in bindings] == ["gpu-a", "gpu-b"]
 
@@ -150,6 +151,20 @@ def test_a_pod_bound_elsewhere_is_rejected(server, backend):
     backend.submit(make_spec())
     with pytest.raises(BackendRejected, match="bound"):
         backend.submit(make_spec(placement={"gpu-c": (0,), "gpu-b": (0,)}))
+
+
+def test_a_foreign_pod_with_our_name_is_not_adopted(server, backend):
+    backend.core.create_namespaced_pod(
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gp-1001-a1-w0"},
+            "spec": {"containers": [{"name": "x", "image": "busybox"}]},
+        },
+    )
+    with pytest.raises(BackendRejected, match="not created for run"):
+        backend.submit(make_spec())
 
 
 def test_node_name_mode_needs_no_binding(server):
@@ -330,6 +345,7 @@ def test_watch_resumes_from_the_last_resource_version(server, backend):
     assert len(watches) == 2
     assert int(watches[1].query["resourceVersion"]) >= int(last_rv)
     assert watches[0].query["allowWatchBookmarks"] == "true"
+    assert watches[0].query["timeoutSeconds"] == "1"
     assert backend.watcher.relists == 1
 
 
@@ -410,6 +426,8 @@ def test_checkpoint_annotates_running_workers(server, backend):
     key = "gpuplatform.io/checkpoint-request"
     assert w0["metadata"]["annotations"][key] == "20261202T150000.000000Z"
     assert key not in w1["metadata"]["annotations"]  # finished workers are not bothered
+    (patch,) = server.requests_matching("PATCH", r"/pods/")
+    assert patch.content_type == "application/strategic-merge-patch+json"
     backend.checkpoint("unknown", 1)  # nothing to do, no error
 
 

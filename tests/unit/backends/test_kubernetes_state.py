@@ -6,6 +6,8 @@ import copy
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.backends import k8s_manifests as m
 from scheduler.backends.base import BackendJobSpec, BackendJobState
@@ -211,3 +213,40 @@ def test_permanent_image_errors_fail_but_pull_backoff_waits():
     assert (state(live).state, state(live).reason) == (BackendJobState.PENDING, "ImagePullBackOff")
     live[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "InvalidImageName"
     assert state(live).state is BackendJobState.FAILED
+
+
+# ------------------------------------------------------------------ properties
+
+PHASES = st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    phases=st.tuples(PHASES, PHASES),
+    gone=st.tuples(st.booleans(), st.booleans()),
+    cancelled=st.booleans(),
+    node_b_ready=st.booleans(),
+    order=st.permutations([0, 1]),
+)
+def test_state_depends_on_the_pods_not_their_order(phases, gone, cancelled, node_b_ready, order):
+    all_pods = pods(*phases)
+    if cancelled:
+        for pod in all_pods:
+            pod["metadata"]["annotations"][m.ANN_CANCELLED] = "true"
+    nodes = dict(HEALTHY, **{"gpu-b": m.NodeHealth(True, node_b_ready, NOW - timedelta(hours=1))})
+    live = [all_pods[i] for i in order if not gone[i]]
+    deleted = [all_pods[i] for i in order if gone[i]]
+    status = state(live, deleted, nodes)
+    reordered = state(list(reversed(live)), list(reversed(deleted)), nodes)
+    assert status == reordered
+    assert status.state is not BackendJobState.UNKNOWN
+    if cancelled:
+        assert status.state is BackendJobState.CANCELLED
+    elif phases == ("Succeeded", "Succeeded"):
+        assert status.state is BackendJobState.SUCCEEDED
+    elif not node_b_ready and phases[1] != "Succeeded":
+        assert status.state is BackendJobState.NODE_FAILED
+    elif "Failed" in phases or any(
+        g and p != "Succeeded" for g, p in zip(gone, phases, strict=True)
+    ):
+        assert status.state is BackendJobState.FAILED
