@@ -1,4 +1,17 @@
-"""Portal pages of the billing app."""
+"""Portal pages of the billing app (mounted at /billing/)."""
+
+from django.urls import path
+
+from . import views
 
 app_name = "billing"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("overview/", views.overview, name="overview"),
+    path("teams/<slug:slug>/", views.team_dashboard, name="team"),
+    path("statements/", views.statement_list, name="statements"),
+    path("statements/<int:pk>/", views.statement_detail, name="statement"),
+    path("statements/<int:pk>/csv", views.statement_csv, name="statement-csv"),
+    path("statements/<int:pk>/close", views.statement_close, name="statement-close"),
+    path("plotly.min.js", views.plotly_js, name="plotly-js"),
+]

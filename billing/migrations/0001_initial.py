@@ -6,235 +6,530 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('scheduler', '0002_initial'),
-        ('tenants', '0001_initial'),
+        ("scheduler", "0002_initial"),
+        ("tenants", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Budget',
+            name="Budget",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('month', models.DateField()),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=14)),
-                ('hard_stop', models.BooleanField(default=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='budgets', to='tenants.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("month", models.DateField()),
+                ("amount", models.DecimalField(decimal_places=2, max_digits=14)),
+                ("hard_stop", models.BooleanField(default=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="budgets",
+                        to="tenants.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-month', 'team__slug'],
+                "ordering": ["-month", "team__slug"],
             },
         ),
         migrations.CreateModel(
-            name='BudgetAlert',
+            name="BudgetAlert",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('threshold', models.PositiveSmallIntegerField()),
-                ('spend', models.DecimalField(decimal_places=2, max_digits=14)),
-                ('fired_at', models.DateTimeField()),
-                ('budget', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alerts', to='billing.budget')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("threshold", models.PositiveSmallIntegerField()),
+                ("spend", models.DecimalField(decimal_places=2, max_digits=14)),
+                ("fired_at", models.DateTimeField()),
+                (
+                    "budget",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="alerts",
+                        to="billing.budget",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['fired_at', 'threshold'],
+                "ordering": ["fired_at", "threshold"],
             },
         ),
         migrations.CreateModel(
-            name='LostWork',
+            name="LostWork",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('cumulative_gpu_seconds', models.FloatField()),
-                ('capacity', models.CharField(choices=[('on_demand', 'On-demand'), ('spot', 'Spot')], max_length=16)),
-                ('kind', models.CharField(choices=[('preempted', 'Preemption'), ('node_failed', 'Node failure'), ('other', 'Other')], max_length=16)),
-                ('occurred_at', models.DateTimeField()),
-                ('gpu_seconds', models.FloatField()),
-                ('cost', models.DecimalField(decimal_places=6, max_digits=18)),
-                ('gpu_model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='lost_work', to='scheduler.gpumodel')),
-                ('job', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='lost_work', to='scheduler.job')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='lost_work', to='tenants.team')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='lost_work', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("cumulative_gpu_seconds", models.FloatField()),
+                (
+                    "capacity",
+                    models.CharField(
+                        choices=[("on_demand", "On-demand"), ("spot", "Spot")], max_length=16
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("preempted", "Preemption"),
+                            ("node_failed", "Node failure"),
+                            ("other", "Other"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("occurred_at", models.DateTimeField()),
+                ("gpu_seconds", models.FloatField()),
+                ("cost", models.DecimalField(decimal_places=6, max_digits=18)),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lost_work",
+                        to="scheduler.gpumodel",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="lost_work",
+                        to="scheduler.job",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lost_work",
+                        to="tenants.team",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lost_work",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['occurred_at', 'id'],
+                "ordering": ["occurred_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='PriceRate',
+            name="PriceRate",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('capacity', models.CharField(choices=[('on_demand', 'On-demand'), ('spot', 'Spot')], max_length=16)),
-                ('effective_from', models.DateTimeField()),
-                ('rate_per_gpu_hour', models.DecimalField(decimal_places=4, max_digits=12)),
-                ('note', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('gpu_model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='price_rates', to='scheduler.gpumodel')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "capacity",
+                    models.CharField(
+                        choices=[("on_demand", "On-demand"), ("spot", "Spot")], max_length=16
+                    ),
+                ),
+                ("effective_from", models.DateTimeField()),
+                ("rate_per_gpu_hour", models.DecimalField(decimal_places=4, max_digits=12)),
+                ("note", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="price_rates",
+                        to="scheduler.gpumodel",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['gpu_model__name', 'capacity', 'effective_from'],
+                "ordering": ["gpu_model__name", "capacity", "effective_from"],
             },
         ),
         migrations.CreateModel(
-            name='Statement',
+            name="Statement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('month', models.DateField()),
-                ('status', models.CharField(choices=[('open', 'Open'), ('closed', 'Closed')], default='open', max_length=8)),
-                ('mode', models.CharField(choices=[('showback', 'Showback (informational)'), ('chargeback', 'Chargeback (charged to the team)')], default='showback', max_length=16)),
-                ('total', models.DecimalField(blank=True, decimal_places=2, max_digits=14, null=True)),
-                ('closed_at', models.DateTimeField(blank=True, null=True)),
-                ('closed_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='statements', to='tenants.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("month", models.DateField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("open", "Open"), ("closed", "Closed")],
+                        default="open",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "mode",
+                    models.CharField(
+                        choices=[
+                            ("showback", "Showback (informational)"),
+                            ("chargeback", "Chargeback (charged to the team)"),
+                        ],
+                        default="showback",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "total",
+                    models.DecimalField(blank=True, decimal_places=2, max_digits=14, null=True),
+                ),
+                ("closed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "closed_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="statements",
+                        to="tenants.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-month', 'team__slug'],
+                "ordering": ["-month", "team__slug"],
             },
         ),
         migrations.CreateModel(
-            name='Adjustment',
+            name="Adjustment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=14)),
-                ('reason', models.CharField(max_length=300)),
-                ('created_at', models.DateTimeField()),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('statement', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='adjustments', to='billing.statement')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("amount", models.DecimalField(decimal_places=2, max_digits=14)),
+                ("reason", models.CharField(max_length=300)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "statement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="adjustments",
+                        to="billing.statement",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='StatementLine',
+            name="StatementLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('capacity', models.CharField(choices=[('on_demand', 'On-demand'), ('spot', 'Spot')], max_length=16)),
-                ('gpu_hours', models.DecimalField(decimal_places=4, max_digits=16)),
-                ('cost', models.DecimalField(decimal_places=2, max_digits=14)),
-                ('gpu_model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='scheduler.gpumodel')),
-                ('statement', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='lines', to='billing.statement')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenants.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "capacity",
+                    models.CharField(
+                        choices=[("on_demand", "On-demand"), ("spot", "Spot")], max_length=16
+                    ),
+                ),
+                ("gpu_hours", models.DecimalField(decimal_places=4, max_digits=16)),
+                ("cost", models.DecimalField(decimal_places=2, max_digits=14)),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="scheduler.gpumodel",
+                    ),
+                ),
+                (
+                    "statement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="lines",
+                        to="billing.statement",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="tenants.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['team__slug', 'gpu_model__name', 'capacity'],
+                "ordering": ["team__slug", "gpu_model__name", "capacity"],
             },
         ),
         migrations.CreateModel(
-            name='UsageRecord',
+            name="UsageRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('allocation_id', models.BigIntegerField()),
-                ('hour', models.DateTimeField()),
-                ('attempt', models.PositiveIntegerField(default=1)),
-                ('capacity', models.CharField(choices=[('on_demand', 'On-demand'), ('spot', 'Spot')], max_length=16)),
-                ('gpu_seconds', models.FloatField()),
-                ('cost', models.DecimalField(decimal_places=6, max_digits=18)),
-                ('unpriced_gpu_seconds', models.FloatField(default=0.0)),
-                ('idle_fraction', models.FloatField(blank=True, null=True)),
-                ('finalized', models.BooleanField(default=False)),
-                ('gpu_model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage', to='scheduler.gpumodel')),
-                ('job', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='usage', to='scheduler.job')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage', to='tenants.team')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("allocation_id", models.BigIntegerField()),
+                ("hour", models.DateTimeField()),
+                ("attempt", models.PositiveIntegerField(default=1)),
+                (
+                    "capacity",
+                    models.CharField(
+                        choices=[("on_demand", "On-demand"), ("spot", "Spot")], max_length=16
+                    ),
+                ),
+                ("gpu_seconds", models.FloatField()),
+                ("cost", models.DecimalField(decimal_places=6, max_digits=18)),
+                ("unpriced_gpu_seconds", models.FloatField(default=0.0)),
+                ("idle_fraction", models.FloatField(blank=True, null=True)),
+                ("finalized", models.BooleanField(default=False)),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="usage",
+                        to="scheduler.gpumodel",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="usage",
+                        to="scheduler.job",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="usage",
+                        to="tenants.team",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="usage",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['hour', 'allocation_id'],
+                "ordering": ["hour", "allocation_id"],
             },
         ),
         migrations.CreateModel(
-            name='AllocationMeter',
+            name="AllocationMeter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('metered_until', models.DateTimeField()),
-                ('finalized', models.BooleanField(default=False)),
-                ('allocation', models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='meter', to='scheduler.allocation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("metered_until", models.DateTimeField()),
+                ("finalized", models.BooleanField(default=False)),
+                (
+                    "allocation",
+                    models.OneToOneField(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="meter",
+                        to="scheduler.allocation",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['finalized'], name='allocmeter_finalized')],
+                "indexes": [models.Index(fields=["finalized"], name="allocmeter_finalized")],
             },
         ),
         migrations.AddConstraint(
-            model_name='budget',
-            constraint=models.UniqueConstraint(fields=('team', 'month'), name='budget_unique_team_month'),
+            model_name="budget",
+            constraint=models.UniqueConstraint(
+                fields=("team", "month"), name="budget_unique_team_month"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='budget',
-            constraint=models.CheckConstraint(condition=models.Q(('amount__gt', 0)), name='budget_amount_positive'),
+            model_name="budget",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("amount__gt", 0)), name="budget_amount_positive"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='budget',
-            constraint=models.CheckConstraint(condition=models.Q(('month__day', 1)), name='budget_month_first_day'),
+            model_name="budget",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("month__day", 1)), name="budget_month_first_day"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='budgetalert',
-            constraint=models.UniqueConstraint(fields=('budget', 'threshold'), name='budgetalert_once_per_threshold'),
+            model_name="budgetalert",
+            constraint=models.UniqueConstraint(
+                fields=("budget", "threshold"), name="budgetalert_once_per_threshold"
+            ),
         ),
         migrations.AddIndex(
-            model_name='lostwork',
-            index=models.Index(fields=['team', 'occurred_at'], name='lostwork_team_time'),
+            model_name="lostwork",
+            index=models.Index(fields=["team", "occurred_at"], name="lostwork_team_time"),
         ),
         migrations.AddConstraint(
-            model_name='lostwork',
-            constraint=models.UniqueConstraint(fields=('job', 'cumulative_gpu_seconds'), name='lostwork_unique_job_cumulative'),
+            model_name="lostwork",
+            constraint=models.UniqueConstraint(
+                fields=("job", "cumulative_gpu_seconds"), name="lostwork_unique_job_cumulative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='lostwork',
-            constraint=models.CheckConstraint(condition=models.Q(('gpu_seconds__gt', 0)), name='lostwork_positive'),
+            model_name="lostwork",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("gpu_seconds__gt", 0)), name="lostwork_positive"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pricerate',
-            constraint=models.UniqueConstraint(fields=('gpu_model', 'capacity', 'effective_from'), name='price_unique_model_cap_from'),
+            model_name="pricerate",
+            constraint=models.UniqueConstraint(
+                fields=("gpu_model", "capacity", "effective_from"),
+                name="price_unique_model_cap_from",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pricerate',
-            constraint=models.CheckConstraint(condition=models.Q(('rate_per_gpu_hour__gte', 0)), name='price_rate_gte_0'),
+            model_name="pricerate",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("rate_per_gpu_hour__gte", 0)), name="price_rate_gte_0"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pricerate',
-            constraint=models.CheckConstraint(condition=models.Q(('capacity__in', ['on_demand', 'spot'])), name='price_capacity_valid'),
+            model_name="pricerate",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("capacity__in", ["on_demand", "spot"])),
+                name="price_capacity_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='statement',
-            constraint=models.UniqueConstraint(fields=('team', 'month'), name='statement_unique_team_month'),
+            model_name="statement",
+            constraint=models.UniqueConstraint(
+                fields=("team", "month"), name="statement_unique_team_month"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='statement',
-            constraint=models.CheckConstraint(condition=models.Q(('month__day', 1)), name='statement_month_first_day'),
+            model_name="statement",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("month__day", 1)), name="statement_month_first_day"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='statement',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('closed_at__isnull', True), ('status', 'open'), ('total__isnull', True)), models.Q(('closed_at__isnull', False), ('status', 'closed'), ('total__isnull', False)), _connector='OR'), name='statement_closed_is_frozen'),
+            model_name="statement",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("closed_at__isnull", True), ("status", "open"), ("total__isnull", True)
+                    ),
+                    models.Q(
+                        ("closed_at__isnull", False), ("status", "closed"), ("total__isnull", False)
+                    ),
+                    _connector="OR",
+                ),
+                name="statement_closed_is_frozen",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='adjustment',
-            constraint=models.CheckConstraint(condition=models.Q(('amount', 0), _negated=True), name='adjustment_nonzero'),
+            model_name="adjustment",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("amount", 0), _negated=True), name="adjustment_nonzero"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='statementline',
-            constraint=models.UniqueConstraint(fields=('statement', 'team', 'gpu_model', 'capacity'), name='stmtline_unique_key'),
+            model_name="statementline",
+            constraint=models.UniqueConstraint(
+                fields=("statement", "team", "gpu_model", "capacity"), name="stmtline_unique_key"
+            ),
         ),
         migrations.AddIndex(
-            model_name='usagerecord',
-            index=models.Index(fields=['team', 'hour'], name='usage_team_hour'),
+            model_name="usagerecord",
+            index=models.Index(fields=["team", "hour"], name="usage_team_hour"),
         ),
         migrations.AddIndex(
-            model_name='usagerecord',
-            index=models.Index(fields=['hour'], name='usage_hour'),
+            model_name="usagerecord",
+            index=models.Index(fields=["hour"], name="usage_hour"),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.UniqueConstraint(fields=('allocation_id', 'hour'), name='usage_unique_alloc_hour'),
+            model_name="usagerecord",
+            constraint=models.UniqueConstraint(
+                fields=("allocation_id", "hour"), name="usage_unique_alloc_hour"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.CheckConstraint(condition=models.Q(('gpu_seconds__gte', 0), ('gpu_seconds__lte', 3600)), name='usage_gpu_seconds_in_hour'),
+            model_name="usagerecord",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("gpu_seconds__gte", 0), ("gpu_seconds__lte", 3600)),
+                name="usage_gpu_seconds_in_hour",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.CheckConstraint(condition=models.Q(('idle_fraction__isnull', True), models.Q(('idle_fraction__gte', 0), ('idle_fraction__lte', 1)), _connector='OR'), name='usage_idle_fraction_0_1'),
+            model_name="usagerecord",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("idle_fraction__isnull", True),
+                    models.Q(("idle_fraction__gte", 0), ("idle_fraction__lte", 1)),
+                    _connector="OR",
+                ),
+                name="usage_idle_fraction_0_1",
+            ),
         ),
     ]

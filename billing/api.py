@@ -1,0 +1,263 @@
+"""REST endpoints of billing: the price book, budgets, budget alerts and statements (with close,
+CSV export and adjustments). Views translate HTTP into selector and service calls; every queryset
+comes from a selector scoped to the caller's teams, so another team's statement is a 404 and a
+``team`` in a body is looked up among the caller's teams only."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from scheduler.errors import DomainError, NotFound
+from scheduler.models import GpuModel
+from tenants.permissions import visible_teams
+
+from . import calc, selectors, services
+from .models import Budget, BudgetAlert, Capacity, PriceRate, Statement, StatementMode
+
+
+class PriceRateSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    capacity = serializers.ChoiceField(choices=Capacity.choices)
+    rate_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
+
+    class Meta:
+        model = PriceRate
+        fields = ["id", "gpu_model", "capacity", "effective_from", "rate_per_gpu_hour", "note"]
+
+
+class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """The price book: USD per GPU-hour by GPU model and capacity type, with effective dates.
+    Everyone signed in reads it; platform admins add rates (from now on, never backdated)."""
+
+    serializer_class = PriceRateSerializer
+    filterset_fields = ["capacity"]
+
+    def get_queryset(self):
+        return selectors.price_list()
+
+    def create(self, request):
+        incoming = PriceRateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        rate = services.price_set(
+            user=request.user,
+            gpu_model=data["gpu_model"],
+            capacity=data["capacity"],
+            rate_per_gpu_hour=data["rate_per_gpu_hour"],
+            effective_from=data["effective_from"],
+            note=data.get("note", ""),
+        )
+        return Response(PriceRateSerializer(rate).data, status=status.HTTP_201_CREATED)
+
+
+class MonthField(serializers.Field):
+    """A month as ``"YYYY-MM"`` on the wire, the month's first day inside."""
+
+    def to_representation(self, value):
+        return f"{value:%Y-%m}"
+
+    def to_internal_value(self, data):
+        try:
+            return calc.parse_month(str(data))
+        except ValueError:
+            raise serializers.ValidationError("must be a month like 2026-12") from None
+
+
+class BudgetSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    month = MonthField()
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    spend = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Budget
+        fields = ["id", "team", "month", "amount", "hard_stop", "spend"]
+
+    def get_spend(self, budget) -> str:
+        return str(services.team_spend(team=budget.team, month=budget.month).quantize(calc.CENT))
+
+
+class BudgetWriteSerializer(serializers.Serializer):
+    team = serializers.SlugField()
+    month = MonthField()
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    hard_stop = serializers.BooleanField(default=False)
+
+
+class BudgetViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Budgets of the caller's teams. POST sets (creates or changes) a team's budget for a month;
+    team owners/admins and platform admins only."""
+
+    serializer_class = BudgetSerializer
+    filterset_fields = ["hard_stop"]
+
+    def get_queryset(self):
+        return selectors.budget_list(user=self.request.user).order_by("-month", "team__slug")
+
+    @extend_schema(request=BudgetWriteSerializer, responses={201: BudgetSerializer})
+    def create(self, request):
+        incoming = BudgetWriteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        team = visible_teams(request.user).filter(slug=data["team"]).first()
+        if team is None:
+            raise DomainError(f"you are not a member of a team '{data['team']}'", field="team")
+        budget = services.budget_set(
+            user=request.user,
+            team=team,
+            month=data["month"],
+            amount=data["amount"],
+            hard_stop=data["hard_stop"],
+        )
+        return Response(BudgetSerializer(budget).data, status=status.HTTP_201_CREATED)
+
+
+class BudgetAlertSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="budget.team.slug")
+    month = MonthField(source="budget.month")
+    budget = serializers.DecimalField(source="budget.amount", max_digits=14, decimal_places=2)
+
+    class Meta:
+        model = BudgetAlert
+        fields = ["id", "team", "month", "threshold", "budget", "spend", "fired_at"]
+
+
+class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet):
+    """Budget alert events (50 / 80 / 100 %) of the caller's teams, newest first."""
+
+    serializer_class = BudgetAlertSerializer
+
+    def get_queryset(self):
+        return selectors.alert_list(user=self.request.user).order_by("-fired_at", "-id")
+
+
+class StatementLineSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    gpu_model = serializers.CharField()
+    capacity = serializers.CharField()
+    gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=4)
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+
+
+class AdjustmentSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    reason = serializers.CharField(max_length=300)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class StatementSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    month = MonthField()
+
+    class Meta:
+        model = Statement
+        fields = ["id", "team", "month", "status", "mode", "total", "closed_at"]
+
+
+class StatementDetailSerializer(StatementSerializer):
+    lines = serializers.SerializerMethodField()
+    adjustments = serializers.SerializerMethodField()
+    computed_total = serializers.SerializerMethodField()
+    adjusted_total = serializers.SerializerMethodField()
+
+    class Meta(StatementSerializer.Meta):
+        fields = StatementSerializer.Meta.fields + [
+            "lines",
+            "adjustments",
+            "computed_total",
+            "adjusted_total",
+        ]
+
+    def _view(self, statement):
+        cache = self.context.setdefault("views", {})
+        if statement.pk not in cache:
+            cache[statement.pk] = selectors.statement_view(statement=statement)
+        return cache[statement.pk]
+
+    @extend_schema(responses=StatementLineSerializer(many=True))
+    def get_lines(self, statement) -> list[dict]:
+        return StatementLineSerializer(self._view(statement).lines, many=True).data
+
+    def get_adjustments(self, statement) -> list[dict]:
+        return AdjustmentSerializer(self._view(statement).adjustments, many=True).data
+
+    def get_computed_total(self, statement) -> str:
+        return str(self._view(statement).total)
+
+    def get_adjusted_total(self, statement) -> str:
+        return str(self._view(statement).adjusted_total)
+
+
+class StatementCloseSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=StatementMode.choices, required=False)
+
+
+class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Monthly statements of the caller's teams (each rolled up over its sub-teams). Another
+    team's statement is a 404. Closing freezes it; corrections are adjustments."""
+
+    serializer_class = StatementSerializer
+    filterset_fields = ["status", "mode"]
+
+    def get_queryset(self):
+        qs = selectors.statement_list(user=self.request.user)
+        if team := self.request.query_params.get("team"):
+            qs = qs.filter(team__slug=team)
+        return qs
+
+    def get_serializer_class(self):
+        return StatementDetailSerializer if self.action == "retrieve" else StatementSerializer
+
+    def get_object(self):
+        try:
+            pk = int(self.kwargs["pk"])
+        except (TypeError, ValueError):
+            raise NotFound("no such statement", field="id") from None
+        return selectors.statement_get(user=self.request.user, statement_id=pk)
+
+    @extend_schema(request=StatementCloseSerializer, responses={200: StatementDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def close(self, request, pk=None):
+        statement = self.get_object()
+        incoming = StatementCloseSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        closed = services.statement_close(
+            user=request.user, statement_id=statement.pk, mode=incoming.validated_data.get("mode")
+        )
+        return Response(StatementDetailSerializer(closed).data)
+
+    @extend_schema(request=AdjustmentSerializer, responses={201: AdjustmentSerializer})
+    @action(detail=True, methods=["post"])
+    def adjustments(self, request, pk=None):
+        statement = self.get_object()
+        incoming = AdjustmentSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        adjustment = services.adjustment_add(
+            user=request.user,
+            statement_id=statement.pk,
+            amount=incoming.validated_data["amount"],
+            reason=incoming.validated_data["reason"],
+        )
+        return Response(AdjustmentSerializer(adjustment).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={(200, "text/csv"): OpenApiResponse(description="statement as CSV")})
+    @action(detail=True, methods=["get"])
+    def csv(self, request, pk=None):
+        statement = self.get_object()
+        buffer = io.StringIO()
+        csv.writer(buffer).writerows(
+            selectors.statement_csv_rows(view=selectors.statement_view(statement=statement))
+        )
+        response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="statement-{statement.team.slug}-{statement.month:%Y-%m}.csv"'
+        )
+        return response

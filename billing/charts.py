@@ -1,0 +1,142 @@
+"""Cost dashboard figures. Plain series in (a ``CostDashboard`` of dataclasses), Plotly figures
+out; no ORM, no clock. Each function returns a figure even for empty data, with a note saying
+what is missing rather than an empty frame that looks like "zero"."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import plotly.graph_objects as go
+
+from . import calc
+from .selectors import CostDashboard
+
+_LAYOUT = {
+    "margin": {"l": 60, "r": 20, "t": 48, "b": 40},
+    "height": 320,
+    "legend": {"orientation": "h", "y": -0.2},
+    "template": "plotly_white",
+}
+
+
+def _empty_note(fig: go.Figure, text: str) -> go.Figure:
+    fig.add_annotation(
+        text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 14}
+    )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def spend_over_time(d: CostDashboard) -> go.Figure:
+    """Daily spend stacked by GPU model."""
+    fig = go.Figure(layout={**_LAYOUT, "title": "Spend per day by GPU model (USD)"})
+    by_model = d.daily_by_model()
+    for model, days in by_model.items():
+        xs = sorted(days)
+        fig.add_bar(name=model, x=[x.isoformat() for x in xs], y=[float(days[x]) for x in xs])
+    fig.update_layout(barmode="stack")
+    if not by_model:
+        _empty_note(fig, "no usage metered this month")
+    return fig
+
+
+def budget_and_forecast(d: CostDashboard) -> go.Figure:
+    """Cumulative spend, the straight-line forecast to month end, and the budget line."""
+    fig = go.Figure(layout={**_LAYOUT, "title": "Spend to date, forecast and budget (USD)"})
+    cumulative = d.cumulative_daily()
+    if cumulative:
+        fig.add_scatter(
+            name="spend to date",
+            mode="lines+markers",
+            x=[day.isoformat() for day, _ in cumulative],
+            y=[float(v) for _, v in cumulative],
+        )
+    start, end = calc.month_bounds(d.month)
+    last_day = (end - timedelta(days=1)).date().isoformat()
+    if d.now < end:
+        anchor = cumulative[-1][0].isoformat() if cumulative else start.date().isoformat()
+        fig.add_scatter(
+            name="forecast",
+            mode="lines",
+            line={"dash": "dash"},
+            x=[anchor, last_day],
+            y=[float(d.budget.spend), float(d.budget.forecast)],
+        )
+    if d.budget.amount is not None:
+        label = "hard budget" if d.budget.hard_stop else "budget"
+        fig.add_scatter(
+            name=label,
+            mode="lines",
+            line={"color": "crimson"},
+            x=[start.date().isoformat(), last_day],
+            y=[float(d.budget.amount)] * 2,
+        )
+    return fig
+
+
+def top_jobs(d: CostDashboard) -> go.Figure:
+    """The month's most expensive jobs, largest on top."""
+    fig = go.Figure(layout={**_LAYOUT, "title": "Top jobs by cost (USD)"})
+    jobs = list(reversed(d.top_jobs))
+    if not jobs:
+        return _empty_note(fig, "no jobs metered this month")
+    fig.add_bar(
+        orientation="h",
+        x=[float(j.cost) for j in jobs],
+        y=[f"#{j.job_id} {j.name}" for j in jobs],
+        customdata=[[j.user, j.team, round(j.gpu_hours, 1)] for j in jobs],
+        hovertemplate="%{y}<br>$%{x:.2f}<br>%{customdata[2]} GPU-h by %{customdata[0]}"
+        " (%{customdata[1]})<extra></extra>",
+    )
+    fig.update_layout(height=max(240, 40 + 28 * len(jobs)), margin={"l": 200})
+    return fig
+
+
+def waste(d: CostDashboard) -> go.Figure:
+    """Lost work per day by cause, and idle cost (or an honest "no telemetry")."""
+    fig = go.Figure(layout={**_LAYOUT, "title": "Waste: lost work and idle GPUs (USD)"})
+    kinds: dict[str, dict[str, float]] = {}
+    for p in d.lost:
+        kinds.setdefault(p.kind, {})[p.day.isoformat()] = float(p.cost)
+    for kind, days in sorted(kinds.items()):
+        xs = sorted(days)
+        fig.add_bar(name=f"lost: {kind.replace('_', ' ')}", x=xs, y=[days[x] for x in xs])
+    fig.update_layout(barmode="stack")
+    if d.idle.has_telemetry:
+        note = f"idle cost ${d.idle.idle_cost:,} ({d.idle.coverage:.0%} of GPU time has telemetry)"
+    else:
+        note = "idle cost: no telemetry"
+    fig.add_annotation(text=note, showarrow=False, xref="paper", yref="paper", x=0, y=1.08)
+    if not kinds:
+        fig.add_annotation(
+            text="no work lost to preemption or node failure",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+        )
+    return fig
+
+
+def all_figures(d: CostDashboard) -> dict[str, go.Figure]:
+    """The dashboard's four figures by id."""
+    return {
+        "spend": spend_over_time(d),
+        "budget": budget_and_forecast(d),
+        "top-jobs": top_jobs(d),
+        "waste": waste(d),
+    }
+
+
+def to_div(fig: go.Figure, div_id: str) -> str:
+    """HTML for one figure; the page loads plotly.min.js itself (served locally)."""
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False}
+    )
+
+
+def money(value: Decimal | None) -> str:
+    return "—" if value is None else f"${value:,.2f}"

@@ -1,0 +1,575 @@
+"""Reads of billing data a user can reach. Every read starts from the caller's visible teams;
+another team's statement, budget or dashboard is NotFound (never "forbidden": names stay private).
+
+Dashboard selectors return plain dataclasses of series (no ORM objects), which the chart code
+turns into figures. A team dashboard costs a fixed number of queries whatever the data size:
+one GROUP BY over the month's usage (by hour, GPU model, capacity, with idle sums), one top-jobs
+GROUP BY, and small reads of lost work, budget, alerts and names.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Case, F, FloatField, QuerySet, Sum, When
+from django.db.models.functions import TruncDay
+
+from scheduler.errors import NotFound
+from scheduler.models import GpuModel, Job
+from tenants.models import Team
+from tenants.permissions import is_platform_admin, visible_teams
+
+from . import calc
+from .models import (
+    Budget,
+    BudgetAlert,
+    LostWork,
+    PriceRate,
+    Statement,
+    StatementStatus,
+    UsageRecord,
+)
+from .services import statement_live_lines
+from .tree import TeamTree
+
+# ----------------------------------------------------------------------------- series
+
+
+@dataclass(frozen=True, slots=True)
+class HourSpend:
+    hour: datetime
+    gpu_model: str
+    capacity: str
+    gpu_hours: float
+    cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class JobCost:
+    job_id: int
+    name: str
+    team: str
+    user: str
+    gpu_hours: float
+    cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class LostPoint:
+    day: date
+    kind: str
+    gpu_hours: float
+    cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class IdleSummary:
+    """Idle cost from telemetry. ``coverage`` is the share of GPU time that has telemetry; with
+    none, ``has_telemetry`` is False and the idle figures are unknown, not zero."""
+
+    has_telemetry: bool
+    coverage: float
+    idle_gpu_hours: float
+    idle_cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSummary:
+    amount: Decimal | None
+    hard_stop: bool
+    spend: Decimal
+    forecast: Decimal
+    alerts: tuple[tuple[int, datetime], ...] = ()
+
+    @property
+    def percent_used(self) -> float | None:
+        if not self.amount:
+            return None
+        return float(self.spend / self.amount * 100)
+
+    @property
+    def forecast_over(self) -> bool:
+        return self.amount is not None and self.forecast > self.amount
+
+
+@dataclass
+class CostDashboard:
+    """Everything a cost dashboard shows for one scope (a team subtree, or all teams)."""
+
+    title: str
+    month: date
+    now: datetime
+    hours: list[HourSpend]
+    top_jobs: list[JobCost]
+    lost: list[LostPoint]
+    idle: IdleSummary
+    budget: BudgetSummary
+    unpriced_gpu_hours: float = 0.0
+    team_slug: str | None = None
+
+    @property
+    def spend(self) -> Decimal:
+        return self.budget.spend
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(h.gpu_hours for h in self.hours)
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        return sum(p.gpu_hours for p in self.lost)
+
+    @property
+    def lost_cost(self) -> Decimal:
+        return sum((p.cost for p in self.lost), Decimal(0))
+
+    def daily_by_model(self) -> dict[str, dict[date, Decimal]]:
+        """GPU model -> day -> spend."""
+        out: dict[str, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        for h in self.hours:
+            out[h.gpu_model][h.hour.date()] += h.cost
+        return {m: dict(days) for m, days in sorted(out.items())}
+
+    def by_capacity(self) -> dict[str, Decimal]:
+        out: dict[str, Decimal] = defaultdict(Decimal)
+        for h in self.hours:
+            out[h.capacity] += h.cost
+        return dict(out)
+
+    def cumulative_daily(self) -> list[tuple[date, Decimal]]:
+        """(day, spend to the end of that day), for the days of the month up to now."""
+        per_day: dict[date, Decimal] = defaultdict(Decimal)
+        for h in self.hours:
+            per_day[h.hour.date()] += h.cost
+        start, end = calc.month_bounds(self.month)
+        last = min(end - timedelta(seconds=1), max(self.now, start)).date()
+        out, running, day = [], Decimal(0), start.date()
+        while day <= last:
+            running += per_day.get(day, Decimal(0))
+            out.append((day, running))
+            day += timedelta(days=1)
+        return out
+
+
+# ----------------------------------------------------------------------------- scope helpers
+
+
+def _team_for(user, slug: str) -> Team:
+    team = visible_teams(user).filter(slug=slug).first()
+    if team is None:
+        raise NotFound("no such team", field="team")
+    return team
+
+
+def default_team(user) -> Team | None:
+    """The first team the user may see (the dashboard's landing team)."""
+    return visible_teams(user).order_by("slug").first()
+
+
+def _usage_in(team_ids: list[int] | None, month: date) -> QuerySet[UsageRecord]:
+    start, end = calc.month_bounds(month)
+    qs = UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
+    return qs if team_ids is None else qs.filter(team_id__in=team_ids)
+
+
+def _hour_series(qs: QuerySet[UsageRecord]) -> tuple[list[HourSpend], IdleSummary, float]:
+    names = dict(GpuModel.objects.values_list("id", "name"))
+    telemetered = Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0)
+    rows = (
+        qs.values("hour", "gpu_model_id", "capacity")
+        .annotate(
+            secs=Sum("gpu_seconds"),
+            cost=Sum("cost"),
+            unpriced=Sum("unpriced_gpu_seconds"),
+            tel_secs=Sum(telemetered, output_field=FloatField()),
+            idle_secs=Sum(F("gpu_seconds") * F("idle_fraction"), output_field=FloatField()),
+            idle_cost=Sum(F("cost") * F("idle_fraction"), output_field=FloatField()),
+        )
+        .order_by("hour", "gpu_model_id", "capacity")
+    )
+    hours: list[HourSpend] = []
+    total_secs = tel_secs = idle_secs = unpriced = 0.0
+    idle_cost = 0.0
+    for r in rows:
+        hours.append(
+            HourSpend(
+                r["hour"],
+                names.get(r["gpu_model_id"], "?"),
+                r["capacity"],
+                r["secs"] / 3600,
+                r["cost"] or Decimal(0),
+            )
+        )
+        total_secs += r["secs"] or 0.0
+        tel_secs += r["tel_secs"] or 0.0
+        idle_secs += r["idle_secs"] or 0.0
+        idle_cost += r["idle_cost"] or 0.0
+        unpriced += r["unpriced"] or 0.0
+    idle = IdleSummary(
+        has_telemetry=tel_secs > 0,
+        coverage=(tel_secs / total_secs) if total_secs else 0.0,
+        idle_gpu_hours=idle_secs / 3600,
+        idle_cost=Decimal(repr(idle_cost)).quantize(calc.CENT),
+    )
+    return hours, idle, unpriced / 3600
+
+
+def _top_jobs(qs: QuerySet[UsageRecord], limit: int) -> list[JobCost]:
+    top = list(
+        qs.values("job_id")
+        .annotate(secs=Sum("gpu_seconds"), cost=Sum("cost"))
+        .order_by("-cost", "job_id")[:limit]
+    )
+    jobs = {
+        j["id"]: j
+        for j in Job.objects.filter(pk__in=[t["job_id"] for t in top]).values(
+            "id", "name", "team__slug", "submitter__username"
+        )
+    }
+    out = []
+    for t in top:
+        job = jobs.get(t["job_id"], {})
+        out.append(
+            JobCost(
+                t["job_id"],
+                job.get("name", f"job {t['job_id']}"),
+                job.get("team__slug", "?"),
+                job.get("submitter__username", "?"),
+                t["secs"] / 3600,
+                t["cost"] or Decimal(0),
+            )
+        )
+    return out
+
+
+def _lost_series(team_ids: list[int] | None, month: date) -> list[LostPoint]:
+    start, end = calc.month_bounds(month)
+    qs = LostWork.objects.filter(occurred_at__gte=start, occurred_at__lt=end)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    return [
+        LostPoint(r["day"].date(), r["kind"], r["secs"] / 3600, r["cost"] or Decimal(0))
+        for r in qs.annotate(day=TruncDay("occurred_at"))
+        .values("day", "kind")
+        .annotate(secs=Sum("gpu_seconds"), cost=Sum("cost"))
+        .order_by("day", "kind")
+    ]
+
+
+def _forecast(hours: list[HourSpend], month: date, now: datetime) -> tuple[Decimal, Decimal]:
+    spend = sum((h.cost for h in hours), Decimal(0))
+    lo, hi = calc.forecast_window(now, month)
+    # Usage is bucketed by hour: measure the window from the start of its first bucket.
+    lo = calc.floor_hour(lo)
+    trailing = sum((h.cost for h in hours if h.hour >= lo), Decimal(0))
+    forecast = calc.forecast_month_end(
+        spend_to_date=spend, trailing_spend=trailing, trailing_window=hi - lo, now=now, month=month
+    )
+    return spend, forecast
+
+
+def _budget_summary(team: Team | None, hours, month, now) -> BudgetSummary:
+    spend, forecast = _forecast(hours, month, now)
+    budget = Budget.objects.filter(team=team, month=month).first() if team else None
+    alerts: tuple = ()
+    if budget is not None:
+        alerts = tuple(
+            BudgetAlert.objects.filter(budget=budget)
+            .order_by("threshold")
+            .values_list("threshold", "fired_at")
+        )
+    return BudgetSummary(
+        amount=budget.amount if budget else None,
+        hard_stop=bool(budget and budget.hard_stop),
+        spend=spend.quantize(calc.CENT),
+        forecast=forecast,
+        alerts=alerts,
+    )
+
+
+# ----------------------------------------------------------------------------- dashboards
+
+
+def team_cost_dashboard(
+    *, user, team_slug: str, month: date, now: datetime, top: int = 10
+) -> CostDashboard:
+    """The cost dashboard of one of the caller's teams (rolled up over its sub-teams) for a month.
+    Another team is NotFound."""
+    team = _team_for(user, team_slug)
+    team_ids = TeamTree.load().subtree(team.pk)
+    qs = _usage_in(team_ids, month)
+    hours, idle, unpriced = _hour_series(qs)
+    return CostDashboard(
+        title=team.name,
+        team_slug=team.slug,
+        month=month,
+        now=now,
+        hours=hours,
+        top_jobs=_top_jobs(qs, top),
+        lost=_lost_series(team_ids, month),
+        idle=idle,
+        budget=_budget_summary(team, hours, month, now),
+        unpriced_gpu_hours=unpriced,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRow:
+    slug: str
+    name: str
+    parent: str | None
+    own_spend: Decimal
+    spend: Decimal  # including sub-teams
+    gpu_hours: float
+    budget: Decimal | None
+    hard_stop: bool
+    forecast: Decimal
+    idle_cost: Decimal | None  # None: no telemetry
+    lost_cost: Decimal
+
+    @property
+    def percent_used(self) -> float | None:
+        return float(self.spend / self.budget * 100) if self.budget else None
+
+
+SORT_KEYS = {
+    "team": lambda r: r.slug,
+    "spend": lambda r: r.spend,
+    "own_spend": lambda r: r.own_spend,
+    "gpu_hours": lambda r: r.gpu_hours,
+    "budget": lambda r: r.budget if r.budget is not None else Decimal(-1),
+    "used": lambda r: r.percent_used if r.percent_used is not None else -1.0,
+    "forecast": lambda r: r.forecast,
+    "idle": lambda r: r.idle_cost if r.idle_cost is not None else Decimal(-1),
+    "lost": lambda r: r.lost_cost,
+}
+
+
+@dataclass
+class AdminOverview:
+    rows: list[TeamRow]
+    dashboard: CostDashboard
+    sort: str
+    descending: bool
+
+
+def admin_cost_overview(
+    *, user, month: date, now: datetime, sort: str = "spend", descending: bool = True
+) -> AdminOverview:
+    """All teams for a month, sortable by any column, plus the platform-wide charts. Platform
+    admins only (anyone else: NotFound)."""
+    if not is_platform_admin(user):
+        raise NotFound("no such page", field="team")
+    qs = _usage_in(None, month)
+    hours, idle, unpriced = _hour_series(qs)
+    tree = TeamTree.load()
+    start, end = calc.month_bounds(month)
+    lo, _ = calc.forecast_window(now, month)
+    lo = calc.floor_hour(lo)
+    per_team = {
+        r["team_id"]: r
+        for r in qs.values("team_id").annotate(
+            secs=Sum("gpu_seconds"),
+            cost=Sum("cost"),
+            tel=Sum(
+                Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0),
+                output_field=FloatField(),
+            ),
+            idle_cost=Sum(F("cost") * F("idle_fraction"), output_field=FloatField()),
+            trailing=Sum(Case(When(hour__gte=lo, then=F("cost")), default=Decimal(0))),
+        )
+    }
+    lost = dict(
+        LostWork.objects.filter(occurred_at__gte=start, occurred_at__lt=end)
+        .values("team_id")
+        .annotate(cost=Sum("cost"))
+        .values_list("team_id", "cost")
+    )
+    budgets = {b.team_id: b for b in Budget.objects.filter(month=month)}
+    own = {t: r["cost"] or Decimal(0) for t, r in per_team.items()}
+    rolled = tree.roll_up(own)
+    rolled_trailing = tree.roll_up({t: r["trailing"] or Decimal(0) for t, r in per_team.items()})
+    _, hi = calc.forecast_window(now, month)
+    rows = []
+    for team in Team.objects.select_related("parent").order_by("slug"):
+        r = per_team.get(team.pk, {})
+        spend = rolled.get(team.pk, Decimal(0))
+        budget = budgets.get(team.pk)
+        rows.append(
+            TeamRow(
+                slug=team.slug,
+                name=team.name,
+                parent=team.parent.slug if team.parent else None,
+                own_spend=(r.get("cost") or Decimal(0)).quantize(calc.CENT),
+                spend=spend.quantize(calc.CENT),
+                gpu_hours=(r.get("secs") or 0.0) / 3600,
+                budget=budget.amount if budget else None,
+                hard_stop=bool(budget and budget.hard_stop),
+                forecast=calc.forecast_month_end(
+                    spend_to_date=spend,
+                    trailing_spend=rolled_trailing.get(team.pk, Decimal(0)),
+                    trailing_window=hi - lo,
+                    now=now,
+                    month=month,
+                ),
+                idle_cost=(
+                    Decimal(repr(r["idle_cost"] or 0.0)).quantize(calc.CENT)
+                    if r.get("tel")
+                    else None
+                ),
+                lost_cost=(lost.get(team.pk) or Decimal(0)).quantize(calc.CENT),
+            )
+        )
+    if sort not in SORT_KEYS:
+        sort = "spend"
+    rows.sort(key=SORT_KEYS[sort], reverse=descending)
+    dashboard = CostDashboard(
+        title="All teams",
+        month=month,
+        now=now,
+        hours=hours,
+        top_jobs=_top_jobs(qs, 10),
+        lost=_lost_series(None, month),
+        idle=idle,
+        budget=_budget_summary(None, hours, month, now),
+        unpriced_gpu_hours=unpriced,
+    )
+    return AdminOverview(rows=rows, dashboard=dashboard, sort=sort, descending=descending)
+
+
+# ----------------------------------------------------------------------------- statements
+
+
+def statement_list(*, user, team_slug: str | None = None) -> QuerySet[Statement]:
+    """Statements of the caller's teams, newest month first."""
+    qs = Statement.objects.filter(team__in=visible_teams(user)).select_related("team")
+    if team_slug:
+        qs = qs.filter(team__slug=team_slug)
+    return qs.order_by("-month", "team__slug")
+
+
+def statement_get(*, user, statement_id: int) -> Statement:
+    """One statement of the caller's teams; another team's (or none) is NotFound."""
+    statement = statement_list(user=user).filter(pk=statement_id).first()
+    if statement is None:
+        raise NotFound("no such statement", field="id")
+    return statement
+
+
+@dataclass(frozen=True, slots=True)
+class StatementLineView:
+    team: str
+    gpu_model: str
+    capacity: str
+    gpu_hours: Decimal
+    cost: Decimal
+
+
+@dataclass
+class StatementView:
+    statement: Statement
+    lines: list[StatementLineView]
+    total: Decimal
+    adjustments: list = field(default_factory=list)
+    # Closed statements only: usage metered for the month after it was closed (not billed here).
+    metered_after_close: Decimal = Decimal(0)
+
+    @property
+    def adjusted_total(self) -> Decimal:
+        return self.total + sum((a.amount for a in self.adjustments), Decimal(0))
+
+    @property
+    def by_team(self) -> list[tuple[str, Decimal]]:
+        out: dict[str, Decimal] = defaultdict(Decimal)
+        for line in self.lines:
+            out[line.team] += line.cost
+        return sorted(out.items())
+
+
+def statement_view(*, statement: Statement) -> StatementView:
+    """What a statement says: frozen lines when closed, live usage when open."""
+    teams = dict(Team.objects.values_list("id", "slug"))
+    models_ = dict(GpuModel.objects.values_list("id", "name"))
+    adjustments = list(statement.adjustments.select_related("created_by"))
+    if statement.status == StatementStatus.CLOSED:
+        lines = [
+            StatementLineView(
+                teams.get(line.team_id, "?"),
+                models_.get(line.gpu_model_id, "?"),
+                line.capacity,
+                line.gpu_hours,
+                line.cost,
+            )
+            for line in statement.lines.all()
+        ]
+        live_total = sum(
+            (row["cost"] for row in statement_live_lines(statement=statement)), Decimal(0)
+        ).quantize(calc.CENT)
+        return StatementView(
+            statement,
+            lines,
+            statement.total,
+            adjustments,
+            metered_after_close=live_total - statement.total,
+        )
+    lines = [
+        StatementLineView(
+            teams.get(row["team_id"], "?"),
+            models_.get(row["gpu_model_id"], "?"),
+            row["capacity"],
+            (Decimal(repr(row["gpu_seconds"])) / 3600).quantize(Decimal("0.0001")),
+            row["cost"].quantize(calc.CENT),
+        )
+        for row in statement_live_lines(statement=statement)
+    ]
+    lines.sort(key=lambda x: (x.team, x.gpu_model, x.capacity))
+    return StatementView(statement, lines, sum((x.cost for x in lines), Decimal(0)), adjustments)
+
+
+def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
+    """The statement as CSV rows: a header, one row per line, adjustments, totals."""
+    s = view.statement
+    month = f"{s.month:%Y-%m}"
+    rows = [["month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd"]]
+    for line in view.lines:
+        rows.append(
+            [
+                month,
+                s.team.slug,
+                line.team,
+                line.gpu_model,
+                line.capacity,
+                str(line.gpu_hours),
+                str(line.cost),
+            ]
+        )
+    rows.append([month, s.team.slug, "", "", "total", "", str(view.total)])
+    for adj in view.adjustments:
+        rows.append([month, s.team.slug, "", "", f"adjustment: {adj.reason}", "", str(adj.amount)])
+    rows.append(
+        [month, s.team.slug, "", "", f"adjusted total ({s.status})", "", str(view.adjusted_total)]
+    )
+    return rows
+
+
+# ----------------------------------------------------------------------------- other lists
+
+
+def price_list() -> QuerySet[PriceRate]:
+    """The whole price book (public to every signed-in user: prices are not secret)."""
+    return PriceRate.objects.select_related("gpu_model").order_by(
+        "gpu_model__name", "capacity", "effective_from"
+    )
+
+
+def budget_list(*, user) -> QuerySet[Budget]:
+    return Budget.objects.filter(team__in=visible_teams(user)).select_related("team")
+
+
+def alert_list(*, user) -> QuerySet[BudgetAlert]:
+    return BudgetAlert.objects.filter(budget__team__in=visible_teams(user)).select_related(
+        "budget__team"
+    )

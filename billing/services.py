@@ -1,0 +1,539 @@
+"""Writes to billing: the meter, the price book, budgets and their alerts, statements.
+
+Every function is keyword-only and atomic. The meter is idempotent: it writes absolute values
+keyed by (allocation, hour), so running it twice, concurrently, or after a crash never double
+counts (the unique constraint ``usage_unique_alloc_hour`` makes a second row impossible).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Literal, TypedDict
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, Max, OuterRef, Q, Sum
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from scheduler import streams
+from scheduler.errors import Conflict, DomainError, FieldErrors, NotFound
+from scheduler.models import Allocation, GpuModel, Job, JobEvent
+from tenants.models import Team
+from tenants.permissions import can_manage_team, is_platform_admin
+
+from . import calc
+from .models import (
+    Adjustment,
+    AllocationMeter,
+    Budget,
+    BudgetAlert,
+    Capacity,
+    LostKind,
+    LostWork,
+    PriceRate,
+    Statement,
+    StatementLine,
+    StatementMode,
+    StatementStatus,
+    UsageRecord,
+)
+from .tree import TeamTree
+
+log = logging.getLogger(__name__)
+
+LOSS_EVENT_KINDS = (LostKind.PREEMPTED.value, LostKind.NODE_FAILED.value)
+
+
+# --------------------------------------------------------------------------- price book
+
+
+def _price_schedules() -> dict[tuple[int, str], calc.PriceSchedule]:
+    steps: dict[tuple[int, str], list[calc.RateStep]] = defaultdict(list)
+    for gpu_model_id, capacity, start, rate in PriceRate.objects.values_list(
+        "gpu_model_id", "capacity", "effective_from", "rate_per_gpu_hour"
+    ):
+        steps[(gpu_model_id, capacity)].append(calc.RateStep(start, rate))
+    return {key: calc.PriceSchedule(value) for key, value in steps.items()}
+
+
+_NO_PRICES = calc.PriceSchedule([])
+
+
+@transaction.atomic
+def price_set(
+    *,
+    user,
+    gpu_model: GpuModel,
+    capacity: str,
+    rate_per_gpu_hour: Decimal,
+    effective_from: datetime,
+    note: str = "",
+    now: datetime | None = None,
+) -> PriceRate:
+    """Add a rate to the price book (platform admins only). It applies from ``effective_from``
+    on; it may not start in the past, so time already metered is never repriced."""
+    now = now or timezone.now()
+    errors: dict[str, list[str]] = {}
+    if not is_platform_admin(user):
+        raise DomainError("only platform admins change the price book", field="gpu_model")
+    if capacity not in Capacity.values:
+        errors["capacity"] = [f"must be one of {', '.join(Capacity.values)}"]
+    if not isinstance(rate_per_gpu_hour, Decimal) or rate_per_gpu_hour < 0:
+        errors["rate_per_gpu_hour"] = ["must be a decimal amount >= 0"]
+    if effective_from < now - timedelta(seconds=1):
+        errors["effective_from"] = [
+            "must not be in the past: a price change applies from its date only"
+        ]
+    elif PriceRate.objects.filter(
+        gpu_model=gpu_model, capacity=capacity, effective_from=effective_from
+    ).exists():
+        errors["effective_from"] = ["a rate for this GPU model and capacity starts then already"]
+    if errors:
+        raise FieldErrors(errors)
+    return PriceRate.objects.create(
+        gpu_model=gpu_model,
+        capacity=capacity,
+        rate_per_gpu_hour=rate_per_gpu_hour,
+        effective_from=effective_from,
+        note=note,
+        created_by=user,
+    )
+
+
+# --------------------------------------------------------------------------- the meter
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSlice:
+    """What an idle source is asked about: one GPU over ``[start, end)``."""
+
+    allocation_id: int
+    node_id: int
+    gpu_index: int
+    hour: datetime
+    start: datetime
+    end: datetime
+
+
+# Given slices, return {(allocation_id, hour): idle_fraction in [0, 1]} for those it knows about.
+IdleSource = Callable[[list[UsageSlice]], dict[tuple[int, datetime], float]]
+
+
+def _configured_idle_source() -> IdleSource | None:
+    path = getattr(settings, "BILLING_IDLE_SOURCE", "")
+    return import_string(path) if path else None
+
+
+@dataclass
+class MeterResult:
+    usage_rows: int = 0
+    finalized_allocations: int = 0
+    lost_rows: int = 0
+    alerts: list[BudgetAlert] = field(default_factory=list)
+    months: set[date] = field(default_factory=set)
+
+
+def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = None) -> MeterResult:
+    """Accrue every unfinalized allocation up to ``now`` and finalize the ended ones; meter new
+    lost work; make sure the touched months have open statements; fire budget alerts.
+
+    Idempotent: usage rows hold absolute values keyed by (allocation, hour), so re-running with
+    the same ``now`` changes nothing, and a later ``now`` only extends the open hours. A finalized
+    allocation is never read again. ``now`` earlier than a cursor is ignored for that allocation.
+    """
+    now = now or timezone.now()
+    idle_source = idle_source or _configured_idle_source()
+    result = MeterResult(months={calc.month_start(now)})
+    with transaction.atomic():
+        _meter_allocations(now=now, idle_source=idle_source, result=result)
+        _meter_lost_work(now=now, result=result)
+        _ensure_statements(months=result.months)
+    for month in sorted(result.months):
+        result.alerts.extend(budget_evaluate(month=month, now=now))
+    return result
+
+
+def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result: MeterResult):
+    finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
+    allocations = list(
+        Allocation.objects.filter(started_at__lt=now)
+        .exclude(Exists(finalized))
+        .select_related("node", "job")
+        .order_by("pk")
+    )
+    if not allocations:
+        return
+    cursors = dict(
+        AllocationMeter.objects.filter(allocation_id__in=[a.pk for a in allocations]).values_list(
+            "allocation_id", "metered_until"
+        )
+    )
+    schedules = _price_schedules()
+    slices: list[UsageSlice] = []
+    rows: list[UsageRecord] = []
+    meters: list[AllocationMeter] = []
+    done_ids: list[int] = []
+    for alloc in allocations:
+        cursor = cursors.get(alloc.pk)
+        end = min(alloc.ended_at, now) if alloc.ended_at else now
+        if cursor is not None and end < cursor:
+            continue  # an older clock than the last run: keep what is recorded
+        is_final = alloc.ended_at is not None and alloc.ended_at <= now
+        capacity = Capacity.SPOT if alloc.node.spot else Capacity.ON_DEMAND
+        schedule = schedules.get((alloc.node.gpu_model_id, capacity), _NO_PRICES)
+        # Hours before the cursor's hour are complete; only that hour and later can still grow.
+        since = max(alloc.started_at, calc.floor_hour(cursor)) if cursor else alloc.started_at
+        for hour, _piece_start, stop in calc.hour_buckets(since, end):
+            # A bucket is always recomputed from the allocation's own start, never added to.
+            lo = max(alloc.started_at, hour)
+            cost, unpriced_us = schedule.price(lo, stop)
+            rows.append(
+                UsageRecord(
+                    allocation_id=alloc.pk,
+                    hour=hour,
+                    job_id=alloc.job_id,
+                    attempt=alloc.attempt,
+                    team_id=alloc.job.team_id,
+                    user_id=alloc.job.submitter_id,
+                    gpu_model_id=alloc.node.gpu_model_id,
+                    capacity=capacity,
+                    gpu_seconds=(stop - lo).total_seconds(),
+                    cost=cost,
+                    unpriced_gpu_seconds=unpriced_us / 1_000_000,
+                    finalized=is_final,
+                )
+            )
+            slices.append(UsageSlice(alloc.pk, alloc.node_id, alloc.gpu_index, hour, lo, stop))
+            result.months.add(calc.month_start(hour))
+        meters.append(AllocationMeter(allocation=alloc, metered_until=end, finalized=is_final))
+        if is_final:
+            done_ids.append(alloc.pk)
+    if idle_source is not None and slices:
+        idle = idle_source(slices)
+        for row in rows:
+            fraction = idle.get((row.allocation_id, row.hour))
+            if fraction is not None:
+                row.idle_fraction = min(1.0, max(0.0, float(fraction)))
+    UsageRecord.objects.bulk_create(
+        rows,
+        batch_size=1000,
+        update_conflicts=True,
+        unique_fields=["allocation_id", "hour"],
+        update_fields=[
+            "gpu_seconds",
+            "cost",
+            "unpriced_gpu_seconds",
+            "idle_fraction",
+            "finalized",
+            "capacity",
+            "gpu_model",
+        ],
+    )
+    AllocationMeter.objects.bulk_create(
+        meters,
+        batch_size=1000,
+        update_conflicts=True,
+        unique_fields=["allocation"],
+        update_fields=["metered_until", "finalized"],
+    )
+    if done_ids:
+        UsageRecord.objects.filter(allocation_id__in=done_ids, finalized=False).update(
+            finalized=True
+        )
+    result.usage_rows += len(rows)
+    result.finalized_allocations += len(done_ids)
+
+
+def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
+    """Meter each increase of ``Job.lost_gpu_s`` once, as its own row (keyed by the new
+    cumulative value), priced at the rate in force when the loss happened."""
+    jobs = list(
+        Job.objects.filter(lost_gpu_s__gt=0)
+        .annotate(metered=Max("lost_work__cumulative_gpu_seconds"))
+        .filter(Q(metered__isnull=True) | Q(lost_gpu_s__gt=F("metered") + 1e-6))
+        .select_related("team")
+    )
+    if not jobs:
+        return
+    job_ids = [j.pk for j in jobs]
+    last_loss: dict[int, tuple[str, datetime]] = {}
+    for job_id, kind, time in (
+        JobEvent.objects.filter(job_id__in=job_ids, kind__in=LOSS_EVENT_KINDS, time__lte=now)
+        .order_by("job_id", "time", "id")
+        .values_list("job_id", "kind", "time")
+    ):
+        last_loss[job_id] = (kind, time)
+    last_node: dict[int, tuple[int, bool]] = {}
+    for job_id, gpu_model_id, spot in (
+        Allocation.objects.filter(job_id__in=job_ids, started_at__lt=now)
+        .order_by("job_id", "started_at", "id")
+        .values_list("job_id", "node__gpu_model_id", "node__spot")
+    ):
+        last_node[job_id] = (gpu_model_id, spot)
+    schedules = _price_schedules()
+    rows = []
+    for job in jobs:
+        delta = job.lost_gpu_s - (job.metered or 0.0)
+        kind, occurred_at = last_loss.get(job.pk, (LostKind.OTHER, now))
+        gpu_model_id, spot = last_node.get(job.pk, (job.gpu_model_id, False))
+        capacity = Capacity.SPOT if spot else Capacity.ON_DEMAND
+        cost = Decimal(0)
+        schedule = schedules.get((gpu_model_id, capacity))
+        rate = schedule.rate_at(occurred_at) if schedule else None
+        if rate is not None:
+            cost = (rate * Decimal(repr(delta)) / Decimal(3600)).quantize(calc.COST_QUANTUM)
+        rows.append(
+            LostWork(
+                job_id=job.pk,
+                cumulative_gpu_seconds=job.lost_gpu_s,
+                team_id=job.team_id,
+                user_id=job.submitter_id,
+                gpu_model_id=gpu_model_id,
+                capacity=capacity,
+                kind=kind,
+                occurred_at=occurred_at,
+                gpu_seconds=delta,
+                cost=cost,
+            )
+        )
+        result.months.add(calc.month_start(occurred_at))
+    LostWork.objects.bulk_create(rows, ignore_conflicts=True)
+    result.lost_rows += len(rows)
+
+
+def _ensure_statements(*, months: Iterable[date]) -> None:
+    """An open statement exists for every team with usage in ``months`` and for its ancestors
+    (statements roll up the tree). Existing statements, open or closed, are left alone."""
+    tree = TeamTree.load()
+    wanted: list[Statement] = []
+    for month in months:
+        start, end = calc.month_bounds(month)
+        team_ids = set(
+            UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
+            .values_list("team_id", flat=True)
+            .distinct()
+        )
+        with_ancestors = set()
+        for team_id in team_ids:
+            with_ancestors.update(tree.ancestors_and_self(team_id))
+        wanted.extend(Statement(team_id=t, month=month) for t in sorted(with_ancestors))
+    if wanted:
+        Statement.objects.bulk_create(wanted, ignore_conflicts=True)
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+class BudgetAlertPayload(TypedDict):
+    type: Literal["budget.alert"]
+    team: str
+    month: str
+    threshold: int
+    budget: str
+    spend: str
+    hard_stop: bool
+    time: str
+
+
+def _subtree_spend(*, month: date, tree: TeamTree) -> dict[int, Decimal]:
+    """Spend of the month per team, each team including its sub-teams."""
+    start, end = calc.month_bounds(month)
+    own = dict(
+        UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
+        .values("team_id")
+        .annotate(total=Sum("cost"))
+        .values_list("team_id", "total")
+    )
+    return tree.roll_up(own)
+
+
+def team_spend(*, team: Team, month: date) -> Decimal:
+    """Metered spend of ``team`` and its sub-teams in ``month``."""
+    start, end = calc.month_bounds(month)
+    tree = TeamTree.load()
+    total = UsageRecord.objects.filter(
+        team_id__in=tree.subtree(team.pk), hour__gte=start, hour__lt=end
+    ).aggregate(t=Sum("cost"))["t"]
+    return total or Decimal(0)
+
+
+@transaction.atomic
+def budget_set(
+    *, user, team: Team, month: date, amount: Decimal, hard_stop: bool = False
+) -> Budget:
+    """Create or change a team's budget for a month (team owners/admins, platform admins).
+    Alerts already fired for that budget stay fired."""
+    if not can_manage_team(user, team):
+        raise DomainError("only team owners and admins set budgets", field="team")
+    errors: dict[str, list[str]] = {}
+    if not isinstance(amount, Decimal) or amount <= 0:
+        errors["amount"] = ["must be a decimal amount > 0"]
+    if month.day != 1:
+        errors["month"] = ["must be the first day of a month"]
+    if errors:
+        raise FieldErrors(errors)
+    budget, _ = Budget.objects.update_or_create(
+        team=team, month=month, defaults={"amount": amount, "hard_stop": hard_stop}
+    )
+    return budget
+
+
+def budget_evaluate(*, month: date, now: datetime | None = None) -> list[BudgetAlert]:
+    """Fire the 50/80/100 % alerts that spend in ``month`` has reached. Each (budget, threshold)
+    fires at most once ever (database constraint), even when evaluations race. Returns the alerts
+    fired by this call; each is published to the budget team's stream after commit."""
+    now = now or timezone.now()
+    budgets = list(Budget.objects.filter(month=month).select_related("team"))
+    if not budgets:
+        return []
+    spend = _subtree_spend(month=month, tree=TeamTree.load())
+    fired_before = set(
+        BudgetAlert.objects.filter(budget__in=budgets).values_list("budget_id", "threshold")
+    )
+    fired: list[BudgetAlert] = []
+    for budget in budgets:
+        spent = spend.get(budget.team_id, Decimal(0))
+        for threshold in BudgetAlert.THRESHOLDS:
+            if (budget.pk, threshold) in fired_before:
+                continue
+            if spent * 100 < budget.amount * threshold:
+                break
+            try:
+                with transaction.atomic():
+                    alert = BudgetAlert.objects.create(
+                        budget=budget,
+                        threshold=threshold,
+                        spend=spent.quantize(calc.CENT),
+                        fired_at=now,
+                    )
+            except IntegrityError:
+                continue  # another evaluation fired it first
+            payload: BudgetAlertPayload = {
+                "type": "budget.alert",
+                "team": budget.team.slug,
+                "month": f"{month:%Y-%m}",
+                "threshold": threshold,
+                "budget": str(budget.amount),
+                "spend": str(alert.spend),
+                "hard_stop": budget.hard_stop,
+                "time": now.isoformat(),
+            }
+            streams.publish(streams.team_group(budget.team_id), dict(payload))
+            fired.append(alert)
+    return fired
+
+
+def budget_check_submission(*, team: Team, now: datetime | None = None) -> None:
+    """Refuse a new submission to ``team`` when a hard-stop budget of the team or of an ancestor
+    is used up this month. Raises DomainError on field "team". Running jobs are not touched."""
+    now = now or timezone.now()
+    month = calc.month_start(now)
+    tree = TeamTree.load()
+    chain = tree.ancestors_and_self(team.pk)
+    budgets = Budget.objects.filter(team_id__in=chain, month=month, hard_stop=True).select_related(
+        "team"
+    )
+    for budget in budgets:
+        if team_spend(team=budget.team, month=month) >= budget.amount:
+            whose = "its" if budget.team_id == team.pk else f"its parent {budget.team.slug}'s"
+            raise DomainError(
+                f"team {team.slug} has reached {whose} hard budget of ${budget.amount:,} for "
+                f"{month:%Y-%m}; running jobs continue",
+                field="team",
+            )
+
+
+# --------------------------------------------------------------------------- statements
+
+
+def statement_live_lines(*, statement: Statement) -> list[dict]:
+    """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity)."""
+    start, end = calc.month_bounds(statement.month)
+    tree = TeamTree.load()
+    return list(
+        UsageRecord.objects.filter(
+            team_id__in=tree.subtree(statement.team_id), hour__gte=start, hour__lt=end
+        )
+        .values("team_id", "gpu_model_id", "capacity")
+        .annotate(gpu_seconds=Sum("gpu_seconds"), cost=Sum("cost"))
+        .order_by("team_id", "gpu_model_id", "capacity")
+    )
+
+
+def statement_close(
+    *, user, statement_id: int, mode: str | None = None, now: datetime | None = None
+) -> Statement:
+    """Freeze a past month's statement (platform admins): its lines and total are written once
+    and never change again. Closing twice is a Conflict; so is closing a month still running."""
+    now = now or timezone.now()
+    if not is_platform_admin(user):
+        raise DomainError("only platform admins close statements", field="status")
+    if mode is not None and mode not in StatementMode.values:
+        raise DomainError(f"must be one of {', '.join(StatementMode.values)}", field="mode")
+    with transaction.atomic():
+        statement = Statement.objects.select_for_update().filter(pk=statement_id).first()
+        if statement is None:
+            raise NotFound("no such statement", field="id")
+        if statement.status != StatementStatus.OPEN:
+            raise Conflict("statement is already closed; add an adjustment", field="status")
+        _, month_end = calc.month_bounds(statement.month)
+        if now < month_end:
+            raise Conflict(f"{statement.month:%Y-%m} is not over yet", field="status")
+        lines = statement_live_lines(statement=statement)
+        frozen = [
+            StatementLine(
+                statement=statement,
+                team_id=line["team_id"],
+                gpu_model_id=line["gpu_model_id"],
+                capacity=line["capacity"],
+                gpu_hours=(Decimal(repr(line["gpu_seconds"])) / 3600).quantize(Decimal("0.0001")),
+                cost=line["cost"].quantize(calc.CENT),
+            )
+            for line in lines
+        ]
+        StatementLine.objects.bulk_create(frozen)
+        total = sum((line.cost for line in frozen), Decimal(0))
+        changed = Statement.objects.filter(pk=statement.pk, status=StatementStatus.OPEN).update(
+            status=StatementStatus.CLOSED,
+            total=total,
+            closed_at=now,
+            closed_by=user,
+            mode=mode or statement.mode,
+        )
+        if not changed:
+            raise Conflict("statement changed meanwhile; try again", field="status")
+        statement.refresh_from_db()
+    return statement
+
+
+@transaction.atomic
+def adjustment_add(
+    *, user, statement_id: int, amount: Decimal, reason: str, now: datetime | None = None
+) -> Adjustment:
+    """Append a correction to a statement (platform admins). The statement's frozen lines and
+    total are untouched; its adjusted total is total + adjustments."""
+    if not is_platform_admin(user):
+        raise DomainError("only platform admins add adjustments", field="amount")
+    statement = Statement.objects.filter(pk=statement_id).first()
+    if statement is None:
+        raise NotFound("no such statement", field="id")
+    errors: dict[str, list[str]] = {}
+    if not isinstance(amount, Decimal) or amount == 0:
+        errors["amount"] = ["must be a non-zero decimal amount"]
+    if not reason.strip():
+        errors["reason"] = ["must not be blank"]
+    if errors:
+        raise FieldErrors(errors)
+    return Adjustment.objects.create(
+        statement=statement,
+        amount=amount.quantize(calc.CENT),
+        reason=reason.strip(),
+        created_by=user,
+        created_at=now or timezone.now(),
+    )

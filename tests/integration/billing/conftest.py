@@ -1,0 +1,81 @@
+"""Billing test helpers: jobs with allocations written the way the scheduling loop writes them
+(Allocation rows with started_at / ended_at), a price book, and a capture of published payloads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from billing.models import Capacity, PriceRate
+
+
+def utc(*args) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+@pytest.fixture
+def make_job(teams, priorities, alice):
+    from django.utils import timezone
+
+    from scheduler.models import Job
+
+    def make(team="vision", user=None, name="train", state="running", **extra):
+        return Job.objects.create(
+            team=teams[team],
+            submitter=user or alice,
+            name=name,
+            workers=1,
+            gpus_per_worker=1,
+            priority_class=priorities["research"],
+            submitted_at=extra.pop("submitted_at", timezone.now()),
+            state=state,
+            **extra,
+        )
+
+    return make
+
+
+@pytest.fixture
+def allocate(cluster):
+    """allocate(job, node_name, gpu_index, start, end=None, attempt=1) -> Allocation."""
+    from scheduler.models import Allocation, Node
+
+    def make(job, node, gpu, start, end=None, attempt=1):
+        return Allocation.objects.create(
+            job=job,
+            node=Node.objects.get(name=node),
+            gpu_index=gpu,
+            started_at=start,
+            ended_at=end,
+            attempt=attempt,
+        )
+
+    return make
+
+
+@pytest.fixture
+def price(gpu_models):
+    """price("h100", "on_demand", "2.50", from_) writes a rate straight into the book (history
+    set-up; the service refuses backdated rates, which is tested separately)."""
+
+    def make(model, capacity, rate, effective_from):
+        return PriceRate.objects.create(
+            gpu_model=gpu_models[model],
+            capacity=Capacity(capacity),
+            rate_per_gpu_hour=Decimal(rate),
+            effective_from=effective_from,
+        )
+
+    return make
+
+
+@pytest.fixture
+def published(monkeypatch, django_capture_on_commit_callbacks):
+    """Payloads sent on the channel layer (after commit), as (group, payload) pairs."""
+    from scheduler import streams
+
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setattr(streams, "_send", lambda group, payload: sent.append((group, payload)))
+    return sent

@@ -1,0 +1,214 @@
+"""The meter: GPU-seconds per allocation and hour, priced by the book in force at each instant,
+accrued while running, finalized at the end, idempotent, spot vs on-demand, lost work."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from billing import services
+from billing.models import AllocationMeter, LostWork, Statement, UsageRecord
+from scheduler.models import JobEvent, Node
+
+from .conftest import utc
+
+pytestmark = [pytest.mark.django_db, pytest.mark.engines]
+
+
+def _rows():
+    return list(
+        UsageRecord.objects.order_by("allocation_id", "hour").values(
+            "allocation_id",
+            "hour",
+            "gpu_seconds",
+            "cost",
+            "capacity",
+            "finalized",
+            "idle_fraction",
+            "team_id",
+            "user_id",
+            "gpu_model_id",
+            "job_id",
+        )
+    )
+
+
+def test_month_boundary_and_price_change_split_exactly(make_job, allocate, price):
+    # $2/GPU-h, raised to $3 at 00:30 on Dec 1st; the allocation runs 23:00 Nov 30 -> 01:00 Dec 1.
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    price("h100", "on_demand", "3.00", utc(2026, 12, 1, 0, 30))
+    job = make_job()
+    alloc = allocate(job, "n1", 0, utc(2026, 11, 30, 23), utc(2026, 12, 1, 1))
+
+    services.meter_run(now=utc(2026, 12, 1, 2))
+
+    rows = _rows()
+    assert [(r["hour"], r["gpu_seconds"], r["cost"]) for r in rows] == [
+        (utc(2026, 11, 30, 23), 3600.0, Decimal("2.000000")),
+        # 30 min at $2 then 30 min at $3: the change applies from its instant only.
+        (utc(2026, 12, 1, 0), 3600.0, Decimal("2.500000")),
+    ]
+    assert all(r["finalized"] for r in rows)
+    assert AllocationMeter.objects.get(allocation=alloc).finalized
+    nov = services.team_spend(team=job.team, month=utc(2026, 11, 1).date())
+    dec = services.team_spend(team=job.team, month=utc(2026, 12, 1).date())
+    assert (nov, dec) == (Decimal("2.000000"), Decimal("2.500000"))
+    # Both months got open statements for the team and its ancestor (roll-up).
+    assert set(Statement.objects.values_list("team__slug", "month")) == {
+        ("vision", utc(2026, 11, 1).date()),
+        ("research", utc(2026, 11, 1).date()),
+        ("vision", utc(2026, 12, 1).date()),
+        ("research", utc(2026, 12, 1).date()),
+    }
+
+
+def test_running_allocation_accrues_then_finalizes(make_job, allocate, price):
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))  # $0.001 per GPU-second
+    job = make_job()
+    alloc = allocate(job, "n1", 0, utc(2026, 12, 1, 10, 15))
+
+    services.meter_run(now=utc(2026, 12, 1, 10, 45))
+    assert [(r["gpu_seconds"], r["cost"], r["finalized"]) for r in _rows()] == [
+        (1800.0, Decimal("1.800000"), False)
+    ]
+    services.meter_run(now=utc(2026, 12, 1, 11, 30))
+    assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [
+        (2700.0, False),
+        (1800.0, False),
+    ]
+    alloc.ended_at = utc(2026, 12, 1, 11, 40)
+    alloc.save()
+    services.meter_run(now=utc(2026, 12, 1, 12, 0))
+    assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [
+        (2700.0, True),
+        (2400.0, True),
+    ]
+    assert sum(r["cost"] for r in _rows()) == Decimal("5.100000")  # 85 min at $3.60/h
+
+
+def test_rerunning_the_meter_changes_nothing(make_job, allocate, price):
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    price("a100", "on_demand", "1.00", utc(2026, 1, 1))
+    done, running = make_job(name="done"), make_job(name="running")
+    allocate(done, "n1", 0, utc(2026, 12, 1, 1, 10), utc(2026, 12, 1, 4, 20))
+    allocate(done, "n1", 1, utc(2026, 12, 1, 1, 10), utc(2026, 12, 1, 4, 20))
+    allocate(running, "n3", 0, utc(2026, 12, 1, 2, 5))
+    now = utc(2026, 12, 1, 5, 7)
+
+    first = services.meter_run(now=now)
+    before = _rows()
+    assert first.usage_rows == len(before) == 4 + 4 + 4
+    again = services.meter_run(now=now)
+    assert _rows() == before
+    assert again.finalized_allocations == 0  # finalized allocations are never read again
+    # The same rows, re-metered from scratch with the cursors gone, still come out identical.
+    AllocationMeter.objects.all().delete()
+    services.meter_run(now=now)
+    assert _rows() == before
+    # And the database refuses a second row for an (allocation, hour) whatever the code does.
+    row = UsageRecord.objects.first()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        UsageRecord.objects.create(
+            allocation_id=row.allocation_id,
+            hour=row.hour,
+            job_id=row.job_id,
+            team_id=row.team_id,
+            user_id=row.user_id,
+            gpu_model_id=row.gpu_model_id,
+            capacity=row.capacity,
+            gpu_seconds=1.0,
+            cost=Decimal("0.01"),
+        )
+
+
+def test_an_older_clock_never_shrinks_metered_usage(make_job, allocate, price):
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    allocate(make_job(), "n1", 0, utc(2026, 12, 1, 1, 0))
+    services.meter_run(now=utc(2026, 12, 1, 1, 50))
+    before = _rows()
+    services.meter_run(now=utc(2026, 12, 1, 1, 20))
+    assert _rows() == before
+
+
+def test_spot_and_on_demand_are_metered_and_priced_apart(make_job, allocate, price, cluster):
+    Node.objects.filter(name="n2").update(spot=True)
+    price("h100", "on_demand", "4.00", utc(2026, 1, 1))
+    price("h100", "spot", "1.50", utc(2026, 1, 1))
+    job = make_job()
+    allocate(job, "n1", 0, utc(2026, 12, 2, 0), utc(2026, 12, 2, 2))
+    allocate(job, "n2", 0, utc(2026, 12, 2, 0), utc(2026, 12, 2, 2))
+
+    services.meter_run(now=utc(2026, 12, 2, 3))
+
+    by_capacity = {}
+    for r in _rows():
+        by_capacity[r["capacity"]] = by_capacity.get(r["capacity"], Decimal(0)) + r["cost"]
+    assert by_capacity == {"on_demand": Decimal("8.000000"), "spot": Decimal("3.000000")}
+
+
+def test_time_without_a_price_is_flagged_not_invented(make_job, allocate, price):
+    price("a100", "on_demand", "1.00", utc(2026, 12, 1, 1, 30))
+    allocate(make_job(), "n3", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
+    services.meter_run(now=utc(2026, 12, 1, 3))
+    row = UsageRecord.objects.get()
+    assert (row.gpu_seconds, row.cost, row.unpriced_gpu_seconds) == (
+        3600.0,
+        Decimal("0.500000"),
+        1800.0,
+    )
+
+
+def test_usage_is_attributed_to_job_team_user_and_gpu_model(make_job, allocate, price, bob):
+    price("a100", "on_demand", "1.00", utc(2026, 1, 1))
+    job = make_job(team="nlp", user=bob)
+    allocate(job, "n3", 5, utc(2026, 12, 1, 1), utc(2026, 12, 1, 1, 30))
+    services.meter_run(now=utc(2026, 12, 1, 2))
+    row = UsageRecord.objects.select_related("team", "user", "gpu_model").get()
+    assert (row.job_id, row.team.slug, row.user.username, row.gpu_model.name) == (
+        job.pk,
+        "nlp",
+        "bob",
+        "a100-40gb",
+    )
+
+
+def test_idle_fraction_is_recorded_when_a_telemetry_source_knows_it(make_job, allocate, price):
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    allocate(make_job(), "n1", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 3))
+
+    def idle_source(slices):  # telemetry only for the first hour
+        return {(s.allocation_id, s.hour): 0.25 for s in slices if s.hour.hour == 1}
+
+    services.meter_run(now=utc(2026, 12, 1, 4), idle_source=idle_source)
+    assert [r["idle_fraction"] for r in _rows()] == [0.25, None]
+
+
+def test_lost_work_is_metered_once_per_loss(make_job, allocate, price):
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))
+    job = make_job()
+    allocate(job, "n1", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
+    JobEvent.objects.create(job=job, kind="preempted", time=utc(2026, 12, 1, 2))
+    job.lost_gpu_s = 600.0
+    job.save()
+
+    services.meter_run(now=utc(2026, 12, 1, 3))
+    services.meter_run(now=utc(2026, 12, 1, 3, 5))
+    assert list(LostWork.objects.values_list("kind", "gpu_seconds", "cost", "occurred_at")) == [
+        ("preempted", 600.0, Decimal("0.600000"), utc(2026, 12, 1, 2))
+    ]
+
+    allocate(job, "n1", 0, utc(2026, 12, 1, 4), utc(2026, 12, 1, 5), attempt=2)
+    JobEvent.objects.create(job=job, kind="node_failed", time=utc(2026, 12, 1, 5))
+    job.lost_gpu_s = 1500.0
+    job.save()
+    services.meter_run(now=utc(2026, 12, 1, 6))
+    services.meter_run(now=utc(2026, 12, 1, 6) + timedelta(minutes=1))
+    assert list(LostWork.objects.values_list("kind", "gpu_seconds")) == [
+        ("preempted", 600.0),
+        ("node_failed", 900.0),
+    ]
+    # Lost work is waste inside billed time, not an extra charge: usage is unchanged by it.
+    assert services.team_spend(team=job.team, month=utc(2026, 12, 1).date()) == Decimal("7.2")
