@@ -124,6 +124,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "gpuplatform.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Job submission limits (tenants.throttles); generous so load tests are not throttled.
+    "DEFAULT_THROTTLE_RATES": {
+        "job_submit_user": env.str("JOB_SUBMIT_RATE_USER", default="100000/min"),
+        "job_submit_team": env.str("JOB_SUBMIT_RATE_TEAM", default="100000/min"),
+    },
 }
 
 SPECTACULAR_SETTINGS = {

@@ -1,17 +1,21 @@
-"""REST endpoints: my teams, quotas, priority classes, and the token exchange."""
+"""REST endpoints: my teams, quotas, priority classes, quota requests, API tokens, the audit log,
+and the token exchange. Views translate HTTP into selector and service calls; permissions come
+from ``tenants.permissions`` through the services."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduler.errors import DomainError, NotFound
 from scheduler.models import GpuModel
 
-from . import services
-from .models import Membership, PriorityClass, Quota, Team
+from . import selectors, services
+from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
 from .permissions import is_platform_admin, visible_teams
 
 
@@ -33,10 +37,23 @@ class QuotaSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     guaranteed_gpus = serializers.IntegerField(min_value=0, max_value=100000)
     borrow_limit_gpus = serializers.IntegerField(min_value=0, max_value=100000)
+    confirm_overcommit = serializers.BooleanField(
+        write_only=True,
+        required=False,
+        default=False,
+        help_text="save even if the guarantees of this GPU model exceed the cluster's capacity",
+    )
 
     class Meta:
         model = Quota
-        fields = ["id", "team", "gpu_model", "guaranteed_gpus", "borrow_limit_gpus"]
+        fields = [
+            "id",
+            "team",
+            "gpu_model",
+            "guaranteed_gpus",
+            "borrow_limit_gpus",
+            "confirm_overcommit",
+        ]
 
 
 class PriorityClassSerializer(serializers.ModelSerializer):
@@ -93,6 +110,7 @@ class QuotaViewSet(
             borrow_limit_gpus=data.get(
                 "borrow_limit_gpus", instance.borrow_limit_gpus if instance else 0
             ),
+            confirm_overcommit=data.get("confirm_overcommit", False),
         )
 
     def create(self, request, *args, **kwargs):
@@ -166,3 +184,245 @@ class TokenExchangeView(APIView):
             {"token": raw, "name": token.name, "expires_at": token.expires_at},
             status=status.HTTP_201_CREATED,
         )
+
+
+def _visible_team_from_body(user, slug) -> Team:
+    """The team named in a request body, if the caller may see it. Any other team is refused on
+    the field, with one message whether or not it exists."""
+    team = visible_teams(user).filter(slug=slug).first() if isinstance(slug, str) else None
+    if team is None:
+        raise DomainError(f"you are not a member of a team '{slug}'", field="team")
+    return team
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "team",
+            "gpu_model",
+            "guaranteed_gpus",
+            "borrow_limit_gpus",
+            "reason",
+            "until",
+            "status",
+            "requested_by",
+            "created_at",
+            "decided_by",
+            "decided_at",
+            "decision_comment",
+        ]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(serializers.Serializer):
+    team = serializers.SlugField()
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    guaranteed_gpus = serializers.IntegerField(min_value=0, max_value=100000)
+    borrow_limit_gpus = serializers.IntegerField(
+        min_value=0, max_value=100000, required=False, allow_null=True, default=None
+    )
+    reason = serializers.CharField(max_length=2000)
+    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    confirm_overcommit = serializers.BooleanField(required=False, default=False)
+
+
+class QuotaRequestViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Quota requests of the caller's teams. Team owners and admins create them; platform admins
+    approve (which applies the change) or reject them with a comment."""
+
+    serializer_class = QuotaRequestSerializer
+    filterset_fields = ["status"]
+
+    def get_queryset(self):
+        return selectors.quota_request_list(user=self.request.user)
+
+    def _request_id(self) -> int:
+        try:
+            return int(self.kwargs["pk"])
+        except (TypeError, ValueError):
+            raise NotFound("no such quota request", field="id") from None
+
+    def get_object(self):
+        return selectors.quota_request_get(user=self.request.user, request_id=self._request_id())
+
+    @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
+    def create(self, request):
+        incoming = QuotaRequestCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        req = services.quota_request_create(
+            user=request.user,
+            team=_visible_team_from_body(request.user, data["team"]),
+            gpu_model=data["gpu_model"],
+            guaranteed_gpus=data["guaranteed_gpus"],
+            borrow_limit_gpus=data["borrow_limit_gpus"],
+            reason=data["reason"],
+            until=data["until"],
+        )
+        return Response(QuotaRequestSerializer(req).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DecisionSerializer, responses={200: QuotaRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        self.get_object()  # another team's request is a 404 before any permission message
+        incoming = DecisionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        req = services.quota_request_approve(
+            user=request.user,
+            request_id=self._request_id(),
+            comment=incoming.validated_data["comment"],
+            confirm_overcommit=incoming.validated_data["confirm_overcommit"],
+        )
+        return Response(QuotaRequestSerializer(req).data)
+
+    @extend_schema(request=DecisionSerializer, responses={200: QuotaRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        self.get_object()
+        incoming = DecisionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        req = services.quota_request_reject(
+            user=request.user,
+            request_id=self._request_id(),
+            comment=incoming.validated_data["comment"],
+        )
+        return Response(QuotaRequestSerializer(req).data)
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    revoked = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "key_prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "revoked",
+        ]
+        read_only_fields = fields
+
+    def get_revoked(self, token) -> bool:
+        return token.revoked_at is not None
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="the plain token, shown only once")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The caller's own API tokens. The plain token appears only in the create response; revoke
+    with DELETE or POST …/revoke/. Another user's token is a 404."""
+
+    serializer_class = ApiTokenSerializer
+
+    def get_queryset(self):
+        return selectors.token_list(user=self.request.user)
+
+    def _token_id(self) -> int:
+        try:
+            return int(self.kwargs["pk"])
+        except (TypeError, ValueError):
+            raise NotFound("no such token", field="id") from None
+
+    def get_object(self):
+        token = self.get_queryset().filter(pk=self._token_id()).first()
+        if token is None:
+            raise NotFound("no such token", field="id")
+        return token
+
+    @extend_schema(request=ApiTokenCreateSerializer, responses={201: ApiTokenCreatedSerializer})
+    def create(self, request):
+        incoming = ApiTokenCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        token, raw = services.token_create(user=request.user, **incoming.validated_data)
+        body = ApiTokenSerializer(token).data
+        body["token"] = raw
+        response = Response(body, status=status.HTTP_201_CREATED)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, pk=None):
+        services.token_revoke(user=request.user, token_id=self._token_id())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={200: ApiTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        token = services.token_revoke(user=request.user, token_id=self._token_id())
+        return Response(ApiTokenSerializer(token).data)
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    actor = serializers.CharField(source="actor_name", read_only=True)
+    target = serializers.CharField(source="target_repr", read_only=True)
+
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "time",
+            "actor",
+            "action",
+            "target_type",
+            "target_id",
+            "target",
+            "team",
+            "before",
+            "after",
+            "comment",
+        ]
+        read_only_fields = fields
+
+
+class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log: all entries for platform admins, their teams' for team owners and admins."""
+
+    serializer_class = AuditEntrySerializer
+
+    def get_queryset(self):
+        params = self.request.query_params
+        return selectors.audit_list(
+            user=self.request.user,
+            team=params.get("team") or None,
+            action=params.get("action") or None,
+            actor=params.get("actor") or None,
+        )
+
+    def get_object(self):
+        try:
+            pk = int(self.kwargs["pk"])
+        except (TypeError, ValueError):
+            raise NotFound("no such audit entry", field="id") from None
+        entry = self.get_queryset().filter(pk=pk).first()
+        if entry is None:
+            raise NotFound("no such audit entry", field="id")
+        return entry

@@ -128,3 +128,106 @@ class ApiToken(models.Model):
     @classmethod
     def generate(cls) -> str:
         return cls.PREFIX + _secrets.token_urlsafe(32)
+
+
+class QuotaRequestStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired (reverted)"
+
+
+class QuotaRequest(models.Model):
+    """A team admin's request to change a team's quota for one GPU model, possibly until a date.
+
+    On approval the change is applied and the applied difference is kept in ``applied_*_delta``,
+    so expiry reverts exactly that difference even if other requests or admins changed the quota
+    meanwhile.
+    """
+
+    team = models.ForeignKey(
+        Team, related_name="quota_requests", on_delete=models.CASCADE, db_index=True
+    )
+    gpu_model = models.ForeignKey(
+        "scheduler.GpuModel", related_name="quota_requests", on_delete=models.PROTECT
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="quota_requests", on_delete=models.PROTECT
+    )
+    guaranteed_gpus = models.PositiveIntegerField()
+    borrow_limit_gpus = models.PositiveIntegerField()
+    reason = models.TextField()
+    until = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16,
+        choices=QuotaRequestStatus.choices,
+        default=QuotaRequestStatus.PENDING,
+        db_index=True,
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        related_name="quota_decisions",
+        on_delete=models.SET_NULL,
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_comment = models.TextField(blank=True)
+    applied_guaranteed_delta = models.IntegerField(default=0)
+    applied_borrow_delta = models.IntegerField(default=0)
+    reverted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in QuotaRequestStatus]),
+                name="quota_request_status_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "until"], name="quota_request_status_until")]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.guaranteed_gpus} {self.gpu_model} ({self.status})"
+
+
+class AuditEntry(models.Model):
+    """One admin or quota change: who, when, what, the state before and after.
+
+    Written only by ``tenants.audit.audit_record``, which strips secrets (passwords, tokens,
+    hashes) from ``before`` and ``after``. Rows are never updated.
+    """
+
+    time = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+        on_delete=models.SET_NULL,
+    )
+    # Kept as text so the log survives the user's deletion.
+    actor_name = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_repr = models.CharField(max_length=300, blank=True)
+    team = models.ForeignKey(
+        Team,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+        on_delete=models.SET_NULL,
+        db_index=True,
+    )
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target_repr}"

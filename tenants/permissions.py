@@ -6,7 +6,7 @@ role on its own.
 
 from __future__ import annotations
 
-from .models import MANAGE_ROLES, SUBMIT_ROLES, Membership, Team
+from .models import MANAGE_ROLES, SUBMIT_ROLES, Membership, Role, Team
 
 
 def is_platform_admin(user) -> bool:
@@ -47,3 +47,72 @@ def visible_teams(user):
     if not user or not user.is_authenticated:
         return Team.objects.none()
     return Team.objects.filter(memberships__user=user).distinct()
+
+
+def can_manage_quotas(user) -> bool:
+    """Quotas, the team tree, fair-share weights and priority classes: platform admins only."""
+    return is_platform_admin(user)
+
+
+def can_request_quota(user, team: Team) -> bool:
+    """Team owners and admins ask for quota changes; platform admins decide them."""
+    return can_manage_team(user, team)
+
+
+def can_decide_quota_request(user) -> bool:
+    return is_platform_admin(user)
+
+
+def can_set_role(user, team: Team, *, current: str | None, new: str | None) -> bool:
+    """May ``user`` move a member of ``team`` from role ``current`` to ``new`` (None = absent)?
+
+    Team owners and admins manage memberships, but only owners (and platform admins) grant or
+    take away the owner role, so an admin cannot promote themselves above the owner.
+    """
+    if is_platform_admin(user):
+        return True
+    mine = role_in(user, team)
+    if mine not in MANAGE_ROLES:
+        return False
+    touches_owner = Role.OWNER in (current, new)
+    return mine == Role.OWNER or not touches_owner
+
+
+def can_view_audit(user, team: Team | None = None) -> bool:
+    """Platform admins read the whole log; team owners and admins read their team's entries."""
+    if is_platform_admin(user):
+        return True
+    if team is None:
+        return bool(auditable_team_ids(user))
+    return can_manage_team(user, team)
+
+
+def auditable_team_ids(user) -> set[int]:
+    """Teams whose audit entries ``user`` may read (empty for members and viewers)."""
+    if not user or not user.is_authenticated:
+        return set()
+    return set(
+        Membership.objects.filter(user=user, role__in=MANAGE_ROLES).values_list(
+            "team_id", flat=True
+        )
+    )
+
+
+def can_command_stream(user, team: Team) -> bool:
+    """Commands sent over the websocket (e.g. cancel a job) follow the submit rule: viewers and
+    other teams cannot send any."""
+    return can_submit_to(user, team)
+
+
+def stream_groups_for(user) -> list[str]:
+    """The channel-layer groups a websocket of ``user`` may join: their teams, the shared
+    (anonymised) cluster group, and the admin group for platform admins. Nothing if anonymous."""
+    from scheduler import streams
+
+    if not user or not user.is_authenticated:
+        return []
+    groups = [streams.team_group(team_id) for team_id in sorted(team_ids_of(user))]
+    groups.append(streams.CLUSTER_GROUP)
+    if is_platform_admin(user):
+        groups.append(streams.ADMIN_GROUP)
+    return groups

@@ -1,0 +1,106 @@
+"""Portal forms of the tenants app. They check types and shape; the services check the domain
+rules, and ``add_domain_error`` puts a refusal next to the field it names."""
+
+from __future__ import annotations
+
+from django import forms
+
+from scheduler.errors import DomainError, FieldErrors
+from scheduler.models import GpuModel
+
+from .models import Role, Team
+
+
+def add_domain_error(form: forms.Form, exc: DomainError) -> None:
+    """Show a service's refusal on the form, on the named field when the form has it."""
+    errors = exc.errors if isinstance(exc, FieldErrors) else exc.as_dict()
+    for field, messages in errors.items():
+        for message in messages:
+            form.add_error(field if field in form.fields else None, message)
+
+
+def _gpu_models():
+    return GpuModel.objects.order_by("name")
+
+
+class QuotaForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.order_by("slug"), to_field_name="slug")
+    gpu_model = forms.ModelChoiceField(queryset=_gpu_models(), to_field_name="name")
+    guaranteed_gpus = forms.IntegerField(min_value=0, max_value=1_000_000, label="Guaranteed GPUs")
+    borrow_limit_gpus = forms.IntegerField(
+        min_value=0, max_value=1_000_000, label="Borrow limit (GPUs)"
+    )
+    confirm_overcommit = forms.BooleanField(
+        required=False,
+        label="Confirm overcommit",
+        help_text="Needed when the guarantees of this GPU model would exceed the cluster.",
+    )
+    comment = forms.CharField(required=False, max_length=500)
+
+
+class TeamWeightForm(forms.Form):
+    fair_share_weight = forms.FloatField(min_value=0, label="Fair-share weight")
+
+
+class TeamCreateForm(forms.Form):
+    slug = forms.SlugField(max_length=64)
+    name = forms.CharField(max_length=200)
+    parent = forms.ModelChoiceField(
+        queryset=Team.objects.order_by("slug"), to_field_name="slug", required=False
+    )
+    fair_share_weight = forms.FloatField(min_value=0, initial=1.0, label="Fair-share weight")
+
+
+class PriorityClassForm(forms.Form):
+    name = forms.SlugField(max_length=64)
+    value = forms.IntegerField(min_value=-(10**9), max_value=10**9)
+    preemptible_by_default = forms.BooleanField(required=False, initial=True)
+    description = forms.CharField(required=False, max_length=200)
+
+
+class MembershipForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class QuotaRequestForm(forms.Form):
+    gpu_model = forms.ModelChoiceField(queryset=_gpu_models(), to_field_name="name")
+    guaranteed_gpus = forms.IntegerField(
+        min_value=0, max_value=1_000_000, label="Guaranteed GPUs wanted"
+    )
+    borrow_limit_gpus = forms.IntegerField(
+        min_value=0,
+        max_value=1_000_000,
+        required=False,
+        label="Borrow limit wanted",
+        help_text="Leave empty to keep the current borrow limit.",
+    )
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000)
+    until = forms.DateTimeField(
+        required=False,
+        help_text="When the change ends and reverts (empty: permanent). YYYY-MM-DD HH:MM, UTC.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class DecisionForm(forms.Form):
+    comment = forms.CharField(required=False, max_length=2000)
+    confirm_overcommit = forms.BooleanField(required=False)
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    expires_at = forms.DateTimeField(
+        required=False,
+        label="Expires",
+        help_text="Empty: never. YYYY-MM-DD HH:MM, UTC.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class AuditFilterForm(forms.Form):
+    team = forms.SlugField(required=False)
+    action = forms.CharField(required=False, max_length=64)
+    actor = forms.CharField(required=False, max_length=150)
+    since = forms.DateTimeField(required=False)
+    until = forms.DateTimeField(required=False)

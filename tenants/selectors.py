@@ -1,0 +1,229 @@
+"""Reads of tenancy state a user can reach. Each starts from what the caller may see
+(``tenants.permissions``) and runs a fixed number of queries whatever the number of rows."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, QuerySet, Sum
+
+from scheduler.errors import NotFound
+
+from . import permissions
+from .models import ApiToken, AuditEntry, Membership, Quota, QuotaRequest, Team
+
+
+def team_get(*, user, slug: str) -> Team:
+    """A team the caller may see; any other (or none) is NotFound."""
+    team = permissions.visible_teams(user).select_related("parent").filter(slug=slug).first()
+    if team is None:
+        raise NotFound("no such team", field="team")
+    return team
+
+
+def team_tree(*, user) -> list[tuple[Team, int]]:
+    """Visible teams in tree order (depth-first by slug) with their depth. A team whose parent is
+    hidden from the caller is shown as a root."""
+    teams = list(permissions.visible_teams(user).select_related("parent").order_by("slug"))
+    ids = {t.pk for t in teams}
+    children: dict[int | None, list[Team]] = defaultdict(list)
+    for team in teams:
+        children[team.parent_id if team.parent_id in ids else None].append(team)
+    out: list[tuple[Team, int]] = []
+    stack = [(t, 0) for t in reversed(children[None])]
+    while stack:
+        team, depth = stack.pop()
+        out.append((team, depth))
+        stack.extend((c, depth + 1) for c in reversed(children[team.pk]))
+    return out
+
+
+@dataclass
+class QuotaUse:
+    gpu_model: str
+    guaranteed: int | None
+    borrow_limit: int | None
+    used: int  # GPUs held now by the team's own jobs
+    used_subtree: int  # ... and by its descendants' (counts against this quota too)
+
+    @property
+    def over_guarantee(self) -> bool:
+        return self.guaranteed is not None and self.used_subtree > self.guaranteed
+
+
+@dataclass
+class TeamQuotaRow:
+    team: Team
+    depth: int
+    uses: list[QuotaUse] = field(default_factory=list)
+
+
+def live_gpus_by_team_model() -> dict[tuple[int, str], int]:
+    """(team id, GPU model name) -> GPUs held by live allocations now. One query."""
+    from scheduler.models import Allocation
+
+    rows = (
+        Allocation.objects.filter(ended_at__isnull=True)
+        .values("job__team_id", "node__gpu_model__name")
+        .annotate(n=Count("id"))
+    )
+    return {(r["job__team_id"], r["node__gpu_model__name"]): r["n"] for r in rows}
+
+
+def quota_overview(*, user) -> list[TeamQuotaRow]:
+    """Per visible team (tree order) and GPU model: guarantee, borrow limit, current use of the
+    team and of its subtree. Models appear where the team has a quota or uses GPUs."""
+    tree = team_tree(user=user)
+    all_parents = dict(Team.objects.values_list("id", "parent_id"))
+    quotas = {
+        (q.team_id, q.gpu_model.name): q
+        for q in Quota.objects.filter(team__in=[t for t, _ in tree]).select_related("gpu_model")
+    }
+    used = live_gpus_by_team_model()
+    subtree: dict[tuple[int, str], int] = defaultdict(int)
+    for (team_id, model), n in used.items():
+        node, seen = team_id, set()
+        while node is not None and node not in seen:
+            seen.add(node)
+            subtree[(node, model)] += n
+            node = all_parents.get(node)
+    rows = []
+    for team, depth in tree:
+        models = sorted(
+            {m for (tid, m) in quotas if tid == team.pk}
+            | {m for (tid, m) in subtree if tid == team.pk}
+        )
+        row = TeamQuotaRow(team=team, depth=depth)
+        for model in models:
+            q = quotas.get((team.pk, model))
+            row.uses.append(
+                QuotaUse(
+                    gpu_model=model,
+                    guaranteed=q.guaranteed_gpus if q else None,
+                    borrow_limit=q.borrow_limit_gpus if q else None,
+                    used=used.get((team.pk, model), 0),
+                    used_subtree=subtree.get((team.pk, model), 0),
+                )
+            )
+        rows.append(row)
+    return rows
+
+
+def capacity_overview() -> list[dict]:
+    """Per GPU model: GPUs in enabled clusters, and the sum of all guarantees (a hint; the
+    precise overcommit rule is ``services.overcommit_problems``)."""
+    from scheduler.models import GpuModel, Node
+
+    capacity = dict(
+        Node.objects.filter(cluster__enabled=True)
+        .values_list("gpu_model__name")
+        .annotate(n=Sum("gpu_count"))
+    )
+    guaranteed = dict(
+        Quota.objects.values_list("gpu_model__name").annotate(n=Sum("guaranteed_gpus"))
+    )
+    return [
+        {
+            "gpu_model": name,
+            "capacity": capacity.get(name, 0),
+            "guaranteed": guaranteed.get(name, 0),
+        }
+        for name in GpuModel.objects.order_by("name").values_list("name", flat=True)
+    ]
+
+
+def membership_list(*, user, team: Team) -> QuerySet[Membership]:
+    if not permissions.can_view_team(user, team):
+        raise NotFound("no such team", field="team")
+    return Membership.objects.filter(team=team).select_related("user").order_by("user__username")
+
+
+def quota_request_list(*, user, status: str | None = None) -> QuerySet[QuotaRequest]:
+    """Requests of the caller's teams (all of them for platform admins), newest first."""
+    qs = QuotaRequest.objects.filter(team__in=permissions.visible_teams(user)).select_related(
+        "team", "gpu_model", "requested_by", "decided_by"
+    )
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("-created_at", "-id")
+
+
+def quota_request_get(*, user, request_id: int) -> QuotaRequest:
+    req = quota_request_list(user=user).filter(pk=request_id).first()
+    if req is None:
+        raise NotFound("no such quota request", field="id")
+    return req
+
+
+def token_list(*, user) -> QuerySet[ApiToken]:
+    """The caller's own tokens (never anyone else's, platform admins included)."""
+    if not user or not user.is_authenticated:
+        return ApiToken.objects.none()
+    return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")
+
+
+def audit_list(
+    *,
+    user,
+    team: str | None = None,
+    action: str | None = None,
+    actor: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[AuditEntry]:
+    """Audit entries the caller may read: all for platform admins; their teams' entries for team
+    owners and admins; nothing for others. Newest first."""
+    if permissions.is_platform_admin(user):
+        qs = AuditEntry.objects.all()
+    else:
+        qs = AuditEntry.objects.filter(team_id__in=permissions.auditable_team_ids(user))
+    if team:
+        qs = qs.filter(team__slug=team)
+    if action:
+        qs = qs.filter(action__startswith=action)
+    if actor:
+        qs = qs.filter(actor_name=actor)
+    if since:
+        qs = qs.filter(time__gte=since)
+    if until:
+        qs = qs.filter(time__lt=until)
+    return qs.select_related("team").order_by("-time", "-id")
+
+
+AUDIT_CSV_COLUMNS = [
+    "time",
+    "actor",
+    "action",
+    "target_type",
+    "target_id",
+    "target",
+    "team",
+    "before",
+    "after",
+    "comment",
+]
+
+
+def audit_csv_rows(entries) -> list[list[str]]:
+    """Rows for the CSV export, one per entry, JSON for before/after."""
+    import json
+
+    out = []
+    for e in entries:
+        out.append(
+            [
+                e.time.isoformat(),
+                e.actor_name,
+                e.action,
+                e.target_type,
+                e.target_id,
+                e.target_repr,
+                e.team.slug if e.team_id else "",
+                "" if e.before is None else json.dumps(e.before, sort_keys=True),
+                "" if e.after is None else json.dumps(e.after, sort_keys=True),
+                e.comment,
+            ]
+        )
+    return out

@@ -1,0 +1,170 @@
+"""quota_set and the team tree: validation naming the field, the overcommit confirmation,
+platform-admin only, and an audit entry with before -> after for every change."""
+
+import pytest
+
+from scheduler.errors import DomainError, FieldErrors
+from tenants import services
+from tenants.models import AuditEntry, PriorityClass, Quota
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def h100(gpu_models):
+    return gpu_models["h100"]
+
+
+@pytest.mark.parametrize(
+    "guaranteed,borrow,field,needle",
+    [
+        (-1, 0, "guaranteed_gpus", ">= 0"),
+        (1.5, 0, "guaranteed_gpus", "whole number"),
+        ("2.5", 0, "guaranteed_gpus", "whole number"),
+        (True, 0, "guaranteed_gpus", "whole number"),
+        (1, -3, "borrow_limit_gpus", ">= 0"),
+        (1, "many", "borrow_limit_gpus", "whole number"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(platform, h100, guaranteed, borrow, field, needle):
+    with pytest.raises(FieldErrors) as err:
+        services.quota_set(
+            user=platform["admin"],
+            team=platform["alice"].memberships.get().team,
+            gpu_model=h100,
+            guaranteed_gpus=guaranteed,
+            borrow_limit_gpus=borrow,
+        )
+    assert needle in " ".join(err.value.errors[field])
+    assert Quota.objects.count() == 0 and AuditEntry.objects.count() == 0
+
+
+def test_only_platform_admins_set_quotas(platform, teams, h100):
+    with pytest.raises(DomainError) as err:
+        services.quota_set(
+            user=platform["alice"],
+            team=teams["vision"],
+            gpu_model=h100,
+            guaranteed_gpus=1,
+            borrow_limit_gpus=0,
+        )
+    assert err.value.status_code == 403
+    assert Quota.objects.count() == 0 and AuditEntry.objects.count() == 0
+
+
+def test_set_records_before_and_after(platform, teams, h100):
+    admin = platform["admin"]
+    services.quota_set(
+        user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=2
+    )
+    services.quota_set(
+        user=admin,
+        team=teams["vision"],
+        gpu_model=h100,
+        guaranteed_gpus="6",
+        borrow_limit_gpus=2,
+        comment="grant",
+    )
+    quota = Quota.objects.get()
+    assert (quota.guaranteed_gpus, quota.borrow_limit_gpus) == (6, 2)
+    first, second = AuditEntry.objects.order_by("id")
+    assert first.before is None and first.after["guaranteed_gpus"] == 4
+    assert second.before["guaranteed_gpus"] == 4 and second.after["guaranteed_gpus"] == 6
+    assert second.actor == admin and second.team == teams["vision"]
+    assert second.comment == "grant" and second.action == "quota.set"
+    # An unchanged save is not a change: no entry.
+    services.quota_set(
+        user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=6, borrow_limit_gpus=2
+    )
+    assert AuditEntry.objects.count() == 2
+
+
+def test_guarantees_above_capacity_need_confirmation(platform, teams, h100):
+    admin = platform["admin"]  # the cluster has 16 H100s
+    services.quota_set(
+        user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=10, borrow_limit_gpus=0
+    )
+    with pytest.raises(FieldErrors) as err:
+        services.quota_set(
+            user=admin, team=teams["nlp"], gpu_model=h100, guaranteed_gpus=7, borrow_limit_gpus=0
+        )
+    message = " ".join(err.value.errors["guaranteed_gpus"])
+    assert "sum to 17" in message and "capacity of 16" in message and "confirm" in message
+    assert not Quota.objects.filter(team=teams["nlp"]).exists()
+    services.quota_set(
+        user=admin,
+        team=teams["nlp"],
+        gpu_model=h100,
+        guaranteed_gpus=7,
+        borrow_limit_gpus=0,
+        confirm_overcommit=True,
+    )
+    assert Quota.objects.get(team=teams["nlp"]).guaranteed_gpus == 7
+    entry = AuditEntry.objects.latest("id")
+    assert "overcommit confirmed" in entry.comment
+
+
+def test_children_count_inside_their_parent(platform, teams, h100):
+    admin = platform["admin"]
+    services.quota_set(
+        user=admin, team=teams["research"], gpu_model=h100, guaranteed_gpus=12, borrow_limit_gpus=0
+    )
+    services.quota_set(
+        user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=8, borrow_limit_gpus=0
+    )
+    # Children inside a parent's guarantee do not add to the cluster-wide sum (12 <= 16)...
+    with pytest.raises(FieldErrors) as err:
+        services.quota_set(
+            user=admin, team=teams["nlp"], gpu_model=h100, guaranteed_gpus=6, borrow_limit_gpus=0
+        )
+    # ...but they must fit in it: 8 + 6 > 12.
+    assert "under research would sum to 14" in " ".join(err.value.errors["guaranteed_gpus"])
+    services.quota_set(
+        user=admin, team=teams["nlp"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
+    )
+
+
+def test_team_tree_changes_are_audited_and_cycles_refused(platform, teams):
+    admin = platform["admin"]
+    services.team_update(user=admin, team=teams["vision"], fair_share_weight="3.5")
+    teams["vision"].refresh_from_db()
+    assert teams["vision"].fair_share_weight == 3.5
+    entry = AuditEntry.objects.get(action="team.update")
+    assert entry.before["fair_share_weight"] == 2.0 and entry.after["fair_share_weight"] == 3.5
+    for bad in (-1, "nan", "x", float("inf")):
+        with pytest.raises(FieldErrors) as err:
+            services.team_update(user=admin, team=teams["vision"], fair_share_weight=bad)
+        assert "fair_share_weight" in err.value.errors
+    with pytest.raises(FieldErrors) as err:
+        services.team_update(user=admin, team=teams["research"], parent=teams["vision"])
+    assert "cycle" in err.value.errors["parent"][0]
+    with pytest.raises(DomainError):
+        services.team_update(user=platform["alice"], team=teams["vision"], fair_share_weight=9)
+    child = services.team_create(user=admin, slug="vision-3d", name="3D", parent=teams["vision"])
+    assert child.parent == teams["vision"]
+    assert AuditEntry.objects.filter(action="team.create", target_id=str(child.pk)).exists()
+
+
+def test_priority_classes(platform):
+    admin = platform["admin"]
+    services.priority_class_set(
+        user=admin, name="urgent", value="2000", preemptible_by_default=False
+    )
+    assert PriorityClass.objects.get(name="urgent").value == 2000
+    with pytest.raises(FieldErrors) as err:
+        services.priority_class_set(user=admin, name="urgent", value=1.5)
+    assert "value" in err.value.errors
+    services.priority_class_delete(user=admin, name="urgent")
+    assert not PriorityClass.objects.filter(name="urgent").exists()
+    actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
+    assert actions == ["priority.set", "priority.delete"]
+    with pytest.raises(DomainError):
+        services.priority_class_set(user=platform["alice"], name="mine", value=1)
+
+
+def test_priority_class_in_use_is_a_conflict(platform, submit):
+    assert submit(platform["alice"], priority_class="research").status_code == 201
+    with pytest.raises(DomainError) as err:
+        services.priority_class_delete(user=platform["admin"], name="research")
+    assert err.value.status_code == 409
+    assert PriorityClass.objects.filter(name="research").exists()
