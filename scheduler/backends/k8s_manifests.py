@@ -17,6 +17,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -332,16 +333,33 @@ def pod_manifest(
     }
 
 
+def worker_slots(spec: BackendJobSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """``(node, gpu indices)`` of each worker, worker 0 first.
+
+    One worker per placement entry when there are as many entries as workers (the Backend
+    contract). When the engine packed several workers on one node (fewer entries than workers),
+    each node's GPUs are split, in order, into groups of ``gpus_per_worker``. Anything else cannot
+    be run as asked and is rejected.
+    """
+    entries = [(node, tuple(gpus)) for node, gpus in spec.placement.items()]
+    if len(entries) == spec.workers:
+        return entries
+    per = spec.gpus_per_worker
+    if per > 0 and all(len(g) % per == 0 for _, g in entries):
+        slots = [(node, g[i : i + per]) for node, g in entries for i in range(0, len(g), per)]
+        if len(slots) == spec.workers:
+            return slots
+    raise BackendRejected(
+        f"placement {dict(entries)} does not give {spec.workers} workers of "
+        f"{spec.gpus_per_worker} GPUs"
+    )
+
+
 def pod_manifests(spec: BackendJobSpec, cfg: KubernetesConfig) -> list[tuple[dict[str, Any], str]]:
-    """One ``(pod, node)`` per placement entry, in placement order (worker 0 first)."""
-    if len(spec.placement) != spec.workers:
-        raise BackendRejected(
-            f"placement has {len(spec.placement)} nodes for {spec.workers} workers; "
-            "the Kubernetes backend runs exactly one worker pod per placement entry"
-        )
+    """One ``(pod, node)`` per worker (see :func:`worker_slots`), worker 0 first."""
     return [
         (pod_manifest(spec, i, node, gpus, cfg), node)
-        for i, (node, gpus) in enumerate(spec.placement.items())
+        for i, (node, gpus) in enumerate(worker_slots(spec))
     ]
 
 
@@ -585,6 +603,28 @@ def _exit_code(pod: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _checkpointed_progress(pods: Sequence[Mapping[str, Any]]) -> float | None:
+    """Seconds of work checkpointed, as workers report it in their termination message.
+
+    A worker that writes ``{"checkpointed_progress_s": <seconds>}`` to ``/dev/termination-log``
+    before exiting (e.g. after its final checkpoint on SIGTERM) has it surfaced by the kubelet in
+    ``state.terminated.message``. The smallest value any worker reports is the safe one.
+    """
+    values = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
+            if cs.get("name") != WORKER_CONTAINER or not message:
+                continue
+            try:
+                value = json.loads(message).get("checkpointed_progress_s")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                values.append(float(value))
+    return min(values) if values else None
+
+
 def _waiting_reason(pod: Mapping[str, Any]) -> str:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting")
@@ -666,6 +706,7 @@ def run_status(
             nodes=tuple(node_names),
             exit_code=exit_code,
             reason=reason,
+            checkpointed_progress_s=_checkpointed_progress(everything),
         )
 
     if not everything:

@@ -158,6 +158,23 @@ def test_workers_find_each_other_through_the_runs_headless_service():
     assert "subdomain" not in plain["spec"]
 
 
+def test_workers_packed_on_one_node_split_its_gpus():
+    spec = make_spec(
+        workers=3, gpus_per_worker=2, placement={"gpu-a": (0, 1, 2, 3), "gpu-b": (6, 7)}
+    )
+    pods = m.pod_manifests(spec, cfg())
+    assert [
+        (node, p["metadata"]["annotations"]["gpuplatform.io/gpu-indices"]) for p, node in pods
+    ] == [
+        ("gpu-a", "0,1"),
+        ("gpu-a", "2,3"),
+        ("gpu-b", "6,7"),
+    ]
+    assert {
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for p, _ in pods
+    } == {"2"}
+
+
 def test_node_name_mode_skips_the_scheduler():
     pod, _ = m.pod_manifests(make_spec(), cfg(bind_mode="nodeName"))[1]
     assert pod["spec"]["nodeName"] == "gpu-b"
@@ -179,7 +196,8 @@ def test_team_that_is_not_a_label_value_stays_in_the_annotation():
     [
         {"job_id": "Job_42"},  # not a DNS-1123 name
         {"job_id": "x" * 70},  # run name longer than a label value
-        {"workers": 3},  # placement has 2 nodes
+        {"workers": 3},  # 2 nodes of 4 GPUs cannot hold 3 workers of 4
+        {"workers": 3, "gpus_per_worker": 3},  # 4 GPUs do not split into groups of 3
         {"image": ""},
     ],
 )

@@ -250,3 +250,17 @@ def test_state_depends_on_the_pods_not_their_order(phases, gone, cancelled, node
         g and p != "Succeeded" for g, p in zip(gone, phases, strict=True)
     ):
         assert status.state is BackendJobState.FAILED
+
+
+def test_checkpointed_progress_comes_from_the_workers_termination_messages():
+    live = pods("Succeeded", "Failed")
+    terminated(live[0], 0)["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        '{"checkpointed_progress_s": 3600}'
+    )
+    terminated(live[1], 143)["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        '{"checkpointed_progress_s": 3500.5}'
+    )
+    assert state(live).checkpointed_progress_s == 3500.5
+    live[1]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "Traceback ..."
+    assert state(live).checkpointed_progress_s == 3600
+    assert state(pods("Running", "Running")).checkpointed_progress_s is None
