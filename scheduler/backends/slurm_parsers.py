@@ -1,0 +1,611 @@
+"""Pure functions that read Slurm's command output and build what we hand to Slurm.
+
+Nothing here runs a command, reads a clock or touches a file: each function takes text (captured
+from ``squeue --json``, ``sinfo --json``, ``sbatch --parsable``, ``sacct -P``, an error message,
+``topology.conf``) or a job spec and returns plain values, so all of it is tested on real output
+captured from Slurm 22.05 (``tests/unit/backends/fixtures/slurm/``).
+
+Guarantees:
+- ``parse_squeue_json`` / ``parse_sinfo_json`` raise :class:`SlurmQueryError` when Slurm reports an
+  error inside the JSON. Slurm 22.05 prints ``{"errors": [...], "jobs": []}`` with exit status 0
+  when it cannot reach slurmctld; reading that as "no jobs" would make every run look lost.
+- ``classify_error`` sorts an error message into unavailable (retry later), already-done (success
+  for idempotent calls) or rejected (do not retry).
+- ``build_job_script`` embeds the user's command and environment values only through
+  :func:`shlex.quote`; environment names must be shell identifiers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scheduler.backends.base import BackendJobSpec, BackendJobState, BackendJobStatus, BackendNode
+
+
+class SlurmQueryError(Exception):
+    """Slurm answered a query with an error instead of data."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One Slurm job as a query reports it (squeue --json or accounting)."""
+
+    job_id: str
+    name: str
+    state: str  # Slurm's own state word, upper case: RUNNING, COMPLETED, NODE_FAIL, ...
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    exit_code: int | None = None
+    signal: int | None = None
+    restart_count: int = 0
+    required_nodes: tuple[str, ...] = ()
+
+    @property
+    def numeric_id(self) -> int:
+        head = self.job_id.split("_", 1)[0].split("+", 1)[0].split(".", 1)[0]
+        return int(head) if head.isdigit() else -1
+
+
+# ---------------------------------------------------------------------------------------------
+# Host lists
+
+
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+
+
+def expand_hostlist(expr: str) -> tuple[str, ...]:
+    """Expand a Slurm host list (``node[1-3,7],gpu-[01-02]-b``) into names, in order.
+
+    Zero padding is kept (``n[08-10]`` gives ``n08 n09 n10``); several bracket groups in one name
+    expand as a product. Empty text and Slurm's ``(null)`` give no names.
+    """
+    expr = expr.strip()
+    if not expr or expr == "(null)":
+        return ()
+    names: list[str] = []
+    for part in _split_top_level(expr):
+        names.extend(_expand_one(part))
+    return tuple(names)
+
+
+def _split_top_level(expr: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(expr):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(expr[start:i])
+            start = i + 1
+    parts.append(expr[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(pattern: str) -> list[str]:
+    match = _BRACKET.search(pattern)
+    if match is None:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    out: list[str] = []
+    for piece in match.group(1).split(","):
+        piece = piece.strip()
+        if "-" in piece:
+            low, high = piece.split("-", 1)
+            width = len(low)
+            for number in range(int(low), int(high) + 1):
+                out.extend(_expand_one(f"{head}{number:0{width}d}{tail}"))
+        elif piece:
+            out.extend(_expand_one(f"{head}{piece}{tail}"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Submission
+
+
+def parse_sbatch_parsable(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` output (``"42"`` or ``"42;cluster"``)."""
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line:
+            job_id = line.split(";", 1)[0]
+            if job_id.isdigit():
+                return job_id
+    raise SlurmQueryError(f"sbatch printed no job id: {stdout!r}")
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def format_time_limit(seconds: int) -> str:
+    """Slurm's ``--time`` value (``minutes:seconds``) for a limit in seconds, at least 1 minute."""
+    seconds = max(60, int(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def build_sbatch_argv(
+    spec: BackendJobSpec,
+    *,
+    log_path: str,
+    workdir: str,
+    partition: str = "",
+    account: str = "",
+    extra_args: Iterable[str] = (),
+) -> list[str]:
+    """The ``sbatch`` argument list for ``spec`` (the script itself goes on stdin).
+
+    One worker per placement node, all nodes named explicitly (``--nodelist`` and ``--nodes``
+    equal, so Slurm cannot add or swap a node), ``--requeue`` so a node failure keeps the job
+    record, and ``B:USR1@grace`` so the batch script can checkpoint before a time limit.
+    Raises ``ValueError`` for a spec Slurm cannot run as asked.
+    """
+    nodes = list(spec.placement)
+    if not nodes:
+        raise ValueError("placement names no node")
+    if spec.workers != len(nodes):
+        raise ValueError(
+            f"{spec.workers} workers on {len(nodes)} nodes: the Slurm backend runs one worker "
+            "per placement node"
+        )
+    for node in nodes:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", node):
+            raise ValueError(f"not a Slurm node name: {node!r}")
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={spec.backend_name}",
+        f"--nodelist={','.join(nodes)}",
+        f"--nodes={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--chdir={workdir}",
+        f"--output={log_path}",
+        "--open-mode=append",
+        "--requeue",
+        f"--signal=B:USR1@{max(1, min(int(spec.checkpoint_grace_s), 65535))}",
+        # The platform's own environment (secrets included) must not leak into jobs.
+        "--export=NONE",
+        f"--comment=gpuplatform team={spec.team}",
+    ]
+    if spec.gpus_per_worker > 0:
+        argv.append(f"--gres=gpu:{spec.gpus_per_worker}")
+    if spec.runtime_limit_s:
+        argv.append(f"--time={format_time_limit(spec.runtime_limit_s)}")
+    if partition:
+        argv.append(f"--partition={partition}")
+    if account:
+        argv.append(f"--account={account}")
+    argv.extend(extra_args)
+    return argv
+
+
+def build_job_script(
+    spec: BackendJobSpec,
+    *,
+    checkpoint_request_path: str,
+    container_option: str = "",
+) -> str:
+    """The batch script for ``spec``: exports our identity, runs the command on every node.
+
+    The command runs once per node through ``srun`` (worker index = ``SLURM_PROCID``). USR1 on
+    the batch shell (``scancel --batch --signal=USR1`` or the time-limit warning) touches
+    ``$GPUPLATFORM_CHECKPOINT_REQUEST`` and is forwarded to the step, whose processes receive it;
+    the script then keeps waiting for the step and exits with its status.
+    """
+    for key in spec.env:
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"not a valid environment variable name: {key!r}")
+    q = shlex.quote
+    exports = {
+        "GPUPLATFORM_JOB_ID": spec.job_id,
+        "GPUPLATFORM_ATTEMPT": str(spec.attempt),
+        "GPUPLATFORM_JOB_NAME": spec.name,
+        "GPUPLATFORM_TEAM": spec.team,
+        "GPUPLATFORM_IMAGE": spec.image,
+        "GPUPLATFORM_WORKERS": str(spec.workers),
+        "GPUPLATFORM_GPUS_PER_WORKER": str(spec.gpus_per_worker),
+        "GPUPLATFORM_CHECKPOINT_REQUEST": checkpoint_request_path,
+        **dict(spec.env),
+    }
+    srun = [
+        "srun",
+        "--export=ALL",
+        f"--nodes={spec.workers}",
+        f"--ntasks={spec.workers}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+    ]
+    if container_option and spec.image:
+        srun.append(f"{container_option}={spec.image}")
+    worker_command = 'export GPUPLATFORM_WORKER="$SLURM_PROCID"\n' + spec.command
+    srun += ["/bin/bash", "-c", worker_command]
+    lines = [
+        "#!/bin/bash",
+        f"# gpuplatform run {spec.backend_name}; generated, the command below is quoted data.",
+        # --export=NONE leaves PATH minimal or empty; srun and the user's tools need one.
+        'export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}:/usr/local/bin:/usr/bin:/bin"',
+    ]
+    lines += [f"export {key}={q(value)}" for key, value in exports.items()]
+    lines += [
+        "gp_step=",
+        "gp_checkpoint() {",
+        '    : > "$GPUPLATFORM_CHECKPOINT_REQUEST" 2>/dev/null || true',
+        '    if [ -n "$gp_step" ]; then kill -USR1 "$gp_step" 2>/dev/null || true; fi',
+        "}",
+        "trap gp_checkpoint USR1",
+        " ".join(q(arg) for arg in srun) + " &",
+        "gp_step=$!",
+        # wait returns early (>128) when a trapped signal arrives; keep waiting for the step.
+        'wait "$gp_step"; gp_rc=$?',
+        'while kill -0 "$gp_step" 2>/dev/null; do wait "$gp_step"; gp_rc=$?; done',
+        'exit "$gp_rc"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs
+
+
+def decode_wait_status(raw: int | None) -> tuple[int | None, int | None]:
+    """``(exit_code, signal)`` from the wait(2) status squeue reports as ``exit_code``."""
+    if raw is None:
+        return None, None
+    signal = raw & 0x7F
+    if signal:
+        return None, signal
+    return (raw >> 8) & 0xFF, None
+
+
+def _load_json(text: str, what: str) -> dict:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SlurmQueryError(f"{what} printed no JSON: {text[:200]!r}") from exc
+    if not isinstance(data, dict):
+        raise SlurmQueryError(f"{what} printed unexpected JSON")
+    errors = data.get("errors") or []
+    if errors:
+        texts = []
+        for err in errors:
+            if isinstance(err, dict):
+                texts.append(
+                    " / ".join(
+                        str(err[k]) for k in ("source", "description", "error") if err.get(k)
+                    )
+                )
+            else:
+                texts.append(str(err))
+        raise SlurmQueryError(f"{what}: {'; '.join(texts)}")
+    return data
+
+
+def parse_squeue_json(text: str) -> list[SlurmJob]:
+    """Jobs from ``squeue --json`` (openapi v0.0.38 shape, Slurm 22.05).
+
+    Raises :class:`SlurmQueryError` when the JSON carries errors (e.g. slurmctld unreachable).
+    """
+    data = _load_json(text, "squeue --json")
+    jobs = []
+    for raw in data.get("jobs") or []:
+        exit_code, signal = decode_wait_status(raw.get("exit_code"))
+        reason = raw.get("state_reason") or ""
+        description = raw.get("state_description") or ""
+        jobs.append(
+            SlurmJob(
+                job_id=str(raw.get("job_id", "")),
+                name=raw.get("name") or "",
+                state=str(raw.get("job_state") or "").upper(),
+                reason=description or ("" if reason == "None" else reason),
+                nodes=expand_hostlist(raw.get("nodes") or ""),
+                exit_code=exit_code,
+                signal=signal,
+                restart_count=int(raw.get("restart_cnt") or 0),
+                required_nodes=expand_hostlist(raw.get("required_nodes") or ""),
+            )
+        )
+    return jobs
+
+
+def parse_sacct_parsable(text: str) -> list[SlurmJob]:
+    """Jobs from ``sacct -P -n -o jobid,jobname,state,exitcode,nodelist`` (also with ``-c``).
+
+    Job steps (``42.batch``) are skipped; when a job appears several times (the jobcomp file
+    logs a NODE_FAIL and later the requeued run), the last line wins.
+    """
+    latest: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 5 or not fields[0] or fields[0] == "JobID":
+            continue
+        job_id, name, state, exit_field, nodelist = fields[:5]
+        if "." in job_id:
+            continue
+        code, _, sig = exit_field.partition(":")
+        signal = int(sig) if sig.isdigit() and int(sig) else None
+        exit_code = None if signal else (int(code) if code.isdigit() else None)
+        # "CANCELLED by 0" -> CANCELLED
+        state_word = state.split()[0].upper() if state.strip() else ""
+        latest[job_id] = SlurmJob(
+            job_id=job_id,
+            name=name,
+            state=state_word,
+            nodes=expand_hostlist(nodelist),
+            exit_code=exit_code,
+            signal=signal,
+        )
+    return list(latest.values())
+
+
+_RUNNING_STATES = {
+    "RUNNING",
+    "COMPLETING",  # the job's processes are ending; its final state is not known yet
+    "CONFIGURING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "RESIZING",
+    "SUSPENDED",
+    "STOPPED",
+}
+_PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+_FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+_CANCELLED_STATES = {"CANCELLED", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"}
+
+
+def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
+    """Our view of one Slurm job.
+
+    A job Slurm requeued after it had started (``restart_cnt > 0`` and pending again: what
+    ``--requeue`` does when a node dies) is reported NODE_FAILED: the platform decides where the
+    next attempt runs, rather than waiting for Slurm to restart it on the same pinned nodes.
+    """
+    state = job.state
+    reason = job.reason
+    if state in _RUNNING_STATES:
+        ours = BackendJobState.RUNNING
+    elif state in _PENDING_STATES:
+        if job.restart_count > 0:
+            ours = BackendJobState.NODE_FAILED
+            reason = f"requeued by Slurm after an interruption (restart {job.restart_count})"
+        else:
+            ours = BackendJobState.PENDING
+    elif state == "COMPLETED":
+        ours = BackendJobState.SUCCEEDED
+    elif state == "NODE_FAIL":
+        ours = BackendJobState.NODE_FAILED
+    elif state in _FAILED_STATES:
+        ours = BackendJobState.FAILED
+        if state == "TIMEOUT":
+            reason = reason or "time limit reached"
+    elif state in _CANCELLED_STATES:
+        ours = BackendJobState.CANCELLED
+    else:
+        ours = BackendJobState.UNKNOWN
+    if job.signal and not reason:
+        reason = f"killed by signal {job.signal}"
+    return BackendJobStatus(
+        job_id=job_id,
+        attempt=attempt,
+        state=ours,
+        backend_ref=job.job_id,
+        nodes=job.nodes or job.required_nodes,
+        exit_code=job.exit_code
+        if ours in (BackendJobState.SUCCEEDED, BackendJobState.FAILED)
+        else None,
+        reason=reason,
+    )
+
+
+_TERMINAL_SLURM = {"COMPLETED", "NODE_FAIL"} | _FAILED_STATES | _CANCELLED_STATES
+
+
+def pick_run(jobs: Iterable[SlurmJob]) -> SlurmJob | None:
+    """The Slurm job that stands for one of our runs when several share its name.
+
+    A live job beats a finished one (a duplicate submission must not hide the real run); among
+    equals the newest (highest id) wins.
+    """
+    best: SlurmJob | None = None
+    for job in jobs:
+        key = (job.state not in _TERMINAL_SLURM, job.numeric_id)
+        if best is None or key > (best.state not in _TERMINAL_SLURM, best.numeric_id):
+            best = job
+    return best
+
+
+def is_live(job: SlurmJob) -> bool:
+    """True while Slurm may still run (or is running) the job."""
+    return job.state not in _TERMINAL_SLURM
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+
+
+def parse_gres_gpus(gres: str) -> tuple[int, str]:
+    """``(gpu count, gpu model)`` from a GRES string such as ``gpu:h100:8(S:0-1),shard:4``."""
+    total, model = 0, ""
+    for item in _split_top_level(gres or ""):
+        item = item.split("(", 1)[0]
+        parts = item.split(":")
+        if parts[0] != "gpu":
+            continue
+        count = 1
+        if len(parts) >= 2 and parts[-1].isdigit():
+            count = int(parts[-1])
+            type_parts = parts[1:-1]
+        else:
+            type_parts = parts[1:]
+        if type_parts and not model:
+            model = type_parts[0]
+        total += count
+    return total, model
+
+
+_TOPOLOGY_KEYS = {
+    "rack": "rack",
+    "nvl": "nvlink_domain",
+    "nvlink": "nvlink_domain",
+    "nvlink_domain": "nvlink_domain",
+    "zone": "zone",
+    "fabric": "fabric",
+    "gpu": "gpu_model",
+    "gpu_model": "gpu_model",
+}
+
+
+def parse_node_features(features: str) -> dict[str, str | bool]:
+    """Topology from node Features: ``rack=r1``, ``nvl=d1``, ``zone=``, ``fabric=``, ``gpu=``,
+    and the bare word ``spot``. ``key:value`` works like ``key=value``. Unknown words are ignored.
+    """
+    out: dict[str, str | bool] = {}
+    for word in (features or "").split(","):
+        word = word.strip()
+        if not word:
+            continue
+        if word.lower() == "spot":
+            out["spot"] = True
+            continue
+        for sep in ("=", ":"):
+            if sep in word:
+                key, value = word.split(sep, 1)
+                field_name = _TOPOLOGY_KEYS.get(key.strip().lower())
+                if field_name and value.strip():
+                    out[field_name] = value.strip()
+                break
+    return out
+
+
+def parse_topology_conf(text: str) -> dict[str, str]:
+    """Node name -> leaf switch name from Slurm's ``topology.conf`` (tree plugin).
+
+    Only switches that list ``Nodes=`` are leaves; the platform treats a leaf switch as a rack
+    when the nodes carry no ``rack=`` feature.
+    """
+    leaf_of: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        switch = fields.get("SwitchName")
+        nodes = fields.get("Nodes")
+        if switch and nodes:
+            for node in expand_hostlist(nodes):
+                leaf_of[node] = switch
+    return leaf_of
+
+
+def node_state(state: str, flags: Iterable[str]) -> str:
+    """Our node state (ready | draining | drained | down) from sinfo's ``state`` and flags."""
+    state = (state or "").lower()
+    flag_set = {f.upper() for f in flags}
+    # NOT_RESPONDING alone (``idle*``) is not down: Slurm sets it for a moment after every
+    # resume and only declares the node DOWN after SlurmdTimeout; we follow Slurm's verdict.
+    if state in {"down", "unknown", "error", "future"} or flag_set & {
+        "FAIL",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+    }:
+        return "down"
+    if "DRAIN" in flag_set or state in {"drain", "drained", "draining"}:
+        busy = state in {"allocated", "mixed", "completing"} or "COMPLETING" in flag_set
+        return "draining" if busy else "drained"
+    return "ready"
+
+
+def parse_sinfo_json(
+    text: str,
+    *,
+    partition: str = "",
+    topology: Mapping[str, str] | None = None,
+) -> list[BackendNode]:
+    """Nodes from ``sinfo --json``: GPU count and model from GRES, state, drain reason, topology.
+
+    Rack / NVLink domain / zone / fabric / spot come from node Features; a node without a rack
+    feature takes its leaf switch from ``topology`` (see :func:`parse_topology_conf`). With
+    ``partition`` only that partition's nodes are returned. Each node appears once even when
+    sinfo lists it per partition. Raises :class:`SlurmQueryError` on an error answer.
+    """
+    data = _load_json(text, "sinfo --json")
+    seen: set[str] = set()
+    nodes: list[BackendNode] = []
+    for raw in data.get("nodes") or []:
+        name = raw.get("name") or ""
+        if not name or name in seen:
+            continue
+        if partition and partition not in (raw.get("partitions") or []):
+            continue
+        seen.add(name)
+        gpus, model = parse_gres_gpus(raw.get("gres") or "")
+        topo = parse_node_features(raw.get("active_features") or raw.get("features") or "")
+        rack = str(topo.get("rack", "")) or (topology or {}).get(name, "")
+        state = node_state(raw.get("state") or "", raw.get("state_flags") or [])
+        nodes.append(
+            BackendNode(
+                name=name,
+                gpus=gpus,
+                gpu_model=str(topo.get("gpu_model", "")) or model,
+                state=state,
+                reason=raw.get("reason") or "",
+                zone=str(topo.get("zone", "")),
+                rack=rack,
+                nvlink_domain=str(topo.get("nvlink_domain", "")),
+                fabric=str(topo.get("fabric", "")),
+                spot=bool(topo.get("spot", False)),
+            )
+        )
+    return nodes
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class ErrorKind(StrEnum):
+    UNAVAILABLE = "unavailable"  # slurmctld unreachable or busy: retry later
+    ALREADY_DONE = "already_done"  # the job is gone / the node is already in that state
+    REJECTED = "rejected"  # Slurm refuses; the same call will fail again
+
+
+_UNAVAILABLE_PATTERNS = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "connect failure",
+    "zero bytes were transmitted",
+    "communication connection failure",
+    "slurm temporarily unable to accept job",
+    "resource temporarily unavailable",
+    "standby mode",
+    "slurmctld not responding",
+    "could not establish a configuration source",
+    "slurm_load_jobs",
+    "slurm_load_node",
+    "slurm_load_partitions",
+    "unspecified error",
+)
+_ALREADY_DONE_PATTERNS = (
+    "invalid job id specified",
+    "job/step already completing or completed",
+    "already completing",
+    "job has already finished",
+    "job is no longer pending execution",
+    "invalid node state specified",
+)
+
+
+def classify_error(message: str) -> ErrorKind:
+    """What a Slurm error message means for the caller (see :class:`ErrorKind`)."""
+    text = message.lower()
+    if any(p in text for p in _UNAVAILABLE_PATTERNS):
+        return ErrorKind.UNAVAILABLE
+    if any(p in text for p in _ALREADY_DONE_PATTERNS):
+        return ErrorKind.ALREADY_DONE
+    return ErrorKind.REJECTED

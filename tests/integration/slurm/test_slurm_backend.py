@@ -1,0 +1,269 @@
+"""SlurmBackend against a real local Slurm (slurmctld + 4 slurmd, 8 fake GPUs each, 2 racks).
+
+Every test drives the backend exactly as the scheduling loop will, and checks the effect with
+Slurm's own tools (squeue, sinfo) or the job's own output. The slow ones (a killed slurmd, a
+stopped slurmctld) run last and put the cluster back as they found it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.backends.base import (
+    Backend,
+    BackendJobSpec,
+    BackendJobState,
+    BackendRejected,
+    BackendUnavailable,
+    backend_job_name,
+)
+from scheduler.backends.slurm import SlurmBackend
+from tests.integration.slurm.conftest import LocalSlurm, wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def spec(job_id: str, command: str, placement: dict[str, tuple[int, ...]], **kw) -> BackendJobSpec:
+    gpus = len(next(iter(placement.values())))
+    return BackendJobSpec(
+        job_id=job_id,
+        attempt=kw.pop("attempt", 1),
+        name=kw.pop("name", "test job"),
+        team=kw.pop("team", "alice-team"),
+        image="",
+        command=command,
+        workers=len(placement),
+        gpus_per_worker=gpus,
+        placement=placement,
+        **kw,
+    )
+
+
+def state_of(backend: SlurmBackend, job_id: str, attempt: int = 1):
+    return backend.poll_jobs([(job_id, attempt)])[0]
+
+
+def wait_state(backend, job_id, states, timeout=30.0, attempt=1):
+    states = set(states)
+    return wait_for(
+        lambda: (s := state_of(backend, job_id, attempt)).state in states and s,
+        timeout,
+        f"{job_id} to reach {sorted(states)}",
+    )
+
+
+def squeue_ids(cluster: LocalSlurm, name: str) -> list[str]:
+    out = cluster.run("squeue", "-h", "-t", "all", "-n", name, "-o", "%i").stdout
+    return out.split()
+
+
+def test_backend_satisfies_protocol(backend):
+    assert isinstance(backend, Backend)
+    assert backend.kind == "slurm"
+
+
+def test_submitted_job_runs_on_chosen_node_and_succeeds(backend, slurm_cluster, job_id):
+    command = (
+        'echo "worker=$GPUPLATFORM_WORKER node=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES '
+        'job=$GPUPLATFORM_JOB_ID attempt=$GPUPLATFORM_ATTEMPT greeting=$GREETING"'
+    )
+    s = spec(job_id, command, {"node2": (0, 1)}, env={"GREETING": 'it\'s a "quoted" $HOME'})
+    ref = backend.submit(s)
+    assert ref.isdigit()
+    # Idempotent: the same (job id, attempt) finds the existing Slurm job.
+    assert backend.submit(s) == ref
+    assert squeue_ids(slurm_cluster, s.backend_name) == [ref]
+
+    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
+    assert final.state is BackendJobState.SUCCEEDED, final
+    assert final.backend_ref == ref
+    assert final.nodes == ("node2",)
+    assert final.exit_code == 0
+    log = backend.log_tail(job_id, 1)
+    assert (
+        f"worker=0 node=node2 gpus=0,1 job={job_id} attempt=1 "
+        'greeting=it\'s a "quoted" $HOME' in log
+    )
+    # Finished and still idempotent: no second copy is started.
+    assert backend.submit(s) == ref
+    assert squeue_ids(slurm_cluster, s.backend_name) == [ref]
+
+
+def test_two_worker_gang_runs_on_both_chosen_nodes_at_once(backend, job_id):
+    command = (
+        'echo "start $GPUPLATFORM_WORKER $SLURMD_NODENAME $(date +%s.%N)"; sleep 2; '
+        'echo "end $GPUPLATFORM_WORKER $SLURMD_NODENAME $(date +%s.%N)"'
+    )
+    s = spec(job_id, command, {"node1": (0, 1, 2, 3), "node3": (0, 1, 2, 3)})
+    backend.submit(s)
+    running = wait_state(backend, job_id, {BackendJobState.RUNNING, BackendJobState.SUCCEEDED})
+    assert running.nodes == ("node1", "node3")
+    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
+    assert final.state is BackendJobState.SUCCEEDED, final
+
+    events = [line.split() for line in backend.log_tail(job_id, 1).splitlines()]
+    starts = {(w, node): float(t) for kind, w, node, t in events if kind == "start"}
+    ends = {(w, node): float(t) for kind, w, node, t in events if kind == "end"}
+    assert set(starts) == {("0", "node1"), ("1", "node3")}
+    # Gang: both workers were running at the same moment.
+    assert max(starts.values()) < min(ends.values())
+
+
+def test_failing_command_reports_failed_with_exit_code(backend, job_id):
+    backend.submit(spec(job_id, "echo boom >&2; exit 3", {"node2": (0,)}))
+    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
+    assert final.state is BackendJobState.FAILED
+    assert final.exit_code == 3
+    assert "boom" in backend.log_tail(job_id, 1)
+
+
+def test_request_slurm_cannot_place_is_rejected(backend, slurm_cluster, job_id):
+    too_big = spec(job_id, "true", {"node1": tuple(range(9))})
+    with pytest.raises(BackendRejected, match="node configuration is not available"):
+        backend.submit(too_big)
+    with pytest.raises(BackendRejected, match="Invalid node name"):
+        backend.submit(spec(job_id, "true", {"node99": (0,)}, attempt=2))
+
+
+def test_cancel_stops_the_run_and_is_idempotent(backend, slurm_cluster, job_id):
+    backend.submit(spec(job_id, "sleep 60", {"node2": (0,)}))
+    wait_state(backend, job_id, {BackendJobState.RUNNING})
+    backend.cancel(job_id, 1)
+    final = wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
+    assert final.state is BackendJobState.CANCELLED
+    backend.cancel(job_id, 1)  # already cancelled: quiet
+    backend.cancel("never-submitted", 1)  # unknown: quiet
+    assert state_of(backend, "never-submitted").state is BackendJobState.UNKNOWN
+
+
+def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id):
+    ready = slurm_cluster.jobs_dir / f"{job_id}.ready"
+    marker = slurm_cluster.jobs_dir / f"{job_id}.checkpointed"
+    command = (
+        f"trap 'echo checkpoint > {marker}' USR1\n"
+        f"touch {ready}\n"
+        "for i in $(seq 1 60); do sleep 0.5; done"
+    )
+    backend.submit(spec(job_id, command, {"node2": (0,)}))
+    wait_for(ready.exists, 30, "the job to start its command")
+    backend.checkpoint(job_id, 1)
+    wait_for(marker.exists, 10, "the USR1 trap to write its marker")
+    assert marker.read_text().strip() == "checkpoint"
+    # The batch script recorded the request too, and the run keeps going.
+    request_file = slurm_cluster.jobs_dir / f"{backend_job_name(job_id, 1)}.checkpoint-request"
+    assert request_file.exists()
+    assert state_of(backend, job_id).state is BackendJobState.RUNNING
+    backend.checkpoint("never-submitted", 1)  # nothing to signal: quiet
+    backend.cancel(job_id, 1)
+    wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
+
+
+def sinfo_state(cluster: LocalSlurm, node: str) -> tuple[str, str]:
+    out = cluster.run("sinfo", "-h", "-n", node, "-o", "%t|%E").stdout.strip()
+    state, _, reason = out.partition("|")
+    return state, reason
+
+
+def test_drain_on_quarantine_and_resume_on_release(backend, slurm_cluster):
+    reason = "gpuplatform quarantine: XID 79 on GPU 3"
+    try:
+        backend.drain_node("node4", reason)
+        backend.drain_node("node4", reason)  # already drained: quiet
+        assert sinfo_state(slurm_cluster, "node4") == ("drain", reason)
+        node4 = {n.name: n for n in backend.list_nodes()}["node4"]
+        assert (node4.state, node4.reason) == ("drained", reason)
+    finally:
+        backend.undrain_node("node4")
+    backend.undrain_node("node4")  # already in service: quiet
+    # Slurm shows a resumed node as idle* until its next ping.
+    wait_for(lambda: sinfo_state(slurm_cluster, "node4")[0] == "idle", 10, "node4 idle")
+    assert {n.name: n for n in backend.list_nodes()}["node4"].state == "ready"
+    with pytest.raises(BackendRejected, match="Invalid node name"):
+        backend.drain_node("node99", "nope")
+
+
+def test_drain_of_busy_node_lets_its_job_finish(backend, slurm_cluster, job_id):
+    backend.submit(spec(job_id, "sleep 2", {"node3": (0,)}))
+    wait_state(backend, job_id, {BackendJobState.RUNNING})
+    try:
+        backend.drain_node("node3", "gpuplatform quarantine: ECC")
+        node3 = {n.name: n for n in backend.list_nodes()}["node3"]
+        assert node3.state == "draining"
+        final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
+        assert final.state is BackendJobState.SUCCEEDED
+        wait_for(lambda: sinfo_state(slurm_cluster, "node3")[0] == "drain", 10, "node3 drained")
+    finally:
+        backend.undrain_node("node3")
+    # Back in service; Slurm may still show the finished job's CPUs as "mix" for a while.
+    wait_for(
+        lambda: sinfo_state(slurm_cluster, "node3")[0].rstrip("*") in {"idle", "mix"},
+        10,
+        "node3 back in service",
+    )
+    assert {n.name: n for n in backend.list_nodes()}["node3"].state == "ready"
+
+
+def test_node_inventory_reports_gpus_and_topology(backend):
+    nodes = {n.name: n for n in backend.list_nodes()}
+    assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
+    for node in nodes.values():
+        assert (node.gpus, node.gpu_model) == (8, "h100")
+        assert node.state == "ready"
+    assert [nodes[n].rack for n in sorted(nodes)] == ["r1", "r1", "r2", "r2"]
+    assert [nodes[n].nvlink_domain for n in sorted(nodes)] == ["nvl1", "nvl1", "nvl2", "nvl2"]
+
+
+def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluster, job_id):
+    backend.submit(spec(job_id, "sleep 120", {"node4": (0, 1)}))
+    wait_state(backend, job_id, {BackendJobState.RUNNING})
+    os.kill(slurm_cluster.pid("slurmd-node4"), signal.SIGKILL)
+    try:
+        failed = wait_state(backend, job_id, {BackendJobState.NODE_FAILED}, timeout=60)
+        assert failed.nodes == ("node4",)
+        node4 = {n.name: n for n in backend.list_nodes()}["node4"]
+        assert node4.state == "down"
+        # The loop then cancels this attempt and starts the next one elsewhere.
+        backend.cancel(job_id, 1)
+        wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
+    finally:
+        slurm_cluster.script("start")  # restarts the missing slurmd, waits for the node
+    assert {n.name: n for n in backend.list_nodes()}["node4"].state == "ready"
+
+
+def test_controller_outage_is_unavailable_and_loses_no_job(backend, slurm_cluster, job_id):
+    started = slurm_cluster.jobs_dir / f"{job_id}.started"
+    marker = slurm_cluster.jobs_dir / f"{job_id}.done"
+    command = f"touch {started}; sleep 4; touch {marker}"
+    backend.submit(spec(job_id, command, {"node1": (0,)}))
+    # Wait for the worker itself: the step launch (srun) needs slurmctld, a running step not.
+    wait_for(started.exists, 30, "the worker to start")
+
+    ctld = slurm_cluster.pid("slurmctld")
+    os.kill(ctld, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{ctld}").exists(), 15, "slurmctld to stop")
+    try:
+        # Short timeouts so the outage is noticed in seconds (Slurm's client retries ~4 s).
+        down = slurm_cluster.backend(tries=1, command_timeout_s=10)
+        t0 = time.monotonic()
+        with pytest.raises(BackendUnavailable):
+            down.submit(spec(f"{job_id}-b", "true", {"node2": (0,)}))
+        with pytest.raises(BackendUnavailable):
+            down.poll_jobs([(job_id, 1)])
+        with pytest.raises(BackendUnavailable):
+            down.list_nodes()
+        assert time.monotonic() - t0 < 30
+        wait_for(marker.exists, 20, "the job to finish its work while slurmctld is down")
+    finally:
+        slurm_cluster.script("start")
+
+    # Back: the run that finished during the outage is reconciled, nothing was lost.
+    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED}, timeout=30)
+    assert final.exit_code == 0
+    backend.submit(spec(f"{job_id}-b", "true", {"node2": (0,)}))
+    done = wait_state(backend, f"{job_id}-b", {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
+    assert done.state is BackendJobState.SUCCEEDED
