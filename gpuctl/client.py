@@ -1,0 +1,119 @@
+"""A small HTTP client for the gpuplatform REST API (v1), built on httpx.
+
+Guarantees: every failure surfaces as one ``ApiError`` carrying the HTTP status (0 when the
+server could not be reached) and the server's ``{field: [reason]}`` body flattened to
+``field path → reasons``; the token travels only in the Authorization header and never appears
+in an error message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from . import __version__
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class ApiError(Exception):
+    """The API refused or failed a request. ``fields`` maps a field path to reasons."""
+
+    def __init__(self, status: int, message: str, fields: dict[str, list[str]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = fields or {}
+
+
+def flatten_errors(body: Any, prefix: str = "") -> dict[str, list[str]]:
+    """``{"elastic": {"max_workers": ["x"]}}`` → ``{"elastic.max_workers": ["x"]}``.
+
+    DRF answers nested serializers with nested dicts and list fields with lists; both become
+    dotted / indexed paths. ``non_field_errors`` and ``detail`` keep their name."""
+    out: dict[str, list[str]] = {}
+    if isinstance(body, Mapping):
+        for key, value in body.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out.update(flatten_errors(value, path))
+    elif isinstance(body, list):
+        if all(not isinstance(v, (Mapping, list)) for v in body):
+            out[prefix or "non_field_errors"] = [str(v) for v in body]
+        else:
+            for i, value in enumerate(body):
+                out.update(flatten_errors(value, f"{prefix}[{i}]"))
+    elif body is not None:
+        out[prefix or "non_field_errors"] = [str(body)]
+    return out
+
+
+class Client:
+    """One authenticated session against ``url``. Use as a context manager."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT):
+        headers = {"Accept": "application/json", "User-Agent": f"gpuctl/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.url = url
+        self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._http.close()
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        clean = {k: v for k, v in (params or {}).items() if v not in (None, "")}
+        return self._request("GET", path, params=clean)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self._request("POST", path, json=body)
+
+    def get_all(self, path: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """A list endpoint's items, whether the server paginates (``results``) or not."""
+        data = self.get(path, params)
+        if isinstance(data, Mapping) and "results" in data:
+            return list(data["results"])
+        return list(data) if isinstance(data, list) else [data]
+
+    def _request(self, method: str, path: str, **kwargs) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise ApiError(0, f"{self.url} did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise ApiError(0, f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from None
+        if response.status_code >= 400:
+            raise _error_from(response)
+        if response.status_code == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiError(
+                response.status_code, f"{method} {path} answered with something other than JSON"
+            ) from None
+
+
+def _error_from(response: httpx.Response) -> ApiError:
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if status in (401, 403):
+        detail = body.get("detail") if isinstance(body, Mapping) else None
+        hint = "run `gpuctl login` again" if status == 401 else "your account may not do this"
+        return ApiError(status, f"{detail or 'not authorised'} ({hint})")
+    if status >= 500 or body is None:
+        return ApiError(status, f"the server failed with HTTP {status}")
+    fields = flatten_errors(body)
+    detail = fields.pop("detail", None)
+    if detail and not fields:
+        return ApiError(status, detail[0])
+    first = next(iter(fields.items()), None)
+    message = f"{first[0]}: {first[1][0]}" if first else f"HTTP {status}"
+    return ApiError(status, message, fields)

@@ -1,0 +1,684 @@
+"""The ``gpuctl`` command: argument parsing, the subcommands and their exit codes.
+
+Exit codes (the contract scripts rely on):
+  0  success
+  1  the API refused or failed the request, or could not be reached (the message names the
+     field the server objected to, e.g. ``spec.gpuModel: unknown GPU model 'tpu-v5'``)
+  2  bad usage: unknown option, a job spec that fails local validation (nothing is sent to the
+     server), or no login configured
+
+Human-readable tables go to stdout by default; ``--json`` prints the API's objects instead.
+Errors always go to stderr (as one JSON object with ``--json``). The API token is printed only by
+``gpuctl login --show-token``, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import __version__, config, output
+from .client import ApiError, Client
+from .spec import SpecError, load_spec_text, spec_path_for, validate_spec
+
+EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
+LIVE_STATES = ("pending", "running", "preempted")
+
+
+class UsageError(Exception):
+    """Bad usage detected after parsing (exit 2). ``fields`` names the inputs at fault."""
+
+    def __init__(self, message: str, fields: dict[str, list[str]] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fields = fields or {}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors raise instead of exiting, so ``main`` owns every exit code."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message}\n{self.format_usage().rstrip()}")
+
+
+def _common(json_default=argparse.SUPPRESS) -> argparse.ArgumentParser:
+    # Shared by the top level and each subcommand, so `gpuctl --json ls` and `gpuctl ls --json`
+    # both work; SUPPRESS on the subcommand copy keeps it from resetting the top-level value.
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--json", action="store_true", default=json_default, help="print JSON for scripts"
+    )
+    parent.add_argument(
+        "--url",
+        default=json_default if json_default is argparse.SUPPRESS else None,
+        help="server URL (default: GPUCTL_URL, then the saved login)",
+    )
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command-line grammar (also used to render ``--help``)."""
+    parser = _Parser(
+        prog="gpuctl",
+        description="Submit and manage GPU training jobs on a gpuplatform server.",
+        parents=[_common(json_default=False)],
+        epilog="Exit codes: 0 ok, 1 API error, 2 bad usage. Docs: docs/jobspec.md",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = _common()
+
+    def add(name: str, handler: Callable, help_text: str) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        cmd.set_defaults(handler=handler)
+        return cmd
+
+    login = add("login", cmd_login, "get an API token and save it for later commands")
+    login.add_argument("--username", "-u", help="your user name (prompted when omitted)")
+    login.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    login.add_argument(
+        "--token-name", default="gpuctl", help="label for the token (default gpuctl)"
+    )
+    login.add_argument(
+        "--show-token", action="store_true", help="also print the new token, once (for CI)"
+    )
+    add("logout", cmd_logout, "forget the saved server URL and token")
+
+    submit = add("submit", cmd_submit, "submit a job from a YAML spec and/or flags")
+    submit.add_argument("-f", "--file", help="job spec YAML file ('-' reads standard input)")
+    submit.add_argument("--name", "-J", help="job name (metadata.name)")
+    submit.add_argument("--team", help="team slug (metadata.team; default: your only team)")
+    submit.add_argument("--image", help="container image (spec.image)")
+    submit.add_argument("--workers", "-N", help="number of workers (spec.workers)")
+    submit.add_argument("--gpus-per-worker", help="GPUs per worker (spec.gpusPerWorker)")
+    submit.add_argument("--gpu-model", help="GPU model, e.g. h100-80gb (spec.gpuModel)")
+    submit.add_argument("--priority-class", help="priority class (spec.priorityClass)")
+    submit.add_argument(
+        "--preemptible",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="may be preempted (spec.preemptible; default from the priority class)",
+    )
+    submit.add_argument(
+        "--checkpoint-interval", help="e.g. 30m or 1800 (spec.checkpointIntervalSeconds)"
+    )
+    submit.add_argument(
+        "--runtime-limit", "--time", "-t", help="e.g. 2h, 90m, 02:00:00 (spec.runtimeLimit)"
+    )
+    submit.add_argument("--dataset", help="dataset the job reads (spec.dataset)")
+    submit.add_argument("--min-workers", help="elastic minimum (spec.elastic.minWorkers)")
+    submit.add_argument("--max-workers", help="elastic maximum (spec.elastic.maxWorkers)")
+    submit.add_argument(
+        "--env", "-e", action="append", default=[], metavar="NAME=VALUE", help="repeatable"
+    )
+    submit.add_argument(
+        "--dry-run", action="store_true", help="validate and print the request; send nothing"
+    )
+    submit.add_argument("command_args", nargs="*", metavar="-- COMMAND", help="spec.command")
+
+    ls = add("ls", cmd_ls, "list jobs, newest first")
+    ls.add_argument("--state", "-s", help="comma-separated states, e.g. pending,running")
+    ls.add_argument("--live", action="store_true", help="only pending, running and preempted jobs")
+    ls.add_argument("--team", help="only this team's jobs")
+    ls.add_argument("--user", help="only jobs submitted by this user")
+    ls.add_argument("--mine", action="store_true", help="only my jobs")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+
+    show = add("show", cmd_show, "a job's details and its event timeline")
+    show.add_argument("job_id", metavar="JOB_ID")
+    why = add("why", cmd_why, "why a job is pending and when it should start")
+    why.add_argument("job_id", metavar="JOB_ID")
+    cancel = add("cancel", cmd_cancel, "cancel one or more jobs")
+    cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+
+    quota = add("quota", cmd_quota, "GPU quotas of your teams")
+    quota.add_argument("--team", help="only this team")
+    quota.add_argument("--gpu-model", help="only this GPU model")
+
+    cost = add("cost", cmd_cost, "what your teams spent (GET /api/v1/costs/)")
+    cost.add_argument("--team", help="only this team")
+    cost.add_argument("--month", help="YYYY-MM (default: the server's choice, usually this month)")
+
+    nodes = add("nodes", cmd_nodes, "cluster nodes, their state and health")
+    nodes.add_argument("--state", help="e.g. ready, drained, quarantined")
+    nodes.add_argument("--rack", help="only this rack")
+    nodes.add_argument("--gpu-model", help="only this GPU model")
+    nodes.add_argument("--cluster", help="only this cluster")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one gpuctl command; returns the exit code (the console script exits with it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    json_mode = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+    try:
+        args = parser.parse_args(argv)
+        json_mode = args.json
+        if not getattr(args, "handler", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        return args.handler(args) or EXIT_OK
+    except UsageError as exc:
+        _report(json_mode, "usage", exc.message, exc.fields)
+        return EXIT_USAGE
+    except SpecError as exc:
+        _report(json_mode, "usage", "invalid job spec", exc.errors)
+        return EXIT_USAGE
+    except config.ConfigError as exc:
+        _report(json_mode, "usage", str(exc), {})
+        return EXIT_USAGE
+    except ApiError as exc:
+        _report(json_mode, "api", exc.message, exc.fields, status=exc.status)
+        return EXIT_API
+    except KeyboardInterrupt:
+        return 130
+
+
+def _report(
+    json_mode: bool, kind: str, message: str, fields: dict[str, list[str]], status: int = 0
+) -> None:
+    if json_mode:
+        body: dict[str, Any] = {"error": message, "kind": kind, "fields": fields}
+        if status:
+            body["status"] = status
+        output.print_json(body, sys.stderr)
+        return
+    if fields:
+        for path, reasons in fields.items():
+            for reason in reasons:
+                prefix = "" if path in ("non_field_errors", "detail") else f"{path}: "
+                sys.stderr.write(f"error: {prefix}{reason}\n")
+    else:
+        sys.stderr.write(f"error: {message}\n")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _client(args) -> Client:
+    settings = config.resolve(url_flag=args.url)
+    return Client(settings.url, settings.token)
+
+
+def _job_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(
+            f"job id must be a number, not {text!r}",
+            {"JOB_ID": [f"must be a number, not {text!r}"]},
+        ) from None
+    if value < 1:
+        raise UsageError("job id must be >= 1", {"JOB_ID": ["must be >= 1"]})
+    return value
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _gpus(job: dict) -> str:
+    return f"{job.get('workers')}x{job.get('gpus_per_worker')}"
+
+
+def _placement(job: dict) -> str:
+    placement = job.get("placement") or {}
+    return ",".join(
+        f"{node}[{','.join(str(i) for i in gpus)}]" for node, gpus in sorted(placement.items())
+    )
+
+
+def _out():
+    return sys.stdout
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_login(args) -> int:
+    """Exchange username + password for a token and save {url, token, username} (mode 0600)."""
+    stored = config.read_file()
+    url = args.url or os.environ.get("GPUCTL_URL") or stored.get("url")
+    if not url:
+        raise UsageError("--url is required the first time", {"--url": ["is required"]})
+    url = config.normalise_url(url)
+    username = args.username
+    if not username:
+        if not sys.stdin.isatty():
+            raise UsageError("--username is required", {"--username": ["is required"]})
+        username = input("Username: ").strip()
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+    else:
+        raise UsageError(
+            "no terminal to ask for the password: pipe it in with --password-stdin",
+            {"--password-stdin": ["required when standard input is not a terminal"]},
+        )
+    if not password:
+        raise UsageError("the password is empty", {"password": ["is required"]})
+    with Client(url) as api:
+        answer = api.post(
+            "/api/v1/auth/token",
+            {"username": username, "password": password, "name": args.token_name},
+        )
+    token = answer["token"]
+    path = config.write_file({"url": url, "token": token, "username": username})
+    if args.json:
+        result = {"url": url, "username": username, "config": str(path)}
+        if args.show_token:
+            result["token"] = token
+        output.print_json(result, _out())
+    else:
+        _out().write(f"logged in to {url} as {username} (token saved to {path})\n")
+        if args.show_token:
+            _out().write(token + "\n")
+    return EXIT_OK
+
+
+def cmd_logout(args) -> int:
+    """Delete the saved login (the token stays valid on the server until revoked)."""
+    removed = config.remove_file()
+    if args.json:
+        output.print_json({"removed": removed, "config": str(config.config_path())}, _out())
+    else:
+        _out().write("logged out\n" if removed else "not logged in\n")
+    return EXIT_OK
+
+
+# Flag → spec path; errors on a value that came from a flag name the flag.
+_SUBMIT_FLAGS: dict[str, str] = {
+    "name": "metadata.name",
+    "team": "metadata.team",
+    "image": "spec.image",
+    "workers": "spec.workers",
+    "gpus_per_worker": "spec.gpusPerWorker",
+    "gpu_model": "spec.gpuModel",
+    "priority_class": "spec.priorityClass",
+    "preemptible": "spec.preemptible",
+    "checkpoint_interval": "spec.checkpointIntervalSeconds",
+    "runtime_limit": "spec.runtimeLimit",
+    "dataset": "spec.dataset",
+    "min_workers": "spec.elastic.minWorkers",
+    "max_workers": "spec.elastic.maxWorkers",
+}
+_INTEGER_FLAGS = {"workers", "gpus_per_worker", "min_workers", "max_workers"}
+
+
+def _flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
+    """The API body from ``--file`` and/or flags (flags override the file, as with sbatch), and
+    a map spec path → flag for the values that came from flags. Raises ``SpecError``."""
+    if args.file:
+        if args.file == "-":
+            text, source = sys.stdin.read(), "<stdin>"
+        else:
+            try:
+                text = Path(args.file).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot read {args.file}: {exc.strerror}", {"--file": [exc.strerror or ""]}
+                ) from None
+            source = args.file
+        document = load_spec_text(text, source=source)
+        if not isinstance(document, dict):
+            raise SpecError({source: ["must be a mapping with apiVersion, kind, metadata, spec"]})
+    else:
+        document = {"apiVersion": "gpuplatform/v1", "kind": "TrainingJob"}
+    from_flags: dict[str, str] = {}
+    flag_errors: dict[str, list[str]] = {}
+    for dest, path in _SUBMIT_FLAGS.items():
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        if dest in _INTEGER_FLAGS:
+            try:
+                value = int(value)
+            except ValueError:
+                flag_errors[_flag_name(dest)] = [f"must be an integer, not {value!r}"]
+                continue
+        _set_path(document, path, value)
+        from_flags[path] = _flag_name(dest)
+    if args.env:
+        env = document.setdefault("spec", {}).setdefault("env", {})
+        if not isinstance(env, dict):
+            flag_errors["--env"] = ["cannot be combined with a list-form spec.env"]
+        else:
+            for item in args.env:
+                name, sep, value = item.partition("=")
+                if not sep or not name:
+                    flag_errors["--env"] = [f"must be NAME=VALUE, not {item!r}"]
+                    continue
+                env[name] = value
+                from_flags[f"spec.env.{name}"] = "--env"
+    if args.command_args:
+        _set_path(document, "spec.command", list(args.command_args))
+        from_flags["spec.command"] = "COMMAND"
+    try:
+        body = validate_spec(document)
+    except SpecError as exc:
+        renamed = {from_flags.get(path, path): reasons for path, reasons in exc.errors.items()}
+        raise SpecError({**flag_errors, **renamed}) from None
+    if flag_errors:
+        raise SpecError(flag_errors)
+    return body, from_flags
+
+
+def _set_path(document: dict, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = document
+    for key in parents:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[leaf] = value
+
+
+def _pick_team(api: Client) -> str:
+    teams = api.get_all("/api/v1/teams/")
+    usable = [t["slug"] for t in teams if t.get("role") not in ("viewer",)]
+    if len(usable) == 1:
+        return usable[0]
+    if not usable:
+        reason = "is required: you are not a member who may submit to any team"
+    else:
+        reason = f"is required: you belong to several teams ({', '.join(usable)})"
+    raise UsageError(
+        "no team given", {"metadata.team (or --team)": [reason + "; set metadata.team or --team"]}
+    )
+
+
+def cmd_submit(args) -> int:
+    """Validate locally (exit 2 on a bad spec, nothing sent), then POST /api/v1/jobs/."""
+    body, from_flags = build_submission(args)
+    if args.dry_run:
+        if args.json:
+            output.print_json(body, _out())
+        else:
+            output.key_values(sorted(body.items()), _out())
+            _out().write("(dry run: nothing was submitted)\n")
+        return EXIT_OK
+    with _client(args) as api:
+        if "team" not in body:
+            body["team"] = _pick_team(api)
+        try:
+            job = api.post("/api/v1/jobs/", body)
+        except ApiError as exc:
+            # Name the user's own field (spec path or flag), not the wire name.
+            exc.fields = {
+                from_flags.get(spec_path_for(f), spec_path_for(f)): r for f, r in exc.fields.items()
+            }
+            if exc.fields:
+                first_path, first_reasons = next(iter(exc.fields.items()))
+                exc.message = f"{first_path}: {first_reasons[0]}"
+            raise
+    if args.json:
+        output.print_json(job, _out())
+    else:
+        why = f" — {job['why']}" if job.get("why") else ""
+        _out().write(
+            f"job {job['id']} submitted ({job['name']}, team {job['team']}): {job['state']}{why}\n"
+        )
+    return EXIT_OK
+
+
+def cmd_ls(args) -> int:
+    """GET /api/v1/jobs/ with filters; a squeue-like table or the JSON list."""
+    if args.limit < 1:
+        raise UsageError("--limit must be >= 1", {"--limit": ["must be >= 1"]})
+    state = args.state or (",".join(LIVE_STATES) if args.live else None)
+    with _client(args) as api:
+        submitter = args.user
+        if args.mine:
+            submitter = config.resolve(url_flag=args.url).username or None
+            if not submitter:
+                raise UsageError("--mine needs a saved login", {"--mine": ["log in first"]})
+        data = api.get(
+            "/api/v1/jobs/",
+            {"state": state, "team": args.team, "submitter": submitter, "limit": args.limit},
+        )
+    jobs = data["results"] if isinstance(data, dict) and "results" in data else data
+    if args.json:
+        output.print_json(jobs, _out())
+        return EXIT_OK
+    now = _now()
+    rows = [
+        [
+            job["id"],
+            job["name"],
+            job["team"],
+            job.get("submitter"),
+            job["state"],
+            _gpus(job),
+            job.get("gpu_model") or "any",
+            job.get("priority_class"),
+            output.age(job.get("submitted_at"), now),
+            (job.get("why") if job["state"] == "pending" else _placement(job)),
+        ]
+        for job in jobs
+    ]
+    headers = ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "MODEL", "PRIORITY", "AGE"]
+    output.table([*headers, "NODES/REASON"], rows, _out(), max_width=50)
+    if isinstance(data, dict) and data.get("count", 0) > len(jobs):
+        _out().write(f"({len(jobs)} of {data['count']} shown; use --limit or filters)\n")
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    """GET the job and its events; details then a timeline (JSON: the job plus ``events``)."""
+    job_id = _job_id(args.job_id)
+    with _client(args) as api:
+        job = api.get(f"/api/v1/jobs/{job_id}/")
+        events = api.get(f"/api/v1/jobs/{job_id}/events/") or []
+    if args.json:
+        output.print_json({**job, "events": events}, _out())
+        return EXIT_OK
+    now = _now()
+    elastic = job.get("elastic")
+    pairs = [
+        ("ID", job["id"]),
+        ("Name", job["name"]),
+        ("Team", job["team"]),
+        ("Submitter", job.get("submitter")),
+        ("State", job["state"]),
+        ("Image", job.get("image")),
+        ("Command", job.get("command")),
+        ("Workers", job.get("workers")),
+        ("GPUs per worker", job.get("gpus_per_worker")),
+        ("Total GPUs", job.get("total_gpus")),
+        ("GPU model", job.get("gpu_model") or "any"),
+        ("Priority class", job.get("priority_class")),
+        ("Preemptible", job.get("preemptible")),
+        ("Checkpoint every", _seconds(job.get("checkpoint_interval_s"))),
+        ("Runtime limit", _seconds(job.get("runtime_limit_s"))),
+        ("Dataset", job.get("dataset")),
+        ("Elastic", f"{elastic['min_workers']}..{elastic['max_workers']}" if elastic else None),
+        ("Submitted", output.when(job.get("submitted_at"), now)),
+        ("Started", output.when(job.get("started_at"), now)),
+        ("Finished", output.when(job.get("finished_at"), now)),
+        ("Attempts", job.get("attempts")),
+        ("Last checkpoint", output.when(job.get("last_checkpoint_at"), now)),
+        ("Placement", _placement(job)),
+        ("Exit code", job.get("exit_code")),
+    ]
+    if job["state"] == "pending":
+        pairs += [
+            ("Why pending", job.get("why")),
+            ("Estimated start", output.when(job.get("estimated_start"), now)),
+        ]
+    output.key_values(pairs, _out())
+    if events:
+        _out().write("\nEvents:\n")
+        output.table(
+            ["TIME", "KIND", "MESSAGE"],
+            [[output.when(e.get("time"), now), e.get("kind"), e.get("message")] for e in events],
+            _out(),
+            max_width=80,
+        )
+    return EXIT_OK
+
+
+def _seconds(value: int | None) -> str | None:
+    return None if value is None else f"{output.human_duration(value)} ({value}s)"
+
+
+def cmd_why(args) -> int:
+    """Why a job is (not) running: the scheduler's reason and its estimated start."""
+    job_id = _job_id(args.job_id)
+    with _client(args) as api:
+        job = api.get(f"/api/v1/jobs/{job_id}/")
+    summary = {k: job.get(k) for k in ("id", "name", "state", "why", "estimated_start")}
+    if args.json:
+        output.print_json(summary, _out())
+        return EXIT_OK
+    now = _now()
+    out = _out()
+    head = f"job {job['id']} ({job['name']})"
+    state = job["state"]
+    if state == "pending":
+        out.write(f"{head} is pending: {job.get('why') or 'no reason recorded yet'}\n")
+        if job.get("estimated_start"):
+            out.write(f"estimated start: {output.when(job['estimated_start'], now)}\n")
+        else:
+            out.write("estimated start: unknown (no reservation yet)\n")
+    elif state == "running":
+        out.write(f"{head} is running since {output.when(job.get('started_at'), now)}\n")
+        if job.get("placement"):
+            out.write(f"on: {_placement(job)}\n")
+    elif state == "preempted":
+        reason = f": {job['why']}" if job.get("why") else ""
+        out.write(f"{head} is being preempted{reason}; it will be requeued\n")
+    else:
+        code = f", exit code {job['exit_code']}" if job.get("exit_code") is not None else ""
+        finished = output.when(job.get("finished_at"), now)
+        out.write(f"{head} is not waiting: it {state} at {finished}{code}\n")
+    return EXIT_OK
+
+
+def cmd_cancel(args) -> int:
+    """POST cancel for each job; keeps going after a failure, exits 1 if any failed."""
+    ids = [_job_id(text) for text in args.job_ids]
+    cancelled, failed = [], False
+    with _client(args) as api:
+        for job_id in ids:
+            try:
+                cancelled.append(api.post(f"/api/v1/jobs/{job_id}/cancel/"))
+            except ApiError as exc:
+                if exc.status == 0:  # unreachable: the rest would fail the same way
+                    raise
+                failed = True
+                _report(args.json, "api", f"job {job_id}: {exc.message}", {}, status=exc.status)
+                continue
+            if not args.json:
+                _out().write(f"job {job_id} cancelled\n")
+    if args.json:
+        output.print_json(cancelled, _out())
+    return EXIT_API if failed else EXIT_OK
+
+
+def cmd_quota(args) -> int:
+    """GET /api/v1/quotas/: guaranteed GPUs and borrow limits of the caller's teams."""
+    with _client(args) as api:
+        quotas = api.get_all(
+            "/api/v1/quotas/", {"team__slug": args.team, "gpu_model__name": args.gpu_model}
+        )
+    if args.json:
+        output.print_json(quotas, _out())
+        return EXIT_OK
+    rows = [
+        [q["team"], q["gpu_model"], q["guaranteed_gpus"], q["borrow_limit_gpus"]]
+        for q in sorted(quotas, key=lambda q: (q["team"], q["gpu_model"]))
+    ]
+    output.table(["TEAM", "GPU MODEL", "GUARANTEED", "BORROW LIMIT"], rows, _out())
+    return EXIT_OK
+
+
+COST_PATH = "/api/v1/costs/"
+
+
+def cmd_cost(args) -> int:
+    """GET /api/v1/costs/?team=&month=; a server without billing answers 404 → exit 1."""
+    with _client(args) as api:
+        try:
+            data = api.get(COST_PATH, {"team": args.team, "month": args.month})
+        except ApiError as exc:
+            if exc.status == 404 and not exc.fields:
+                raise ApiError(404, "cost reporting is not available on this server") from None
+            raise
+    rows = data.get("results", data) if isinstance(data, dict) else data
+    if args.json:
+        output.print_json(data, _out())
+        return EXIT_OK
+    if isinstance(rows, dict):
+        output.key_values(rows.items(), _out())
+        return EXIT_OK
+    rows = list(rows or [])
+    if not rows:
+        _out().write("no costs recorded\n")
+        return EXIT_OK
+    # The billing API is young: print whatever columns it returns, in its order.
+    headers = list(dict.fromkeys(k for row in rows for k in row))
+    output.table(
+        [h.upper() for h in headers], [[row.get(h) for h in headers] for row in rows], _out()
+    )
+    return EXIT_OK
+
+
+def cmd_nodes(args) -> int:
+    """GET /api/v1/nodes/: every node visible to the caller, with state and health."""
+    with _client(args) as api:
+        nodes = api.get_all(
+            "/api/v1/nodes/",
+            {
+                "state": args.state,
+                "rack": args.rack,
+                "gpu_model__name": args.gpu_model,
+                "cluster__name": args.cluster,
+                "limit": 1000,
+            },
+        )
+    if args.json:
+        output.print_json(nodes, _out())
+        return EXIT_OK
+    rows = [
+        [
+            n["name"],
+            n.get("cluster"),
+            n.get("gpu_model"),
+            n.get("gpu_count"),
+            n.get("rack"),
+            n.get("state"),
+            _health(n.get("health")),
+            n.get("spot"),
+            n.get("state_reason"),
+        ]
+        for n in nodes
+    ]
+    headers = ["NAME", "CLUSTER", "MODEL", "GPUS", "RACK", "STATE", "HEALTH", "SPOT", "REASON"]
+    output.table(headers, rows, _out())
+    return EXIT_OK
+
+
+def _health(value: Any) -> str | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.2f}"
+    return value
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,341 @@
+"""The job spec: a YAML document (``kind: TrainingJob``) turned into the API's submission body.
+
+Guarantees:
+- ``validate_spec`` never talks to the network; it checks every field it knows and raises one
+  ``SpecError`` that lists *all* problems, each keyed by the field's path in the document
+  (``spec.workers``, ``spec.elastic.maxWorkers``, ``metadata.name``), so a user fixes a file in one
+  pass, the way ``kubectl apply`` with strict validation reports it.
+- Unknown fields are errors (a misspelt ``gpusPerworker`` must not silently fall back to a
+  default), and so are values of the wrong type; YAML's loose typing (``yes`` → true, ``08`` →
+  a string) is not second-guessed beyond what is documented in docs/jobspec.md.
+- The returned body uses the REST API's contract field names (``gpus_per_worker``, …) and only
+  contains fields the user set, so server-side defaults (priority class, preemptible) apply.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+API_VERSION = "gpuplatform/v1"
+KIND = "TrainingJob"
+
+# Spec path → API field. The reverse map lets the CLI name the user's own field when the server
+# rejects a value.
+SPEC_TO_API: dict[str, str] = {
+    "metadata.name": "name",
+    "metadata.team": "team",
+    "spec.image": "image",
+    "spec.command": "command",
+    "spec.env": "env",
+    "spec.workers": "workers",
+    "spec.gpusPerWorker": "gpus_per_worker",
+    "spec.gpuModel": "gpu_model",
+    "spec.priorityClass": "priority_class",
+    "spec.preemptible": "preemptible",
+    "spec.checkpointIntervalSeconds": "checkpoint_interval_s",
+    "spec.runtimeLimit": "runtime_limit_s",
+    "spec.dataset": "dataset",
+    "spec.elastic": "elastic",
+    "spec.elastic.minWorkers": "elastic.min_workers",
+    "spec.elastic.maxWorkers": "elastic.max_workers",
+}
+API_TO_SPEC: dict[str, str] = {api: path for path, api in SPEC_TO_API.items()}
+
+_TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec"}
+_METADATA_FIELDS = {"name", "team", "labels", "annotations"}
+_SPEC_FIELDS = {p.split(".", 1)[1] for p in SPEC_TO_API if p.startswith("spec.")} - {
+    "elastic.minWorkers",
+    "elastic.maxWorkers",
+}
+_ELASTIC_FIELDS = {"minWorkers", "maxWorkers"}
+
+# Bounds mirror the API serializer so most mistakes are caught before a round trip.
+MAX_WORKERS = 4096
+MAX_GPUS_PER_WORKER = 64
+_NAME_MAX = 200
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
+_DURATION_PART = re.compile(r"(\d+)([dhms])")
+_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_SLURM_WITH_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+_SLURM_CLOCK = re.compile(r"^(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+
+
+class SpecError(Exception):
+    """The spec is invalid. ``errors`` maps a field path to its reasons, in document order."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        self.errors = errors
+        first = next(iter(errors.items()))
+        super().__init__(f"{first[0]}: {first[1][0]}")
+
+    def lines(self) -> list[str]:
+        """One ``path: reason`` line per problem."""
+        return [f"{path}: {reason}" for path, reasons in self.errors.items() for reason in reasons]
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from ``7200``, ``"7200"``, ``"2h"``, ``"90m"``, ``"1h30m"``, ``"1d"``, ``"45s"``,
+    or Slurm's ``--time`` forms ``"H:M:S"``, ``"M:S"``, ``"D-H"``, ``"D-H:M"``, ``"D-H:M:S"``. Raises ``ValueError`` (with a
+    message fit to show the user) for anything else or for a duration below one second. A bare
+    number means seconds (unlike Slurm's ``--time``, where it means minutes)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a duration like 2h, 90m, 1h30m or a number of seconds")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        if text.isdigit():
+            seconds = int(text)
+        elif (slurm := _slurm_seconds(text)) is not None:
+            seconds = slurm
+        elif text and _DURATION_PART.sub("", text) == "" and _ordered_units(text):
+            seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+        else:
+            raise ValueError(
+                f"{value!r} is not a duration: use e.g. 2h, 90m, 1h30m, 02:00:00 or seconds"
+            )
+    else:
+        raise ValueError("must be a duration like 2h, 90m, 1h30m or a number of seconds")
+    if seconds < 1:
+        raise ValueError("must be at least 1 second")
+    return seconds
+
+
+def _slurm_seconds(text: str) -> int | None:
+    """Slurm's ``--time`` forms: ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``."""
+    if match := _SLURM_WITH_DAYS.match(text):
+        days, hours, minutes, secs = (int(g or 0) for g in match.groups())
+        return days * 86400 + hours * 3600 + minutes * 60 + secs
+    if match := _SLURM_CLOCK.match(text):
+        first, second, third = match.groups()
+        if third is None:  # M:S, as in Slurm
+            return int(first) * 60 + int(second)
+        return int(first) * 3600 + int(second) * 60 + int(third)
+    return None
+
+
+def _ordered_units(text: str) -> bool:
+    """Units appear at most once each, largest first (``1h30m``, not ``30m1h``)."""
+    units = [u for _n, u in _DURATION_PART.findall(text)]
+    order = "dhms"
+    positions = [order.index(u) for u in units]
+    return positions == sorted(set(positions))
+
+
+def load_spec_text(text: str, *, source: str = "<spec>") -> Any:
+    """Parse YAML (or JSON, a subset) text; a syntax error becomes a ``SpecError`` on ``source``."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError({source: [f"not valid YAML{where}: {problem}"]}) from None
+    if not documents:
+        raise SpecError({source: ["is empty"]})
+    if len(documents) > 1:
+        raise SpecError({source: ["holds several YAML documents; submit one job per file"]})
+    return documents[0]
+
+
+def validate_spec(document: Any) -> dict[str, Any]:
+    """Check a parsed job spec and return the API submission body (contract field names).
+
+    ``metadata.team`` may be absent: the body then has no ``team`` and the caller decides (the
+    CLI picks the user's only team). Raises ``SpecError`` listing every problem found."""
+    errors: dict[str, list[str]] = {}
+
+    def fail(path: str, reason: str) -> None:
+        errors.setdefault(path, []).append(reason)
+
+    if not isinstance(document, Mapping):
+        raise SpecError({"(document)": ["must be a mapping with apiVersion, kind, metadata, spec"]})
+
+    for key in document:
+        if key not in _TOP_FIELDS:
+            fail(str(key), _unknown(key, _TOP_FIELDS))
+    if document.get("apiVersion") != API_VERSION:
+        fail("apiVersion", f"must be {API_VERSION!r}")
+    if document.get("kind") != KIND:
+        fail("kind", f"must be {KIND!r}")
+
+    body: dict[str, Any] = {}
+    metadata = document.get("metadata")
+    if not isinstance(metadata, Mapping):
+        fail("metadata", "must be a mapping with at least a name")
+        metadata = {}
+    for key in metadata:
+        if key not in _METADATA_FIELDS:
+            fail(f"metadata.{key}", _unknown(key, _METADATA_FIELDS))
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name.strip():
+        fail("metadata.name", "is required (a non-empty string)")
+    elif len(name) > _NAME_MAX:
+        fail("metadata.name", f"must be at most {_NAME_MAX} characters")
+    else:
+        body["name"] = name.strip()
+    if "team" in metadata:
+        team = metadata["team"]
+        if not isinstance(team, str) or not _SLUG.match(team):
+            fail("metadata.team", "must be a team slug (letters, digits, '-' or '_')")
+        else:
+            body["team"] = team
+
+    spec = document.get("spec")
+    if not isinstance(spec, Mapping):
+        fail("spec", "must be a mapping with at least workers and gpusPerWorker")
+        spec = {}
+    for key in spec:
+        if key not in _SPEC_FIELDS:
+            fail(f"spec.{key}", _unknown(key, _SPEC_FIELDS))
+
+    body.update(_validate_spec_fields(spec, fail))
+    if errors:
+        raise SpecError(errors)
+    return body
+
+
+def _unknown(key: Any, known: set[str]) -> str:
+    """ "unknown field", with the closest known name when the key looks like a typo."""
+    close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+    return f"unknown field (did you mean {close[0]}?)" if close else "unknown field"
+
+
+def _validate_spec_fields(spec: Mapping, fail) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+
+    def integer(path: str, value: Any, low: int, high: int | None = None) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail(path, f"must be an integer >= {low}")
+            return None
+        if value < low:
+            fail(path, f"must be an integer >= {low}")
+            return None
+        if high is not None and value > high:
+            fail(path, f"must be at most {high}")
+            return None
+        return value
+
+    def string(path: str, value: Any) -> str | None:
+        if not isinstance(value, str):
+            fail(path, "must be a string")
+            return None
+        return value
+
+    if "workers" in spec:
+        body["workers"] = integer("spec.workers", spec["workers"], 1, MAX_WORKERS)
+    else:
+        fail("spec.workers", "is required (an integer >= 1)")
+    if "gpusPerWorker" in spec:
+        body["gpus_per_worker"] = integer(
+            "spec.gpusPerWorker", spec["gpusPerWorker"], 1, MAX_GPUS_PER_WORKER
+        )
+    else:
+        fail("spec.gpusPerWorker", "is required (an integer >= 1)")
+
+    for field, api in (
+        ("image", "image"),
+        ("gpuModel", "gpu_model"),
+        ("priorityClass", "priority_class"),
+        ("dataset", "dataset"),
+    ):
+        if field in spec and spec[field] is not None:
+            body[api] = string(f"spec.{field}", spec[field])
+
+    if "command" in spec and spec["command"] is not None:
+        command = spec["command"]
+        if isinstance(command, str):
+            body["command"] = command
+        elif isinstance(command, list) and all(
+            isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in command
+        ):
+            # The API stores one shell-quoted string; quoting keeps each list item one argument.
+            body["command"] = shlex.join(str(a) for a in command)
+        else:
+            fail("spec.command", "must be a string or a list of strings")
+
+    if "preemptible" in spec and spec["preemptible"] is not None:
+        if isinstance(spec["preemptible"], bool):
+            body["preemptible"] = spec["preemptible"]
+        else:
+            fail("spec.preemptible", "must be true or false")
+
+    if "checkpointIntervalSeconds" in spec and spec["checkpointIntervalSeconds"] is not None:
+        try:
+            body["checkpoint_interval_s"] = parse_duration(spec["checkpointIntervalSeconds"])
+        except ValueError as exc:
+            fail("spec.checkpointIntervalSeconds", str(exc))
+    if "runtimeLimit" in spec and spec["runtimeLimit"] is not None:
+        try:
+            body["runtime_limit_s"] = parse_duration(spec["runtimeLimit"])
+        except ValueError as exc:
+            fail("spec.runtimeLimit", str(exc))
+
+    if "env" in spec and spec["env"] is not None:
+        body["env"] = _validate_env(spec["env"], fail)
+
+    if "elastic" in spec and spec["elastic"] is not None:
+        elastic = spec["elastic"]
+        if not isinstance(elastic, Mapping):
+            fail("spec.elastic", "must be a mapping with minWorkers and maxWorkers")
+        else:
+            for key in elastic:
+                if key not in _ELASTIC_FIELDS:
+                    fail(f"spec.elastic.{key}", _unknown(key, _ELASTIC_FIELDS))
+            low = high = None
+            for key in ("minWorkers", "maxWorkers"):
+                if key not in elastic:
+                    fail(f"spec.elastic.{key}", "is required (an integer >= 1)")
+            if "minWorkers" in elastic:
+                low = integer("spec.elastic.minWorkers", elastic["minWorkers"], 1, MAX_WORKERS)
+            if "maxWorkers" in elastic:
+                high = integer("spec.elastic.maxWorkers", elastic["maxWorkers"], 1, MAX_WORKERS)
+            if low is not None and high is not None:
+                if high < low:
+                    fail("spec.elastic.maxWorkers", "must be >= spec.elastic.minWorkers")
+                else:
+                    body["elastic"] = {"min_workers": low, "max_workers": high}
+                    workers = body.get("workers")
+                    if workers is not None and not low <= workers <= high:
+                        fail("spec.workers", f"must lie in the elastic range {low}..{high}")
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _validate_env(env: Any, fail) -> dict[str, str] | None:
+    """A mapping NAME: value, or Kubernetes' list of {name, value}; values become strings."""
+    pairs: list[tuple[str, Any, str]] = []
+    if isinstance(env, Mapping):
+        pairs = [(k, v, f"spec.env.{k}") for k, v in env.items()]
+    elif isinstance(env, list):
+        for i, item in enumerate(env):
+            if not isinstance(item, Mapping) or set(item) - {"name", "value"} or "name" not in item:
+                fail(f"spec.env[{i}]", "must be a mapping with name and value")
+                continue
+            pairs.append((item["name"], item.get("value", ""), f"spec.env[{i}]"))
+    else:
+        fail("spec.env", "must be a mapping of NAME: value (or a list of {name, value})")
+        return None
+    result: dict[str, str] = {}
+    for name, value, path in pairs:
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            fail(
+                path, "the variable name must be letters, digits and '_', not starting with a digit"
+            )
+            continue
+        if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+            # YAML reads `yes`, `true`, `~` as booleans/null; refuse rather than guess the text.
+            fail(path, "must be a string or a number (quote values like 'true' or 'yes')")
+            continue
+        result[name] = str(value)
+    return result
+
+
+def spec_path_for(api_field: str) -> str:
+    """The spec path that feeds an API field (``gpus_per_worker`` → ``spec.gpusPerWorker``)."""
+    return API_TO_SPEC.get(api_field, api_field)

@@ -1,0 +1,362 @@
+"""``gpuctl`` against a live test server: login, submit (YAML and flags), ls, show, why, cancel,
+quota, nodes, cost, and the exit-code contract (0 ok, 1 API error, 2 bad usage)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from scheduler.models import Job
+from tenants.models import ApiToken
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "job.yaml"
+
+GOOD_SPEC = """\
+apiVersion: gpuplatform/v1
+kind: TrainingJob
+metadata:
+  name: bert-pretrain
+  team: vision
+spec:
+  image: registry.example.com/nlp/bert:1.0
+  command: [python, train.py, --lr, "3e-4"]
+  workers: 2
+  gpusPerWorker: 8
+  gpuModel: h100-80gb
+  priorityClass: research
+  preemptible: false
+  checkpointIntervalSeconds: 30m
+  runtimeLimit: 2h
+  env: {NCCL_DEBUG: INFO, SEED: 7}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "job.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# --- login -------------------------------------------------------------------------------------
+
+
+def test_login_saves_url_and_token_privately_and_never_prints_it(
+    platform, live_server, gpuctl, cli_config
+):
+    result = gpuctl(
+        "login", "--url", live_server.url, "-u", "alice", "--password-stdin", stdin="pw-alice\n"
+    )
+    assert result.code == 0, result.err
+    saved = json.loads(cli_config.read_text())
+    assert saved["url"] == live_server.url and saved["username"] == "alice"
+    assert saved["token"].startswith(ApiToken.PREFIX)
+    assert saved["token"] not in result.out + result.err
+    assert stat.S_IMODE(cli_config.stat().st_mode) == 0o600
+    assert ApiToken.objects.filter(user=platform["alice"], name="gpuctl").count() == 1
+    # The saved token is what later commands use.
+    assert gpuctl("ls").code == 0
+
+
+def test_login_show_token_prints_the_token_once(platform, live_server, gpuctl, cli_config):
+    result = gpuctl(
+        "login",
+        "--url",
+        live_server.url,
+        "-u",
+        "alice",
+        "--password-stdin",
+        "--show-token",
+        stdin="pw-alice\n",
+    )
+    assert result.code == 0, result.err
+    token = json.loads(cli_config.read_text())["token"]
+    assert result.out.count(token) == 1
+    assert token not in gpuctl("ls").out
+
+
+def test_login_with_a_wrong_password_is_an_api_error_and_saves_nothing(
+    platform, live_server, gpuctl, cli_config
+):
+    result = gpuctl(
+        "login", "--url", live_server.url, "-u", "alice", "--password-stdin", stdin="wrong\n"
+    )
+    assert result.code == 1
+    assert result.err.startswith("error:")
+    assert not cli_config.exists()
+    assert not ApiToken.objects.exists()
+
+
+def test_commands_without_login_are_usage_errors(gpuctl):
+    result = gpuctl("ls")
+    assert result.code == 2
+    assert "gpuctl login" in result.err
+
+
+def test_env_token_overrides_the_saved_login(as_alice, live_server, platform, monkeypatch):
+    from tenants.services import token_create
+
+    _token, raw = token_create(user=platform["bob"], name="ci")
+    monkeypatch.setenv("GPUCTL_TOKEN", raw)
+    result = as_alice("submit", "-J", "bobs", "-N", "1", "--gpus-per-worker", "1", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["team"] == "nlp"  # bob's only team, picked automatically
+
+
+# --- submit ------------------------------------------------------------------------------------
+
+
+def test_submit_from_yaml_creates_the_job_as_specified(as_alice, tmp_path, platform):
+    result = as_alice("submit", "-f", write(tmp_path, GOOD_SPEC))
+    assert result.code == 0, result.err
+    job = Job.objects.get()
+    assert f"job {job.pk} submitted" in result.out and "pending" in result.out
+    assert (job.name, job.team.slug, job.submitter) == (
+        "bert-pretrain",
+        "vision",
+        platform["alice"],
+    )
+    assert (job.workers, job.gpus_per_worker, job.gpu_model.name) == (2, 8, "h100-80gb")
+    assert job.priority_class.name == "research" and job.preemptible is False
+    assert (job.checkpoint_interval_s, job.runtime_limit_s) == (1800, 7200)
+    assert job.command == "python train.py --lr 3e-4"
+    assert job.env == {"NCCL_DEBUG": "INFO", "SEED": "7"}
+
+
+def test_the_documented_example_is_accepted_by_the_server(as_alice):
+    result = as_alice("submit", "-f", str(EXAMPLE), "--json")
+    assert result.code == 0, result.err
+    body = json.loads(result.out)
+    assert body["name"] == "resnet50-imagenet" and body["elastic"] == {
+        "min_workers": 1,
+        "max_workers": 4,
+    }
+    assert Job.objects.get(pk=body["id"]).dataset == "imagenet-1k"
+
+
+def test_flags_override_the_file_and_team_defaults_to_the_only_one(as_alice, tmp_path):
+    spec = GOOD_SPEC.replace("  team: vision\n", "")
+    result = as_alice("submit", "-f", write(tmp_path, spec), "-N", "1", "-t", "90m", "--json")
+    assert result.code == 0, result.err
+    job = Job.objects.get(pk=json.loads(result.out)["id"])
+    assert (job.team.slug, job.workers, job.runtime_limit_s) == ("vision", 1, 5400)
+
+
+def test_bad_spec_exits_2_naming_every_field_and_sends_nothing(as_alice, tmp_path):
+    bad = GOOD_SPEC.replace("workers: 2", "workers: 0").replace(
+        "runtimeLimit: 2h", "runtimeLimit: soon"
+    )
+    result = as_alice("submit", "-f", write(tmp_path, bad))
+    assert result.code == 2
+    assert "error: spec.workers: must be an integer >= 1" in result.err
+    assert "spec.runtimeLimit: 'soon' is not a duration" in result.err
+    assert Job.objects.count() == 0
+
+
+def test_bad_flag_exits_2_naming_the_flag(as_alice):
+    result = as_alice("submit", "-J", "x", "--workers", "0", "--gpus-per-worker", "1")
+    assert result.code == 2
+    assert "error: --workers: must be an integer >= 1" in result.err
+    assert Job.objects.count() == 0
+
+
+def test_bad_spec_in_json_mode_reports_fields_as_json(as_alice, tmp_path):
+    result = as_alice("submit", "--json", "-f", write(tmp_path, "apiVersion: v1\nkind: Pod\n"))
+    assert result.code == 2
+    error = json.loads(result.err)
+    assert error["kind"] == "usage"
+    assert {"apiVersion", "kind", "metadata", "spec"} <= set(error["fields"])
+
+
+def test_server_rejection_exits_1_naming_the_spec_field(as_alice, tmp_path):
+    spec = GOOD_SPEC.replace("gpuModel: h100-80gb", "gpuModel: tpu-v5")
+    result = as_alice("submit", "-f", write(tmp_path, spec))
+    assert result.code == 1
+    assert "error: spec.gpuModel: unknown GPU model 'tpu-v5'" in result.err
+    assert Job.objects.count() == 0
+
+
+def test_server_rejection_of_a_flag_names_the_flag(as_alice):
+    result = as_alice("submit", "-J", "x", "-N", "1", "--gpus-per-worker", "1", "--team", "nlp")
+    assert result.code == 1
+    assert "error: --team: " in result.err and "not a member" in result.err
+    assert Job.objects.count() == 0
+
+
+# --- ls, show, why -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def jobs(platform, submit):
+    """Two of alice's jobs (vision) and one of bob's (nlp), all pending."""
+    made = {}
+    for user, name, team in (
+        ("alice", "a-one", "vision"),
+        ("alice", "a-two", "vision"),
+        ("bob", "b-one", "nlp"),
+    ):
+        response = submit(platform[user], name=name, team=team, workers=1, gpus_per_worker=2)
+        assert response.status_code == 201, response.json()
+        made[name] = response.json()["id"]
+    return made
+
+
+def test_ls_shows_only_the_callers_teams_jobs(as_alice, jobs):
+    result = as_alice("ls")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split()[:5] == ["ID", "NAME", "TEAM", "USER", "STATE"]
+    assert [line.split()[1] for line in lines[1:]] == ["a-two", "a-one"]  # newest first
+    assert "b-one" not in result.out
+
+    as_json = json.loads(as_alice("ls", "--json").out)
+    assert {j["id"] for j in as_json} == {jobs["a-one"], jobs["a-two"]}
+
+
+def test_ls_filters_by_state(as_alice, jobs):
+    assert as_alice("cancel", str(jobs["a-one"])).code == 0
+    pending = json.loads(as_alice("ls", "--live", "--json").out)
+    assert [j["name"] for j in pending] == ["a-two"]
+    cancelled = json.loads(as_alice("ls", "--state", "cancelled", "--json").out)
+    assert [j["name"] for j in cancelled] == ["a-one"]
+
+
+def test_why_gives_the_pending_reason_and_estimated_start(as_alice, jobs):
+    start = timezone.now() + timedelta(minutes=42)
+    # What a scheduling cycle records for a job it cannot start yet.
+    Job.objects.filter(pk=jobs["a-one"]).update(
+        why_pending="waiting for 2 x h100-80gb (backfill reservation on n1, n2)",
+        estimated_start=start,
+    )
+    result = as_alice("why", str(jobs["a-one"]))
+    assert result.code == 0, result.err
+    assert f"job {jobs['a-one']} (a-one) is pending: waiting for 2 x h100-80gb" in result.out
+    assert f"estimated start: {start:%Y-%m-%d %H:%M} UTC (in 4" in result.out
+
+    summary = json.loads(as_alice("why", str(jobs["a-one"]), "--json").out)
+    assert summary["state"] == "pending" and summary["estimated_start"]
+
+    unknown = as_alice("why", str(jobs["a-two"]))
+    assert "estimated start: unknown" in unknown.out
+
+
+def test_show_prints_details_and_the_timeline(as_alice, jobs):
+    result = as_alice("show", str(jobs["a-one"]))
+    assert result.code == 0, result.err
+    assert "Name:" in result.out and "a-one" in result.out
+    assert "Events:" in result.out and "submitted" in result.out
+    body = json.loads(as_alice("show", str(jobs["a-one"]), "--json").out)
+    assert body["id"] == jobs["a-one"] and body["events"][0]["kind"] == "submitted"
+
+
+def test_another_teams_job_is_not_found_and_untouched(as_alice, jobs):
+    for command in ("show", "why", "cancel"):
+        result = as_alice(command, str(jobs["b-one"]))
+        assert result.code == 1, command
+        assert "no such job" in result.err
+    assert Job.objects.get(pk=jobs["b-one"]).state == "pending"
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+
+def test_cancel_cancels_and_a_second_cancel_is_an_api_error(as_alice, jobs):
+    result = as_alice("cancel", str(jobs["a-one"]))
+    assert result.code == 0, result.err
+    assert result.out == f"job {jobs['a-one']} cancelled\n"
+    assert Job.objects.get(pk=jobs["a-one"]).state == "cancelled"
+
+    again = as_alice("cancel", str(jobs["a-one"]), str(jobs["a-two"]))
+    assert again.code == 1
+    assert f"job {jobs['a-one']}: state: job is already cancelled" in again.err
+    # The failure of the first id does not stop the second.
+    assert Job.objects.get(pk=jobs["a-two"]).state == "cancelled"
+
+
+def test_cancel_with_a_non_numeric_id_is_bad_usage(as_alice):
+    result = as_alice("cancel", "abc")
+    assert result.code == 2 and "JOB_ID: must be a number, not 'abc'" in result.err
+
+
+# --- quota, nodes, cost ------------------------------------------------------------------------
+
+
+def test_quota_lists_the_teams_quotas(as_alice, platform, gpu_models, teams):
+    from tenants.models import Quota
+
+    Quota.objects.create(
+        team=teams["vision"], gpu_model=gpu_models["h100"], guaranteed_gpus=16, borrow_limit_gpus=8
+    )
+    Quota.objects.create(
+        team=teams["nlp"], gpu_model=gpu_models["h100"], guaranteed_gpus=4, borrow_limit_gpus=0
+    )
+    result = as_alice("quota")
+    assert result.code == 0, result.err
+    rows = [line.split() for line in result.out.splitlines()[1:]]
+    assert rows == [["vision", "h100-80gb", "16", "8"]]
+    assert json.loads(as_alice("quota", "--json").out)[0]["guaranteed_gpus"] == 16
+
+
+def test_nodes_lists_the_cluster(as_alice):
+    result = as_alice("nodes")
+    assert result.code == 0, result.err
+    names = [line.split()[0] for line in result.out.splitlines()[1:]]
+    assert sorted(names) == ["n1", "n2", "n3", "n4"]
+    h100 = json.loads(as_alice("nodes", "--gpu-model", "h100-80gb", "--json").out)
+    assert sorted(n["name"] for n in h100) == ["n1", "n2"]
+
+
+def test_cost_on_a_server_without_billing_says_so(as_alice, settings):
+    # A server whose URLs have no /api/v1/costs/ (billing not deployed).
+    settings.ROOT_URLCONF = "tests.integration.cli.urls_without_billing"
+    result = as_alice("cost")
+    assert result.code == 1
+    assert result.err == "error: cost reporting is not available on this server\n"
+
+
+# --- the installed command, as a process -------------------------------------------------------
+
+
+def test_console_script_is_declared_and_runs_as_a_process(as_alice, cli_config, tmp_path, jobs):
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["gpuctl"] == "gpuctl.main:main"
+    env = {**os.environ, "GPUCTL_CONFIG": str(cli_config)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "gpuctl", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = run("ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {j["name"] for j in json.loads(listed.stdout)} == {"a-one", "a-two"}
+    bad = run("submit", "-f", write(tmp_path, GOOD_SPEC.replace("gpusPerWorker", "gpusPerworker")))
+    assert bad.returncode == 2
+    assert "spec.gpusPerworker: unknown field (did you mean gpusPerWorker?)" in bad.stderr
+    usage = run("frobnicate")
+    assert usage.returncode == 2 and "invalid choice" in usage.stderr
+
+
+def test_the_client_does_not_import_django():
+    code = "import sys, gpuctl.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
