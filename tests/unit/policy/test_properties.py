@@ -1,0 +1,225 @@
+"""Property tests over random snapshots: the contract's invariants hold on every decision set.
+
+Invariants (see helpers.check_invariants): no GPU placed twice or placed when not free; gang
+completeness (exactly the started workers, gpus_per_worker each, one node per worker, one model);
+only ready, healthy nodes; every pending job started or pending with a non-empty why;
+non-preemptible jobs never preempted; the checkpoint protection window honoured. Plus
+determinism (same snapshot, same decisions, whatever the input order), JSON round trips, and
+quotas never exceeded by the starts.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.policy import (
+    NODE_STATES,
+    QUEUE_ORDERS,
+    Config,
+    Elastic,
+    Node,
+    PendingJob,
+    Quota,
+    RunningJob,
+    Snapshot,
+    Team,
+    decide,
+    decisions_from_dict,
+    decisions_to_dict,
+    snapshot_from_dict,
+    snapshot_to_dict,
+)
+
+from .helpers import CLASSES, check_invariants
+
+MODELS = ("h100", "a100")
+TEAMS = ("a", "b", "c", "d")
+NOW = 10_000.0
+
+
+@st.composite
+def snapshots(draw, crowded: bool = False) -> Snapshot:
+    """Random snapshots; ``crowded`` ones have full, healthy clusters and no quotas, so that
+    most pending jobs are blocked and preemption / shrinking / reservations happen often."""
+    config = Config(
+        backfill=draw(st.booleans()),
+        preemption=draw(st.booleans()),
+        checkpoint_protect_s=draw(st.sampled_from([0.0, 300.0, 3000.0])),
+        queue_order=draw(st.sampled_from(QUEUE_ORDERS)),
+    )
+    teams = []
+    for name, parent in (("a", None), ("b", None), ("c", "a"), ("d", "a")):
+        quota = {}
+        for m in MODELS:
+            if not crowded and draw(st.integers(0, 3)) == 0:
+                quota[m] = Quota(draw(st.integers(0, 16)), draw(st.integers(0, 8)))
+        teams.append(
+            Team(
+                name,
+                parent,
+                weight=draw(st.sampled_from([0.5, 1.0, 2.0])),
+                quota=quota,
+                usage_gpu_s=draw(st.sampled_from([0.0, 1e3, 1e5])),
+            )
+        )
+
+    nodes = []
+    busy: dict[str, list[int]] = {}
+    for i in range(draw(st.integers(1, 8))):
+        gpus = draw(st.sampled_from([2, 4, 8]))
+        # Mostly busy clusters, so that preemption, backfill and reservations get exercised.
+        n_free = draw(st.sampled_from([0, 0, 1] if crowded else [0, 0, 0, 1, 2, gpus // 2, gpus]))
+        order = draw(st.permutations(range(gpus)))
+        taken = [g not in order[:n_free] for g in range(gpus)]
+        name = f"n{i}"
+        busy[name] = [g for g in range(gpus) if taken[g]]
+        nodes.append(
+            Node(
+                name=name,
+                gpu_model=draw(st.sampled_from(MODELS)),
+                gpus=gpus,
+                free_gpus=tuple(g for g in range(gpus) if not taken[g]),
+                rack=draw(st.sampled_from(["r1", "r2", "r3"])),
+                nvlink_domain=draw(st.sampled_from(["", "d1", "d2", name])),
+                fabric=draw(st.sampled_from(["f1", "f2"])),
+                spot=draw(st.booleans()),
+                health=1.0 if crowded else draw(st.sampled_from([0.3, 0.6, 1.0])),
+                state="ready" if crowded else draw(st.sampled_from(NODE_STATES + ("ready",) * 2)),
+                datasets=tuple(draw(st.lists(st.sampled_from(["c4", "imagenet"]), max_size=2))),
+            )
+        )
+    by_name = {n.name: n for n in nodes}
+
+    running = []
+    for name, idxs in busy.items():
+        while idxs:
+            k = draw(st.integers(1, len(idxs)))
+            chunk, idxs = idxs[:k], idxs[k:]
+            gpw = draw(st.sampled_from([d for d in (1, 2, 4, 8) if k % d == 0]))
+            workers = k // gpw
+            elastic = None
+            if draw(st.booleans()):
+                elastic = Elastic(draw(st.integers(1, workers)), workers + draw(st.integers(0, 3)))
+            ckpt = draw(st.one_of(st.none(), st.floats(NOW - 5000, NOW)))
+            running.append(
+                RunningJob(
+                    id=f"r{len(running)}",
+                    team=draw(st.sampled_from(TEAMS + ("stranger",))),
+                    priority_class=draw(st.sampled_from(["low", "low", "normal", "high"])),
+                    gpu_model=by_name[name].gpu_model,
+                    workers=workers,
+                    gpus_per_worker=gpw,
+                    placement={name: tuple(chunk)},
+                    started_at=NOW - 6000,
+                    expected_end=draw(st.one_of(st.none(), st.floats(NOW - 100, NOW + 9000))),
+                    preemptible=crowded or draw(st.booleans()),
+                    last_checkpoint_at=ckpt,
+                    checkpoint_interval_s=draw(st.sampled_from([None, 600.0, 3600.0])),
+                    elastic=elastic,
+                    releasing_at=draw(st.sampled_from([None, None, None, NOW + 30])),
+                )
+            )
+
+    pending = []
+    for i in range(draw(st.integers(0, 12))):
+        workers = draw(st.integers(1, 4))
+        elastic = None
+        if draw(st.integers(0, 3)) == 0:
+            elastic = Elastic(draw(st.integers(1, workers)), workers + draw(st.integers(0, 2)))
+        pending.append(
+            PendingJob(
+                id=f"p{i}",
+                team=draw(st.sampled_from(TEAMS + ("stranger",))),
+                priority_class=draw(st.sampled_from(["high", "high", "normal", "low"])),
+                gpu_model=draw(st.sampled_from(MODELS + (None,))),
+                workers=workers,
+                gpus_per_worker=draw(st.sampled_from([1, 2, 4, 8])),
+                submitted_at=draw(st.floats(0, NOW)),
+                runtime_estimate_s=draw(st.one_of(st.none(), st.floats(1, 20_000))),
+                preemptible=draw(st.booleans()),
+                dataset=draw(st.sampled_from([None, "c4", "imagenet"])),
+                dataset_ready=draw(st.integers(0, 4)) > 0,
+                elastic=elastic,
+                attained_service_s=draw(st.sampled_from([0.0, 100.0])),
+                requeued=draw(st.booleans()),
+            )
+        )
+    return Snapshot(
+        now=NOW,
+        config=config,
+        priority_classes=CLASSES,
+        teams=tuple(teams),
+        nodes=tuple(nodes),
+        running=tuple(running),
+        pending=tuple(pending),
+    )
+
+
+# Example counts keep the whole file to a few seconds of CPU (the suite is shared).
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(st.one_of(snapshots(), snapshots(crowded=True)))
+def test_invariants_hold_on_random_snapshots(s):
+    d = decide(s)
+    check_invariants(s, d)
+    check_quotas(s, d)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(snapshots(), snapshots(crowded=True)), st.randoms(use_true_random=False))
+def test_decisions_are_deterministic_whatever_the_input_order(s, rnd):
+    d = decide(s)
+    assert decide(s) == d
+    shuffled = Snapshot(
+        now=s.now,
+        config=s.config,
+        priority_classes=s.priority_classes,
+        teams=tuple(rnd.sample(s.teams, len(s.teams))),
+        nodes=tuple(rnd.sample(s.nodes, len(s.nodes))),
+        running=tuple(rnd.sample(s.running, len(s.running))),
+        pending=tuple(rnd.sample(s.pending, len(s.pending))),
+    )
+    assert decide(shuffled) == d
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_json_round_trips_preserve_snapshot_and_decisions(s):
+    data = json.loads(json.dumps(snapshot_to_dict(s)))
+    assert snapshot_from_dict(data) == s
+    d = decide(s)
+    assert decisions_from_dict(json.loads(json.dumps(decisions_to_dict(d)))) == d
+
+
+def check_quotas(s, d):
+    """Starts never push a team (or an ancestor) past guaranteed + borrow_limit."""
+    teams = {t.name: t for t in s.teams}
+    nodes = {n.name: n for n in s.nodes}
+
+    def chain(team):
+        out = []
+        while team in teams:
+            out.append(team)
+            team = teams[team].parent
+        return out
+
+    used: dict[tuple[str, str], int] = {}
+    for r in s.running:
+        for t in chain(r.team):
+            used[(t, r.gpu_model)] = used.get((t, r.gpu_model), 0) + r.workers * r.gpus_per_worker
+    pending = {p.id: p for p in s.pending}
+    for st_ in d.start:
+        model = nodes[next(iter(st_.placement))].gpu_model
+        n = sum(len(v) for v in st_.placement.values())
+        for t in chain(pending[st_.job].team):
+            used[(t, model)] = used.get((t, model), 0) + n
+            q = teams[t].quota.get(model)
+            if q is not None:
+                # Starts respect guarantee + borrow limit (usage from before may already exceed it).
+                before = used[(t, model)] - n
+                assert used[(t, model)] <= max(q.guaranteed + q.borrow_limit, before)
