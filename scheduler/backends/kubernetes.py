@@ -222,6 +222,10 @@ class PodWatcher:
             # The server may end a watch at any time; what was applied stays, the next sync
             # resumes from the last resourceVersion.
             logger.info("pod watch ended early: %s", exc)
+        except ValueError as exc:
+            # An event we cannot parse: do not guess what it changed, rebuild from a list.
+            logger.warning("unreadable pod watch event, relisting: %s", exc)
+            return False
         finally:
             # Close before releasing: a watch left unread must not go back to the pool.
             resp.close()
@@ -340,6 +344,10 @@ class KubernetesBackend:
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 error = exc
                 typed = translate_error(exc, what)
+            except ValueError as exc:
+                # The client refused our arguments or could not read the server's answer into
+                # its models (pydantic's ValidationError is a ValueError): not transient.
+                raise BackendRejected(f"{what}: {exc}") from exc
             if isinstance(typed, BackendRejected) or attempt == attempts:
                 raise typed from error
             ceiling = min(self.cfg.retry_cap_s, self.cfg.retry_base_s * 2 ** (attempt - 1))

@@ -147,6 +147,7 @@ class FakeKubeApiServer:
         self.faults: list[Fault] = []
         self.requests: list[Recorded] = []
         self.logs: dict[tuple[str, str], str] = {}
+        self.next_watch_prefix: bytes = b""  # raw bytes the next watch stream starts with
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -822,6 +823,10 @@ class _Handler(BaseHTTPRequestHandler):
             [{"type": "ERROR", "object": too_old}] if expired else self.api.watch_events(ns, query)
         )
         try:
+            with self.api.cond:
+                prefix, self.api.next_watch_prefix = self.api.next_watch_prefix, b""
+            if prefix:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(prefix), prefix))
             for event in events:
                 line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))

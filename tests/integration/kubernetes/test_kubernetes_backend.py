@@ -377,6 +377,16 @@ def test_watch_410_gone_relists_and_loses_nothing(expired_as):
         )
 
 
+def test_an_unreadable_watch_event_relists_instead_of_guessing(server, backend):
+    backend.submit(make_spec())
+    state_of(backend)
+    server.next_watch_prefix = b'{"type": "MODIFIED", "object": {"metadata": \n'
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    server.set_pod_phase("gp-1001-a1-w1", "Running")
+    assert state_of(backend).state is BackendJobState.RUNNING
+    assert backend.watcher.relists == 2
+
+
 def test_node_loss_is_node_failed(server, backend):
     backend.submit(make_spec())
     for w in (0, 1):
