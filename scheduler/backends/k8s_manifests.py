@@ -111,6 +111,7 @@ class KubernetesConfig:
     image_pull_secrets: tuple[str, ...] = ()
     shm_size: str = "16Gi"
     prestop_command: tuple[str, ...] = ()
+    checkpoint_min_interval_s: float = 60.0
     rendezvous_service: bool = True
     rendezvous_port: int = 29500
     node_not_ready_grace_s: float = 0.0
@@ -408,6 +409,22 @@ def binding_manifest(pod: str, namespace: str, node: str) -> dict[str, Any]:
     }
 
 
+_REQUEST_ID_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+
+
+def checkpoint_request_id(now: datetime) -> str:
+    """A checkpoint request id: the UTC time of the request (sortable, readable)."""
+    return now.astimezone(UTC).strftime(_REQUEST_ID_FORMAT)
+
+
+def parse_checkpoint_request_id(value: str) -> datetime | None:
+    """The time of a request id from :func:`checkpoint_request_id`; ``None`` if not one."""
+    try:
+        return datetime.strptime(value, _REQUEST_ID_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def checkpoint_patch(request_id: str) -> dict[str, Any]:
     """Pod patch that asks a worker for a checkpoint (seen through the downward API volume)."""
     return {"metadata": {"annotations": {ANN_CHECKPOINT_REQUEST: request_id}}}
@@ -485,7 +502,7 @@ def strategic_merge(target: Any, patch: Any) -> Any:
 
     Maps merge key by key, ``None`` deletes a key, and lists replace (true for node taints and
     for the annotation maps; lists with merge keys such as containers are never patched here).
-    Used by tests and by the dry-run log to show the node that would result.
+    Used by the tests to compute the object a patch produces (and validate it).
     """
     if not isinstance(patch, Mapping) or not isinstance(target, Mapping):
         return patch

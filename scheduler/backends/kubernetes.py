@@ -460,11 +460,23 @@ class KubernetesBackend:
         """Annotate each running worker pod with a new checkpoint request id.
 
         The kubelet refreshes the downward API file ``$GP_PODINFO_DIR/annotations`` in place; the
-        workload checkpoints when the ``gpuplatform.io/checkpoint-request`` value changes.
+        workload checkpoints when the ``gpuplatform.io/checkpoint-request`` value changes. A pod
+        asked less than ``checkpoint_min_interval_s`` ago is not asked again, so a caller that
+        repeats the request every cycle (e.g. during a preemption grace) does not make the
+        workload checkpoint over and over.
         """
-        request_id = self._clock().strftime("%Y%m%dT%H%M%S.%fZ")
+        now = self._clock()
+        request_id = m.checkpoint_request_id(now)
         for pod in self._list_run(job_id, attempt):
             if _phase(pod) in _TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
+                continue
+            last = m.parse_checkpoint_request_id(
+                (pod["metadata"].get("annotations") or {}).get(m.ANN_CHECKPOINT_REQUEST, "")
+            )
+            if (
+                last is not None
+                and (now - last).total_seconds() < self.cfg.checkpoint_min_interval_s
+            ):
                 continue
             name = pod["metadata"]["name"]
             if self.cfg.dry_run:

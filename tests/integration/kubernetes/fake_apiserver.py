@@ -120,6 +120,7 @@ class Recorded:
     query: dict[str, str]
     content_type: str
     body: Any
+    authorization: str = ""
 
 
 class FakeKubeApiServer:
@@ -741,7 +742,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         method = self.command
         with self.api.cond:
-            self.api.requests.append(Recorded(method, parts.path, query, content_type, body))
+            self.api.requests.append(
+                Recorded(
+                    method,
+                    parts.path,
+                    query,
+                    content_type,
+                    body,
+                    self.headers.get("Authorization") or "",
+                )
+            )
             fault = self.api._take_fault(method, parts.path)
         if fault is not None and fault.status == -2:
             fault.callback()

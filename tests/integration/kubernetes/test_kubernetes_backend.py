@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -207,6 +207,25 @@ def test_connection_refused_is_unavailable():
         {"host": f"http://127.0.0.1:{port}", "retry_attempts": 2}, sleep=lambda _: None
     )
     with pytest.raises(BackendUnavailable):
+        backend.list_nodes()
+
+
+def test_kubeconfig_transport_with_a_bearer_token(server, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters:\n- name: fake\n  cluster:\n    server: {server.url}\n"
+        "users:\n- name: ci\n  user:\n    token: s3cret\n"
+        "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: ci\n"
+    )
+    backend = KubernetesBackend({"kubeconfig": str(kubeconfig)})
+    assert len(backend.list_nodes()) == 3
+    assert {r.authorization for r in server.requests} == {"Bearer s3cret"}
+
+
+def test_missing_kubeconfig_is_rejected(tmp_path):
+    backend = KubernetesBackend({"kubeconfig": str(tmp_path / "nope")})
+    with pytest.raises(BackendRejected, match="configuration"):
         backend.list_nodes()
 
 
@@ -438,7 +457,20 @@ def test_checkpoint_annotates_running_workers(server, backend):
     assert key not in w1["metadata"]["annotations"]  # finished workers are not bothered
     (patch,) = server.requests_matching("PATCH", r"/pods/")
     assert patch.content_type == "application/strategic-merge-patch+json"
+    backend.checkpoint("1001", 1)  # asked again within checkpoint_min_interval_s: no new request
+    assert len(server.requests_matching("PATCH", r"/pods/")) == 1
     backend.checkpoint("unknown", 1)  # nothing to do, no error
+
+
+def test_checkpoint_is_asked_again_after_the_minimum_interval(server):
+    times = iter([CLOCK, CLOCK + timedelta(seconds=61)])
+    backend = KubernetesBackend({"host": server.url}, clock=lambda: next(times))
+    backend.submit(make_spec())
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    backend.checkpoint("1001", 1)
+    backend.checkpoint("1001", 1)
+    annotations = server.pod("gp-1001-a1-w0")["metadata"]["annotations"]
+    assert annotations["gpuplatform.io/checkpoint-request"] == "20261202T150101.000000Z"
 
 
 def test_dry_run_reads_but_never_writes(server):
