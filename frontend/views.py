@@ -1,17 +1,283 @@
-"""Portal pages. Views call selectors and services only."""
+"""Portal pages. Views call selectors and services only; they never write a model themselves.
+
+Every page that shows jobs reads them through a selector scoped to the caller, so another team's
+job is a 404 here exactly as in the API. Bad input re-renders the form with the service's errors
+next to each field; it never raises a 500.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+import gzip
+from functools import lru_cache
+from pathlib import Path
 
-from scheduler import selectors
-from scheduler.states import JobState
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from scheduler import selectors as scheduler_selectors
+from scheduler import services
+from scheduler.errors import DomainError, NotFound
+from scheduler.states import LIVE_STATES, JobState
+from tenants.permissions import can_submit_to, is_platform_admin
+
+from . import charts
+from . import selectors as page_selectors
+from .forms import JobSubmitForm
+
+JOB_LIST_LIMIT = 200
 
 
 @login_required
 def home(request):
-    jobs = selectors.job_list(
-        user=request.user, filters={"state": ",".join([JobState.RUNNING, JobState.PENDING])}
-    )[:50]
-    return render(request, "frontend/home.html", {"jobs": jobs})
+    """My teams' running and pending jobs and my teams' quota use."""
+    team_ids = page_selectors.home_teams(user=request.user)
+    jobs = list(
+        scheduler_selectors.job_list(
+            user=request.user, filters={"state": f"{JobState.RUNNING},{JobState.PENDING}"}
+        ).filter(team_id__in=team_ids)[:50]
+    )
+    quota_rows = page_selectors.quota_use(user=request.user)
+    figure = None
+    if quota_rows:
+        figure = charts.quota_figure(
+            labels=[f"{row.team} · {row.gpu_model}" for row in quota_rows],
+            in_use=[row.in_use for row in quota_rows],
+            pending=[row.pending for row in quota_rows],
+            guaranteed=[row.guaranteed for row in quota_rows],
+            ceiling=[row.ceiling for row in quota_rows],
+        )
+    return render(
+        request,
+        "frontend/home.html",
+        {"jobs": jobs, "quota_rows": quota_rows, "quota_figure": figure, "page": "home"},
+    )
+
+
+@login_required
+def job_list(request):
+    """The caller's teams' jobs, filtered by state, team and submitter; states update live."""
+    filters = {
+        key: request.GET.get(key, "").strip()
+        for key in ("state", "team", "submitter")
+        if request.GET.get(key, "").strip()
+    }
+    if filters.get("state") and filters["state"] not in JobState.values:
+        filters.pop("state")
+    jobs = list(scheduler_selectors.job_list(user=request.user, filters=filters)[:JOB_LIST_LIMIT])
+    return render(
+        request,
+        "frontend/job_list.html",
+        {
+            "jobs": jobs,
+            "filters": filters,
+            "states": JobState.choices,
+            "teams": page_selectors.filter_teams(user=request.user),
+            "limit": JOB_LIST_LIMIT,
+            "page": "jobs",
+        },
+    )
+
+
+def _submit_form(request, data=None) -> JobSubmitForm:
+    return JobSubmitForm(
+        data,
+        teams=page_selectors.submit_teams(user=request.user),
+        gpu_models=page_selectors.gpu_models(),
+        priority_classes=page_selectors.priority_classes(),
+    )
+
+
+@login_required
+def job_new(request):
+    """The submission form. Validation errors come from ``job_submit`` and show inline."""
+    if request.method not in ("GET", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    if request.method == "GET":
+        form = _submit_form(request)
+        return render(request, "frontend/job_new.html", {"form": form, "page": "new"})
+    form = _submit_form(request, request.POST)
+    if form.is_valid():
+        try:
+            job = services.job_submit(user=request.user, request=form.to_request())
+        except DomainError as exc:
+            form.add_domain_error(exc)
+        else:
+            messages.success(request, f"Job “{job.name}” submitted.")
+            return redirect("job-detail", job_id=job.pk)
+    return render(request, "frontend/job_new.html", {"form": form, "page": "new"}, status=400)
+
+
+def _job_or_404(request, job_id: int):
+    try:
+        return scheduler_selectors.job_get(user=request.user, job_id=job_id)
+    except NotFound:
+        raise Http404("no such job") from None
+
+
+@login_required
+def job_detail(request, job_id: int):
+    """Timeline, placement map, why pending and estimated start, log tail, cancel."""
+    job = _job_or_404(request, job_id)
+    events = list(scheduler_selectors.job_events(user=request.user, job_id=job.pk))
+    return render(
+        request,
+        "frontend/job_detail.html",
+        {
+            "job": job,
+            "events": events,
+            "placement": page_selectors.job_placement_nodes(job=job),
+            "log_tail": page_selectors.job_log_tail(job=job),
+            "can_cancel": job.state in LIVE_STATES and can_submit_to(request.user, job.team),
+            "page": "job",
+        },
+    )
+
+
+@login_required
+@require_GET
+def job_log(request, job_id: int):
+    """The job's log tail as JSON, for the job page to refresh without a reload."""
+    job = _job_or_404(request, job_id)
+    return JsonResponse(
+        {"job": job.pk, "state": job.state, "log": page_selectors.job_log_tail(job=job)}
+    )
+
+
+@login_required
+@require_POST
+def job_cancel(request, job_id: int):
+    """Cancel through ``job_cancel``; refusals come back as a message on the job page."""
+    try:
+        job = services.job_cancel(user=request.user, job_id=job_id)
+    except NotFound:
+        raise Http404("no such job") from None
+    except DomainError as exc:
+        messages.error(request, f"Not cancelled: {exc.message}")
+    else:
+        messages.success(request, f"Job “{job.name}” cancelled.")
+    return redirect("job-detail", job_id=job_id)
+
+
+@login_required
+def cluster(request):
+    """Racks -> nodes -> GPUs, anonymised for the caller; admin actions and event feed."""
+    grid = page_selectors.cluster_grid(user=request.user)
+    totals = page_selectors.cluster_totals(grid)
+    now = timezone.now().isoformat()
+    figure = charts.usage_timeline_figure(
+        times=[now],
+        in_use=[totals["in_use"]],
+        unavailable=[totals["unavailable"]],
+        total=totals["total"],
+    )
+    return render(
+        request,
+        "frontend/cluster.html",
+        {
+            "grid": grid,
+            "totals": totals,
+            "usage_figure": figure,
+            "is_admin": is_platform_admin(request.user),
+            "node_events": page_selectors.node_events(user=request.user),
+            "page": "cluster",
+        },
+    )
+
+
+@login_required
+@require_GET
+def cluster_state(request):
+    """The cluster grid as JSON (same anonymisation as the page), for the page to resync after a
+    reconnect or when the stream has been quiet."""
+    grid = page_selectors.cluster_grid(user=request.user)
+    nodes = []
+    for c in grid:
+        for rack in c.racks:
+            for cell in rack.nodes:
+                node = cell.node
+                nodes.append(
+                    {
+                        "node": node.name,
+                        "state": node.state,
+                        "reason": node.state_reason,
+                        "health": node.health,
+                        "gpus": [
+                            {
+                                "index": g.index,
+                                "status": g.status,
+                                "job": g.job_id,
+                                "name": g.job_name,
+                            }
+                            for g in cell.gpus
+                        ],
+                    }
+                )
+    return JsonResponse(
+        {
+            "time": timezone.now().isoformat(),
+            "totals": page_selectors.cluster_totals(grid),
+            "nodes": nodes,
+        }
+    )
+
+
+@login_required
+@require_POST
+def node_action(request, node_id: int, action: str):
+    """Drain, quarantine or release a node (platform admins; the service checks)."""
+    reason = request.POST.get("reason", "").strip()[:300]
+    try:
+        if action == "quarantine":
+            node = services.node_quarantine(user=request.user, node_id=node_id, reason=reason)
+        elif action == "drain":
+            node = services.node_drain(user=request.user, node_id=node_id, reason=reason)
+        elif action == "release":
+            node = services.node_release(user=request.user, node_id=node_id)
+        else:
+            raise Http404("no such action")
+    except NotFound:
+        # Non-admins get the same 404 as for a node that does not exist.
+        raise Http404("no such node") from None
+    except DomainError as exc:
+        messages.error(request, f"{action.capitalize()} refused: {exc.message}")
+    else:
+        messages.success(request, f"Node {node.name}: {action} done.")
+    return redirect(reverse("cluster") + f"#node-{node_id}")
+
+
+@lru_cache(maxsize=1)
+def _plotly_bundle() -> tuple[bytes, bytes]:
+    import plotly
+
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    raw = path.read_bytes()
+    return raw, gzip.compress(raw, compresslevel=6, mtime=0)
+
+
+def plotly_version() -> str:
+    from plotly.offline import get_plotlyjs_version
+
+    return get_plotlyjs_version()
+
+
+@require_GET
+def plotly_js(request, version: str):
+    """plotly.js from the installed ``plotly`` package, versioned in the URL and cached for a
+    year (a new plotly gives a new URL). Served gzipped to clients that accept it."""
+    if version != plotly_version():
+        raise Http404("unknown plotly.js version")
+    raw, packed = _plotly_bundle()
+    accepts_gzip = "gzip" in request.headers.get("Accept-Encoding", "")
+    response = HttpResponse(
+        packed if accepts_gzip else raw, content_type="application/javascript; charset=utf-8"
+    )
+    if accepts_gzip:
+        response["Content-Encoding"] = "gzip"
+    response["Vary"] = "Accept-Encoding"
+    response["Cache-Control"] = "public, max-age=31536000, immutable"
+    return response

@@ -1,0 +1,274 @@
+"""Reads that shape the portal's pages. Each takes the user and starts from a scoped queryset.
+
+Guarantees:
+- Another team's job is never named here: on the cluster grid a GPU held by a job the caller cannot
+  see is only "in use" (no job id, name, team or submitter).
+- Every function runs a fixed number of queries, whatever the size of the cluster or job list.
+- The backend's log tail is best effort: a backend that is down yields a message, never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Count, F, QuerySet, Sum
+
+from scheduler import selectors as scheduler_selectors
+from scheduler.models import Allocation, GpuModel, Job, Node, NodeEvent, NodeState
+from scheduler.states import HOLDING_STATES, JobState
+from tenants.models import SUBMIT_ROLES, Membership, PriorityClass, Quota, Team
+from tenants.permissions import is_platform_admin, team_ids_of, visible_teams
+
+log = logging.getLogger(__name__)
+
+FREE = "free"
+IN_USE = "in use"
+
+
+def submit_teams(*, user) -> QuerySet[Team]:
+    """Teams the caller may submit jobs to (member roles and up; every team for admins)."""
+    if is_platform_admin(user):
+        return Team.objects.order_by("slug")
+    if not user.is_authenticated:
+        return Team.objects.none()
+    team_ids = Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).values("team_id")
+    return Team.objects.filter(pk__in=team_ids).order_by("slug")
+
+
+def filter_teams(*, user) -> QuerySet[Team]:
+    """Teams whose jobs the caller may list (for the job list's team filter)."""
+    return visible_teams(user).order_by("slug")
+
+
+def gpu_models() -> QuerySet[GpuModel]:
+    """Every GPU model (a shared catalogue, like the API's /gpu-models/)."""
+    return GpuModel.objects.order_by("name")
+
+
+def priority_classes() -> QuerySet[PriorityClass]:
+    """Every priority class, highest first."""
+    return PriorityClass.objects.order_by("-value")
+
+
+def home_teams(*, user) -> set[int]:
+    """The teams the home page summarises: the caller's memberships (all teams for an admin with
+    none)."""
+    ids = team_ids_of(user)
+    if not ids and is_platform_admin(user):
+        ids = set(Team.objects.values_list("pk", flat=True))
+    return ids
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    team: str
+    gpu_model: str
+    guaranteed: int
+    borrow_limit: int
+    in_use: int
+    pending: int
+
+    @property
+    def ceiling(self) -> int:
+        return self.guaranteed + self.borrow_limit
+
+    @property
+    def percent_of_guarantee(self) -> int:
+        if not self.guaranteed:
+            return 100 if self.in_use else 0
+        return round(100 * self.in_use / self.guaranteed)
+
+
+def quota_use(*, user) -> list[QuotaUse]:
+    """Per (team, GPU model) of the caller's teams: the quota, GPUs held now, GPUs asked for by
+    pending jobs. Rows exist for every quota and for any model a team uses without one. 3 queries.
+    """
+    team_ids = home_teams(user=user)
+    if not team_ids:
+        return []
+    quotas = {
+        (q.team.slug, q.gpu_model.name): q
+        for q in Quota.objects.filter(team_id__in=team_ids).select_related("team", "gpu_model")
+    }
+    in_use = {
+        (row["job__team__slug"], row["node__gpu_model__name"]): row["n"]
+        for row in Allocation.objects.filter(ended_at__isnull=True, job__team_id__in=team_ids)
+        .values("job__team__slug", "node__gpu_model__name")
+        .annotate(n=Count("id"))
+    }
+    pending = defaultdict(int)
+    for row in (
+        Job.objects.filter(team_id__in=team_ids, state=JobState.PENDING)
+        .values("team__slug", "gpu_model__name")
+        .annotate(n=Sum(F("workers") * F("gpus_per_worker")))
+    ):
+        pending[(row["team__slug"], row["gpu_model__name"] or "any")] += row["n"] or 0
+    keys = sorted(set(quotas) | set(in_use) | set(pending))
+    rows = []
+    for key in keys:
+        quota = quotas.get(key)
+        rows.append(
+            QuotaUse(
+                team=key[0],
+                gpu_model=key[1],
+                guaranteed=quota.guaranteed_gpus if quota else 0,
+                borrow_limit=quota.borrow_limit_gpus if quota else 0,
+                in_use=in_use.get(key, 0),
+                pending=pending.get(key, 0),
+            )
+        )
+    return rows
+
+
+@dataclass
+class GpuCell:
+    index: int
+    status: str  # FREE | IN_USE
+    job_id: int | None = None  # only for a job the caller may see
+    job_name: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.status == FREE:
+            return FREE
+        return f"{self.job_name} (#{self.job_id})" if self.job_id else IN_USE
+
+
+@dataclass
+class NodeCell:
+    node: Node
+    gpus: list[GpuCell]
+
+    @property
+    def in_use(self) -> int:
+        return sum(1 for gpu in self.gpus if gpu.status == IN_USE)
+
+    @property
+    def marked(self) -> bool:
+        return self.node.state in (NodeState.QUARANTINED, NodeState.DRAINING, NodeState.DOWN)
+
+
+@dataclass
+class RackCell:
+    name: str
+    nodes: list[NodeCell] = field(default_factory=list)
+
+
+@dataclass
+class ClusterCell:
+    name: str
+    backend_kind: str
+    backend_available: bool
+    racks: list[RackCell] = field(default_factory=list)
+
+
+def cluster_grid(*, user) -> list[ClusterCell]:
+    """Clusters -> racks -> nodes -> GPUs with who holds each GPU, anonymised for the caller.
+
+    A GPU held by a job of the caller's visible jobs carries that job's id and name; any other
+    held GPU is only "in use". 3 queries.
+    """
+    nodes = list(scheduler_selectors.node_list(user=user))
+    visible = set(
+        Job.objects.visible_to(user).filter(state__in=HOLDING_STATES).values_list("pk", flat=True)
+    )
+    holders: dict[tuple[int, int], tuple[int, str]] = {}
+    for node_id, gpu_index, job_id, job_name in Allocation.objects.filter(
+        ended_at__isnull=True
+    ).values_list("node_id", "gpu_index", "job_id", "job__name"):
+        holders[(node_id, gpu_index)] = (job_id, job_name)
+    clusters: dict[str, ClusterCell] = {}
+    racks: dict[tuple[str, str], RackCell] = {}
+    for node in nodes:
+        cluster = clusters.get(node.cluster.name)
+        if cluster is None:
+            cluster = clusters[node.cluster.name] = ClusterCell(
+                name=node.cluster.name,
+                backend_kind=node.cluster.backend_kind,
+                backend_available=node.cluster.backend_available,
+            )
+        rack_key = (node.cluster.name, node.rack or "-")
+        rack = racks.get(rack_key)
+        if rack is None:
+            rack = racks[rack_key] = RackCell(name=node.rack or "-")
+            cluster.racks.append(rack)
+        gpus = []
+        for index in range(node.gpu_count):
+            holder = holders.get((node.pk, index))
+            if holder is None:
+                gpus.append(GpuCell(index=index, status=FREE))
+            elif holder[0] in visible:
+                gpus.append(
+                    GpuCell(index=index, status=IN_USE, job_id=holder[0], job_name=holder[1])
+                )
+            else:
+                gpus.append(GpuCell(index=index, status=IN_USE))
+        rack.nodes.append(NodeCell(node=node, gpus=gpus))
+    for cluster in clusters.values():
+        cluster.racks.sort(key=lambda r: r.name)
+    return list(clusters.values())
+
+
+def cluster_totals(grid: list[ClusterCell]) -> dict[str, int]:
+    """GPUs free, in use and unavailable (on a node that is not ready) across ``grid``."""
+    totals = {"free": 0, "in_use": 0, "unavailable": 0, "total": 0}
+    for cluster in grid:
+        for rack in cluster.racks:
+            for cell in rack.nodes:
+                for gpu in cell.gpus:
+                    totals["total"] += 1
+                    if gpu.status == IN_USE:
+                        totals["in_use"] += 1
+                    elif cell.node.state != NodeState.READY:
+                        totals["unavailable"] += 1
+                    else:
+                        totals["free"] += 1
+    return totals
+
+
+def node_events(*, user, limit: int = 30) -> list[NodeEvent]:
+    """The latest node events (quarantines, failures, releases) for platform admins; nothing for
+    anyone else."""
+    if not is_platform_admin(user):
+        return []
+    return list(NodeEvent.objects.select_related("node").order_by("-time", "-id")[:limit])
+
+
+def job_placement_nodes(*, job: Job) -> list[dict]:
+    """The nodes the job runs on, each with its GPUs and which of them are the job's. 1 query."""
+    placement = scheduler_selectors.job_placement(job)
+    if not placement:
+        return []
+    nodes = Node.objects.filter(name__in=placement.keys()).select_related("gpu_model")
+    if job.cluster_id:
+        nodes = nodes.filter(cluster_id=job.cluster_id)
+    out = []
+    for node in nodes.order_by("rack", "name"):
+        mine = set(placement.get(node.name, []))
+        out.append(
+            {
+                "node": node,
+                "gpus": [{"index": i, "mine": i in mine} for i in range(node.gpu_count)],
+                "count": len(mine),
+            }
+        )
+    return out
+
+
+def job_log_tail(*, job: Job, lines: int = 60) -> str:
+    """The last lines of the job's current (or last) run as its backend reports them.
+
+    ``job`` must come from a user-scoped selector. Best effort: "" when the job never ran, a short
+    notice when the backend cannot be asked.
+    """
+    if not job.cluster_id or not job.attempts:
+        return ""
+    from scheduler.backends import get_backend
+
+    try:
+        return get_backend(job.cluster).log_tail(str(job.pk), job.attempts, lines)
+    except Exception:  # a backend outage must not break the job page
+        log.warning("log tail of job %s unavailable", job.pk, exc_info=True)
+        return "(the backend did not answer; the log will be shown when it does)"

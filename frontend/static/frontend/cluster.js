@@ -1,0 +1,212 @@
+/* Cluster view: nodes and GPUs follow node.status, gpu.utilization and (for the caller's own
+ * teams) job.status payloads; admins see node.event payloads in the feed.
+ *
+ * Another team's job is only ever "in use" here: the cluster group's payloads carry no job names,
+ * and names come only from the caller's own job.status payloads or the server's anonymised state.
+ * After a reconnect, and when the stream has been quiet for a while, the grid is re-read from
+ * /cluster/state/ so a missed message cannot leave it wrong for long. */
+(function () {
+  "use strict";
+  var GP = window.GP;
+  var main = document.querySelector("[data-cluster-state-url]");
+  if (!GP || !main) return;
+  var stateUrl = main.getAttribute("data-cluster-state-url");
+  var STATE_TEXT = { ready: "", draining: "Draining", quarantined: "Quarantined", down: "Down" };
+  var HOLDING = ["running", "preempted"];
+
+  // node -> gpu index -> {job, name}: GPUs held by jobs the caller may see.
+  var own = {};
+  document.querySelectorAll(".gpu[data-job]").forEach(function (gpu) {
+    var node = gpu.closest("[data-node]").getAttribute("data-node");
+    var label = gpu.getAttribute("title").split(": ").slice(1).join(": ");
+    (own[node] = own[node] || {})[gpu.getAttribute("data-gpu")] = { job: gpu.getAttribute("data-job"), label: label };
+  });
+
+  function nodeEl(name) {
+    return main.querySelector('li.node[data-node="' + (window.CSS && CSS.escape ? CSS.escape(name) : name) + '"]');
+  }
+
+  function paintGpu(nodeName, gpu, busy) {
+    var index = gpu.getAttribute("data-gpu");
+    var mine = busy && own[nodeName] && own[nodeName][index];
+    gpu.className = "gpu " + (busy ? "busy" : "free") + (mine ? " mine" : "");
+    if (mine) gpu.setAttribute("data-job", mine.job);
+    else gpu.removeAttribute("data-job");
+    if (!busy) gpu.style.removeProperty("--u");
+    var util = gpu.getAttribute("data-util");
+    var label = busy ? (mine ? mine.label : "in use") : "free";
+    if (busy && util) label += ", " + util + "% utilized";
+    gpu.setAttribute("title", nodeName + " GPU " + index + ": " + label);
+  }
+
+  function describe(li) {
+    var gpus = li.querySelectorAll(".gpu");
+    var busy = li.querySelectorAll(".gpu.busy").length;
+    var state = li.getAttribute("data-state");
+    var health = li.querySelector("[data-field=health]").textContent;
+    li.setAttribute(
+      "aria-label",
+      li.getAttribute("data-node") + ": " + state + ", health " + health + ", " + busy + " of " + gpus.length + " GPUs in use"
+    );
+  }
+
+  function setNodeState(li, state, health, reason) {
+    li.setAttribute("data-state", state);
+    li.className = li.className.replace(/\bstate-\S+/, "state-" + state);
+    li.querySelector("[data-field=node-state]").textContent = STATE_TEXT[state] || state;
+    var tip = li.querySelector("[data-field=tip-state]");
+    if (tip) tip.textContent = state.charAt(0).toUpperCase() + state.slice(1) + (reason ? ": " + reason : "");
+    if (typeof health === "number") {
+      var pct = Math.round(health * 100) + "%";
+      li.querySelector("[data-field=health]").textContent = pct;
+      var tipHealth = li.querySelector("[data-field=tip-health]");
+      if (tipHealth) tipHealth.textContent = pct;
+      li.classList.toggle("health-bad", health < 0.6);
+      li.classList.toggle("health-warn", health >= 0.6 && health < 0.9);
+    }
+    li.querySelectorAll("form[data-show-when]").forEach(function (form) {
+      form.hidden = form.getAttribute("data-show-when").split(" ").indexOf(state) < 0;
+    });
+  }
+
+  var chartPending = false;
+  function recount() {
+    var inUse = 0, free = 0, unavailable = 0, total = 0;
+    main.querySelectorAll("li.node").forEach(function (li) {
+      var ready = li.getAttribute("data-state") === "ready";
+      li.querySelectorAll(".gpu").forEach(function (gpu) {
+        total += 1;
+        if (gpu.classList.contains("busy")) inUse += 1;
+        else if (ready) free += 1;
+        else unavailable += 1;
+      });
+      describe(li);
+    });
+    document.getElementById("total-in-use").textContent = inUse;
+    document.getElementById("total-free").textContent = free;
+    document.getElementById("total-unavailable").textContent = unavailable;
+    document.getElementById("total-gpus").textContent = total;
+    // One chart point per second at most, however many messages arrive.
+    if (!chartPending && window.Plotly && GP.charts && GP.charts["usage-figure"]) {
+      chartPending = true;
+      window.setTimeout(function () {
+        chartPending = false;
+        var now = new Date().toISOString();
+        window.Plotly.extendTraces(
+          GP.charts["usage-figure"],
+          { x: [[now], [now]], y: [[inUse], [unavailable]] },
+          [0, 1],
+          240
+        );
+      }, 1000);
+    }
+  }
+
+  GP.on("node.status", function (msg) {
+    var li = nodeEl(msg.node);
+    if (!li) return;
+    setNodeState(li, msg.state, msg.health, msg.reason);
+    Object.keys(msg.gpus || {}).forEach(function (index) {
+      var gpu = li.querySelector('.gpu[data-gpu="' + index + '"]');
+      if (gpu) paintGpu(msg.node, gpu, msg.gpus[index] !== "free");
+    });
+    recount();
+    scheduleResync(3000);
+  });
+
+  GP.on("gpu.utilization", function (msg) {
+    var li = nodeEl(msg.node);
+    if (!li) return;
+    // A sample exists for every busy GPU of the node, so the rest are free.
+    var samples = msg.utilization || {};
+    li.querySelectorAll(".gpu").forEach(function (gpu) {
+      var value = samples[gpu.getAttribute("data-gpu")];
+      if (value === undefined) {
+        gpu.removeAttribute("data-util");
+        paintGpu(msg.node, gpu, false);
+        return;
+      }
+      var fraction = value > 1 ? value / 100 : value;
+      gpu.style.setProperty("--u", fraction.toFixed(2));
+      gpu.setAttribute("data-util", Math.round(fraction * 100));
+      paintGpu(msg.node, gpu, true);
+    });
+    recount();
+  });
+
+  GP.on("job.status", function (msg) {
+    // Forget the job's old GPUs, then record where it holds GPUs now.
+    Object.keys(own).forEach(function (node) {
+      Object.keys(own[node]).forEach(function (index) {
+        if (String(own[node][index].job) === String(msg.job)) delete own[node][index];
+      });
+    });
+    if (HOLDING.indexOf(msg.state) >= 0) {
+      Object.keys(msg.placement || {}).forEach(function (node) {
+        msg.placement[node].forEach(function (index) {
+          (own[node] = own[node] || {})[String(index)] = { job: String(msg.job), label: msg.name + " (#" + msg.job + ")" };
+          var li = nodeEl(node);
+          var gpu = li && li.querySelector('.gpu[data-gpu="' + index + '"]');
+          if (gpu) paintGpu(node, gpu, true);
+        });
+      });
+      recount();
+    }
+    scheduleResync(1500);
+  });
+
+  var feed = document.getElementById("node-events");
+  GP.on("node.event", function (msg) {
+    if (!feed) return;
+    var empty = feed.querySelector(".empty");
+    if (empty) empty.remove();
+    var item = GP.el("li", { class: "ev ev-" + msg.kind, "data-live": "1" });
+    item.appendChild(GP.el("time", { datetime: msg.time }, GP.timeOf(msg.time)));
+    item.appendChild(document.createTextNode(" "));
+    item.appendChild(GP.el("strong", {}, msg.node));
+    item.appendChild(document.createTextNode(" " + msg.kind + (msg.message ? ": " + msg.message : "")));
+    feed.insertBefore(item, feed.firstChild);
+    while (feed.children.length > 50) feed.removeChild(feed.lastChild);
+  });
+
+  // --- resync from the server ---------------------------------------------------------------
+  var resyncTimer = null;
+  function resync() {
+    resyncTimer = null;
+    if (!window.fetch) return;
+    window
+      .fetch(stateUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) {
+        return r.ok ? r.json() : null;
+      })
+      .then(function (data) {
+        if (!data) return;
+        own = {};
+        data.nodes.forEach(function (node) {
+          node.gpus.forEach(function (g) {
+            if (g.job) (own[node.node] = own[node.node] || {})[String(g.index)] = { job: String(g.job), label: g.name + " (#" + g.job + ")" };
+          });
+        });
+        data.nodes.forEach(function (node) {
+          var li = nodeEl(node.node);
+          if (!li) return;
+          setNodeState(li, node.state, node.health, node.reason);
+          node.gpus.forEach(function (g) {
+            var gpu = li.querySelector('.gpu[data-gpu="' + g.index + '"]');
+            if (gpu) paintGpu(node.node, gpu, g.status !== "free");
+          });
+        });
+        recount();
+      })
+      .catch(function () {});
+  }
+  function scheduleResync(ms) {
+    if (resyncTimer === null) resyncTimer = window.setTimeout(resync, ms);
+  }
+  GP.on("reconnected", function () {
+    scheduleResync(200);
+  });
+  window.setInterval(function () {
+    if (!document.hidden) scheduleResync(0);
+  }, 15000);
+})();

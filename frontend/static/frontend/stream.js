@@ -1,0 +1,87 @@
+/* The portal's one live connection: /ws/stream/ (see docs/streams.md).
+ *
+ * Pages register handlers with GP.on(type, fn); every JSON payload is dispatched by its "type".
+ * The connection is retried with capped exponential backoff; after a reconnect, "reconnected"
+ * handlers run so pages can re-read what they may have missed. Read-only: nothing is sent. */
+(function () {
+  "use strict";
+
+  var handlers = {};
+  var GP = (window.GP = window.GP || {});
+  GP.STATE_LABELS = {
+    pending: "Pending",
+    running: "Running",
+    preempted: "Preempted (stopping)",
+    succeeded: "Succeeded",
+    failed: "Failed",
+    cancelled: "Cancelled"
+  };
+  GP.LIVE_STATES = ["pending", "running", "preempted"];
+  GP.on = function (type, fn) {
+    (handlers[type] = handlers[type] || []).push(fn);
+  };
+  GP.emit = function (type, msg) {
+    (handlers[type] || []).forEach(function (fn) {
+      try {
+        fn(msg);
+      } catch (err) {
+        if (window.console) console.error(err);
+      }
+    });
+  };
+  GP.timeOf = function (iso) {
+    var d = iso ? new Date(iso) : new Date();
+    return isNaN(d) ? "" : d.toISOString().substring(11, 19);
+  };
+  GP.el = function (tag, attrs, text) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (key) {
+      node.setAttribute(key, attrs[key]);
+    });
+    if (text !== undefined && text !== null) node.textContent = text;
+    return node;
+  };
+
+  var badge = document.getElementById("live-status");
+  function setState(state, text) {
+    GP.streamState = state;
+    document.documentElement.setAttribute("data-stream", state);
+    if (badge) {
+      badge.setAttribute("data-state", state);
+      badge.querySelector(".text").textContent = text;
+    }
+  }
+
+  var delay = 500;
+  var opened = false;
+  function connect() {
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + window.location.host + "/ws/stream/");
+    socket.onmessage = function (event) {
+      var msg;
+      try {
+        msg = JSON.parse(event.data);
+      } catch (err) {
+        return;
+      }
+      if (msg.type === "hello") {
+        delay = 500;
+        setState("open", "Live");
+        if (opened) GP.emit("reconnected", msg);
+        opened = true;
+      }
+      GP.emit(msg.type, msg);
+    };
+    socket.onclose = function (event) {
+      if (event.code === 4401) {
+        setState("closed", "Signed out");
+        return;
+      }
+      setState("reconnecting", "Reconnecting…");
+      window.setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 15000);
+    };
+  }
+  setState("connecting", "Connecting…");
+  connect();
+})();

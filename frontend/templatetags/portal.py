@@ -1,0 +1,38 @@
+"""Template helpers of the portal: navigation links that know the current page, the local
+plotly.js URL, and GPU utilization as a CSS-ready percentage."""
+
+from __future__ import annotations
+
+from django import template
+from django.urls import reverse
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def nav_link(context, href: str, label: str):
+    """A navigation link marked ``aria-current="page"`` when the current path is under it."""
+    request = context.get("request")
+    path = request.path if request is not None else ""
+    current = path == href if href == "/" else path.startswith(href)
+    if current:
+        return format_html('<a href="{}" aria-current="page">{}</a>', href, label)
+    return format_html('<a href="{}">{}</a>', href, label)
+
+
+@register.simple_tag
+def plotly_src() -> str:
+    """The versioned URL of plotly.js served by the platform (never a CDN)."""
+    from frontend.views import plotly_version
+
+    return reverse("plotly-js", kwargs={"version": plotly_version()})
+
+
+@register.filter
+def percent(value) -> int:
+    """0..1 (or None) to a whole percentage."""
+    try:
+        return round(float(value) * 100)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,240 @@
+"""Portal pages (frontend.views): what each page shows, to whom, and that every action goes
+through a service with its refusals visible and side-effect free."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pytest
+from django.test import Client
+
+from scheduler import services
+from scheduler.backends import reset_backends
+from scheduler.cycle import run_cycle
+from scheduler.models import Job, JobEvent, Node, NodeEvent
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/", "/jobs/", "/jobs/new/", "/cluster/", "/cluster/state/"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_backends():
+    reset_backends()
+    yield
+    reset_backends()
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def submit(user, team="vision", name="train", **fields):
+    req = {"name": name, "team": team, "workers": 1, "gpus_per_worker": 1, **fields}
+    return services.job_submit(user=user, request=services.JobRequest(**req))
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_need_a_login(platform, path):
+    response = Client().get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs/", "/jobs/new/", "/cluster/"])
+def test_pages_render_and_load_no_external_assets(platform, path):
+    html = client_for(platform["alice"]).get(path).content.decode()
+    assert "<h1>" in html
+    sources = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert sources and not [s for s in sources if s.startswith(("http:", "https:", "//"))]
+    # Every input has a label (by for=id) or an aria-label.
+    labelled = set(re.findall(r'<label[^>]*for="([^"]+)"', html))
+    for tag in re.findall(r"<(?:input|select|textarea)\b[^>]*>", html):
+        if 'type="hidden"' in tag:
+            continue
+        input_id = re.search(r'id="([^"]+)"', tag)
+        assert "aria-label" in tag or (input_id and input_id.group(1) in labelled), tag
+
+
+def test_home_lists_my_teams_jobs_and_quota_use_only(platform):
+    from tenants.models import Quota
+
+    Quota.objects.create(
+        team=platform["alice"].memberships.get().team,
+        gpu_model=Node.objects.get(name="n1").gpu_model,
+        guaranteed_gpus=8,
+        borrow_limit_gpus=4,
+    )
+    submit(platform["alice"], name="vit-large", gpus_per_worker=2, gpu_model="h100-80gb")
+    submit(platform["bob"], team="nlp", name="bob-llm-secret")
+    html = client_for(platform["alice"]).get("/").content.decode()
+    assert "vit-large" in html
+    assert "bob-llm-secret" not in html
+    # Quota table: vision on h100 with 2 pending GPUs, 8 guaranteed, 4 to borrow.
+    row = re.search(r"<th scope=\"row\">vision</th><td>h100-80gb</td>(.*?)</tr>", html, re.S)
+    assert row is not None
+    assert re.findall(r'<td class="num">(\d+)</td>', row.group(1)) == ["0", "2", "8", "4"]
+    assert 'id="quota-figure"' in html
+
+
+def test_job_list_filters_and_isolation(platform):
+    alice, bob = platform["alice"], platform["bob"]
+    submit(alice, name="a-pending")
+    cancelled = submit(alice, name="a-cancelled")
+    services.job_cancel(user=alice, job_id=cancelled.pk)
+    submit(bob, team="nlp", name="b-pending")
+    client = client_for(alice)
+
+    html = client.get("/jobs/").content.decode()
+    assert "a-pending" in html and "a-cancelled" in html and "b-pending" not in html
+    html = client.get("/jobs/?state=cancelled").content.decode()
+    assert "a-cancelled" in html and "a-pending" not in html
+    html = client.get("/jobs/?team=nlp").content.decode()
+    assert "b-pending" not in html and "No jobs match" in html
+    html = client.get("/jobs/?submitter=bob").content.decode()
+    assert "b-pending" not in html
+    # Nonsense filters are ignored or match nothing; never an error.
+    assert client.get("/jobs/?state=bogus&team=%00").status_code == 200
+
+
+def test_job_detail_shows_timeline_placement_log_and_is_404_for_other_teams(platform, settings):
+    settings.SIMULATED_TIME_SCALE = 60.0
+    job = submit(platform["alice"], name="detail-job", gpus_per_worker=2, gpu_model="h100-80gb")
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "running"
+    client = client_for(platform["alice"])
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "detail-job" in html
+    assert 'data-kind="submitted"' in html and 'data-kind="started"' in html
+    assert html.count('class="gpu mine"') == 2
+    assert "[gpuplatform] attempt 1" in html  # the simulated backend's log tail
+    log = client.get(f"/jobs/{job.pk}/log/").json()
+    assert log["state"] == "running" and "attempt 1" in log["log"]
+
+    bob = client_for(platform["bob"])
+    assert bob.get(f"/jobs/{job.pk}/").status_code == 404
+    assert bob.get(f"/jobs/{job.pk}/log/").status_code == 404
+
+
+def test_pending_job_page_says_why(platform):
+    job = submit(platform["alice"], name="waiting", workers=9, gpus_per_worker=8)
+    run_cycle()
+    job.refresh_from_db()
+    html = client_for(platform["alice"]).get(f"/jobs/{job.pk}/").content.decode()
+    assert job.why_pending and job.why_pending[:30] in html.replace("&#x27;", "'")
+    assert (
+        'id="pending-box"' in html
+        and 'id="pending-box" aria-labelledby="pending-heading" hidden' not in html
+    )
+
+
+def test_cancel_goes_through_the_service_and_refusals_change_nothing(platform):
+    alice, bob, charlie = platform["alice"], platform["bob"], platform["charlie"]
+    job = submit(alice, name="to-cancel")
+
+    assert client_for(bob).post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    response = client_for(charlie).post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert "viewers cannot cancel jobs" in response.content.decode()
+    job.refresh_from_db()
+    assert job.state == "pending"
+    assert not JobEvent.objects.filter(job=job, kind="cancelled").exists()
+
+    assert client_for(alice).get(f"/jobs/{job.pk}/cancel/").status_code == 405
+    response = client_for(alice).post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert response.redirect_chain[-1][0] == f"/jobs/{job.pk}/"
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    again = client_for(alice).post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert "job is already cancelled" in again.content.decode()
+
+
+def test_cluster_view_names_only_jobs_the_viewer_may_see(platform):
+    job = submit(
+        platform["alice"], name="alice-secret-run", gpus_per_worker=8, gpu_model="h100-80gb"
+    )
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "running"
+
+    alice_html = client_for(platform["alice"]).get("/cluster/").content.decode()
+    assert alice_html.count("alice-secret-run") == 8  # one title per GPU
+    bob = client_for(platform["bob"])
+    bob_html = bob.get("/cluster/").content.decode()
+    assert "alice-secret-run" not in bob_html
+    assert bob_html.count(': in use"') == 8
+    assert f'data-job="{job.pk}"' not in bob_html
+    state = bob.get("/cluster/state/").json()
+    assert "alice-secret-run" not in json.dumps(state)
+    assert state["totals"] == {"free": 24, "in_use": 8, "unavailable": 0, "total": 32}
+    assert "node-events" not in bob_html  # the admin feed is for admins
+
+
+def test_admin_quarantines_drains_and_releases_from_the_cluster_view(platform):
+    admin = client_for(platform["admin"])
+    node = Node.objects.get(name="n2")
+    html = admin.get("/cluster/").content.decode()
+    assert 'id="node-events"' in html and f"/cluster/nodes/{node.pk}/quarantine/" in html
+
+    response = admin.post(
+        f"/cluster/nodes/{node.pk}/quarantine/", {"reason": "xid 79"}, follow=True
+    )
+    node.refresh_from_db()
+    assert node.state == "quarantined" and node.state_reason == "xid 79"
+    assert NodeEvent.objects.filter(node=node, kind="quarantined").count() == 1
+    assert "xid 79" in response.content.decode()  # in the feed and the node's tooltip
+
+    admin.post(f"/cluster/nodes/{node.pk}/release/")
+    node.refresh_from_db()
+    assert node.state == "ready"
+    admin.post(f"/cluster/nodes/{node.pk}/drain/", {"reason": "maintenance"})
+    node.refresh_from_db()
+    assert node.state == "draining"
+
+    # A quarantine without a reason is refused with a message, and changes nothing.
+    other = Node.objects.get(name="n3")
+    response = admin.post(f"/cluster/nodes/{other.pk}/quarantine/", {"reason": " "}, follow=True)
+    other.refresh_from_db()
+    assert other.state == "ready" and "give a reason" in response.content.decode()
+    assert admin.post(f"/cluster/nodes/{other.pk}/explode/").status_code == 404
+
+
+def test_members_cannot_act_on_nodes(platform):
+    node = Node.objects.get(name="n1")
+    alice = client_for(platform["alice"])
+    assert alice.post(f"/cluster/nodes/{node.pk}/quarantine/", {"reason": "x"}).status_code == 404
+    node.refresh_from_db()
+    assert node.state == "ready" and not NodeEvent.objects.exists()
+    assert "/cluster/nodes/" not in alice.get("/cluster/").content.decode()
+
+
+def test_plotly_is_served_locally_with_long_cache_headers(platform):
+    from frontend.views import plotly_version
+
+    client = client_for(platform["alice"])
+    html = client.get("/cluster/").content.decode()
+    src = f"/assets/plotly-{plotly_version()}.min.js"
+    assert f'<script src="{src}">' in html
+    plain = Client().get(src)
+    assert plain.status_code == 200
+    assert plain["Cache-Control"] == "public, max-age=31536000, immutable"
+    assert plain["Content-Type"].startswith("application/javascript")
+    assert plain.content.startswith(b"/**") and len(plain.content) > 1_000_000
+    packed = Client().get(src, HTTP_ACCEPT_ENCODING="gzip, br")
+    assert packed["Content-Encoding"] == "gzip"
+    assert gzip.decompress(packed.content) == plain.content
+    assert Client().get("/assets/plotly-0.0.1.min.js").status_code == 404
+
+
+def test_no_job_of_another_team_leaks_into_any_page(platform):
+    job = submit(platform["alice"], name="alice-vision-secret", gpus_per_worker=4)
+    run_cycle()
+    bob = client_for(platform["bob"])
+    for path in PAGES + [f"/jobs/{job.pk}/", "/jobs/?team=vision", "/jobs/?submitter=alice"]:
+        response = bob.get(path)
+        assert b"alice-vision-secret" not in response.content, path
+    assert Job.objects.get(pk=job.pk).state == "running"
