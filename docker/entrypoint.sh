@@ -1,0 +1,44 @@
+#!/bin/sh
+# gpuplatform container entrypoint: the first argument picks the role. Every role ends in `exec`,
+# so the server process is PID 1's child directly and receives SIGTERM from `docker stop`.
+set -eu
+
+role="${1:-web}"
+if [ "$#" -gt 0 ]; then
+    shift
+fi
+
+case "$role" in
+    web)
+        # Publish the static files collected at build time to the proxy's volume, when mounted.
+        if [ -n "${STATIC_PUBLISH_DIR:-}" ] && [ -d "$STATIC_PUBLISH_DIR" ]; then
+            cp -R "$DJANGO_STATIC_ROOT"/. "$STATIC_PUBLISH_DIR"/
+        fi
+        exec daphne --bind 0.0.0.0 --port "${PORT:-8000}" --proxy-headers \
+            gpuplatform.asgi:application "$@"
+        ;;
+    worker)
+        exec celery -A gpuplatform worker --loglevel "${LOG_LEVEL:-INFO}" \
+            --concurrency "${CELERY_CONCURRENCY:-2}" "$@"
+        ;;
+    beat)
+        # The schedule file lives in /tmp: the code directory is read-only for the app user.
+        exec celery -A gpuplatform beat --loglevel "${LOG_LEVEL:-INFO}" \
+            --schedule /tmp/celerybeat-schedule "$@"
+        ;;
+    migrate)
+        exec python manage.py migrate --noinput "$@"
+        ;;
+    agent)
+        exec python -m scheduler.telemetry.agent "$@"
+        ;;
+    manage)
+        exec python manage.py "$@"
+        ;;
+    gpuctl)
+        exec python -m gpuctl "$@"
+        ;;
+    *)
+        exec "$role" "$@"
+        ;;
+esac
