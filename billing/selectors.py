@@ -182,7 +182,7 @@ def _hour_series(qs: QuerySet[UsageRecord]) -> tuple[list[HourSpend], IdleSummar
         qs.values("hour", "gpu_model_id", "capacity")
         .annotate(
             secs=Sum("gpu_seconds"),
-            cost=Sum("cost"),
+            spent=Sum("cost"),
             unpriced=Sum("unpriced_gpu_seconds"),
             tel_secs=Sum(telemetered, output_field=FloatField()),
             idle_secs=Sum(F("gpu_seconds") * F("idle_fraction"), output_field=FloatField()),
@@ -200,7 +200,7 @@ def _hour_series(qs: QuerySet[UsageRecord]) -> tuple[list[HourSpend], IdleSummar
                 names.get(r["gpu_model_id"], "?"),
                 r["capacity"],
                 r["secs"] / 3600,
-                r["cost"] or Decimal(0),
+                r["spent"] or Decimal(0),
             )
         )
         total_secs += r["secs"] or 0.0
@@ -373,7 +373,7 @@ def admin_cost_overview(
         r["team_id"]: r
         for r in qs.values("team_id").annotate(
             secs=Sum("gpu_seconds"),
-            cost=Sum("cost"),
+            spent=Sum("cost"),
             tel=Sum(
                 Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0),
                 output_field=FloatField(),
@@ -389,7 +389,7 @@ def admin_cost_overview(
         .values_list("team_id", "cost")
     )
     budgets = {b.team_id: b for b in Budget.objects.filter(month=month)}
-    own = {t: r["cost"] or Decimal(0) for t, r in per_team.items()}
+    own = {t: r["spent"] or Decimal(0) for t, r in per_team.items()}
     rolled = tree.roll_up(own)
     rolled_trailing = tree.roll_up({t: r["trailing"] or Decimal(0) for t, r in per_team.items()})
     _, hi = calc.forecast_window(now, month)
@@ -403,7 +403,7 @@ def admin_cost_overview(
                 slug=team.slug,
                 name=team.name,
                 parent=team.parent.slug if team.parent else None,
-                own_spend=(r.get("cost") or Decimal(0)).quantize(calc.CENT),
+                own_spend=(r.get("spent") or Decimal(0)).quantize(calc.CENT),
                 spend=spend.quantize(calc.CENT),
                 gpu_hours=(r.get("secs") or 0.0) / 3600,
                 budget=budget.amount if budget else None,

@@ -72,8 +72,9 @@ def price(gpu_models):
 
 
 @pytest.fixture
-def published(monkeypatch, django_capture_on_commit_callbacks):
-    """Payloads sent on the channel layer (after commit), as (group, payload) pairs."""
+def published(monkeypatch):
+    """Payloads handed to the channel layer, as (group, payload) pairs. Publication happens on
+    commit: wrap the code under test in ``django_capture_on_commit_callbacks(execute=True)``."""
     from scheduler import streams
 
     sent: list[tuple[str, dict]] = []

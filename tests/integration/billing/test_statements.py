@@ -1,0 +1,147 @@
+"""Monthly statements: rolled up the team tree, closed = frozen (later usage and re-runs change
+nothing; corrections are adjustments), CSV export, and 404 for another team's statement."""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from billing import services
+from billing.models import Statement, StatementLine
+from scheduler.errors import Conflict, DomainError
+
+from .conftest import utc
+
+pytestmark = pytest.mark.django_db
+
+NOV = utc(2026, 11, 1).date()
+
+
+@pytest.fixture
+def november(make_job, allocate, price, bob):
+    """Nov 2026: vision 2 GPU-h of H100 at $2, nlp 1 GPU-h of A100 at $1."""
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    price("a100", "on_demand", "1.00", utc(2026, 1, 1))
+    allocate(make_job(), "n1", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 2))
+    allocate(make_job(team="nlp", user=bob), "n3", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 1))
+    services.meter_run(now=utc(2026, 11, 20))
+    return {s.team.slug: s for s in Statement.objects.filter(month=NOV).select_related("team")}
+
+
+def test_statements_roll_up_the_team_tree(november):
+    assert set(november) == {"vision", "nlp", "research"}
+    research = services.statement_live_lines(statement=november["research"])
+    assert sorted((r["capacity"], r["cost"]) for r in research) == [
+        ("on_demand", Decimal("1.000000")),
+        ("on_demand", Decimal("4.000000")),
+    ]
+    vision = services.statement_live_lines(statement=november["vision"])
+    assert [r["cost"] for r in vision] == [Decimal("4.000000")]
+
+
+def test_closed_statement_cannot_change(november, make_job, allocate, platform_admin, alice):
+    statement = november["research"]
+    with pytest.raises(Conflict):  # November is not over yet on the 20th
+        services.statement_close(
+            user=platform_admin, statement_id=statement.pk, now=utc(2026, 11, 20)
+        )
+    with pytest.raises(DomainError):  # members do not close statements
+        services.statement_close(user=alice, statement_id=statement.pk, now=utc(2026, 12, 2))
+
+    closed = services.statement_close(
+        user=platform_admin, statement_id=statement.pk, mode="chargeback", now=utc(2026, 12, 2)
+    )
+    assert (closed.status, closed.mode, closed.total) == ("closed", "chargeback", Decimal("5.00"))
+    frozen = list(StatementLine.objects.filter(statement=closed).values_list("team__slug", "cost"))
+    assert sorted(frozen) == [("nlp", Decimal("1.00")), ("vision", Decimal("4.00"))]
+
+    # Late usage for November (an allocation reported after the close) and meter re-runs...
+    allocate(make_job(name="late"), "n2", 0, utc(2026, 11, 29, 0), utc(2026, 11, 29, 3))
+    services.meter_run(now=utc(2026, 12, 3))
+    services.meter_run(now=utc(2026, 12, 3))
+    # ...leave the closed statement exactly as it was, and say what was metered after close.
+    closed.refresh_from_db()
+    assert closed.total == Decimal("5.00")
+    assert sorted(
+        StatementLine.objects.filter(statement=closed).values_list("team__slug", "cost")
+    ) == sorted(frozen)
+    from billing.selectors import statement_view
+
+    view = statement_view(statement=closed)
+    assert (view.total, view.metered_after_close) == (Decimal("5.00"), Decimal("6.00"))
+
+    with pytest.raises(Conflict):
+        services.statement_close(user=platform_admin, statement_id=closed.pk, now=utc(2026, 12, 3))
+    # The database refuses a closed statement without its frozen total.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Statement.objects.filter(pk=closed.pk).update(total=None)
+
+    # Corrections are adjustments: the frozen total stays, the adjusted total moves.
+    services.adjustment_add(
+        user=platform_admin, statement_id=closed.pk, amount=Decimal("6.00"), reason="late usage"
+    )
+    view = statement_view(statement=closed)
+    assert (view.total, view.adjusted_total) == (Decimal("5.00"), Decimal("11.00"))
+
+
+def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, platform_admin):
+    vision, nlp = november["vision"], november["nlp"]
+    as_alice = api_as(alice)
+    listed = as_alice.get("/api/v1/billing/statements/").json()["results"]
+    assert {s["team"] for s in listed} == {"vision"}
+    assert as_alice.get(f"/api/v1/billing/statements/{nlp.pk}/").status_code == 404
+    assert as_alice.get(f"/api/v1/billing/statements/{nlp.pk}/csv/").status_code == 404
+    assert api_as(bob).get(f"/api/v1/billing/statements/{vision.pk}/").status_code == 404
+
+    detail = as_alice.get(f"/api/v1/billing/statements/{vision.pk}/").json()
+    assert detail["month"] == "2026-11" and detail["computed_total"] == "4.00"
+    assert detail["lines"] == [
+        {
+            "team": "vision",
+            "gpu_model": "h100-80gb",
+            "capacity": "on_demand",
+            "gpu_hours": "2.0000",
+            "cost": "4.00",
+        }
+    ]
+    response = as_alice.get(f"/api/v1/billing/statements/{vision.pk}/csv/")
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[0] == [
+        "month",
+        "statement_team",
+        "team",
+        "gpu_model",
+        "capacity",
+        "gpu_hours",
+        "cost_usd",
+    ]
+    assert rows[1] == ["2026-11", "vision", "vision", "h100-80gb", "on_demand", "2.0000", "4.00"]
+    assert rows[-1][-1] == "4.00"
+
+    # Members cannot close; admins can, and the detail then shows the frozen lines.
+    assert as_alice.post(f"/api/v1/billing/statements/{vision.pk}/close/").status_code == 400
+    closed = api_as(platform_admin).post(f"/api/v1/billing/statements/{vision.pk}/close/")
+    assert closed.status_code == 200 and closed.json()["total"] == "4.00"
+    again = api_as(platform_admin).post(f"/api/v1/billing/statements/{vision.pk}/close/")
+    assert again.status_code == 409
+
+
+def test_portal_statement_pages(november, client, alice, bob):
+    vision = november["vision"]
+    client.force_login(alice)
+    page = client.get(f"/billing/statements/{vision.pk}/")
+    assert page.status_code == 200 and b"$4.00" in page.content
+    assert client.get(f"/billing/statements/{vision.pk}/csv").status_code == 200
+    client.force_login(bob)
+    assert client.get(f"/billing/statements/{vision.pk}/").status_code == 404
+    assert client.get(f"/billing/statements/{vision.pk}/csv").status_code == 404
+    listing = client.get("/billing/statements/")
+    assert (
+        b"nlp" in listing.content
+        and f"/billing/statements/{vision.pk}/".encode() not in listing.content
+    )

@@ -1,0 +1,98 @@
+"""Pure billing arithmetic: hour buckets, months, piecewise pricing, forecast."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from billing import calc
+
+T0 = datetime(2026, 11, 30, 22, 0, tzinfo=UTC)
+
+
+def utc(*args):
+    return datetime(*args, tzinfo=UTC)
+
+
+def test_hour_buckets_split_at_hours_and_months():
+    pieces = list(calc.hour_buckets(utc(2026, 11, 30, 23, 20), utc(2026, 12, 1, 1, 5)))
+    assert pieces == [
+        (utc(2026, 11, 30, 23), utc(2026, 11, 30, 23, 20), utc(2026, 12, 1, 0)),
+        (utc(2026, 12, 1, 0), utc(2026, 12, 1, 0), utc(2026, 12, 1, 1)),
+        (utc(2026, 12, 1, 1), utc(2026, 12, 1, 1), utc(2026, 12, 1, 1, 5)),
+    ]
+    assert list(calc.hour_buckets(T0, T0)) == []
+
+
+def test_months():
+    assert calc.month_bounds(date(2026, 12, 1)) == (utc(2026, 12, 1), utc(2027, 1, 1))
+    assert calc.parse_month("2026-02") == date(2026, 2, 1)
+    for bad in ("2026-2", "26-02", "2026/02", "", "2026-13"):
+        with pytest.raises(ValueError):
+            calc.parse_month(bad)
+
+
+def test_price_applies_from_its_instant_only():
+    schedule = calc.PriceSchedule(
+        [calc.RateStep(utc(2026, 12, 1, 0, 30), Decimal("3")), calc.RateStep(T0, Decimal("2"))]
+    )
+    assert schedule.rate_at(T0 - timedelta(seconds=1)) is None
+    assert schedule.rate_at(utc(2026, 12, 1, 0, 30)) == Decimal("3")
+    cost, unpriced = schedule.price(utc(2026, 12, 1, 0), utc(2026, 12, 1, 1))
+    assert (cost, unpriced) == (Decimal("2.500000"), 0)
+    cost, unpriced = schedule.price(T0 - timedelta(minutes=30), T0 + timedelta(minutes=30))
+    assert (cost, unpriced) == (Decimal("1.000000"), 30 * 60 * 1_000_000)
+
+
+STEPS = st.lists(
+    st.tuples(st.integers(0, 48 * 3600), st.decimals("0", "50", places=4)),
+    min_size=0,
+    max_size=5,
+    unique_by=lambda s: s[0],
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=STEPS, a=st.integers(0, 48 * 3600), length=st.integers(0, 48 * 3600), cut=st.floats(0, 1)
+)
+def test_splitting_an_interval_never_changes_its_price(steps, a, length, cut):
+    """Metering in hour pieces (or any pieces) bills exactly what one piece would, to 1e-6."""
+    schedule = calc.PriceSchedule(
+        [calc.RateStep(T0 + timedelta(seconds=s), rate) for s, rate in steps]
+    )
+    start = T0 + timedelta(seconds=a)
+    end = start + timedelta(seconds=length)
+    whole, whole_unpriced = schedule.price(start, end)
+    mid = start + timedelta(seconds=int(length * cut))
+    left, lu = schedule.price(start, mid)
+    right, ru = schedule.price(mid, end)
+    assert abs((left + right) - whole) <= Decimal("0.000002")
+    assert lu + ru == whole_unpriced
+    by_hour = [schedule.price(lo, hi) for _, lo, hi in calc.hour_buckets(start, end)]
+    assert abs(sum((c for c, _ in by_hour), Decimal(0)) - whole) <= Decimal("0.000001") * (
+        len(by_hour) + 1
+    )
+
+
+def test_forecast_window_is_clipped_to_the_month():
+    assert calc.forecast_window(utc(2026, 12, 1, 2), date(2026, 12, 1)) == (
+        utc(2026, 12, 1),
+        utc(2026, 12, 1, 2),
+    )
+    assert calc.forecast_window(utc(2027, 1, 5), date(2026, 12, 1)) == (
+        utc(2026, 12, 31),
+        utc(2027, 1, 1),
+    )
+    empty = calc.forecast_month_end(
+        spend_to_date=Decimal("5"),
+        trailing_spend=Decimal(0),
+        trailing_window=timedelta(0),
+        now=utc(2026, 12, 1),
+        month=date(2026, 12, 1),
+    )
+    assert empty == Decimal("5.00")

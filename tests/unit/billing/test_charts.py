@@ -1,0 +1,69 @@
+"""Chart code: plain series in, figures out (no database), and honest notes for missing data."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from billing import charts
+from billing.selectors import (
+    BudgetSummary,
+    CostDashboard,
+    HourSpend,
+    IdleSummary,
+    JobCost,
+    LostPoint,
+)
+
+
+def _dashboard(**overrides) -> CostDashboard:
+    base = {
+        "title": "Vision",
+        "month": date(2026, 12, 1),
+        "now": datetime(2026, 12, 3, 12, tzinfo=UTC),
+        "hours": [
+            HourSpend(datetime(2026, 12, 1, 5, tzinfo=UTC), "h100", "on_demand", 2.0, Decimal(4)),
+            HourSpend(datetime(2026, 12, 2, 5, tzinfo=UTC), "a100", "spot", 1.0, Decimal(1)),
+        ],
+        "top_jobs": [JobCost(1, "big", "vision", "alice", 2.0, Decimal(4))],
+        "lost": [LostPoint(date(2026, 12, 2), "preempted", 0.5, Decimal("1.00"))],
+        "idle": IdleSummary(False, 0.0, 0.0, Decimal(0)),
+        "budget": BudgetSummary(Decimal(10), True, Decimal(5), Decimal(60)),
+    }
+    base.update(overrides)
+    return CostDashboard(**base)
+
+
+def _texts(fig):
+    return [a.text for a in fig.layout.annotations]
+
+
+def test_spend_is_stacked_by_gpu_model_per_day():
+    fig = charts.spend_over_time(_dashboard())
+    assert {t.name: (list(t.x), list(t.y)) for t in fig.data} == {
+        "a100": (["2026-12-02"], [1.0]),
+        "h100": (["2026-12-01"], [4.0]),
+    }
+
+
+def test_budget_chart_has_spend_forecast_and_hard_budget():
+    fig = charts.budget_and_forecast(_dashboard())
+    names = [t.name for t in fig.data]
+    assert names == ["spend to date", "forecast", "hard budget"]
+    assert list(fig.data[0].y) == [4.0, 5.0, 5.0]  # cumulative per day to today
+    assert list(fig.data[1].y) == [5.0, 60.0] and list(fig.data[1].x)[-1] == "2026-12-31"
+
+
+def test_waste_says_no_telemetry_instead_of_zero():
+    fig = charts.waste(_dashboard())
+    assert "idle cost: no telemetry" in _texts(fig)
+    assert [t.name for t in fig.data] == ["lost: preempted"]
+    with_telemetry = charts.waste(_dashboard(idle=IdleSummary(True, 0.5, 3.0, Decimal("6"))))
+    assert any("idle cost $6" in t and "50%" in t for t in _texts(with_telemetry))
+
+
+def test_empty_month_gives_notes_not_blank_frames():
+    empty = _dashboard(hours=[], top_jobs=[], lost=[])
+    assert "no usage metered this month" in _texts(charts.spend_over_time(empty))
+    assert "no jobs metered this month" in _texts(charts.top_jobs(empty))
+    assert set(charts.all_figures(empty)) == {"spend", "budget", "top-jobs", "waste"}
