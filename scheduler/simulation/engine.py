@@ -84,6 +84,7 @@ class SimJob:
     run_id: int = 0
     placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
     stopping: bool = False  # preempted, inside its grace period
+    stop_at: float | None = None  # end of that grace period
     pending_since: float = 0.0
     queue_s: float = 0.0
     first_start: float | None = None
@@ -377,6 +378,7 @@ class Simulator:
         self.preemptions += 1
         if grace_s > 0:
             job.stopping = True
+            job.stop_at = self.now + grace_s
             self._push(self.now + grace_s, _STOP, job.idx, job.run_id)
         else:
             self._interrupt(job)
@@ -413,6 +415,7 @@ class Simulator:
         del self.running[job.idx]
         job.placement = {}
         job.stopping = False
+        job.stop_at = None
 
     def _interrupt(self, job: SimJob) -> None:
         """Stop a running job now: keep its last checkpoint, count the lost work, requeue it."""

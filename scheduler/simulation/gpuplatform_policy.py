@@ -169,7 +169,12 @@ class GpuPlatformPolicy:
         # rebuilt only when the job's last checkpoint or expected end changes.
         now = sim.now
         cached = self._running.get(job.idx)
-        if cached is not None and cached[0] == job.run_id and now < cached[1]:
+        if (
+            cached is not None
+            and cached[0] == job.run_id
+            and now < cached[1]
+            and cached[2].releasing_at == job.stop_at
+        ):
             return cached[2]
         if cached is not None and cached[0] == job.run_id:
             expected_end = cached[2].expected_end
@@ -204,6 +209,7 @@ class GpuPlatformPolicy:
             preemptible=job.preemptible,
             last_checkpoint_at=lca,
             checkpoint_interval_s=ci,
+            releasing_at=job.stop_at,
         )
         self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj
