@@ -7,12 +7,14 @@ woken up. Either way the request is sent only after the current transaction comm
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
+log = logging.getLogger(__name__)
 _wakeup = threading.Event()
 
 
