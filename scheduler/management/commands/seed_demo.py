@@ -72,7 +72,12 @@ def seed(*, jobs: int = 12) -> bool:
         )
 
     cluster, _ = Cluster.objects.get_or_create(
-        name="demo", defaults={"backend_kind": BackendKind.SIMULATED, "backend_config": {"seed": 7}}
+        name="demo",
+        defaults={
+            "backend_kind": BackendKind.SIMULATED,
+            # About one node failure every two minutes of demo time, so fault handling shows.
+            "backend_config": {"seed": 7, "failure_rate_per_node_hour": 0.015, "repair_s": 40},
+        },
     )
     # 32 nodes x 8 GPUs in 4 racks: racks 1-2 H100, racks 3-4 A100; the last node of each rack spot.
     for rack in range(1, 5):
