@@ -17,6 +17,7 @@ from scheduler.backends.base import (
     BackendRejected,
     BackendUnavailable,
 )
+from scheduler.backends.k8s_manifests import pod_manifests
 from scheduler.backends.kubernetes import KubernetesBackend
 from tests.integration.kubernetes.fake_apiserver import FakeKubeApiServer
 
@@ -98,6 +99,9 @@ def test_submit_binds_each_worker_to_its_node_and_follows_it_to_success(server, 
     creates = server.requests_matching("POST", PODS)
     assert [r.query.get("fieldValidation") for r in creates] == ["Strict", "Strict"]
     assert {r.content_type for r in creates} <= {"", "application/json"}
+    # Through the client's models and back, nothing of the manifest is lost or added.
+    sent = [pod for pod, _ in pod_manifests(make_spec(), backend.cfg)]
+    assert [r.body for r in creates] == sent
     bindings = server.requests_matching("POST", r"/binding$")
     assert [r.body["target"]["name"] for r in bindings] == ["gpu-a", "gpu-b"]
 
