@@ -72,12 +72,20 @@ class Client:
     def post(self, path: str, body: Any = None) -> Any:
         return self._request("POST", path, json=body)
 
-    def get_all(self, path: str, params: Mapping[str, Any] | None = None) -> list[Any]:
-        """A list endpoint's items, whether the server paginates (``results``) or not."""
+    def get_all(
+        self, path: str, params: Mapping[str, Any] | None = None, *, max_pages: int = 100
+    ) -> list[Any]:
+        """A list endpoint's items across pages (following ``next``), or its plain list."""
         data = self.get(path, params)
-        if isinstance(data, Mapping) and "results" in data:
-            return list(data["results"])
-        return list(data) if isinstance(data, list) else [data]
+        if not (isinstance(data, Mapping) and "results" in data):
+            return list(data) if isinstance(data, list) else [data]
+        items = list(data["results"])
+        pages = 1
+        while data.get("next") and pages < max_pages:
+            data = self._request("GET", data["next"])
+            items.extend(data["results"])
+            pages += 1
+        return items
 
     def _request(self, method: str, path: str, **kwargs) -> Any:
         try:

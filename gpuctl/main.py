@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -143,9 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     quota.add_argument("--team", help="only this team")
     quota.add_argument("--gpu-model", help="only this GPU model")
 
-    cost = add("cost", cmd_cost, "what your teams spent (GET /api/v1/costs/)")
-    cost.add_argument("--team", help="only this team")
-    cost.add_argument("--month", help="YYYY-MM (default: the server's choice, usually this month)")
+    cost = add("cost", cmd_cost, "what your teams spent, from the monthly billing statements")
+    cost.add_argument("--team", help="only this team (its statement rolls up its sub-teams)")
+    cost.add_argument("--month", help="YYYY-MM (default: the newest month with a statement)")
+    cost.add_argument("--lines", action="store_true", help="also list usage by team and GPU model")
 
     nodes = add("nodes", cmd_nodes, "cluster nodes, their state and health")
     nodes.add_argument("--state", help="e.g. ready, drained, quarantined")
@@ -592,51 +594,112 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_quota(args) -> int:
-    """GET /api/v1/quotas/: guaranteed GPUs and borrow limits of the caller's teams."""
+    """Quotas of the caller's teams (GET /api/v1/quotas/) and the GPUs each team's own running
+    jobs hold now (from GET /api/v1/jobs/?state=running,preempted)."""
     with _client(args) as api:
         quotas = api.get_all(
             "/api/v1/quotas/", {"team__slug": args.team, "gpu_model__name": args.gpu_model}
         )
+        holding = api.get_all(
+            "/api/v1/jobs/", {"state": "running,preempted", "team": args.team, "limit": 500}
+        )
+    in_use: dict[tuple[str, str | None], int] = {}
+    for job in holding:
+        key = (job["team"], job.get("gpu_model"))
+        in_use[key] = in_use.get(key, 0) + int(job.get("total_gpus") or 0)
+    for quota in quotas:
+        quota["in_use_gpus"] = in_use.get((quota["team"], quota["gpu_model"]), 0)
     if args.json:
         output.print_json(quotas, _out())
         return EXIT_OK
     rows = [
-        [q["team"], q["gpu_model"], q["guaranteed_gpus"], q["borrow_limit_gpus"]]
+        [q["team"], q["gpu_model"], q["guaranteed_gpus"], q["borrow_limit_gpus"], q["in_use_gpus"]]
         for q in sorted(quotas, key=lambda q: (q["team"], q["gpu_model"]))
     ]
-    output.table(["TEAM", "GPU MODEL", "GUARANTEED", "BORROW LIMIT"], rows, _out())
+    output.table(["TEAM", "GPU MODEL", "GUARANTEED", "BORROW LIMIT", "IN USE"], rows, _out())
     return EXIT_OK
 
 
-COST_PATH = "/api/v1/costs/"
+STATEMENTS_PATH = "/api/v1/billing/statements/"
 
 
 def cmd_cost(args) -> int:
-    """GET /api/v1/costs/?team=&month=; a server without billing answers 404 → exit 1."""
+    """Monthly spend per team from the billing statements (one month: ``--month`` or the newest).
+
+    A server without billing answers the list with a plain 404: that prints "cost reporting is
+    not available on this server" and exits 1."""
+    if args.month and not _is_month(args.month):
+        raise UsageError("--month must look like 2026-12", {"--month": ["must be YYYY-MM"]})
     with _client(args) as api:
         try:
-            data = api.get(COST_PATH, {"team": args.team, "month": args.month})
+            statements = api.get_all(STATEMENTS_PATH, {"team": args.team, "limit": 1000})
         except ApiError as exc:
             if exc.status == 404 and not exc.fields:
                 raise ApiError(404, "cost reporting is not available on this server") from None
             raise
-    rows = data.get("results", data) if isinstance(data, dict) else data
+        month = args.month or max((s["month"] for s in statements), default=None)
+        chosen = [s for s in statements if s["month"] == month]
+        # Open statements carry no frozen total in the list; the detail computes it live.
+        details = [api.get(f"{STATEMENTS_PATH}{s['id']}/") for s in chosen]
     if args.json:
-        output.print_json(data, _out())
+        output.print_json(details, _out())
         return EXIT_OK
-    if isinstance(rows, dict):
-        output.key_values(rows.items(), _out())
+    if not details:
+        where = f" for {month}" if month else ""
+        _out().write(f"no statements{where}\n")
         return EXIT_OK
-    rows = list(rows or [])
-    if not rows:
-        _out().write("no costs recorded\n")
-        return EXIT_OK
-    # The billing API is young: print whatever columns it returns, in its order.
-    headers = list(dict.fromkeys(k for row in rows for k in row))
-    output.table(
-        [h.upper() for h in headers], [[row.get(h) for h in headers] for row in rows], _out()
-    )
+    rows = [
+        [
+            d["team"],
+            d["month"],
+            d["status"],
+            d["mode"],
+            _sum(line["gpu_hours"] for line in d.get("lines", [])),
+            d.get("adjusted_total"),
+        ]
+        for d in sorted(details, key=lambda d: d["team"])
+    ]
+    output.table(["TEAM", "MONTH", "STATUS", "MODE", "GPU-HOURS", "COST (USD)"], rows, _out())
+    if args.lines:
+        lines = [
+            [
+                d["team"],
+                line["team"],
+                line["gpu_model"],
+                line["capacity"],
+                line["gpu_hours"],
+                line["cost"],
+            ]
+            for d in sorted(details, key=lambda d: d["team"])
+            for line in d.get("lines", [])
+        ]
+        _out().write("\n")
+        output.table(
+            ["STATEMENT", "TEAM", "GPU MODEL", "CAPACITY", "GPU-HOURS", "COST (USD)"], lines, _out()
+        )
     return EXIT_OK
+
+
+def _is_month(text: str) -> bool:
+    year, sep, month = text.partition("-")
+    return (
+        bool(sep)
+        and len(year) == 4
+        and year.isdigit()
+        and month.isdigit()
+        and 1 <= int(month) <= 12
+        and len(month) == 2
+    )
+
+
+def _sum(values) -> str:
+    total = Decimal(0)
+    for value in values:
+        try:
+            total += Decimal(str(value))
+        except InvalidOperation:
+            continue
+    return f"{total.quantize(Decimal('0.01'))}"
 
 
 def cmd_nodes(args) -> int:

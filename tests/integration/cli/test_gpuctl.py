@@ -299,11 +299,29 @@ def test_quota_lists_the_teams_quotas(as_alice, platform, gpu_models, teams):
     Quota.objects.create(
         team=teams["nlp"], gpu_model=gpu_models["h100"], guaranteed_gpus=4, borrow_limit_gpus=0
     )
+    running = as_alice(
+        "submit",
+        "-J",
+        "r",
+        "-N",
+        "2",
+        "--gpus-per-worker",
+        "4",
+        "--gpu-model",
+        "h100-80gb",
+        "--json",
+    )
+    as_alice(
+        "submit", "-J", "waiting", "-N", "1", "--gpus-per-worker", "8", "--gpu-model", "h100-80gb"
+    )
+    # What the loop records when it starts a job (only running jobs count as in use).
+    Job.objects.filter(pk=json.loads(running.out)["id"]).update(state="running")
     result = as_alice("quota")
     assert result.code == 0, result.err
     rows = [line.split() for line in result.out.splitlines()[1:]]
-    assert rows == [["vision", "h100-80gb", "16", "8"]]
-    assert json.loads(as_alice("quota", "--json").out)[0]["guaranteed_gpus"] == 16
+    assert rows == [["vision", "h100-80gb", "16", "8", "8"]]
+    as_json = json.loads(as_alice("quota", "--json").out)
+    assert [(q["guaranteed_gpus"], q["in_use_gpus"]) for q in as_json] == [(16, 8)]
 
 
 def test_nodes_lists_the_cluster(as_alice):
@@ -315,8 +333,53 @@ def test_nodes_lists_the_cluster(as_alice):
     assert sorted(n["name"] for n in h100) == ["n1", "n2"]
 
 
+def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gpu_models):
+    from datetime import date
+
+    from billing.models import Statement, StatementLine
+
+    now = timezone.now()
+    Statement.objects.create(team=teams["vision"], month=date(2026, 10, 1))  # older, open
+    closed = Statement.objects.create(
+        team=teams["vision"],
+        month=date(2026, 11, 1),
+        status="closed",
+        mode="chargeback",
+        total="1234.50",
+        closed_at=now,
+    )
+    StatementLine.objects.create(
+        statement=closed,
+        team=teams["vision"],
+        gpu_model=gpu_models["h100"],
+        capacity="on_demand",
+        gpu_hours="411.5",
+        cost="1234.50",
+    )
+    Statement.objects.create(  # another team's: never shown
+        team=teams["nlp"], month=date(2026, 11, 1), status="closed", total="9.00", closed_at=now
+    )
+    result = as_alice("cost", "--lines")
+    assert result.code == 0, result.err
+    table, lines = result.out.split("\n\n")
+    assert [row.split() for row in table.splitlines()[1:]] == [
+        ["vision", "2026-11", "closed", "chargeback", "411.50", "1234.50"]
+    ]
+    assert lines.splitlines()[1].split() == [
+        "vision",
+        "vision",
+        "h100-80gb",
+        "on_demand",
+        "411.5000",
+        "1234.50",
+    ]
+    older = json.loads(as_alice("cost", "--month", "2026-10", "--json").out)
+    assert [(s["team"], s["month"], s["status"]) for s in older] == [("vision", "2026-10", "open")]
+    assert as_alice("cost", "--month", "11-2026").code == 2
+
+
 def test_cost_on_a_server_without_billing_says_so(as_alice, settings):
-    # A server whose URLs have no /api/v1/costs/ (billing not deployed).
+    # A server whose URLs have no billing API (billing not deployed).
     settings.ROOT_URLCONF = "tests.integration.cli.urls_without_billing"
     result = as_alice("cost")
     assert result.code == 1

@@ -1,5 +1,5 @@
 """A URL configuration for a server without billing: only the token exchange and the job API,
-so ``/api/v1/costs/`` is a plain 404 (used by the ``gpuctl cost`` test)."""
+so ``/api/v1/billing/statements/`` is a plain 404 (used by the ``gpuctl cost`` test)."""
 
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
