@@ -129,6 +129,34 @@ def format_time_limit(seconds: int) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+def workers_per_node(spec: BackendJobSpec) -> int:
+    """How many workers each placement node runs; the same on every node.
+
+    ``workers == len(placement)`` is one worker per node. Several workers per node (the engine
+    packed them) are accepted when every node holds the same number, i.e. ``workers`` is a
+    multiple of the node count and each node lists ``workers_per_node * gpus_per_worker`` GPU
+    indices. Anything else raises ``ValueError``: one Slurm job has one tasks-per-node value.
+    """
+    nodes = len(spec.placement)
+    if not nodes:
+        raise ValueError("placement names no node")
+    if spec.workers < nodes or spec.workers % nodes:
+        raise ValueError(
+            f"{spec.workers} workers on {nodes} nodes: the Slurm backend needs the same number "
+            "of workers on every placement node"
+        )
+    per_node = spec.workers // nodes
+    if per_node > 1:
+        want = per_node * spec.gpus_per_worker
+        uneven = [n for n, gpus in spec.placement.items() if len(gpus) != want]
+        if uneven:
+            raise ValueError(
+                f"{per_node} workers per node need {want} GPUs on each node; "
+                f"{', '.join(uneven)} differ: the same number of workers on every node is required"
+            )
+    return per_node
+
+
 def build_sbatch_argv(
     spec: BackendJobSpec,
     *,
@@ -140,19 +168,14 @@ def build_sbatch_argv(
 ) -> list[str]:
     """The ``sbatch`` argument list for ``spec`` (the script itself goes on stdin).
 
-    One worker per placement node, all nodes named explicitly (``--nodelist`` and ``--nodes``
+    The same number of workers on every placement node (:func:`workers_per_node`), all nodes
+    named explicitly (``--nodelist`` and ``--nodes``
     equal, so Slurm cannot add or swap a node), ``--requeue`` so a node failure keeps the job
     record, and ``B:USR1@grace`` so the batch script can checkpoint before a time limit.
     Raises ``ValueError`` for a spec Slurm cannot run as asked.
     """
     nodes = list(spec.placement)
-    if not nodes:
-        raise ValueError("placement names no node")
-    if spec.workers != len(nodes):
-        raise ValueError(
-            f"{spec.workers} workers on {len(nodes)} nodes: the Slurm backend runs one worker "
-            "per placement node"
-        )
+    per_node = workers_per_node(spec)
     for node in nodes:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", node):
             raise ValueError(f"not a Slurm node name: {node!r}")
@@ -162,7 +185,7 @@ def build_sbatch_argv(
         f"--job-name={spec.backend_name}",
         f"--nodelist={','.join(nodes)}",
         f"--nodes={len(nodes)}",
-        "--ntasks-per-node=1",
+        f"--ntasks-per-node={per_node}",
         f"--chdir={workdir}",
         f"--output={log_path}",
         "--open-mode=append",
@@ -173,7 +196,7 @@ def build_sbatch_argv(
         f"--comment=gpuplatform team={spec.team}",
     ]
     if spec.gpus_per_worker > 0:
-        argv.append(f"--gres=gpu:{spec.gpus_per_worker}")
+        argv.append(f"--gres=gpu:{spec.gpus_per_worker * per_node}")
     if spec.runtime_limit_s:
         argv.append(f"--time={format_time_limit(spec.runtime_limit_s)}")
     if partition:
@@ -192,7 +215,8 @@ def build_job_script(
 ) -> str:
     """The batch script for ``spec``: exports our identity, runs the command on every node.
 
-    The command runs once per node through ``srun`` (worker index = ``SLURM_PROCID``). USR1 on
+    The command runs once per worker through ``srun`` (worker index = ``SLURM_PROCID``, workers
+    numbered in Slurm's node order; with several workers per node each gets its own GPU slice). USR1 on
     the batch shell (``scancel --batch --signal=USR1`` or the time-limit warning) touches
     ``$GPUPLATFORM_CHECKPOINT_REQUEST`` and is forwarded to the step, whose processes receive it;
     the script then keeps waiting for the step and exits with its status.
@@ -208,21 +232,36 @@ def build_job_script(
         "GPUPLATFORM_TEAM": spec.team,
         "GPUPLATFORM_IMAGE": spec.image,
         "GPUPLATFORM_WORKERS": str(spec.workers),
+        "GPUPLATFORM_WORKERS_PER_NODE": str(workers_per_node(spec)),
         "GPUPLATFORM_GPUS_PER_WORKER": str(spec.gpus_per_worker),
         "GPUPLATFORM_CHECKPOINT_REQUEST": checkpoint_request_path,
         **dict(spec.env),
     }
+    per_node = workers_per_node(spec)
     srun = [
         "srun",
         "--export=ALL",
-        f"--nodes={spec.workers}",
+        f"--nodes={len(spec.placement)}",
         f"--ntasks={spec.workers}",
-        "--ntasks-per-node=1",
+        f"--ntasks-per-node={per_node}",
         "--kill-on-bad-exit=1",
     ]
     if container_option and spec.image:
         srun.append(f"{container_option}={spec.image}")
-    worker_command = 'export GPUPLATFORM_WORKER="$SLURM_PROCID"\n' + spec.command
+    worker_command = 'export GPUPLATFORM_WORKER="$SLURM_PROCID"\n'
+    if per_node > 1 and spec.gpus_per_worker > 0:
+        # Every task of the step sees all the node's GPUs of the job; give each worker its own
+        # slice, in local-rank order.
+        worker_command += (
+            'if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then\n'
+            '    IFS=, read -r -a gp_gpus <<< "$CUDA_VISIBLE_DEVICES"\n'
+            f"    gp_n={spec.gpus_per_worker}\n"
+            '    gp_mine=("${gp_gpus[@]:$((SLURM_LOCALID * gp_n)):gp_n}")\n'
+            '    CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${gp_mine[*]}")\n'
+            "    export CUDA_VISIBLE_DEVICES\n"
+            "fi\n"
+        )
+    worker_command += spec.command
     srun += ["/bin/bash", "-c", worker_command]
     lines = [
         "#!/bin/bash",

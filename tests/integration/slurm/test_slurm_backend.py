@@ -114,6 +114,26 @@ def test_two_worker_gang_runs_on_both_chosen_nodes_at_once(backend, job_id):
     assert max(starts.values()) < min(ends.values())
 
 
+def test_two_workers_packed_on_one_node_get_their_own_gpus(backend, job_id):
+    command = 'echo "w=$GPUPLATFORM_WORKER node=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES"'
+    packed = BackendJobSpec(
+        job_id=job_id,
+        attempt=1,
+        name="packed",
+        team="alice-team",
+        image="",
+        command=command,
+        workers=2,
+        gpus_per_worker=2,
+        placement={"node2": (0, 1, 2, 3)},
+    )
+    backend.submit(packed)
+    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
+    assert final.state is BackendJobState.SUCCEEDED, final
+    lines = sorted(backend.log_tail(job_id, 1).splitlines())
+    assert lines == ["w=0 node=node2 gpus=0,1", "w=1 node=node2 gpus=2,3"]
+
+
 def test_failing_command_reports_failed_with_exit_code(backend, job_id):
     backend.submit(spec(job_id, "echo boom >&2; exit 3", {"node2": (0,)}))
     final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})

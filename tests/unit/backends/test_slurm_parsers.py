@@ -371,14 +371,27 @@ def test_sbatch_argv_pins_nodes_gpus_and_identity():
 
 
 def test_sbatch_argv_refuses_what_slurm_cannot_do_as_asked():
-    with pytest.raises(ValueError, match="one worker per placement node"):
+    with pytest.raises(ValueError, match="same number of workers on every"):
         build_sbatch_argv(make_spec(workers=3), log_path="/l", workdir="/w")
+    with pytest.raises(ValueError, match="same number of workers on every"):
+        build_sbatch_argv(make_spec(workers=1), log_path="/l", workdir="/w")
+    uneven = make_spec(workers=4, gpus_per_worker=2, placement={"n1": (0, 1, 2, 3), "n2": (0, 1)})
+    with pytest.raises(ValueError, match="n2 differ"):
+        build_sbatch_argv(uneven, log_path="/l", workdir="/w")
     with pytest.raises(ValueError, match="not a Slurm node name"):
         build_sbatch_argv(
             make_spec(placement={"node1;reboot": (0,)}, workers=1), log_path="/l", workdir="/w"
         )
     with pytest.raises(ValueError, match="no node"):
         build_sbatch_argv(make_spec(placement={}, workers=0), log_path="/l", workdir="/w")
+
+
+def test_several_workers_per_node_share_the_node_gpus():
+    packed = make_spec(workers=4, gpus_per_worker=2)  # 2 nodes x 4 GPUs -> 2 workers per node
+    argv = build_sbatch_argv(packed, log_path="/l", workdir="/w")
+    assert "--ntasks-per-node=2" in argv and "--gres=gpu:4" in argv and "--nodes=2" in argv
+    script = build_job_script(packed, checkpoint_request_path="/c")
+    assert "--ntasks=4 --ntasks-per-node=2" in script
 
 
 def test_time_limit_format():
@@ -430,8 +443,9 @@ def test_job_script_forwards_usr1_and_records_the_request(tmp_path):
     marker, request = tmp_path / "worker-got-usr1", tmp_path / "ckpt-request"
     command = (
         f"trap 'touch {marker}' USR1\n"
-        "kill -USR1 $PPID\n"  # the fake srun is exec'd: $PPID is the batch shell
-        "for i in $(seq 1 40); do [ -e " + str(marker) + " ] && break; sleep 0.05; done\n"
+        # The fake srun is exec'd, so $PPID is the batch shell; give it a moment to note our pid.
+        "sleep 0.3; kill -USR1 $PPID\n"
+        "for i in $(seq 1 100); do [ -e " + str(marker) + " ] && break; sleep 0.05; done\n"
         "echo finished"
     )
     spec = make_spec(command=command, workers=1, placement={"node1": (0,)})

@@ -1,0 +1,202 @@
+"""SlurmBackend's failure handling, with stand-in Slurm commands that fail on purpose.
+
+A real slurmctld cannot be made to time out mid-sbatch on demand, so these tests put small
+executables named ``sbatch``/``squeue``/... in ``bin_dir``: they print what Slurm 22.05 prints in
+each situation (the captured fixtures), count their calls and keep a tiny job table. What is under
+test is the backend's own logic: retries with capped backoff, outage vs refusal vs already-done,
+no double submission, dry-run. The behaviour against the real Slurm is in test_slurm_backend.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduler.backends.base import (
+    BackendJobSpec,
+    BackendJobState,
+    BackendRejected,
+    BackendUnavailable,
+)
+from scheduler.backends.slurm import SlurmBackend
+
+FIXTURES = Path(__file__).parents[2] / "unit" / "backends" / "fixtures" / "slurm"
+
+# One stand-in program for every command; its behaviour comes from files in its directory.
+FAKE = r"""
+import json, os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+cmd = os.path.basename(sys.argv[0])
+with open(os.path.join(here, "calls.log"), "a") as fh:
+    fh.write(json.dumps([cmd, *sys.argv[1:]]) + "\n")
+jobs_file = os.path.join(here, "jobs.json")
+jobs = json.load(open(jobs_file)) if os.path.exists(jobs_file) else []
+mode_file = os.path.join(here, cmd + ".mode")
+mode = open(mode_file).read().strip() if os.path.exists(mode_file) else "ok"
+if mode.startswith("fixture-stdout:"):
+    sys.stdout.write(open(mode.split(":", 1)[1]).read()); sys.exit(0)
+if mode.startswith("fixture-stderr:"):
+    sys.stderr.write(open(mode.split(":", 1)[1]).read()); sys.exit(1)
+if cmd == "squeue":
+    print(json.dumps({"errors": [], "jobs": jobs}))
+elif cmd == "sinfo":
+    print(json.dumps({"errors": [], "nodes": [{"name": "n1", "state": "idle", "state_flags": [],
+          "gres": "gpu:a100:4", "features": "rack=r9", "partitions": ["gpu"]}]}))
+elif cmd == "sbatch":
+    name = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--job-name="))
+    job_id = str(100 + len(jobs))
+    jobs.append({"job_id": int(job_id), "name": name, "job_state": "PENDING"})
+    json.dump(jobs, open(jobs_file, "w"))
+    if mode == "slow":  # reached slurmctld, but the answer comes too late
+        time.sleep(5)
+    print(job_id)
+"""
+
+
+class FakeSlurm:
+    def __init__(self, root: Path):
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        program = self.bin / "fake.py"
+        program.write_text(FAKE)
+        for cmd in ("sbatch", "squeue", "sinfo", "scancel", "scontrol", "sacct"):
+            (self.bin / cmd).write_text(
+                f"#!{sys.executable}\nexec(open({str(program)!r}).read())\n"
+            )
+            (self.bin / cmd).chmod(0o755)
+        self.sleeps: list[float] = []
+
+    def mode(self, cmd: str, mode: str) -> None:
+        (self.bin / f"{cmd}.mode").write_text(mode)
+
+    def stdout_fixture(self, cmd: str, name: str) -> None:
+        self.mode(cmd, f"fixture-stdout:{FIXTURES / name}")
+
+    def stderr_fixture(self, cmd: str, name: str) -> None:
+        self.mode(cmd, f"fixture-stderr:{FIXTURES / name}")
+
+    def calls(self, cmd: str | None = None) -> list[list[str]]:
+        log = self.bin / "calls.log"
+        if not log.exists():
+            return []
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
+        return [c for c in calls if cmd is None or c[0] == cmd]
+
+    def backend(self, **config) -> SlurmBackend:
+        base = {"bin_dir": str(self.bin), "accounting": "none", "tries": 3, "backoff_s": 0.5}
+        return SlurmBackend({**base, **config}, sleep=self.sleeps.append)
+
+
+@pytest.fixture()
+def fake(tmp_path) -> FakeSlurm:
+    return FakeSlurm(tmp_path)
+
+
+def spec(job_id: str = "j1") -> BackendJobSpec:
+    return BackendJobSpec(
+        job_id=job_id,
+        attempt=1,
+        name="n",
+        team="t",
+        image="",
+        command="true",
+        workers=1,
+        gpus_per_worker=1,
+        placement={"n1": (0,)},
+    )
+
+
+def test_outage_is_retried_with_capped_backoff_then_unavailable(fake):
+    fake.stdout_fixture("squeue", "squeue_controller_down.json")  # exit 0, errors in the JSON
+    backend = fake.backend(tries=4, backoff_s=0.5, backoff_max_s=1.0)
+    with pytest.raises(BackendUnavailable, match="slurm_load_jobs"):
+        backend.poll_jobs([("j1", 1)])
+    assert len(fake.calls("squeue")) == 4
+    assert len(fake.sleeps) == 3
+    # Full jitter under a cap that doubles and stops at backoff_max_s.
+    for sleep, cap in zip(fake.sleeps, [0.5, 1.0, 1.0], strict=True):
+        assert 0 <= sleep <= cap
+
+
+def test_recovers_when_slurm_returns(fake):
+    fake.stdout_fixture("sinfo", "sinfo_controller_down.json")
+    backend = fake.backend(tries=1)
+    with pytest.raises(BackendUnavailable):
+        backend.list_nodes()
+    fake.mode("sinfo", "ok")
+    (node,) = backend.list_nodes()
+    assert (node.name, node.gpus, node.gpu_model, node.rack) == ("n1", 4, "a100", "r9")
+
+
+def test_submit_during_outage_is_unavailable_and_submits_nothing(fake):
+    fake.stderr_fixture("sbatch", "sbatch_controller_down.stderr")
+    with pytest.raises(BackendUnavailable, match="Unable to contact slurm controller"):
+        fake.backend(tries=2).submit(spec())
+    # Every sbatch attempt was preceded by a lookup of the run's name.
+    assert [c[0] for c in fake.calls()] == ["squeue", "sbatch", "squeue", "sbatch"]
+
+
+def test_sbatch_that_times_out_after_reaching_slurm_is_not_sent_twice(fake):
+    fake.mode("sbatch", "slow")
+    backend = fake.backend(tries=2, command_timeout_s=1)
+    assert backend.submit(spec()) == "100"
+    assert len(fake.calls("sbatch")) == 1
+    assert backend.submit(spec()) == "100"  # and later calls find it too
+    assert len(fake.calls("sbatch")) == 1
+
+
+def test_refusal_is_rejected_at_once(fake):
+    fake.stderr_fixture("sbatch", "sbatch_node_config_unavailable.stderr")
+    with pytest.raises(BackendRejected, match="Requested node configuration is not available"):
+        fake.backend().submit(spec())
+    assert len(fake.calls("sbatch")) == 1
+    assert fake.sleeps == []
+
+
+def test_already_done_is_success_only_where_idempotent(fake):
+    fake.stderr_fixture("scontrol", "scontrol_resume_not_drained.stderr")
+    fake.backend().undrain_node("n1")  # resuming a node in service: fine
+    fake.stderr_fixture("scontrol", "scontrol_invalid_node.stderr")
+    with pytest.raises(BackendRejected, match="Invalid node name"):
+        fake.backend().drain_node("n9", "quarantine")
+
+
+def test_missing_slurm_tools_mean_unavailable(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    backend = SlurmBackend({"bin_dir": str(empty)})
+    with pytest.raises(BackendUnavailable, match="not found"):
+        backend.list_nodes()
+
+
+def test_dry_run_changes_nothing_but_still_reads(fake):
+    backend = fake.backend(dry_run=True)
+    assert backend.submit(spec()) == "dry-run:gp-j1-a1"
+    backend.cancel("j1", 1)
+    backend.checkpoint("j1", 1)
+    backend.drain_node("n1", "x")
+    backend.undrain_node("n1")
+    assert {c[0] for c in fake.calls()} == {"squeue"}  # the idempotency lookup only
+    assert [n.name for n in backend.list_nodes()] == ["n1"]
+    assert backend.poll_jobs([("j1", 1)])[0].state is BackendJobState.UNKNOWN
+
+
+def test_invalid_spec_is_rejected_before_any_command(fake):
+    bad = BackendJobSpec(
+        job_id="j1",
+        attempt=1,
+        name="n",
+        team="t",
+        image="",
+        command="true",
+        workers=1,
+        gpus_per_worker=1,
+        placement={"n1": (0,)},
+        env={"NOT A NAME": "x"},
+    )
+    with pytest.raises(BackendRejected, match="environment variable name"):
+        fake.backend().submit(bad)
+    assert fake.calls() == []
