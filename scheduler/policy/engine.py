@@ -38,6 +38,7 @@ timeline of expected releases. Never jobs x nodes x GPUs.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from scheduler.policy.capacity import Index, Pool
@@ -60,7 +61,7 @@ __all__ = ["decide", "queue_order"]
 _INF = math.inf
 # Preemption planning looks at no more than this many candidate victims per blocked job; it
 # bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
-_MAX_VICTIM_CANDIDATES = 512
+_MAX_VICTIM_CANDIDATES = 128
 # A GPU model gets at most one EASY reservation; if the top blocked job cannot get one (its GPUs
 # are held by jobs without an expected end), the next few blocked jobs may try.
 _MAX_RESERVATION_TRIES = 4
@@ -138,18 +139,27 @@ def queue_order(snapshot: Snapshot) -> list[PendingJob]:
 class _Run:
     """A running job as the planner sees it (GPUs per eligible node id)."""
 
-    __slots__ = ("job", "model", "gpus", "on", "prio", "end", "lost", "protected", "chain")
+    __slots__ = ("job", "model", "gpus", "on", "prio", "end", "lost", "protected")
 
-    def __init__(self, job: RunningJob, model: str, gpus: int, on: dict[int, int]) -> None:
+    def __init__(
+        self,
+        job: RunningJob,
+        model: str,
+        gpus: int,
+        on: dict[int, int],
+        prio: int,
+        end: float | None,
+        lost: float,
+        protected: bool,
+    ) -> None:
         self.job = job
         self.model = model
         self.gpus = gpus
         self.on = on
-        self.prio = 0
-        self.end: float | None = None
-        self.lost = 0.0
-        self.protected = False
-        self.chain: tuple[tuple[str, Quota], ...] = ()
+        self.prio = prio
+        self.end = end
+        self.lost = lost
+        self.protected = protected
 
 
 class _Model:
@@ -176,6 +186,10 @@ class _Model:
         "timeline",
         "unknown_gpus",
         "pre_failed",
+        "victims",
+        "elastic",
+        "releasing",
+        "chains",
     )
 
     def __init__(self, name: str) -> None:
@@ -199,6 +213,12 @@ class _Model:
         self.timeline: list[tuple[float, int, int]] | None = None
         self.unknown_gpus = 0
         self.pre_failed: dict[tuple[int, bool], list[tuple[int, int]]] = {}
+        # Planner view of running jobs (built lazily): preemptible, unprotected victims by
+        # priority sorted by lost work; elastic jobs; jobs already being preempted.
+        self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
+        self.elastic: list[_Run] = []
+        self.releasing: list[_Run] = []
+        self.chains: dict[str, tuple[tuple[str, Quota], ...]] = {}
 
 
 class _Cycle:
@@ -275,44 +295,95 @@ class _Cycle:
         self.used: dict[tuple[str, str], int] = {}
         self.reclaimed: dict[tuple[str, str], int] = {}
 
-        # ---- running jobs
-        now = self.now
-        protect = cfg.checkpoint_protect_s
-        self.runs: dict[str, _Run] = {}
+        # ---- running jobs: quota usage now; the per-job planner view lazily (ensure_runs)
+        per: dict[tuple[str, str], int] = {}
+        self.has_elastic = False
         for r in snap.running:
             model = r.gpu_model
             if model is None:
-                for name in r.placement:
-                    node = by_name.get(name)
-                    if node is not None:
-                        model = node.gpu_model
-                        break
+                model = self.model_of_placement(r)
+                if model is None:
+                    continue
+            key = (r.team, model)
+            per[key] = per.get(key, 0) + sum(len(v) for v in r.placement.values())
+            if r.elastic is not None:
+                self.has_elastic = True
+        for (team, model), n in per.items():
+            for t in self.ancestry(team):
+                self.used[(t, model)] = self.used.get((t, model), 0) + n
+        self.runs: dict[str, _Run] = {}
+        self._runs_built = False
+        self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
+        self.fail_cache: dict[tuple, tuple[int, str]] = {}
+
+    def model_of_placement(self, r: RunningJob) -> str | None:
+        for name in r.placement:
+            node = self.node_by_name.get(name)
+            if node is not None:
+                return node.gpu_model
+        return None
+
+    def ensure_runs(self) -> None:
+        """Build the planner's view of running jobs (victim lists, timeline inputs) once."""
+        if self._runs_built:
+            return
+        self._runs_built = True
+        now = self.now
+        protect = self.cfg.checkpoint_protect_s
+        id_of = self.id_of
+        node_model = self.node_model
+        classes = self.classes
+        models = self.models
+        for r in self.snap.running:
+            model = r.gpu_model or self.model_of_placement(r)
             if model is None:
                 continue
-            on: dict[int, int] = {}
-            total = 0
-            for name, idxs in r.placement.items():
-                total += len(idxs)
-                i = self.id_of.get(name)
-                if i is not None and self.node_model[i] == model and idxs:
-                    on[i] = on.get(i, 0) + len(idxs)
-            run = _Run(r, model, total, on)
-            run.prio = self.classes.get(r.priority_class, 0)
-            run.end = r.expected_end
-            if r.releasing_at is not None and (run.end is None or r.releasing_at < run.end):
-                run.end = r.releasing_at
+            pl = r.placement
+            if len(pl) == 1:
+                for name, idxs in pl.items():
+                    total = len(idxs)
+                    i = id_of.get(name)
+                    on = {i: total} if i is not None and total and node_model[i] == model else {}
+            else:
+                on = {}
+                total = 0
+                for name, idxs in pl.items():
+                    total += len(idxs)
+                    i = id_of.get(name)
+                    if i is not None and idxs and node_model[i] == model:
+                        on[i] = on.get(i, 0) + len(idxs)
+            end = r.expected_end
+            if r.releasing_at is not None and (end is None or r.releasing_at < end):
+                end = r.releasing_at
             base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
-            run.lost = total * max(0.0, now - base)
-            if r.checkpoint_interval_s is not None:
-                due = base + r.checkpoint_interval_s
-                run.protected = now <= due <= now + protect
-            run.chain = self.quota_chain(r.team, model)
-            for t in self.ancestry(r.team):
-                self.used[(t, model)] = self.used.get((t, model), 0) + total
+            interval = r.checkpoint_interval_s
+            run = _Run(
+                r,
+                model,
+                total,
+                on,
+                classes.get(r.priority_class, 0),
+                end,
+                total * (now - base) if now > base else 0.0,
+                interval is not None and now <= base + interval <= now + protect,
+            )
             self.runs[r.id] = run
-            ms = self.models.get(model)
-            if ms is not None and on:
-                ms.runs.append(run)
+            ms = models.get(model)
+            if ms is None or not on:
+                continue
+            ms.runs.append(run)
+            if r.releasing_at is not None:
+                ms.releasing.append(run)
+                continue
+            if r.elastic is not None:
+                ms.elastic.append(run)
+            if r.preemptible and not run.protected:
+                ms.victims.setdefault(run.prio, []).append((run.lost, r.id, run))
+        for ms in self.models.values():
+            for lst in ms.victims.values():
+                lst.sort(key=lambda v: (v[0], v[1]))
+            ms.elastic.sort(key=lambda run: (run.prio, run.job.id))
+            ms.releasing.sort(key=lambda run: run.job.id)
 
     # ------------------------------------------------------------------ teams / quota
 
@@ -347,7 +418,11 @@ class _Cycle:
 
     def quota_block(self, job: PendingJob, model: str, need: int) -> str | None:
         """Why ``need`` more GPUs of ``model`` would break a quota of the job's team tree."""
-        for t, q in self.quota_chain(job.team, model):
+        ms = self.models[model]
+        chain = ms.chains.get(job.team)
+        if chain is None:
+            chain = ms.chains[job.team] = self.quota_chain(job.team, model)
+        for t, q in chain:
             used = self.used.get((t, model), 0)
             limit = q.guaranteed + q.borrow_limit
             if used + need > limit:
@@ -379,6 +454,7 @@ class _Cycle:
         if ms.long is None:
             ms.long = {key: idx.clone() for key, idx in ms.now.items()}
         self.protected[i] += k
+        self.epoch += 1
         self.refresh(i)
 
     def pool_order(self, ms: _Model, preemptible: bool) -> tuple[str, ...]:
@@ -389,6 +465,7 @@ class _Cycle:
     def take(self, ms: _Model, plan: list[tuple[int, int]], g: int) -> dict[str, tuple[int, ...]]:
         """Allocate the lowest free GPU indices per node of ``plan``; returns the placement."""
         placement = {}
+        self.epoch += 1
         for i, workers in plan:
             k = workers * g
             f = self.free[i]
@@ -419,6 +496,7 @@ class _Cycle:
         )
 
     def consider(self, job: PendingJob) -> None:
+        """Start ``job`` or record why it waits (plus any preemption / reservation for it)."""
         if not job.dataset_ready:
             self.pendings.append(
                 Pending(
@@ -428,6 +506,39 @@ class _Cycle:
                 )
             )
             return
+        # A job shaped like one that just waited, of the same team, class and backfill window,
+        # with nothing changed since (same epoch), waits for the same reason: skip the search
+        # and the planning. This keeps a long blocked queue near O(1) per job.
+        key = None
+        model = job.gpu_model
+        if model is not None and job.elastic is None:
+            ms = self.models.get(model)
+            est = job.runtime_estimate_s
+            short = ms is not None and est is not None and self.now + est <= ms.min_res_at
+            key = (
+                model,
+                short,
+                job.workers,
+                job.gpus_per_worker,
+                job.preemptible,
+                job.priority_class,
+                job.team,
+            )
+            hit = self.fail_cache.get(key)
+            if hit is not None and hit[0] == self.epoch:
+                self.pendings.append(Pending(job.id, hit[1]))
+                return
+        epoch = self.epoch
+        out = self.place_or_plan(job)
+        if out is None:
+            return
+        why, at = out
+        if key is not None and at is None and self.epoch == epoch:
+            self.fail_cache[key] = (epoch, why)
+        self.pendings.append(Pending(job.id, why, at))
+
+    def place_or_plan(self, job: PendingJob) -> tuple[str, float | None] | None:
+        """Start ``job`` (returns None) or return ``(why, estimated_start)``."""
         g = job.gpus_per_worker
         w = job.workers
         wmin = w
@@ -435,8 +546,7 @@ class _Cycle:
             wmin = max(1, min(w, job.elastic.min_workers))
         models = (job.gpu_model,) if job.gpu_model is not None else tuple(self.model_names)
         if not models:
-            self.pendings.append(Pending(job.id, "no ready, healthy GPU nodes in the cluster"))
-            return
+            return "no ready, healthy GPU nodes in the cluster", None
         reasons: list[str] = []
         blocked: list[tuple[_Model, bool, int]] = []  # capacity-blocked: model, short, workers
         est = job.runtime_estimate_s
@@ -471,13 +581,12 @@ class _Cycle:
                     plan = views[key].place(k, g, prefer)
                     if plan is not None:
                         self.start(job, ms, plan, g, k)
-                        return
+                        return None
                 k -= 1
             blocked.append((ms, short, wmin))
             reasons.append(self.capacity_why(ms, views["all"], short, wmin, g))
         if not blocked:
-            self.pendings.append(Pending(job.id, "; ".join(reasons)))
-            return
+            return "; ".join(reasons), None
         for ms, _, _ in blocked:
             ms.capacity_wait = True
             if not self.cfg.backfill and ms.blocked_by is None:
@@ -487,9 +596,7 @@ class _Cycle:
             for ms, _, wneed in blocked:
                 plan = self.plan_preemption(job, ms, wneed, g)
                 if plan is not None:
-                    why, at = plan
-                    self.pendings.append(Pending(job.id, why, at))
-                    return
+                    return plan
         suffix = ""
         at = None
         if self.cfg.backfill:
@@ -506,7 +613,7 @@ class _Cycle:
                         f"; no start estimate: {ms.unknown_gpus} {ms.name} GPUs are held by "
                         "jobs without an expected end"
                     )
-        self.pendings.append(Pending(job.id, "; ".join(reasons) + suffix, at))
+        return "; ".join(reasons) + suffix, at
 
     def start(self, job: PendingJob, ms: _Model, plan: list[tuple[int, int]], g: int, k: int):
         placement = self.take(ms, plan, g)
@@ -565,6 +672,7 @@ class _Cycle:
     # ------------------------------------------------------------------ reservations
 
     def build_timeline(self, ms: _Model) -> list[tuple[float, int, int]]:
+        self.ensure_runs()
         now = self.now
         events = []
         unknown = 0
@@ -620,6 +728,7 @@ class _Cycle:
             self.protect(ms, node, k - released)
             ms.reserved_nodes.add(node)
         ms.easy_done = True
+        self.epoch += 1
         ms.min_res_at = min(ms.min_res_at, found)
         ms.reservations.append((job.id, found))
         self.reserves.append(Reserve(job.id, found, tuple(sorted(self.names[n] for n, _ in plan))))
@@ -648,83 +757,112 @@ class _Cycle:
         if any(fg <= g and fw <= w for fw, fg in failed):
             return None
 
+        self.ensure_runs()
+        gone = self.gone
+
         def borrower(run: _Run) -> str | None:
             if reclaim_team is None:
                 return None
-            for t, q in run.chain:
+            for t, q in self.quota_chain(run.job.team, model):
                 if t in own:
                     return None
                 if self.used.get((t, model), 0) - self.reclaimed.get((t, model), 0) > q.guaranteed:
                     return t
             return None
 
-        # Candidates: (kind, cost, tiebreak, run, on, units, reason_team)
+        # Candidates: (kind, cost, tiebreak, run, on, units, reason_team). Kind 0: already
+        # being preempted (free of further cost); 1: an elastic job's spare worker; 2: a victim.
         cands = []
-        for run in ms.runs:
+        for run in ms.releasing:
+            if run.job.id not in gone:
+                cands.append((0, 0.0, run.job.id, run, dict(run.on), None, None))
+        for run in ms.elastic:
             rid = run.job.id
-            if rid in self.gone:
+            if rid in gone or rid in self.shrunk:
                 continue
-            if run.job.releasing_at is not None:
-                # Already preempted in an earlier cycle: its GPUs come back at no further cost.
-                cands.append((0, 0.0, rid, run, dict(run.on), None, None))
+            bt = None if run.prio < prio else borrower(run)
+            if run.prio >= prio and bt is None:
                 continue
-            lower = run.prio < prio
-            bt = None if lower else borrower(run)
-            if not lower and bt is None:
+            for u in self.shrink_units(run):
+                cands.append((1, 0.0, rid, run, {u[0]: len(u[1])}, [u], bt))
+        reserved = ms.reserved_nodes
+        lower = [lst for p, lst in ms.victims.items() if p < prio]
+        found = 0
+        for lost, rid, run in (
+            heapq.merge(*lower) if len(lower) > 1 else iter(lower[0] if lower else ())
+        ):
+            if rid in gone or (reserved and any(i in reserved for i in run.on)):
                 continue
-            if run.job.elastic is not None and rid not in self.shrunk:
-                units = self.shrink_units(run)
-                for u in units:
-                    cands.append((1, 0.0, rid, run, {u[0]: len(u[1])}, [u], bt))
-            if not run.job.preemptible or run.protected:
-                continue
-            if any(i in ms.reserved_nodes for i in run.on):
-                continue
-            cands.append((2, run.lost, rid, run, dict(run.on), None, bt))
+            cands.append((2, lost, rid, run, dict(run.on), None, None))
+            found += 1
+            if found >= _MAX_VICTIM_CANDIDATES:
+                break
+        if reclaim_team is not None:
+            for p in sorted(ms.victims):
+                if p < prio:
+                    continue
+                for lost, rid, run in ms.victims[p]:
+                    if rid in gone or (reserved and any(i in reserved for i in run.on)):
+                        continue
+                    bt = borrower(run)
+                    if bt is not None:
+                        cands.append((2, lost, rid, run, dict(run.on), None, bt))
         if not cands:
+            ms.pre_failed.setdefault(fail_key, []).append((w, g))
             return None
         self.preempt_attempts += 1
         cands.sort(key=lambda c: (c[0], c[1], c[2]))
         cands = cands[:_MAX_VICTIM_CANDIDATES]
         base = (ms.long or ms.now)["all"]
-        hyp = base.clone()
+        bcnt = base.cnt
         cap = ms.pools["all"].cap
-        chosen = []
-        fits = False
+        # What-if counts of touched nodes and the resulting worker slots, updated in O(1) per
+        # node: fitting is "slots >= w" (the tiered placement always succeeds then).
+        cnt: dict[int, int] = {}
+        slots = base.slots(g)
 
         def add(on: dict[int, int], sign: int) -> None:
+            nonlocal slots
             for i, k in on.items():
-                c = hyp.cnt[i] + sign * k
-                hyp.set(i, min(max(c, 0), cap))
+                old = cnt.get(i)
+                if old is None:
+                    old = bcnt[i]
+                new = old + sign * k
+                cnt[i] = new
+                slots += min(new, cap) // g - min(old, cap) // g
 
-        full_victims: set[str] = set()
+        chosen = []
+        units_on: dict[str, dict[int, int]] = {}
+        fits = False
         for c in cands:
-            on = c[4]
-            if c[0] == 2:
+            if c[0] == 1:
+                d = units_on.setdefault(c[2], {})
+                for i, k in c[4].items():
+                    d[i] = d.get(i, 0) + k
+            elif c[0] == 2 and c[2] in units_on:
                 # A fully preempted elastic job also frees the units already counted.
-                on = dict(on)
-                for other in chosen:
-                    if other[0] == 1 and other[2] == c[2]:
-                        for i, k in other[4].items():
-                            on[i] -= k
-                on = {i: k for i, k in on.items() if k > 0}
-                full_victims.add(c[2])
+                d = units_on[c[2]]
+                on = {i: k - d.get(i, 0) for i, k in c[4].items() if k > d.get(i, 0)}
                 c = c[:4] + (on,) + c[5:]
             add(c[4], 1)
             chosen.append(c)
-            if hyp.slots(g) >= w:
+            if slots >= w:
                 fits = True
                 break
         if not fits:
             ms.pre_failed.setdefault(fail_key, []).append((w, g))
             return None
         # Drop what is not needed, most expensive first (victims before elastic shrinks).
-        for c in list(reversed(chosen)):
+        kept = []
+        for c in reversed(chosen):
             add(c[4], -1)
-            if hyp.slots(g) >= w:
-                chosen.remove(c)
-            else:
+            if slots < w:
                 add(c[4], 1)
+                kept.append(c)
+        chosen = kept[::-1]
+        hyp = base.clone()
+        for i, c in cnt.items():
+            hyp.set(i, min(max(c, 0), cap))
         prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
         plan = hyp.place(w, g, prefer)
         assert plan is not None
@@ -792,6 +930,7 @@ class _Cycle:
         for i, k in take.items():
             self.protect(ms, i, min(k, base.cnt[i]))
             ms.reserved_nodes.add(i)
+        self.epoch += 1
         ms.min_res_at = min(ms.min_res_at, at)
         ms.reservations.append((job.id, at))
         self.reserves.append(Reserve(job.id, at, tuple(sorted(self.names[i] for i in take))))
@@ -828,6 +967,9 @@ class _Cycle:
 
     def grow_elastic(self) -> None:
         """Grow elastic running jobs into idle GPUs that no waiting job can use this cycle."""
+        if not self.has_elastic:
+            return
+        self.ensure_runs()
         growers = []
         for run in self.runs.values():
             e = run.job.elastic
@@ -846,7 +988,7 @@ class _Cycle:
             ms = self.models[run.model]
             g = job.gpus_per_worker
             extra = job.elastic.max_workers - job.workers
-            for t, q in run.chain:
+            for t, q in self.quota_chain(job.team, run.model):
                 room = q.guaranteed + q.borrow_limit - self.used.get((t, run.model), 0)
                 extra = min(extra, room // g)
             if extra <= 0:
