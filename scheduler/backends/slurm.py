@@ -15,6 +15,8 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
   is never blindly re-sent: each retry looks the name up first, so an sbatch that reached
   slurmctld before a timeout is not submitted twice.
 - A refusal (unknown node, impossible request, invalid spec) raises :class:`BackendRejected`.
+- ``poll_jobs`` reports ``checkpointed_progress_s`` from ``<job_workdir>/<run>.progress`` when
+  the job wrote one there (after a checkpoint) and that directory is readable from this host.
 - ``dry_run`` logs the commands that would change the cluster (sbatch, scancel, scontrol) and
   does not run them; read-only queries still run.
 """
@@ -27,6 +29,7 @@ import random
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from scheduler.backends.base import (
@@ -47,6 +50,7 @@ from scheduler.backends.slurm_parsers import (
     classify_error,
     is_live,
     job_status,
+    parse_checkpoint_progress,
     parse_sacct_parsable,
     parse_sbatch_parsable,
     parse_sinfo_json,
@@ -269,6 +273,7 @@ class SlurmBackend:
                 checkpoint_request_path=os.path.join(
                     self.job_workdir, f"{name}.checkpoint-request"
                 ),
+                progress_path=self._progress_path(name),
                 container_option=self.container_option,
             )
         except ValueError as exc:
@@ -360,8 +365,23 @@ class SlurmBackend:
             if job is None:
                 out.append(BackendJobStatus(job_id, attempt, BackendJobState.UNKNOWN))
             else:
-                out.append(job_status(job, job_id, attempt))
+                status = job_status(job, job_id, attempt)
+                progress = self._read_progress(backend_job_name(job_id, attempt))
+                if progress is not None:
+                    status = replace(status, checkpointed_progress_s=progress)
+                out.append(status)
         return out
+
+    def _read_progress(self, name: str) -> float | None:
+        # The file lives in job_workdir; readable here when that directory is shared.
+        try:
+            with open(self._progress_path(name), encoding="utf-8", errors="replace") as fh:
+                return parse_checkpoint_progress(fh.read(4096))
+        except OSError:
+            return None
+
+    def _progress_path(self, name: str) -> str:
+        return os.path.join(self.job_workdir, f"{name}.progress")
 
     def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
         """The last ``lines`` lines of ``<log_dir>/<run>.out`` when this host can read it."""

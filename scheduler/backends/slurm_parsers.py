@@ -18,6 +18,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -211,6 +212,7 @@ def build_job_script(
     spec: BackendJobSpec,
     *,
     checkpoint_request_path: str,
+    progress_path: str = "",
     container_option: str = "",
 ) -> str:
     """The batch script for ``spec``: exports our identity, runs the command on every node.
@@ -219,7 +221,9 @@ def build_job_script(
     numbered in Slurm's node order; with several workers per node each gets its own GPU slice). USR1 on
     the batch shell (``scancel --batch --signal=USR1`` or the time-limit warning) touches
     ``$GPUPLATFORM_CHECKPOINT_REQUEST`` and is forwarded to the step, whose processes receive it;
-    the script then keeps waiting for the step and exits with its status.
+    the script then keeps waiting for the step and exits with its status. After a checkpoint a
+    worker may write the seconds of work it saved to ``$GPUPLATFORM_CHECKPOINT_PROGRESS``
+    (see :func:`parse_checkpoint_progress`).
     """
     for key in spec.env:
         if not _ENV_NAME.match(key):
@@ -235,6 +239,7 @@ def build_job_script(
         "GPUPLATFORM_WORKERS_PER_NODE": str(workers_per_node(spec)),
         "GPUPLATFORM_GPUS_PER_WORKER": str(spec.gpus_per_worker),
         "GPUPLATFORM_CHECKPOINT_REQUEST": checkpoint_request_path,
+        "GPUPLATFORM_CHECKPOINT_PROGRESS": progress_path,
         **dict(spec.env),
     }
     per_node = workers_per_node(spec)
@@ -439,6 +444,28 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
         else None,
         reason=reason,
     )
+
+
+def parse_checkpoint_progress(text: str) -> float | None:
+    """Seconds of work checkpointed, from the progress file a worker writes.
+
+    Accepts a bare number (``"3600"``) or ``{"checkpointed_progress_s": 3600}``, the same message
+    the Kubernetes backend reads from a termination log. Anything else (empty, negative, not a
+    number) is None: no claim is better than a wrong one.
+    """
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(value, dict):
+        value = value.get("checkpointed_progress_s")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if value >= 0 and math.isfinite(value) else None
 
 
 _TERMINAL_SLURM = {"COMPLETED", "NODE_FAIL"} | _FAILED_STATES | _CANCELLED_STATES

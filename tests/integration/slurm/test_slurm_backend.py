@@ -165,7 +165,7 @@ def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id
     ready = slurm_cluster.jobs_dir / f"{job_id}.ready"
     marker = slurm_cluster.jobs_dir / f"{job_id}.checkpointed"
     command = (
-        f"trap 'echo checkpoint > {marker}' USR1\n"
+        f"trap 'echo checkpoint > {marker}; echo 42.5 > $GPUPLATFORM_CHECKPOINT_PROGRESS' USR1\n"
         f"touch {ready}\n"
         "for i in $(seq 1 60); do sleep 0.5; done"
     )
@@ -177,7 +177,11 @@ def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id
     # The batch script recorded the request too, and the run keeps going.
     request_file = slurm_cluster.jobs_dir / f"{backend_job_name(job_id, 1)}.checkpoint-request"
     assert request_file.exists()
-    assert state_of(backend, job_id).state is BackendJobState.RUNNING
+    running = wait_for(
+        lambda: (s := state_of(backend, job_id)).checkpointed_progress_s and s, 10, "progress"
+    )
+    assert running.state is BackendJobState.RUNNING
+    assert running.checkpointed_progress_s == 42.5
     backend.checkpoint("never-submitted", 1)  # nothing to signal: quiet
     backend.cancel(job_id, 1)
     wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)

@@ -30,6 +30,7 @@ from scheduler.backends.slurm_parsers import (
     format_time_limit,
     job_status,
     node_state,
+    parse_checkpoint_progress,
     parse_gres_gpus,
     parse_node_features,
     parse_sacct_parsable,
@@ -135,6 +136,23 @@ def test_pick_run_prefers_a_live_duplicate_then_the_newest():
 def test_every_slurm_state_has_a_meaning(state, restarts, expected):
     job = SlurmJob("1", "gp-j-a1", state, restart_count=restarts)
     assert job_status(job, "j", 1).state is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("3600\n", 3600.0),
+        ('{"checkpointed_progress_s": 12.5}', 12.5),
+        ("", None),
+        ("-1", None),
+        ("true", None),
+        ("NaN", None),
+        ("half done", None),
+        ('{"other": 1}', None),
+    ],
+)
+def test_checkpoint_progress_file(text, expected):
+    assert parse_checkpoint_progress(text) == expected
 
 
 def test_wait_status_decoding():
