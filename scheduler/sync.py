@@ -40,7 +40,13 @@ def sync_all(*, now: datetime | None = None) -> None:
 
 
 def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
-    backend = get_backend(cluster)
+    try:
+        backend = get_backend(cluster)
+    except (ValueError, TypeError, BackendError) as exc:
+        # A misconfigured cluster must not stop the loop for the others.
+        _mark_backend(cluster, f"backend configuration error: {exc}")
+        log.error("cluster %s: cannot build its backend: %s", cluster.name, exc)
+        return
     try:
         backend_nodes = {n.name: n for n in backend.list_nodes()}
         holders = list(
@@ -132,6 +138,25 @@ def job_finish(
 
     request_cycle()
     return True
+
+
+def _purge_finished_run(job: Job) -> None:
+    """Let backends that keep finished runs around (Kubernetes pods) clean them up."""
+    if job.cluster is None:
+        return
+    backend = get_backend(job.cluster)
+    purge = getattr(backend, "purge", None)
+    if purge is None:
+        return
+    job_id, attempt = str(job.pk), job.attempts
+
+    def run() -> None:
+        try:
+            purge(job_id, attempt)
+        except BackendError:
+            log.info("purge of job %s attempt %s failed; harmless", job_id, attempt)
+
+    transaction.on_commit(run)
 
 
 def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
