@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -220,7 +220,7 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
         if job_pk is None:
             continue
         estimate = (
-            datetime.fromtimestamp(item.estimated_start, tz=timezone.UTC)
+            datetime.fromtimestamp(item.estimated_start, tz=UTC)
             if item.estimated_start is not None
             else None
         )
