@@ -183,13 +183,13 @@ class _Model:
         "capacity_wait",
         "runs",
         "started_ends",
-        "timeline",
-        "unknown_gpus",
+        "unknown_started",
         "pre_failed",
         "victims",
         "elastic",
         "releasing",
         "chains",
+        "sizes",
     )
 
     def __init__(self, name: str) -> None:
@@ -210,8 +210,7 @@ class _Model:
         self.capacity_wait = False
         self.runs: list[_Run] = []
         self.started_ends: list[tuple[float, int, int]] = []
-        self.timeline: list[tuple[float, int, int]] | None = None
-        self.unknown_gpus = 0
+        self.unknown_started = 0
         self.pre_failed: dict[tuple[int, bool], list[tuple[int, int]]] = {}
         # Planner view of running jobs (built lazily): preemptible, unprotected victims by
         # priority sorted by lost work; elastic jobs; jobs already being preempted.
@@ -219,6 +218,7 @@ class _Model:
         self.elastic: list[_Run] = []
         self.releasing: list[_Run] = []
         self.chains: dict[str, tuple[tuple[str, Quota], ...]] = {}
+        self.sizes: dict[int, int] = {}  # node size (GPUs) -> number of eligible nodes
 
 
 class _Cycle:
@@ -252,7 +252,9 @@ class _Cycle:
         self.rack = [n.rack for n in elig]
         self.free: list[list[int]] = []
         for n in elig:
-            f = sorted({g for g in n.free_gpus if 0 <= g < n.gpus})
+            f = sorted(set(n.free_gpus))
+            if f and (f[0] < 0 or f[-1] >= n.gpus):
+                f = [g for g in f if 0 <= g < n.gpus]
             self.free.append(f)
         self.protected = [0] * len(elig)
         gpus = [n.gpus for n in elig]
@@ -267,6 +269,8 @@ class _Cycle:
         for model in sorted(groups):
             ids = groups[model]
             ms = _Model(model)
+            for i in ids:
+                ms.sizes[gpus[i]] = ms.sizes.get(gpus[i], 0) + 1
             spot = [i for i in ids if elig[i].spot]
             ondemand = [i for i in ids if not elig[i].spot]
             subsets = {"all": ids}
@@ -295,19 +299,35 @@ class _Cycle:
         self.used: dict[tuple[str, str], int] = {}
         self.reclaimed: dict[tuple[str, str], int] = {}
 
-        # ---- running jobs: quota usage now; the per-job planner view lazily (ensure_runs)
+        # ---- running jobs: quota usage now (only if any team has a quota), the cheapest
+        # facts the preemption planner needs to know whether to look at all; the full planner
+        # view is built lazily (ensure_runs) because most cycles never need it.
+        self.any_quota = any(t.quota for t in snap.teams)
         per: dict[tuple[str, str], int] = {}
         self.has_elastic = False
+        self.has_releasing = False
+        classes = self.classes
+        min_victim: dict[str | None, int] = {}  # model -> lowest priority of a preemptible job
+        any_quota = self.any_quota
         for r in snap.running:
             model = r.gpu_model
-            if model is None:
-                model = self.model_of_placement(r)
-                if model is None:
-                    continue
-            key = (r.team, model)
-            per[key] = per.get(key, 0) + sum(len(v) for v in r.placement.values())
             if r.elastic is not None:
                 self.has_elastic = True
+            if r.releasing_at is not None:
+                self.has_releasing = True
+            elif r.preemptible:
+                p = classes.get(r.priority_class, 0)
+                m = min_victim.get(model)
+                if m is None or p < m:
+                    min_victim[model] = p
+            if any_quota:
+                if model is None:
+                    model = self.model_of_placement(r)
+                    if model is None:
+                        continue
+                key = (r.team, model)
+                per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
+        self.min_victim = min_victim
         for (team, model), n in per.items():
             for t in self.ancestry(team):
                 self.used[(t, model)] = self.used.get((t, model), 0) + n
@@ -315,6 +335,8 @@ class _Cycle:
         self._runs_built = False
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
         self.fail_cache: dict[tuple, tuple[int, str]] = {}
+        self._release_heap: list[tuple[float, int]] | None = None
+        self._unknown_runs: list[int] = []
 
     def model_of_placement(self, r: RunningJob) -> str | None:
         for name in r.placement:
@@ -418,6 +440,8 @@ class _Cycle:
 
     def quota_block(self, job: PendingJob, model: str, need: int) -> str | None:
         """Why ``need`` more GPUs of ``model`` would break a quota of the job's team tree."""
+        if not self.any_quota:
+            return None
         ms = self.models[model]
         chain = ms.chains.get(job.team)
         if chain is None:
@@ -477,7 +501,7 @@ class _Cycle:
     def static_slots(self, ms: _Model, g: int) -> int:
         s = ms.static_slots.get(g)
         if s is None:
-            s = sum(self.node_by_name[self.names[i]].gpus // g for i in ms.pools["all"].nodes)
+            s = sum(n * (size // g) for size, n in ms.sizes.items())
             ms.static_slots[g] = s
         return s
 
@@ -608,9 +632,10 @@ class _Cycle:
                     at = got
                     suffix = f"; reserved to start at t={_fmt_t(at)}"
                     break
-                if ms.unknown_gpus:
+                unknown = self.unknown_gpus(ms)
+                if unknown:
                     suffix = (
-                        f"; no start estimate: {ms.unknown_gpus} {ms.name} GPUs are held by "
+                        f"; no start estimate: {unknown} {ms.name} GPUs are held by "
                         "jobs without an expected end"
                     )
         return "; ".join(reasons) + suffix, at
@@ -626,7 +651,7 @@ class _Cycle:
             for i, workers in plan:
                 ms.started_ends.append((end, i, workers * g))
         else:
-            ms.unknown_gpus += need
+            ms.unknown_started += need
 
     # ------------------------------------------------------------------ why
 
@@ -671,24 +696,47 @@ class _Cycle:
 
     # ------------------------------------------------------------------ reservations
 
-    def build_timeline(self, ms: _Model) -> list[tuple[float, int, int]]:
-        self.ensure_runs()
-        now = self.now
-        events = []
-        unknown = 0
-        for run in ms.runs:
-            if run.job.id in self.gone or run.job.id in self.shrunk:
+    def release_heap(self) -> list[tuple[float, int]]:
+        """A heap of ``(expected release time, index into snapshot.running)``, built once.
+
+        The time is ``expected_end`` (or ``releasing_at`` if sooner), never before ``now``.
+        Building it is O(running) with a tiny constant; reservations then pop only the
+        releases they need, in time order.
+        """
+        if self._release_heap is None:
+            now = self.now
+            heap = []
+            unknown = []
+            for k, r in enumerate(self.snap.running):
+                end = r.expected_end
+                rel = r.releasing_at
+                if rel is not None and (end is None or rel < end):
+                    end = rel
+                if end is None:
+                    unknown.append(k)
+                else:
+                    heap.append((end if end > now else now, k))
+            heapq.heapify(heap)
+            self._release_heap = heap
+            self._unknown_runs = unknown
+        return self._release_heap
+
+    def unknown_gpus(self, ms: _Model) -> int:
+        """GPUs of the model's eligible nodes held by jobs without an expected end."""
+        self.release_heap()
+        running = self.snap.running
+        id_of = self.id_of
+        node_model = self.node_model
+        n = ms.unknown_started
+        for k in self._unknown_runs:
+            r = running[k]
+            if r.id in self.gone or r.id in self.shrunk:
                 continue
-            if run.end is None:
-                unknown += sum(run.on.values())
-                continue
-            t = run.end if run.end > now else now
-            for i, k in run.on.items():
-                events.append((t, i, k))
-        events.extend(ms.started_ends)
-        events.sort()
-        ms.unknown_gpus += unknown
-        return events
+            for name, idxs in r.placement.items():
+                i = id_of.get(name)
+                if i is not None and node_model[i] == ms.name:
+                    n += len(idxs)
+        return n
 
     def reserve(self, job: PendingJob, ms: _Model, w: int, g: int) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline."""
@@ -697,28 +745,58 @@ class _Cycle:
         if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
             return None
         ms.easy_tries += 1
-        if ms.timeline is None:
-            ms.timeline = self.build_timeline(ms)
-        events = ms.timeline
         long_view = (ms.long or ms.now)["all"]
-        hyp = long_view.clone()
+        base = long_view.cnt
         cap = ms.pools["all"].cap
-        i = 0
-        n_ev = len(events)
+        model = ms.name
+        id_of = self.id_of
+        node_model = self.node_model
+        gone = self.gone
+        shrunk = self.shrunk
+        running = self.snap.running
+        # Walk the releases in time order (running jobs from a heap copy, jobs started this
+        # cycle from a sorted list), keeping the worker-slot count up to date in O(1) per
+        # release; the gang fits at the first time slots >= w. Jobs preempted or shrunk this
+        # cycle are skipped: their GPUs are promised to a preemptor.
+        heap = list(self.release_heap())
+        started = sorted(ms.started_ends)
+        si = 0
+        cnt: dict[int, int] = {}
+        slots = long_view.slots(g)
         found = None
-        while i < n_ev:
-            t = events[i][0]
-            while i < n_ev and events[i][0] == t:
-                _, node, k = events[i]
-                c = hyp.cnt[node] + k
-                hyp.set(node, c if c < cap else cap)
-                i += 1
-            if hyp.slots(g) >= w:
+
+        def release(i: int, k: int) -> None:
+            nonlocal slots
+            old = cnt.get(i)
+            if old is None:
+                old = base[i]
+            new = old + k
+            cnt[i] = new
+            slots += min(new, cap) // g - min(old, cap) // g
+
+        while slots < w and (heap or si < len(started)):
+            t_run = heap[0][0] if heap else _INF
+            t_new = started[si][0] if si < len(started) else _INF
+            t = t_run if t_run < t_new else t_new
+            while heap and heap[0][0] == t:
+                r = running[heapq.heappop(heap)[1]]
+                if r.id in gone or r.id in shrunk:
+                    continue
+                for name, idxs in r.placement.items():
+                    i = id_of.get(name)
+                    if i is not None and idxs and node_model[i] == model:
+                        release(i, len(idxs))
+            while si < len(started) and started[si][0] == t:
+                release(started[si][1], started[si][2])
+                si += 1
+            if slots >= w:
                 found = t
-                break
         if found is None:
             ms.easy_failed.append((w, g))
             return None
+        hyp = long_view.clone()
+        for node, c in cnt.items():
+            hyp.set(node, min(c, cap))
         prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
         plan = hyp.place(w, g, prefer)
         assert plan is not None
@@ -751,13 +829,31 @@ class _Cycle:
             t, q = chain[0]
             if self.used.get((t, model), 0) + need <= q.guaranteed:
                 reclaim_team = (t, q)
-        own = set(self.ancestry(job.team))
         fail_key = (prio, reclaim_team is not None)
         failed = ms.pre_failed.get(fail_key, ())
         if any(fg <= g and fw <= w for fw, fg in failed):
             return None
-
+        lowest = min(
+            (p for m, p in self.min_victim.items() if m is None or m == model), default=None
+        )
+        if (
+            reclaim_team is None
+            and not self.has_elastic
+            and not self.has_releasing
+            and (lowest is None or lowest >= prio)
+        ):
+            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            return None
         self.ensure_runs()
+        if (
+            reclaim_team is None
+            and not ms.releasing
+            and not ms.elastic
+            and not any(p < prio for p in ms.victims)
+        ):
+            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            return None
+        own = set(self.ancestry(job.team))
         gone = self.gone
 
         def borrower(run: _Run) -> str | None:
