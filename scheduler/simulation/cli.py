@@ -21,10 +21,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cluster import ClusterSpec, parse_cluster, uniform_cluster
+from .cluster import ClusterSpec, parse_cluster, sample_nodes, uniform_cluster
 from .engine import SimConfig, SimulationError
 from .runner import POLICIES, VARIANTS, simulate
-from .traces import FORMATS, TraceJob, detect_format, generate_synthetic, load_trace
+from .traces import (
+    FORMATS,
+    TraceJob,
+    detect_format,
+    generate_synthetic,
+    load_trace,
+    scale_arrivals,
+)
 
 FIDELITY_POLICIES = ("fifo", "sjf")
 TABLE_KEYS = (
@@ -85,12 +92,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--max-jobs", type=int, help="replay only the first N jobs")
     p.add_argument("--max-submit", type=float, help="replay jobs submitted at or before T s")
+    p.add_argument(
+        "--arrival-scale", type=float, default=1.0, help="multiply inter-arrival times (stress)"
+    )
     p.add_argument("--seed", type=int, default=0, help="tenants, failures, spot, synthetic")
     p.add_argument("--fidelity", action="store_true", help="reference model (fifo, sjf only)")
     p.add_argument("--checkpoint-interval", type=_optional_seconds, default=1800.0)
     p.add_argument("--restart-overhead", type=float, default=60.0)
     p.add_argument("--mtbf", type=_optional_seconds, default=None, help="per-node MTBF s")
     p.add_argument("--repair", type=float, default=4 * 3600.0, help="node repair time s")
+    p.add_argument("--node-sample", type=int, default=1, help="keep every Nth node")
     p.add_argument("--spot-fraction", type=float, default=0.0)
     p.add_argument("--spot-mtbi", type=_optional_seconds, default=None, help="per spot node s")
     p.add_argument("--html", help="write an offline HTML report here")
@@ -123,6 +134,8 @@ def _load(args: argparse.Namespace) -> tuple[tuple[TraceJob, ...], ClusterSpec, 
         trace = load_trace(
             args.trace, fmt=fmt, max_jobs=args.max_jobs, max_submit=args.max_submit, seed=args.seed
         )
+    if args.arrival_scale != 1.0:
+        trace = scale_arrivals(trace, args.arrival_scale)
     if args.cluster:
         cluster = parse_cluster(args.cluster)
     elif args.nodes:
@@ -131,6 +144,8 @@ def _load(args: argparse.Namespace) -> tuple[tuple[TraceJob, ...], ClusterSpec, 
         cluster = parse_cluster("openb")
     else:
         cluster = uniform_cluster(128, args.gpus_per_node)
+    if args.node_sample != 1:
+        cluster = sample_nodes(cluster, args.node_sample)
     if args.spot_fraction:
         cluster = cluster.with_spot_fraction(args.spot_fraction, seed=args.seed)
     return trace, cluster, fmt
@@ -161,6 +176,7 @@ def _run_one(args, trace, cluster, policy: str) -> tuple[dict[str, Any], Any]:
         "format": args.format,
         "max_jobs": args.max_jobs,
         "max_submit": args.max_submit,
+        "arrival_scale": args.arrival_scale,
         "seed": args.seed,
         "fidelity": args.fidelity,
         "config": {k: getattr(sim.config, k) for k in sim.config.__dataclass_fields__},

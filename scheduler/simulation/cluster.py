@@ -63,6 +63,16 @@ class ClusterSpec:
         return replace(self, nodes=nodes)
 
 
+def sample_nodes(cluster: ClusterSpec, every: int) -> ClusterSpec:
+    """Every `every`-th node of `cluster` (a smaller cluster with the same model mix, to put a
+    lightly loaded trace under contention)."""
+    if every < 1:
+        raise ValueError("every must be >= 1")
+    if every == 1:
+        return cluster
+    return ClusterSpec(cluster.nodes[::every], name=f"{cluster.name}/{every}")
+
+
 def uniform_cluster(
     nodes: int, gpus_per_node: int, *, gpu_model: str = "gpu", nodes_per_rack: int = 16
 ) -> ClusterSpec:

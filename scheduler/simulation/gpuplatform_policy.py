@@ -36,8 +36,10 @@ PRIORITY_CLASSES = {"production": 1000, "research": 500, "best-effort": 100}
 class RuntimePredictor:
     """Runtime estimates from already-finished jobs only: the median of the last `window`
     durations of the same (tenant, GPU count), else of the same GPU count, else of all jobs;
-    None before anything has finished (the engine then uses its default). A job that has run
-    longer than its estimate is predicted to need as long again as it has run (doubling)."""
+    None before anything has finished (the engine then uses its default). For a job that has
+    already run longer than that, the median of the finished durations longer than what it has
+    run (a conditional median: heavy tails make old jobs likely to run long), or twice what it
+    has run when no finished job ran that long."""
 
     def __init__(self, window: int = 64, min_samples: int = 5) -> None:
         self.window = window
@@ -58,26 +60,31 @@ class RuntimePredictor:
                 del ordered[bisect_left(ordered, old)]
         self._base.clear()
 
+    def _samples(self, tenant: str, gpus: int) -> list[float] | None:
+        for k, minimum in (((tenant, gpus), self.min_samples), (gpus, self.min_samples), (None, 1)):
+            ordered = self._sorted.get(k)
+            if ordered and len(ordered) >= minimum:
+                return ordered
+        return None
+
     def base_estimate(self, tenant: str, gpus: int) -> float | None:
         """Predicted total run time of a fresh job of `gpus` GPUs from `tenant`."""
         key = (tenant, gpus)
-        if key in self._base:
-            return self._base[key]
-        est = None
-        for k, minimum in ((key, self.min_samples), (gpus, self.min_samples), (None, 1)):
-            ordered = self._sorted.get(k)
-            if ordered and len(ordered) >= minimum:
-                est = ordered[len(ordered) // 2]
-                break
-        self._base[key] = est
-        return est
+        if key not in self._base:
+            ordered = self._samples(tenant, gpus)
+            self._base[key] = ordered[len(ordered) // 2] if ordered else None
+        return self._base[key]
 
     def estimate(self, tenant: str, gpus: int, attained_s: float = 0.0) -> float | None:
         """Predicted total run time of a job, given `attained_s` seconds already done."""
         est = self.base_estimate(tenant, gpus)
-        if est is not None and attained_s >= est:
-            est = 2.0 * attained_s
-        return est
+        if est is None or attained_s < est:
+            return est
+        ordered = self._samples(tenant, gpus)
+        i = bisect_right(ordered, attained_s)
+        if i < len(ordered):
+            return ordered[i + (len(ordered) - i) // 2]
+        return 2.0 * attained_s
 
 
 class GpuPlatformPolicy:
@@ -184,8 +191,10 @@ class GpuPlatformPolicy:
             if est is not None:
                 expected_end = job.run_start + job.overhead + max(0.0, est - job.progress)
         if expected_end is not None and expected_end <= now:
-            # it has outrun its estimate: as long again as it has run so far
-            expected_end = now + max(60.0, now - job.run_start)
+            # it has outrun its estimate: re-estimate given how far it got
+            reached = job.progress + max(0.0, now - job.run_start - job.overhead)
+            est = self.predictor.estimate(job.tenant, job.gpus, reached)
+            expected_end = now + max(60.0, (est or 0.0) - reached)
         lca = sim.last_checkpoint_at(job)
         ci = job.checkpoint_interval_s
         # valid until the next checkpoint or the expected end, whichever comes first

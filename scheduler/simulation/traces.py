@@ -167,6 +167,18 @@ def load_trace(
     raise ValueError(f"unknown trace format {fmt!r}; expected one of {FORMATS}")
 
 
+def scale_arrivals(trace: tuple[TraceJob, ...], factor: float) -> tuple[TraceJob, ...]:
+    """The same jobs with submission times multiplied by `factor` (relative to the first one):
+    `factor < 1` compresses arrivals to raise the offered load (a labelled stress variant, not
+    the trace as recorded). Durations and order are unchanged."""
+    if factor <= 0:
+        raise ValueError("arrival scale must be > 0")
+    if not trace:
+        return trace
+    t0 = trace[0].submit
+    return tuple(replace(j, submit=t0 + (j.submit - t0) * factor) for j in trace)
+
+
 def generate_synthetic(
     n_jobs: int,
     *,

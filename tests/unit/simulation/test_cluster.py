@@ -6,7 +6,12 @@ from collections import Counter
 
 import pytest
 
-from scheduler.simulation.cluster import load_openb_nodes, parse_cluster, uniform_cluster
+from scheduler.simulation.cluster import (
+    load_openb_nodes,
+    parse_cluster,
+    sample_nodes,
+    uniform_cluster,
+)
 
 
 def test_uniform_cluster_topology():
@@ -42,3 +47,9 @@ def test_real_openb_node_list(traces_dir):
     c = parse_cluster("openb")
     assert len(c.nodes) == 1213 and c.total_gpus == 6212
     assert Counter((n.gpu_model, n.gpus) for n in c.nodes)[("G2", 8)] == 549
+
+
+def test_sample_nodes_keeps_every_nth():
+    c = uniform_cluster(10, 8)
+    assert [n.name for n in sample_nodes(c, 4).nodes] == ["n0", "n4", "n8"]
+    assert sample_nodes(c, 1) is c

@@ -27,6 +27,16 @@ def test_predictor_uses_finished_jobs_only_with_fallbacks():
     assert p.estimate("a", 1) == 10.0  # only the last `window` samples count
 
 
+def test_predictor_conditions_on_what_a_job_has_already_run():
+    p = RuntimePredictor(window=10, min_samples=1)
+    for d in (100.0, 200.0, 300.0, 5000.0, 9000.0):
+        p.observe("a", 1, d)
+    assert p.estimate("a", 1) == 300.0
+    # ran 400 s already: the median of the finished jobs that ran longer than that
+    assert p.estimate("a", 1, attained_s=400.0) == 9000.0
+    assert p.estimate("a", 1, attained_s=9500.0) == 19000.0  # longer than any: doubling
+
+
 class Recording(GpuPlatformPolicy):
     """Records, at every call, the estimates handed over and the durations known by then."""
 

@@ -14,6 +14,7 @@ from scheduler.simulation.traces import (
     load_itp,
     load_openb,
     load_trace,
+    scale_arrivals,
 )
 
 ITP = "microsoft-itp-elasticflow/cluster04.csv"
@@ -109,3 +110,14 @@ def test_real_openb_first_rows(traces_dir):
     assert len(jobs) == 30
     assert jobs[0].id == "openb-pod-0000" and jobs[0].duration == 12537496.0
     assert all(1 <= j.gpus <= 8 for j in jobs)
+
+
+def test_scale_arrivals_compresses_relative_to_the_first_job():
+    trace = generate_synthetic(10, seed=1)
+    scaled = scale_arrivals(trace, 0.5)
+    assert scaled[0].submit == trace[0].submit
+    for a, b in zip(trace, scaled, strict=True):
+        assert b.submit - trace[0].submit == pytest.approx((a.submit - trace[0].submit) / 2)
+        assert (a.id, a.duration, a.gpus) == (b.id, b.duration, b.gpus)
+    with pytest.raises(ValueError):
+        scale_arrivals(trace, 0)
