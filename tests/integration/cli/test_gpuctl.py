@@ -249,6 +249,36 @@ def test_why_gives_the_pending_reason_and_estimated_start(as_alice, jobs):
     assert "estimated start: unknown" in unknown.out
 
 
+def test_why_and_ls_after_a_real_scheduling_cycle(as_alice):
+    from scheduler.backends import reset_backends
+    from scheduler.cycle import run_cycle
+
+    reset_backends()
+    flags = ["-N", "2", "--gpus-per-worker", "8", "--gpu-model", "h100-80gb", "-t", "1h"]
+    first = json.loads(as_alice("submit", "-J", "big-1", *flags, "--json").out)["id"]
+    second = json.loads(as_alice("submit", "-J", "big-2", *flags, "--json").out)["id"]
+    try:
+        assert run_cycle().started == [first]  # both H100 nodes go to the first job
+    finally:
+        reset_backends()
+
+    running = as_alice("why", str(first))
+    assert running.code == 0, running.err
+    assert f"job {first} (big-1) is running since" in running.out
+    assert "on: n1[0,1,2,3,4,5,6,7],n2[0,1,2,3,4,5,6,7]" in running.out
+
+    waiting = as_alice("why", str(second))
+    job = Job.objects.get(pk=second)
+    assert job.state == "pending" and job.why_pending
+    assert f"job {second} (big-2) is pending: {job.why_pending}" in waiting.out
+    assert job.estimated_start is not None  # the engine reserves the nodes the first job frees
+    assert f"estimated start: {job.estimated_start:%Y-%m-%d %H:%M} UTC" in waiting.out
+
+    rows = {line.split()[1]: line for line in as_alice("ls").out.splitlines()[1:]}
+    assert "running" in rows["big-1"] and "n1[0,1,2,3,4,5,6,7]" in rows["big-1"]
+    assert "pending" in rows["big-2"]
+
+
 def test_show_prints_details_and_the_timeline(as_alice, jobs):
     result = as_alice("show", str(jobs["a-one"]))
     assert result.code == 0, result.err
@@ -395,9 +425,14 @@ def test_console_script_is_declared_and_runs_as_a_process(as_alice, cli_config, 
     env = {**os.environ, "GPUCTL_CONFIG": str(cli_config)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
 
+    # The installed console script when `make` installed the package, else the same entry point
+    # through `python -m gpuctl`.
+    script = Path(sys.executable).with_name("gpuctl")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "gpuctl"]
+
     def run(*args):
         return subprocess.run(
-            [sys.executable, "-m", "gpuctl", *args],
+            [*command, *args],
             cwd=ROOT,
             env=env,
             capture_output=True,
