@@ -243,8 +243,10 @@ def test_node_inventory_reports_gpus_and_topology(backend):
 
 
 def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluster, job_id):
-    backend.submit(spec(job_id, "sleep 120", {"node4": (0, 1)}))
-    wait_state(backend, job_id, {BackendJobState.RUNNING})
+    started = slurm_cluster.jobs_dir / f"{job_id}.started"
+    backend.submit(spec(job_id, f"touch {started}; sleep 120", {"node4": (0, 1)}))
+    # Kill the node once the worker runs (killed during the launch, the job just fails).
+    wait_for(started.exists, 30, "the worker to start")
     os.kill(slurm_cluster.pid("slurmd-node4"), signal.SIGKILL)
     try:
         failed = wait_state(backend, job_id, {BackendJobState.NODE_FAILED}, timeout=60)
