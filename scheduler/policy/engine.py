@@ -181,7 +181,6 @@ class _Model:
         "easy_failed",
         "blocked_by",
         "capacity_wait",
-        "runs",
         "started_ends",
         "unknown_started",
         "pre_failed",
@@ -197,7 +196,7 @@ class _Model:
         self.pools: dict[str, Pool] = {}
         self.now: dict[str, Index] = {}
         self.long: dict[str, Index] | None = None  # None: same as ``now`` (nothing protected)
-        self.initial: Index | None = None
+        self.initial: dict[int, int] = {}  # g -> worker slots free at the start of the cycle
         self.ds_nodes: dict[str, frozenset[int]] = {}
         self.static_slots: dict[int, int] = {}
         self.min_res_at = _INF
@@ -208,7 +207,6 @@ class _Model:
         self.easy_failed: list[tuple[int, int]] = []
         self.blocked_by: str | None = None
         self.capacity_wait = False
-        self.runs: list[_Run] = []
         self.started_ends: list[tuple[float, int, int]] = []
         self.unknown_started = 0
         self.pre_failed: dict[tuple[int, bool], list[tuple[int, int]]] = {}
@@ -257,6 +255,7 @@ class _Cycle:
                 f = [g for g in f if 0 <= g < n.gpus]
             self.free.append(f)
         self.protected = [0] * len(elig)
+        self.free0 = [len(f) for f in self.free]
         gpus = [n.gpus for n in elig]
         domain = [n.nvlink_domain for n in elig]
         fabric = [n.fabric for n in elig]
@@ -283,7 +282,6 @@ class _Cycle:
                 ms.now[key] = Index(pool, {i: len(self.free[i]) for i in sub})
                 for i in sub:
                     self.pools_of[i].append((ms, key))
-            ms.initial = ms.now["all"].clone()
             ds: dict[str, list[int]] = {}
             for i in ids:
                 for d in elig[i].datasets:
@@ -357,6 +355,13 @@ class _Cycle:
         classes = self.classes
         models = self.models
         for r in self.snap.running:
+            # Only jobs the planner may touch: already releasing, elastic, or preemptible and
+            # outside their checkpoint protection window.
+            base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
+            interval = r.checkpoint_interval_s
+            protected = interval is not None and now <= base + interval <= now + protect
+            if r.releasing_at is None and r.elastic is None and (not r.preemptible or protected):
+                continue
             model = r.gpu_model or self.model_of_placement(r)
             if model is None:
                 continue
@@ -377,8 +382,6 @@ class _Cycle:
             end = r.expected_end
             if r.releasing_at is not None and (end is None or r.releasing_at < end):
                 end = r.releasing_at
-            base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
-            interval = r.checkpoint_interval_s
             run = _Run(
                 r,
                 model,
@@ -387,13 +390,12 @@ class _Cycle:
                 classes.get(r.priority_class, 0),
                 end,
                 total * (now - base) if now > base else 0.0,
-                interval is not None and now <= base + interval <= now + protect,
+                protected,
             )
             self.runs[r.id] = run
             ms = models.get(model)
             if ms is None or not on:
                 continue
-            ms.runs.append(run)
             if r.releasing_at is not None:
                 ms.releasing.append(run)
                 continue
@@ -497,6 +499,14 @@ class _Cycle:
             del f[:k]
             self.refresh(i)
         return {name: placement[name] for name in sorted(placement)}
+
+    def initial_slots(self, ms: _Model, g: int) -> int:
+        """Worker slots of ``g`` GPUs the model had free at the start of the cycle."""
+        s = ms.initial.get(g)
+        if s is None:
+            free0 = self.free0
+            s = ms.initial[g] = sum(free0[i] // g for i in ms.pools["all"].nodes)
+        return s
 
     def static_slots(self, ms: _Model, g: int) -> int:
         s = ms.static_slots.get(g)
@@ -689,7 +699,7 @@ class _Cycle:
                 f"; the free GPUs are held for {rj} (reserved at t={_fmt_t(rat)}); "
                 "an estimated end before then would let it backfill"
             )
-        elif ms.initial is not None and ms.initial.slots(g) >= w:
+        elif self.initial_slots(ms, g) >= w:
             base += "; the free GPUs went to higher-ranked jobs this cycle (priority, fair share)"
         self.why_cache[key] = base
         return base
