@@ -173,3 +173,32 @@ def test_pending_job_gets_a_reason(platform, submit):
     job = Job.objects.get(pk=job_id)
     assert job.state == "pending" and job.why_pending
     assert "waiting for the next" not in job.why_pending
+
+
+def test_blocked_job_gets_a_reservation_and_an_estimated_start(platform, submit, api_as):
+    big = submit(
+        platform["alice"],
+        name="big",
+        workers=2,
+        gpus_per_worker=8,
+        gpu_model="h100-80gb",
+        runtime_limit_s=3600,
+        simulated_duration_s=360000,
+    ).json()["id"]
+    run_cycle()
+    assert Job.objects.get(pk=big).state == "running"
+    waiting = submit(
+        platform["bob"],
+        team="nlp",
+        name="next",
+        gpus_per_worker=8,
+        gpu_model="h100-80gb",
+        runtime_limit_s=600,
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=waiting)
+    assert job.state == "pending" and job.estimated_start is not None
+    expected = Job.objects.get(pk=big).started_at + timedelta(seconds=3600)
+    assert abs((job.estimated_start - expected).total_seconds()) <= 60
+    body = api_as(platform["bob"]).get(f"/api/v1/jobs/{waiting}/").json()
+    assert body["estimated_start"] and body["why"]
