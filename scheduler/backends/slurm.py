@@ -292,7 +292,12 @@ class SlurmBackend:
                 continue
             if self.dry_run:
                 return f"dry-run:{name}"
-            job_id = parse_sbatch_parsable(str(out))
+            try:
+                job_id = parse_sbatch_parsable(str(out))
+            except SlurmQueryError as exc:
+                # sbatch said nothing we understand; the job may exist. The caller's retry
+                # looks the name up before submitting again.
+                raise BackendUnavailable(str(exc)) from exc
             logger.info("slurm: submitted %s as job %s on %s", name, job_id, list(spec.placement))
             return job_id
         raise BackendUnavailable("Slurm unavailable")  # not reached: the loop raises or returns
