@@ -544,13 +544,18 @@ class _Cycle:
         # with nothing changed since (same epoch), waits for the same reason: skip the search
         # and the planning. This keeps a long blocked queue near O(1) per job.
         key = None
-        model = job.gpu_model
-        if model is not None and job.elastic is None:
-            ms = self.models.get(model)
+        if job.elastic is None:
             est = job.runtime_estimate_s
-            short = ms is not None and est is not None and self.now + est <= ms.min_res_at
+            if job.gpu_model is not None:
+                ms = self.models.get(job.gpu_model)
+                short = ms is not None and est is not None and self.now + est <= ms.min_res_at
+            else:
+                short = tuple(
+                    est is not None and self.now + est <= ms.min_res_at
+                    for ms in self.models.values()
+                )
             key = (
-                model,
+                job.gpu_model,
                 short,
                 job.workers,
                 job.gpus_per_worker,
@@ -625,6 +630,7 @@ class _Cycle:
             ms.capacity_wait = True
             if not self.cfg.backfill and ms.blocked_by is None:
                 ms.blocked_by = job.id
+                self.epoch += 1  # later jobs now wait behind this one, not for capacity
         # Capacity-blocked: preempt (priority or reclaim), else an EASY reservation.
         if self.cfg.preemption and self.preempt_attempts < self.cfg.max_preemption_attempts:
             for ms, _, wneed in blocked:
