@@ -70,15 +70,19 @@ class UsageRecord(models.Model):
     # Plain ids, not foreign keys: billing history outlives the scheduler's rows.
     allocation_id = models.BigIntegerField()
     hour = models.DateTimeField()
+    # Indexed through job (rollup refresh); team through (team, hour); the others not at all:
+    # each index slows the meter's writes and nothing reads by user or GPU model alone.
     job = models.ForeignKey(
         Job, related_name="usage", on_delete=models.DO_NOTHING, db_constraint=False
     )
     attempt = models.PositiveIntegerField(default=1)
-    team = models.ForeignKey(Team, related_name="usage", on_delete=models.PROTECT)
+    team = models.ForeignKey(Team, related_name="usage", on_delete=models.PROTECT, db_index=False)
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, related_name="usage", on_delete=models.PROTECT
+        settings.AUTH_USER_MODEL, related_name="usage", on_delete=models.PROTECT, db_index=False
     )
-    gpu_model = models.ForeignKey(GpuModel, related_name="usage", on_delete=models.PROTECT)
+    gpu_model = models.ForeignKey(
+        GpuModel, related_name="usage", on_delete=models.PROTECT, db_index=False
+    )
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
     gpu_seconds = models.FloatField()
     cost = models.DecimalField(**MONEY)
@@ -110,6 +114,59 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"alloc {self.allocation_id} @ {self.hour:%Y-%m-%d %H}:00 {self.gpu_seconds:.0f}s"
+
+
+class UsageDaily(models.Model):
+    """Usage rolled up per (team, UTC day, GPU model, capacity): what dashboards and budget
+    checks read, so they cost the same whatever the number of allocations. Rebuilt from
+    ``UsageRecord`` for every (team, day) the meter touches, in the same transaction (absolute
+    values again, so the rollup is idempotent too)."""
+
+    team = models.ForeignKey(Team, related_name="+", on_delete=models.PROTECT, db_index=False)
+    day = models.DateField()
+    gpu_model = models.ForeignKey(GpuModel, related_name="+", on_delete=models.PROTECT)
+    capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    gpu_seconds = models.FloatField()
+    cost = models.DecimalField(**MONEY)
+    unpriced_gpu_seconds = models.FloatField(default=0.0)
+    # Of gpu_seconds, those with telemetry, and the idle share of those (seconds, USD).
+    telemetry_gpu_seconds = models.FloatField(default=0.0)
+    idle_gpu_seconds = models.FloatField(default=0.0)
+    idle_cost = models.DecimalField(**MONEY, default=0)
+
+    class Meta:
+        ordering = ["day", "team_id", "gpu_model_id", "capacity"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "day", "gpu_model", "capacity"], name="usagedaily_unique_key"
+            ),
+        ]
+        indexes = [models.Index(fields=["day"], name="usagedaily_day")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id} {self.day} {self.gpu_model_id} {self.capacity}: ${self.cost}"
+
+
+class UsageJobMonth(models.Model):
+    """Usage rolled up per (job, month): the "top jobs by cost" table reads this."""
+
+    job = models.ForeignKey(
+        Job, related_name="+", on_delete=models.DO_NOTHING, db_constraint=False, db_index=False
+    )
+    month = models.DateField()
+    team = models.ForeignKey(Team, related_name="+", on_delete=models.PROTECT, db_index=False)
+    gpu_seconds = models.FloatField()
+    cost = models.DecimalField(**MONEY)
+
+    class Meta:
+        ordering = ["month", "job_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "month"], name="usagejobmonth_unique_key"),
+        ]
+        indexes = [models.Index(fields=["team", "month", "cost"], name="usagejobmonth_team_cost")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.month:%Y-%m}: ${self.cost}"
 
 
 class AllocationMeter(models.Model):

@@ -2,9 +2,10 @@
 another team's statement, budget or dashboard is NotFound (never "forbidden": names stay private).
 
 Dashboard selectors return plain dataclasses of series (no ORM objects), which the chart code
-turns into figures. A team dashboard costs a fixed number of queries whatever the data size:
-one GROUP BY over the month's usage (by hour, GPU model, capacity, with idle sums), one top-jobs
-GROUP BY, and small reads of lost work, budget, alerts and names.
+turns into figures. A dashboard costs a fixed number of small queries whatever the data size:
+daily spend and idle sums from the ``UsageDaily`` rollup, top jobs from ``UsageJobMonth``, the
+forecast's trailing-day spend from raw usage (24 hours of rows at most), and small reads of lost
+work, budget, alerts and names. Statements read raw usage (authoritative, rarely opened).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Case, F, FloatField, QuerySet, Sum, When
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDay
 
 from scheduler.errors import NotFound
@@ -30,6 +31,8 @@ from .models import (
     PriceRate,
     Statement,
     StatementStatus,
+    UsageDaily,
+    UsageJobMonth,
     UsageRecord,
 )
 from .services import statement_live_lines
@@ -39,8 +42,8 @@ from .tree import TeamTree
 
 
 @dataclass(frozen=True, slots=True)
-class HourSpend:
-    hour: datetime
+class DaySpend:
+    day: date
     gpu_model: str
     capacity: str
     gpu_hours: float
@@ -102,7 +105,7 @@ class CostDashboard:
     title: str
     month: date
     now: datetime
-    hours: list[HourSpend]
+    days: list[DaySpend]
     top_jobs: list[JobCost]
     lost: list[LostPoint]
     idle: IdleSummary
@@ -116,7 +119,7 @@ class CostDashboard:
 
     @property
     def gpu_hours(self) -> float:
-        return sum(h.gpu_hours for h in self.hours)
+        return sum(d.gpu_hours for d in self.days)
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -129,21 +132,21 @@ class CostDashboard:
     def daily_by_model(self) -> dict[str, dict[date, Decimal]]:
         """GPU model -> day -> spend."""
         out: dict[str, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-        for h in self.hours:
-            out[h.gpu_model][h.hour.date()] += h.cost
+        for d in self.days:
+            out[d.gpu_model][d.day] += d.cost
         return {m: dict(days) for m, days in sorted(out.items())}
 
     def by_capacity(self) -> dict[str, Decimal]:
         out: dict[str, Decimal] = defaultdict(Decimal)
-        for h in self.hours:
-            out[h.capacity] += h.cost
+        for d in self.days:
+            out[d.capacity] += d.cost
         return dict(out)
 
     def cumulative_daily(self) -> list[tuple[date, Decimal]]:
         """(day, spend to the end of that day), for the days of the month up to now."""
         per_day: dict[date, Decimal] = defaultdict(Decimal)
-        for h in self.hours:
-            per_day[h.hour.date()] += h.cost
+        for d in self.days:
+            per_day[d.day] += d.cost
         start, end = calc.month_bounds(self.month)
         last = min(end - timedelta(seconds=1), max(self.now, start)).date()
         out, running, day = [], Decimal(0), start.date()
@@ -169,60 +172,63 @@ def default_team(user) -> Team | None:
     return visible_teams(user).order_by("slug").first()
 
 
-def _usage_in(team_ids: list[int] | None, month: date) -> QuerySet[UsageRecord]:
+def _month_days(month: date) -> tuple[date, date]:
     start, end = calc.month_bounds(month)
-    qs = UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
-    return qs if team_ids is None else qs.filter(team_id__in=team_ids)
+    return start.date(), end.date()
 
 
-def _hour_series(qs: QuerySet[UsageRecord]) -> tuple[list[HourSpend], IdleSummary, float]:
+def _daily_series(team_ids: list[int] | None, month: date):
+    """Daily spend by GPU model and capacity, the idle summary and the unpriced GPU-hours, from
+    the daily rollup (a few rows per day whatever the number of allocations)."""
+    first, after = _month_days(month)
+    qs = UsageDaily.objects.filter(day__gte=first, day__lt=after)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
     names = dict(GpuModel.objects.values_list("id", "name"))
-    telemetered = Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0)
     rows = (
-        qs.values("hour", "gpu_model_id", "capacity")
+        qs.values("day", "gpu_model_id", "capacity")
         .annotate(
-            secs=Sum("gpu_seconds"),
-            spent=Sum("cost"),
-            unpriced=Sum("unpriced_gpu_seconds"),
-            tel_secs=Sum(telemetered, output_field=FloatField()),
-            idle_secs=Sum(F("gpu_seconds") * F("idle_fraction"), output_field=FloatField()),
-            idle_cost=Sum(F("cost") * F("idle_fraction"), output_field=FloatField()),
+            s_secs=Sum("gpu_seconds"),
+            s_cost=Sum("cost"),
+            s_unpriced=Sum("unpriced_gpu_seconds"),
+            s_tel=Sum("telemetry_gpu_seconds"),
+            s_idle_secs=Sum("idle_gpu_seconds"),
+            s_idle_cost=Sum("idle_cost"),
         )
-        .order_by("hour", "gpu_model_id", "capacity")
+        .order_by("day", "gpu_model_id", "capacity")
     )
-    hours: list[HourSpend] = []
+    days: list[DaySpend] = []
     total_secs = tel_secs = idle_secs = unpriced = 0.0
-    idle_cost = 0.0
+    idle_cost = Decimal(0)
     for r in rows:
-        hours.append(
-            HourSpend(
-                r["hour"],
+        days.append(
+            DaySpend(
+                r["day"],
                 names.get(r["gpu_model_id"], "?"),
                 r["capacity"],
-                r["secs"] / 3600,
-                r["spent"] or Decimal(0),
+                (r["s_secs"] or 0.0) / 3600,
+                r["s_cost"] or Decimal(0),
             )
         )
-        total_secs += r["secs"] or 0.0
-        tel_secs += r["tel_secs"] or 0.0
-        idle_secs += r["idle_secs"] or 0.0
-        idle_cost += r["idle_cost"] or 0.0
-        unpriced += r["unpriced"] or 0.0
+        total_secs += r["s_secs"] or 0.0
+        tel_secs += r["s_tel"] or 0.0
+        idle_secs += r["s_idle_secs"] or 0.0
+        idle_cost += r["s_idle_cost"] or Decimal(0)
+        unpriced += r["s_unpriced"] or 0.0
     idle = IdleSummary(
         has_telemetry=tel_secs > 0,
         coverage=(tel_secs / total_secs) if total_secs else 0.0,
         idle_gpu_hours=idle_secs / 3600,
-        idle_cost=Decimal(repr(idle_cost)).quantize(calc.CENT),
+        idle_cost=idle_cost.quantize(calc.CENT),
     )
-    return hours, idle, unpriced / 3600
+    return days, idle, unpriced / 3600
 
 
-def _top_jobs(qs: QuerySet[UsageRecord], limit: int) -> list[JobCost]:
-    top = list(
-        qs.values("job_id")
-        .annotate(secs=Sum("gpu_seconds"), cost=Sum("cost"))
-        .order_by("-cost", "job_id")[:limit]
-    )
+def _top_jobs(team_ids: list[int] | None, month: date, limit: int) -> list[JobCost]:
+    qs = UsageJobMonth.objects.filter(month=month)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    top = list(qs.order_by("-cost", "job_id").values("job_id", "gpu_seconds", "cost")[:limit])
     jobs = {
         j["id"]: j
         for j in Job.objects.filter(pk__in=[t["job_id"] for t in top]).values(
@@ -238,41 +244,40 @@ def _top_jobs(qs: QuerySet[UsageRecord], limit: int) -> list[JobCost]:
                 job.get("name", f"job {t['job_id']}"),
                 job.get("team__slug", "?"),
                 job.get("submitter__username", "?"),
-                t["secs"] / 3600,
-                t["cost"] or Decimal(0),
+                t["gpu_seconds"] / 3600,
+                t["cost"],
             )
         )
     return out
 
 
-def _lost_series(team_ids: list[int] | None, month: date) -> list[LostPoint]:
-    start, end = calc.month_bounds(month)
-    qs = LostWork.objects.filter(occurred_at__gte=start, occurred_at__lt=end)
-    if team_ids is not None:
-        qs = qs.filter(team_id__in=team_ids)
-    return [
-        LostPoint(r["day"].date(), r["kind"], r["secs"] / 3600, r["cost"] or Decimal(0))
-        for r in qs.annotate(day=TruncDay("occurred_at"))
-        .values("day", "kind")
-        .annotate(secs=Sum("gpu_seconds"), cost=Sum("cost"))
-        .order_by("day", "kind")
-    ]
-
-
-def _forecast(hours: list[HourSpend], month: date, now: datetime) -> tuple[Decimal, Decimal]:
-    spend = sum((h.cost for h in hours), Decimal(0))
+def _trailing_window(month: date, now: datetime) -> tuple[datetime, datetime]:
     lo, hi = calc.forecast_window(now, month)
     # Usage is bucketed by hour: measure the window from the start of its first bucket.
-    lo = calc.floor_hour(lo)
-    trailing = sum((h.cost for h in hours if h.hour >= lo), Decimal(0))
+    return calc.floor_hour(lo), hi
+
+
+def _trailing_spend(team_ids: list[int] | None, month: date, now: datetime) -> Decimal:
+    """Spend in the forecast's trailing window, from usage rows (a day's worth at most)."""
+    lo, hi = _trailing_window(month, now)
+    qs = UsageRecord.objects.filter(hour__gte=lo, hour__lt=hi)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    return qs.aggregate(t=Sum("cost"))["t"] or Decimal(0)
+
+
+def _budget_summary(team: Team | None, team_ids, days, month, now) -> BudgetSummary:
+    spend = sum((d.cost for d in days), Decimal(0))
+    lo, hi = _trailing_window(month, now)
     forecast = calc.forecast_month_end(
-        spend_to_date=spend, trailing_spend=trailing, trailing_window=hi - lo, now=now, month=month
+        spend_to_date=spend,
+        trailing_spend=_trailing_spend(team_ids, month, now)
+        if now < calc.month_bounds(month)[1]
+        else Decimal(0),
+        trailing_window=hi - lo,
+        now=now,
+        month=month,
     )
-    return spend, forecast
-
-
-def _budget_summary(team: Team | None, hours, month, now) -> BudgetSummary:
-    spend, forecast = _forecast(hours, month, now)
     budget = Budget.objects.filter(team=team, month=month).first() if team else None
     alerts: tuple = ()
     if budget is not None:
@@ -290,6 +295,20 @@ def _budget_summary(team: Team | None, hours, month, now) -> BudgetSummary:
     )
 
 
+def _lost_series(team_ids: list[int] | None, month: date) -> list[LostPoint]:
+    start, end = calc.month_bounds(month)
+    qs = LostWork.objects.filter(occurred_at__gte=start, occurred_at__lt=end)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    return [
+        LostPoint(r["day"].date(), r["kind"], r["secs"] / 3600, r["cost"] or Decimal(0))
+        for r in qs.annotate(day=TruncDay("occurred_at"))
+        .values("day", "kind")
+        .annotate(secs=Sum("gpu_seconds"), cost=Sum("cost"))
+        .order_by("day", "kind")
+    ]
+
+
 # ----------------------------------------------------------------------------- dashboards
 
 
@@ -300,18 +319,17 @@ def team_cost_dashboard(
     Another team is NotFound."""
     team = _team_for(user, team_slug)
     team_ids = TeamTree.load().subtree(team.pk)
-    qs = _usage_in(team_ids, month)
-    hours, idle, unpriced = _hour_series(qs)
+    days, idle, unpriced = _daily_series(team_ids, month)
     return CostDashboard(
         title=team.name,
         team_slug=team.slug,
         month=month,
         now=now,
-        hours=hours,
-        top_jobs=_top_jobs(qs, top),
+        days=days,
+        top_jobs=_top_jobs(team_ids, month, top),
         lost=_lost_series(team_ids, month),
         idle=idle,
-        budget=_budget_summary(team, hours, month, now),
+        budget=_budget_summary(team, team_ids, days, month, now),
         unpriced_gpu_hours=unpriced,
     )
 
@@ -363,25 +381,32 @@ def admin_cost_overview(
     admins only (anyone else: NotFound)."""
     if not is_platform_admin(user):
         raise NotFound("no such page", field="team")
-    qs = _usage_in(None, month)
-    hours, idle, unpriced = _hour_series(qs)
+    days, idle, unpriced = _daily_series(None, month)
     tree = TeamTree.load()
     start, end = calc.month_bounds(month)
-    lo, _ = calc.forecast_window(now, month)
-    lo = calc.floor_hour(lo)
+    first, after = _month_days(month)
     per_team = {
         r["team_id"]: r
-        for r in qs.values("team_id").annotate(
-            secs=Sum("gpu_seconds"),
-            spent=Sum("cost"),
-            tel=Sum(
-                Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0),
-                output_field=FloatField(),
-            ),
-            idle_cost=Sum(F("cost") * F("idle_fraction"), output_field=FloatField()),
-            trailing=Sum(Case(When(hour__gte=lo, then=F("cost")), default=Decimal(0))),
+        for r in UsageDaily.objects.filter(day__gte=first, day__lt=after)
+        .values("team_id")
+        .annotate(
+            s_secs=Sum("gpu_seconds"),
+            s_cost=Sum("cost"),
+            s_tel=Sum("telemetry_gpu_seconds"),
+            s_idle_cost=Sum("idle_cost"),
         )
     }
+    lo, hi = _trailing_window(month, now)
+    trailing = (
+        dict(
+            UsageRecord.objects.filter(hour__gte=lo, hour__lt=hi)
+            .values("team_id")
+            .annotate(t=Sum("cost"))
+            .values_list("team_id", "t")
+        )
+        if now < end
+        else {}
+    )
     lost = dict(
         LostWork.objects.filter(occurred_at__gte=start, occurred_at__lt=end)
         .values("team_id")
@@ -389,10 +414,8 @@ def admin_cost_overview(
         .values_list("team_id", "cost")
     )
     budgets = {b.team_id: b for b in Budget.objects.filter(month=month)}
-    own = {t: r["spent"] or Decimal(0) for t, r in per_team.items()}
-    rolled = tree.roll_up(own)
-    rolled_trailing = tree.roll_up({t: r["trailing"] or Decimal(0) for t, r in per_team.items()})
-    _, hi = calc.forecast_window(now, month)
+    rolled = tree.roll_up({t: r["s_cost"] or Decimal(0) for t, r in per_team.items()})
+    rolled_trailing = tree.roll_up(trailing)
     rows = []
     for team in Team.objects.select_related("parent").order_by("slug"):
         r = per_team.get(team.pk, {})
@@ -403,9 +426,9 @@ def admin_cost_overview(
                 slug=team.slug,
                 name=team.name,
                 parent=team.parent.slug if team.parent else None,
-                own_spend=(r.get("spent") or Decimal(0)).quantize(calc.CENT),
+                own_spend=(r.get("s_cost") or Decimal(0)).quantize(calc.CENT),
                 spend=spend.quantize(calc.CENT),
-                gpu_hours=(r.get("secs") or 0.0) / 3600,
+                gpu_hours=(r.get("s_secs") or 0.0) / 3600,
                 budget=budget.amount if budget else None,
                 hard_stop=bool(budget and budget.hard_stop),
                 forecast=calc.forecast_month_end(
@@ -415,11 +438,9 @@ def admin_cost_overview(
                     now=now,
                     month=month,
                 ),
-                idle_cost=(
-                    Decimal(repr(r["idle_cost"] or 0.0)).quantize(calc.CENT)
-                    if r.get("tel")
-                    else None
-                ),
+                idle_cost=(r["s_idle_cost"] or Decimal(0)).quantize(calc.CENT)
+                if r.get("s_tel")
+                else None,
                 lost_cost=(lost.get(team.pk) or Decimal(0)).quantize(calc.CENT),
             )
         )
@@ -430,11 +451,11 @@ def admin_cost_overview(
         title="All teams",
         month=month,
         now=now,
-        hours=hours,
-        top_jobs=_top_jobs(qs, 10),
+        days=days,
+        top_jobs=_top_jobs(None, month, 10),
         lost=_lost_series(None, month),
         idle=idle,
-        budget=_budget_summary(None, hours, month, now),
+        budget=_budget_summary(None, None, days, month, now),
         unpriced_gpu_hours=unpriced,
     )
     return AdminOverview(rows=rows, dashboard=dashboard, sort=sort, descending=descending)

@@ -11,13 +11,14 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Literal, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, Max, OuterRef, Q, Sum
+from django.db.models import Case, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
+from django.db.models.functions import TruncDay
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -41,6 +42,8 @@ from .models import (
     StatementLine,
     StatementMode,
     StatementStatus,
+    UsageDaily,
+    UsageJobMonth,
     UsageRecord,
 )
 from .tree import TeamTree
@@ -130,6 +133,10 @@ def _configured_idle_source() -> IdleSource | None:
     return import_string(path) if path else None
 
 
+def _lookback() -> timedelta:
+    return timedelta(days=getattr(settings, "BILLING_METER_LOOKBACK_DAYS", 35))
+
+
 @dataclass
 class MeterResult:
     usage_rows: int = 0
@@ -163,6 +170,9 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
     finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
     allocations = list(
         Allocation.objects.filter(started_at__lt=now)
+        # Ended allocations are finalized by the first run after their end; looking back a
+        # bounded window keeps each run from re-reading the whole allocation history.
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=now - _lookback()))
         .exclude(Exists(finalized))
         .select_related("node", "job")
         .order_by("pk")
@@ -246,8 +256,116 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         UsageRecord.objects.filter(allocation_id__in=done_ids, finalized=False).update(
             finalized=True
         )
+    _refresh_rollups(
+        daily_keys={(r.team_id, r.hour.date()) for r in rows},
+        job_keys={(r.job_id, calc.month_start(r.hour)) for r in rows},
+    )
     result.usage_rows += len(rows)
     result.finalized_allocations += len(done_ids)
+
+
+_TELEMETERED = Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0)
+_DAILY_SUMS = {
+    "s_secs": Sum("gpu_seconds"),
+    "s_cost": Sum("cost"),
+    "s_unpriced": Sum("unpriced_gpu_seconds"),
+    "s_tel": Sum(_TELEMETERED, output_field=FloatField()),
+    "s_idle_secs": Sum(F("gpu_seconds") * F("idle_fraction"), output_field=FloatField()),
+    "s_idle_cost": Sum(F("cost") * F("idle_fraction"), output_field=FloatField()),
+}
+
+
+def _daily_row(team_id: int, day: date, r: dict) -> UsageDaily:
+    return UsageDaily(
+        team_id=team_id,
+        day=day,
+        gpu_model_id=r["gpu_model_id"],
+        capacity=r["capacity"],
+        gpu_seconds=r["s_secs"] or 0.0,
+        cost=r["s_cost"] or Decimal(0),
+        unpriced_gpu_seconds=r["s_unpriced"] or 0.0,
+        telemetry_gpu_seconds=r["s_tel"] or 0.0,
+        idle_gpu_seconds=r["s_idle_secs"] or 0.0,
+        idle_cost=Decimal(repr(r["s_idle_cost"] or 0.0)).quantize(calc.COST_QUANTUM),
+    )
+
+
+def _day_bounds(day: date) -> tuple[datetime, datetime]:
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return start, start + timedelta(days=1)
+
+
+def _refresh_rollups(*, daily_keys: set[tuple[int, date]], job_keys: set[tuple[int, date]]) -> None:
+    """Recompute the rollups of the given (team, day) and (job, month) keys from usage rows.
+    Absolute recomputation, so re-running it is harmless."""
+    teams_by_day: dict[date, set[int]] = defaultdict(set)
+    for team_id, day in daily_keys:
+        teams_by_day[day].add(team_id)
+    for day, team_ids in teams_by_day.items():
+        start, end = _day_bounds(day)
+        fresh = [
+            _daily_row(r["team_id"], day, r)
+            for r in UsageRecord.objects.filter(team_id__in=team_ids, hour__gte=start, hour__lt=end)
+            .values("team_id", "gpu_model_id", "capacity")
+            .annotate(**_DAILY_SUMS)
+        ]
+        UsageDaily.objects.filter(team_id__in=team_ids, day=day).delete()
+        UsageDaily.objects.bulk_create(fresh)
+    jobs_by_month: dict[date, set[int]] = defaultdict(set)
+    for job_id, month in job_keys:
+        jobs_by_month[month].add(job_id)
+    for month, job_ids in jobs_by_month.items():
+        start, end = calc.month_bounds(month)
+        rows = [
+            UsageJobMonth(
+                job_id=r["job_id"],
+                month=month,
+                team_id=r["team_id"],
+                gpu_seconds=r["s_secs"],
+                cost=r["s_cost"],
+            )
+            for r in UsageRecord.objects.filter(job_id__in=job_ids, hour__gte=start, hour__lt=end)
+            .values("job_id", "team_id")
+            .annotate(s_secs=Sum("gpu_seconds"), s_cost=Sum("cost"))
+        ]
+        UsageJobMonth.objects.bulk_create(
+            rows,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["job", "month"],
+            update_fields=["gpu_seconds", "cost", "team"],
+        )
+
+
+@transaction.atomic
+def usage_rollup_rebuild(*, month: date) -> tuple[int, int]:
+    """Rebuild a month's rollups from its usage rows (repair, bulk loads). Idempotent. Returns
+    the numbers of daily and job rows written."""
+    start, end = calc.month_bounds(month)
+    usage = UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
+    daily = [
+        _daily_row(r["team_id"], r["day"].date(), r)
+        for r in usage.annotate(day=TruncDay("hour"))
+        .values("team_id", "day", "gpu_model_id", "capacity")
+        .annotate(**_DAILY_SUMS)
+    ]
+    UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date()).delete()
+    UsageDaily.objects.bulk_create(daily, batch_size=2000)
+    jobs = [
+        UsageJobMonth(
+            job_id=r["job_id"],
+            month=month,
+            team_id=r["team_id"],
+            gpu_seconds=r["s_secs"],
+            cost=r["s_cost"],
+        )
+        for r in usage.values("job_id", "team_id").annotate(
+            s_secs=Sum("gpu_seconds"), s_cost=Sum("cost")
+        )
+    ]
+    UsageJobMonth.objects.filter(month=month).delete()
+    UsageJobMonth.objects.bulk_create(jobs, batch_size=2000)
+    return len(daily), len(jobs)
 
 
 def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
@@ -315,7 +433,8 @@ def _ensure_statements(*, months: Iterable[date]) -> None:
     for month in months:
         start, end = calc.month_bounds(month)
         team_ids = set(
-            UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
+            UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date())
+            .order_by()
             .values_list("team_id", flat=True)
             .distinct()
         )
@@ -345,7 +464,7 @@ def _subtree_spend(*, month: date, tree: TeamTree) -> dict[int, Decimal]:
     """Spend of the month per team, each team including its sub-teams."""
     start, end = calc.month_bounds(month)
     own = dict(
-        UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
+        UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date())
         .values("team_id")
         .annotate(total=Sum("cost"))
         .values_list("team_id", "total")
@@ -357,8 +476,8 @@ def team_spend(*, team: Team, month: date) -> Decimal:
     """Metered spend of ``team`` and its sub-teams in ``month``."""
     start, end = calc.month_bounds(month)
     tree = TeamTree.load()
-    total = UsageRecord.objects.filter(
-        team_id__in=tree.subtree(team.pk), hour__gte=start, hour__lt=end
+    total = UsageDaily.objects.filter(
+        team_id__in=tree.subtree(team.pk), day__gte=start.date(), day__lt=end.date()
     ).aggregate(t=Sum("cost"))["t"]
     return total or Decimal(0)
 

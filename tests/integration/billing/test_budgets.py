@@ -95,6 +95,7 @@ def test_hard_stop_refuses_submission_while_running_job_continues(
         cost=Decimal("7.20"),
         finalized=True,
     )
+    services.usage_rollup_rebuild(month=month)
     jobs_before = Job.objects.count()
 
     response = submit(platform["alice"], name="one-more")
@@ -133,6 +134,7 @@ def test_parent_hard_stop_applies_to_children_and_soft_budget_does_not_stop(
         gpu_seconds=3600,
         cost=Decimal("10"),
     )
+    services.usage_rollup_rebuild(month=calc.month_start(now))
     soft = _hard_budget(teams["vision"], "1.00")
     soft.hard_stop = False
     soft.save()

@@ -212,3 +212,48 @@ def test_lost_work_is_metered_once_per_loss(make_job, allocate, price):
     ]
     # Lost work is waste inside billed time, not an extra charge: usage is unchanged by it.
     assert services.team_spend(team=job.team, month=utc(2026, 12, 1).date()) == Decimal("7.2")
+
+
+def _daily():
+    from billing.models import UsageDaily, UsageJobMonth
+
+    daily = list(
+        UsageDaily.objects.order_by("team_id", "day", "gpu_model_id", "capacity").values_list(
+            "team_id",
+            "day",
+            "gpu_model_id",
+            "capacity",
+            "gpu_seconds",
+            "cost",
+            "telemetry_gpu_seconds",
+            "idle_cost",
+        )
+    )
+    jobs = list(
+        UsageJobMonth.objects.order_by("job_id", "month").values_list(
+            "job_id", "month", "gpu_seconds", "cost"
+        )
+    )
+    return daily, jobs
+
+
+def test_rollups_match_usage_incrementally_and_rebuilt(make_job, allocate, price, bob):
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    price("a100", "spot", "0.50", utc(2026, 1, 1))
+    Node.objects.filter(name="n4").update(spot=True)
+    a, b = make_job(name="a"), make_job(team="nlp", user=bob, name="b")
+    allocate(a, "n1", 0, utc(2026, 11, 30, 20, 10), utc(2026, 12, 1, 3, 0))
+    allocate(b, "n4", 2, utc(2026, 11, 30, 23, 30))
+
+    def idle(slices):
+        return {(s.allocation_id, s.hour): 0.5 for s in slices}
+
+    for minutes in (0, 50, 200, 400):
+        services.meter_run(now=utc(2026, 12, 1, 0) + timedelta(minutes=minutes), idle_source=idle)
+    incremental = _daily()
+    raw_total = sum(UsageRecord.objects.values_list("cost", flat=True))
+    assert sum(row[5] for row in incremental[0]) == raw_total == sum(r[3] for r in incremental[1])
+    assert {row[1] for row in incremental[0]} == {utc(2026, 11, 30).date(), utc(2026, 12, 1).date()}
+    for month in (utc(2026, 11, 1).date(), utc(2026, 12, 1).date()):
+        services.usage_rollup_rebuild(month=month)
+    assert _daily() == incremental

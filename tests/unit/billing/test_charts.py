@@ -9,7 +9,7 @@ from billing import charts
 from billing.selectors import (
     BudgetSummary,
     CostDashboard,
-    HourSpend,
+    DaySpend,
     IdleSummary,
     JobCost,
     LostPoint,
@@ -21,9 +21,9 @@ def _dashboard(**overrides) -> CostDashboard:
         "title": "Vision",
         "month": date(2026, 12, 1),
         "now": datetime(2026, 12, 3, 12, tzinfo=UTC),
-        "hours": [
-            HourSpend(datetime(2026, 12, 1, 5, tzinfo=UTC), "h100", "on_demand", 2.0, Decimal(4)),
-            HourSpend(datetime(2026, 12, 2, 5, tzinfo=UTC), "a100", "spot", 1.0, Decimal(1)),
+        "days": [
+            DaySpend(date(2026, 12, 1), "h100", "on_demand", 2.0, Decimal(4)),
+            DaySpend(date(2026, 12, 2), "a100", "spot", 1.0, Decimal(1)),
         ],
         "top_jobs": [JobCost(1, "big", "vision", "alice", 2.0, Decimal(4))],
         "lost": [LostPoint(date(2026, 12, 2), "preempted", 0.5, Decimal("1.00"))],
@@ -63,7 +63,7 @@ def test_waste_says_no_telemetry_instead_of_zero():
 
 
 def test_empty_month_gives_notes_not_blank_frames():
-    empty = _dashboard(hours=[], top_jobs=[], lost=[])
+    empty = _dashboard(days=[], top_jobs=[], lost=[])
     assert "no usage metered this month" in _texts(charts.spend_over_time(empty))
     assert "no jobs metered this month" in _texts(charts.top_jobs(empty))
     assert set(charts.all_figures(empty)) == {"spend", "budget", "top-jobs", "waste"}
