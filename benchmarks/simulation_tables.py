@@ -28,7 +28,8 @@ from scheduler.simulation import (  # noqa: E402
     simulate,
     uniform_cluster,
 )
-from scheduler.simulation.traces import default_traces_dir  # noqa: E402
+from scheduler.simulation.cluster import sample_nodes  # noqa: E402
+from scheduler.simulation.traces import default_traces_dir, scale_arrivals  # noqa: E402
 
 WINDOW = 2246340
 ALL = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform", "gpuplatform-las")
@@ -77,7 +78,7 @@ def run_set(name, trace, cluster, policies, config, out_dir) -> dict[str, dict]:
 def main() -> int:
     """Run the selected settings; returns 1 when the fidelity check fails."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--only", default="fidelity,itp80,itp128,openb")
+    ap.add_argument("--only", default="fidelity,itp80,itp128,openb,openb-stress")
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
     ap.add_argument("--out", type=Path, default=Path("var/benchmarks/simulation"))
     ap.add_argument("--policies", default=",".join(ALL))
@@ -121,6 +122,14 @@ def main() -> int:
         pods = load_openb(args.traces / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv")
         cluster = parse_cluster("openb", traces_dir=args.traces)
         run_set("openb-default", pods, cluster, policies, SimConfig(), args.out)
+    if "openb-stress" in only:
+        # a labelled stress variant: every 8th node (same model mix), arrivals 100x denser
+        pods = load_openb(args.traces / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv")
+        cluster = sample_nodes(parse_cluster("openb", traces_dir=args.traces), 8)
+        stress = scale_arrivals(pods, 0.01)
+        run_set(
+            "openb-stress-nodes8-arrivals0.01", stress, cluster, policies, SimConfig(), args.out
+        )
     return status
 
 

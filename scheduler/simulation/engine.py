@@ -229,6 +229,7 @@ class Simulator:
         self.spot_interruptions = 0
         self.quarantines = 0
         self.start_conflicts = 0
+        self._stopped_now = 0  # immediate preemptions during the current policy call
         self.decide_calls = 0
         self.decide_times: list[float] = []
         self.wall_s = 0.0
@@ -382,6 +383,7 @@ class Simulator:
             self._push(self.now + grace_s, _STOP, job.idx, job.run_id)
         else:
             self._interrupt(job)
+            self._stopped_now += 1
         return True
 
     # ---- internals ---------------------------------------------------------------------------
@@ -581,6 +583,13 @@ class Simulator:
                 changed = True
             if changed and (self.pending or self._wants_running_view()):
                 self._call_policy()
+                # A job stopped by an immediate preemption is a job-stop event: in the live loop
+                # it triggers another cycle right away, so GPUs it freed do not idle until the
+                # next unrelated event. Bounded, so a policy cannot loop forever.
+                rounds = 0
+                while self._stopped_now and self.pending and rounds < 4:
+                    rounds += 1
+                    self._call_policy()
             if self.config.record_series:
                 self.series_t.append(t)
                 self.series_pending.append(len(self.pending))
@@ -652,6 +661,7 @@ class Simulator:
         raise AssertionError(kind)
 
     def _call_policy(self) -> None:
+        self._stopped_now = 0
         timer = self._timer
         self.decide_calls += 1
         if timer:
