@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10000)
     parser.add_argument("--running", type=int, default=3000)
     parser.add_argument("--cycles", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="cProfile the last cycle")
     args = parser.parse_args()
 
     _admin_sql(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
@@ -162,7 +163,13 @@ def run(args) -> None:
 
     phases = {"snapshot": [], "decide": [], "apply": [], "reconcile": [], "total": []}
     queries = []
-    for _cycle in range(args.cycles):
+    profiler = None
+    for cycle in range(args.cycles):
+        if args.profile and cycle == args.cycles - 1:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         t0 = time.perf_counter()
         connection.queries_log.clear()
         snapshot, index = build_snapshot(now=timezone.now())
@@ -173,6 +180,8 @@ def run(args) -> None:
         t3 = time.perf_counter()
         reconcile(now=timezone.now())
         t4 = time.perf_counter()
+        if profiler is not None:
+            profiler.disable()
         for name, value in (
             ("snapshot", t1 - t0),
             ("decide", t2 - t1),
@@ -194,6 +203,10 @@ def run(args) -> None:
             )
             Job.objects.filter(pk__in=[j.pk for j in done]).update(state="succeeded")
     del queries
+    if profiler is not None:
+        import pstats
+
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
     print(f"\n{'phase':<10} {'median ms':>10} {'p95 ms':>10}")
     for name, values in phases.items():
         values = sorted(values)
