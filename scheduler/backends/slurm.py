@@ -325,15 +325,30 @@ class SlurmBackend:
 
     def requeue(self, job_id: str, attempt: int) -> None:
         """Put a live run back in Slurm's queue and make it eligible at once (Slurm otherwise
-        delays a requeued job). Afterwards the run reports NODE_FAILED (it was interrupted)."""
+        delays a requeued job by ~2 minutes); it restarts on the same nodes. Waits up to ~15 s
+        for Slurm to finish the requeue. Until it runs again the run reports NODE_FAILED (it was
+        interrupted). A run that is unknown or finished is left alone."""
         name = backend_job_name(job_id, attempt)
         job = self._find_runs([name]).get(name)
         if job is None or not is_live(job):
             return
         self._run(["scontrol", "requeue", job.job_id], already_done_ok=True)
-        self._run(
-            ["scontrol", "update", f"jobid={job.job_id}", "starttime=now"], already_done_ok=True
-        )
+        if self.dry_run:
+            return
+        # The requeue completes once the old processes are gone, and then sets the begin time
+        # ~2 minutes ahead; only a job that is pending again can be made eligible now.
+        for _ in range(60):
+            current = self._find_runs([name]).get(name)
+            if current is None or current.job_id != job.job_id or not is_live(current):
+                return
+            if current.state == "PENDING":
+                self._run(
+                    ["scontrol", "update", f"jobid={job.job_id}", "starttime=now"],
+                    already_done_ok=True,
+                )
+                return
+            self._sleep(0.25)
+        logger.warning("slurm: %s requeued but not yet pending; Slurm starts it later", name)
 
     def drain_node(self, name: str, reason: str) -> None:
         """Drain ``name`` (running jobs finish, nothing new starts). Draining again is fine."""

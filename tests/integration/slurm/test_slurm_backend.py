@@ -187,6 +187,20 @@ def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id
     wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
 
 
+def test_requeue_restarts_the_run_on_its_nodes(backend, slurm_cluster, job_id):
+    starts = slurm_cluster.jobs_dir / f"{job_id}.starts"
+    backend.submit(spec(job_id, f"echo start >> {starts}; sleep 60", {"node1": (0,)}))
+    wait_for(starts.exists, 30, "the first start")
+    backend.requeue(job_id, 1)
+    # Started again at once (Slurm would otherwise hold a requeued job for ~2 minutes).
+    wait_for(lambda: starts.read_text().count("start") == 2, 30, "the second start")
+    again = state_of(backend, job_id)
+    assert (again.state, again.nodes) == (BackendJobState.RUNNING, ("node1",))
+    backend.cancel(job_id, 1)
+    wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
+    backend.requeue(job_id, 1)  # finished: nothing to requeue, quiet
+
+
 def sinfo_state(cluster: LocalSlurm, node: str) -> tuple[str, str]:
     out = cluster.run("sinfo", "-h", "-n", node, "-o", "%t|%E").stdout.strip()
     state, _, reason = out.partition("|")
@@ -244,10 +258,16 @@ def test_node_inventory_reports_gpus_and_topology(backend):
 
 def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluster, job_id):
     started = slurm_cluster.jobs_dir / f"{job_id}.started"
-    backend.submit(spec(job_id, f"touch {started}; sleep 120", {"node4": (0, 1)}))
+    command = f"echo $$ $PPID > {started}.tmp; mv {started}.tmp {started}; exec sleep 120"
+    backend.submit(spec(job_id, command, {"node4": (0, 1)}))
     # Kill the node once the worker runs (killed during the launch, the job just fails).
     wait_for(started.exists, 30, "the worker to start")
-    os.kill(slurm_cluster.pid("slurmd-node4"), signal.SIGKILL)
+    worker, stepd = (int(p) for p in started.read_text().split())
+    assert Path(f"/proc/{stepd}/comm").read_text().strip() == "slurmstepd"
+    # A dead node takes its processes with it: slurmd, the worker's step daemon and the worker.
+    # (A step daemon left alive would wait for its dead srun and drain the node a minute later.)
+    for pid in (slurm_cluster.pid("slurmd-node4"), stepd, worker):
+        os.kill(pid, signal.SIGKILL)
     try:
         failed = wait_state(backend, job_id, {BackendJobState.NODE_FAILED}, timeout=60)
         assert failed.nodes == ("node4",)
