@@ -342,6 +342,7 @@ def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
         document = {"apiVersion": "gpuplatform/v1", "kind": "TrainingJob"}
     from_flags: dict[str, str] = {}
     flag_errors: dict[str, list[str]] = {}
+    failed_paths: set[str] = set()  # flags already reported; no second "is required" for them
     for dest, path in _SUBMIT_FLAGS.items():
         value = getattr(args, dest)
         if value is None:
@@ -351,6 +352,7 @@ def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
                 value = int(value)
             except ValueError:
                 flag_errors[_flag_name(dest)] = [f"must be an integer, not {value!r}"]
+                failed_paths.add(path)
                 continue
         _set_path(document, path, value)
         from_flags[path] = _flag_name(dest)
@@ -372,7 +374,11 @@ def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         body = validate_spec(document)
     except SpecError as exc:
-        renamed = {from_flags.get(path, path): reasons for path, reasons in exc.errors.items()}
+        renamed = {
+            from_flags.get(path, path): reasons
+            for path, reasons in exc.errors.items()
+            if path not in failed_paths
+        }
         raise SpecError({**flag_errors, **renamed}) from None
     if flag_errors:
         raise SpecError(flag_errors)

@@ -162,15 +162,18 @@ def test_bad_spec_exits_2_naming_every_field_and_sends_nothing(as_alice, tmp_pat
     assert Job.objects.count() == 0
 
 
-def test_bad_flag_exits_2_naming_the_flag(as_alice):
-    result = as_alice("submit", "-J", "x", "--workers", "0", "--gpus-per-worker", "1")
+def test_bad_flag_exits_2_naming_the_flag(gpuctl):
+    # No login and no server: validation comes first, so the flag is named, not the missing login.
+    result = gpuctl("submit", "-J", "x", "--workers", "0", "--gpus-per-worker", "1")
     assert result.code == 2
-    assert "error: --workers: must be an integer >= 1" in result.err
-    assert Job.objects.count() == 0
+    assert result.err == "error: --workers: must be an integer >= 1\n"
+    assert gpuctl("submit", "-J", "x", "-N", "two", "--gpus-per-worker", "1").err == (
+        "error: --workers: must be an integer, not 'two'\n"
+    )
 
 
-def test_bad_spec_in_json_mode_reports_fields_as_json(as_alice, tmp_path):
-    result = as_alice("submit", "--json", "-f", write(tmp_path, "apiVersion: v1\nkind: Pod\n"))
+def test_bad_spec_in_json_mode_reports_fields_as_json(gpuctl, tmp_path):
+    result = gpuctl("submit", "--json", "-f", write(tmp_path, "apiVersion: v1\nkind: Pod\n"))
     assert result.code == 2
     error = json.loads(result.err)
     assert error["kind"] == "usage"
@@ -312,8 +315,8 @@ def test_cancel_cancels_and_a_second_cancel_is_an_api_error(as_alice, jobs):
     assert Job.objects.get(pk=jobs["a-two"]).state == "cancelled"
 
 
-def test_cancel_with_a_non_numeric_id_is_bad_usage(as_alice):
-    result = as_alice("cancel", "abc")
+def test_cancel_with_a_non_numeric_id_is_bad_usage(gpuctl):
+    result = gpuctl("cancel", "abc")
     assert result.code == 2 and "JOB_ID: must be a number, not 'abc'" in result.err
 
 
