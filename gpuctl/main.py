@@ -233,10 +233,19 @@ def _gpus(job: dict) -> str:
 
 
 def _placement(job: dict) -> str:
+    """``n1[0-7],n2[0-3,6]``: nodes with their GPU indices, runs compressed as in Slurm."""
     placement = job.get("placement") or {}
-    return ",".join(
-        f"{node}[{','.join(str(i) for i in gpus)}]" for node, gpus in sorted(placement.items())
-    )
+    return ",".join(f"{node}[{_ranges(gpus)}]" for node, gpus in sorted(placement.items()))
+
+
+def _ranges(indices: list[int]) -> str:
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _out():

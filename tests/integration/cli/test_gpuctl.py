@@ -268,7 +268,7 @@ def test_why_and_ls_after_a_real_scheduling_cycle(as_alice):
     running = as_alice("why", str(first))
     assert running.code == 0, running.err
     assert f"job {first} (big-1) is running since" in running.out
-    assert "on: n1[0,1,2,3,4,5,6,7],n2[0,1,2,3,4,5,6,7]" in running.out
+    assert "on: n1[0-7],n2[0-7]" in running.out
 
     waiting = as_alice("why", str(second))
     job = Job.objects.get(pk=second)
@@ -278,7 +278,7 @@ def test_why_and_ls_after_a_real_scheduling_cycle(as_alice):
     assert f"estimated start: {job.estimated_start:%Y-%m-%d %H:%M} UTC" in waiting.out
 
     rows = {line.split()[1]: line for line in as_alice("ls").out.splitlines()[1:]}
-    assert "running" in rows["big-1"] and "n1[0,1,2,3,4,5,6,7]" in rows["big-1"]
+    assert "running" in rows["big-1"] and "n1[0-7],n2[0-7]" in rows["big-1"]
     assert "pending" in rows["big-2"]
 
 
