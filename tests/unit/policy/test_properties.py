@@ -41,12 +41,13 @@ NOW = 10_000.0
 
 
 @st.composite
-def snapshots(draw, crowded: bool = False) -> Snapshot:
+def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
     """Random snapshots; ``crowded`` ones have full, healthy clusters and no quotas, so that
-    most pending jobs are blocked and preemption / shrinking / reservations happen often."""
+    most pending jobs are blocked and preemption / shrinking / reservations happen often;
+    ``easy`` ones (with ``crowded``) turn preemption off, to exercise EASY backfill alone."""
     config = Config(
-        backfill=draw(st.booleans()),
-        preemption=draw(st.booleans()),
+        backfill=easy or draw(st.booleans()),
+        preemption=not easy and draw(st.booleans()),
         checkpoint_protect_s=draw(st.sampled_from([0.0, 300.0, 3000.0])),
         queue_order=draw(st.sampled_from(QUEUE_ORDERS)),
     )
@@ -71,7 +72,13 @@ def snapshots(draw, crowded: bool = False) -> Snapshot:
     for i in range(draw(st.integers(1, 8))):
         gpus = draw(st.sampled_from([2, 4, 8]))
         # Mostly busy clusters, so that preemption, backfill and reservations get exercised.
-        n_free = draw(st.sampled_from([0, 0, 1] if crowded else [0, 0, 0, 1, 2, gpus // 2, gpus]))
+        if easy:
+            choices = [0, 1, 2, gpus // 2]
+        elif crowded:
+            choices = [0, 0, 1]
+        else:
+            choices = [0, 0, 0, 1, 2, gpus // 2, gpus]
+        n_free = draw(st.sampled_from(choices))
         order = draw(st.permutations(range(gpus)))
         taken = [g not in order[:n_free] for g in range(gpus)]
         name = f"n{i}"
@@ -223,3 +230,34 @@ def check_quotas(s, d):
                 # Starts respect guarantee + borrow limit (usage from before may already exceed it).
                 before = used[(t, model)] - n
                 assert used[(t, model)] <= max(q.guaranteed + q.borrow_limit, before)
+
+
+@SETTINGS
+@given(snapshots(crowded=True, easy=True))
+def test_backfill_never_delays_the_reservation(s):
+    """With one EASY reservation and no preemption, the reserved gang still fits at its time on
+    its nodes after everything this cycle started (jobs that end by then give their GPUs back)."""
+    d = decide(s)
+    if len(d.reserve) != 1 or d.preempt or d.resize:
+        return
+    res = d.reserve[0]
+    job = next(p for p in s.pending if p.id == res.job)
+    nodes = {n.name: n for n in s.nodes}
+    avail = {name: len(nodes[name].free_gpus) for name in res.nodes}
+    for st_ in d.start:
+        p = next(x for x in s.pending if x.id == st_.job)
+        if p.runtime_estimate_s is None or s.now + p.runtime_estimate_s > res.at:
+            for name, idxs in st_.placement.items():
+                if name in avail:
+                    avail[name] -= len(idxs)
+    for r in s.running:
+        end = r.expected_end
+        if r.releasing_at is not None and (end is None or r.releasing_at < end):
+            end = r.releasing_at
+        if end is not None and max(end, s.now) <= res.at:
+            for name, idxs in r.placement.items():
+                if name in avail:
+                    avail[name] += len(idxs)
+    g = job.gpus_per_worker
+    w = job.elastic.min_workers if job.elastic else job.workers
+    assert sum(max(a, 0) // g for a in avail.values()) >= min(w, job.workers)
