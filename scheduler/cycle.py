@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -306,7 +307,7 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
         estimate = None
         if item.estimated_start is not None:
             estimate = datetime.fromtimestamp(round(item.estimated_start / 60) * 60, tz=UTC)
-        wanted[job_pk] = (item.why[:2000], estimate)
+        wanted[job_pk] = (_humanize_times(item.why)[:2000], estimate)
     if not wanted:
         return 0
     changed: list[tuple[int, str, datetime | None, int, str, str]] = []
@@ -335,6 +336,19 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
             },
         )
     return len(wanted)
+
+
+_ENGINE_TIME = re.compile(r"\bt=(\d+(?:\.\d+)?)")
+
+
+def _humanize_times(why: str) -> str:
+    """The engine speaks in clock seconds (``t=1764685234``); people read ``14:05 UTC``."""
+    return _ENGINE_TIME.sub(
+        lambda m: datetime.fromtimestamp(round(float(m.group(1)) / 60) * 60, tz=UTC).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        ),
+        why,
+    )
 
 
 def _write_pending_reasons(rows: list[tuple[int, str, datetime | None]]) -> None:

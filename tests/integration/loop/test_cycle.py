@@ -202,3 +202,4 @@ def test_blocked_job_gets_a_reservation_and_an_estimated_start(platform, submit,
     assert abs((job.estimated_start - expected).total_seconds()) <= 60
     body = api_as(platform["bob"]).get(f"/api/v1/jobs/{waiting}/").json()
     assert body["estimated_start"] and body["why"]
+    assert "UTC" in job.why_pending and "t=" not in job.why_pending, job.why_pending
