@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "channels",
     "tenants",
     "scheduler",
+    "scheduler.telemetry",
     "billing",
     "frontend",
 ]

@@ -36,5 +36,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("teams/", include("tenants.urls")),
     path("billing/", include("billing.urls")),
+    path("", include("scheduler.telemetry.urls")),
     path("", include("frontend.urls")),
 ]

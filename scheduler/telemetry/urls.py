@@ -1,0 +1,3 @@
+"""Routes of the telemetry app (ingest API, /metrics)."""
+
+urlpatterns: list = []
