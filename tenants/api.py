@@ -16,6 +16,7 @@ from scheduler.models import GpuModel
 
 from . import selectors, services
 from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
+from .pagination import BoundedLimitOffsetPagination
 from .permissions import is_platform_admin, visible_teams
 
 
@@ -65,6 +66,7 @@ class PriorityClassSerializer(serializers.ModelSerializer):
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     """The teams the caller belongs to (all teams for platform admins)."""
 
+    pagination_class = BoundedLimitOffsetPagination
     serializer_class = TeamSerializer
     lookup_field = "slug"
 
@@ -90,6 +92,7 @@ class QuotaViewSet(
 ):
     """Quotas of the caller's teams; platform admins may create and change any."""
 
+    pagination_class = BoundedLimitOffsetPagination
     serializer_class = QuotaSerializer
     filterset_fields = ["team__slug", "gpu_model__name"]
 
@@ -134,6 +137,7 @@ class QuotaViewSet(
 
 
 class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
+    pagination_class = BoundedLimitOffsetPagination
     serializer_class = PriorityClassSerializer
     queryset = PriorityClass.objects.order_by("-value")
     lookup_field = "name"
@@ -195,7 +199,7 @@ def _visible_team_from_body(user, slug) -> Team:
     return team
 
 
-class QuotaRequestSerializer(serializers.ModelSerializer):
+class QuotaChangeRequestSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -221,7 +225,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class QuotaRequestCreateSerializer(serializers.Serializer):
+class QuotaChangeRequestCreateSerializer(serializers.Serializer):
     team = serializers.SlugField()
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     guaranteed_gpus = serializers.IntegerField(min_value=0, max_value=100000)
@@ -243,7 +247,8 @@ class QuotaRequestViewSet(
     """Quota requests of the caller's teams. Team owners and admins create them; platform admins
     approve (which applies the change) or reject them with a comment."""
 
-    serializer_class = QuotaRequestSerializer
+    pagination_class = BoundedLimitOffsetPagination
+    serializer_class = QuotaChangeRequestSerializer
     filterset_fields = ["status"]
 
     def get_queryset(self):
@@ -258,9 +263,11 @@ class QuotaRequestViewSet(
     def get_object(self):
         return selectors.quota_request_get(user=self.request.user, request_id=self._request_id())
 
-    @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
-    def create(self, request):
-        incoming = QuotaRequestCreateSerializer(data=request.data)
+    @extend_schema(
+        request=QuotaChangeRequestCreateSerializer, responses={201: QuotaChangeRequestSerializer}
+    )
+    def create(self, request, *args, **kwargs):
+        incoming = QuotaChangeRequestCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         req = services.quota_request_create(
@@ -272,11 +279,11 @@ class QuotaRequestViewSet(
             reason=data["reason"],
             until=data["until"],
         )
-        return Response(QuotaRequestSerializer(req).data, status=status.HTTP_201_CREATED)
+        return Response(QuotaChangeRequestSerializer(req).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=DecisionSerializer, responses={200: QuotaRequestSerializer})
+    @extend_schema(request=DecisionSerializer, responses={200: QuotaChangeRequestSerializer})
     @action(detail=True, methods=["post"])
-    def approve(self, request, pk=None):
+    def approve(self, request, pk=None, **kwargs):
         self.get_object()  # another team's request is a 404 before any permission message
         incoming = DecisionSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -286,11 +293,11 @@ class QuotaRequestViewSet(
             comment=incoming.validated_data["comment"],
             confirm_overcommit=incoming.validated_data["confirm_overcommit"],
         )
-        return Response(QuotaRequestSerializer(req).data)
+        return Response(QuotaChangeRequestSerializer(req).data)
 
-    @extend_schema(request=DecisionSerializer, responses={200: QuotaRequestSerializer})
+    @extend_schema(request=DecisionSerializer, responses={200: QuotaChangeRequestSerializer})
     @action(detail=True, methods=["post"])
-    def reject(self, request, pk=None):
+    def reject(self, request, pk=None, **kwargs):
         self.get_object()
         incoming = DecisionSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -299,7 +306,7 @@ class QuotaRequestViewSet(
             request_id=self._request_id(),
             comment=incoming.validated_data["comment"],
         )
-        return Response(QuotaRequestSerializer(req).data)
+        return Response(QuotaChangeRequestSerializer(req).data)
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
@@ -340,6 +347,7 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     """The caller's own API tokens. The plain token appears only in the create response; revoke
     with DELETE or POST …/revoke/. Another user's token is a 404."""
 
+    pagination_class = BoundedLimitOffsetPagination
     serializer_class = ApiTokenSerializer
 
     def get_queryset(self):
@@ -358,7 +366,7 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return token
 
     @extend_schema(request=ApiTokenCreateSerializer, responses={201: ApiTokenCreatedSerializer})
-    def create(self, request):
+    def create(self, request, *args, **kwargs):
         incoming = ApiTokenCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         token, raw = services.token_create(user=request.user, **incoming.validated_data)
@@ -369,13 +377,13 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return response
 
     @extend_schema(request=None, responses={204: None})
-    def destroy(self, request, pk=None):
+    def destroy(self, request, pk=None, **kwargs):
         services.token_revoke(user=request.user, token_id=self._token_id())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: ApiTokenSerializer})
     @action(detail=True, methods=["post"])
-    def revoke(self, request, pk=None):
+    def revoke(self, request, pk=None, **kwargs):
         token = services.token_revoke(user=request.user, token_id=self._token_id())
         return Response(ApiTokenSerializer(token).data)
 
@@ -406,6 +414,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit log: all entries for platform admins, their teams' for team owners and admins."""
 
+    pagination_class = BoundedLimitOffsetPagination
     serializer_class = AuditEntrySerializer
 
     def get_queryset(self):
