@@ -342,8 +342,10 @@ class SlurmBackend:
             if current is None or current.job_id != job.job_id or not is_live(current):
                 return
             if current.state == "PENDING":
+                # Not "now": slurmd refuses a launch in the same second the old run's
+                # credential was revoked ("Job credential revoked") and the job then fails.
                 self._run(
-                    ["scontrol", "update", f"jobid={job.job_id}", "starttime=now"],
+                    ["scontrol", "update", f"jobid={job.job_id}", "starttime=now+3"],
                     already_done_ok=True,
                 )
                 return
