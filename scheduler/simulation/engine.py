@@ -585,9 +585,11 @@ class Simulator:
                 self._call_policy()
                 # A job stopped by an immediate preemption is a job-stop event: in the live loop
                 # it triggers another cycle right away, so GPUs it freed do not idle until the
-                # next unrelated event. Bounded, so a policy cannot loop forever.
+                # next unrelated event. Only for policies that hand freed GPUs out in a later
+                # cycle (`cycle_on_stop`); bounded, so a policy cannot loop forever.
                 rounds = 0
-                while self._stopped_now and self.pending and rounds < 4:
+                follow = getattr(self.policy, "cycle_on_stop", False)
+                while follow and self._stopped_now and self.pending and rounds < 4:
                     rounds += 1
                     self._call_policy()
             if self.config.record_series:

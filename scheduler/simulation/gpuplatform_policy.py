@@ -92,6 +92,8 @@ class GpuPlatformPolicy:
     is given)."""
 
     name = "gpuplatform"
+    # the engine never hands GPUs freed by a preemption to a job in the same cycle
+    cycle_on_stop = True
 
     def __init__(
         self,

@@ -103,3 +103,20 @@ def test_las_variant_preempts_the_job_with_more_attained_service():
     assert old.preemptions == 1
     assert 5000 < new.first_start <= 5000 + 300 + 120  # protection window + grace at most
     assert_conserved(sim)
+
+
+def test_an_immediate_preemption_triggers_a_follow_up_cycle():
+    # with no grace the victim stops at once; the engine starts the waiting job only in a later
+    # cycle, which the job-stop event triggers at the same timestamp
+    from scheduler.policy import Config
+
+    policy = GpuPlatformPolicy(
+        Config(preemption_grace_s=0.0, checkpoint_protect_s=0.0),
+        demote_gpu_s=(3600.0,),
+        name="las-no-grace",
+    )
+    trace = [job("old", 0, 20000, 1), job("new", 5000, 100, 1)]
+    sim = Simulator(trace, uniform_cluster(1, 1), policy, SimConfig()).run()
+    assert sim.by_id["old"].preemptions == 1
+    assert sim.by_id["new"].first_start == 5000
+    assert_conserved(sim)
