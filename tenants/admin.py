@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiToken, Membership, PriorityClass, Quota, Team
+from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -43,3 +43,35 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "revoked_at",
     )
     readonly_fields = ("key_hash", "key_prefix", "last_used_at")
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(admin.ModelAdmin):
+    """Read-only here: approving or rejecting goes through the portal (it applies and audits)."""
+
+    list_display = ("team", "gpu_model", "guaranteed_gpus", "status", "until", "requested_by")
+    list_filter = ("status", "gpu_model")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit log is append-only: nobody edits or deletes entries, not even here."""
+
+    list_display = ("time", "actor_name", "action", "target_repr", "team")
+    list_filter = ("action",)
+    search_fields = ("actor_name", "target_repr", "comment")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
