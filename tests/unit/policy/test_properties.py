@@ -232,7 +232,7 @@ def check_quotas(s, d):
                 assert used[(t, model)] <= max(q.guaranteed + q.borrow_limit, before)
 
 
-@SETTINGS
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots(crowded=True, easy=True))
 def test_backfill_never_delays_the_reservation(s):
     """With one EASY reservation and no preemption, the reserved gang still fits at its time on
