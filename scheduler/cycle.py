@@ -163,6 +163,10 @@ def _start_batch(candidates, index: SnapshotIndex, now: datetime) -> list[int]:
             preempt_deadline=None,
             finished_at=None,
         )
+    for job_pk, start, _ in candidates:
+        if job_pk in claimable and start.workers is not None:
+            # An elastic job started below its requested size runs with that many workers.
+            Job.objects.filter(pk=job_pk).update(workers=start.workers)
     jobs = Job.objects.select_related("team").in_bulk(list(claimable))
     allocations, events, started = [], [], []
     for job_pk, start, _ in candidates:
@@ -220,6 +224,8 @@ def _apply_start(job_pk: int, start, index: SnapshotIndex, now: datetime) -> boo
             )
             if not moved:
                 return False
+            if start.workers is not None:
+                Job.objects.filter(pk=job_pk).update(workers=start.workers)
             job = Job.objects.select_related("team").get(pk=job_pk)
             allocations = []
             for worker, (name, gpus) in enumerate(sorted(start.placement.items())):
@@ -271,24 +277,43 @@ def _apply_preempt(job_pk: int, preempt, now: datetime) -> bool:
 
 
 def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> None:
+    """Move an elastic running job to ``resize.workers`` workers on ``resize.placement``.
+
+    ``Job.workers`` holds an elastic job's current size, so the next snapshot sees the job as it
+    now runs; a resize outside the job's range or of the wrong GPU count is ignored."""
     job = Job.objects.select_related("team").filter(pk=job_pk, state=JobState.RUNNING).first()
-    if job is None:
+    if job is None or job.elastic_min_workers is None or resize.workers == job.workers:
+        return
+    if not job.elastic_min_workers <= resize.workers <= job.elastic_max_workers:
+        log.error("engine resized job %s outside its range to %s", job_pk, resize.workers)
         return
     wanted = {(index.node_by_name[n].pk, g) for n, gpus in resize.placement.items() for g in gpus}
+    if len(wanted) != resize.workers * job.gpus_per_worker:
+        log.error("engine resized job %s to a placement of %s GPUs", job_pk, len(wanted))
+        return
     live = {(a.node_id, a.gpu_index): a for a in job.allocations.filter(ended_at__isnull=True)}
-    Allocation.objects.filter(pk__in=[a.pk for key, a in live.items() if key not in wanted]).update(
-        ended_at=now
-    )
-    Allocation.objects.bulk_create(
-        Allocation(job=job, node_id=node_id, gpu_index=g, attempt=job.attempts, started_at=now)
-        for node_id, g in sorted(wanted - set(live))
-    )
+    try:
+        with transaction.atomic():
+            Allocation.objects.filter(
+                pk__in=[a.pk for key, a in live.items() if key not in wanted]
+            ).update(ended_at=now)
+            Allocation.objects.bulk_create(
+                Allocation(
+                    job=job, node_id=node_id, gpu_index=g, attempt=job.attempts, started_at=now
+                )
+                for node_id, g in sorted(wanted - set(live))
+            )
+            Job.objects.filter(pk=job.pk).update(workers=resize.workers)
+    except IntegrityError:
+        log.warning("resize of job %s lost a race for GPUs; unchanged", job_pk)
+        return
+    previous, job.workers = job.workers, resize.workers
     event_record(
         job=job,
         kind="resized",
         time=now,
-        message=f"elastic resize to {resize.workers} workers",
-        data={"workers": resize.workers},
+        message=f"elastic resize from {previous} to {resize.workers} workers",
+        data={"workers": resize.workers, "previous": previous},
     )
     publish_job(job)
 

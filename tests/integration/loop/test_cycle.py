@@ -203,3 +203,25 @@ def test_blocked_job_gets_a_reservation_and_an_estimated_start(platform, submit,
     body = api_as(platform["bob"]).get(f"/api/v1/jobs/{waiting}/").json()
     assert body["estimated_start"] and body["why"]
     assert "UTC" in job.why_pending and "t=" not in job.why_pending, job.why_pending
+
+
+def test_elastic_job_grows_to_its_maximum_once_and_stays(platform, submit):
+    job_id = submit(
+        platform["alice"],
+        name="elastic",
+        workers=2,
+        gpus_per_worker=8,
+        elastic={"min_workers": 1, "max_workers": 4},
+        simulated_duration_s=360000,
+    ).json()["id"]
+    for _ in range(4):
+        run_cycle()
+    job = Job.objects.get(pk=job_id)
+    live = Allocation.objects.filter(job=job, ended_at__isnull=True).count()
+    assert job.state == "running"
+    assert 1 <= job.workers <= 4
+    assert live == job.workers * 8, (live, job.workers)
+    resizes = JobEvent.objects.filter(job=job, kind="resized").count()
+    run_cycle()
+    assert JobEvent.objects.filter(job=job, kind="resized").count() == resizes
+    assert Allocation.objects.filter(job=job, ended_at__isnull=True).count() == live
