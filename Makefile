@@ -22,6 +22,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/check-docker
 
 check-migrations: $(STAMP)
 	$(BIN)/python manage.py makemigrations --check --dry-run
