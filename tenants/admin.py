@@ -1,6 +1,71 @@
-from django.contrib import admin
+"""Django admin for tenancy. The portal is the main tool; changes made here are audited as well
+(``AuditedAdmin``), so the audit log holds every admin and quota change whichever door it came
+through. Quota requests and the audit log are read-only here."""
 
+from django.contrib import admin
+from django.forms.models import model_to_dict
+
+from .audit import audit_record
 from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
+
+_SKIP_FIELDS = {"key_hash", "password"}
+
+
+def _state(obj) -> dict | None:
+    if obj is None or obj.pk is None:
+        return None
+    return {k: v for k, v in model_to_dict(obj).items() if k not in _SKIP_FIELDS}
+
+
+def _team_of(obj):
+    if isinstance(obj, Team):
+        return obj
+    return getattr(obj, "team", None)
+
+
+def _audit(request, obj, before, after, verb):
+    if before == after:
+        return
+    audit_record(
+        actor=request.user,
+        action=f"{obj._meta.model_name}.{verb}",
+        target=obj,
+        team=_team_of(obj) if verb != "delete" or not isinstance(obj, Team) else None,
+        before=before,
+        after=after,
+        comment="via Django admin",
+    )
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Records each save and delete, including those of inline rows, in the audit log."""
+
+    def save_model(self, request, obj, form, change):
+        before = _state(type(obj).objects.filter(pk=obj.pk).first()) if change else None
+        super().save_model(request, obj, form, change)
+        _audit(request, obj, before, _state(obj), "set" if change else "create")
+
+    def delete_model(self, request, obj):
+        before = _state(obj)
+        super().delete_model(request, obj)
+        _audit(request, obj, before, None, "delete")
+
+    def save_formset(self, request, form, formset, change):
+        befores = {
+            f.instance.pk: _state(type(f.instance).objects.filter(pk=f.instance.pk).first())
+            for f in formset.forms
+            if f.instance.pk
+        }
+        instances = formset.save(commit=False)
+        for obj in formset.deleted_objects:
+            before = befores.get(obj.pk)
+            obj.delete()
+            _audit(request, obj, before, None, "delete")
+        for obj in instances:
+            before = befores.get(obj.pk)
+            obj.save()
+            _audit(request, obj, before, _state(obj), "set" if before else "create")
+        formset.save_m2m()
 
 
 class MembershipInline(admin.TabularInline):
@@ -14,25 +79,25 @@ class QuotaInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(AuditedAdmin):
     list_display = ("slug", "name", "parent", "fair_share_weight")
     search_fields = ("slug", "name")
     inlines = [MembershipInline, QuotaInline]
 
 
 @admin.register(PriorityClass)
-class PriorityClassAdmin(admin.ModelAdmin):
+class PriorityClassAdmin(AuditedAdmin):
     list_display = ("name", "value", "preemptible_by_default")
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(AuditedAdmin):
     list_display = ("team", "gpu_model", "guaranteed_gpus", "borrow_limit_gpus")
     list_filter = ("gpu_model",)
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AuditedAdmin):
     list_display = (
         "name",
         "user",

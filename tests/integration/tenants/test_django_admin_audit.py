@@ -1,0 +1,73 @@
+"""Changes made through Django admin are audited too (including inline quota rows)."""
+
+import pytest
+
+from tenants.models import AuditEntry, Quota
+
+pytestmark = pytest.mark.django_db
+
+
+def test_admin_quota_and_weight_changes_are_audited(platform, teams, gpu_models, client):
+    client.force_login(platform["admin"])
+    response = client.post(
+        "/admin/tenants/quota/add/",
+        {
+            "team": teams["vision"].pk,
+            "gpu_model": gpu_models["h100"].pk,
+            "guaranteed_gpus": 3,
+            "borrow_limit_gpus": 1,
+        },
+    )
+    assert response.status_code == 302, response.content[:500]
+    quota = Quota.objects.get()
+    entry = AuditEntry.objects.get(action="quota.create")
+    assert entry.after["guaranteed_gpus"] == 3 and entry.team == teams["vision"]
+    assert entry.actor == platform["admin"] and entry.comment == "via Django admin"
+    client.post(
+        f"/admin/tenants/quota/{quota.pk}/change/",
+        {
+            "team": teams["vision"].pk,
+            "gpu_model": gpu_models["h100"].pk,
+            "guaranteed_gpus": 5,
+            "borrow_limit_gpus": 1,
+        },
+    )
+    change = AuditEntry.objects.get(action="quota.set")
+    assert change.before["guaranteed_gpus"] == 3 and change.after["guaranteed_gpus"] == 5
+    client.post(f"/admin/tenants/quota/{quota.pk}/delete/", {"post": "yes"})
+    assert not Quota.objects.exists()
+    assert AuditEntry.objects.get(action="quota.delete").before["guaranteed_gpus"] == 5
+
+
+def test_admin_inline_quota_rows_are_audited(platform, teams, gpu_models, client):
+    client.force_login(platform["admin"])
+    vision = teams["vision"]
+    members = list(vision.memberships.all())
+    data = {
+        "slug": "vision",
+        "name": "Vision",
+        "parent": teams["research"].pk,
+        "fair_share_weight": "3",
+        "memberships-TOTAL_FORMS": str(len(members)),
+        "memberships-INITIAL_FORMS": str(len(members)),
+        "quotas-TOTAL_FORMS": "1",
+        "quotas-INITIAL_FORMS": "0",
+        "quotas-0-gpu_model": gpu_models["a100"].pk,
+        "quotas-0-guaranteed_gpus": "2",
+        "quotas-0-borrow_limit_gpus": "0",
+        "quotas-0-team": vision.pk,
+    }
+    for i, m in enumerate(members):
+        data.update(
+            {
+                f"memberships-{i}-id": m.pk,
+                f"memberships-{i}-team": vision.pk,
+                f"memberships-{i}-user": m.user_id,
+                f"memberships-{i}-role": m.role,
+            }
+        )
+    response = client.post(f"/admin/tenants/team/{vision.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert AuditEntry.objects.get(action="team.set").after["fair_share_weight"] == 3.0
+    inline = AuditEntry.objects.get(action="quota.create")
+    assert inline.after["guaranteed_gpus"] == 2 and inline.team == vision
