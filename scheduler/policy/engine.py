@@ -45,6 +45,7 @@ from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
 from scheduler.policy.model import (
     Decisions,
+    Node,
     Pending,
     PendingJob,
     Preempt,
@@ -75,11 +76,26 @@ def _fmt_s(s: float) -> str:
     return f"{s:.0f}" if float(s).is_integer() or s >= 10 else f"{s:g}"
 
 
+_STANDINGS_MEMO: dict[tuple, tuple[dict[str, int], int]] = {}
+
+
+def _standings(teams, band: float) -> tuple[dict[str, int], int]:
+    # Memoised by value (the fields fair share reads): teams rarely change between cycles.
+    key = (band, tuple((t.name, t.parent, t.weight, t.usage_gpu_s) for t in teams))
+    out = _STANDINGS_MEMO.get(key)
+    if out is None:
+        out = standings(teams, band)
+        if len(_STANDINGS_MEMO) >= 8:
+            _STANDINGS_MEMO.pop(next(iter(_STANDINGS_MEMO)))
+        _STANDINGS_MEMO[key] = out
+    return out
+
+
 def queue_order(snapshot: Snapshot) -> list[PendingJob]:
     """The pending queue in the order the engine considers it (highest rank first)."""
     cfg = snapshot.config
     classes = snapshot.priority_classes
-    fs_rank, neutral = standings(snapshot.teams, cfg.fair_share_band)
+    fs_rank, neutral = _standings(snapshot.teams, cfg.fair_share_band)
     now = snapshot.now
     order = cfg.queue_order
     if order == "fifo":
@@ -219,6 +235,79 @@ class _Model:
         self.sizes: dict[int, int] = {}  # node size (GPUs) -> number of eligible nodes
 
 
+class _Topology:
+    """Static facts about a set of eligible nodes: topology order, pools per GPU model
+    (all / spot / on-demand), dataset caches, node sizes. Immutable once built."""
+
+    __slots__ = ("order", "names", "id_of", "rack", "node_model", "models")
+
+    def __init__(self, eligible: list[Node]) -> None:
+        self.order = sorted(
+            range(len(eligible)),
+            key=lambda p: (
+                eligible[p].gpu_model,
+                eligible[p].fabric,
+                eligible[p].rack,
+                eligible[p].nvlink_domain,
+                eligible[p].name,
+            ),
+        )
+        elig = [eligible[p] for p in self.order]
+        self.names = [n.name for n in elig]
+        self.id_of = {n.name: i for i, n in enumerate(elig)}
+        self.rack = [n.rack for n in elig]
+        self.node_model = [n.gpu_model for n in elig]
+        gpus = [n.gpus for n in elig]
+        domain = [n.nvlink_domain for n in elig]
+        fabric = [n.fabric for n in elig]
+        groups: dict[str, list[int]] = {}
+        for i, n in enumerate(elig):
+            groups.setdefault(n.gpu_model, []).append(i)
+        self.models = []
+        for model in sorted(groups):
+            ids = groups[model]
+            sizes: dict[int, int] = {}
+            for i in ids:
+                sizes[gpus[i]] = sizes.get(gpus[i], 0) + 1
+            spot = [i for i in ids if elig[i].spot]
+            ondemand = [i for i in ids if not elig[i].spot]
+            subsets = {"all": ids}
+            if spot and ondemand:
+                subsets["spot"] = spot
+                subsets["ondemand"] = ondemand
+            pools = {
+                key: Pool(sub, gpus, domain, self.rack, fabric) for key, sub in subsets.items()
+            }
+            ds: dict[str, list[int]] = {}
+            for i in ids:
+                for d in elig[i].datasets:
+                    ds.setdefault(d, []).append(i)
+            ds_nodes = {d: frozenset(v) for d, v in ds.items()}
+            self.models.append((model, pools, ds_nodes, sizes))
+
+
+# Memo of the static topology of recently seen eligible-node sets. Building pools is most of the
+# cost of a small cycle, and consecutive cycles (live loop, simulator) nearly always see the same
+# nodes; only free GPUs change. Keyed by value (every static field of every eligible node, in
+# order), so a hit is exactly what a rebuild would produce: decisions do not depend on the memo.
+_TOPOLOGY_MEMO: dict[tuple, _Topology] = {}
+_TOPOLOGY_MEMO_SIZE = 8
+
+
+def _topology(eligible: list[Node]) -> _Topology:
+    key = tuple(
+        (n.name, n.gpu_model, n.gpus, n.fabric, n.rack, n.nvlink_domain, n.spot, tuple(n.datasets))
+        for n in eligible
+    )
+    topo = _TOPOLOGY_MEMO.get(key)
+    if topo is None:
+        topo = _Topology(eligible)
+        if len(_TOPOLOGY_MEMO) >= _TOPOLOGY_MEMO_SIZE:
+            _TOPOLOGY_MEMO.pop(next(iter(_TOPOLOGY_MEMO)))
+        _TOPOLOGY_MEMO[key] = topo
+    return topo
+
+
 class _Cycle:
     """State of one ``decide`` call. Built from the snapshot, consumed by :meth:`run`."""
 
@@ -239,54 +328,38 @@ class _Cycle:
 
         # ---- nodes: eligible ones get global ids in topology order
         min_health = cfg.min_health
-        by_name = {n.name: n for n in snap.nodes}
-        self.node_by_name = by_name
-        elig = sorted(
-            (n for n in snap.nodes if n.state == "ready" and n.health >= min_health and n.gpus > 0),
-            key=lambda n: (n.gpu_model, n.fabric, n.rack, n.nvlink_domain, n.name),
-        )
-        self.names = [n.name for n in elig]
-        self.id_of = {n.name: i for i, n in enumerate(elig)}
-        self.rack = [n.rack for n in elig]
+        self.node_by_name = {n.name: n for n in snap.nodes}
+        eligible = [
+            n for n in snap.nodes if n.state == "ready" and n.health >= min_health and n.gpus > 0
+        ]
+        topo = _topology(eligible)
+        elig = [eligible[p] for p in topo.order]
+        self.names = topo.names
+        self.id_of = topo.id_of
+        self.rack = topo.rack
+        self.node_model = topo.node_model
         self.free: list[list[int]] = []
         for n in elig:
-            f = sorted(set(n.free_gpus))
-            if f and (f[0] < 0 or f[-1] >= n.gpus):
-                f = [g for g in f if 0 <= g < n.gpus]
+            f = list(n.free_gpus)
+            # The codec guarantees distinct in-range indices; dataclasses built directly get a
+            # cheap check (a GPU listed twice must never be placed twice).
+            if f and (len(f) > n.gpus or len(set(f)) != len(f) or min(f) < 0 or max(f) >= n.gpus):
+                f = sorted({g for g in f if 0 <= g < n.gpus})
             self.free.append(f)
         self.protected = [0] * len(elig)
         self.free0 = [len(f) for f in self.free]
-        gpus = [n.gpus for n in elig]
-        domain = [n.nvlink_domain for n in elig]
-        fabric = [n.fabric for n in elig]
         self.models: dict[str, _Model] = {}
-        self.node_model: list[str] = [n.gpu_model for n in elig]
-        groups: dict[str, list[int]] = {}
-        for i, n in enumerate(elig):
-            groups.setdefault(n.gpu_model, []).append(i)
         self.pools_of: list[list[tuple[_Model, str]]] = [[] for _ in elig]
-        for model in sorted(groups):
-            ids = groups[model]
+        free = self.free
+        for model, pools, ds_nodes, sizes in topo.models:
             ms = _Model(model)
-            for i in ids:
-                ms.sizes[gpus[i]] = ms.sizes.get(gpus[i], 0) + 1
-            spot = [i for i in ids if elig[i].spot]
-            ondemand = [i for i in ids if not elig[i].spot]
-            subsets = {"all": ids}
-            if spot and ondemand:
-                subsets["spot"] = spot
-                subsets["ondemand"] = ondemand
-            for key, sub in subsets.items():
-                pool = Pool(sub, gpus, domain, self.rack, fabric)
-                ms.pools[key] = pool
-                ms.now[key] = Index(pool, {i: len(self.free[i]) for i in sub})
-                for i in sub:
+            ms.pools = pools
+            ms.ds_nodes = ds_nodes
+            ms.sizes = sizes
+            for key, pool in pools.items():
+                ms.now[key] = Index(pool, {i: len(free[i]) for i in pool.nodes})
+                for i in pool.nodes:
                     self.pools_of[i].append((ms, key))
-            ds: dict[str, list[int]] = {}
-            for i in ids:
-                for d in elig[i].datasets:
-                    ds.setdefault(d, []).append(i)
-            ms.ds_nodes = {d: frozenset(v) for d, v in ds.items()}
             self.models[model] = ms
         self.model_names = sorted(self.models)
 
