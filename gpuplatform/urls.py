@@ -6,11 +6,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from rest_framework.routers import DefaultRouter
 
 from billing import api as billing_api
+from scheduler.api import arrays as scheduler_arrays_api
 from scheduler.api import views as scheduler_views
 from tenants import api as tenants_api
 
 router = DefaultRouter()
 router.register("jobs", scheduler_views.JobViewSet, basename="job")
+router.register("job-arrays", scheduler_arrays_api.JobArrayViewSet, basename="job-array")
 router.register("clusters", scheduler_views.ClusterViewSet, basename="cluster")
 router.register("nodes", scheduler_views.NodeViewSet, basename="node")
 router.register("admin/nodes", scheduler_views.NodeAdminViewSet, basename="node-admin")

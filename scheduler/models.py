@@ -170,6 +170,11 @@ class Job(models.Model):
     backend_ref = models.CharField(max_length=200, blank=True)
     # Simulated backend only: how long the work takes when run exclusively (demo, tests).
     simulated_duration_s = models.FloatField(null=True, blank=True)
+    # Set for the members of a job array (sweep): the array and this job's index in it.
+    array = models.ForeignKey(
+        "JobArray", null=True, blank=True, related_name="jobs", on_delete=models.CASCADE
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -191,6 +196,11 @@ class Job(models.Model):
                     & Q(elastic_min_workers__lte=F("elastic_max_workers"))
                 ),
                 name="job_elastic_range_valid",
+            ),
+            models.UniqueConstraint(
+                fields=["array", "array_index"],
+                condition=Q(array__isnull=False),
+                name="job_unique_array_index",
             ),
         ]
         indexes = [models.Index(fields=["team", "state"], name="job_team_state")]
@@ -291,3 +301,29 @@ class SimulatedNodeFault(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name} down {self.failed_at:%H:%M:%S}-{self.repaired_at:%H:%M:%S}"
+
+
+class JobArray(models.Model):
+    """A job array (sweep): one submission that created ``size`` jobs from a template, each with
+    its own per-index parameters. The jobs point back here (``Job.array``, ``Job.array_index``)
+    and are listed and cancelled as a group."""
+
+    team = models.ForeignKey(Team, related_name="job_arrays", on_delete=models.PROTECT)
+    submitter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="job_arrays", on_delete=models.PROTECT
+    )
+    name = models.CharField(max_length=200)
+    size = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # The submitted template (contract field names), kept for display and resubmission.
+    template = models.JSONField(default=dict, blank=True)
+    submitted_at = models.DateTimeField(db_index=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(size__gte=1), name="jobarray_size_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.size}] (#{self.pk})"

@@ -1,0 +1,156 @@
+"""REST endpoints for job arrays (sweeps): ``/api/v1/job-arrays/``.
+
+- ``POST /job-arrays/`` ``{"name", "team", "template": {job fields}, "items": [{overrides}, …]}``
+  (or ``"count": N`` for N identical indices, like ``sbatch --array=0-(N-1)``) creates every index
+  or none: a bad index is a 400 naming it, ``{"items[3].gpus_per_worker": ["…"]}``.
+- ``GET /job-arrays/`` and ``/job-arrays/<id>/``: the arrays with their members' count per state.
+- ``GET /job-arrays/<id>/jobs/``: the members, paginated, in the job list's shape.
+- ``POST /job-arrays/<id>/cancel/``: cancel every live member.
+
+The view only checks shapes (per field, with the single-job serializer's own field definitions, so
+the two endpoints cannot drift) and calls ``scheduler.arrays``.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from .. import arrays, selectors
+from ..errors import FieldErrors, NotFound
+from .serializers import JobSerializer, JobSubmitSerializer
+
+
+class JobArraySubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=180)
+    team = serializers.SlugField()
+    template = serializers.DictField(
+        help_text="Job fields shared by every index (as for POST /jobs/, without name and team)."
+    )
+    items = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        max_length=arrays.MAX_ARRAY_SIZE,
+        help_text="Per-index overrides of the template; an item's env is merged over the "
+        "template's. Give items or count.",
+    )
+    count = serializers.IntegerField(
+        required=False, min_value=1, max_value=arrays.MAX_ARRAY_SIZE, help_text="N equal indices."
+    )
+
+    def validate(self, attrs):
+        if ("items" in attrs) == ("count" in attrs):
+            raise serializers.ValidationError({"items": ["give either items or count"]})
+        if "count" in attrs:
+            attrs["items"] = [{} for _ in range(attrs.pop("count"))]
+        return attrs
+
+
+class JobArraySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    team = serializers.CharField(source="team.slug")
+    submitter = serializers.CharField(source="submitter.username")
+    size = serializers.IntegerField()
+    template = serializers.DictField()
+    submitted_at = serializers.DateTimeField()
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    counts = serializers.SerializerMethodField()
+
+    def get_counts(self, array) -> dict[str, int]:
+        return arrays.array_counts(array)
+
+
+_JOB_FIELDS = JobSubmitSerializer().fields
+_NOT_PER_INDEX = {"team"}
+
+
+def _check_fields(values: dict, prefix: str, errors: dict, *, template: bool) -> dict:
+    """Type-check each given job field with the single-job serializer's field; collect errors
+    under ``<prefix>.<field>``."""
+    clean = {}
+    for key, value in values.items():
+        fld = _JOB_FIELDS.get(key)
+        if fld is None or key in _NOT_PER_INDEX or (template and key == "name"):
+            errors[f"{prefix}.{key}"] = ["not a job field that can be set here"]
+            continue
+        try:
+            clean[key] = fld.run_validation(value)
+        except serializers.ValidationError as exc:
+            detail = exc.detail
+            if isinstance(detail, dict):
+                for sub, messages in detail.items():
+                    errors[f"{prefix}.{key}.{sub}"] = [str(m) for m in messages]
+            else:
+                errors[f"{prefix}.{key}"] = [str(m) for m in detail]
+    return clean
+
+
+def _shape(data: dict) -> arrays.ArrayRequest:
+    errors: dict[str, list[str]] = {}
+    template = _check_fields(data["template"], "template", errors, template=True)
+    for required in ("workers", "gpus_per_worker"):
+        if required not in template and f"template.{required}" not in errors:
+            missing = [i for i, item in enumerate(data["items"]) if required not in item]
+            if missing:
+                errors[f"template.{required}"] = [
+                    f"required (index {missing[0]} and {len(missing) - 1} more do not set it)"
+                    if len(missing) > 1
+                    else f"required (index {missing[0]} does not set it)"
+                ]
+    items = []
+    for i, item in enumerate(data["items"]):
+        items.append(_check_fields(item, f"items[{i}]", errors, template=False))
+        if len(errors) > arrays.MAX_REPORTED_ERRORS:
+            break
+    if errors:
+        raise FieldErrors(errors)
+    return arrays.ArrayRequest(name=data["name"], team=data["team"], template=template, items=items)
+
+
+class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    serializer_class = JobArraySerializer
+
+    def get_queryset(self):
+        return arrays.array_list(user=self.request.user)
+
+    def get_throttles(self):
+        # An array submission counts as one submission against the per-user and per-team limits.
+        if self.action == "create":
+            from tenants.throttles import job_submit_throttles
+
+            return job_submit_throttles()
+        return super().get_throttles()
+
+    def _array_id(self) -> int:
+        try:
+            return int(self.kwargs["pk"])
+        except (TypeError, ValueError):
+            raise NotFound("no such job array", field="id") from None
+
+    def get_object(self):
+        return arrays.array_get(user=self.request.user, array_id=self._array_id())
+
+    @extend_schema(request=JobArraySubmitSerializer, responses={201: JobArraySerializer})
+    def create(self, request):
+        incoming = JobArraySubmitSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        array = arrays.array_submit(user=request.user, request=_shape(incoming.validated_data))
+        array = arrays.array_get(user=request.user, array_id=array.pk)
+        return Response(JobArraySerializer(array).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobArraySerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        array = arrays.array_cancel(user=request.user, array_id=self._array_id())
+        return Response(JobArraySerializer(array).data)
+
+    @extend_schema(responses={200: JobSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def jobs(self, request, pk=None):
+        array = arrays.array_get(user=request.user, array_id=self._array_id())
+        members = selectors.job_list(user=request.user).filter(array=array).order_by("array_index")
+        page = self.paginate_queryset(members)
+        return self.get_paginated_response(JobSerializer(page, many=True).data)

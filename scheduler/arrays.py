@@ -1,0 +1,321 @@
+"""Job arrays (sweeps): one submission creates N jobs from a template with per-index parameters.
+
+Guarantees:
+
+- **All or nothing.** Every index is validated by the same domain rules as a single submission
+  (``scheduler.services._validate_request``) before anything is written; one bad index refuses the
+  whole array with :class:`FieldErrors` naming the index and field (``items[3].gpus_per_worker``)
+  or the template field (``template.gpu_model``) it came from, and no job is created.
+- **Bounded work.** Indices that share the fields the domain rules read (workers, GPUs, model,
+  priority, limits, elastic range) are validated once, so a 5,000-index sweep that varies only its
+  environment costs a handful of queries; the jobs and their ``submitted`` events are written with
+  two bulk INSERTs, and one scheduling cycle is requested.
+- **Group cancel.** :func:`array_cancel` cancels every live job of the array in one transaction
+  (GPUs released, backends told after commit), with the same visibility and role rules as
+  ``services.job_cancel``.
+
+Reads (:func:`array_list`, :func:`array_get`) start from the caller's teams, like every selector.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from tenants.permissions import can_submit_to
+
+from . import streams
+from .errors import Conflict, DomainError, FieldErrors, NotFound
+from .models import Allocation, Job, JobArray, JobEvent
+from .services import JobRequest, _trigger_cycle, _validate_request, publish_job
+from .states import HOLDING_STATES, LIVE_STATES, JobState, sources_for
+
+MAX_ARRAY_SIZE = 10_000
+# Per-index errors listed before the rest are summarised (a 10,000-index mistake stays readable).
+MAX_REPORTED_ERRORS = 50
+ARRAY_INDEX_ENV = "GPUPLATFORM_ARRAY_INDEX"
+
+# JobRequest fields a template or an item may set (the team is the array's, one for all).
+OVERRIDABLE = frozenset(f.name for f in fields(JobRequest)) - {"team"}
+# The fields the domain rules read: indices equal on these are validated once.
+_RULE_FIELDS = (
+    "workers",
+    "gpus_per_worker",
+    "gpu_model",
+    "priority_class",
+    "checkpoint_interval_s",
+    "runtime_limit_s",
+    "elastic",
+)
+
+
+@dataclass(frozen=True)
+class ArrayRequest:
+    """A shape-checked array submission: ``template`` and each of ``items`` hold JobRequest
+    fields (types already checked by the caller); an item's fields override the template's and an
+    item's ``env`` is merged over the template's."""
+
+    name: str
+    team: str
+    template: dict[str, Any]
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _member_request(req: ArrayRequest, index: int) -> JobRequest:
+    item = req.items[index]
+    merged = {**req.template, **item}
+    env = {**(req.template.get("env") or {}), **(item.get("env") or {})}
+    env[ARRAY_INDEX_ENV] = str(index)
+    merged["env"] = env
+    merged["name"] = item.get("name") or f"{req.name}-{index}"
+    return JobRequest(team=req.team, **merged)
+
+
+def _rule_key(job_request: JobRequest) -> tuple:
+    elastic = job_request.elastic
+    return tuple(
+        tuple(sorted(elastic.items()))
+        if name == "elastic" and elastic
+        else getattr(job_request, name)
+        for name in _RULE_FIELDS
+    )
+
+
+def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, dict]:
+    """Validate every index; return the member requests and the resolved team, GPU models and
+    priority classes, or raise FieldErrors naming each bad index and field."""
+    size = len(req.items)
+    if size < 1:
+        raise FieldErrors({"items": ["an array needs at least one index"]})
+    if size > MAX_ARRAY_SIZE:
+        raise FieldErrors({"items": [f"at most {MAX_ARRAY_SIZE} indices per array (got {size})"]})
+    unknown = set(req.template) - OVERRIDABLE
+    if unknown:
+        raise FieldErrors({f"template.{k}": ["not a job field"] for k in sorted(unknown)})
+
+    members = [_member_request(req, i) for i in range(size)]
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, member in enumerate(members):
+        groups[_rule_key(member)].append(i)
+
+    errors: dict[str, list[str]] = {}
+    reported = 0
+    resolved: dict[tuple, tuple] = {}
+    for key, indices in groups.items():
+        try:
+            resolved[key] = _validate_request(members[indices[0]], user=user)
+        except FieldErrors as exc:
+            for bad_field, messages in exc.errors.items():
+                root = bad_field.split(".")[0]
+                if root == "team":
+                    errors.setdefault("team", messages)
+                    continue
+                from_items = [i for i in indices if root in req.items[i]]
+                if len(from_items) < len(indices):
+                    errors.setdefault(f"template.{bad_field}", messages)
+                for i in from_items:
+                    if reported < MAX_REPORTED_ERRORS:
+                        errors[f"items[{i}].{bad_field}"] = messages
+                    reported += 1
+    if errors:
+        if reported > MAX_REPORTED_ERRORS:
+            errors["items"] = [
+                f"{reported} index errors in all; the first {MAX_REPORTED_ERRORS} are listed"
+            ]
+        raise FieldErrors(errors)
+    team = next(iter(resolved.values()))[0]
+    return members, team, {key: value for key, value in resolved.items()}
+
+
+def array_submit(*, user, request: ArrayRequest) -> JobArray:
+    """Validate and queue every index of the array, or nothing (FieldErrors names what is wrong).
+
+    The jobs are pending, named ``<name>-<index>`` unless an item names itself, and carry their
+    index in ``Job.array_index`` and in the environment variable GPUPLATFORM_ARRAY_INDEX. One
+    ``array.status`` message goes to the team's stream and one scheduling cycle is requested, both
+    after commit.
+    """
+    with transaction.atomic():
+        members, team, resolved = _validate_array(user=user, req=request)
+        from billing.services import budget_check_submission
+
+        budget_check_submission(team=team)
+        now = timezone.now()
+        array = JobArray.objects.create(
+            team=team,
+            submitter=user,
+            name=request.name,
+            size=len(members),
+            template=request.template,
+            submitted_at=now,
+        )
+        jobs = []
+        for index, member in enumerate(members):
+            _team, gpu_model, priority = resolved[_rule_key(member)]
+            jobs.append(
+                Job(
+                    team=team,
+                    submitter=user,
+                    name=member.name,
+                    image=member.image,
+                    command=member.command,
+                    env=member.env or {},
+                    workers=member.workers,
+                    gpus_per_worker=member.gpus_per_worker,
+                    gpu_model=gpu_model,
+                    priority_class=priority,
+                    preemptible=(
+                        priority.preemptible_by_default
+                        if member.preemptible is None
+                        else member.preemptible
+                    ),
+                    checkpoint_interval_s=member.checkpoint_interval_s,
+                    runtime_limit_s=member.runtime_limit_s,
+                    dataset=member.dataset,
+                    elastic_min_workers=(member.elastic or {}).get("min_workers"),
+                    elastic_max_workers=(member.elastic or {}).get("max_workers"),
+                    simulated_duration_s=member.simulated_duration_s,
+                    state=JobState.PENDING,
+                    why_pending="waiting for the next scheduling cycle",
+                    submitted_at=now,
+                    array=array,
+                    array_index=index,
+                )
+            )
+        # PostgreSQL and SQLite both return the new primary keys from a bulk INSERT.
+        Job.objects.bulk_create(jobs, batch_size=1000)
+        message = f"submitted by {user.get_username()} as index {{}} of array #{array.pk}"
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(job=job, kind="submitted", message=message.format(i), time=now)
+                for i, job in enumerate(jobs)
+            ],
+            batch_size=1000,
+        )
+        _publish_array(array, {JobState.PENDING.value: len(jobs)})
+        _trigger_cycle()
+    return array
+
+
+def _publish_array(array: JobArray, counts: dict[str, int]) -> None:
+    # One message per array rather than one per job: a 5,000-index sweep must not flood the
+    # channel layer (single job changes made later by the loop are still published per job).
+    streams.publish(
+        streams.team_group(array.team_id),
+        {
+            "type": "array.status",
+            "array": array.pk,
+            "team": array.team.slug,
+            "name": array.name,
+            "size": array.size,
+            "counts": counts,
+            "time": timezone.now().isoformat(),
+        },
+    )
+
+
+def array_cancel(*, user, array_id: int) -> JobArray:
+    """Cancel every live job of an array of one of the caller's teams, in one transaction.
+
+    Another team's array is NotFound; viewers get a DomainError; an array with no live job left is
+    a Conflict. GPUs of running members are released in the same transaction and their backends
+    told to stop after commit. Members finished meanwhile keep their final state.
+    """
+    with transaction.atomic():
+        array = array_list(user=user).filter(pk=array_id).first()
+        if array is None:
+            raise NotFound("no such job array", field="id")
+        if not can_submit_to(user, array.team):
+            raise DomainError("viewers cannot cancel jobs", field="id")
+        # Lock the live members (ordered, like the loop, to keep lock order stable) so the
+        # loop's conditional starts either happen before us or find the job cancelled.
+        live = list(
+            Job.objects.select_for_update(of=("self",))
+            .select_related("cluster", "team")
+            .filter(array=array, state__in=list(LIVE_STATES))
+            .order_by("id")
+        )
+        if not live:
+            raise Conflict("no job of this array is live any more", field="state")
+        now = timezone.now()
+        ids = [job.pk for job in live]
+        Job.objects.filter(pk__in=ids, state__in=sources_for(JobState.CANCELLED)).update(
+            state=JobState.CANCELLED, finished_at=now, why_pending=""
+        )
+        Allocation.objects.filter(job_id__in=ids, ended_at__isnull=True).update(ended_at=now)
+        who = user.get_username()
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job=job, kind="cancelled", message=f"cancelled with array by {who}", time=now
+                )
+                for job in live
+            ],
+            batch_size=1000,
+        )
+        from .enforce import backend_cancel_after_commit
+
+        for job in live:
+            if job.state in HOLDING_STATES:
+                if job.cluster_id:
+                    backend_cancel_after_commit(job)
+                publish_job(replace_state(job, JobState.CANCELLED))
+        JobArray.objects.filter(pk=array.pk).update(cancelled_at=now)
+        array.cancelled_at = now
+        _publish_array(array, {JobState.CANCELLED.value: len(live)})
+        _trigger_cycle()
+    return array_get(user=user, array_id=array.pk)
+
+
+def replace_state(job: Job, state: JobState) -> Job:
+    """``job`` with its in-memory state set (after a bulk UPDATE moved it in the database)."""
+    job.state = state
+    job.why_pending = ""
+    return job
+
+
+_COUNTS = {state.value: Count("jobs", filter=Q(jobs__state=state.value)) for state in JobState}
+
+
+def array_list(*, user) -> QuerySet[JobArray]:
+    """Arrays of the caller's teams (all for platform admins), newest first, each annotated with
+    its members' count per state (``n_pending``, ``n_running``, …) in ONE query whatever the page
+    size."""
+    if not user.is_authenticated:
+        return JobArray.objects.none()
+    qs = JobArray.objects.all()
+    if not user.is_superuser:
+        team_ids = user.memberships.values("team_id")
+        qs = qs.filter(team_id__in=team_ids)
+    return qs.select_related("team", "submitter").annotate(
+        **{f"n_{state}": count for state, count in _COUNTS.items()}
+    )
+
+
+def array_get(*, user, array_id: int) -> JobArray:
+    """One array of the caller's teams; another team's array (or none) is NotFound."""
+    array = array_list(user=user).filter(pk=array_id).first()
+    if array is None:
+        raise NotFound("no such job array", field="id")
+    return array
+
+
+def array_counts(array: JobArray) -> dict[str, int]:
+    """State -> number of members, from the annotation of :func:`array_list`."""
+    return {state.value: getattr(array, f"n_{state.value}", 0) for state in JobState}
+
+
+__all__ = [
+    "MAX_ARRAY_SIZE",
+    "ArrayRequest",
+    "array_cancel",
+    "array_counts",
+    "array_get",
+    "array_list",
+    "array_submit",
+]

@@ -1,0 +1,153 @@
+"""Job arrays through the REST API: all-or-nothing submission naming the bad index and field,
+per-index parameters, grouped reads, group cancel and team isolation."""
+
+import pytest
+
+from scheduler.models import Allocation, Job, JobArray, JobEvent
+from scheduler.states import JobState
+
+pytestmark = pytest.mark.django_db
+
+TEMPLATE = {"workers": 1, "gpus_per_worker": 1, "gpu_model": "h100-80gb", "env": {"EPOCHS": "3"}}
+
+
+def post_array(client, **body):
+    payload = {"name": "sweep", "team": "vision", "template": dict(TEMPLATE)}
+    payload.update(body)
+    return client.post("/api/v1/job-arrays/", payload, format="json")
+
+
+def test_array_creates_one_job_per_index_with_its_parameters(platform, api_as):
+    items = [{"env": {"LR": lr}} for lr in ("0.1", "0.01", "0.001")]
+    items.append({"gpus_per_worker": 4, "name": "big"})
+    response = post_array(api_as(platform["alice"]), items=items)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["size"] == 4 and body["team"] == "vision" and body["submitter"] == "alice"
+    assert body["counts"]["pending"] == 4
+
+    jobs = list(Job.objects.filter(array_id=body["id"]).order_by("array_index"))
+    assert [j.array_index for j in jobs] == [0, 1, 2, 3]
+    assert [j.name for j in jobs] == ["sweep-0", "sweep-1", "sweep-2", "big"]
+    assert jobs[1].env == {"EPOCHS": "3", "LR": "0.01", "GPUPLATFORM_ARRAY_INDEX": "1"}
+    assert [j.gpus_per_worker for j in jobs] == [1, 1, 1, 4]
+    assert all(j.gpu_model.name == "h100-80gb" and j.state == JobState.PENDING for j in jobs)
+    assert JobEvent.objects.filter(job__array_id=body["id"], kind="submitted").count() == 4
+
+
+def test_count_makes_equal_indices(platform, api_as):
+    response = post_array(api_as(platform["alice"]), count=25)
+    assert response.status_code == 201, response.json()
+    assert Job.objects.filter(array_id=response.json()["id"]).count() == 25
+
+
+def test_one_bad_index_refuses_the_whole_array_naming_index_and_field(platform, api_as):
+    items = [{} for _ in range(6)]
+    items[3] = {"gpus_per_worker": 16}
+    response = post_array(api_as(platform["alice"]), items=items)
+    assert response.status_code == 400
+    body = response.json()
+    assert list(body) == ["items[3].gpus_per_worker"], body
+    assert "more than a h100-80gb node has (8)" in body["items[3].gpus_per_worker"][0]
+    assert Job.objects.count() == 0 and JobArray.objects.count() == 0
+    assert JobEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "items,key,needle",
+    [
+        ([{}, {"workers": "many"}], "items[1].workers", "valid integer"),
+        ([{}, {}, {"gpu_model": "tpu-v5"}], "items[2].gpu_model", "unknown GPU model"),
+        ([{"priority_class": "urgent"}], "items[0].priority_class", "unknown priority class"),
+        ([{}, {"team": "nlp"}], "items[1].team", "not a job field"),
+        ([{"color": "red"}], "items[0].color", "not a job field"),
+        (
+            [{}, {"elastic": {"min_workers": 3, "max_workers": 2}}],
+            "items[1].elastic.max_workers",
+            "min_workers",
+        ),
+    ],
+)
+def test_bad_item_shapes_and_rules_are_named(platform, api_as, items, key, needle):
+    response = post_array(api_as(platform["alice"]), items=items)
+    assert response.status_code == 400
+    body = response.json()
+    assert key in body, body
+    assert needle in str(body[key])
+    assert Job.objects.count() == 0 and JobArray.objects.count() == 0
+
+
+def test_bad_template_is_named_once_as_template(platform, api_as):
+    template = dict(TEMPLATE, gpu_model="tpu-v5")
+    response = post_array(api_as(platform["alice"]), template=template, count=100)
+    assert response.status_code == 400
+    assert list(response.json()) == ["template.gpu_model"]
+    assert Job.objects.count() == 0
+
+
+def test_many_bad_indices_are_summarised(platform, api_as):
+    items = [{"gpus_per_worker": 16} for _ in range(120)]
+    response = post_array(api_as(platform["alice"]), items=items)
+    assert response.status_code == 400
+    body = response.json()
+    assert sum(key.startswith("items[") for key in body) == 50
+    assert "120 index errors" in body["items"][0]
+    assert Job.objects.count() == 0
+
+
+def test_other_team_and_viewer_are_refused(platform, api_as):
+    response = post_array(api_as(platform["bob"]), count=2)
+    assert response.status_code == 400 and "team" in response.json()
+    response = post_array(api_as(platform["charlie"]), count=2)
+    assert response.status_code == 400 and "viewers cannot submit" in str(response.json()["team"])
+    assert Job.objects.count() == 0
+
+
+def test_arrays_are_listed_grouped_and_scoped_to_the_team(platform, api_as):
+    alice, bob = api_as(platform["alice"]), api_as(platform["bob"])
+    array_id = post_array(alice, count=3).json()["id"]
+    assert bob.get(f"/api/v1/job-arrays/{array_id}/").status_code == 404
+    assert bob.get("/api/v1/job-arrays/").json()["results"] == []
+    assert bob.post(f"/api/v1/job-arrays/{array_id}/cancel/").status_code == 404
+
+    listed = alice.get("/api/v1/job-arrays/").json()["results"]
+    assert [a["id"] for a in listed] == [array_id]
+    members = alice.get(f"/api/v1/job-arrays/{array_id}/jobs/").json()
+    assert members["count"] == 3
+    assert [j["name"] for j in members["results"]] == ["sweep-0", "sweep-1", "sweep-2"]
+
+
+def test_group_cancel_cancels_every_live_member_and_frees_gpus(platform, api_as):
+    from scheduler.cycle import run_cycle
+
+    alice = api_as(platform["alice"])
+    array_id = post_array(alice, count=4).json()["id"]
+    run_cycle(sync=False)  # 4 one-GPU jobs fit: they start and hold GPUs
+    running = Job.objects.filter(array_id=array_id, state=JobState.RUNNING).count()
+    assert running == 4
+    done = Job.objects.filter(array_id=array_id).order_by("array_index").first()
+    Job.objects.filter(pk=done.pk).update(state=JobState.SUCCEEDED)
+    Allocation.objects.filter(job=done).update(ended_at=done.submitted_at)
+
+    assert (
+        api_as(platform["charlie"]).post(f"/api/v1/job-arrays/{array_id}/cancel/").status_code
+        == 400
+    )
+    response = alice.post(f"/api/v1/job-arrays/{array_id}/cancel/")
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["counts"]["cancelled"] == 3 and body["counts"]["succeeded"] == 1
+    assert body["cancelled_at"]
+    assert not Allocation.objects.filter(job__array_id=array_id, ended_at__isnull=True).exists()
+    assert JobEvent.objects.filter(job__array_id=array_id, kind="cancelled").count() == 3
+    # Cancelling again: nothing live is left.
+    assert alice.post(f"/api/v1/job-arrays/{array_id}/cancel/").status_code == 409
+
+
+def test_array_submission_is_one_bulk_write_not_n(platform, api_as, django_assert_max_num_queries):
+    client = api_as(platform["alice"])
+    items = [{"env": {"SEED": str(i)}} for i in range(200)]
+    with django_assert_max_num_queries(40):
+        response = post_array(client, items=items)
+    assert response.status_code == 201
+    assert Job.objects.count() == 200
