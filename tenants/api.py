@@ -15,7 +15,16 @@ from scheduler.errors import DomainError, NotFound
 from scheduler.models import GpuModel
 
 from . import selectors, services
-from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
+from .models import (
+    ApiToken,
+    AuditEntry,
+    Membership,
+    PriorityClass,
+    Quota,
+    QuotaRequest,
+    Role,
+    Team,
+)
 from .pagination import BoundedLimitOffsetPagination
 from .permissions import is_platform_admin, visible_teams
 
@@ -63,6 +72,21 @@ class PriorityClassSerializer(serializers.ModelSerializer):
         fields = ["name", "value", "preemptible_by_default", "description"]
 
 
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "team", "role"]
+        read_only_fields = fields
+
+
+class MembershipWriteSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     """The teams the caller belongs to (all teams for platform admins)."""
 
@@ -81,6 +105,37 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
                 Membership.objects.filter(user=user).values_list("team_id", "role")
             )
         return context
+
+    @extend_schema(
+        request=MembershipWriteSerializer,
+        responses={200: MembershipSerializer(many=True), 201: MembershipSerializer},
+    )
+    @action(detail=True, methods=["get", "post"], pagination_class=None)
+    def members(self, request, slug=None, **kwargs):
+        """GET: the team's members. POST {username, role}: add or change a member (team owners
+        and admins; only owners touch the owner role)."""
+        team = selectors.team_get(user=request.user, slug=slug)
+        if request.method == "GET":
+            members = selectors.membership_list(user=request.user, team=team)
+            return Response(MembershipSerializer(members, many=True).data)
+        incoming = MembershipWriteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        membership = services.membership_set(
+            user=request.user, team=team, **incoming.validated_data
+        )
+        return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(
+        detail=True,
+        methods=["delete"],
+        url_path=r"members/(?P<username>[^/]+)",
+        url_name="member-remove",
+    )
+    def member_remove(self, request, slug=None, username=None, **kwargs):
+        team = selectors.team_get(user=request.user, slug=slug)
+        services.membership_remove(user=request.user, team=team, username=username)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class QuotaViewSet(

@@ -56,3 +56,28 @@ def test_last_owner_stays(platform, teams, olga):
         services.membership_set(user=olga, team=teams["vision"], username="olga", role="member")
     assert err.value.status_code == 409
     assert Membership.objects.get(user=olga, team=teams["vision"]).role == "owner"
+
+
+def test_rest_members(platform, teams, vera, nick, api_as):
+    listed = api_as(platform["alice"]).get("/api/v1/teams/vision/members/")
+    assert listed.status_code == 200
+    assert {m["username"] for m in listed.json()} == {"alice", "charlie", "vera"}
+    made = api_as(vera).post(
+        "/api/v1/teams/vision/members/", {"username": "bob", "role": "viewer"}, format="json"
+    )
+    assert made.status_code == 201 and made.json()["role"] == "viewer"
+    # A member cannot manage; another team's admin gets a 404; a bad role names the field.
+    assert (
+        api_as(platform["alice"])
+        .post("/api/v1/teams/vision/members/", {"username": "bob", "role": "admin"}, format="json")
+        .status_code
+        == 403
+    )
+    assert api_as(nick).get("/api/v1/teams/vision/members/").status_code == 404
+    assert api_as(nick).delete("/api/v1/teams/vision/members/bob/").status_code == 404
+    bad = api_as(vera).post(
+        "/api/v1/teams/vision/members/", {"username": "bob", "role": "god"}, format="json"
+    )
+    assert bad.status_code == 400 and "role" in bad.json()
+    assert api_as(vera).delete("/api/v1/teams/vision/members/bob/").status_code == 204
+    assert not Membership.objects.filter(user=platform["bob"], team=teams["vision"]).exists()
