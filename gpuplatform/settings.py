@@ -129,6 +129,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "job_submit_user": env.str("JOB_SUBMIT_RATE_USER", default="100000/min"),
         "job_submit_team": env.str("JOB_SUBMIT_RATE_TEAM", default="100000/min"),
+        "token_exchange": env.str("TOKEN_EXCHANGE_RATE", default="60/min"),
     },
 }
 

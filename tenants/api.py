@@ -27,6 +27,7 @@ from .models import (
 )
 from .pagination import BoundedLimitOffsetPagination
 from .permissions import is_platform_admin, visible_teams
+from .throttles import token_exchange_throttles
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -203,7 +204,9 @@ class TokenExchangeView(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
-    throttle_scope = "token"
+
+    def get_throttles(self):
+        return token_exchange_throttles()
 
     @extend_schema(
         request=inline_serializer(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
 
-from .models import Team
+from .models import Team, hash_token
 from .permissions import can_submit_to
 
 
@@ -61,6 +61,26 @@ class JobSubmitTeamThrottle(_SettingsRateThrottle):
         if team is None or not can_submit_to(request.user, team):
             return None
         return f"throttle_{self.scope}_{team.pk}"
+
+
+class TokenExchangeThrottle(_SettingsRateThrottle):
+    """Password-for-token exchanges per client address and username: slows down guessing a
+    user's password without letting one address lock everybody out."""
+
+    scope = "token_exchange"
+
+    def get_cache_key(self, request, view):
+        try:
+            username = request.data.get("username")
+        except Exception:  # an unparsable body is the view's 400
+            username = None
+        if not isinstance(username, str):
+            username = ""
+        return f"throttle_{self.scope}_{self.get_ident(request)}_{hash_token(username)[:16]}"
+
+
+def token_exchange_throttles() -> list[SimpleRateThrottle]:
+    return [TokenExchangeThrottle()] if _rate(TokenExchangeThrottle.scope) else []
 
 
 def job_submit_throttles() -> list[SimpleRateThrottle]:

@@ -56,3 +56,15 @@ def test_outsiders_cannot_spend_a_teams_budget(platform, submit, rates):
         assert submit(platform["bob"], team="vision").status_code == 400
     assert submit(platform["alice"]).status_code == 201
     assert submit(platform["alice"]).status_code == 201
+
+
+def test_password_exchange_is_throttled_per_address(platform, settings):
+    rest = copy.deepcopy(settings.REST_FRAMEWORK)
+    rest["DEFAULT_THROTTLE_RATES"] = {**rest["DEFAULT_THROTTLE_RATES"], "token_exchange": "3/min"}
+    settings.REST_FRAMEWORK = rest
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    body = {"username": "alice", "password": "wrong"}
+    codes = [client.post("/api/v1/auth/token", body, format="json").status_code for _ in range(4)]
+    assert codes == [400, 400, 400, 429]
