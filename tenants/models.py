@@ -134,7 +134,7 @@ class QuotaRequestStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
-    EXPIRED = "expired", "Expired (reverted)"
+    EXPIRED = "expired", "Expired"
 
 
 class QuotaRequest(models.Model):
