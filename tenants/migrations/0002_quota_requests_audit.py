@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
                             ("pending", "Pending"),
                             ("approved", "Approved"),
                             ("rejected", "Rejected"),
-                            ("expired", "Expired (reverted)"),
+                            ("expired", "Expired"),
                         ],
                         db_index=True,
                         default="pending",
