@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+from decimal import Decimal
 
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -81,7 +82,12 @@ class BudgetSerializer(serializers.ModelSerializer):
         fields = ["id", "team", "month", "amount", "hard_stop", "spend"]
 
     def get_spend(self, budget) -> str:
-        return str(services.team_spend(team=budget.team, month=budget.month).quantize(calc.CENT))
+        # One query per distinct month on the page, not one per budget.
+        by_month = self.context.setdefault("spend_by_month", {})
+        if budget.month not in by_month:
+            by_month[budget.month] = services.team_spends(month=budget.month)
+        spent = by_month[budget.month].get(budget.team_id, Decimal(0))
+        return str(spent.quantize(calc.CENT))
 
 
 class BudgetWriteSerializer(serializers.Serializer):

@@ -460,8 +460,9 @@ class BudgetAlertPayload(TypedDict):
     time: str
 
 
-def _subtree_spend(*, month: date, tree: TeamTree) -> dict[int, Decimal]:
-    """Spend of the month per team, each team including its sub-teams."""
+def team_spends(*, month: date, tree: TeamTree | None = None) -> dict[int, Decimal]:
+    """Spend of the month per team id, each team including its sub-teams (one query)."""
+    tree = tree or TeamTree.load()
     start, end = calc.month_bounds(month)
     own = dict(
         UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date())
@@ -511,7 +512,7 @@ def budget_evaluate(*, month: date, now: datetime | None = None) -> list[BudgetA
     budgets = list(Budget.objects.filter(month=month).select_related("team"))
     if not budgets:
         return []
-    spend = _subtree_spend(month=month, tree=TeamTree.load())
+    spend = team_spends(month=month)
     fired_before = set(
         BudgetAlert.objects.filter(budget__in=budgets).values_list("budget_id", "threshold")
     )
