@@ -58,7 +58,9 @@ class Config:
     # --- extensions (docs/policy.md) ---
     queue_order: str = "fair"
     # "fair" order: a job's predicted GPU-time counts half for every queue_aging_s it has waited.
-    queue_aging_s: float = 3600.0
+    # 4 h: on the ITP trace it cut average waiting by a third against 1 h while keeping the
+    # longest wait within ~15 % of oracle SJF's (docs/policy.md).
+    queue_aging_s: float = 14400.0
     # Runtime assumed for ordering when a job has no runtime_estimate_s.
     default_runtime_s: float = 3600.0
     # Teams whose fair-share ratio (share / usage) differs by less than about this factor tie,

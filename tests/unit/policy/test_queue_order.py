@@ -1,6 +1,6 @@
 """Rule 2: queue order is priority class, then hierarchical fair share, then the tie-break."""
 
-from scheduler.policy import decide, queue_order
+from scheduler.policy import Config, PendingJob, decide, queue_order
 
 from .helpers import job, node, snap, started, team
 
@@ -90,19 +90,29 @@ def test_rule_2_smallest_predicted_gpu_time_first_counts_gpus_and_attained_servi
 
 
 def test_rule_2_aging_stops_starvation_of_big_jobs():
-    big = job("big", 1, 8, est=36_000, submitted=0)  # 2^18 GPU-s predicted
-    small = job("small", 1, 1, est=60)
-    # Fresh: the small job goes first.
-    assert (
-        ids(snap([node("n1")], [big, small.__class__(**{**_d(small), "submitted_at": 0})], now=0))[
-            0
-        ]
-        == "small"
-    )
-    # After ~12 aging periods (12 h by default) the big job outranks even a brand-new small one.
-    late = 13 * 3600.0
-    newcomer = small.__class__(**{**_d(small), "submitted_at": late})
+    big = job("big", 1, 8, est=36_000, submitted=0)  # 2^18.1 GPU-s predicted
+    small = job("small", 1, 1, est=60)  # 2^5.9 GPU-s
+    period = Config().queue_aging_s  # waiting one period halves a job's effective size
+    assert ids(snap([node("n1")], [big, small], now=0))[0] == "small"
+    # After ~12.2 aging periods the big job outranks even a brand-new small job.
+    late = 13 * period
+    newcomer = PendingJob(**{**_d(small), "submitted_at": late})
     assert ids(snap([node("n1")], [big, newcomer], now=late))[0] == "big"
+    early = 12 * period
+    newcomer = PendingJob(**{**_d(small), "submitted_at": early})
+    assert ids(snap([node("n1")], [big, newcomer], now=early))[0] == "small"
+    # The knob: with 1 h periods the same happens 13 h after submission.
+    assert (
+        ids(
+            snap(
+                [node("n1")],
+                [big, PendingJob(**{**_d(small), "submitted_at": 13 * 3600.0})],
+                now=13 * 3600.0,
+                queue_aging_s=3600.0,
+            )
+        )[0]
+        == "big"
+    )
 
 
 def test_rule_2_requeued_jobs_go_ahead_of_their_peers():
