@@ -20,7 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.policy import decide  # noqa: E402
-from scheduler.simulation import SimConfig, Simulator, load_itp, uniform_cluster  # noqa: E402
+from scheduler.simulation import (  # noqa: E402
+    SimConfig,
+    Simulator,
+    load_itp,
+    load_openb,
+    parse_cluster,
+    uniform_cluster,
+)
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy  # noqa: E402
 from scheduler.simulation.traces import default_traces_dir  # noqa: E402
 
@@ -67,18 +74,25 @@ def main() -> None:
     """Run and print the profile."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, default=80)
+    ap.add_argument("--openb", action="store_true", help="openb pods on the openb node list")
     ap.add_argument("--max-jobs", type=int)
     ap.add_argument("--cprofile", type=int, default=0)
     args = ap.parse_args()
-    path = default_traces_dir() / "microsoft-itp-elasticflow" / "cluster04.csv"
-    trace = load_itp(path, max_submit=2246340)[: args.max_jobs]
+    if args.openb:
+        pods = default_traces_dir() / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv"
+        trace = load_openb(pods)[: args.max_jobs]
+        cluster = parse_cluster("openb")
+    else:
+        path = default_traces_dir() / "microsoft-itp-elasticflow" / "cluster04.csv"
+        trace = load_itp(path, max_submit=2246340)[: args.max_jobs]
+        cluster = uniform_cluster(args.nodes, 8)
     profiler = cProfile.Profile() if args.cprofile else None
     policy = Timed(profiler)
     t0 = time.perf_counter()
-    Simulator(trace, uniform_cluster(args.nodes, 8), policy, SimConfig()).run()
+    Simulator(trace, cluster, policy, SimConfig()).run()
     wall = time.perf_counter() - t0
     calls = len(policy.t_decide)
-    print(f"{len(trace)} jobs, {args.nodes}x8, wall {wall:.1f} s, {calls} calls")
+    print(f"{len(trace)} jobs, {cluster.name}, wall {wall:.1f} s, {calls} calls")
     for name, ts in (
         ("snapshot", policy.t_snap),
         ("decide", policy.t_decide),
