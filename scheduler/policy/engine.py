@@ -31,9 +31,12 @@ started gang has all its workers, ``gpus_per_worker`` each on one node of the re
 every node ``ready`` and healthy; every pending job not started gets a non-empty ``why``;
 non-preemptible jobs and jobs inside their checkpoint protection window are never preempted.
 
-Cost: O(P log P) to rank P pending jobs plus O(1)-ish per job that cannot fit (memoised slot
-counts per request shape), plus O(N) per started job for N nodes; reservations walk one sorted
-timeline of expected releases. Never jobs x nodes x GPUs.
+Cost: O(N + R) to index N nodes and R running jobs, O(P log P) to rank P pending jobs, O(1)-ish
+per job that cannot fit (memoised slot counts per request shape, and a job shaped like one that
+just waited reuses that outcome while nothing changed), O(nodes of the chosen group) per start;
+reservations pop one heap of expected releases only as far as they need; preemption planning is
+capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are memoised by
+value across calls (a hit equals a rebuild, so decisions never depend on the memo).
 """
 
 from __future__ import annotations
