@@ -11,6 +11,10 @@ by what it shows the engine), so a call costs O(changes) plus the tuple copies.
 Decisions are applied as the live loop applies them: preemptions first, then starts; a start on
 GPUs that are not free is dropped (counted in `start_conflicts`); `Reserve` and `Pending` are
 informational; `Resize` is not modelled (trace jobs are not elastic) and only counted.
+
+A job allowed on several GPU models (openb `gpu_spec` "A|B") is shown to the engine as needing the
+first of them: the engine takes one model or any, and "any" could place it on a model it may not
+use. This under-uses the alternatives; the default openb list has no such job.
 """
 
 from __future__ import annotations
@@ -211,7 +215,7 @@ class GpuPlatformPolicy:
             id=job.id,
             team=job.tenant,
             priority_class=self._level(job, now),
-            gpu_model=job.models[0] if job.models and len(job.models) == 1 else None,
+            gpu_model=job.models[0] if job.models else None,  # see the module docstring
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
             placement={names[n]: g for n, g in job.placement.items()},
@@ -236,7 +240,7 @@ class GpuPlatformPolicy:
             id=job.id,
             team=job.tenant,
             priority_class=level,
-            gpu_model=job.models[0] if job.models and len(job.models) == 1 else None,
+            gpu_model=job.models[0] if job.models else None,  # see the module docstring
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
             submitted_at=job.submit,
