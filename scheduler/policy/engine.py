@@ -80,6 +80,18 @@ def _fmt_s(s: float) -> str:
 
 
 _STANDINGS_MEMO: dict[tuple, tuple[dict[str, int], int]] = {}
+_MEMO_SIZE = 8
+
+
+def _memo_put(memo: dict, key: tuple, value: object) -> None:
+    """Insert into a small memo, evicting the oldest entry; safe if threads race (a lost
+    eviction or insertion only costs a rebuild later, never a wrong answer)."""
+    while len(memo) >= _MEMO_SIZE:
+        try:
+            memo.pop(next(iter(memo)), None)
+        except (RuntimeError, StopIteration):
+            break
+    memo[key] = value
 
 
 def _standings(teams, band: float) -> tuple[dict[str, int], int]:
@@ -88,9 +100,7 @@ def _standings(teams, band: float) -> tuple[dict[str, int], int]:
     out = _STANDINGS_MEMO.get(key)
     if out is None:
         out = standings(teams, band)
-        if len(_STANDINGS_MEMO) >= 8:
-            _STANDINGS_MEMO.pop(next(iter(_STANDINGS_MEMO)))
-        _STANDINGS_MEMO[key] = out
+        _memo_put(_STANDINGS_MEMO, key, out)
     return out
 
 
@@ -294,7 +304,6 @@ class _Topology:
 # nodes; only free GPUs change. Keyed by value (every static field of every eligible node, in
 # order), so a hit is exactly what a rebuild would produce: decisions do not depend on the memo.
 _TOPOLOGY_MEMO: dict[tuple, _Topology] = {}
-_TOPOLOGY_MEMO_SIZE = 8
 
 
 def _topology(eligible: list[Node]) -> _Topology:
@@ -305,9 +314,7 @@ def _topology(eligible: list[Node]) -> _Topology:
     topo = _TOPOLOGY_MEMO.get(key)
     if topo is None:
         topo = _Topology(eligible)
-        if len(_TOPOLOGY_MEMO) >= _TOPOLOGY_MEMO_SIZE:
-            _TOPOLOGY_MEMO.pop(next(iter(_TOPOLOGY_MEMO)))
-        _TOPOLOGY_MEMO[key] = topo
+        _memo_put(_TOPOLOGY_MEMO, key, topo)
     return topo
 
 
