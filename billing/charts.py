@@ -20,6 +20,21 @@ _LAYOUT = {
 }
 
 
+_DAY_MS = 86_400_000
+
+
+def _month_axis(fig: go.Figure, d: CostDashboard) -> None:
+    """A date axis spanning the whole month, one label per day at most (a lone bar otherwise
+    gets an axis in milliseconds)."""
+    start, end = calc.month_bounds(d.month)
+    half_day = timedelta(hours=12)
+    fig.update_xaxes(
+        type="date",
+        range=[(start - half_day).isoformat(), (end - half_day).isoformat()],
+        tickformat="%b %d",
+    )
+
+
 def _empty_note(fig: go.Figure, text: str) -> go.Figure:
     fig.add_annotation(
         text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 14}
@@ -35,8 +50,14 @@ def spend_over_time(d: CostDashboard) -> go.Figure:
     by_model = d.daily_by_model()
     for model, days in by_model.items():
         xs = sorted(days)
-        fig.add_bar(name=model, x=[x.isoformat() for x in xs], y=[float(days[x]) for x in xs])
+        fig.add_bar(
+            name=model,
+            x=[x.isoformat() for x in xs],
+            y=[float(days[x]) for x in xs],
+            width=_DAY_MS * 0.8,
+        )
     fig.update_layout(barmode="stack")
+    _month_axis(fig, d)
     if not by_model:
         _empty_note(fig, "no usage metered this month")
     return fig
@@ -73,6 +94,7 @@ def budget_and_forecast(d: CostDashboard) -> go.Figure:
             x=[start.date().isoformat(), last_day],
             y=[float(d.budget.amount)] * 2,
         )
+    _month_axis(fig, d)
     return fig
 
 
@@ -102,22 +124,21 @@ def waste(d: CostDashboard) -> go.Figure:
         kinds.setdefault(p.kind, {})[p.day.isoformat()] = float(p.cost)
     for kind, days in sorted(kinds.items()):
         xs = sorted(days)
-        fig.add_bar(name=f"lost: {kind.replace('_', ' ')}", x=xs, y=[days[x] for x in xs])
+        fig.add_bar(
+            name=f"lost: {kind.replace('_', ' ')}",
+            x=xs,
+            y=[days[x] for x in xs],
+            width=_DAY_MS * 0.8,
+        )
     fig.update_layout(barmode="stack")
+    _month_axis(fig, d)
     if d.idle.has_telemetry:
         note = f"idle cost ${d.idle.idle_cost:,} ({d.idle.coverage:.0%} of GPU time has telemetry)"
     else:
         note = "idle cost: no telemetry"
     fig.add_annotation(text=note, showarrow=False, xref="paper", yref="paper", x=0, y=1.08)
     if not kinds:
-        fig.add_annotation(
-            text="no work lost to preemption or node failure",
-            showarrow=False,
-            xref="paper",
-            yref="paper",
-            x=0.5,
-            y=0.5,
-        )
+        _empty_note(fig, "no work lost to preemption or node failure")
     return fig
 
 

@@ -119,7 +119,10 @@ def overview(request):
     headers = []
     for key, label in columns:
         active = key == data.sort
-        next_dir = "asc" if active and data.descending else "desc"
+        if active:
+            next_dir = "asc" if data.descending else "desc"
+        else:  # names read best A→Z, amounts largest first
+            next_dir = "asc" if key == "team" else "desc"
         headers.append(
             {
                 "key": key,
