@@ -160,3 +160,31 @@ def test_invalid_starts_are_dropped_not_applied():
     sim.run()
     assert sim.start_conflicts >= 1
     assert sim.by_id["y"].first_start == 10
+
+
+def test_jobs_restricted_to_a_gpu_model_only_land_on_it():
+    from scheduler.simulation import ClusterSpec, NodeSpec
+    from scheduler.simulation.traces import TraceJob
+
+    cluster = ClusterSpec(
+        (NodeSpec("t0", "T4", 2), NodeSpec("t1", "T4", 2), NodeSpec("g0", "G2", 8)), name="mix"
+    )
+    trace = [TraceJob(f"j{i}", 0.0, 100.0, 2, "a", ("T4",)) for i in range(3)]
+    trace.append(TraceJob("any", 0.0, 100.0, 8, "a", None))
+    for policy in ("fifo-backfill", "gpuplatform"):
+        sim = Simulator(trace, cluster, make_policy(policy), SimConfig())
+        seen = {}
+        inner = sim.policy.schedule
+
+        def spy(s, now, inner=inner, seen=seen):
+            inner(s, now)
+            for j in s.running.values():
+                seen[j.id] = {s.node_model[n] for n in j.placement}
+
+        sim.policy.schedule = spy
+        sim.run()
+        assert seen["j0"] == seen["j1"] == seen["j2"] == {"T4"}, policy
+        assert seen["any"] == {"G2"}
+        # two T4 nodes: the third T4 job waits for one of them
+        assert sorted(j.first_start for j in sim.jobs if j.id != "any") == [0.0, 0.0, 100.0]
+        assert_conserved(sim)
