@@ -30,7 +30,7 @@ from django.utils import timezone
 from scheduler.policy import Decisions, decide, decisions_to_dict, snapshot_to_dict
 
 from . import streams
-from .backends import get_backend
+from .backends import backend_run_id, get_backend
 from .backends.base import BackendError, BackendJobSpec
 from .locks import scheduler_lock
 from .models import Allocation, Cluster, Job, JobEvent
@@ -411,7 +411,7 @@ def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
     if service is None and job.runtime_limit_s:
         service = job.runtime_limit_s * 0.6
     return BackendJobSpec(
-        job_id=str(job.pk),
+        job_id=backend_run_id(job),
         attempt=job.attempts,
         name=job.name,
         team=job.team.slug,
@@ -472,13 +472,13 @@ def reconcile(*, now: datetime) -> None:
         backend = get_backend(job.cluster) if job.cluster else None
         try:
             if backend is not None and job.backend_ref:
-                backend.checkpoint(str(job.pk), job.attempts)
+                backend.checkpoint(backend_run_id(job), job.attempts)
             if job.preempt_deadline and job.preempt_deadline <= now:
                 progress = None
                 if backend is not None and job.backend_ref:
-                    (status,) = backend.poll_jobs([(str(job.pk), job.attempts)])
+                    (status,) = backend.poll_jobs([(backend_run_id(job), job.attempts)])
                     progress = status.checkpointed_progress_s
-                    backend.cancel(str(job.pk), job.attempts)
+                    backend.cancel(backend_run_id(job), job.attempts)
                 job_requeue(job=job, now=now, reason="preempted", checkpointed_progress_s=progress)
         except BackendError as exc:
             if job.cluster:

@@ -11,7 +11,7 @@ import logging
 
 from django.db import transaction
 
-from .backends import get_backend
+from .backends import backend_run_id, get_backend
 from .backends.base import BackendError
 
 log = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 def backend_cancel_after_commit(job) -> None:
     """Stop the job's current run on its backend once the cancellation has committed."""
-    cluster, job_id, attempt = job.cluster, str(job.pk), job.attempts
+    cluster, job_id, attempt = job.cluster, backend_run_id(job), job.attempts
 
     def _cancel() -> None:
         try:

@@ -355,3 +355,48 @@ def node_release(*, user, node_id: int) -> Node:
         _backend_after_commit(node, "undrain_node")
         _trigger_cycle()
     return node
+
+
+# --- Clusters --------------------------------------------------------------------------------
+
+
+def cluster_import_nodes(*, cluster) -> tuple[int, int]:
+    """Create or update the cluster's nodes from its backend's inventory (GPU count and model,
+    rack, NVLink domain, zone, fabric, spot). Nodes the backend no longer lists are left alone
+    (an admin removes them). Returns ``(created, updated)``. Idempotent."""
+    from .backends import get_backend
+    from .models import NodeState
+
+    seen = get_backend(cluster).list_nodes()
+    created = updated = 0
+    with transaction.atomic():
+        for item in seen:
+            model_name = item.gpu_model or "gpu"
+            gpu_model, _ = GpuModel.objects.get_or_create(name=model_name)
+            defaults = {
+                "gpu_model": gpu_model,
+                "gpu_count": max(1, item.gpus),
+                "zone": item.zone,
+                "rack": item.rack,
+                "nvlink_domain": item.nvlink_domain,
+                "fabric": item.fabric,
+                "spot": item.spot,
+            }
+            node, was_created = Node.objects.get_or_create(
+                cluster=cluster,
+                name=item.name,
+                defaults={
+                    **defaults,
+                    "state": NodeState.DOWN if item.state == "down" else NodeState.READY,
+                },
+            )
+            if was_created:
+                created += 1
+                continue
+            changed = [k for k, v in defaults.items() if getattr(node, k) != v]
+            if changed:
+                for key in changed:
+                    setattr(node, key, defaults[key])
+                node.save(update_fields=changed)
+                updated += 1
+    return created, updated

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import streams
-from .backends import get_backend
+from .backends import backend_run_id, get_backend
 from .backends.base import BackendError, BackendJobState
 from .cycle import _mark_backend, job_requeue
 from .models import Cluster, Job, Node, NodeEvent, NodeState
@@ -52,11 +52,11 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
         holders = list(
             Job.objects.filter(cluster=cluster, state__in=[JobState.RUNNING, JobState.PREEMPTED])
             .exclude(backend_ref="")
-            .select_related("team")
+            .select_related("team", "cluster")
         )
         statuses = {
             (s.job_id, s.attempt): s
-            for s in backend.poll_jobs([(str(j.pk), j.attempts) for j in holders])
+            for s in backend.poll_jobs([(backend_run_id(j), j.attempts) for j in holders])
         }
     except BackendError as exc:
         # Jobs keep their state; the cluster shows as unavailable until the backend answers.
@@ -66,7 +66,7 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
     _mark_backend(cluster)
     _sync_nodes(cluster, backend_nodes, now)
     for job in holders:
-        status = statuses.get((str(job.pk), job.attempts))
+        status = statuses.get((backend_run_id(job), job.attempts))
         if status is not None:
             _sync_job(job, status, now)
     _release_after_probation(cluster, backend, now)
@@ -148,7 +148,7 @@ def _purge_finished_run(job: Job) -> None:
     purge = getattr(backend, "purge", None)
     if purge is None:
         return
-    job_id, attempt = str(job.pk), job.attempts
+    job_id, attempt = backend_run_id(job), job.attempts
 
     def run() -> None:
         try:
@@ -228,9 +228,11 @@ def _requeue_jobs_on(node: Node, now: datetime) -> None:
         if job.cluster and job.backend_ref:
             backend = get_backend(job.cluster)
             try:
-                (status,) = backend.poll_jobs([(str(job.pk), job.attempts)])
+                (status,) = backend.poll_jobs([(backend_run_id(job), job.attempts)])
                 progress = status.checkpointed_progress_s
-                backend.cancel(str(job.pk), job.attempts)  # the gang's other workers stop too
+                backend.cancel(
+                    backend_run_id(job), job.attempts
+                )  # the gang's other workers stop too
             except BackendError:
                 log.warning("could not stop job %s after node failure", job.pk, exc_info=True)
         job_requeue(

@@ -45,3 +45,14 @@ def _build(cluster) -> Backend:
 
         return KubernetesBackend(config)
     raise ValueError(f"unknown backend kind {cluster.backend_kind!r}")
+
+
+def backend_run_id(job) -> str:
+    """Our job's identity on its backend: its id, prefixed by the cluster's ``run_namespace``
+    (``Cluster.backend_config``) when one is set. Backends find runs by this name, so two platform
+    databases sharing one cluster (or a database restored from a backup) must use different
+    namespaces, or one would mistake the other's runs for its own."""
+    namespace = ""
+    if job.cluster_id is not None:
+        namespace = str((job.cluster.backend_config or {}).get("run_namespace", ""))
+    return f"{namespace}{job.pk}"

@@ -240,6 +240,8 @@ def build_job_script(
         "GPUPLATFORM_GPUS_PER_WORKER": str(spec.gpus_per_worker),
         "GPUPLATFORM_CHECKPOINT_REQUEST": checkpoint_request_path,
         "GPUPLATFORM_CHECKPOINT_PROGRESS": progress_path,
+        # Seconds of work already saved by earlier attempts: where a resumed run starts.
+        "GPUPLATFORM_RESUME_FROM_S": f"{spec.resume_from_s:g}",
         **dict(spec.env),
     }
     per_node = workers_per_node(spec)
