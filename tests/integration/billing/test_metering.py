@@ -257,3 +257,19 @@ def test_rollups_match_usage_incrementally_and_rebuilt(make_job, allocate, price
     for month in (utc(2026, 11, 1).date(), utc(2026, 12, 1).date()):
         services.usage_rollup_rebuild(month=month)
     assert _daily() == incremental
+
+
+def test_management_command_meters_and_rebuilds(make_job, allocate, price):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    allocate(make_job(), "n1", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
+    out = StringIO()
+    call_command("billing_meter", stdout=out)
+    assert "usage rows 1, finalized allocations 1" in out.getvalue()
+    call_command("billing_meter", "--rebuild-rollups", "2026-12", stdout=out)
+    assert "2026-12: 1 daily rows, 1 job rows" in out.getvalue()
+    with pytest.raises(CommandError):
+        call_command("billing_meter", "--rebuild-rollups", "december")
