@@ -10,7 +10,8 @@ import io
 from decimal import Decimal
 
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -58,6 +59,7 @@ class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
         return Response(PriceRateSerializer(rate).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-12"})
 class MonthField(serializers.Field):
     """A month as ``"YYYY-MM"`` on the wire, the month's first day inside."""
 
@@ -188,16 +190,19 @@ class StatementDetailSerializer(StatementSerializer):
             cache[statement.pk] = selectors.statement_view(statement=statement)
         return cache[statement.pk]
 
-    @extend_schema(responses=StatementLineSerializer(many=True))
+    @extend_schema_field(StatementLineSerializer(many=True))
     def get_lines(self, statement) -> list[dict]:
         return StatementLineSerializer(self._view(statement).lines, many=True).data
 
+    @extend_schema_field(AdjustmentSerializer(many=True))
     def get_adjustments(self, statement) -> list[dict]:
         return AdjustmentSerializer(self._view(statement).adjustments, many=True).data
 
+    @extend_schema_field(OpenApiTypes.DECIMAL)
     def get_computed_total(self, statement) -> str:
         return str(self._view(statement).total)
 
+    @extend_schema_field(OpenApiTypes.DECIMAL)
     def get_adjusted_total(self, statement) -> str:
         return str(self._view(statement).adjusted_total)
 
