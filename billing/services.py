@@ -175,6 +175,20 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=now - _lookback()))
         .exclude(Exists(finalized))
         .select_related("node", "job")
+        # Only what a usage row needs: jobs carry large text/JSON columns the meter never reads.
+        .only(
+            "id",
+            "job_id",
+            "node_id",
+            "gpu_index",
+            "attempt",
+            "started_at",
+            "ended_at",
+            "node__gpu_model_id",
+            "node__spot",
+            "job__team_id",
+            "job__submitter_id",
+        )
         .order_by("pk")
     )
     if not allocations:
