@@ -219,8 +219,25 @@ def _manage_context(request, **forms_in) -> dict:
 
 @login_required
 def manage(request):
+    """The admin page; ``?team=&gpu_model=`` prefills the quota form with that quota."""
     _require_platform_admin(request.user)
-    return render(request, "tenants/manage.html", _manage_context(request))
+    initial = {}
+    team, model = request.GET.get("team"), request.GET.get("gpu_model")
+    if team and model:
+        from .models import Quota
+
+        initial = {"team": team, "gpu_model": model}
+        quota = Quota.objects.filter(team__slug=team, gpu_model__name=model).first()
+        if quota is not None:
+            initial |= {
+                "guaranteed_gpus": quota.guaranteed_gpus,
+                "borrow_limit_gpus": quota.borrow_limit_gpus,
+            }
+    return render(
+        request,
+        "tenants/manage.html",
+        _manage_context(request, quota_form=forms.QuotaForm(initial=initial)),
+    )
 
 
 @login_required

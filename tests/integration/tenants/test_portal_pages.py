@@ -203,3 +203,19 @@ def test_audit_log_browse_and_csv(platform, teams, gpu_models, as_user, vera):
     assert {r[6] for r in rows[1:]} == {"vision"}
     assert as_user(platform["alice"]).get("/teams/audit/").status_code == 403
     assert as_user(platform["alice"]).get("/teams/audit.csv").status_code == 403
+
+
+def test_manage_prefills_the_quota_form(platform, teams, gpu_models, as_user):
+    services.quota_set(
+        user=platform["admin"],
+        team=teams["nlp"],
+        gpu_model=gpu_models["a100"],
+        guaranteed_gpus=7,
+        borrow_limit_gpus=3,
+    )
+    page = as_user(platform["admin"]).get("/teams/manage/?team=nlp&gpu_model=a100-40gb")
+    html = page.content.decode()
+    assert (
+        'name="guaranteed_gpus" value="7"' in html and 'name="borrow_limit_gpus" value="3"' in html
+    )
+    assert "?team=nlp&amp;gpu_model=a100-40gb#quota-form" in html
