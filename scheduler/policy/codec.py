@@ -174,6 +174,16 @@ def _config(value: Any, path: str) -> Config:
         kw["max_preemption_attempts"] = _int(
             d["max_preemption_attempts"], _join(path, "max_preemption_attempts"), minimum=0
         )
+    if "las_thresholds_gpu_s" in d:
+        lp = _join(path, "las_thresholds_gpu_s")
+        items = _list(d["las_thresholds_gpu_s"], lp)
+        th = tuple(_num(x, f"{lp}[{k}]") for k, x in enumerate(items))
+        for k, x in enumerate(th):
+            if x <= 0:
+                raise SnapshotError(f"{lp}[{k}]", "must be > 0")
+            if k and x <= th[k - 1]:
+                raise SnapshotError(f"{lp}[{k}]", "must be greater than the previous threshold")
+        kw["las_thresholds_gpu_s"] = th
     if "queue_order" in d:
         order = _str(d["queue_order"], _join(path, "queue_order"))
         if order not in QUEUE_ORDERS:
@@ -298,6 +308,9 @@ def _running(value: Any, path: str, classes: Mapping[str, int]) -> RunningJob:
             minimum=0,
         ),
         releasing_at=_opt_num(_get(d, "releasing_at", path, None), _join(path, "releasing_at")),
+        attained_service_s=_num(
+            _get(d, "attained_service_s", path, 0.0), _join(path, "attained_service_s"), minimum=0
+        ),
     )
 
 
@@ -418,7 +431,9 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     c = snapshot.config
     return {
         "now": snapshot.now,
-        "config": {f: getattr(c, f) for f in c.__slots__},
+        "config": {
+            f: list(v) if isinstance(v, tuple) else v for f in c.__slots__ for v in (getattr(c, f),)
+        },
         "priority_classes": dict(snapshot.priority_classes),
         "teams": [
             {
@@ -466,6 +481,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 "checkpoint_interval_s": r.checkpoint_interval_s,
                 "elastic": _elastic_out(r.elastic),
                 "releasing_at": r.releasing_at,
+                "attained_service_s": r.attained_service_s,
             }
             for r in snapshot.running
         ],

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
@@ -104,10 +105,54 @@ def _standings(teams, band: float) -> tuple[dict[str, int], int]:
     return out
 
 
+def _thresholds(cfg) -> tuple[float, ...]:
+    th = cfg.las_thresholds_gpu_s
+    return tuple(sorted(th)) if th else ()
+
+
+def _rank(prio: int, gpu_s: float, th: tuple[float, ...]) -> int:
+    """The effective priority: the class, then (with LAS thresholds) the attained-service queue.
+
+    ``prio x levels + (levels - 1 - queue)`` keeps every class strictly above the next lower
+    one, so a queue only reorders (and lets preempt) jobs of the same class.
+    """
+    if not th:
+        return prio
+    n = len(th) + 1
+    return prio * n + (n - 1 - bisect_right(th, gpu_s))
+
+
+def _pending_rank(p: PendingJob, classes, th: tuple[float, ...]) -> int:
+    prio = classes.get(p.priority_class, 0)
+    if not th:
+        return prio
+    return _rank(prio, p.attained_service_s * p.workers * p.gpus_per_worker, th)
+
+
+def _running_rank(r: RunningJob, classes, th: tuple[float, ...], now: float) -> int:
+    prio = classes.get(r.priority_class, 0)
+    if not th:
+        return prio
+    ran = now - r.started_at
+    served = r.attained_service_s + (ran if ran > 0 else 0.0)
+    return _rank(prio, served * r.workers * r.gpus_per_worker, th)
+
+
 def queue_order(snapshot: Snapshot) -> list[PendingJob]:
     """The pending queue in the order the engine considers it (highest rank first)."""
     cfg = snapshot.config
     classes = snapshot.priority_classes
+    th = _thresholds(cfg)
+    if th:
+
+        def prio_of(p: PendingJob) -> int:
+            return _pending_rank(p, classes, th)
+
+    else:
+
+        def prio_of(p: PendingJob) -> int:
+            return classes.get(p.priority_class, 0)
+
     fs_rank, neutral = _standings(snapshot.teams, cfg.fair_share_band)
     now = snapshot.now
     order = cfg.queue_order
@@ -115,7 +160,7 @@ def queue_order(snapshot: Snapshot) -> list[PendingJob]:
 
         def key(p: PendingJob):
             return (
-                -classes.get(p.priority_class, 0),
+                -prio_of(p),
                 fs_rank.get(p.team, neutral),
                 p.submitted_at,
                 p.id,
@@ -125,7 +170,7 @@ def queue_order(snapshot: Snapshot) -> list[PendingJob]:
 
         def key(p: PendingJob):
             return (
-                -classes.get(p.priority_class, 0),
+                -prio_of(p),
                 fs_rank.get(p.team, neutral),
                 p.attained_service_s * p.workers * p.gpus_per_worker,
                 p.submitted_at,
@@ -146,7 +191,7 @@ def queue_order(snapshot: Snapshot) -> list[PendingJob]:
             size = rem * p.workers * p.gpus_per_worker
             if sjf:
                 return (
-                    -classes.get(p.priority_class, 0),
+                    -prio_of(p),
                     fs_rank.get(p.team, neutral),
                     size,
                     p.submitted_at,
@@ -154,7 +199,7 @@ def queue_order(snapshot: Snapshot) -> list[PendingJob]:
                 )
             wait = now - p.submitted_at
             return (
-                -classes.get(p.priority_class, 0),
+                -prio_of(p),
                 fs_rank.get(p.team, neutral),
                 not p.requeued,
                 log2(size) - (wait / aging if wait > 0 else 0.0),
@@ -326,6 +371,7 @@ class _Cycle:
         cfg = self.cfg = snap.config
         self.now = snap.now
         self.classes = snap.priority_classes
+        self.th = _thresholds(cfg)  # LAS queue thresholds (GPU-s); () = off
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.reserves: list[Reserve] = []
@@ -388,6 +434,8 @@ class _Cycle:
         self.has_elastic = False
         self.has_releasing = False
         classes = self.classes
+        th = self.th
+        now = self.now
         min_victim: dict[str | None, int] = {}  # model -> lowest priority of a preemptible job
         any_quota = self.any_quota
         for r in snap.running:
@@ -397,7 +445,7 @@ class _Cycle:
             if r.releasing_at is not None:
                 self.has_releasing = True
             elif r.preemptible:
-                p = classes.get(r.priority_class, 0)
+                p = _running_rank(r, classes, th, now) if th else classes.get(r.priority_class, 0)
                 m = min_victim.get(model)
                 if m is None or p < m:
                     min_victim[model] = p
@@ -470,7 +518,7 @@ class _Cycle:
                 model,
                 total,
                 on,
-                classes.get(r.priority_class, 0),
+                _running_rank(r, classes, self.th, now),
                 end,
                 total * (now - base) if now > base else 0.0,
                 protected,
@@ -645,6 +693,7 @@ class _Cycle:
                 job.preemptible,
                 job.priority_class,
                 job.team,
+                _pending_rank(job, self.classes, self.th) if self.th else 0,
             )
             hit = self.fail_cache.get(key)
             if hit is not None and hit[0] == self.epoch:
@@ -920,7 +969,7 @@ class _Cycle:
         """
         now = self.now
         model = ms.name
-        prio = self.classes.get(job.priority_class, 0)
+        prio = _pending_rank(job, self.classes, self.th)
         need = w * g
         chain = self.quota_chain(job.team, model)
         reclaim_team = None
@@ -1092,7 +1141,16 @@ class _Cycle:
             run = c[3]
             self.gone.add(c[2])
             n_gpus += sum(c[4].values())
-            if run.prio < prio:
+            if run.prio < prio and self.classes.get(run.job.priority_class, 0) == self.classes.get(
+                job.priority_class, 0
+            ):
+                # Same class: only the attained-service queue separates them (LAS).
+                reason = (
+                    f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
+                    f"GPUs and has received less GPU service than {c[2]}, which loses the "
+                    "least work since its last checkpoint"
+                )
+            elif run.prio < prio:
                 reason = (
                     f"priority: {job.id} ({job.priority_class}) needs {need} {model} GPUs; "
                     f"{c[2]} ({run.job.priority_class}) loses the least work since its last "

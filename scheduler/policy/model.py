@@ -68,6 +68,10 @@ class Config:
     fair_share_band: float = 2.0
     # At most this many capacity-blocked jobs try preemption per cycle (bounds the cycle's cost).
     max_preemption_attempts: int = 16
+    # Least-attained-service queues inside a priority class (Tiresias-like, docs/policy.md):
+    # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
+    # as if it were in a lower class than its peers below the threshold. () turns it off.
+    las_thresholds_gpu_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +123,12 @@ class Elastic:
 class RunningJob:
     """A job holding GPUs. ``placement`` maps node name to the GPU indices it holds there.
 
-    Extension: ``releasing_at`` is set by the caller once a ``Preempt`` was issued for the job
+    Extensions: ``releasing_at`` is set by the caller once a ``Preempt`` was issued for the job
     (the end of its grace period): the engine never preempts it again and counts its GPUs as
-    already on their way back at that time.
+    already on their way back at that time. ``attained_service_s`` is the run time the job had
+    received before ``started_at`` (earlier runs of a requeued job); with
+    ``Config.las_thresholds_gpu_s`` its attained GPU-service is
+    ``(attained_service_s + now - started_at) x GPUs``.
     """
 
     id: str
@@ -138,6 +145,7 @@ class RunningJob:
     checkpoint_interval_s: float | None = None
     elastic: Elastic | None = None
     releasing_at: float | None = None
+    attained_service_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,26 +99,16 @@ class GpuPlatformPolicy:
     # the engine never hands GPUs freed by a preemption to a job in the same cycle
     cycle_on_stop = True
 
-    def __init__(
-        self,
-        config: Config | None = None,
-        *,
-        demote_gpu_s: tuple[float, ...] = (),
-        name: str | None = None,
-    ) -> None:
+    def __init__(self, config: Config | None = None, *, name: str | None = None) -> None:
         self.config = config or Config()
         if name:
             self.name = name
-        # Optional attained-service demotion (off by default): a job that has received more
-        # than demote_gpu_s[k] GPU-seconds is shown to the engine in a lower priority class, so
-        # the engine's own checkpoint-aware preemption runs a discretized least-attained-service
-        # policy. This emulates, outside the engine, an ordering knob the engine lacks.
-        self.demote = tuple(sorted(demote_gpu_s))
-        if self.demote:
-            levels = len(self.demote) + 1
-            self.classes = {f"las-{k}": 100 * (levels - k) for k in range(levels)}
-        else:
-            self.classes = PRIORITY_CLASSES
+        self.classes = PRIORITY_CLASSES
+        # The engine's least-attained-service queues (Config.las_thresholds_gpu_s): when on, a
+        # running job crossing a threshold may become a victim, so the adapter asks for a cycle
+        # at that moment (the engine computes the queue itself from started_at and
+        # attained_service_s).
+        self.las = tuple(sorted(self.config.las_thresholds_gpu_s))
         self.predictor = RuntimePredictor()
         self._nodes: list[Node] = []
         self._node_names: list[str] = []
@@ -162,19 +152,16 @@ class GpuPlatformPolicy:
             self.predictor.observe(job.tenant, job.gpus, job.duration)
         self._finished_seen = len(finished)
 
-    def _level(self, job: SimJob, now: float) -> str:
-        if not self.demote:
-            return job.priority_class
-        return f"las-{bisect_right(self.demote, job.attained_gpu_s(now))}"
-
     def _next_demotion(self, job: SimJob, now: float) -> float:
-        if not self.demote:
+        # attained GPU-s as the engine computes it: (progress + now - run_start) x GPUs
+        if not self.las:
             return float("inf")
-        a = job.attained_gpu_s(now)
-        k = bisect_right(self.demote, a)
-        return (
-            now + (self.demote[k] - a) / job.gpus + 1e-6 if k < len(self.demote) else float("inf")
-        )
+        base = job.run_start - job.progress
+        for th in self.las:
+            t = base + th / job.gpus
+            if t > now:
+                return t + 1e-6
+        return float("inf")
 
     def _running_job(self, sim: Simulator, job: SimJob) -> RunningJob:
         # The expected end is fixed when the job starts (from the estimate then), as a live
@@ -205,16 +192,12 @@ class GpuPlatformPolicy:
         ci = job.checkpoint_interval_s
         # valid until the next checkpoint or the expected end, whichever comes first
         next_ckpt = sim.next_checkpoint_at(job)
-        valid_until = min(
-            next_ckpt,
-            expected_end if expected_end is not None else float("inf"),
-            self._next_demotion(job, now),
-        )
+        valid_until = min(next_ckpt, expected_end if expected_end is not None else float("inf"))
         names = self._node_names
         rj = RunningJob(
             id=job.id,
             team=job.tenant,
-            priority_class=self._level(job, now),
+            priority_class=job.priority_class,
             gpu_model=job.models[0] if job.models else None,  # see the module docstring
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
@@ -225,21 +208,21 @@ class GpuPlatformPolicy:
             last_checkpoint_at=lca,
             checkpoint_interval_s=ci,
             releasing_at=job.stop_at,
+            attained_service_s=job.progress,
         )
         self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj
 
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
         est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
-        level = self._level(job, now)
-        key = (est, job.progress, job.requeued, level)
+        key = (est, job.progress, job.requeued)
         cached = self._pending.get(job.idx)
         if cached is not None and cached[0] == key:
             return cached[1]
         pj = PendingJob(
             id=job.id,
             team=job.tenant,
-            priority_class=level,
+            priority_class=job.priority_class,
             gpu_model=job.models[0] if job.models else None,  # see the module docstring
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
@@ -286,8 +269,8 @@ class GpuPlatformPolicy:
         for s in decisions.start:
             sim.start(by_id[s.job], {index[name]: tuple(g) for name, g in s.placement.items()})
         self.resizes_ignored += len(decisions.resize)
-        if self.demote and sim.pending:
-            # a running job crossing a demotion threshold may now be preempted: look again then
+        if self.las and sim.pending:
+            # a running job crossing a LAS threshold may now be preempted: look again then
             wake = min((self._next_demotion(j, now) for j in sim.running.values()), default=None)
             if wake is not None and wake != float("inf"):
                 sim.wake_at(wake)

@@ -12,10 +12,10 @@ from .metrics import compute_metrics
 from .traces import TraceJob
 
 POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
-# Extra, clearly-labelled variants (not in the default comparison): the engine with its LAS
-# demotion emulated by the simulator (see gpuplatform_policy.GpuPlatformPolicy).
+# Extra, clearly-labelled variants (not in the default comparison): the engine with its
+# least-attained-service queues switched on (Config.las_thresholds_gpu_s).
 VARIANTS = ("gpuplatform-las",)
-DEMOTE_GPU_S = (3600.0, 36000.0, 360000.0)
+LAS_GPU_S = (3600.0, 36000.0, 360000.0)
 
 
 def make_policy(name: str) -> Policy:
@@ -28,9 +28,11 @@ def make_policy(name: str) -> Policy:
 
         return GpuPlatformPolicy()
     if name == "gpuplatform-las":
+        from scheduler.policy import Config
+
         from .gpuplatform_policy import GpuPlatformPolicy
 
-        return GpuPlatformPolicy(demote_gpu_s=DEMOTE_GPU_S, name=name)
+        return GpuPlatformPolicy(Config(las_thresholds_gpu_s=LAS_GPU_S), name=name)
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 

@@ -106,6 +106,7 @@ def run(
     interval: float | None = None,
     elastic: tuple[int, int] | None = None,
     releasing_at: float | None = None,
+    attained: float = 0.0,
 ) -> RunningJob:
     """A running job; by default one worker holding all the listed GPUs."""
     pl = {n: tuple(sorted(g)) for n, g in placement.items()}
@@ -126,6 +127,7 @@ def run(
         checkpoint_interval_s=interval,
         elastic=None if elastic is None else Elastic(*elastic),
         releasing_at=releasing_at,
+        attained_service_s=attained,
     )
 
 

@@ -110,6 +110,16 @@ def test_rule_1_contract_example_loads_and_round_trips():
     assert json.loads(json.dumps(snapshot_to_dict(s))) == snapshot_to_dict(s)
 
 
+def test_rule_1_las_extensions_round_trip():
+    data = copy.deepcopy(CONTRACT_EXAMPLE)
+    data["config"]["las_thresholds_gpu_s"] = [3600, 36000.5]
+    data["running"][0]["attained_service_s"] = 1800
+    s = snapshot_from_dict(data)
+    assert s.config.las_thresholds_gpu_s == (3600.0, 36000.5)
+    assert s.running[0].attained_service_s == 1800.0
+    assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s)))) == s
+
+
 def test_rule_1_config_keys_are_optional_with_documented_defaults():
     data = copy.deepcopy(CONTRACT_EXAMPLE)
     del data["config"]
@@ -159,6 +169,18 @@ def test_rule_1_config_keys_are_optional_with_documented_defaults():
         (
             lambda d: d["pending"][0]["elastic"].update(max_workers=0),
             "pending[0].elastic.max_workers: must be >= 1",
+        ),
+        (
+            lambda d: d["config"].update(las_thresholds_gpu_s=[3600, 3600]),
+            "config.las_thresholds_gpu_s[1]: must be greater than the previous threshold",
+        ),
+        (
+            lambda d: d["config"].update(las_thresholds_gpu_s=[0]),
+            "config.las_thresholds_gpu_s[0]: must be > 0",
+        ),
+        (
+            lambda d: d["running"][0].update(attained_service_s=-1),
+            "running[0].attained_service_s: must be >= 0",
         ),
         (lambda d: d.update(now="soon"), "now: must be a number"),
         (lambda d: d.update(pending={}), "pending: must be a list"),

@@ -50,6 +50,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
         preemption=not easy and draw(st.booleans()),
         checkpoint_protect_s=draw(st.sampled_from([0.0, 300.0, 3000.0])),
         queue_order=draw(st.sampled_from(QUEUE_ORDERS)),
+        las_thresholds_gpu_s=draw(st.sampled_from([(), (), (3600.0, 36000.0)])),
     )
     teams = []
     for name, parent in (("a", None), ("b", None), ("c", "a"), ("d", "a")):
@@ -127,6 +128,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
                     checkpoint_interval_s=draw(st.sampled_from([None, 600.0, 3600.0])),
                     elastic=elastic,
                     releasing_at=draw(st.sampled_from([None, None, None, NOW + 30])),
+                    attained_service_s=draw(st.sampled_from([0.0, 0.0, 5000.0])),
                 )
             )
 
@@ -150,7 +152,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
                 dataset=draw(st.sampled_from([None, "c4", "imagenet"])),
                 dataset_ready=draw(st.integers(0, 4)) > 0,
                 elastic=elastic,
-                attained_service_s=draw(st.sampled_from([0.0, 100.0])),
+                attained_service_s=draw(st.sampled_from([0.0, 100.0, 10_000.0])),
                 requeued=draw(st.booleans()),
             )
         )

@@ -111,8 +111,7 @@ def test_an_immediate_preemption_triggers_a_follow_up_cycle():
     from scheduler.policy import Config
 
     policy = GpuPlatformPolicy(
-        Config(preemption_grace_s=0.0, checkpoint_protect_s=0.0),
-        demote_gpu_s=(3600.0,),
+        Config(preemption_grace_s=0.0, checkpoint_protect_s=0.0, las_thresholds_gpu_s=(3600.0,)),
         name="las-no-grace",
     )
     trace = [job("old", 0, 20000, 1), job("new", 5000, 100, 1)]
