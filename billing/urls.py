@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("overview/", views.overview, name="overview"),
     path("teams/<slug:slug>/", views.team_dashboard, name="team"),
+    path("teams/<slug:slug>/budget", views.budget_set, name="budget-set"),
     path("statements/", views.statement_list, name="statements"),
     path("statements/<int:pk>/", views.statement_detail, name="statement"),
     path("statements/<int:pk>/csv", views.statement_csv, name="statement-csv"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from datetime import date
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,13 +20,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from scheduler.errors import DomainError, NotFound
-from tenants.permissions import is_platform_admin, visible_teams
+from tenants.permissions import can_manage_team, is_platform_admin, visible_teams
 
 from . import calc, charts, selectors, services
 
 
 def _month(request) -> date:
-    raw = request.GET.get("month", "")
+    return _month_from(request.GET.get("month", ""))
+
+
+def _month_from(raw: str) -> date:
     if not raw:
         return calc.month_start(timezone.now())
     try:
@@ -82,9 +86,11 @@ def team_dashboard(request, slug: str):
     except NotFound:
         raise Http404("no such team") from None
     teams = visible_teams(request.user).order_by("slug")
+    team = teams.get(slug=slug)
     context = {
         "page": "billing",
         "d": dashboard,
+        "can_manage": can_manage_team(request.user, team),
         "figures": _figures(dashboard),
         "teams": teams,
         "plotly_src": plotly_src(),
@@ -92,6 +98,37 @@ def team_dashboard(request, slug: str):
         **_month_nav(month),
     }
     return render(request, "billing/team_dashboard.html", context)
+
+
+@login_required
+@require_POST
+def budget_set(request, slug: str):
+    """Set the team's budget for the month shown (team owners/admins, platform admins)."""
+    team = visible_teams(request.user).filter(slug=slug).first()
+    if team is None:
+        raise Http404("no such team")
+    month = _month_from(request.POST.get("month", ""))
+    try:
+        amount = Decimal(request.POST.get("amount", "").replace(",", "").strip())
+    except InvalidOperation:
+        messages.error(request, "Budget not set: the amount must be a number of dollars.")
+    else:
+        try:
+            budget = services.budget_set(
+                user=request.user,
+                team=team,
+                month=month,
+                amount=amount,
+                hard_stop=request.POST.get("hard_stop") == "on",
+            )
+        except DomainError as exc:
+            messages.error(request, f"Budget not set: {exc.message}")
+        else:
+            kind = "hard" if budget.hard_stop else "soft"
+            messages.success(
+                request, f"Budget of {team.slug} for {month:%Y-%m}: ${budget.amount:,} ({kind})."
+            )
+    return redirect(reverse("billing:team", kwargs={"slug": team.slug}) + f"?month={month:%Y-%m}")
 
 
 @login_required

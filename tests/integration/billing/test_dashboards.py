@@ -170,3 +170,37 @@ def test_chart_figures_are_valid_plotly_json(december, alice):
     for fig in charts.all_figures(d).values():
         assert json.loads(fig.to_json())["layout"]["title"]["text"]
     assert calc.month_start(d.now) == DEC
+
+
+def test_budget_form_on_the_dashboard(client, alice, bob, teams):
+    from tenants.models import Membership
+
+    client.force_login(alice)  # a plain member: no form, and a POST is refused
+    assert b"Save budget" not in client.get("/billing/teams/vision/?month=2026-12").content
+    refused = client.post(
+        "/billing/teams/vision/budget", {"month": "2026-12", "amount": "100"}, follow=True
+    )
+    assert b"only team owners and admins set budgets" in refused.content
+    assert not Budget.objects.exists()
+
+    Membership.objects.filter(user=alice).update(role="owner")
+    assert b"Save budget" in client.get("/billing/teams/vision/?month=2026-12").content
+    saved = client.post(
+        "/billing/teams/vision/budget",
+        {"month": "2026-12", "amount": "1,500", "hard_stop": "on"},
+    )
+    assert saved.url == "/billing/teams/vision/?month=2026-12"
+    budget = Budget.objects.get()
+    assert (budget.team.slug, budget.month, budget.amount, budget.hard_stop) == (
+        "vision",
+        DEC,
+        Decimal("1500.00"),
+        True,
+    )
+    bad = client.post(
+        "/billing/teams/vision/budget", {"month": "2026-12", "amount": "lots"}, follow=True
+    )
+    assert b"must be a number" in bad.content
+    client.force_login(bob)
+    assert client.post("/billing/teams/vision/budget", {"amount": "1"}).status_code == 404
+    assert Budget.objects.get().amount == Decimal("1500.00")
