@@ -1,0 +1,52 @@
+"""Django admin for telemetry: agent tokens (issue one from a node's row: the plain token is shown
+once, in the confirmation message), node telemetry and idle flags (read-only)."""
+
+from django.contrib import admin, messages
+
+from scheduler.models import Node
+
+from .models import JobIdleFlag, NodeAgentToken, NodeTelemetry
+from .services import node_token_issue, node_token_revoke
+
+
+@admin.register(NodeAgentToken)
+class NodeAgentTokenAdmin(admin.ModelAdmin):
+    list_display = ("key_prefix", "node", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("node__cluster",)
+    readonly_fields = ("key_hash", "key_prefix", "created_at", "created_by", "last_used_at")
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False  # tokens are issued by the node action or `telemetry_issue_token`
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        revoked = sum(node_token_revoke(token=t) for t in queryset)
+        self.message_user(request, f"{revoked} token(s) revoked")
+
+
+@admin.register(NodeTelemetry)
+class NodeTelemetryAdmin(admin.ModelAdmin):
+    list_display = ("node", "last_sample_at", "agent_version", "agent_dropped", "samples_received")
+    readonly_fields = [f.name for f in NodeTelemetry._meta.fields]
+
+
+@admin.register(JobIdleFlag)
+class JobIdleFlagAdmin(admin.ModelAdmin):
+    list_display = ("job", "idle_since", "flagged_at", "utilization", "cleared_at")
+    readonly_fields = [f.name for f in JobIdleFlag._meta.fields]
+
+
+@admin.action(description="Issue a telemetry agent token")
+def issue_agent_token(modeladmin, request, queryset):
+    for node in queryset:
+        _, raw = node_token_issue(node=node, created_by=request.user)
+        modeladmin.message_user(
+            request, f"{node.name}: {raw} (shown once; store it on the node)", messages.WARNING
+        )
+
+
+# The node admin belongs to the scheduler app; add the action to it without replacing it.
+_node_admin = admin.site._registry.get(Node)
+if _node_admin is not None:
+    _node_admin.actions = [*(_node_admin.actions or []), issue_agent_token]

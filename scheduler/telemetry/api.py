@@ -1,0 +1,138 @@
+"""HTTP endpoints: the node agents' ingest (``POST /api/v1/telemetry/samples``, node token) and
+Prometheus' ``GET /metrics`` (platform admins, or the scrape token ``METRICS_BEARER_TOKEN``).
+
+The ingest answers 202 with the count stored, or 400 naming each bad field
+(``{"samples[3].utilization": ["must be between 0 and 100"]}``) with nothing stored.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import authentication, exceptions, permissions, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenants.authentication import ApiTokenAuthentication
+from tenants.permissions import is_platform_admin
+
+from . import conf
+from .ingest import BatchInvalid
+from .models import NodeAgentToken, hash_node_token
+from .services import TOKEN_PREFIX, samples_ingest
+
+
+class NodeTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer gpn_…``: a node agent. ``request.auth`` is its token row; there
+    is no user (agents are not people and reach nothing else)."""
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if len(header) != 2 or header[0].lower() != b"bearer":
+            return None
+        raw = header[1].decode(errors="replace")
+        if not raw.startswith(TOKEN_PREFIX):
+            return None
+        token = (
+            NodeAgentToken.objects.select_related("node")
+            .filter(key_hash=hash_node_token(raw), revoked_at__isnull=True)
+            .first()
+        )
+        if token is None:
+            raise exceptions.AuthenticationFailed("invalid or revoked node token")
+        now = timezone.now()
+        # At most one write a minute per token: reads must not all become writes.
+        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+            NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return AnonymousUser(), token
+
+    def authenticate_header(self, request):
+        return "Bearer"
+
+
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "scheduler.telemetry.api.NodeTokenAuthentication"
+    name = "nodeTokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "a node agent token (gpn_…)"}
+
+
+class IsNodeAgent(permissions.BasePermission):
+    def has_permission(self, request, view):
+        return isinstance(request.auth, NodeAgentToken)
+
+
+class SampleBatchView(APIView):
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes: list = []
+
+    @extend_schema(
+        summary="Ingest a batch of GPU samples from a node agent",
+        request=inline_serializer(
+            "SampleBatch",
+            {
+                "agent": serializers.DictField(required=False),
+                "samples": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
+        responses={
+            202: inline_serializer(
+                "SampleBatchAccepted",
+                {"accepted": serializers.IntegerField(), "errors": serializers.IntegerField()},
+            )
+        },
+    )
+    def post(self, request, *args, **kwargs):
+        try:
+            result = samples_ingest(node=request.auth.node, body=request.data)
+        except BatchInvalid as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"accepted": result.accepted, "errors": result.errors},
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+class MetricsTokenAuthentication(authentication.BaseAuthentication):
+    """The Prometheus scrape token (``METRICS_BEARER_TOKEN``), compared in constant time."""
+
+    def authenticate(self, request):
+        expected = conf.get("METRICS_BEARER_TOKEN")
+        header = authentication.get_authorization_header(request).split()
+        if not expected or len(header) != 2 or header[0].lower() != b"bearer":
+            return None
+        if hmac.compare_digest(header[1], expected.encode()):
+            return AnonymousUser(), "metrics-scrape"
+        return None  # maybe a user's API token: the next authenticator decides
+
+    def authenticate_header(self, request):
+        return "Bearer"
+
+
+class CanScrapeMetrics(permissions.BasePermission):
+    def has_permission(self, request, view):
+        return request.auth == "metrics-scrape" or is_platform_admin(request.user)
+
+
+@extend_schema(exclude=True)
+class MetricsView(APIView):
+    authentication_classes = [
+        MetricsTokenAuthentication,
+        ApiTokenAuthentication,
+        authentication.SessionAuthentication,
+    ]
+    permission_classes = [CanScrapeMetrics]
+    throttle_classes: list = []
+
+    def get(self, request, *args, **kwargs):
+        from scheduler.metrics import render_latest
+
+        body, content_type = render_latest(request.headers.get("Accept", ""))
+        return HttpResponse(body, content_type=content_type)

@@ -1,0 +1,183 @@
+"""Validation of an agent's batch: pure Python (no Django, no clock), all-or-nothing.
+
+``parse_batch`` either returns every sample of the batch as plain tuples ready for a bulk insert,
+or raises :class:`BatchInvalid` with errors keyed by the offending field's path
+(``samples[3].utilization: must be between 0 and 100``). It never returns part of a batch, so the
+caller stores all of it or nothing.
+
+Wire format (JSON)::
+
+    {"agent": {"version": "1.0", "dropped": 0},          # optional
+     "samples": [{"gpu": 0, "time": 1764680000.5,        # epoch seconds or ISO 8601 with zone
+                  "utilization": 87.5,                   # percent, 0..100
+                  "memory_used_mib": 40000, "memory_total_mib": 81559,
+                  "temperature_c": 64, "power_w": 312.4, # power may be null
+                  "ecc_sbe": 0, "ecc_dbe": 0,            # errors since the GPU's previous sample
+                  "xid": [79],                           # XID codes seen since then
+                  "throttle_thermal": false}, ...]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+MAX_ERRORS_REPORTED = 20
+
+
+class BatchInvalid(Exception):
+    """The batch is refused as a whole; ``errors`` maps a field path to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__(next(iter(errors.items())))
+        self.errors = errors
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedBatch:
+    # (gpu, epoch seconds, utilization, mem used, mem total, temperature, power or None, throttle)
+    samples: list[tuple]
+    # (gpu, epoch seconds, kind, code or None, count)
+    errors: list[tuple]
+    agent_version: str
+    agent_dropped: int | None
+    latest: dict[int, tuple[float, float]]  # gpu -> (epoch seconds, utilization) of its newest
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _time(value) -> float | None:
+    if _is_number(value):
+        return float(value)
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            return None
+        return parsed.timestamp()
+    return None
+
+
+def parse_batch(
+    body,
+    *,
+    gpu_count: int,
+    now: float,
+    max_samples: int,
+    max_future_s: float,
+    max_age_s: float,
+) -> ParsedBatch:
+    """Validate ``body`` (decoded JSON) for a node with ``gpu_count`` GPUs at epoch ``now``.
+
+    Sample times must lie within ``[now - max_age_s, now + max_future_s]`` (agent clocks drift,
+    and data older than the raw retention would be pruned at once).
+    """
+    errors: dict[str, list[str]] = {}
+
+    def err(path: str, message: str) -> None:
+        if len(errors) < MAX_ERRORS_REPORTED:
+            errors.setdefault(path, []).append(message)
+
+    if not isinstance(body, dict):
+        raise BatchInvalid({"non_field_errors": ["expected a JSON object"]})
+    agent = body.get("agent") or {}
+    version, dropped = "", None
+    if not isinstance(agent, dict):
+        err("agent", "must be an object")
+    else:
+        version = agent.get("version", "")
+        if not isinstance(version, str) or len(version) > 64:
+            err("agent.version", "must be a string of at most 64 characters")
+            version = ""
+        dropped = agent.get("dropped")
+        if dropped is not None and (not _is_int(dropped) or dropped < 0):
+            err("agent.dropped", "must be an integer >= 0")
+    samples = body.get("samples")
+    if not isinstance(samples, list) or not samples:
+        raise BatchInvalid({"samples": ["must be a non-empty list"]})
+    if len(samples) > max_samples:
+        raise BatchInvalid({"samples": [f"at most {max_samples} samples per batch"]})
+
+    rows: list[tuple] = []
+    gpu_errors: list[tuple] = []
+    latest: dict[int, tuple[float, float]] = {}
+    oldest, newest = now - max_age_s, now + max_future_s
+    for i, s in enumerate(samples):
+        p = f"samples[{i}]"
+        if not isinstance(s, dict):
+            err(p, "must be an object")
+            continue
+        ok = True
+        gpu = s.get("gpu")
+        if not _is_int(gpu) or not 0 <= gpu < gpu_count:
+            err(f"{p}.gpu", f"must be an integer between 0 and {gpu_count - 1}")
+            ok = False
+        ts = _time(s.get("time"))
+        if ts is None:
+            err(f"{p}.time", "must be epoch seconds or an ISO 8601 time with a zone")
+            ok = False
+        elif not oldest <= ts <= newest:
+            err(f"{p}.time", "is too far in the past or the future (check the node's clock)")
+            ok = False
+        util = s.get("utilization")
+        if not _is_number(util) or not 0 <= util <= 100:
+            err(f"{p}.utilization", "must be between 0 and 100")
+            ok = False
+        used, total = s.get("memory_used_mib"), s.get("memory_total_mib")
+        total_ok = _is_int(total) and 1 <= total <= 10_000_000
+        if not total_ok:
+            err(f"{p}.memory_total_mib", "must be an integer between 1 and 10000000")
+            ok = False
+        if not _is_int(used) or used < 0:
+            err(f"{p}.memory_used_mib", "must be an integer >= 0")
+            ok = False
+        elif total_ok and used > total:
+            err(f"{p}.memory_used_mib", "must not exceed memory_total_mib")
+            ok = False
+        temp = s.get("temperature_c")
+        if not _is_number(temp) or not -40 <= temp <= 150:
+            err(f"{p}.temperature_c", "must be between -40 and 150")
+            ok = False
+        power = s.get("power_w")
+        if power is not None and (not _is_number(power) or not 0 <= power <= 5000):
+            err(f"{p}.power_w", "must be null or between 0 and 5000")
+            ok = False
+        throttle = s.get("throttle_thermal", False)
+        if not isinstance(throttle, bool):
+            err(f"{p}.throttle_thermal", "must be true or false")
+            ok = False
+        counts = {}
+        for name in ("ecc_sbe", "ecc_dbe"):
+            value = s.get(name, 0)
+            if not _is_int(value) or not 0 <= value <= 1_000_000_000:
+                err(f"{p}.{name}", "must be an integer >= 0")
+                ok = False
+            counts[name] = value
+        xids = s.get("xid", [])
+        if not isinstance(xids, list) or len(xids) > 100:
+            err(f"{p}.xid", "must be a list of at most 100 XID codes")
+            ok = False
+        elif not all(_is_int(c) and 0 < c < 100_000 for c in xids):
+            err(f"{p}.xid", "each XID code must be a positive integer")
+            ok = False
+        if not ok or errors:
+            continue  # keep validating (to report), stop building rows
+        rows.append((gpu, ts, float(util), used, total, round(temp), power, throttle))
+        for name, value in counts.items():
+            if value:
+                gpu_errors.append((gpu, ts, name, None, value))
+        for code in xids:
+            gpu_errors.append((gpu, ts, "xid", code, 1))
+        if gpu not in latest or latest[gpu][0] <= ts:
+            latest[gpu] = (ts, float(util))
+    if errors:
+        raise BatchInvalid(errors)
+    return ParsedBatch(rows, gpu_errors, version, dropped, latest)
