@@ -174,6 +174,10 @@ def _config(value: Any, path: str) -> Config:
         kw["max_preemption_attempts"] = _int(
             d["max_preemption_attempts"], _join(path, "max_preemption_attempts"), minimum=0
         )
+    if "reservations_per_model" in d:
+        kw["reservations_per_model"] = _int(
+            d["reservations_per_model"], _join(path, "reservations_per_model"), minimum=1
+        )
     if "las_thresholds_gpu_s" in d:
         lp = _join(path, "las_thresholds_gpu_s")
         items = _list(d["las_thresholds_gpu_s"], lp)

@@ -67,9 +67,10 @@ _INF = math.inf
 # Preemption planning looks at no more than this many candidate victims per blocked job; it
 # bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
 _MAX_VICTIM_CANDIDATES = 128
-# A GPU model gets at most one EASY reservation; if the top blocked job cannot get one (its GPUs
-# are held by jobs without an expected end), the next few blocked jobs may try.
-_MAX_RESERVATION_TRIES = 4
+# A GPU model gets at most ``Config.reservations_per_model`` EASY reservations; blocked jobs that
+# cannot get one (their GPUs are held by jobs without an expected end) may cost this many extra
+# tries in all.
+_EXTRA_RESERVATION_TRIES = 3
 
 
 def _fmt_t(t: float) -> str:
@@ -250,7 +251,8 @@ class _Model:
         "min_res_at",
         "reservations",
         "reserved_nodes",
-        "easy_done",
+        "res_count",
+        "claimed",
         "easy_tries",
         "easy_failed",
         "blocked_by",
@@ -276,7 +278,8 @@ class _Model:
         self.min_res_at = _INF
         self.reservations: list[tuple[str, float]] = []
         self.reserved_nodes: set[int] = set()
-        self.easy_done = False
+        self.res_count = 0  # EASY reservations made this cycle
+        self.claimed: dict[int, int] = {}  # node -> future releases a reservation counts on
         self.easy_tries = 0
         self.easy_failed: list[tuple[int, int]] = []
         self.blocked_by: str | None = None
@@ -773,7 +776,7 @@ class _Cycle:
         at = None
         if self.cfg.backfill:
             for ms, _, wneed in blocked:
-                if ms.easy_done:
+                if ms.res_count >= self.cfg.reservations_per_model:
                     continue
                 got = self.reserve(job, ms, wneed, g)
                 if got is not None:
@@ -888,7 +891,7 @@ class _Cycle:
 
     def reserve(self, job: PendingJob, ms: _Model, w: int, g: int) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline."""
-        if ms.easy_tries >= _MAX_RESERVATION_TRIES:
+        if ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
             return None
         if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
             return None
@@ -912,9 +915,20 @@ class _Cycle:
         cnt: dict[int, int] = {}
         slots = long_view.slots(g)
         found = None
+        # Releases an earlier reservation of this cycle already counts on are not available
+        # again (conservative: they stay claimed whatever the time), so reservations never
+        # promise the same GPUs twice.
+        debt = dict(ms.claimed)
 
         def release(i: int, k: int) -> None:
             nonlocal slots
+            d = debt.get(i)
+            if d:
+                used = d if d < k else k
+                debt[i] = d - used
+                k -= used
+                if not k:
+                    return
             old = cnt.get(i)
             if old is None:
                 old = base[i]
@@ -948,12 +962,15 @@ class _Cycle:
         prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
         plan = hyp.place(w, g, prefer)
         assert plan is not None
+        claimed = ms.claimed
         for node, workers in plan:
             k = workers * g
             released = hyp.cnt[node] - long_view.cnt[node]
             self.protect(ms, node, k - released)
+            if released > 0:
+                claimed[node] = claimed.get(node, 0) + (k if k < released else released)
             ms.reserved_nodes.add(node)
-        ms.easy_done = True
+        ms.res_count += 1
         self.epoch += 1
         ms.min_res_at = min(ms.min_res_at, found)
         ms.reservations.append((job.id, found))

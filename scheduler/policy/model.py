@@ -72,6 +72,10 @@ class Config:
     # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
     # as if it were in a lower class than its peers below the threshold. () turns it off.
     las_thresholds_gpu_s: tuple[float, ...] = ()
+    # EASY reservations per GPU model and cycle: the first this-many capacity-blocked jobs (in
+    # queue order) each get a start time and hold GPUs for it, so nodes drain for big gangs
+    # while later jobs still backfill around all of them.
+    reservations_per_model: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,10 +153,10 @@ class GpuPlatformPolicy:
         self._finished_seen = len(finished)
 
     def _next_demotion(self, job: SimJob, now: float) -> float:
-        # attained GPU-s as the engine computes it: (progress + now - run_start) x GPUs
+        # attained GPU-s as the engine computes it: (executed_s + now - run_start) x GPUs
         if not self.las:
             return float("inf")
-        base = job.run_start - job.progress
+        base = job.run_start - job.executed_s
         for th in self.las:
             t = base + th / job.gpus
             if t > now:
@@ -208,14 +208,15 @@ class GpuPlatformPolicy:
             last_checkpoint_at=lca,
             checkpoint_interval_s=ci,
             releasing_at=job.stop_at,
-            attained_service_s=job.progress,
+            # service received in earlier runs, lost work included (what LAS queues count)
+            attained_service_s=job.executed_s,
         )
         self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj
 
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
         est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
-        key = (est, job.progress, job.requeued)
+        key = (est, job.executed_s, job.requeued)
         cached = self._pending.get(job.idx)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -229,7 +230,7 @@ class GpuPlatformPolicy:
             submitted_at=job.submit,
             runtime_estimate_s=est,
             preemptible=job.preemptible,
-            attained_service_s=job.progress,
+            attained_service_s=job.executed_s,
             requeued=job.requeued,
         )
         self._pending[job.idx] = (key, pj)

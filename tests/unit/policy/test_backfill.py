@@ -87,3 +87,34 @@ def test_rule_6_backfill_off_keeps_strict_order():
     d = decide(s)
     assert not d.start and not d.reserve
     assert "queued behind big" in why(d, "short")
+
+
+def test_several_reservations_per_model_drain_nodes_and_never_promise_gpus_twice():
+    # n1 frees all 8 at t=2000; n2 has 4 free and frees 4 more at 3000; n3 has 6 free.
+    nodes = [node("n1", 0), node("n2", [4, 5, 6, 7]), node("n3", [2, 3, 4, 5, 6, 7])]
+    running = [
+        run("a", {"n1": range(8)}, end=2000.0),
+        run("b", {"n2": range(4)}, end=3000.0),
+        run("c", {"n3": range(2)}, end=50_000.0),
+    ]
+    pending = [job("big1", 1, 8, submitted=1), job("big2", 1, 8, submitted=2)] + [
+        job(f"s{i}", 1, 1, est=10_000.0, submitted=10 + i) for i in range(12)
+    ]
+    one = decide(snap(nodes, pending, running, queue_order="fifo", preemption=False))
+    assert [(r.job, r.at, r.nodes) for r in one.reserve] == [("big1", 2000.0, ("n1",))]
+    assert len(one.start) == 10  # the small jobs take every free GPU: nothing drains for big2
+    s = snap(
+        nodes, pending, running, queue_order="fifo", preemption=False, reservations_per_model=2
+    )
+    two = decide(s)
+    check_invariants(s, two)
+    # big2 may not count on n1's releases (big1 does): it gets n2 at 3000, whose 4 free GPUs
+    # are now held, so the long small jobs only use n3.
+    assert [(r.job, r.at, r.nodes) for r in two.reserve] == [
+        ("big1", 2000.0, ("n1",)),
+        ("big2", 3000.0, ("n2",)),
+    ]
+    assert {n for st in two.start for n in st.placement} == {"n3"}
+    assert len(two.start) == 6
+    assert why(two, "big2").endswith("reserved to start at t=3000")
+    assert next(p for p in two.pending if p.job == "big2").estimated_start == 3000.0

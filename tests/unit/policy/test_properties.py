@@ -11,6 +11,7 @@ quotas never exceeded by the starts.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -235,31 +236,51 @@ def check_quotas(s, d):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snapshots(crowded=True, easy=True))
-def test_backfill_never_delays_the_reservation(s):
-    """With one EASY reservation and no preemption, the reserved gang still fits at its time on
-    its nodes after everything this cycle started (jobs that end by then give their GPUs back)."""
+@given(snapshots(crowded=True, easy=True), st.sampled_from([1, 1, 2, 3]))
+def test_backfill_never_delays_any_reservation(s, k):
+    """With EASY reservations (up to ``k`` per model) and no preemption, every reserved gang
+    still fits at its time on its nodes after everything this cycle started (jobs that end by
+    then give their GPUs back); and all reservations of a model fit together at the latest of
+    their times on the union of their nodes (no GPU is promised twice)."""
+    s = replace(s, config=replace(s.config, reservations_per_model=k))
     d = decide(s)
-    if len(d.reserve) != 1 or d.preempt or d.resize:
+    if not d.reserve or d.preempt or d.resize:
         return
-    res = d.reserve[0]
-    job = next(p for p in s.pending if p.id == res.job)
     nodes = {n.name: n for n in s.nodes}
-    avail = {name: len(nodes[name].free_gpus) for name in res.nodes}
-    for st_ in d.start:
-        p = next(x for x in s.pending if x.id == st_.job)
-        if p.runtime_estimate_s is None or s.now + p.runtime_estimate_s > res.at:
-            for name, idxs in st_.placement.items():
-                if name in avail:
-                    avail[name] -= len(idxs)
-    for r in s.running:
-        end = r.expected_end
-        if r.releasing_at is not None and (end is None or r.releasing_at < end):
-            end = r.releasing_at
-        if end is not None and max(end, s.now) <= res.at:
-            for name, idxs in r.placement.items():
-                if name in avail:
-                    avail[name] += len(idxs)
-    g = job.gpus_per_worker
-    w = job.elastic.min_workers if job.elastic else job.workers
-    assert sum(max(a, 0) // g for a in avail.values()) >= min(w, job.workers)
+    pending = {p.id: p for p in s.pending}
+
+    def available(names, at):
+        avail = {name: len(nodes[name].free_gpus) for name in names}
+        for st_ in d.start:
+            p = pending[st_.job]
+            if p.runtime_estimate_s is None or s.now + p.runtime_estimate_s > at:
+                for name, idxs in st_.placement.items():
+                    if name in avail:
+                        avail[name] -= len(idxs)
+        for r in s.running:
+            end = r.expected_end
+            if r.releasing_at is not None and (end is None or r.releasing_at < end):
+                end = r.releasing_at
+            if end is not None and max(end, s.now) <= at:
+                for name, idxs in r.placement.items():
+                    if name in avail:
+                        avail[name] += len(idxs)
+        return avail
+
+    def need(job):
+        w = job.elastic.min_workers if job.elastic else job.workers
+        return min(w, job.workers), job.gpus_per_worker
+
+    by_model: dict[str, list] = {}
+    for res in d.reserve:
+        w, g = need(pending[res.job])
+        avail = available(res.nodes, res.at)
+        assert sum(max(a, 0) // g for a in avail.values()) >= w
+        by_model.setdefault(nodes[res.nodes[0]].gpu_model, []).append(res)
+    for group in by_model.values():
+        assert len(group) <= k
+        names = sorted({n for res in group for n in res.nodes})
+        avail = available(names, max(res.at for res in group))
+        assert sum(max(a, 0) for a in avail.values()) >= sum(
+            w * g for w, g in (need(pending[res.job]) for res in group)
+        )
