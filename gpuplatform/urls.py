@@ -10,7 +10,14 @@ from scheduler.api import arrays as scheduler_arrays_api
 from scheduler.api import views as scheduler_views
 from tenants import api as tenants_api
 
-router = DefaultRouter()
+
+# No format-suffix routes (`/jobs.json/`): the Accept header chooses JSON; suffixes only added
+# URL variants that some action handlers did not accept.
+class ApiRouter(DefaultRouter):
+    include_format_suffixes = False
+
+
+router = ApiRouter()
 router.register("jobs", scheduler_views.JobViewSet, basename="job")
 router.register("job-arrays", scheduler_arrays_api.JobArrayViewSet, basename="job-array")
 router.register("clusters", scheduler_views.ClusterViewSet, basename="cluster")

@@ -288,12 +288,6 @@ def test_every_route_isolates_teams(world, capsys):
         )
 
 
-@pytest.mark.xfail(
-    reason="action handlers without **kwargs crash on DRF's format suffix routes "
-    "(e.g. POST /api/v1/jobs.json/); fix: DefaultRouter(include_format_suffixes=False) or "
-    "**kwargs on the handlers",
-    strict=False,
-)
 def test_format_suffix_routes_isolate_and_do_not_crash(world):
     walker = Walker(world)
     b_before = snapshot(world["teams"]["nlp"], world["bob"])
