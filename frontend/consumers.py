@@ -7,10 +7,37 @@ consumer never writes to the database: it only relays what the loop and ingest p
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import InMemoryChannelLayer
 
 from scheduler import streams
+
+# How often the server's event loop is woken while it uses the in-memory layer (see below).
+WAKE_INTERVAL_S = 0.2
+_wakers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _keep_loop_responsive(layer) -> None:
+    """With the in-memory channel layer (the embedded demo), the scheduling loop publishes from
+    its own thread: the message lands in this loop's queue, but nothing wakes this loop, so it
+    would be delivered only at the server's next unrelated I/O (seconds, or never when idle).
+    A tick on this loop makes it pick such messages up within WAKE_INTERVAL_S. Redis layers do
+    not need it. One ticker per event loop, for the life of the loop."""
+    if not isinstance(layer, InMemoryChannelLayer):
+        return
+    loop = asyncio.get_running_loop()
+    if loop in _wakers:
+        return
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(WAKE_INTERVAL_S)
+
+    _wakers[loop] = loop.create_task(tick())
 
 
 @database_sync_to_async
@@ -30,6 +57,7 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        _keep_loop_responsive(self.channel_layer)
         self.joined = await _groups_for(user)
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)

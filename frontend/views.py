@@ -140,11 +140,23 @@ def job_detail(request, job_id: int):
 
 @login_required
 @require_GET
-def job_log(request, job_id: int):
-    """The job's log tail as JSON, for the job page to refresh without a reload."""
+def job_status(request, job_id: int):
+    """The job's current status and log tail as JSON, shaped like a ``job.status`` payload plus
+    ``log``: the job page re-reads it when its stream (re)connects and while the job runs."""
     job = _job_or_404(request, job_id)
     return JsonResponse(
-        {"job": job.pk, "state": job.state, "log": page_selectors.job_log_tail(job=job)}
+        {
+            "type": "job.status",
+            "job": job.pk,
+            "team": job.team.slug,
+            "name": job.name,
+            "state": job.state,
+            "why": job.why_pending,
+            "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
+            "placement": scheduler_selectors.job_placement(job),
+            "time": timezone.now().isoformat(),
+            "log": page_selectors.job_log_tail(job=job),
+        }
     )
 
 

@@ -1,16 +1,36 @@
-/* Draws the figures the server embedded with json_script ([data-figure] -> <script id>),
- * with the plotly.js the platform serves itself. GP.charts[id] is the drawn element. */
+/* Draws the figures the server embedded with json_script ([data-figure] -> <script id>) with
+ * the plotly.js the platform serves itself (URL in this script tag's data-plotly).
+ *
+ * plotly.js is large, so it is fetched after the page's load event: the page is usable at once
+ * and the charts appear when it arrives. GP.charts[id] is each drawn element; a "charts" event
+ * fires once they are drawn. */
 (function () {
   "use strict";
   var GP = (window.GP = window.GP || {});
   GP.charts = GP.charts || {};
-  if (!window.Plotly) return;
-  document.querySelectorAll("[data-figure]").forEach(function (el) {
-    var source = document.getElementById(el.getAttribute("data-figure"));
-    if (!source) return;
-    var fig = JSON.parse(source.textContent);
-    if (!fig) return;
-    window.Plotly.newPlot(el, fig.data, fig.layout, { responsive: true, displaylogo: false });
-    GP.charts[el.getAttribute("data-figure")] = el;
-  });
+  var src = document.currentScript && document.currentScript.getAttribute("data-plotly");
+
+  function draw() {
+    document.querySelectorAll("[data-figure]").forEach(function (el) {
+      var source = document.getElementById(el.getAttribute("data-figure"));
+      var fig = source ? JSON.parse(source.textContent) : null;
+      if (!fig) return;
+      window.Plotly.newPlot(el, fig.data, fig.layout, { responsive: true, displaylogo: false });
+      GP.charts[el.getAttribute("data-figure")] = el;
+    });
+    document.documentElement.setAttribute("data-charts", "drawn");
+    if (GP.emit) GP.emit("charts", GP.charts);
+  }
+
+  function load() {
+    if (window.Plotly) return draw();
+    if (!src) return;
+    var script = document.createElement("script");
+    script.src = src;
+    script.onload = draw;
+    document.head.appendChild(script);
+  }
+
+  if (document.readyState === "complete") load();
+  else window.addEventListener("load", load);
 })();

@@ -1,28 +1,22 @@
 /* Job page: state, why-pending, estimated start, timeline, placement and log tail follow the
- * job's job.status payloads without a reload. The log is re-read from the backend (through
- * /jobs/<id>/log/) on every change and every few seconds while the job runs. */
+ * job's job.status payloads without a reload.
+ *
+ * The page also re-reads /jobs/<id>/status/ (same shape as the payload, plus the log tail) when
+ * its stream connects or reconnects, so a change published between the page render and the
+ * websocket's hello is not lost; and every few seconds while the job runs, for the log. */
 (function () {
   "use strict";
   var GP = window.GP;
   var root = document.querySelector("[data-job-detail]");
   if (!GP || !root) return;
   var jobId = parseInt(root.getAttribute("data-job-detail"), 10);
-  var logUrl = root.getAttribute("data-log-url");
+  var statusUrl = root.getAttribute("data-status-url");
   var badge = document.getElementById("job-state");
   var timeline = document.getElementById("timeline");
   var placement = document.getElementById("placement");
   var logBox = document.getElementById("log-tail");
-
-  function showState(state) {
-    root.setAttribute("data-state", state);
-    badge.className = "state big state-" + state;
-    badge.textContent = GP.STATE_LABELS[state] || state;
-    document.getElementById("pending-box").hidden = state !== "pending";
-    if (GP.LIVE_STATES.indexOf(state) < 0) {
-      var cancel = document.querySelector("[data-cancel-form]");
-      if (cancel) cancel.remove();
-    }
-  }
+  // The last state the timeline shows.
+  var shown = root.getAttribute("data-state");
 
   function showPlacement(map) {
     var names = Object.keys(map || {}).sort();
@@ -36,40 +30,24 @@
       row.appendChild(GP.el("span", { class: "pnode-name" }, name));
       var gpus = GP.el("span", { class: "gpus", role: "list", "aria-label": "GPUs of " + name });
       map[name].forEach(function (index) {
-        var gpu = GP.el("span", { role: "listitem", class: "gpu mine", title: "GPU " + index + ": this job" }, String(index));
-        gpus.appendChild(gpu);
+        gpus.appendChild(
+          GP.el("span", { role: "listitem", class: "gpu mine", title: "GPU " + index + ": this job" }, String(index))
+        );
       });
       row.appendChild(gpus);
       placement.appendChild(row);
     });
   }
 
-  var lastLog = null;
-  function refreshLog() {
-    if (!window.fetch) return;
-    window
-      .fetch(logUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) {
-        return r.ok ? r.json() : null;
-      })
-      .then(function (data) {
-        if (!data) return;
-        if (data.log !== lastLog) {
-          lastLog = data.log;
-          logBox.textContent = data.log || "No output yet.";
-          logBox.scrollTop = logBox.scrollHeight;
-        }
-        if (data.state !== root.getAttribute("data-state")) showState(data.state);
-      })
-      .catch(function () {});
-  }
-
-  // The last state the timeline shows (a log refresh may move the badge first).
-  var shown = root.getAttribute("data-state");
-
-  GP.on("job.status", function (msg) {
-    if (msg.job !== jobId) return;
-    showState(msg.state);
+  function apply(msg) {
+    root.setAttribute("data-state", msg.state);
+    badge.className = "state big state-" + msg.state;
+    badge.textContent = GP.STATE_LABELS[msg.state] || msg.state;
+    document.getElementById("pending-box").hidden = msg.state !== "pending";
+    if (GP.LIVE_STATES.indexOf(msg.state) < 0) {
+      var cancel = document.querySelector("[data-cancel-form]");
+      if (cancel) cancel.remove();
+    }
     document.getElementById("why-pending").textContent = msg.why || "Waiting for the scheduler.";
     var est = document.getElementById("estimated-start");
     if (msg.estimated_start) {
@@ -88,16 +66,41 @@
       if (msg.why && msg.state === "pending") item.appendChild(document.createTextNode(" — " + msg.why));
       timeline.appendChild(item);
     }
-    // Payloads that do not carry the placement (a reason update) leave the map as it is.
+    // Payloads without a placement (a reason update, a resize) leave the map as it is.
     var hasPlacement = msg.placement && Object.keys(msg.placement).length > 0;
     if (hasPlacement || msg.state === "pending" || GP.LIVE_STATES.indexOf(msg.state) < 0) {
       showPlacement(msg.placement);
     }
-    refreshLog();
+  }
+
+  var lastLog = null;
+  function refresh() {
+    if (!window.fetch) return;
+    window
+      .fetch(statusUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) {
+        return r.ok ? r.json() : null;
+      })
+      .then(function (data) {
+        if (!data) return;
+        apply(data);
+        if (data.log !== lastLog) {
+          lastLog = data.log;
+          logBox.textContent = data.log || "No output yet.";
+          logBox.scrollTop = logBox.scrollHeight;
+        }
+      })
+      .catch(function () {});
+  }
+
+  GP.on("job.status", function (msg) {
+    if (msg.job !== jobId) return;
+    apply(msg);
+    refresh();
   });
-  GP.on("reconnected", refreshLog);
+  GP.on("hello", refresh);
 
   window.setInterval(function () {
-    if (root.getAttribute("data-state") === "running" && !document.hidden) refreshLog();
+    if (root.getAttribute("data-state") === "running" && !document.hidden) refresh();
   }, 4000);
 })();

@@ -83,5 +83,8 @@
     };
   }
   setState("connecting", "Connecting…");
-  connect();
+  // Connect once every page script has run and registered its handlers: while the parser waits
+  // for a later script, socket events could otherwise be dispatched to nobody.
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", connect);
+  else connect();
 })();

@@ -113,12 +113,13 @@ def test_job_detail_shows_timeline_placement_log_and_is_404_for_other_teams(plat
     assert 'data-kind="submitted"' in html and 'data-kind="started"' in html
     assert html.count('class="gpu mine"') == 2
     assert "[gpuplatform] attempt 1" in html  # the simulated backend's log tail
-    log = client.get(f"/jobs/{job.pk}/log/").json()
-    assert log["state"] == "running" and "attempt 1" in log["log"]
+    status = client.get(f"/jobs/{job.pk}/status/").json()
+    assert status["state"] == "running" and "attempt 1" in status["log"]
+    assert sum(len(gpus) for gpus in status["placement"].values()) == 2
 
     bob = client_for(platform["bob"])
     assert bob.get(f"/jobs/{job.pk}/").status_code == 404
-    assert bob.get(f"/jobs/{job.pk}/log/").status_code == 404
+    assert bob.get(f"/jobs/{job.pk}/status/").status_code == 404
 
 
 def test_pending_job_page_says_why(platform):
@@ -218,7 +219,7 @@ def test_plotly_is_served_locally_with_long_cache_headers(platform):
     client = client_for(platform["alice"])
     html = client.get("/cluster/").content.decode()
     src = f"/assets/plotly-{plotly_version()}.min.js"
-    assert f'<script src="{src}">' in html
+    assert f'data-plotly="{src}"' in html  # charts.js loads it after the page's load event
     plain = Client().get(src)
     assert plain.status_code == 200
     assert plain["Cache-Control"] == "public, max-age=31536000, immutable"

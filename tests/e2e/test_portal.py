@@ -1,0 +1,226 @@
+"""The portal in a real browser (Chromium via Playwright) against a live Daphne server with the
+scheduling loop running: submit through the form, watch the job go pending -> running ->
+succeeded without a reload, cancel another job, see a quarantine arrive live as an admin, and
+never see another team's job names as bob (pages or websocket frames)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .conftest import shot, wait_live
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "vision-secret"  # every job of alice's team in these tests carries it in its name
+
+
+def _only_local(session) -> None:
+    foreign = [
+        u for u in session.requests if not u.startswith((session.base_url, "data:", "blob:"))
+    ]
+    assert foreign == [], foreign
+
+
+def _wait_js(session, page, expression: str) -> None:
+    """Wait for ``expression`` to hold; on a timeout, say what the page and its stream saw."""
+    try:
+        page.wait_for_function(expression)
+    except Exception:
+        print("page text:", page.locator("main").inner_text()[:2000])
+        print("frames:", session.frames[-20:])
+        print("console:", session.console)
+        raise
+
+
+def _submit_form(page, **values) -> None:
+    for field, value in values.items():
+        locator = page.locator(f"#id_{field}")
+        if locator.evaluate("el => el.tagName") == "SELECT":
+            locator.select_option(value)
+        else:
+            locator.fill(value)
+    page.get_by_role("button", name="Submit job").click()
+
+
+def test_alice_submits_a_job_watches_it_run_live_and_cancels_another(session_as):
+    alice = session_as("alice")
+    page = alice.login()
+    wait_live(page)
+    assert page.get_by_role("heading", name="My teams' jobs").is_visible()
+    assert page.locator("tr", has_text="vision-secret-bigrun").is_visible()
+    page.wait_for_selector(".chart .main-svg")  # the quota chart, drawn by the local plotly.js
+    shot(page, "01-home")
+
+    page.get_by_role("link", name="Submit", exact=True).click()
+    _submit_form(
+        page,
+        name="vision-secret-e2e",
+        team="vision",
+        workers="1",
+        gpus_per_worker="16",
+        gpu_model="h100-80gb",
+        simulated_duration_s="1800",
+    )
+    # Refused by job_submit: the message sits next to the field, which has the focus.
+    error = page.locator('[data-errors-for="gpus_per_worker"]')
+    assert "more than a h100-80gb node has (8)" in error.inner_text()
+    assert page.evaluate("document.activeElement.id") == "id_gpus_per_worker"
+    assert page.locator("#gpu-preview").inner_text().startswith("16 GPUs")
+    shot(page, "02-submit-inline-errors")
+
+    page.locator("#id_gpus_per_worker").fill("2")
+    assert page.locator("#gpu-preview").inner_text() == "2 GPUs (1 × 2)"
+    page.get_by_role("button", name="Submit job").click()
+    page.wait_for_url(re.compile(r".*/jobs/\d+/$"))
+    wait_live(page)
+    # vision's whole H100 ceiling is held by its big run: the new job waits, and says why.
+    assert page.locator("#job-state").inner_text() == "Pending"
+    _wait_js(alice, page, "document.getElementById('why-pending').textContent.includes('quota')")
+    page.evaluate("window.__noReload = 'still here'")
+    shot(page, "03-job-pending")
+
+    # Cancel the big run from another tab; the first tab only listens.
+    other = alice.page("/jobs/?state=running")
+    other.get_by_role("link", name="vision-secret-bigrun").click()
+    other.get_by_role("button", name="Cancel job").click()
+    assert other.locator("#job-state").inner_text() == "Cancelled"
+    assert "cancelled" in other.locator(".messages").inner_text()
+    assert other.get_by_role("button", name="Cancel job").count() == 0
+    shot(other, "04-other-job-cancelled")
+
+    page.wait_for_selector("#timeline li[data-live][data-kind=running]", timeout=20_000)
+    assert page.locator("#placement .gpu.mine").count() == 2
+    shot(page, "05-job-running")
+    page.wait_for_selector("#timeline li[data-live][data-kind=succeeded]", timeout=20_000)
+    assert page.locator("#job-state").inner_text() == "Succeeded"
+    assert page.evaluate("window.__noReload") == "still here"
+    live_kinds = page.locator("#timeline li[data-live]").evaluate_all(
+        "items => items.map(li => li.dataset.kind)"
+    )
+    assert live_kinds[-2:] == ["running", "succeeded"]
+    _wait_js(
+        alice, page, "document.getElementById('log-tail').textContent.includes('training finished')"
+    )
+    assert page.locator("#placement-empty").is_visible()
+    shot(page, "06-job-succeeded")
+
+    page.goto("/jobs/")
+    row = page.locator("tr", has_text="vision-secret-e2e")
+    assert row.locator("[data-field=state]").inner_text() == "Succeeded"
+    shot(page, "07-job-list")
+    _only_local(alice)
+
+
+def test_bob_never_sees_alice_jobs_on_pages_or_in_frames(session_as):
+    bob = session_as("bob")
+    bob.login()
+    cluster = bob.page("/cluster/")
+    jobs = bob.page("/jobs/")
+    wait_live(cluster)
+    wait_live(jobs)
+
+    # Meanwhile alice submits and cancels a job, which the loop schedules and publishes.
+    alice = session_as("alice")
+    page = alice.login()
+    page.goto("/jobs/new/")
+    _submit_form(
+        page,
+        name="vision-secret-hidden",
+        team="vision",
+        workers="1",
+        gpus_per_worker="1",
+        gpu_model="h100-80gb",
+        simulated_duration_s="600000",
+    )
+    page.wait_for_url(re.compile(r".*/jobs/\d+/$"))
+    alice_job_url = page.url
+    page.get_by_role("button", name="Cancel job").click()
+    assert page.locator("#job-state").inner_text() == "Cancelled"
+    # alice hears her own job; by the time she has, the loop has published it everywhere.
+    assert any(p.get("name") == "vision-secret-hidden" for p in alice.payloads())
+
+    cluster.wait_for_timeout(1500)
+    types = {p["type"] for p in bob.payloads()}
+    assert "hello" in types and types & {"gpu.utilization", "node.status"}
+    assert not [f for f in bob.frames if SECRET in f]
+    assert all(p.get("team") in (None, "nlp") for p in bob.payloads() if p["type"] == "job.status")
+
+    # Other teams' GPUs are only "in use" on bob's cluster view.
+    busy = cluster.locator("li.node .gpu.busy").evaluate_all("els => els.map(e => e.title)")
+    holders = {t.split(": ", 1)[1].split(",")[0] for t in busy}
+    assert busy and holders <= {"in use", "nlp-bob-run (#2)"}, holders
+    shot(cluster, "08-cluster-as-bob")
+
+    view = bob.page()
+    for path in [
+        "/",
+        "/jobs/",
+        "/jobs/?team=vision",
+        "/jobs/?submitter=alice",
+        "/cluster/",
+        "/cluster/state/",
+    ]:
+        view.goto(path)
+        assert SECRET not in view.content(), path
+    response = view.goto(alice_job_url)
+    assert response.status == 404 and SECRET not in view.content()
+    _only_local(bob)
+
+
+def test_admin_sees_a_quarantine_arrive_live_and_releases_the_node(session_as):
+    admin = session_as("admin")
+    admin.login()
+    watcher = admin.page("/cluster/")
+    wait_live(watcher)
+    watcher.evaluate("window.__noReload = 1")
+    node = watcher.locator('li.node[data-node="r3-n05"]')
+    assert node.get_attribute("data-state") == "ready"
+
+    actor = admin.page("/cluster/")
+    actor.locator('li[data-node="r3-n05"] summary').click()
+    actor.get_by_label("Quarantine reason").locator("visible=true").fill("e2e: XID 79 storm")
+    actor.locator('li[data-node="r3-n05"]').get_by_role("button", name="Quarantine").click()
+    actor.wait_for_load_state()
+
+    event = watcher.locator("#node-events li[data-live]", has_text="r3-n05").first
+    event.wait_for()
+    assert "quarantined" in event.inner_text() and "XID 79 storm" in event.inner_text()
+    watcher.wait_for_selector('li.node[data-node="r3-n05"][data-state=quarantined]')
+    assert node.locator("[data-field=node-state]").inner_text() == "QUARANTINED"
+    assert watcher.evaluate("window.__noReload") == 1
+    shot(watcher, "09-cluster-quarantine-live")
+
+    actor.locator('li[data-node="r3-n05"] summary').click()
+    actor.locator('li[data-node="r3-n05"]').get_by_role("button", name="Release").click()
+    watcher.locator("#node-events li[data-live]", has_text="released").first.wait_for()
+    watcher.wait_for_selector('li.node[data-node="r3-n05"][data-state=ready]')
+    _only_local(admin)
+
+
+def test_pages_fit_a_phone_and_work_with_the_keyboard(session_as):
+    phone = session_as("alice", viewport={"width": 390, "height": 844})
+    page = phone.login()  # typed with the keyboard only
+    for path, name in [
+        ("/", "home"),
+        ("/jobs/", "jobs"),
+        ("/jobs/new/", "submit"),
+        ("/cluster/", "cluster"),
+    ]:
+        page.goto(path)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{path} overflows a phone screen by {overflow}px"
+        shot(page, f"phone-{name}")
+
+    page.goto("/")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+
+    page.goto("/cluster/")
+    node = page.locator("li.node").first
+    node.focus()  # nodes are focusable; the details tooltip shows on focus, not only on hover
+    assert node.locator(".tip").is_visible()
+    assert "GPUs in use" in node.get_attribute("aria-label")
