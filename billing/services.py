@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Literal, TypedDict
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
 from django.db.models.functions import TruncDay
 from django.utils import timezone
@@ -144,6 +144,22 @@ class MeterResult:
     lost_rows: int = 0
     alerts: list[BudgetAlert] = field(default_factory=list)
     months: set[date] = field(default_factory=set)
+    # True when another meter run held the lock: this one did nothing (that run covers it).
+    skipped: bool = False
+
+
+METER_LOCK_KEY = 0x6270_6D74  # "bpmt": billing meter, distinct from the scheduler's key
+
+
+def _meter_lock() -> bool:
+    """Take the meter's transaction-scoped lock without waiting. PostgreSQL: an advisory lock
+    released at commit. SQLite: writers are already serialized by the database (IMMEDIATE
+    transactions), and an older run can never shrink usage (cursor check), so no lock needed."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [METER_LOCK_KEY])
+        return bool(cursor.fetchone()[0])
 
 
 def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = None) -> MeterResult:
@@ -153,11 +169,16 @@ def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = N
     Idempotent: usage rows hold absolute values keyed by (allocation, hour), so re-running with
     the same ``now`` changes nothing, and a later ``now`` only extends the open hours. A finalized
     allocation is never read again. ``now`` earlier than a cursor is ignored for that allocation.
+    Single-flight on PostgreSQL (a non-blocking advisory lock): a run that finds another one in
+    progress returns at once with ``skipped``.
     """
     now = now or timezone.now()
     idle_source = idle_source or _configured_idle_source()
     result = MeterResult(months={calc.month_start(now)})
     with transaction.atomic():
+        if not _meter_lock():
+            result.skipped = True
+            return result
         _meter_allocations(now=now, idle_source=idle_source, result=result)
         _meter_lost_work(now=now, result=result)
         _ensure_statements(months=result.months)

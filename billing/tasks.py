@@ -26,6 +26,7 @@ def meter_run() -> dict:
     """Meter all allocations up to now, meter lost work, fire budget alerts."""
     result = services.meter_run()
     return {
+        "skipped": result.skipped,
         "usage_rows": result.usage_rows,
         "finalized": result.finalized_allocations,
         "lost_rows": result.lost_rows,

@@ -273,3 +273,30 @@ def test_management_command_meters_and_rebuilds(make_job, allocate, price):
     assert "2026-12: 1 daily rows, 1 job rows" in out.getvalue()
     with pytest.raises(CommandError):
         call_command("billing_meter", "--rebuild-rollups", "december")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_concurrent_run_is_skipped_on_postgresql(make_job, allocate, price):
+    """Two meter runs never interleave: the second finds the lock taken and does nothing."""
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the advisory lock is PostgreSQL's; SQLite serializes writers itself")
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    allocate(make_job(), "n1", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
+    outcome = {}
+    with transaction.atomic():
+        assert services._meter_lock()  # held by this transaction until it ends
+
+        def other():
+            outcome["result"] = services.meter_run(now=utc(2026, 12, 1, 3))
+            connection.close()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert outcome["result"].skipped and UsageRecord.objects.count() == 0
+    assert not services.meter_run(now=utc(2026, 12, 1, 3)).skipped
+    assert UsageRecord.objects.count() == 1
