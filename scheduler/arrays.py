@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -187,19 +187,28 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
                     array_index=index,
                 )
             )
-        # PostgreSQL and SQLite both return the new primary keys from a bulk INSERT.
-        Job.objects.bulk_create(jobs, batch_size=1000)
-        message = f"submitted by {user.get_username()} as index {{}} of array #{array.pk}"
-        JobEvent.objects.bulk_create(
-            [
-                JobEvent(job=job, kind="submitted", message=message.format(i), time=now)
-                for i, job in enumerate(jobs)
-            ],
-            batch_size=1000,
-        )
+        Job.objects.bulk_create(jobs, batch_size=2000)
+        _record_submitted_events(array, user=user, now=now)
         _publish_array(array, {JobState.PENDING.value: len(jobs)})
         _trigger_cycle()
     return array
+
+
+def _record_submitted_events(array: JobArray, *, user, now) -> None:
+    """One ``submitted`` event per member, written by the database in one INSERT … SELECT.
+
+    Building 5,000 JobEvent objects in Python cost about as much as the jobs themselves; the rows
+    are all alike but for the job id and index, so the database derives them from the jobs."""
+    event, job = JobEvent._meta, Job._meta
+    prefix = f"submitted by {user.get_username()} as index "
+    suffix = f" of array #{array.pk}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {event.db_table} (job_id, time, kind, message, data) "  # noqa: S608
+            f"SELECT id, %s, 'submitted', %s || CAST(array_index AS TEXT) || %s, %s "
+            f"FROM {job.db_table} WHERE array_id = %s",
+            [now, prefix, suffix, "{}", array.pk],
+        )
 
 
 def _publish_array(array: JobArray, counts: dict[str, int]) -> None:

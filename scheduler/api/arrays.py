@@ -18,6 +18,8 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from tenants.pagination import BoundedLimitOffsetPagination
+
 from .. import arrays, selectors
 from ..errors import FieldErrors, NotFound
 from .serializers import JobSerializer, JobSubmitSerializer
@@ -112,6 +114,7 @@ def _shape(data: dict) -> arrays.ArrayRequest:
 
 class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     serializer_class = JobArraySerializer
+    pagination_class = BoundedLimitOffsetPagination
 
     def get_queryset(self):
         return arrays.array_list(user=self.request.user)
