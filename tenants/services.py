@@ -345,7 +345,7 @@ def team_update(
     """Change a team's weight, name or parent (platform admins only). Cycles are refused."""
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("only platform admins change the team tree", field="team")
-    team = Team.objects.select_for_update().select_related("parent").get(pk=team.pk)
+    team = Team.objects.select_for_update(of=("self",)).select_related("parent").get(pk=team.pk)
     before = _team_state(team)
     errors: dict[str, list[str]] = {}
     if fair_share_weight is not None:

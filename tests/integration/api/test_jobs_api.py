@@ -127,3 +127,8 @@ def test_team_in_body_cannot_smuggle_a_job_into_another_team(platform, submit):
 def test_teams_endpoint_lists_only_mine(platform, api_as):
     slugs = {t["slug"] for t in api_as(platform["bob"]).get("/api/v1/teams/").json()["results"]}
     assert slugs == {"nlp"}
+
+
+def test_nul_bytes_in_a_filter_are_a_400_not_a_500(platform, api_as):
+    response = api_as(platform["alice"]).get("/api/v1/jobs/", {"team": "vis\x00ion"})
+    assert response.status_code == 400 and "team" in response.json()

@@ -104,6 +104,7 @@ def infra(tmp_path, settings, private_redis):
     }
     from gpuplatform.celery import app
 
+    saved = (app.conf.broker_url, app.conf.task_always_eager)
     app.conf.broker_url = redis.url
     app.conf.task_always_eager = False
     db = connection.settings_dict
@@ -147,7 +148,7 @@ def infra(tmp_path, settings, private_redis):
     except subprocess.TimeoutExpired:
         os.killpg(worker.pid, signal.SIGKILL)
     worker_log.close()
-    app.conf.task_always_eager = True
+    app.conf.broker_url, app.conf.task_always_eager = saved
 
 
 def wait_for(predicate, timeout: float, what: str, log: Path | None = None):
