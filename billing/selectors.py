@@ -112,6 +112,8 @@ class CostDashboard:
     budget: BudgetSummary
     unpriced_gpu_hours: float = 0.0
     team_slug: str | None = None
+    # (username, GPU-hours, cost), largest cost first.
+    by_user: list[tuple[str, float, Decimal]] = field(default_factory=list)
 
     @property
     def spend(self) -> Decimal:
@@ -251,6 +253,19 @@ def _top_jobs(team_ids: list[int] | None, month: date, limit: int) -> list[JobCo
     return out
 
 
+def _by_user(team_ids: list[int] | None, month: date) -> list[tuple[str, float, Decimal]]:
+    """Spend per submitting user for the month (from the job-month rollup)."""
+    qs = UsageJobMonth.objects.filter(month=month)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    return [
+        (r["job__submitter__username"], (r["s_secs"] or 0.0) / 3600, r["s_cost"] or Decimal(0))
+        for r in qs.values("job__submitter__username")
+        .annotate(s_secs=Sum("gpu_seconds"), s_cost=Sum("cost"))
+        .order_by("-s_cost", "job__submitter__username")
+    ]
+
+
 def _trailing_window(month: date, now: datetime) -> tuple[datetime, datetime]:
     lo, hi = calc.forecast_window(now, month)
     # Usage is bucketed by hour: measure the window from the start of its first bucket.
@@ -327,6 +342,7 @@ def team_cost_dashboard(
         now=now,
         days=days,
         top_jobs=_top_jobs(team_ids, month, top),
+        by_user=_by_user(team_ids, month),
         lost=_lost_series(team_ids, month),
         idle=idle,
         budget=_budget_summary(team, team_ids, days, month, now),
@@ -453,6 +469,7 @@ def admin_cost_overview(
         now=now,
         days=days,
         top_jobs=_top_jobs(None, month, 10),
+        by_user=_by_user(None, month),
         lost=_lost_series(None, month),
         idle=idle,
         budget=_budget_summary(None, None, days, month, now),

@@ -54,6 +54,8 @@ def test_team_dashboard_series(december, alice):
     # $1 burned in the last 24 h (the small job) -> $1/day for the 29 days left.
     assert d.budget.forecast == Decimal("110.00") and d.budget.forecast_over
     assert d.idle.has_telemetry is False and d.lost == []
+    assert d.by_user == [("alice", 41.0, Decimal("81.000000"))]
+    assert d.by_capacity() == {"on_demand": Decimal("81.000000")}
 
 
 def test_team_dashboard_page_and_isolation(december, client, alice, bob):
@@ -62,6 +64,7 @@ def test_team_dashboard_page_and_isolation(december, client, alice, bob):
     assert page.status_code == 200
     html = page.content.decode()
     assert "$81.00" in html and "no telemetry" in html
+    assert "By user" in html and "On-demand" in html
     for fig in ("fig-spend", "fig-budget", "fig-top-jobs", "fig-waste"):
         assert f'data-figure="{fig}"' in html and f'id="{fig}"' in html
     assert "/plotly" in html and "cdn" not in html.lower()
