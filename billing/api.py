@@ -272,3 +272,97 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
             f'attachment; filename="statement-{statement.team.slug}-{statement.month:%Y-%m}.csv"'
         )
         return response
+
+
+class CostQuerySerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, help_text="team slug; omitted: all (admins)")
+    month = MonthField(required=False, help_text="YYYY-MM; default: the current month")
+
+
+class CostViewSet(viewsets.ViewSet):
+    """The cost dashboard as JSON: one of the caller's teams (rolled up over its sub-teams), or
+    every team for platform admins when ``team`` is omitted. Another team is a 404."""
+
+    @extend_schema(parameters=[CostQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    def list(self, request):
+        from django.utils import timezone
+
+        query = CostQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        now = timezone.now()
+        month = query.validated_data.get("month") or calc.month_start(now)
+        if slug := query.validated_data.get("team"):
+            d = selectors.team_cost_dashboard(
+                user=request.user, team_slug=slug, month=month, now=now
+            )
+            teams = None
+        else:
+            overview = selectors.admin_cost_overview(user=request.user, month=month, now=now)
+            d = overview.dashboard
+            teams = [
+                {
+                    "team": r.slug,
+                    "parent": r.parent,
+                    "own_spend": str(r.own_spend),
+                    "spend": str(r.spend),
+                    "gpu_hours": round(r.gpu_hours, 3),
+                    "budget": None if r.budget is None else str(r.budget),
+                    "forecast": str(r.forecast),
+                    "idle_cost": None if r.idle_cost is None else str(r.idle_cost),
+                    "lost_cost": str(r.lost_cost),
+                }
+                for r in overview.rows
+            ]
+        body = {
+            "team": d.team_slug,
+            "month": f"{month:%Y-%m}",
+            "spend": str(d.budget.spend),
+            "forecast": str(d.budget.forecast),
+            "budget": None if d.budget.amount is None else str(d.budget.amount),
+            "hard_stop": d.budget.hard_stop,
+            "alerts": [{"threshold": t, "fired_at": at.isoformat()} for t, at in d.budget.alerts],
+            "gpu_hours": round(d.gpu_hours, 3),
+            "unpriced_gpu_hours": round(d.unpriced_gpu_hours, 3),
+            "daily": [
+                {
+                    "day": x.day.isoformat(),
+                    "gpu_model": x.gpu_model,
+                    "capacity": x.capacity,
+                    "gpu_hours": round(x.gpu_hours, 3),
+                    "cost": str(x.cost.quantize(calc.CENT)),
+                }
+                for x in d.days
+            ],
+            "top_jobs": [
+                {
+                    "job": j.job_id,
+                    "name": j.name,
+                    "team": j.team,
+                    "user": j.user,
+                    "gpu_hours": round(j.gpu_hours, 3),
+                    "cost": str(j.cost.quantize(calc.CENT)),
+                }
+                for j in d.top_jobs
+            ],
+            "by_user": [
+                {"user": u, "gpu_hours": round(h, 3), "cost": str(c.quantize(calc.CENT))}
+                for u, h, c in d.by_user
+            ],
+            "lost_work": {
+                "gpu_hours": round(d.lost_gpu_hours, 3),
+                "cost": str(d.lost_cost.quantize(calc.CENT)),
+            },
+            # null = no telemetry (unknown), never reported as zero
+            "idle": (
+                {
+                    "cost": str(d.idle.idle_cost),
+                    "gpu_hours": round(d.idle.idle_gpu_hours, 3),
+                    "telemetry_coverage": round(d.idle.coverage, 4),
+                }
+                if d.idle.has_telemetry
+                else None
+            ),
+        }
+        if teams is not None:
+            body["teams"] = teams
+        return Response(body)

@@ -31,6 +31,7 @@ router.register("billing/prices", billing_api.PriceRateViewSet, basename="price"
 router.register("billing/budgets", billing_api.BudgetViewSet, basename="budget")
 router.register("billing/alerts", billing_api.BudgetAlertViewSet, basename="budget-alert")
 router.register("billing/statements", billing_api.StatementViewSet, basename="statement")
+router.register("billing/costs", billing_api.CostViewSet, basename="cost")
 router.register("quota-requests", tenants_api.QuotaRequestViewSet, basename="quota-request")
 router.register("tokens", tenants_api.TokenViewSet, basename="token")
 router.register("audit", tenants_api.AuditEntryViewSet, basename="audit")

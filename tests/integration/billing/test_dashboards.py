@@ -207,3 +207,24 @@ def test_budget_form_on_the_dashboard(client, alice, bob, teams):
     client.force_login(bob)
     assert client.post("/billing/teams/vision/budget", {"amount": "1"}).status_code == 404
     assert Budget.objects.get().amount == Decimal("1500.00")
+
+
+def test_cost_api(december, api_as, alice, bob, platform_admin):
+    body = api_as(alice).get("/api/v1/billing/costs/?team=vision&month=2026-12").json()
+    assert (body["team"], body["spend"], body["budget"], body["idle"]) == (
+        "vision",
+        "81.00",
+        "100.00",
+        None,
+    )
+    assert [j["name"] for j in body["top_jobs"]] == ["big", "small"]
+    assert body["by_user"] == [{"user": "alice", "gpu_hours": 41.0, "cost": "81.00"}]
+    assert api_as(bob).get("/api/v1/billing/costs/?team=vision").status_code == 404
+    assert api_as(alice).get("/api/v1/billing/costs/").status_code == 404  # all teams: admins
+    assert api_as(alice).get("/api/v1/billing/costs/?month=12-2026").status_code == 400
+    everything = api_as(platform_admin).get("/api/v1/billing/costs/?month=2026-12").json()
+    assert {t["team"]: t["spend"] for t in everything["teams"]} == {
+        "research": "86.00",
+        "vision": "81.00",
+        "nlp": "5.00",
+    }
