@@ -44,12 +44,17 @@ class ParsedBatch:
     latest: dict[int, tuple[float, float]]  # gpu -> (epoch seconds, utilization) of its newest
 
 
+# Exact type checks (JSON gives plain int/float/bool): fast, and they keep booleans out of
+# numeric fields (bool is an int subclass). The validation loop runs for every sample.
+_NUMBER = frozenset((int, float))
+
+
 def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return type(value) in _NUMBER
 
 
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int
 
 
 def _time(value) -> float | None:
@@ -116,64 +121,66 @@ def parse_batch(
             err(p, "must be an object")
             continue
         ok = True
-        gpu = s.get("gpu")
-        if not _is_int(gpu) or not 0 <= gpu < gpu_count:
+        get = s.get
+        gpu = get("gpu")
+        if type(gpu) is not int or not 0 <= gpu < gpu_count:
             err(f"{p}.gpu", f"must be an integer between 0 and {gpu_count - 1}")
             ok = False
-        ts = _time(s.get("time"))
+        ts = get("time")
+        ts = float(ts) if type(ts) in _NUMBER else _time(ts)
         if ts is None:
             err(f"{p}.time", "must be epoch seconds or an ISO 8601 time with a zone")
             ok = False
         elif not oldest <= ts <= newest:
             err(f"{p}.time", "is too far in the past or the future (check the node's clock)")
             ok = False
-        util = s.get("utilization")
-        if not _is_number(util) or not 0 <= util <= 100:
+        util = get("utilization")
+        if type(util) not in _NUMBER or not 0 <= util <= 100:
             err(f"{p}.utilization", "must be between 0 and 100")
             ok = False
-        used, total = s.get("memory_used_mib"), s.get("memory_total_mib")
-        total_ok = _is_int(total) and 1 <= total <= 10_000_000
+        used, total = get("memory_used_mib"), get("memory_total_mib")
+        total_ok = type(total) is int and 1 <= total <= 10_000_000
         if not total_ok:
             err(f"{p}.memory_total_mib", "must be an integer between 1 and 10000000")
             ok = False
-        if not _is_int(used) or used < 0:
+        if type(used) is not int or used < 0:
             err(f"{p}.memory_used_mib", "must be an integer >= 0")
             ok = False
         elif total_ok and used > total:
             err(f"{p}.memory_used_mib", "must not exceed memory_total_mib")
             ok = False
-        temp = s.get("temperature_c")
-        if not _is_number(temp) or not -40 <= temp <= 150:
+        temp = get("temperature_c")
+        if type(temp) not in _NUMBER or not -40 <= temp <= 150:
             err(f"{p}.temperature_c", "must be between -40 and 150")
             ok = False
-        power = s.get("power_w")
-        if power is not None and (not _is_number(power) or not 0 <= power <= 5000):
+        power = get("power_w")
+        if power is not None and (type(power) not in _NUMBER or not 0 <= power <= 5000):
             err(f"{p}.power_w", "must be null or between 0 and 5000")
             ok = False
-        throttle = s.get("throttle_thermal", False)
-        if not isinstance(throttle, bool):
+        throttle = get("throttle_thermal", False)
+        if type(throttle) is not bool:
             err(f"{p}.throttle_thermal", "must be true or false")
             ok = False
-        counts = {}
-        for name in ("ecc_sbe", "ecc_dbe"):
-            value = s.get(name, 0)
-            if not _is_int(value) or not 0 <= value <= 1_000_000_000:
+        sbe, dbe = get("ecc_sbe", 0), get("ecc_dbe", 0)
+        for name, value in (("ecc_sbe", sbe), ("ecc_dbe", dbe)):
+            if type(value) is not int or not 0 <= value <= 1_000_000_000:
                 err(f"{p}.{name}", "must be an integer >= 0")
                 ok = False
-            counts[name] = value
-        xids = s.get("xid", [])
-        if not isinstance(xids, list) or len(xids) > 100:
-            err(f"{p}.xid", "must be a list of at most 100 XID codes")
-            ok = False
-        elif not all(_is_int(c) and 0 < c < 100_000 for c in xids):
-            err(f"{p}.xid", "each XID code must be a positive integer")
-            ok = False
+        xids = get("xid", ())
+        if xids != ():
+            if type(xids) is not list or len(xids) > 100:
+                err(f"{p}.xid", "must be a list of at most 100 XID codes")
+                ok = False
+            elif not all(type(c) is int and 0 < c < 100_000 for c in xids):
+                err(f"{p}.xid", "each XID code must be a positive integer")
+                ok = False
         if not ok or errors:
             continue  # keep validating (to report), stop building rows
         rows.append((gpu, ts, float(util), used, total, round(temp), power, throttle))
-        for name, value in counts.items():
-            if value:
-                gpu_errors.append((gpu, ts, name, None, value))
+        if sbe:
+            gpu_errors.append((gpu, ts, "ecc_sbe", None, sbe))
+        if dbe:
+            gpu_errors.append((gpu, ts, "ecc_dbe", None, dbe))
         for code in xids:
             gpu_errors.append((gpu, ts, "xid", code, 1))
         if gpu not in latest or latest[gpu][0] <= ts:
