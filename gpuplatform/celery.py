@@ -27,3 +27,9 @@ def _register_beat(sender, **_kwargs):
         sender.signature("scheduler.tasks.sync_backends", options={"expires": period * 0.9}),
         name="backend sync",
     )
+    for task_name, every in settings.PERIODIC_TASKS:
+        sender.add_periodic_task(
+            every,
+            sender.signature(task_name, options={"expires": every * 0.9}),
+            name=task_name,
+        )

@@ -184,6 +184,13 @@ SIMULATED_FAILURE_RATE_PER_NODE_HOUR = env.float(
     "SIMULATED_FAILURE_RATE_PER_NODE_HOUR", default=0.0
 )
 
+# Housekeeping run by Celery beat in production and by the in-process loop in the demo:
+# (task name, period in seconds). Each task is idempotent, so a late or doubled run is harmless.
+PERIODIC_TASKS = [
+    ("billing.tasks.meter_run", 60.0),
+    ("tenants.tasks.expire_quota_requests", 60.0),
+]
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

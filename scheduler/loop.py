@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -29,6 +30,7 @@ def _run_forever() -> None:
     from .cycle import run_cycle
 
     wakeup = wakeup_event()
+    last_run: dict[str, float] = {}
     while True:
         wakeup.wait(timeout=settings.SCHEDULER_CYCLE_SECONDS)
         wakeup.clear()
@@ -37,5 +39,24 @@ def _run_forever() -> None:
             run_cycle()
         except Exception:  # the loop must outlive any one bad cycle
             log.exception("scheduling cycle failed; retrying next period")
+        finally:
+            close_old_connections()
+        _run_due_housekeeping(last_run)
+
+
+def _run_due_housekeeping(last_run: dict[str, float]) -> None:
+    """Run the periodic tasks of ``settings.PERIODIC_TASKS`` that are due, in this thread (what
+    Celery beat does in production)."""
+    from celery import current_app
+
+    now = time.monotonic()
+    for task_name, every in settings.PERIODIC_TASKS:
+        if now - last_run.get(task_name, float("-inf")) < every:
+            continue
+        last_run[task_name] = now
+        try:
+            current_app.tasks[task_name].run()
+        except Exception:
+            log.exception("periodic task %s failed; retrying next period", task_name)
         finally:
             close_old_connections()

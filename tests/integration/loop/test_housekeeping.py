@@ -1,0 +1,32 @@
+"""Every periodic task is registered with Celery under the name settings give, and the in-process
+loop runs each once when due (and not again before its period)."""
+
+import pytest
+from django.conf import settings
+
+from scheduler import loop
+
+pytestmark = pytest.mark.django_db
+
+
+def test_periodic_tasks_exist_and_run_when_due(platform, monkeypatch):
+    from celery import current_app
+
+    current_app.loader.import_default_modules()
+    calls = []
+    for task_name, _every in settings.PERIODIC_TASKS:
+        assert task_name in current_app.tasks, task_name
+        task = current_app.tasks[task_name]
+        monkeypatch.setattr(task, "run", lambda name=task_name: calls.append(name))
+    last_run: dict[str, float] = {}
+    loop._run_due_housekeeping(last_run)
+    loop._run_due_housekeeping(last_run)
+    assert calls == [name for name, _ in settings.PERIODIC_TASKS]
+
+
+def test_the_real_tasks_run_on_an_empty_platform(platform):
+    from celery import current_app
+
+    current_app.loader.import_default_modules()
+    for task_name, _every in settings.PERIODIC_TASKS:
+        current_app.tasks[task_name].run()
