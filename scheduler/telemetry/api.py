@@ -8,6 +8,7 @@ The ingest answers 202 with the count stored, or 400 naming each bad field
 from __future__ import annotations
 
 import hmac
+import time
 
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpResponse
@@ -26,6 +27,43 @@ from .ingest import BatchInvalid
 from .models import NodeAgentToken, hash_node_token
 from .services import TOKEN_PREFIX, samples_ingest
 
+# token hash -> (valid until (monotonic), token row with its node). Agents post every few
+# seconds; looking their token up once per TOKEN_CACHE_SECONDS instead of on every batch takes a
+# query off the hot path. The price: a revoked token keeps working for up to that long in a
+# process that cached it.
+TOKEN_CACHE_SECONDS = 30.0
+_token_cache: dict[str, tuple[float, NodeAgentToken]] = {}
+
+
+def _token_for(raw: str) -> NodeAgentToken | None:
+    key = hash_node_token(raw)
+    now = time.monotonic()
+    hit = _token_cache.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    token = (
+        NodeAgentToken.objects.select_related("node")
+        .filter(key_hash=key, revoked_at__isnull=True)
+        .first()
+    )
+    if token is None:
+        _token_cache.pop(key, None)
+        return None
+    if len(_token_cache) > 50_000:  # bounded: a flood of distinct tokens cannot grow it forever
+        _token_cache.clear()
+    _token_cache[key] = (now + TOKEN_CACHE_SECONDS, token)
+    wall = timezone.now()
+    # At most one write a minute per token: batches must not all become writes.
+    if token.last_used_at is None or (wall - token.last_used_at).total_seconds() > 60:
+        NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=wall)
+        token.last_used_at = wall
+    return token
+
+
+def forget_cached_tokens() -> None:
+    """Drop this process's token cache (tests; an emergency revocation from a shell)."""
+    _token_cache.clear()
+
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer gpn_…``: a node agent. ``request.auth`` is its token row; there
@@ -38,17 +76,9 @@ class NodeTokenAuthentication(authentication.BaseAuthentication):
         raw = header[1].decode(errors="replace")
         if not raw.startswith(TOKEN_PREFIX):
             return None
-        token = (
-            NodeAgentToken.objects.select_related("node")
-            .filter(key_hash=hash_node_token(raw), revoked_at__isnull=True)
-            .first()
-        )
+        token = _token_for(raw)
         if token is None:
             raise exceptions.AuthenticationFailed("invalid or revoked node token")
-        now = timezone.now()
-        # At most one write a minute per token: reads must not all become writes.
-        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-            NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return AnonymousUser(), token
 
     def authenticate_header(self, request):

@@ -90,12 +90,16 @@ def node_token_issue(*, node: Node, created_by=None) -> tuple[NodeAgentToken, st
 
 
 def node_token_revoke(*, token: NodeAgentToken) -> bool:
-    """Revoke ``token``; False when it was already revoked. Idempotent."""
-    return bool(
-        NodeAgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+    """Revoke ``token``; False when it was already revoked. Idempotent. Processes that cached
+    the token (``api.TOKEN_CACHE_SECONDS``) accept it until their cache entry expires; this
+    process forgets it at once."""
+    from .api import forget_cached_tokens
+
+    revoked = NodeAgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
     )
+    forget_cached_tokens()
+    return bool(revoked)
 
 
 # ---------------------------------------------------------------------------------- ingest
@@ -191,30 +195,42 @@ def _copy_samples(raw_cursor, node_id: int, samples: list[tuple]) -> None:
 
 
 def _record_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
-    newest = max(ts for ts, _ in parsed.latest.values())
-    fields = {
-        "last_batch_at": now,
-        "last_sample_at": datetime.fromtimestamp(newest, UTC),
-        "samples_received": F("samples_received") + len(parsed.samples),
-    }
-    if parsed.agent_version:
-        fields["agent_version"] = parsed.agent_version
-    if parsed.agent_dropped is not None:
-        fields["agent_dropped"] = parsed.agent_dropped
-    if NodeTelemetry.objects.filter(pk=node.pk).update(**fields):
-        return
+    """Bump the node's bookkeeping row. Plain SQL: it runs on every batch, and compiling the
+    equivalent ORM update costs more than executing it."""
+    newest = datetime.fromtimestamp(max(ts for ts, _ in parsed.latest.values()), UTC)
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {NodeTelemetry._meta.db_table} SET last_batch_at = %s, "
+            "last_sample_at = %s, samples_received = samples_received + %s, "
+            "agent_version = CASE WHEN %s <> '' THEN %s ELSE agent_version END, "
+            "agent_dropped = COALESCE(%s, agent_dropped) WHERE node_id = %s",
+            [
+                at(now),
+                at(newest),
+                len(parsed.samples),
+                parsed.agent_version,
+                parsed.agent_version,
+                parsed.agent_dropped,
+                node.pk,
+            ],
+        )
+        if cursor.rowcount:
+            return
     try:
         with transaction.atomic():
             NodeTelemetry.objects.create(
                 node=node,
                 last_batch_at=now,
-                last_sample_at=fields["last_sample_at"],
+                last_sample_at=newest,
                 samples_received=len(parsed.samples),
                 agent_version=parsed.agent_version,
                 agent_dropped=parsed.agent_dropped or 0,
             )
-    except IntegrityError:  # a concurrent first batch created it
-        NodeTelemetry.objects.filter(pk=node.pk).update(**fields)
+    except IntegrityError:  # a concurrent first batch created it: count this one too
+        NodeTelemetry.objects.filter(pk=node.pk).update(
+            samples_received=F("samples_received") + len(parsed.samples)
+        )
 
 
 def _publish_utilization(node: Node, parsed: ParsedBatch) -> None:
