@@ -11,11 +11,14 @@ register = template.Library()
 
 
 @register.simple_tag(takes_context=True)
-def nav_link(context, href: str, label: str):
-    """A navigation link marked ``aria-current="page"`` when the current path is under it."""
+def nav_link(context, href: str, label: str, exclude: str = ""):
+    """A navigation link marked ``aria-current="page"`` when the current path is under it (and
+    not under ``exclude``, a sub-path that has a link of its own)."""
     request = context.get("request")
     path = request.path if request is not None else ""
     current = path == href if href == "/" else path.startswith(href)
+    if exclude and path.startswith(exclude):
+        current = False
     if current:
         return format_html('<a href="{}" aria-current="page">{}</a>', href, label)
     return format_html('<a href="{}">{}</a>', href, label)

@@ -224,3 +224,8 @@ def test_pages_fit_a_phone_and_work_with_the_keyboard(session_as):
     node.focus()  # nodes are focusable; the details tooltip shows on focus, not only on hover
     assert node.locator(".tip").is_visible()
     assert "GPUs in use" in node.get_attribute("aria-label")
+
+    page.get_by_role("button", name="Log out").click()
+    page.wait_for_url(re.compile(r".*/login/$"))
+    page.goto("/jobs/")
+    assert "/login/" in page.url  # signed out: the portal asks to log in again
