@@ -518,10 +518,10 @@ def health_evaluate(*, now: datetime, node_ids: list[int] | None = None) -> dict
     check fails at the end of its probation. A fixed number of queries plus one small
     transaction per quarantined node. Idempotent for a given ``now``."""
     rules = conf.health_rules()
-    nodes = list(Node.objects.select_related("cluster").order_by("pk"))
+    nodes = Node.objects.select_related("cluster").order_by("pk")
     if node_ids is not None:
-        wanted = set(node_ids)
-        nodes = [n for n in nodes if n.pk in wanted]
+        nodes = nodes.filter(pk__in=node_ids)
+    nodes = list(nodes)
     if not nodes:
         return {}
     evidence = _gather_evidence(nodes, rules, now)

@@ -218,3 +218,17 @@ def test_a_down_node_gets_a_score_but_is_not_quarantined(node1):
     node1.refresh_from_db()
     assert (node1.state, node1.health) == (NodeState.DOWN, 0.0)
     assert kinds(node1) == []
+
+
+def test_scoring_the_whole_cluster_takes_a_fixed_number_of_queries(
+    cluster, gpu_models, django_assert_max_num_queries
+):
+    for i in range(5, 45):
+        Node.objects.create(
+            cluster=cluster, name=f"n{i}", gpu_model=gpu_models["h100"], gpu_count=8
+        )
+    now = timezone.now()
+    health_evaluate(now=now)  # the first run creates the bookkeeping rows
+    with django_assert_max_num_queries(10):
+        verdicts = health_evaluate(now=now + timedelta(seconds=60))
+    assert len(verdicts) == 44 and {v.score for v in verdicts.values()} == {1.0}
