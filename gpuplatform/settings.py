@@ -143,6 +143,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "billing.models.StatementStatus"},
 }
 
 if REDIS_URL:

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import selectors, services
-from ..models import Cluster, GpuModel, Job
+from ..models import Cluster, GpuModel, Job, Node
 from .serializers import (
     ClusterSerializer,
     GpuModelSerializer,
@@ -136,10 +136,13 @@ class NodeActionSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
-class NodeAdminViewSet(viewsets.ViewSet):
+class NodeAdminViewSet(viewsets.GenericViewSet):
     """Platform admins: quarantine, drain and release nodes."""
 
     permission_classes = [IsAdminUser]
+    serializer_class = NodeSerializer
+    queryset = Node.objects.none()  # actions load the node through the admin-only services
+    lookup_value_regex = r"\d+"
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])

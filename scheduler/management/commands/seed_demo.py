@@ -34,6 +34,25 @@ class Command(BaseCommand):
         )
 
 
+def _seed_prices(h100, a100) -> None:
+    """A demo price book from the start of the year, so the cost pages show money at once. (The
+    billing service refuses backdated rates, which protects real bills; the demo writes rows.)"""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from billing.models import Capacity, PriceRate
+
+    since = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    for model, on_demand, spot in ((h100, "3.00", "1.20"), (a100, "1.80", "0.70")):
+        for capacity, rate in ((Capacity.ON_DEMAND, on_demand), (Capacity.SPOT, spot)):
+            PriceRate.objects.get_or_create(
+                gpu_model=model,
+                capacity=capacity,
+                effective_from=since,
+                defaults={"rate_per_gpu_hour": Decimal(rate), "note": "demo price book"},
+            )
+
+
 def seed(*, jobs: int = 12) -> bool:
     """Create the demo objects that are missing. Returns True when anything new was queued."""
     h100, _ = GpuModel.objects.get_or_create(name="h100-80gb", defaults={"memory_gib": 80})
@@ -98,6 +117,8 @@ def seed(*, jobs: int = 12) -> bool:
                     "datasets": ["c4"] if n <= 4 else [],
                 },
             )
+
+    _seed_prices(h100, a100)
 
     User = get_user_model()
     admin, created = User.objects.get_or_create(
