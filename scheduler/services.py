@@ -260,10 +260,21 @@ def _node_for_admin(*, user, node_id: int):
     return node
 
 
-def _node_changed(node, kind: str, message: str) -> None:
+def _node_changed(node, kind: str, message: str, *, actor=None, before: str = "") -> None:
+    from tenants.audit import audit_record
+
     from .models import NodeEvent
 
     now = timezone.now()
+    if actor is not None:
+        audit_record(
+            actor=actor,
+            action=f"node.{kind}",
+            target=node,
+            before={"state": before},
+            after={"state": node.state},
+            comment=message,
+        )
     NodeEvent.objects.create(node=node, kind=kind, message=message, time=now)
     streams.publish(
         streams.ADMIN_GROUP,
@@ -315,8 +326,15 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
         Node.objects.filter(pk=node.pk).update(
             state=NodeState.QUARANTINED, state_reason=reason.strip()[:300], probation_until=None
         )
+        before = node.state
         node.state, node.state_reason = NodeState.QUARANTINED, reason.strip()[:300]
-        _node_changed(node, "quarantined", f"{reason.strip()} (by {user.get_username()})")
+        _node_changed(
+            node,
+            "quarantined",
+            f"{reason.strip()} (by {user.get_username()})",
+            actor=user,
+            before=before,
+        )
         _backend_after_commit(node, "drain_node", reason.strip())
     return node
 
@@ -332,8 +350,14 @@ def node_drain(*, user, node_id: int, reason: str) -> Node:
         Node.objects.filter(pk=node.pk).update(
             state=NodeState.DRAINING, state_reason=(reason or "drained by admin")[:300]
         )
-        node.state = NodeState.DRAINING
-        _node_changed(node, "drained", f"{reason or 'drained'} (by {user.get_username()})")
+        before, node.state = node.state, NodeState.DRAINING
+        _node_changed(
+            node,
+            "drained",
+            f"{reason or 'drained'} (by {user.get_username()})",
+            actor=user,
+            before=before,
+        )
         _backend_after_commit(node, "drain_node", reason or "drained by admin")
     return node
 
@@ -350,8 +374,10 @@ def node_release(*, user, node_id: int) -> Node:
         Node.objects.filter(pk=node.pk).update(
             state=NodeState.READY, state_reason="", probation_until=None
         )
-        node.state = NodeState.READY
-        _node_changed(node, "released", f"released by {user.get_username()}")
+        before, node.state = node.state, NodeState.READY
+        _node_changed(
+            node, "released", f"released by {user.get_username()}", actor=user, before=before
+        )
         _backend_after_commit(node, "undrain_node")
         _trigger_cycle()
     return node

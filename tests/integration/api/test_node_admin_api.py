@@ -1,0 +1,47 @@
+"""Admin node actions through the API: quarantine, drain, release; audited; admins only."""
+
+import pytest
+
+from scheduler.models import Node, NodeEvent
+from tenants.models import AuditEntry
+
+pytestmark = pytest.mark.django_db
+
+
+def test_admin_quarantines_and_releases_a_node(platform, api_as):
+    node = Node.objects.get(name="n2")
+    admin = api_as(platform["admin"])
+    response = admin.post(
+        f"/api/v1/admin/nodes/{node.pk}/quarantine/", {"reason": "XID 79"}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["state"] == "quarantined"
+    node.refresh_from_db()
+    assert node.state == "quarantined" and node.state_reason == "XID 79"
+    assert NodeEvent.objects.filter(node=node, kind="quarantined").exists()
+    entry = AuditEntry.objects.get(action="node.quarantined")
+    assert entry.actor == platform["admin"]
+    released = admin.post(f"/api/v1/admin/nodes/{node.pk}/release/")
+    assert released.status_code == 200 and released.json()["state"] == "ready"
+    again = admin.post(f"/api/v1/admin/nodes/{node.pk}/release/")
+    assert again.status_code == 409
+
+
+def test_quarantine_needs_a_reason_and_an_admin(platform, api_as):
+    node = Node.objects.get(name="n2")
+    missing = api_as(platform["admin"]).post(
+        f"/api/v1/admin/nodes/{node.pk}/quarantine/", {}, format="json"
+    )
+    assert missing.status_code == 400 and "reason" in missing.json()
+    denied = api_as(platform["alice"]).post(
+        f"/api/v1/admin/nodes/{node.pk}/quarantine/", {"reason": "x"}, format="json"
+    )
+    assert denied.status_code == 403
+    node.refresh_from_db()
+    assert (
+        node.state == "ready" and not AuditEntry.objects.filter(action__startswith="node.").exists()
+    )
+
+
+def test_unknown_node_is_404(platform, api_as):
+    response = api_as(platform["admin"]).post("/api/v1/admin/nodes/999999/drain/")
+    assert response.status_code == 404
