@@ -11,6 +11,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/new/", views.job_new, name="job-new"),
+    path("jobs/states/", views.job_states, name="job-states"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/status/", views.job_status, name="job-status"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),

@@ -140,6 +140,23 @@ def job_detail(request, job_id: int):
 
 @login_required
 @require_GET
+def job_states(request):
+    """States of the listed jobs the caller may see (``?ids=1,2,3``, at most JOB_LIST_LIMIT), for
+    job tables to resync when their stream (re)connects. Unknown or hidden ids are left out."""
+    ids = [int(v) for v in request.GET.get("ids", "").split(",") if v.strip().isdigit()]
+    jobs = scheduler_selectors.job_list(user=request.user).filter(pk__in=ids[:JOB_LIST_LIMIT])
+    return JsonResponse(
+        {
+            "jobs": {
+                str(job.pk): {"state": job.state, "why": job.why_pending}
+                for job in jobs
+            }
+        }
+    )
+
+
+@login_required
+@require_GET
 def job_status(request, job_id: int):
     """The job's current status and log tail as JSON, shaped like a ``job.status`` payload plus
     ``log``: the job page re-reads it when its stream (re)connects and while the job runs."""

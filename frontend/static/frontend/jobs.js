@@ -41,6 +41,34 @@
     return row;
   }
 
+  // On (re)connect, re-read the shown rows' states: a change published between the page render
+  // and the socket's hello would otherwise be missed.
+  function resync() {
+    var ids = [];
+    tables.forEach(function (table) {
+      table.querySelectorAll("tr[data-job]").forEach(function (row) {
+        ids.push(row.getAttribute("data-job"));
+      });
+    });
+    if (!ids.length || !window.fetch) return;
+    window
+      .fetch("/jobs/states/?ids=" + ids.join(","), { credentials: "same-origin" })
+      .then(function (r) {
+        return r.ok ? r.json() : null;
+      })
+      .then(function (data) {
+        if (!data) return;
+        tables.forEach(function (table) {
+          table.querySelectorAll("tr[data-job]").forEach(function (row) {
+            var job = data.jobs[row.getAttribute("data-job")];
+            if (job) setState(row, job);
+          });
+        });
+      })
+      .catch(function () {});
+  }
+  GP.on("hello", resync);
+
   GP.on("job.status", function (msg) {
     tables.forEach(function (table) {
       var wanted = (table.getAttribute("data-live-states") || "").split(",").filter(Boolean);

@@ -17,7 +17,7 @@ from scheduler.models import Job, JobEvent, Node, NodeEvent
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/", "/jobs/", "/jobs/new/", "/cluster/", "/cluster/state/"]
+PAGES = ["/", "/jobs/", "/jobs/new/", "/jobs/states/?ids=1", "/cluster/", "/cluster/state/"]
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +100,16 @@ def test_job_list_filters_and_isolation(platform):
     # Nonsense filters are ignored or match nothing; never an error.
     assert client.get("/jobs/?state=bogus&team=nope&submitter=").status_code == 200
     assert client.get("/jobs/?team=%00").status_code < 500
+
+
+def test_job_states_for_table_resync_are_scoped_to_the_caller(platform):
+    mine = submit(platform["alice"], name="mine")
+    theirs = submit(platform["bob"], team="nlp", name="theirs")
+    services.job_cancel(user=platform["alice"], job_id=mine.pk)
+    client = client_for(platform["alice"])
+    data = client.get(f"/jobs/states/?ids={mine.pk},{theirs.pk},x,").json()
+    assert data == {"jobs": {str(mine.pk): {"state": "cancelled", "why": ""}}}
+    assert client.get("/jobs/states/").json() == {"jobs": {}}
 
 
 def test_job_detail_shows_timeline_placement_log_and_is_404_for_other_teams(platform, settings):
