@@ -54,6 +54,7 @@ def quota_figure(
     fig.update_layout(
         **_LAYOUT,
         barmode="stack",
+        bargap=0.55,
         title={"text": "Quota use (GPUs)"},
         yaxis={"rangemode": "tozero"},
     )

@@ -146,12 +146,7 @@ def job_states(request):
     ids = [int(v) for v in request.GET.get("ids", "").split(",") if v.strip().isdigit()]
     jobs = scheduler_selectors.job_list(user=request.user).filter(pk__in=ids[:JOB_LIST_LIMIT])
     return JsonResponse(
-        {
-            "jobs": {
-                str(job.pk): {"state": job.state, "why": job.why_pending}
-                for job in jobs
-            }
-        }
+        {"jobs": {str(job.pk): {"state": job.state, "why": job.why_pending} for job in jobs}}
     )
 
 
