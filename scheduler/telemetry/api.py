@@ -16,6 +16,7 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import authentication, exceptions, permissions, serializers, status
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -151,8 +152,20 @@ class CanScrapeMetrics(permissions.BasePermission):
         return request.auth == "metrics-scrape" or is_platform_admin(request.user)
 
 
+class AnyAcceptNegotiation(BaseContentNegotiation):
+    """/metrics picks its own format from Accept (Prometheus text or OpenMetrics); DRF's
+    negotiation must not refuse a scraper's Accept header with a 406."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 @extend_schema(exclude=True)
 class MetricsView(APIView):
+    content_negotiation_class = AnyAcceptNegotiation
     authentication_classes = [
         MetricsTokenAuthentication,
         ApiTokenAuthentication,

@@ -256,25 +256,29 @@ def _minute(t: datetime) -> datetime:
 def rollup_build(*, now: datetime, max_minutes: int = 60) -> int:
     """Roll complete minutes of raw samples into ``GpuRollup`` (upserts; returns rows written).
 
-    Starts two minutes before the newest existing rollup (late samples get counted), stops at
-    the last minute that ended ``TELEMETRY_ROLLUP_SETTLE_SECONDS`` ago, and covers at most
-    ``max_minutes`` per call (a backlog is caught up over several calls).
+    Starts at the first sample newer than the newest rollup, re-rolling the two minutes before
+    it when contiguous (late samples get counted); stops at the last minute that ended
+    ``TELEMETRY_ROLLUP_SETTLE_SECONDS`` ago; covers at most ``max_minutes`` per call (a backlog
+    is caught up over several calls). Returns 0 when there is nothing new.
     """
     end = _minute(now - timedelta(seconds=conf.get("TELEMETRY_ROLLUP_SETTLE_SECONDS")))
+    floor = _minute(now - timedelta(seconds=conf.get("TELEMETRY_RAW_RETENTION_SECONDS")))
     newest = GpuRollup.objects.aggregate(m=Max("bucket"))["m"]
-    if newest is not None:
-        start = newest - timedelta(minutes=2)
-    else:
-        first = GpuSample.objects.order_by("time").values_list("time", flat=True).first()
-        if first is None:
-            return 0
-        start = _minute(first)
-    start = max(
-        start, _minute(now - timedelta(seconds=conf.get("TELEMETRY_RAW_RETENTION_SECONDS")))
+    unrolled = max(floor, newest + timedelta(minutes=1)) if newest is not None else floor
+    # Start at the first sample not yet rolled up: a stretch without any (agents down) is
+    # skipped rather than scanned, so the range can never get stuck on it.
+    first = (
+        GpuSample.objects.filter(time__gte=unrolled, time__lt=end)
+        .order_by("time")
+        .values_list("time", flat=True)
+        .first()
     )
-    end = min(end, start + timedelta(minutes=max_minutes))
-    if end <= start:
+    if first is None:
         return 0
+    start = _minute(first)
+    if newest is not None and start - newest <= timedelta(minutes=3):
+        start = max(floor, newest - timedelta(minutes=2))  # re-roll: count late samples
+    end = min(end, start + timedelta(minutes=max_minutes))
     hot = conf.health_rules()["thermal"]["temperature_c"]
     groups = (
         GpuSample.objects.filter(time__gte=start, time__lt=end)
@@ -425,17 +429,19 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
     window = now - timedelta(seconds=rules["window_seconds"])
     thermal_window = now - timedelta(seconds=rules["thermal"]["window_seconds"])
     ids = [n.pk for n in nodes]
-    # A quarantined node is judged on what happened since its quarantine: probation is a
-    # clean slate, and the release check asks whether it stayed clean.
-    q_ids = [n.pk for n in nodes if n.state == NodeState.QUARANTINED]
-    since: dict[int, datetime] = {}
-    if q_ids:
-        since = dict(
-            NodeEvent.objects.filter(node_id__in=q_ids, kind=NodeEvent.Kind.QUARANTINED)
-            .values("node_id")
-            .annotate(t=Max("time"))
-            .values_list("node_id", "t")
+    # A quarantine and a release each start a clean slate: a quarantined node is judged on what
+    # happened since (the release check asks whether it stayed clean), and a node an admin or
+    # the loop released is not re-quarantined for the errors that had it quarantined.
+    since: dict[int, datetime] = dict(
+        NodeEvent.objects.filter(
+            node_id__in=ids,
+            kind__in=[NodeEvent.Kind.QUARANTINED, NodeEvent.Kind.RELEASED],
+            time__gte=window,
         )
+        .values("node_id")
+        .annotate(t=Max("time"))
+        .values_list("node_id", "t")
+    )
 
     def counts(node_id: int, at: datetime, floor: datetime) -> bool:
         return at >= max(floor, since.get(node_id, floor))

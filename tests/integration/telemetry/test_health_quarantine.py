@@ -232,3 +232,14 @@ def test_scoring_the_whole_cluster_takes_a_fixed_number_of_queries(
     with django_assert_max_num_queries(10):
         verdicts = health_evaluate(now=now + timedelta(seconds=60))
     assert len(verdicts) == 44 and {v.score for v in verdicts.values()} == {1.0}
+
+
+def test_a_node_released_by_an_admin_is_not_requarantined_for_old_errors(node1, platform):
+    from scheduler.services import node_release
+
+    now = timezone.now()
+    ingest(node1, [make_sample(gpu=0, at=now - timedelta(seconds=1), ecc_dbe=1)], now)
+    node_release(user=platform["admin"], node_id=node1.pk)  # e.g. after replacing the GPU
+    health_evaluate(now=timezone.now() + timedelta(seconds=5))
+    node1.refresh_from_db()
+    assert (node1.state, node1.health) == (NodeState.READY, 1.0)

@@ -139,3 +139,15 @@ def test_cycle_durations_and_request_latency_are_recorded(platform, client, sett
     assert grew("gpuplatform_http_request_duration_seconds_count", post_jobs) == 1
     buckets = after["gpuplatform_scheduler_cycle_seconds_bucket"]
     assert (("le", "+Inf"),) in buckets
+
+
+def test_openmetrics_is_served_when_prometheus_asks_for_it(platform, client, settings):
+    settings.METRICS_BEARER_TOKEN = "scrape-secret"
+    response = client.get(
+        "/metrics",
+        HTTP_AUTHORIZATION="Bearer scrape-secret",
+        HTTP_ACCEPT="application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    assert response.content.rstrip().endswith(b"# EOF")

@@ -40,7 +40,7 @@ def test_rollups_aggregate_each_gpu_minute_and_rerunning_is_idempotent(node1, no
     assert (r.samples, r.util_avg, r.util_max, r.temperature_max_c) == (3, 30.0, 50.0, 90)
     assert r.power_avg_w == 200.0  # the GPU that reported no power is not counted as 0 W
     assert r.throttled == 1  # 90 °C is at or above the thermal rule's 87 °C
-    assert rollup_build(now=now) == 1
+    assert rollup_build(now=now) == 0  # nothing new
     assert GpuRollup.objects.count() == 1
 
 
@@ -50,10 +50,13 @@ def test_a_late_sample_is_counted_by_the_next_rollup(node1, now):
         node=node1, body={"samples": [make_sample(gpu=1, at=minute, utilization=10.0)]}, now=now
     )
     rollup_build(now=now)
-    samples_ingest(
-        node=node1, body={"samples": [make_sample(gpu=1, at=minute, utilization=30.0)]}, now=now
-    )
-    rollup_build(now=now + timedelta(seconds=30))
+    later = now + timedelta(minutes=1)
+    samples = [
+        make_sample(gpu=1, at=minute, utilization=30.0),  # late, for a minute already rolled
+        make_sample(gpu=1, at=now, utilization=50.0),  # and the agent's next minute
+    ]
+    samples_ingest(node=node1, body={"samples": samples}, now=later)
+    assert rollup_build(now=later) == 2  # the new minute, and the late one re-rolled
     r = GpuRollup.objects.get(gpu_index=1, bucket=minute.replace(second=0))
     assert (r.samples, r.util_avg) == (2, 20.0)
 
@@ -115,3 +118,25 @@ def test_the_tick_runs_once_per_period_and_does_all_steps(node1, now):
     assert telemetry_tick(now=now) is False  # claimed for TELEMETRY_EVALUATE_SECONDS
     assert telemetry_tick(now=now, force=True) is True
     cache.delete(TICK_CACHE_KEY)
+
+
+def test_a_stretch_without_samples_is_skipped_not_stuck_on(node1, now, settings):
+    settings.TELEMETRY_RAW_RETENTION_SECONDS = 6 * 3600
+    early = now - timedelta(hours=4)
+    late = now - timedelta(minutes=5)
+    row = dict(
+        node=node1,
+        gpu_index=0,
+        utilization=1.0,
+        memory_used_mib=1,
+        memory_total_mib=2,
+        temperature_c=40,
+        power_w=1.0,
+    )
+    GpuSample.objects.bulk_create([GpuSample(time=early, **row), GpuSample(time=late, **row)])
+    assert rollup_build(now=now) == 1  # the early minute (a 60-minute chunk at most)
+    assert rollup_build(now=now) == 1  # straight to the late minute, over 4 hours of nothing
+    assert set(GpuRollup.objects.values_list("bucket", flat=True)) == {
+        early.replace(second=0),
+        late.replace(second=0),
+    }
