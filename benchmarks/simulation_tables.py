@@ -32,7 +32,15 @@ from scheduler.simulation.cluster import sample_nodes  # noqa: E402
 from scheduler.simulation.traces import default_traces_dir, scale_arrivals  # noqa: E402
 
 WINDOW = 2246340
-ALL = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform", "gpuplatform-las")
+ALL = (
+    "fifo",
+    "fifo-backfill",
+    "sjf",
+    "tiresias",
+    "gpuplatform",
+    "gpuplatform-nolas",
+    "gpuplatform-res4",
+)
 # The published reference simulator on cluster04, submission_time <= 2246340, 80 x 8 GPUs.
 REFERENCE = {"fifo": (23022.6, 6413.5), "sjf": (18524.9, 1915.9)}
 REFERENCE_UTIL = 0.84

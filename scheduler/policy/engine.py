@@ -354,15 +354,41 @@ class _Topology:
 _TOPOLOGY_MEMO: dict[tuple, _Topology] = {}
 
 
-def _topology(eligible: list[Node]) -> _Topology:
-    key = tuple(
-        (n.name, n.gpu_model, n.gpus, n.fabric, n.rack, n.nvlink_domain, n.spot, tuple(n.datasets))
-        for n in eligible
+def _static(n: Node) -> tuple:
+    return (
+        n.name,
+        n.gpu_model,
+        n.gpus,
+        n.fabric,
+        n.rack,
+        n.nvlink_domain,
+        n.spot,
+        tuple(n.datasets),
     )
+
+
+# The eligible nodes of the last call and their topology. Callers (live loop, simulator) pass
+# the same Node objects for unchanged nodes, so comparing identities first and the static fields
+# of changed nodes only is O(changed) instead of building the whole value key; the hit is still
+# by value, so it is exactly what a rebuild would give. One tuple, replaced atomically.
+_LAST_TOPOLOGY: list[tuple[list[Node], _Topology] | None] = [None]
+
+
+def _topology(eligible: list[Node]) -> _Topology:
+    last = _LAST_TOPOLOGY[0]
+    if last is not None:
+        prev, topo = last
+        if len(prev) == len(eligible) and all(
+            a is b or _static(a) == _static(b) for a, b in zip(prev, eligible, strict=True)
+        ):
+            _LAST_TOPOLOGY[0] = (eligible, topo)
+            return topo
+    key = tuple(_static(n) for n in eligible)
     topo = _TOPOLOGY_MEMO.get(key)
     if topo is None:
         topo = _Topology(eligible)
         _memo_put(_TOPOLOGY_MEMO, key, topo)
+    _LAST_TOPOLOGY[0] = (eligible, topo)
     return topo
 
 

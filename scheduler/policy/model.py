@@ -71,7 +71,8 @@ class Config:
     # Least-attained-service queues inside a priority class (Tiresias-like, docs/policy.md):
     # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
     # as if it were in a lower class than its peers below the threshold. () turns it off.
-    las_thresholds_gpu_s: tuple[float, ...] = ()
+    # On by default: on the ITP trace it cut average waiting by more than half (p99 JCT +14 %).
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0)
     # EASY reservations per GPU model and cycle: the first this-many capacity-blocked jobs (in
     # queue order) each get a start time and hold GPUs for it, so nodes drain for big gangs
     # while later jobs still backfill around all of them.

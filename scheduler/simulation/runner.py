@@ -13,9 +13,9 @@ from .traces import TraceJob
 
 POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
 # Extra, clearly-labelled variants (not in the default comparison): the engine with its
-# least-attained-service queues switched on (Config.las_thresholds_gpu_s).
-VARIANTS = ("gpuplatform-las",)
-LAS_GPU_S = (3600.0, 36000.0, 360000.0)
+# least-attained-service queues switched off (the default before they existed), and the engine
+# with four EASY reservations per GPU model.
+VARIANTS = ("gpuplatform-nolas", "gpuplatform-res4")
 
 
 def make_policy(name: str) -> Policy:
@@ -27,12 +27,14 @@ def make_policy(name: str) -> Policy:
         from .gpuplatform_policy import GpuPlatformPolicy
 
         return GpuPlatformPolicy()
-    if name == "gpuplatform-las":
+    if name in VARIANTS:
         from scheduler.policy import Config
 
         from .gpuplatform_policy import GpuPlatformPolicy
 
-        return GpuPlatformPolicy(Config(las_thresholds_gpu_s=LAS_GPU_S), name=name)
+        if name == "gpuplatform-nolas":
+            return GpuPlatformPolicy(Config(las_thresholds_gpu_s=()), name=name)
+        return GpuPlatformPolicy(Config(reservations_per_model=4), name=name)
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 

@@ -13,7 +13,13 @@ def test_las_off_same_class_never_preempts():
     running = [
         run("long", {"n1": range(8)}, pc="normal", started=0.0, ckpt=NOW - 900, interval=3600)
     ]
-    s = snap([node("n1", 0)], [job("fresh", 1, 8, pc="normal")], running, now=NOW)
+    s = snap(
+        [node("n1", 0)],
+        [job("fresh", 1, 8, pc="normal")],
+        running,
+        now=NOW,
+        las_thresholds_gpu_s=(),
+    )
     d = decide(s)
     assert not d.preempt
 
@@ -108,5 +114,5 @@ def test_las_counts_service_of_earlier_runs_and_orders_the_queue():
     ]
     s = snap([node("n1")], pending, now=NOW, las_thresholds_gpu_s=TH)
     assert [p.id for p in queue_order(s)] == ["fresh", "served", "low"]
-    s = snap([node("n1")], pending, now=NOW)
+    s = snap([node("n1")], pending, now=NOW, las_thresholds_gpu_s=())
     assert [p.id for p in queue_order(s)][0] == "served"  # off: requeued jobs first

@@ -86,7 +86,8 @@ def test_rule_2_smallest_predicted_gpu_time_first_counts_gpus_and_attained_servi
         job("narrow", 1, 1, est=3_000, submitted=0),  # 3,000 GPU-s
         job("resumed", 1, 2, est=10_000, attained=9_500, submitted=0),  # 1,000 GPU-s left
     ]
-    assert ids(snap([node("n1")], pend)) == ["resumed", "narrow", "wide"]
+    # (LAS queues off: with them, the resumed job's 19,000 GPU-s of service rank it last)
+    assert ids(snap([node("n1")], pend, las_thresholds_gpu_s=())) == ["resumed", "narrow", "wide"]
 
 
 def test_rule_2_aging_stops_starvation_of_big_jobs():
@@ -126,7 +127,8 @@ def test_rule_2_las_and_sjf_knobs():
         job("new-long", est=50_000, submitted=1),
     ]
     assert ids(snap([node("n1")], pend, queue_order="las")) == ["new-long", "served"]
-    assert ids(snap([node("n1")], pend, queue_order="sjf")) == ["served", "new-long"]
+    off = {"las_thresholds_gpu_s": ()}  # with LAS queues, 'served' is in a lower queue anyway
+    assert ids(snap([node("n1")], pend, queue_order="sjf", **off)) == ["served", "new-long"]
 
 
 def test_rule_2_unknown_team_and_class_get_neutral_standing():
