@@ -5,7 +5,9 @@ iteration over hash-ordered string sets; the same snapshot always yields the sam
 
 One cycle, in order (docs/policy.md explains each rule and default):
 
-1. Rank the pending queue: priority class, then hierarchical fair-share standing, then the
+1. Rank the pending queue: priority class (and inside a class, with
+   ``Config.las_thresholds_gpu_s``, on by default, the least-attained-service queue: jobs that
+   received less GPU service first), then hierarchical fair-share standing, then the
    ``Config.queue_order`` tie-break (default "fair": requeued jobs first, then smallest predicted
    remaining GPU-time, aged so that waiting halves a job's effective size every
    ``queue_aging_s``).
@@ -14,16 +16,18 @@ One cycle, in order (docs/policy.md explains each rule and default):
    (all workers or none) with topology-aware best-fit placement on ``ready`` nodes with health at
    least ``min_health``; preemptible jobs try spot nodes first, others avoid spot nodes unless
    nothing else fits; nodes caching the job's dataset are preferred.
-3. A job that does not fit may (if higher priority than preemptible jobs, or reclaiming GPUs
+3. A job that does not fit may (if higher priority than preemptible jobs, including
+   preemptible jobs of its class in a higher attained-service queue, or reclaiming GPUs
    borrowed from its guarantee) shrink elastic jobs and then preempt the victims that lose the
    least work (GPUs x time since their last checkpoint), skipping victims whose next checkpoint
    is due within ``checkpoint_protect_s``. Freed GPUs come back only after ``preemption_grace_s``,
    so the job is reported pending ("waiting for N preempted GPUs ...") with a reservation at the
    end of the grace period; those GPUs are never handed to another job in the same cycle.
-4. Otherwise the highest-ranked blocked job of each GPU model gets an EASY-backfill reservation
-   at the earliest time the running jobs' expected ends free enough GPUs. Lower-ranked jobs
-   start only on GPUs the reservation does not need, or if their estimated end comes before the
-   reservation.
+4. Otherwise the highest-ranked blocked jobs of each GPU model (``reservations_per_model``,
+   default 1) get an EASY-backfill reservation each at the earliest time the running jobs'
+   expected ends free enough GPUs (a later reservation never counts on GPUs or releases an
+   earlier one counts on). Lower-ranked jobs start only on GPUs no reservation needs, or if
+   their estimated end comes before the earliest reservation.
 5. Elastic running jobs grow into GPUs left idle on GPU models where no job waits for capacity.
 
 Invariants (checked by the property tests): a started GPU was free now and is given once; a
