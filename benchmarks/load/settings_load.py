@@ -19,3 +19,10 @@ if _POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "django.db.backends.postg
         "max_size": _POOL_MAX,
         "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
     }
+
+# Experiment knob for the websocket benchmark: channels_redis keeps at most `capacity` messages
+# per consumer channel (default 100) and drops the rest; a burst of per-job messages to a team of
+# 1,000 listeners overflows it. 0 = the platform's default.
+_CAPACITY = env.int("CHANNEL_LAYER_CAPACITY", default=0)
+if _CAPACITY and REDIS_URL:  # noqa: F405
+    CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] = _CAPACITY  # noqa: F405
