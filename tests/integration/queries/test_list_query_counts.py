@@ -159,7 +159,7 @@ def test_portal_job_pages(platform, big_cluster, teams, path):
     small = count_queries(lambda: client.get(path))
     make_jobs(alice, teams["vision"], 45)
     large = count_queries(lambda: client.get(path))
-    assert_bounded(small, large, ceiling=25)
+    assert_bounded(small, large, ceiling=15)
 
 
 def test_portal_cluster_page(platform, cluster, gpu_models, teams):
@@ -172,4 +172,4 @@ def test_portal_cluster_page(platform, cluster, gpu_models, teams):
             cluster=cluster, name=f"x{i}", gpu_model=gpu_models["a100"], gpu_count=8
         )
     large = count_queries(lambda: client.get("/cluster/"))
-    assert_bounded(small, large, ceiling=25)
+    assert_bounded(small, large, ceiling=15)
