@@ -125,3 +125,18 @@ def test_the_management_command_prints_a_working_token(cluster, node1, post_batc
     assert raw.startswith("gpn_")
     assert NodeAgentToken.objects.filter(node=node1, revoked_at__isnull=True).count() == 1
     assert post_batch([make_sample()], token=raw).status_code == 202
+
+
+def test_the_admin_action_on_nodes_issues_a_token(platform, client, node1):
+    client.force_login(platform["admin"])
+    response = client.post(
+        "/admin/scheduler/node/",
+        {"action": "issue_agent_token", "_selected_action": [node1.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    shown = [str(m) for m in response.context["messages"]]
+    assert len(shown) == 1 and shown[0].startswith("n1: gpn_")
+    raw = shown[0].split()[1]
+    token = NodeAgentToken.objects.get(node=node1)
+    assert token.key_hash != raw and token.created_by == platform["admin"]

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -144,3 +145,20 @@ def test_the_agent_ships_every_sample_and_reports_its_drop_count(platform):
     got = [s for batch in platform.received for s in batch["samples"]]
     assert len(got) == 48 and sender.sent == 48 and len(buffer) == 0
     assert all(batch["agent"]["dropped"] == 0 for batch in platform.received)
+
+
+def test_an_ecc_or_xid_sample_is_shipped_without_waiting_for_the_flush(platform):
+    buffer = SampleBuffer(capacity=1000)
+    sender = Sender(platform.url, "gpn_t", buffer, batch_size=1000)
+    source = SimulatedSource(gpus=8, xid_rate=1.0)  # every sample carries XID 79
+    agent = Agent(source, sender, interval=0.05, flush_every=3600.0)
+    thread = threading.Thread(target=agent.run, kwargs={"samples": 40}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not platform.received and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first = platform.received[0]["samples"] if platform.received else []
+    agent.stop()
+    thread.join(timeout=10)
+    assert first and first[0]["xid"] == [79]
+    assert len(first) < 320  # shipped before the sampling finished, not at the end
