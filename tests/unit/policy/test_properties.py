@@ -284,3 +284,31 @@ def test_backfill_never_delays_any_reservation(s, k):
         assert sum(max(a, 0) for a in avail.values()) >= sum(
             w * g for w, g in (need(pending[res.job]) for res in group)
         )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(crowded=True))
+def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
+    """With LAS queues, an ``attained service`` preemption names a preemptor of the victim's
+    class in a strictly lower queue; a victim is never non-preemptible."""
+    s = replace(s, config=replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0)))
+    th = s.config.las_thresholds_gpu_s
+    d = decide(s)
+    running = {r.id: r for r in s.running}
+    pending = {p.id: p for p in s.pending}
+
+    def queue(gpu_s):
+        return sum(gpu_s >= t for t in th)
+
+    for p in d.preempt:
+        victim = running[p.job]
+        assert victim.preemptible and victim.releasing_at is None
+        if not p.reason.startswith("attained service: "):
+            continue
+        by = pending[p.reason.split()[2]]
+        assert by.priority_class == victim.priority_class
+        served = (victim.attained_service_s + s.now - victim.started_at) * (
+            victim.workers * victim.gpus_per_worker
+        )
+        mine = by.attained_service_s * by.workers * by.gpus_per_worker
+        assert queue(served) > queue(mine)
