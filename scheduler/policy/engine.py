@@ -470,6 +470,9 @@ class _Cycle:
         th = self.th
         now = self.now
         min_victim: dict[str | None, int] = {}  # model -> lowest priority of a preemptible job
+        levels = len(th) + 1
+        top = levels - 1
+        run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
         any_quota = self.any_quota
         for r in snap.running:
             model = r.gpu_model
@@ -478,7 +481,18 @@ class _Cycle:
             if r.releasing_at is not None:
                 self.has_releasing = True
             elif r.preemptible:
-                p = _running_rank(r, classes, th, now) if th else classes.get(r.priority_class, 0)
+                if th:
+                    # _running_rank inlined: this loop runs over every running job every call
+                    ran = now - r.started_at
+                    served = r.attained_service_s + (ran if ran > 0 else 0.0)
+                    p = (
+                        classes.get(r.priority_class, 0) * levels
+                        + top
+                        - bisect_right(th, served * r.workers * r.gpus_per_worker)
+                    )
+                    run_rank[r.id] = p
+                else:
+                    p = classes.get(r.priority_class, 0)
                 m = min_victim.get(model)
                 if m is None or p < m:
                     min_victim[model] = p
@@ -546,12 +560,15 @@ class _Cycle:
             end = r.expected_end
             if r.releasing_at is not None and (end is None or r.releasing_at < end):
                 end = r.releasing_at
+            rank = self.run_rank.get(r.id)
+            if rank is None:
+                rank = _running_rank(r, classes, self.th, now)
             run = _Run(
                 r,
                 model,
                 total,
                 on,
-                _running_rank(r, classes, self.th, now),
+                rank,
                 end,
                 total * (now - base) if now > base else 0.0,
                 protected,
