@@ -420,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     token = _read_token(args)
     if not args.url or not token:
         parser.error("--url and a token (--token-file, --token or GPUPLATFORM_NODE_TOKEN) needed")
+    if not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        parser.error("the token must be one word of printable ASCII (check the token file)")
     source = open_source(
         args.source, gpus=args.gpus, seed=args.seed, xid_rate=args.xid_rate, dbe_rate=args.dbe_rate
     )
