@@ -28,16 +28,24 @@ def _enqueue() -> None:
     if not settings.REDIS_URL:
         return
     debounce = settings.SCHEDULER_TRIGGER_DEBOUNCE_SECONDS
-    if not cache.add("scheduler:cycle-requested", 1, timeout=max(debounce, 0.1)):
+    # Best effort: with Redis down the submission has still committed, and the beat schedule runs
+    # the cycle once Redis is back, so no error may escape to the caller.
+    try:
+        if not cache.add("scheduler:cycle-requested", 1, timeout=max(debounce, 0.1)):
+            return
+    except Exception:
+        log.warning("cache unavailable; cycle trigger skipped (beat will run it)")
         return
     from .tasks import run_cycle
 
     try:
         run_cycle.apply_async(
-            countdown=debounce, expires=debounce + settings.SCHEDULER_CYCLE_SECONDS
+            countdown=debounce,
+            expires=debounce + settings.SCHEDULER_CYCLE_SECONDS,
+            retry=False,
         )
-    except Exception:  # broker down: the beat schedule will run the cycle anyway
-        cache.delete("scheduler:cycle-requested")
+    except Exception:
+        log.warning("broker unavailable; cycle trigger skipped (beat will run it)")
 
 
 def request_cycle() -> None:
