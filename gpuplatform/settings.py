@@ -55,6 +55,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "scheduler.metrics.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -89,6 +90,16 @@ DATABASES = {
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A per-process connection pool for PostgreSQL under a threaded ASGI server: persistent
+# per-thread connections exhausted PostgreSQL's max_connections under load (docs/deploy.md).
+_POOL_MAX = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+if _POOL_MAX > 0 and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=2),
+        "max_size": _POOL_MAX,
+        "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + a busy timeout let the in-process loop and request threads share the file.
     DATABASES["default"]["OPTIONS"] = {
@@ -190,7 +201,13 @@ SIMULATED_FAILURE_RATE_PER_NODE_HOUR = env.float(
 PERIODIC_TASKS = [
     ("billing.tasks.meter_run", 60.0),
     ("tenants.tasks.expire_quota_requests", 60.0),
+    ("telemetry.tick", 60.0),
 ]
+
+# Telemetry (defaults in scheduler/telemetry; see docs/telemetry.md).
+METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")
+SCHEDULER_RELEASE_MIN_HEALTH = env.float("SCHEDULER_RELEASE_MIN_HEALTH", default=0.5)
+BILLING_IDLE_SOURCE = "scheduler.telemetry.selectors.billing_idle_fractions"
 
 LOGGING = {
     "version": 1,

@@ -97,6 +97,11 @@ class DatabaseCollector:
     """Gauges computed from the database at scrape time, in five queries whatever the size of
     the cluster or the queue."""
 
+    def describe(self):
+        # Without this the registry calls collect() at import to learn the names, which queries
+        # the database before it may exist (manage.py migrate on a fresh machine).
+        return []
+
     def collect(self):
         from django.db.models import Count, Q
 

@@ -115,7 +115,7 @@ def test_metrics_expose_queue_gpus_fragmentation_and_health(
 
 def test_cycle_durations_and_request_latency_are_recorded(platform, client, settings, submit):
     """The registry is per process (counts from earlier tests stay): compare before and after."""
-    settings.MIDDLEWARE = ["scheduler.metrics.RequestLatencyMiddleware", *settings.MIDDLEWARE]
+    assert settings.MIDDLEWARE[0] == "scheduler.metrics.RequestLatencyMiddleware"
     client.force_login(platform["admin"])
     before = scrape(client)
     assert submit(platform["alice"]).status_code == 201
