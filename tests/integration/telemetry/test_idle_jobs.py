@@ -69,7 +69,14 @@ def feed(node, gpus, minutes, util, now, first=1):
 
 
 @pytest.fixture
-def team_stream(teams):
+def team_stream(teams, settings):
+    # The in-memory layer: this test reads the stream from several short-lived event loops,
+    # which a Redis layer's per-loop connections do not allow (the Redis path is covered by the
+    # consumer tests).
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)(streams.team_group(teams["vision"].pk), channel)
@@ -83,7 +90,8 @@ def team_stream(teams):
                 return out
             out.append(message["payload"])
 
-    return lambda: async_to_sync(take)()
+    yield lambda: async_to_sync(take)()
+    channel_layers.backends.clear()  # later tests get the configured layer again
 
 
 def test_a_job_idle_for_thirty_minutes_is_flagged_then_cleared_when_busy(
