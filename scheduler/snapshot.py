@@ -184,6 +184,8 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 releasing_at=(
                     _ts(row["preempt_deadline"]) if row["state"] == JobState.PREEMPTED else None
                 ),
+                # GPU-seconds of earlier attempts: least-attained-service queues count them.
+                attained_service_s=row["attained_service_s"],
             )
         )
 
