@@ -336,11 +336,11 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
     if not wanted:
         return 0
     changed: list[tuple[int, str, datetime | None, int, str, str]] = []
-    rows = Job.objects.filter(pk__in=list(wanted), state=JobState.PENDING).values_list(
-        "id", "why_pending", "estimated_start", "team_id", "team__slug", "name"
-    )
-    for job_pk, old_why, old_estimate, team_id, team_slug, name in rows:
-        why, estimate = wanted[job_pk]
+    for job_pk, (why, estimate) in wanted.items():
+        shown = index.pending_shown.get(job_pk)
+        if shown is None:
+            continue
+        team_id, team_slug, name, old_why, old_estimate = shown
         if old_why != why or old_estimate != estimate:
             changed.append((job_pk, why, estimate, team_id, team_slug, name))
     _write_pending_reasons([(pk, why, estimate) for pk, why, estimate, *_ in changed])

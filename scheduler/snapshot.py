@@ -41,6 +41,9 @@ UNREACHABLE_NODE_STATE = "down"
 class SnapshotIndex:
     node_by_name: dict[str, NodeRow] = field(default_factory=dict)
     job_pk: dict[str, int] = field(default_factory=dict)
+    # What each pending job showed before this cycle: (team id, team slug, name, why, estimate),
+    # so the apply step writes and announces only reasons that changed, without a second read.
+    pending_shown: dict[int, tuple] = field(default_factory=dict)
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -190,9 +193,17 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         )
 
     pending = []
-    for row in Job.objects.filter(state=JobState.PENDING).values(*job_fields).order_by("id"):
+    pending_fields = (*job_fields, "team_id", "name", "why_pending", "estimated_start")
+    for row in Job.objects.filter(state=JobState.PENDING).values(*pending_fields).order_by("id"):
         key = str(row["id"])
         index.job_pk[key] = row["id"]
+        index.pending_shown[row["id"]] = (
+            row["team_id"],
+            row["team__slug"],
+            row["name"],
+            row["why_pending"],
+            row["estimated_start"],
+        )
         pending.append(
             PendingJob(
                 id=key,
