@@ -32,7 +32,7 @@ from tenants.permissions import can_submit_to
 from . import streams
 from .errors import Conflict, DomainError, FieldErrors, NotFound
 from .models import Allocation, Job, JobArray, JobEvent
-from .services import JobRequest, _trigger_cycle, _validate_request, publish_job
+from .services import JobRequest, _trigger_cycle, _validate_request, job_build, publish_job
 from .states import HOLDING_STATES, LIVE_STATES, JobState, sources_for
 
 MAX_ARRAY_SIZE = 10_000
@@ -158,30 +158,12 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
         for index, member in enumerate(members):
             _team, gpu_model, priority = resolved[_rule_key(member)]
             jobs.append(
-                Job(
+                job_build(
+                    user=user,
                     team=team,
-                    submitter=user,
-                    name=member.name,
-                    image=member.image,
-                    command=member.command,
-                    env=member.env or {},
-                    workers=member.workers,
-                    gpus_per_worker=member.gpus_per_worker,
                     gpu_model=gpu_model,
-                    priority_class=priority,
-                    preemptible=(
-                        priority.preemptible_by_default
-                        if member.preemptible is None
-                        else member.preemptible
-                    ),
-                    checkpoint_interval_s=member.checkpoint_interval_s,
-                    runtime_limit_s=member.runtime_limit_s,
-                    dataset=member.dataset,
-                    elastic_min_workers=(member.elastic or {}).get("min_workers"),
-                    elastic_max_workers=(member.elastic or {}).get("max_workers"),
-                    simulated_duration_s=member.simulated_duration_s,
-                    state=JobState.PENDING,
-                    why_pending="waiting for the next scheduling cycle",
+                    priority=priority,
+                    request=member,
                     submitted_at=now,
                     array=array,
                     array_index=index,
