@@ -53,7 +53,7 @@
   function setNodeState(li, state, health, reason) {
     li.setAttribute("data-state", state);
     li.className = li.className.replace(/\bstate-\S+/, "state-" + state);
-    li.querySelector("[data-field=node-state]").textContent = STATE_TEXT[state] || state;
+    li.querySelector("[data-field=node-state]").textContent = state in STATE_TEXT ? STATE_TEXT[state] : state;
     var tip = li.querySelector("[data-field=tip-state]");
     if (tip) tip.textContent = state.charAt(0).toUpperCase() + state.slice(1) + (reason ? ": " + reason : "");
     if (typeof health === "number") {
