@@ -49,6 +49,9 @@ def _run_due_housekeeping(last_run: dict[str, float]) -> None:
     Celery beat does in production)."""
     from celery import current_app
 
+    # A worker imports every app's tasks module at start; this process must do the same, or the
+    # periodic tasks' names are unknown here (idempotent, cheap after the first call).
+    current_app.loader.import_default_modules()
     now = time.monotonic()
     for task_name, every in settings.PERIODIC_TASKS:
         if now - last_run.get(task_name, float("-inf")) < every:
