@@ -17,7 +17,7 @@ demo: $(STAMP)
 	mkdir -p var
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo
-	SCHEDULER_IN_PROCESS_LOOP=1 $(BIN)/python manage.py runserver --noreload 127.0.0.1:8000
+	SCHEDULER_IN_PROCESS_LOOP=1 DEMO_WORKLOAD=1 $(BIN)/python manage.py runserver --noreload 127.0.0.1:8000
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -203,6 +203,9 @@ PERIODIC_TASKS = [
     ("tenants.tasks.expire_quota_requests", 60.0),
     ("telemetry.tick", 60.0),
 ]
+# make demo: keep the simulated cluster busy with a trickle of demo users' jobs.
+if env.bool("DEMO_WORKLOAD", default=False):
+    PERIODIC_TASKS.append(("scheduler.tasks.demo_workload", 20.0))
 
 # Telemetry (defaults in scheduler/telemetry; see docs/telemetry.md).
 METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")

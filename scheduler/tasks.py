@@ -33,3 +33,11 @@ def sync_backends() -> bool:
         if acquired:
             sync_all()
         return acquired
+
+
+@shared_task(name="scheduler.tasks.demo_workload", ignore_result=True)
+def demo_workload() -> int:
+    """The demo's steady trickle of jobs (only registered as periodic when DEMO_WORKLOAD is on)."""
+    from .management.commands.seed_demo import demo_workload_tick
+
+    return demo_workload_tick()

@@ -139,27 +139,59 @@ def seed(*, jobs: int = 12) -> bool:
 
     if jobs <= 0 or cluster.jobs.exists() or vision.jobs.exists():
         return False
-    from scheduler.services import JobRequest, job_submit
 
     rng = random.Random(42)
-    plan = [("alice", "vision"), ("bob", "nlp")]
     for i in range(jobs):
-        username, team = plan[i % 2]
-        workers = rng.choice([1, 1, 1, 2, 4])
-        job_submit(
-            user=people[username],
-            request=JobRequest(
-                name=f"{team}-train-{i + 1:02d}",
-                team=team,
-                workers=workers,
-                gpus_per_worker=rng.choice([1, 2, 4, 8]) if workers == 1 else 8,
-                image="nvcr.io/nvidia/pytorch:24.05-py3",
-                command="python train.py",
-                gpu_model=rng.choice(["h100-80gb", "a100-40gb", None]),
-                priority_class=rng.choice(["research", "research", "best-effort"]),
-                checkpoint_interval_s=1800,
-                runtime_limit_s=rng.choice([3600, 7200, 14400]),
-                simulated_duration_s=rng.choice([900, 1800, 3600, 7200]),
-            ),
-        )
+        submit_demo_job(rng, people, number=i + 1)
     return True
+
+
+DEMO_TEAMS = (("alice", "vision"), ("bob", "nlp"))
+
+
+def submit_demo_job(rng: random.Random, people: dict, *, number: int):
+    """One plausible training job of a demo user: a mix of single-GPU runs and gangs, models,
+    priorities and lengths (2-8 simulated hours, minutes of demo time), checkpointing every 30
+    minutes of work."""
+    from scheduler.services import JobRequest, job_submit
+
+    username, team = DEMO_TEAMS[number % 2]
+    workers = rng.choice([1, 1, 1, 2, 4])
+    return job_submit(
+        user=people[username],
+        request=JobRequest(
+            name=f"{team}-train-{number:02d}",
+            team=team,
+            workers=workers,
+            gpus_per_worker=rng.choice([1, 2, 4, 8]) if workers == 1 else 8,
+            image="nvcr.io/nvidia/pytorch:24.05-py3",
+            command="python train.py",
+            gpu_model=rng.choice(["h100-80gb", "a100-40gb", None]),
+            priority_class=rng.choice(["research", "research", "best-effort"]),
+            checkpoint_interval_s=1800,
+            runtime_limit_s=rng.choice([14400, 28800, 43200]),
+            simulated_duration_s=rng.choice([7200, 14400, 21600, 28800]),
+        ),
+    )
+
+
+def demo_workload_tick(*, target_live: int = 16) -> int:
+    """Keep the demo cluster busy: submit jobs for the demo users until ``target_live`` jobs are
+    pending or running. Does nothing outside DEBUG or before the demo is seeded. Returns how many
+    jobs it submitted."""
+    from scheduler.models import Job
+    from scheduler.states import LIVE_STATES
+
+    if not settings.DEBUG:
+        return 0
+    User = get_user_model()
+    people = {u.username: u for u in User.objects.filter(username__in=["alice", "bob"])}
+    if len(people) < 2:
+        return 0
+    live = Job.objects.filter(state__in=list(LIVE_STATES)).count()
+    rng = random.Random()
+    submitted = 0
+    for _ in range(min(3, max(0, target_live - live))):
+        submit_demo_job(rng, people, number=Job.objects.count() + 1)
+        submitted += 1
+    return submitted

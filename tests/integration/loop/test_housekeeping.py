@@ -28,3 +28,16 @@ def test_the_real_tasks_run_on_an_empty_platform(platform, caplog):
     loop._run_due_housekeeping({})
     failures = [r for r in caplog.records if "periodic task" in r.getMessage()]
     assert failures == [], [r.getMessage() for r in failures]
+
+
+def test_demo_workload_tops_up_live_jobs_to_its_target(db, settings):
+    from scheduler.management.commands.seed_demo import demo_workload_tick, seed
+    from scheduler.models import Job
+
+    settings.DEBUG = True
+    seed(jobs=0)
+    assert demo_workload_tick(target_live=2) == 2
+    assert Job.objects.filter(state="pending").count() == 2
+    assert demo_workload_tick(target_live=2) == 0
+    settings.DEBUG = False
+    assert demo_workload_tick(target_live=10) == 0
