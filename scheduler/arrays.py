@@ -30,7 +30,7 @@ from django.utils import timezone
 from tenants.permissions import can_submit_to
 
 from . import streams
-from .errors import Conflict, DomainError, FieldErrors, NotFound
+from .errors import Conflict, FieldErrors, Forbidden, NotFound
 from .models import Allocation, Job, JobArray, JobEvent
 from .services import JobRequest, _trigger_cycle, _validate_request, job_build, publish_job
 from .states import HOLDING_STATES, LIVE_STATES, JobState, sources_for
@@ -222,7 +222,7 @@ def array_cancel(*, user, array_id: int) -> JobArray:
         if array is None:
             raise NotFound("no such job array", field="id")
         if not can_submit_to(user, array.team):
-            raise DomainError("viewers cannot cancel jobs", field="id")
+            raise Forbidden("viewers cannot cancel jobs", field="id")
         # Lock the live members (ordered, like the loop, to keep lock order stable) so the
         # loop's conditional starts either happen before us or find the job cancelled.
         live = list(

@@ -36,6 +36,13 @@ class NotFound(DomainError):
     status_code = 404
 
 
+class Forbidden(DomainError):
+    """The caller may see the object but their role does not allow the action (e.g. a viewer
+    cancelling their team's job). Another team's object is NotFound, never Forbidden."""
+
+    status_code = 403
+
+
 class Conflict(DomainError):
     """The object's current state does not allow the action (e.g. cancel a finished job)."""
 

@@ -19,7 +19,7 @@ from tenants.models import PriorityClass, Team
 from tenants.permissions import can_submit_to, is_platform_admin
 
 from . import streams
-from .errors import Conflict, DomainError, FieldErrors, NotFound
+from .errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
 from .models import Allocation, GpuModel, Job, JobEvent, Node
 from .states import IllegalTransition, JobState, check_transition, sources_for
 
@@ -241,7 +241,7 @@ def job_cancel(*, user, job_id: int) -> Job:
         if job is None:
             raise NotFound("no such job", field="id")
         if not can_submit_to(user, job.team):
-            raise DomainError("viewers cannot cancel jobs", field="id")
+            raise Forbidden("viewers cannot cancel jobs", field="id")
         try:
             check_transition(job.state, JobState.CANCELLED)
         except IllegalTransition as exc:

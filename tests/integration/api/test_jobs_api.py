@@ -103,7 +103,7 @@ def test_cancel_moves_a_pending_job_to_cancelled_once(platform, submit, api_as):
 def test_viewer_cannot_cancel(platform, submit, api_as):
     job_id = submit(platform["alice"]).json()["id"]
     response = api_as(platform["charlie"]).post(f"/api/v1/jobs/{job_id}/cancel/")
-    assert response.status_code == 400
+    assert response.status_code == 403 and "viewers cannot cancel" in str(response.json())
     assert Job.objects.get(pk=job_id).state == "pending"
 
 

@@ -131,7 +131,7 @@ def test_group_cancel_cancels_every_live_member_and_frees_gpus(platform, api_as)
 
     assert (
         api_as(platform["charlie"]).post(f"/api/v1/job-arrays/{array_id}/cancel/").status_code
-        == 400
+        == 403
     )
     response = alice.post(f"/api/v1/job-arrays/{array_id}/cancel/")
     assert response.status_code == 200, response.json()
