@@ -32,7 +32,7 @@ def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
         qs = qs.filter(team__slug=team)
     if submitter := filters.get("submitter"):
         qs = qs.filter(submitter__username=submitter)
-    return qs.distinct()
+    return qs
 
 
 def job_get(*, user, job_id: int) -> Job:
