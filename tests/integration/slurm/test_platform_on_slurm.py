@@ -39,9 +39,14 @@ def slurm_platform(slurm_cluster, priorities, alice, teams):
     )
     created, _ = cluster_import_nodes(cluster=cluster)
     yield {"cluster": cluster, "created": created, "slurm": slurm_cluster}
-    for job in Job.objects.filter(state__in=["running", "preempted"]):
-        run = f"gp-{cluster.backend_config['run_namespace']}{job.pk}-a{job.attempts}"
-        slurm_cluster.run("scancel", "--name", run, check=False)
+    # Cancel every Slurm job of this test's namespace, whatever its attempt: Slurm's own
+    # --requeue can restart an attempt the platform already gave up on (after a node failure),
+    # and a leftover would hold a node for the next tests.
+    prefix = f"gp-{cluster.backend_config['run_namespace']}"
+    listing = slurm_cluster.run("squeue", "-h", "-o", "%i %j", check=False).stdout
+    leftovers = [line.split()[0] for line in listing.splitlines() if prefix in line]
+    if leftovers:
+        slurm_cluster.run("scancel", *leftovers, check=False)
     reset_backends()
 
 
