@@ -88,3 +88,98 @@
     });
   });
 })();
+
+/* Job arrays: header counts ([data-array-counts]) follow array.status messages and the members'
+ * job.status changes; the array page's member table ([data-array-members]) follows its rows.
+ * An array.status payload carries what changed, not the totals, so the counts are re-read from
+ * /arrays/<id>/state/ (debounced per array: a sweep's members change in bursts). */
+(function () {
+  "use strict";
+  var GP = window.GP;
+  if (!GP) return;
+  var pending = {};
+
+  function renderCounts(box, counts) {
+    var all = box.hasAttribute("data-all-states");
+    var items = [];
+    Object.keys(GP.STATE_LABELS).forEach(function (state) {
+      var n = counts[state] || 0;
+      if (!n && !all) return;
+      var badge = GP.el(
+        "span",
+        { class: "state state-" + state, "data-count": state },
+        n + " " + GP.STATE_LABELS[state].toLowerCase()
+      );
+      items.push(box.tagName === "UL" ? wrap(badge) : badge);
+    });
+    box.textContent = "";
+    items.forEach(function (item) {
+      box.appendChild(item);
+      if (box.tagName !== "UL") box.appendChild(document.createTextNode(" "));
+    });
+  }
+
+  function wrap(node) {
+    var li = GP.el("li");
+    li.appendChild(node);
+    return li;
+  }
+
+  function refresh(id) {
+    if (pending[id] || !window.fetch) return;
+    pending[id] = window.setTimeout(function () {
+      window
+        .fetch("/arrays/" + id + "/state/", { credentials: "same-origin" })
+        .then(function (r) {
+          return r.ok ? r.json() : null;
+        })
+        .then(function (data) {
+          delete pending[id];
+          if (!data) return;
+          document.querySelectorAll('[data-array-counts="' + id + '"]').forEach(function (box) {
+            renderCounts(box, data.counts);
+          });
+          var live = GP.LIVE_STATES.reduce(function (sum, state) {
+            return sum + (data.counts[state] || 0);
+          }, 0);
+          var cancel = document.querySelector("[data-array-cancel]");
+          if (!live && cancel) cancel.remove();
+        })
+        .catch(function () {
+          delete pending[id];
+        });
+    }, 500);
+  }
+
+  function shownArrays() {
+    var ids = {};
+    document.querySelectorAll("[data-array-counts]").forEach(function (box) {
+      ids[box.getAttribute("data-array-counts")] = true;
+    });
+    return Object.keys(ids);
+  }
+
+  GP.on("array.status", function (msg) {
+    if (document.querySelector('[data-array-counts="' + msg.array + '"]')) refresh(msg.array);
+  });
+
+  GP.on("job.status", function (msg) {
+    document.querySelectorAll('tr[data-job="' + msg.job + '"][data-array]').forEach(function (row) {
+      var id = row.getAttribute("data-array");
+      if (document.querySelector('[data-array-counts="' + id + '"]')) refresh(id);
+      if (!row.closest("table[data-array-members]")) return; // data-live-jobs tables do their own
+      var badge = row.querySelector("[data-field=state]");
+      if (badge) {
+        badge.className = "state state-" + msg.state;
+        badge.textContent = GP.STATE_LABELS[msg.state] || msg.state;
+      }
+      var why = row.querySelector("[data-field=why]");
+      if (why) why.textContent = msg.state === "pending" ? msg.why || "" : "";
+    });
+  });
+
+  // After a (re)connect, changes published while disconnected are re-read.
+  GP.on("hello", function () {
+    shownArrays().forEach(refresh);
+  });
+})();
