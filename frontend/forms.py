@@ -9,8 +9,12 @@ message whatever the client.
 
 from __future__ import annotations
 
+import re
+from dataclasses import asdict
+
 from django import forms
 
+from scheduler.arrays import MAX_ARRAY_SIZE, ArrayRequest
 from scheduler.errors import DomainError
 from scheduler.services import JobRequest
 
@@ -21,6 +25,22 @@ _ERROR_FIELDS = {
     "elastic": "elastic_min_workers",
     "non_field_errors": None,
 }
+
+# Array parameters that set a job field per index (typed as the form types them); any other
+# name becomes an environment variable of that index.
+ARRAY_FIELD_PARAMS: dict[str, type] = {
+    "workers": int,
+    "gpus_per_worker": int,
+    "checkpoint_interval_s": int,
+    "runtime_limit_s": int,
+    "simulated_duration_s": float,
+    "gpu_model": str,
+    "priority_class": str,
+    "dataset": str,
+    "image": str,
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ITEM_ERROR = re.compile(r"^items\[(\d+)\]\.(.+)$")
 
 PREEMPTIBLE_CHOICES = [("", "Priority class default"), ("yes", "Yes"), ("no", "No")]
 
@@ -60,6 +80,23 @@ class JobSubmitForm(forms.Form):
         help_text="Simulated clusters only: seconds of work the demo job takes.",
         widget=forms.NumberInput(attrs={"min": 1, "step": "any"}),
     )
+    array_count = forms.IntegerField(
+        label="Array: number of jobs",
+        required=False,
+        min_value=1,
+        max_value=MAX_ARRAY_SIZE,
+        help_text="Leave empty for one job. N submits a sweep of N jobs (indices 0…N-1), "
+        "all or none.",
+        widget=_number(min=1, max=MAX_ARRAY_SIZE),
+    )
+    array_params = forms.CharField(
+        label="Array: per-index parameters",
+        required=False,
+        help_text="One line per parameter, NAME=value0,value1,… (one value per index), e.g. "
+        "lr=0.1,0.01,0.001. A job field name (gpus_per_worker, gpu_model, runtime_limit_s, …) "
+        "sets that field; any other name becomes an environment variable.",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
 
     def __init__(self, *args, teams=(), gpu_models=(), priority_classes=(), **kwargs):
         super().__init__(*args, **kwargs)
@@ -74,6 +111,85 @@ class JobSubmitForm(forms.Form):
             # Each error and help text is announced with its input (see field.html).
             if bound.help_text:
                 bound.widget.attrs["aria-describedby"] = f"id_{name}_help"
+
+    def clean(self):
+        data = super().clean()
+        if "array_count" in data and "array_params" in data:
+            try:
+                data["array_items"] = self._parse_array(
+                    data.get("array_count"), data.get("array_params") or ""
+                )
+            except forms.ValidationError as exc:
+                self.add_error(
+                    "array_params" if data.get("array_params", "").strip() else "array_count", exc
+                )
+        return data
+
+    @staticmethod
+    def _parse_array(count: int | None, text: str) -> list[dict] | None:
+        """The per-index overrides (``items`` of an ArrayRequest), or None for a single job.
+        Every problem is reported at once, naming the line or the index."""
+        lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if count is None and not lines:
+            return None
+        errors: list[str] = []
+        columns: dict[str, list[str]] = {}
+        for number, line in lines:
+            name, sep, values = line.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                errors.append(f"line {number}: write NAME=value0,value1,…")
+                continue
+            if name not in ARRAY_FIELD_PARAMS and not _ENV_NAME.match(name):
+                errors.append(
+                    f"line {number}: {name!r} is neither a job field nor a valid environment "
+                    "variable name (letters, digits and _, not starting with a digit)"
+                )
+                continue
+            if name in columns:
+                errors.append(f"line {number}: {name} is given twice")
+                continue
+            columns[name] = [v.strip() for v in values.split(",")]
+        size = count
+        for name, values in columns.items():
+            if size is None:
+                size = len(values)
+            if len(values) != size:
+                errors.append(
+                    f"{name} has {len(values)} value{'s' if len(values) != 1 else ''} "
+                    f"but the array has {size} indices"
+                )
+        if size is not None and size > MAX_ARRAY_SIZE:
+            errors.append(f"at most {MAX_ARRAY_SIZE} indices per array (got {size})")
+        items: list[dict] = [{} for _ in range(size or 0)]
+        if not errors:
+            for name, values in columns.items():
+                kind = ARRAY_FIELD_PARAMS.get(name)
+                for index, value in enumerate(values):
+                    if kind is None:
+                        items[index].setdefault("env", {})[name] = value
+                        continue
+                    try:
+                        items[index][name] = kind(value)
+                    except ValueError:
+                        what = "an integer" if kind is int else "a number"
+                        errors.append(f"index {index}: {name} must be {what}, not {value!r}")
+        if errors:
+            raise forms.ValidationError(errors)
+        return items
+
+    def is_array(self) -> bool:
+        return self.cleaned_data.get("array_items") is not None
+
+    def to_array_request(self) -> ArrayRequest:
+        """The array request for a valid form with an array section: the job fields the form
+        set are the template (unset ones left to the service's defaults)."""
+        single = asdict(self.to_request())
+        name, team = single.pop("name"), single.pop("team")
+        template = {k: v for k, v in single.items() if v is not None and v != ""}
+        return ArrayRequest(
+            name=name, team=team, template=template, items=self.cleaned_data["array_items"]
+        )
 
     def to_request(self) -> JobRequest:
         """The service request for a valid form (types parsed; domain rules not yet checked)."""
@@ -103,7 +219,15 @@ class JobSubmitForm(forms.Form):
     def add_domain_error(self, error: DomainError) -> None:
         """Put a service error (one field or many) on the fields it names."""
         for key, messages in error.as_dict().items():
-            field = _ERROR_FIELDS.get(key, key)
+            # Array errors name the template field or the index (``items[3].gpu_model``).
+            if item := _ITEM_ERROR.match(key):
+                field = "array_params"
+                messages = [f"index {item.group(1)}: {item.group(2)}: {m}" for m in messages]
+            elif key == "items":
+                field = "array_count"
+            else:
+                key = key.removeprefix("template.")
+                field = _ERROR_FIELDS.get(key, key)
             if field not in self.fields:
                 field = None
             for message in messages:

@@ -27,6 +27,39 @@ FREE = "free"
 IN_USE = "in use"
 
 
+@dataclass(frozen=True)
+class ArrayHeader:
+    """What a job table's array header row shows: name, size and members' count per state."""
+
+    id: int
+    name: str
+    size: int
+    counts: list[tuple[str, str, int]]  # (state, label, count), non-zero counts only
+
+
+def attach_array_headers(*, user, jobs: list[Job]) -> None:
+    """Set ``job.array_header`` on each listed array member (ONE query for all the arrays the
+    list touches, scoped to the caller like every array read), for ``_array_group.html``."""
+    from scheduler.arrays import array_counts, array_list
+
+    ids = {job.array_id for job in jobs if job.array_id}
+    if not ids:
+        return
+    labels = dict(JobState.choices)
+    headers = {}
+    for array in array_list(user=user).filter(pk__in=ids):
+        counts = array_counts(array)
+        headers[array.pk] = ArrayHeader(
+            id=array.pk,
+            name=array.name,
+            size=array.size,
+            counts=[(state, labels[state], n) for state, n in counts.items() if n],
+        )
+    for job in jobs:
+        if job.array_id:
+            job.array_header = headers.get(job.array_id)
+
+
 def submit_teams(*, user) -> QuerySet[Team]:
     """Teams the caller may submit jobs to (member roles and up; every team for admins)."""
     if is_platform_admin(user):

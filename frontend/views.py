@@ -13,15 +13,22 @@ from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.core.paginator import Paginator
+from django.http import (
+    Http404,
+    HttpResponse,
+    HttpResponseForbidden,
+    HttpResponseNotAllowed,
+    JsonResponse,
+)
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from scheduler import arrays, services
 from scheduler import selectors as scheduler_selectors
-from scheduler import services
-from scheduler.errors import DomainError, NotFound
+from scheduler.errors import DomainError, Forbidden, NotFound
 from scheduler.states import LIVE_STATES, JobState
 from tenants.permissions import can_submit_to, is_platform_admin
 
@@ -30,6 +37,7 @@ from . import selectors as page_selectors
 from .forms import JobSubmitForm
 
 JOB_LIST_LIMIT = 200
+ARRAY_MEMBERS_PER_PAGE = 50
 
 
 @login_required
@@ -69,6 +77,7 @@ def job_list(request):
     if filters.get("state") and filters["state"] not in JobState.values:
         filters.pop("state")
     jobs = list(scheduler_selectors.job_list(user=request.user, filters=filters)[:JOB_LIST_LIMIT])
+    page_selectors.attach_array_headers(user=request.user, jobs=jobs)
     return render(
         request,
         "frontend/job_list.html",
@@ -94,7 +103,8 @@ def _submit_form(request, data=None) -> JobSubmitForm:
 
 @login_required
 def job_new(request):
-    """The submission form. Validation errors come from ``job_submit`` and show inline."""
+    """The submission form, for one job or an array (sweep). Validation errors come from
+    ``job_submit`` / ``array_submit`` and show inline; an array is created whole or not at all."""
     if request.method not in ("GET", "POST"):
         return HttpResponseNotAllowed(["GET", "POST"])
     if request.method == "GET":
@@ -103,10 +113,16 @@ def job_new(request):
     form = _submit_form(request, request.POST)
     if form.is_valid():
         try:
-            job = services.job_submit(user=request.user, request=form.to_request())
+            if form.is_array():
+                array = arrays.array_submit(user=request.user, request=form.to_array_request())
+            else:
+                job = services.job_submit(user=request.user, request=form.to_request())
         except DomainError as exc:
             form.add_domain_error(exc)
         else:
+            if form.is_array():
+                messages.success(request, f"Job array “{array.name}” submitted: {array.size} jobs.")
+                return redirect("array-detail", array_id=array.pk)
             messages.success(request, f"Job “{job.name}” submitted.")
             return redirect("job-detail", job_id=job.pk)
     return render(request, "frontend/job_new.html", {"form": form, "page": "new"}, status=400)
@@ -185,6 +201,79 @@ def job_cancel(request, job_id: int):
     else:
         messages.success(request, f"Job “{job.name}” cancelled.")
     return redirect("job-detail", job_id=job_id)
+
+
+def _array_or_404(request, array_id: int):
+    try:
+        return arrays.array_get(user=request.user, array_id=array_id)
+    except NotFound:
+        raise Http404("no such job array") from None
+
+
+@login_required
+@require_GET
+def array_detail(request, array_id: int):
+    """One job array: its template, members' count per state, members (paginated, by index)
+    and, for those whose role allows it, "Cancel all". A fixed number of queries per page."""
+    array = _array_or_404(request, array_id)
+    members = (
+        scheduler_selectors.job_list(user=request.user)
+        .filter(array_id=array.pk)
+        .order_by("array_index")
+    )
+    paginator = Paginator(members, ARRAY_MEMBERS_PER_PAGE)
+    # The array's size is known: no COUNT query for the paginator.
+    paginator.count = array.size
+    members_page = paginator.get_page(request.GET.get("page"))
+    counts = arrays.array_counts(array)
+    live = sum(counts[state] for state in LIVE_STATES)
+    return render(
+        request,
+        "frontend/array_detail.html",
+        {
+            "array": array,
+            "counts": [(value, label, counts[value]) for value, label in JobState.choices],
+            "live": live,
+            "members": members_page,
+            "can_cancel": live > 0 and can_submit_to(request.user, array.team),
+            "page": "jobs",
+        },
+    )
+
+
+@login_required
+@require_GET
+def array_state(request, array_id: int):
+    """The array's count per state as JSON, for pages to refresh an array's header when an
+    ``array.status`` message arrives (the message carries what changed, not the totals)."""
+    array = _array_or_404(request, array_id)
+    return JsonResponse(
+        {
+            "array": array.pk,
+            "name": array.name,
+            "size": array.size,
+            "counts": arrays.array_counts(array),
+            "cancelled_at": array.cancelled_at.isoformat() if array.cancelled_at else None,
+        }
+    )
+
+
+@login_required
+@require_POST
+def array_cancel(request, array_id: int):
+    """Cancel every live member through ``array_cancel``. Another team's array is a 404 and a
+    viewer's POST a 403 (nothing cancelled); other refusals come back as a message."""
+    try:
+        array = arrays.array_cancel(user=request.user, array_id=array_id)
+    except NotFound:
+        raise Http404("no such job array") from None
+    except Forbidden as exc:
+        return HttpResponseForbidden(exc.message)
+    except DomainError as exc:
+        messages.error(request, f"Not cancelled: {exc.message}")
+    else:
+        messages.success(request, f"Job array “{array.name}”: every live job cancelled.")
+    return redirect("array-detail", array_id=array_id)
 
 
 @login_required
