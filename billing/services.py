@@ -589,12 +589,15 @@ def budget_check_submission(*, team: Team, now: datetime | None = None) -> None:
     is used up this month. Raises DomainError on field "team". Running jobs are not touched."""
     now = now or timezone.now()
     month = calc.month_start(now)
-    tree = TeamTree.load()
-    chain = tree.ancestors_and_self(team.pk)
-    budgets = Budget.objects.filter(team_id__in=chain, month=month, hard_stop=True).select_related(
-        "team"
-    )
-    for budget in budgets:
+    # One query in the common case: most months have no hard-stop budget anywhere, and the team
+    # tree is needed only to match the ones that exist against the team's ancestors.
+    hard_stops = list(Budget.objects.filter(month=month, hard_stop=True).select_related("team"))
+    if not hard_stops:
+        return
+    chain = set(TeamTree.load().ancestors_and_self(team.pk))
+    for budget in hard_stops:
+        if budget.team_id not in chain:
+            continue
         if team_spend(team=budget.team, month=month) >= budget.amount:
             whose = "its" if budget.team_id == team.pk else f"its parent {budget.team.slug}'s"
             raise DomainError(

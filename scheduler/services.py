@@ -12,13 +12,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
-from tenants.models import PriorityClass, Team
-from tenants.permissions import can_submit_to, is_platform_admin
+from tenants.models import SUBMIT_ROLES, PriorityClass, Team
+from tenants.permissions import can_submit_to, is_platform_admin, submission_target
 
-from . import streams
+from . import reference, streams
 from .errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
 from .models import Allocation, GpuModel, Job, JobEvent, Node
 from .states import IllegalTransition, JobState, check_transition, sources_for
@@ -85,11 +84,11 @@ def _validate_request(req: JobRequest, *, user) -> tuple[Team, GpuModel | None, 
     def err(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
 
-    team = Team.objects.filter(slug=req.team).first()
-    if team is None or not (is_platform_admin(user) or team.memberships.filter(user=user).exists()):
+    team, role = submission_target(user, req.team)
+    if team is None:
         # Not telling apart "no such team" from "not yours" keeps other teams' names private.
         err("team", f"you are not a member of a team '{req.team}'")
-    elif not can_submit_to(user, team):
+    elif not (is_platform_admin(user) or role in SUBMIT_ROLES):
         err("team", "viewers cannot submit jobs to this team")
 
     if req.workers < 1:
@@ -99,26 +98,25 @@ def _validate_request(req: JobRequest, *, user) -> tuple[Team, GpuModel | None, 
 
     gpu_model = None
     if req.gpu_model:
-        gpu_model = GpuModel.objects.filter(name=req.gpu_model).first()
+        gpu_model = reference.gpu_model_named(req.gpu_model)
         if gpu_model is None:
             known = ", ".join(GpuModel.objects.values_list("name", flat=True)) or "none"
             err("gpu_model", f"unknown GPU model '{req.gpu_model}' (known: {known})")
 
     if req.priority_class:
-        priority = PriorityClass.objects.filter(name=req.priority_class).first()
+        priority = reference.priority_class_named(req.priority_class)
         if priority is None:
             known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none"
             err("priority_class", f"unknown priority class '{req.priority_class}' (known: {known})")
     else:
-        priority = PriorityClass.objects.order_by("value").first()
+        priority = reference.default_priority_class()
         if priority is None:
             err("priority_class", "no priority class is configured on this platform")
 
     if req.gpus_per_worker >= 1 and "gpu_model" not in errors:
-        nodes = Node.objects.filter(cluster__enabled=True)
-        if gpu_model is not None:
-            nodes = nodes.filter(gpu_model=gpu_model)
-        largest = nodes.aggregate(m=Max("gpu_count"))["m"] or 0
+        largest = reference.largest_node_gpus(gpu_model)
+        if req.gpus_per_worker > largest:
+            largest = reference.largest_node_gpus(gpu_model, fresh=True)
         if req.gpus_per_worker > largest:
             where = f"a {gpu_model.name} node" if gpu_model else "any node"
             err(

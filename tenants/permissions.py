@@ -26,6 +26,21 @@ def role_in(user, team: Team) -> str | None:
     return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
 
 
+def submission_target(user, slug: str) -> tuple[Team | None, str | None]:
+    """The team ``slug`` names and the caller's role in it, in one query, or (None, None) when the
+    caller may not see it (a platform admin sees every team, with no role of their own)."""
+    if not user or not user.is_authenticated or not isinstance(slug, str):
+        return None, None
+    membership = (
+        Membership.objects.filter(user=user, team__slug=slug).select_related("team").first()
+    )
+    if membership is not None:
+        return membership.team, membership.role
+    if is_platform_admin(user):
+        return Team.objects.filter(slug=slug).first(), None
+    return None, None
+
+
 def can_view_team(user, team: Team) -> bool:
     return is_platform_admin(user) or role_in(user, team) is not None
 

@@ -168,6 +168,17 @@ def submit(api_as):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_reference_cache():
+    # GPU models, priority classes and node sizes are cached per process for a few seconds; rows
+    # of an earlier test (rolled back, so no signal fired) must not answer for this one.
+    from scheduler import reference
+
+    reference.clear()
+    yield
+    reference.clear()
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # Real hashing costs ~0.3 s per user; the tests check behaviour, not the hash's strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

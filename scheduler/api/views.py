@@ -70,7 +70,9 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         job = services.job_submit(
             user=request.user, request=services.JobRequest(**incoming.validated_data)
         )
-        job = selectors.job_get(user=request.user, job_id=job.pk)
+        # The job just written is the response: a new job holds no GPUs, and its team, submitter,
+        # model and class are the objects validation loaded (re-reading it cost two queries).
+        job.live_allocations = []
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobSerializer})

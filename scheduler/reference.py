@@ -1,0 +1,85 @@
+"""Reference data every submission reads: GPU models, priority classes, the largest node.
+
+They change a few times a year but were read from the database on every submission (four of its
+sixteen queries). Each process keeps what it read for ``TTL_S`` seconds; saving or deleting a GPU
+model, a priority class or a node clears it at once in this process, and other processes see the
+change within the TTL.
+
+Only facts that let a submission through are cached. A lookup that would reject a request (an
+unknown name, a worker larger than any cached node) is asked of the database again before the
+error is raised, so a stale cache can delay a new GPU model's or a larger node's use by nothing,
+and can at worst accept, for a few seconds, a job whose node shape was just removed: that job
+then waits with the policy engine's "does not fit" reason, as it would had it come a moment
+earlier.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from django.db.models import Max
+from django.db.models.signals import post_delete, post_save
+
+from tenants.models import PriorityClass
+
+from .models import Cluster, GpuModel, Node
+
+TTL_S = 10.0
+
+_lock = threading.Lock()
+_entries: dict[tuple, tuple[float, object]] = {}
+
+
+def clear(**_signal_kwargs) -> None:
+    with _lock:
+        _entries.clear()
+
+
+def _remembered(key: tuple, load):
+    now = time.monotonic()
+    hit = _entries.get(key)
+    if hit is not None and now - hit[0] < TTL_S:
+        return hit[1]
+    value = load()
+    if value is not None:
+        with _lock:
+            _entries[key] = (now, value)
+    return value
+
+
+def gpu_model_named(name: str) -> GpuModel | None:
+    return _remembered(("gpu_model", name), lambda: GpuModel.objects.filter(name=name).first())
+
+
+def priority_class_named(name: str) -> PriorityClass | None:
+    return _remembered(
+        ("priority_class", name), lambda: PriorityClass.objects.filter(name=name).first()
+    )
+
+
+def default_priority_class() -> PriorityClass | None:
+    """The lowest priority class: what a submission that names none gets."""
+    return _remembered(
+        ("priority_class_default",), lambda: PriorityClass.objects.order_by("value").first()
+    )
+
+
+def largest_node_gpus(gpu_model: GpuModel | None, *, fresh: bool = False) -> int:
+    """GPUs of the largest node of enabled clusters (of ``gpu_model`` when given)."""
+
+    def load():
+        nodes = Node.objects.filter(cluster__enabled=True)
+        if gpu_model is not None:
+            nodes = nodes.filter(gpu_model=gpu_model)
+        return nodes.aggregate(m=Max("gpu_count"))["m"] or 0
+
+    key = ("largest_node", gpu_model.pk if gpu_model is not None else None)
+    return load() if fresh else _remembered(key, load)
+
+
+for _model in (GpuModel, PriorityClass, Node, Cluster):
+    post_save.connect(clear, sender=_model, dispatch_uid=f"reference-clear-save-{_model.__name__}")
+    post_delete.connect(
+        clear, sender=_model, dispatch_uid=f"reference-clear-delete-{_model.__name__}"
+    )
