@@ -14,8 +14,11 @@ case "$role" in
         if [ -n "${STATIC_PUBLISH_DIR:-}" ] && [ -d "$STATIC_PUBLISH_DIR" ]; then
             cp -R "$DJANGO_STATIC_ROOT"/. "$STATIC_PUBLISH_DIR"/
         fi
-        exec daphne --bind 0.0.0.0 --port "${PORT:-8000}" --proxy-headers \
-            gpuplatform.asgi:application "$@"
+        # One uvicorn worker process per core (WEB_CONCURRENCY): a single ASGI process runs
+        # Python on one core. Websockets work across workers through the Redis channel layer.
+        exec uvicorn gpuplatform.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
+            --workers "${WEB_CONCURRENCY:-2}" --proxy-headers \
+            --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-*}" --no-access-log "$@"
         ;;
     worker)
         exec celery -A gpuplatform worker --loglevel "${LOG_LEVEL:-INFO}" \

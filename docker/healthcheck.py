@@ -2,7 +2,7 @@
 
 Exit 0 when healthy, 1 otherwise (Docker's contract). Standard library only and no Django
 import, so a check costs milliseconds and cannot be broken by the thing it checks.
-- ``web``: Daphne answers ``GET /login/`` with 2xx/3xx, sent with a Host from
+- ``web``: uvicorn answers ``GET /login/`` with 2xx/3xx, sent with a Host from
   DJANGO_ALLOWED_HOSTS so Django's host check accepts it.
 - ``beat``: Celery beat rewrote its schedule file within BEAT_HEALTH_MAX_AGE seconds (beat
   syncs it at least every 3 minutes while it runs).
