@@ -114,6 +114,10 @@ def _error_from(response: httpx.Response) -> ApiError:
         body = None
     if status in (401, 403):
         detail = body.get("detail") if isinstance(body, Mapping) else None
+        if not detail and status == 403 and isinstance(body, Mapping):
+            # A role refusal names the object's field, e.g. {"id": ["viewers cannot cancel …"]}.
+            reasons = next(iter(flatten_errors(body).values()), None)
+            detail = reasons[0] if reasons else None
         hint = "run `gpuctl login` again" if status == 401 else "your account may not do this"
         return ApiError(status, f"{detail or 'not authorised'} ({hint})")
     if status >= 500 or body is None:

@@ -26,10 +26,19 @@ from typing import Any
 
 from . import __version__, config, output
 from .client import ApiError, Client
-from .spec import SpecError, load_spec_text, spec_path_for, validate_spec
+from .spec import (
+    SpecError,
+    array_path_for,
+    is_array,
+    load_spec_text,
+    spec_path_for,
+    validate_array_spec,
+    validate_spec,
+)
 
 EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
 LIVE_STATES = ("pending", "running", "preempted")
+STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
 
 
 class UsageError(Exception):
@@ -63,6 +72,40 @@ def _common(json_default=argparse.SUPPRESS) -> argparse.ArgumentParser:
     return parent
 
 
+def _submit_arguments(cmd: argparse.ArgumentParser) -> None:
+    """The spec flags shared by ``submit`` and ``array submit`` (they override the file)."""
+    cmd.add_argument("-f", "--file", help="job spec YAML file ('-' reads standard input)")
+    cmd.add_argument("--name", "-J", help="job name (metadata.name)")
+    cmd.add_argument("--team", help="team slug (metadata.team; default: your only team)")
+    cmd.add_argument("--image", help="container image (spec.image)")
+    cmd.add_argument("--workers", "-N", help="number of workers (spec.workers)")
+    cmd.add_argument("--gpus-per-worker", help="GPUs per worker (spec.gpusPerWorker)")
+    cmd.add_argument("--gpu-model", help="GPU model, e.g. h100-80gb (spec.gpuModel)")
+    cmd.add_argument("--priority-class", help="priority class (spec.priorityClass)")
+    cmd.add_argument(
+        "--preemptible",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="may be preempted (spec.preemptible; default from the priority class)",
+    )
+    cmd.add_argument(
+        "--checkpoint-interval", help="e.g. 30m or 1800 (spec.checkpointIntervalSeconds)"
+    )
+    cmd.add_argument(
+        "--runtime-limit", "--time", "-t", help="e.g. 2h, 90m, 02:00:00 (spec.runtimeLimit)"
+    )
+    cmd.add_argument("--dataset", help="dataset the job reads (spec.dataset)")
+    cmd.add_argument("--min-workers", help="elastic minimum (spec.elastic.minWorkers)")
+    cmd.add_argument("--max-workers", help="elastic maximum (spec.elastic.maxWorkers)")
+    cmd.add_argument(
+        "--env", "-e", action="append", default=[], metavar="NAME=VALUE", help="repeatable"
+    )
+    cmd.add_argument(
+        "--dry-run", action="store_true", help="validate and print the request; send nothing"
+    )
+    cmd.add_argument("command_args", nargs="*", metavar="-- COMMAND", help="spec.command")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (also used to render ``--help``)."""
     parser = _Parser(
@@ -93,37 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("logout", cmd_logout, "forget the saved server URL and token")
 
-    submit = add("submit", cmd_submit, "submit a job from a YAML spec and/or flags")
-    submit.add_argument("-f", "--file", help="job spec YAML file ('-' reads standard input)")
-    submit.add_argument("--name", "-J", help="job name (metadata.name)")
-    submit.add_argument("--team", help="team slug (metadata.team; default: your only team)")
-    submit.add_argument("--image", help="container image (spec.image)")
-    submit.add_argument("--workers", "-N", help="number of workers (spec.workers)")
-    submit.add_argument("--gpus-per-worker", help="GPUs per worker (spec.gpusPerWorker)")
-    submit.add_argument("--gpu-model", help="GPU model, e.g. h100-80gb (spec.gpuModel)")
-    submit.add_argument("--priority-class", help="priority class (spec.priorityClass)")
-    submit.add_argument(
-        "--preemptible",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="may be preempted (spec.preemptible; default from the priority class)",
+    submit = add(
+        "submit", cmd_submit, "submit a job (or a job array, if the spec has one) from YAML/flags"
     )
-    submit.add_argument(
-        "--checkpoint-interval", help="e.g. 30m or 1800 (spec.checkpointIntervalSeconds)"
-    )
-    submit.add_argument(
-        "--runtime-limit", "--time", "-t", help="e.g. 2h, 90m, 02:00:00 (spec.runtimeLimit)"
-    )
-    submit.add_argument("--dataset", help="dataset the job reads (spec.dataset)")
-    submit.add_argument("--min-workers", help="elastic minimum (spec.elastic.minWorkers)")
-    submit.add_argument("--max-workers", help="elastic maximum (spec.elastic.maxWorkers)")
-    submit.add_argument(
-        "--env", "-e", action="append", default=[], metavar="NAME=VALUE", help="repeatable"
-    )
-    submit.add_argument(
-        "--dry-run", action="store_true", help="validate and print the request; send nothing"
-    )
-    submit.add_argument("command_args", nargs="*", metavar="-- COMMAND", help="spec.command")
+    _submit_arguments(submit)
 
     ls = add("ls", cmd_ls, "list jobs, newest first")
     ls.add_argument("--state", "-s", help="comma-separated states, e.g. pending,running")
@@ -148,6 +164,33 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--team", help="only this team (its statement rolls up its sub-teams)")
     cost.add_argument("--month", help="YYYY-MM (default: the newest month with a statement)")
     cost.add_argument("--lines", action="store_true", help="also list usage by team and GPU model")
+
+    array = add("array", cmd_array_help, "job arrays (sweeps): submit, list, get, cancel")
+    array_sub = array.add_subparsers(dest="array_command", metavar="ACTION", parser_class=_Parser)
+
+    def add_array(name: str, handler: Callable, help_text: str, aliases=()):
+        cmd = array_sub.add_parser(
+            name, parents=[common], help=help_text, description=help_text, aliases=list(aliases)
+        )
+        cmd.set_defaults(handler=handler)
+        return cmd
+
+    array_submit = add_array(
+        "submit", cmd_array_submit, "submit a job array: the spec's array section, or --count"
+    )
+    _submit_arguments(array_submit)
+    array_submit.add_argument(
+        "--count", help="number of indices (array.count; like sbatch --array=0-(N-1))"
+    )
+    array_list = add_array("list", cmd_array_list, "job arrays, newest first", aliases=["ls"])
+    array_list.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    array_get = add_array(
+        "get", cmd_array_get, "an array's template and count per state", aliases=["show"]
+    )
+    array_get.add_argument("array_id", metavar="ARRAY_ID")
+    array_get.add_argument("--jobs", action="store_true", help="also list the array's jobs")
+    array_cancel = add_array("cancel", cmd_array_cancel, "cancel every live job of an array")
+    array_cancel.add_argument("array_id", metavar="ARRAY_ID")
 
     nodes = add("nodes", cmd_nodes, "cluster nodes, their state and health")
     nodes.add_argument("--state", help="e.g. ready, drained, quarantined")
@@ -330,9 +373,11 @@ def _flag_name(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
-    """The API body from ``--file`` and/or flags (flags override the file, as with sbatch), and
-    a map spec path → flag for the values that came from flags. Raises ``SpecError``."""
+def build_submission(args) -> tuple[dict[str, Any], dict[str, str], bool]:
+    """The API body from ``--file`` and/or flags (flags override the file, as with sbatch), a
+    map spec path → flag for the values that came from flags, and whether the body is a job
+    array's (the spec has an ``array`` section, or ``--count`` was given). Raises ``SpecError``.
+    Flags set the template of an array, never one index."""
     if args.file:
         if args.file == "-":
             text, source = sys.stdin.read(), "<stdin>"
@@ -380,8 +425,21 @@ def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
     if args.command_args:
         _set_path(document, "spec.command", list(args.command_args))
         from_flags["spec.command"] = "COMMAND"
+    count = getattr(args, "count", None)
+    if count is not None:
+        try:
+            value = int(count)
+        except ValueError:
+            flag_errors["--count"] = [f"must be an integer, not {count!r}"]
+        else:
+            if document.get("array") is not None and not isinstance(document["array"], dict):
+                flag_errors["--count"] = ["cannot be combined with a non-mapping array section"]
+            else:
+                _set_path(document, "array.count", value)
+                from_flags["array.count"] = "--count"
+    array = is_array(document)
     try:
-        body = validate_spec(document)
+        body = validate_array_spec(document) if array else validate_spec(document)
     except SpecError as exc:
         renamed = {
             from_flags.get(path, path): reasons
@@ -391,7 +449,7 @@ def build_submission(args) -> tuple[dict[str, Any], dict[str, str]]:
         raise SpecError({**flag_errors, **renamed}) from None
     if flag_errors:
         raise SpecError(flag_errors)
-    return body, from_flags
+    return body, from_flags, array
 
 
 def _set_path(document: dict, path: str, value: Any) -> None:
@@ -421,8 +479,13 @@ def _pick_team(api: Client) -> str:
 
 
 def cmd_submit(args) -> int:
-    """Validate locally (exit 2 on a bad spec, nothing sent), then POST /api/v1/jobs/."""
-    body, from_flags = build_submission(args)
+    """Validate locally (exit 2 on a bad spec, nothing sent), then POST /api/v1/jobs/, or
+    /api/v1/job-arrays/ when the spec has an ``array`` section."""
+    body, from_flags, array = build_submission(args)
+    return _send_submission(args, body, from_flags, array=array)
+
+
+def _send_submission(args, body: dict, from_flags: dict[str, str], *, array: bool) -> int:
     if args.dry_run:
         if args.json:
             output.print_json(body, _out())
@@ -430,26 +493,34 @@ def cmd_submit(args) -> int:
             output.key_values(sorted(body.items()), _out())
             _out().write("(dry run: nothing was submitted)\n")
         return EXIT_OK
+    path_for = array_path_for if array else spec_path_for
     with _client(args) as api:
         if "team" not in body:
-            body["team"] = _pick_team(api)
+            body = {"team": _pick_team(api), **body}
         try:
-            job = api.post("/api/v1/jobs/", body)
+            created = api.post("/api/v1/job-arrays/" if array else "/api/v1/jobs/", body)
         except ApiError as exc:
             # Name the user's own field (spec path or flag), not the wire name.
             exc.fields = {
-                from_flags.get(spec_path_for(f), spec_path_for(f)): r for f, r in exc.fields.items()
+                from_flags.get(path_for(f), path_for(f)): r for f, r in exc.fields.items()
             }
             if exc.fields:
                 first_path, first_reasons = next(iter(exc.fields.items()))
                 exc.message = f"{first_path}: {first_reasons[0]}"
             raise
     if args.json:
-        output.print_json(job, _out())
-    else:
-        why = f" — {job['why']}" if job.get("why") else ""
+        output.print_json(created, _out())
+    elif array:
         _out().write(
-            f"job {job['id']} submitted ({job['name']}, team {job['team']}): {job['state']}{why}\n"
+            f"array {created['id']} submitted ({created['name']}, team {created['team']}): "
+            f"{created['size']} job{'s' if created['size'] != 1 else ''} "
+            f"{_counts_text(created.get('counts') or {})}\n"
+        )
+    else:
+        why = f" — {created['why']}" if created.get("why") else ""
+        _out().write(
+            f"job {created['id']} submitted ({created['name']}, team {created['team']}): "
+            f"{created['state']}{why}\n"
         )
     return EXIT_OK
 
@@ -749,6 +820,142 @@ def cmd_nodes(args) -> int:
     ]
     headers = ["NAME", "CLUSTER", "MODEL", "GPUS", "RACK", "STATE", "HEALTH", "SPOT", "REASON"]
     output.table(headers, rows, _out())
+    return EXIT_OK
+
+
+# --- job arrays --------------------------------------------------------------------------------
+
+
+def cmd_array_help(args) -> int:
+    """``gpuctl array`` without an action: the actions, on stderr (exit 2)."""
+    raise UsageError(
+        "gpuctl array needs an action: submit, list, get or cancel",
+        {"ACTION": ["one of submit, list, get, cancel"]},
+    )
+
+
+def cmd_array_submit(args) -> int:
+    """Like ``submit``, but the spec must describe an array (an ``array`` section or --count)."""
+    body, from_flags, array = build_submission(args)
+    if not array:
+        raise UsageError(
+            "not a job array: add an array section to the spec or give --count",
+            {"array": ["is required (array.count, array.env or array.items), or give --count"]},
+        )
+    return _send_submission(args, body, from_flags, array=True)
+
+
+def _array_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(
+            f"array id must be a number >= 1, not {text!r}",
+            {"ARRAY_ID": [f"must be a number >= 1, not {text!r}"]},
+        )
+    return value
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    """``2 pending, 1 running`` (states with no job left out; ``-`` when none)."""
+    parts = [f"{counts[state]} {state}" for state in STATES if counts.get(state)]
+    return ", ".join(parts) if parts else "-"
+
+
+def cmd_array_list(args) -> int:
+    """GET /api/v1/job-arrays/: arrays of the caller's teams with their count per state."""
+    if args.limit < 1:
+        raise UsageError("--limit must be >= 1", {"--limit": ["must be >= 1"]})
+    with _client(args) as api:
+        data = api.get("/api/v1/job-arrays/", {"limit": args.limit})
+    arrays = data["results"] if isinstance(data, dict) and "results" in data else data
+    if args.json:
+        output.print_json(arrays, _out())
+        return EXIT_OK
+    now = _now()
+    rows = [
+        [
+            a["id"],
+            a["name"],
+            a["team"],
+            a.get("submitter"),
+            a["size"],
+            *[(a.get("counts") or {}).get(state, 0) for state in STATES],
+            output.age(a.get("submitted_at"), now),
+        ]
+        for a in arrays
+    ]
+    headers = ["ID", "NAME", "TEAM", "USER", "SIZE", "PENDING", "RUNNING", "PREEMPTED"]
+    headers += ["SUCCEEDED", "FAILED", "CANCELLED", "AGE"]
+    output.table(headers, rows, _out())
+    if isinstance(data, dict) and data.get("count", 0) > len(arrays):
+        _out().write(f"({len(arrays)} of {data['count']} shown; use --limit)\n")
+    return EXIT_OK
+
+
+def cmd_array_get(args) -> int:
+    """GET /api/v1/job-arrays/ID/ (and its jobs with ``--jobs``): template and counts."""
+    array_id = _array_id(args.array_id)
+    with _client(args) as api:
+        array = api.get(f"/api/v1/job-arrays/{array_id}/")
+        jobs = (
+            api.get_all(f"/api/v1/job-arrays/{array_id}/jobs/", {"limit": 500})
+            if args.jobs
+            else None
+        )
+    if args.json:
+        output.print_json(array if jobs is None else {**array, "jobs": jobs}, _out())
+        return EXIT_OK
+    now = _now()
+    counts = array.get("counts") or {}
+    pairs = [
+        ("ID", array["id"]),
+        ("Name", array["name"]),
+        ("Team", array["team"]),
+        ("Submitter", array.get("submitter")),
+        ("Size", array["size"]),
+        ("Submitted", output.when(array.get("submitted_at"), now)),
+        ("Cancelled", output.when(array.get("cancelled_at"), now)),
+        *[(state.capitalize(), counts.get(state, 0)) for state in STATES],
+        *[(f"Template {k}", v) for k, v in sorted((array.get("template") or {}).items())],
+    ]
+    output.key_values(pairs, _out())
+    if jobs:
+        _out().write("\nJobs:\n")
+        output.table(
+            ["INDEX", "ID", "NAME", "STATE", "GPUS", "NODES/REASON"],
+            [
+                [
+                    # Members come by index, and every index of the array exists.
+                    job.get("array_index", index),
+                    job["id"],
+                    job["name"],
+                    job["state"],
+                    _gpus(job),
+                    job.get("why") if job["state"] == "pending" else _placement(job),
+                ]
+                for index, job in enumerate(jobs)
+            ],
+            _out(),
+            max_width=50,
+        )
+    return EXIT_OK
+
+
+def cmd_array_cancel(args) -> int:
+    """POST /api/v1/job-arrays/ID/cancel/: every live job of the array, at once."""
+    array_id = _array_id(args.array_id)
+    with _client(args) as api:
+        array = api.post(f"/api/v1/job-arrays/{array_id}/cancel/")
+    if args.json:
+        output.print_json(array, _out())
+    else:
+        _out().write(
+            f"array {array_id} cancelled ({array['name']}): "
+            f"{_counts_text(array.get('counts') or {})}\n"
+        )
     return EXIT_OK
 
 

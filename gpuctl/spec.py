@@ -48,18 +48,23 @@ SPEC_TO_API: dict[str, str] = {
 API_TO_SPEC: dict[str, str] = {api: path for path, api in SPEC_TO_API.items()}
 
 _TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec"}
+_ARRAY_FIELDS = {"count", "env", "items"}
+# Mirrors the API's limit on indices per array (scheduler.arrays.MAX_ARRAY_SIZE).
+MAX_ARRAY_SIZE = 10_000
 _METADATA_FIELDS = {"name", "team", "labels", "annotations"}
 _SPEC_FIELDS = {p.split(".", 1)[1] for p in SPEC_TO_API if p.startswith("spec.")} - {
     "elastic.minWorkers",
     "elastic.maxWorkers",
 }
 _ELASTIC_FIELDS = {"minWorkers", "maxWorkers"}
+_REQUIRED = frozenset({"workers", "gpusPerWorker"})
 
 # Bounds mirror the API serializer so most mistakes are caught before a round trip.
 MAX_WORKERS = 4096
 MAX_GPUS_PER_WORKER = 64
 _NAME_MAX = 200
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _SLURM_WITH_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
@@ -144,7 +149,7 @@ def load_spec_text(text: str, *, source: str = "<spec>") -> Any:
     return documents[0]
 
 
-def validate_spec(document: Any) -> dict[str, Any]:
+def validate_spec(document: Any, *, required: frozenset[str] = _REQUIRED) -> dict[str, Any]:
     """Check a parsed job spec and return the API submission body (contract field names).
 
     ``metadata.team`` may be absent: the body then has no ``team`` and the caller decides (the
@@ -195,7 +200,7 @@ def validate_spec(document: Any) -> dict[str, Any]:
         if key not in _SPEC_FIELDS:
             fail(f"spec.{key}", _unknown(key, _SPEC_FIELDS))
 
-    body.update(_validate_spec_fields(spec, fail))
+    body.update(_validate_spec_fields(spec, fail, required=required))
     if errors:
         raise SpecError(errors)
     return body
@@ -207,7 +212,11 @@ def _unknown(key: Any, known: set[str]) -> str:
     return f"unknown field (did you mean {close[0]}?)" if close else "unknown field"
 
 
-def _validate_spec_fields(spec: Mapping, fail) -> dict[str, Any]:
+def _validate_spec_fields(
+    spec: Mapping, fail, *, prefix: str = "spec", required: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """API fields from the spec fields present; ``required`` names the ones that must be there.
+    Paths in errors start with ``prefix`` (``spec``, or ``array.items[2]`` for an index)."""
     body: dict[str, Any] = {}
 
     def integer(path: str, value: Any, low: int, high: int | None = None) -> int | None:
@@ -228,16 +237,14 @@ def _validate_spec_fields(spec: Mapping, fail) -> dict[str, Any]:
             return None
         return value
 
-    if "workers" in spec:
-        body["workers"] = integer("spec.workers", spec["workers"], 1, MAX_WORKERS)
-    else:
-        fail("spec.workers", "is required (an integer >= 1)")
-    if "gpusPerWorker" in spec:
-        body["gpus_per_worker"] = integer(
-            "spec.gpusPerWorker", spec["gpusPerWorker"], 1, MAX_GPUS_PER_WORKER
-        )
-    else:
-        fail("spec.gpusPerWorker", "is required (an integer >= 1)")
+    for field, api, high in (
+        ("workers", "workers", MAX_WORKERS),
+        ("gpusPerWorker", "gpus_per_worker", MAX_GPUS_PER_WORKER),
+    ):
+        if field in spec:
+            body[api] = integer(f"{prefix}.{field}", spec[field], 1, high)
+        elif field in required:
+            fail(f"{prefix}.{field}", "is required (an integer >= 1)")
 
     for field, api in (
         ("image", "image"),
@@ -246,7 +253,7 @@ def _validate_spec_fields(spec: Mapping, fail) -> dict[str, Any]:
         ("dataset", "dataset"),
     ):
         if field in spec and spec[field] is not None:
-            body[api] = string(f"spec.{field}", spec[field])
+            body[api] = string(f"{prefix}.{field}", spec[field])
 
     if "command" in spec and spec["command"] is not None:
         command = spec["command"]
@@ -258,68 +265,70 @@ def _validate_spec_fields(spec: Mapping, fail) -> dict[str, Any]:
             # The API stores one shell-quoted string; quoting keeps each list item one argument.
             body["command"] = shlex.join(str(a) for a in command)
         else:
-            fail("spec.command", "must be a string or a list of strings")
+            fail(f"{prefix}.command", "must be a string or a list of strings")
 
     if "preemptible" in spec and spec["preemptible"] is not None:
         if isinstance(spec["preemptible"], bool):
             body["preemptible"] = spec["preemptible"]
         else:
-            fail("spec.preemptible", "must be true or false")
+            fail(f"{prefix}.preemptible", "must be true or false")
 
     if "checkpointIntervalSeconds" in spec and spec["checkpointIntervalSeconds"] is not None:
         try:
             body["checkpoint_interval_s"] = parse_duration(spec["checkpointIntervalSeconds"])
         except ValueError as exc:
-            fail("spec.checkpointIntervalSeconds", str(exc))
+            fail(f"{prefix}.checkpointIntervalSeconds", str(exc))
     if "runtimeLimit" in spec and spec["runtimeLimit"] is not None:
         try:
             body["runtime_limit_s"] = parse_duration(spec["runtimeLimit"])
         except ValueError as exc:
-            fail("spec.runtimeLimit", str(exc))
+            fail(f"{prefix}.runtimeLimit", str(exc))
 
     if "env" in spec and spec["env"] is not None:
-        body["env"] = _validate_env(spec["env"], fail)
+        body["env"] = _validate_env(spec["env"], fail, prefix)
 
     if "elastic" in spec and spec["elastic"] is not None:
         elastic = spec["elastic"]
         if not isinstance(elastic, Mapping):
-            fail("spec.elastic", "must be a mapping with minWorkers and maxWorkers")
+            fail(f"{prefix}.elastic", "must be a mapping with minWorkers and maxWorkers")
         else:
             for key in elastic:
                 if key not in _ELASTIC_FIELDS:
-                    fail(f"spec.elastic.{key}", _unknown(key, _ELASTIC_FIELDS))
+                    fail(f"{prefix}.elastic.{key}", _unknown(key, _ELASTIC_FIELDS))
             low = high = None
             for key in ("minWorkers", "maxWorkers"):
                 if key not in elastic:
-                    fail(f"spec.elastic.{key}", "is required (an integer >= 1)")
+                    fail(f"{prefix}.elastic.{key}", "is required (an integer >= 1)")
             if "minWorkers" in elastic:
-                low = integer("spec.elastic.minWorkers", elastic["minWorkers"], 1, MAX_WORKERS)
+                low = integer(f"{prefix}.elastic.minWorkers", elastic["minWorkers"], 1, MAX_WORKERS)
             if "maxWorkers" in elastic:
-                high = integer("spec.elastic.maxWorkers", elastic["maxWorkers"], 1, MAX_WORKERS)
+                high = integer(
+                    f"{prefix}.elastic.maxWorkers", elastic["maxWorkers"], 1, MAX_WORKERS
+                )
             if low is not None and high is not None:
                 if high < low:
-                    fail("spec.elastic.maxWorkers", "must be >= spec.elastic.minWorkers")
+                    fail(f"{prefix}.elastic.maxWorkers", f"must be >= {prefix}.elastic.minWorkers")
                 else:
                     body["elastic"] = {"min_workers": low, "max_workers": high}
                     workers = body.get("workers")
                     if workers is not None and not low <= workers <= high:
-                        fail("spec.workers", f"must lie in the elastic range {low}..{high}")
+                        fail(f"{prefix}.workers", f"must lie in the elastic range {low}..{high}")
     return {k: v for k, v in body.items() if v is not None}
 
 
-def _validate_env(env: Any, fail) -> dict[str, str] | None:
+def _validate_env(env: Any, fail, prefix: str = "spec") -> dict[str, str] | None:
     """A mapping NAME: value, or Kubernetes' list of {name, value}; values become strings."""
     pairs: list[tuple[str, Any, str]] = []
     if isinstance(env, Mapping):
-        pairs = [(k, v, f"spec.env.{k}") for k, v in env.items()]
+        pairs = [(k, v, f"{prefix}.env.{k}") for k, v in env.items()]
     elif isinstance(env, list):
         for i, item in enumerate(env):
             if not isinstance(item, Mapping) or set(item) - {"name", "value"} or "name" not in item:
-                fail(f"spec.env[{i}]", "must be a mapping with name and value")
+                fail(f"{prefix}.env[{i}]", "must be a mapping with name and value")
                 continue
-            pairs.append((item["name"], item.get("value", ""), f"spec.env[{i}]"))
+            pairs.append((item["name"], item.get("value", ""), f"{prefix}.env[{i}]"))
     else:
-        fail("spec.env", "must be a mapping of NAME: value (or a list of {name, value})")
+        fail(f"{prefix}.env", "must be a mapping of NAME: value (or a list of {name, value})")
         return None
     result: dict[str, str] = {}
     for name, value, path in pairs:
@@ -334,6 +343,138 @@ def _validate_env(env: Any, fail) -> dict[str, str] | None:
             continue
         result[name] = str(value)
     return result
+
+
+def is_array(document: Any) -> bool:
+    """Does the document describe a job array (a top-level ``array`` section)?"""
+    return isinstance(document, Mapping) and "array" in document
+
+
+def validate_array_spec(document: Any) -> dict[str, Any]:
+    """Check a job spec with an ``array`` section and return the body of
+    ``POST /api/v1/job-arrays/``: ``{"name", "team"?, "template", "items"}``.
+
+    ``spec`` is the template every index starts from; ``array.count`` is the number of indices;
+    ``array.env`` maps a variable name to a list with one value per index; ``array.items`` is a
+    list of per-index spec overrides (same field names as ``spec``). The sizes given must agree.
+    ``spec.workers`` / ``spec.gpusPerWorker`` may be left out only when every item sets them.
+    Raises one ``SpecError`` listing every problem (``array.env.LR``, ``array.items[2].workers``).
+    """
+    errors: dict[str, list[str]] = {}
+
+    def fail(path: str, reason: str) -> None:
+        errors.setdefault(path, []).append(reason)
+
+    if not isinstance(document, Mapping):
+        raise SpecError({"(document)": ["must be a mapping with apiVersion, kind, metadata, spec"]})
+    section = document.get("array")
+    if not isinstance(section, Mapping):
+        fail("array", "must be a mapping with count, env and/or items")
+        section = {}
+    for key in section:
+        if key not in _ARRAY_FIELDS:
+            fail(f"array.{key}", _unknown(key, _ARRAY_FIELDS))
+
+    sizes: list[tuple[str, int]] = []
+    count = section.get("count")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            fail("array.count", "must be an integer >= 1")
+        elif count > MAX_ARRAY_SIZE:
+            fail("array.count", f"must be at most {MAX_ARRAY_SIZE}")
+        else:
+            sizes.append(("array.count", count))
+
+    items: list[dict[str, Any]] = []
+    raw_items = section.get("items")
+    covered = set(_REQUIRED)
+    if raw_items is not None:
+        if not isinstance(raw_items, list) or not raw_items:
+            fail("array.items", "must be a non-empty list of spec overrides (one per index)")
+        else:
+            sizes.append(("array.items", len(raw_items)))
+            for i, item in enumerate(raw_items[:MAX_ARRAY_SIZE]):
+                path = f"array.items[{i}]"
+                if item is None:
+                    item = {}
+                if not isinstance(item, Mapping):
+                    fail(path, "must be a mapping of spec fields (may be empty: {})")
+                    items.append({})
+                    continue
+                for key in item:
+                    if key not in _SPEC_FIELDS:
+                        fail(f"{path}.{key}", _unknown(key, _SPEC_FIELDS))
+                covered &= set(item)
+                items.append(_validate_spec_fields(item, fail, prefix=path))
+
+    env_lists: dict[str, list[str]] = {}
+    raw_env = section.get("env")
+    if raw_env is not None:
+        if not isinstance(raw_env, Mapping):
+            fail("array.env", "must be a mapping NAME: [value for index 0, value for index 1, …]")
+        else:
+            for name, values in raw_env.items():
+                path = f"array.env.{name}"
+                if not isinstance(name, str) or not _ENV_NAME.match(name):
+                    fail(
+                        path,
+                        "the variable name must be letters, digits and '_', not "
+                        "starting with a digit",
+                    )
+                elif not isinstance(values, list) or not values:
+                    fail(path, "must be a list with one value per index")
+                elif any(isinstance(v, (bool, list, dict)) or v is None for v in values):
+                    fail(path, "values must be strings or numbers (quote 'true', 'yes', '~')")
+                else:
+                    env_lists[name] = [str(v) for v in values]
+                    sizes.append((path, len(values)))
+
+    size = None
+    if sizes:
+        first_path, size = sizes[0]
+        for path, n in sizes[1:]:
+            if n != size:
+                fail(path, f"has {n} entries but {first_path} gives {size} indices")
+        if size > MAX_ARRAY_SIZE:
+            fail(sizes[0][0], f"at most {MAX_ARRAY_SIZE} indices per array (got {size})")
+    elif not errors:
+        fail("array", "give count, env lists or items (the number of indices)")
+
+    template_document = {k: v for k, v in document.items() if k != "array"}
+    try:
+        template = validate_spec(template_document, required=_REQUIRED - covered)
+    except SpecError as exc:
+        for path, reasons in exc.errors.items():
+            errors.setdefault(path, []).extend(reasons)
+        template = {}
+    if errors:
+        raise SpecError(errors)
+
+    assert size is not None
+    per_index = [dict(items[i]) if i < len(items) else {} for i in range(size)]
+    for name, values in env_lists.items():
+        for i, value in enumerate(values):
+            per_index[i].setdefault("env", {})[name] = value
+    body: dict[str, Any] = {"name": template.pop("name")}
+    if "team" in template:
+        body["team"] = template.pop("team")
+    body["template"] = template
+    body["items"] = per_index
+    return body
+
+
+def array_path_for(api_field: str) -> str:
+    """The spec path that feeds a field of the array API's answer: ``template.gpu_model`` →
+    ``spec.gpuModel``, ``items[3].gpus_per_worker`` → ``array.items[3].gpusPerWorker``."""
+    if api_field.startswith("template."):
+        return spec_path_for(api_field.removeprefix("template."))
+    match = re.match(r"^items\[(\d+)\]\.(.+)$", api_field)
+    if match:
+        inner = spec_path_for(match.group(2))
+        return f"array.items[{match.group(1)}].{inner.removeprefix('spec.')}"
+    if api_field in ("items", "count"):
+        return "array"
+    return spec_path_for(api_field)
 
 
 def spec_path_for(api_field: str) -> str:
