@@ -90,13 +90,18 @@
 })();
 
 /* Job arrays: header counts ([data-array-counts]) follow array.status messages and the members'
- * job.status changes; the array page's member table ([data-array-members]) follows its rows.
+ * job.status changes; the array page's member table ([data-array-members]) follows its rows; a
+ * job list marked data-live-arrays gets a header row for an array submitted after it loaded.
  * An array.status payload carries what changed, not the totals, so the counts are re-read from
  * /arrays/<id>/state/ (debounced per array: a sweep's members change in bursts). */
 (function () {
   "use strict";
   var GP = window.GP;
   if (!GP) return;
+  var sel = "[data-array-counts], table[data-array-members], table[data-live-arrays]";
+  if (!document.querySelector(sel)) return;
+  if (GP.want) GP.want("jobs"); // array.status and job.status come with the jobs topic
+  var filtered = window.location.search.length > 1;
   var pending = {};
 
   function renderCounts(box, counts) {
@@ -159,7 +164,34 @@
     return Object.keys(ids);
   }
 
+  function newArrayRow(table, msg) {
+    var row = GP.el("tr", { class: "array-group", "data-array": String(msg.array) });
+    var head = GP.el("th", {
+      scope: "rowgroup",
+      colspan: String(table.querySelectorAll("thead th").length)
+    });
+    var link = "Job array #" + msg.array + " · " + msg.name;
+    head.appendChild(GP.el("a", { href: "/arrays/" + msg.array + "/" }, link));
+    head.appendChild(document.createTextNode(" "));
+    head.appendChild(GP.el("span", { class: "muted" }, msg.size + " jobs:"));
+    head.appendChild(document.createTextNode(" "));
+    var counts = GP.el("span", { class: "array-counts", "data-array-counts": String(msg.array) });
+    renderCounts(counts, msg.counts || {});
+    head.appendChild(counts);
+    head.appendChild(GP.el("span", { class: "muted" }, "new: reload to list its jobs"));
+    row.appendChild(head);
+    return row;
+  }
+
   GP.on("array.status", function (msg) {
+    if (!document.querySelector('[data-array-counts="' + msg.array + '"]') && !filtered) {
+      document.querySelectorAll("table[data-live-arrays]").forEach(function (table) {
+        var body = table.tBodies[0];
+        var empty = body.querySelector("tr.empty");
+        if (empty) empty.remove();
+        body.insertBefore(newArrayRow(table, msg), body.firstChild);
+      });
+    }
     if (document.querySelector('[data-array-counts="' + msg.array + '"]')) refresh(msg.array);
   });
 
