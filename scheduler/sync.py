@@ -10,6 +10,8 @@ Fault tolerance:
   ``SCHEDULER_QUARANTINE_WINDOW_SECONDS`` is quarantined (drained on the backend) when it comes
   back, with a probation of ``SCHEDULER_PROBATION_SECONDS``; after probation and a health check
   it is released. Each step is an event streamed to admins.
+- Runs the platform gave up on (an older attempt, a job that is over or requeued) and that the
+  cluster still runs are cancelled (``scheduler.backends.stale_runs``).
 - Only node-down reports count against a node. A job that exits with an error is the job's
   failure, never the node's, so a job failing on node after node quarantines nothing.
 """
@@ -26,6 +28,7 @@ from django.utils import timezone
 from . import streams
 from .backends import backend_run_id, get_backend
 from .backends.base import BackendError, BackendJobState
+from .backends.stale_runs import cancel_stale_runs
 from .cycle import _mark_backend, job_requeue
 from .models import Cluster, Job, Node, NodeEvent, NodeState
 from .services import event_record, publish_job, release_allocations
@@ -69,6 +72,8 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
         status = statuses.get((backend_run_id(job), job.attempts))
         if status is not None:
             _sync_job(job, status, now)
+    # After the jobs above: a run this pass just requeued is already stale here.
+    cancel_stale_runs(cluster=cluster, backend=backend)
     _release_after_probation(cluster, backend, now)
     _publish_utilization(cluster, backend)
 

@@ -52,7 +52,10 @@ def backend_run_id(job) -> str:
     (``Cluster.backend_config``) when one is set. Backends find runs by this name, so two platform
     databases sharing one cluster (or a database restored from a backup) must use different
     namespaces, or one would mistake the other's runs for its own."""
-    namespace = ""
-    if job.cluster_id is not None:
-        namespace = str((job.cluster.backend_config or {}).get("run_namespace", ""))
+    namespace = run_namespace(job.cluster) if job.cluster_id is not None else ""
     return f"{namespace}{job.pk}"
+
+
+def run_namespace(cluster) -> str:
+    """The ``run_namespace`` of a cluster's ``backend_config`` ("" when unset)."""
+    return str((cluster.backend_config or {}).get("run_namespace", ""))

@@ -10,12 +10,16 @@ The scheduling loop decides *where* a job runs; a backend only executes that dec
 - Typed failures: a transient outage raises :class:`BackendUnavailable` (callers retry with
   backoff, jobs keep their state); a request the cluster refuses raises :class:`BackendRejected`.
 - No shell strings: commands and requests are built from argument lists / structured objects.
+- A run is never restarted by the cluster itself: the platform owns requeueing (a new attempt,
+  from the checkpoint). ``live_runs`` lists what the cluster may still run, so the sync cancels
+  any run of an attempt the platform has moved past or of a job that is over.
 
 This module is plain Python (no Django) so backends and their parsers are testable on their own.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -57,6 +61,18 @@ TERMINAL_BACKEND_STATES = frozenset(
 def backend_job_name(job_id: str, attempt: int) -> str:
     """The name every backend gives a job run, so a run can be found again by our identity."""
     return f"gp-{job_id}-a{attempt}"
+
+
+_RUN_NAME = re.compile(r"^gp-(?P<job_id>.+)-a(?P<attempt>[0-9]+)$")
+
+
+def parse_backend_job_name(name: str) -> tuple[str, int] | None:
+    """``(job_id, attempt)`` from a run name made by :func:`backend_job_name`; None for any other
+    name (someone else's job on a shared cluster)."""
+    match = _RUN_NAME.match(name)
+    if match is None:
+        return None
+    return match["job_id"], int(match["attempt"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,4 +164,11 @@ class Backend(Protocol):
 
     def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
         """The last ``lines`` lines of the run's output, or "" when there is none."""
+        ...
+
+    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
+        """``(job_id, attempt)`` of every run whose job id starts with ``job_id_prefix`` that the
+        cluster may still run: pending, running, or queued to run again. Finished runs (and runs
+        already being stopped) are left out. The platform cancels the ones it no longer wants
+        (``scheduler.backends.stale_runs``), so a run it gave up on never keeps GPUs."""
         ...

@@ -45,6 +45,7 @@ from scheduler.backends.base import (
     BackendRejected,
     BackendUnavailable,
     backend_job_name,
+    parse_backend_job_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,20 @@ class PodWatcher:
             live = [p for p in self.pods.values() if of_run(p)]
             gone = [p for p in self.deleted.values() if of_run(p)]
         return live, gone
+
+    def live_runs(self) -> set[tuple[str, int]]:
+        """``(job_id, attempt)`` of runs with a pod that is neither finished nor being deleted."""
+        with self._lock:
+            pods = list(self.pods.values())
+        runs = set()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if meta.get("deletionTimestamp") or _phase(pod) in _TERMINAL_PHASES:
+                continue
+            run = parse_backend_job_name((meta.get("labels") or {}).get(m.LABEL_RUN, ""))
+            if run is not None:
+                runs.add(run)
+        return runs
 
     def busy_nodes(self) -> set[str]:
         """Nodes where a platform pod is bound and not finished."""
@@ -526,6 +541,15 @@ class KubernetesBackend:
             live, gone = self.watcher.run_pods(backend_job_name(job_id, attempt))
             out.append(m.run_status(job_id, attempt, live, gone, health, self.cfg, now))
         return out
+
+    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
+        """Runs with a pod still pending or running (not being deleted), from the pod watch.
+
+        Kubernetes never recreates our bare pods, so this finds only pods whose cancel did not
+        reach the API server (e.g. during an outage); the sync then deletes them.
+        """
+        self.watcher.sync_if_older(5.0)
+        return sorted(r for r in self.watcher.live_runs() if r[0].startswith(job_id_prefix))
 
     def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
         """Last ``lines`` lines of worker 0's output; "" if the pod or its output is missing."""

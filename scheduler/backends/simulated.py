@@ -152,6 +152,34 @@ class SimulatedBackend:
                 out.append(self._status(run, now, down))
         return out
 
+    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
+        """Runs still working (not cancelled, not failed with their node, not done).
+
+        A simulated run never restarts by itself, so this finds only runs whose cancel was
+        skipped. Only runs young enough to be unfinished are read: none lasts longer than the
+        longest service time on the scaled clock.
+        """
+        from django.db.models import Max
+
+        from scheduler.models import SimulatedRun
+
+        uncancelled = SimulatedRun.objects.filter(
+            cluster_id=self.cluster_id,
+            cancelled_at__isnull=True,
+            job_id__startswith=job_id_prefix,
+        )
+        longest = uncancelled.aggregate(longest=Max("service_time_s"))["longest"]
+        if longest is None:
+            return []
+        now = self._now()
+        recent = uncancelled.filter(started_at__gte=now - timedelta(seconds=longest / self.scale))
+        down = self._fault_times()
+        return sorted(
+            (run.job_id, run.attempt)
+            for run in recent
+            if self._status(run, now, down).state == BackendJobState.RUNNING
+        )
+
     def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
         (status,) = self.poll_jobs([(job_id, attempt)])
         if status.state == BackendJobState.UNKNOWN:

@@ -17,6 +17,9 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
 - A refusal (unknown node, impossible request, invalid spec) raises :class:`BackendRejected`.
 - ``poll_jobs`` reports ``checkpointed_progress_s`` from ``<job_workdir>/<run>.progress`` when
   the job wrote one there (after a checkpoint) and that directory is readable from this host.
+- Slurm never restarts a run by itself: jobs are submitted with ``--no-requeue`` (the platform
+  requeues as a new attempt). ``live_runs`` lists our unfinished Slurm jobs so the sync can
+  cancel any that the platform has given up on.
 - ``dry_run`` logs the commands that would change the cluster (sbatch, scancel, scontrol) and
   does not run them; read-only queries still run.
 """
@@ -40,8 +43,10 @@ from scheduler.backends.base import (
     BackendRejected,
     BackendUnavailable,
     backend_job_name,
+    parse_backend_job_name,
 )
 from scheduler.backends.slurm_parsers import (
+    SQUEUE_LIVE_FORMAT,
     ErrorKind,
     SlurmJob,
     SlurmQueryError,
@@ -55,6 +60,7 @@ from scheduler.backends.slurm_parsers import (
     parse_sbatch_parsable,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_squeue_live,
     parse_topology_conf,
     pick_run,
 )
@@ -323,35 +329,6 @@ class SlurmBackend:
             argv.append(f"--partition={self.partition}")
         self._run(argv, already_done_ok=True)
 
-    def requeue(self, job_id: str, attempt: int) -> None:
-        """Put a live run back in Slurm's queue and make it eligible at once (Slurm otherwise
-        delays a requeued job by ~2 minutes); it restarts on the same nodes. Waits up to ~15 s
-        for Slurm to finish the requeue. Until it runs again the run reports NODE_FAILED (it was
-        interrupted). A run that is unknown or finished is left alone."""
-        name = backend_job_name(job_id, attempt)
-        job = self._find_runs([name]).get(name)
-        if job is None or not is_live(job):
-            return
-        self._run(["scontrol", "requeue", job.job_id], already_done_ok=True)
-        if self.dry_run:
-            return
-        # The requeue completes once the old processes are gone, and then sets the begin time
-        # ~2 minutes ahead; only a job that is pending again can be made eligible now.
-        for _ in range(60):
-            current = self._find_runs([name]).get(name)
-            if current is None or current.job_id != job.job_id or not is_live(current):
-                return
-            if current.state == "PENDING":
-                # Not "now": slurmd refuses a launch in the same second the old run's
-                # credential was revoked ("Job credential revoked") and the job then fails.
-                self._run(
-                    ["scontrol", "update", f"jobid={job.job_id}", "starttime=now+3"],
-                    already_done_ok=True,
-                )
-                return
-            self._sleep(0.25)
-        logger.warning("slurm: %s requeued but not yet pending; Slurm starts it later", name)
-
     def drain_node(self, name: str, reason: str) -> None:
         """Drain ``name`` (running jobs finish, nothing new starts). Draining again is fine."""
         reason = " ".join((reason or "gpuplatform quarantine").split())
@@ -393,6 +370,22 @@ class SlurmBackend:
                     status = replace(status, checkpointed_progress_s=progress)
                 out.append(status)
         return out
+
+    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
+        """Our runs Slurm has not finished (of ``partition`` when set), from one light
+        ``squeue``. COMPLETING runs are left out: they are already ending."""
+        argv = ["squeue", "--noheader", f"--format={SQUEUE_LIVE_FORMAT}"]
+        if self.partition:
+            argv.append(f"--partition={self.partition}")
+        jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_live)  # type: ignore[assignment]
+        runs = set()
+        for job in jobs:
+            run = parse_backend_job_name(job.name)
+            if run is None or not run[0].startswith(job_id_prefix):
+                continue
+            if is_live(job) and job.state != "COMPLETING":
+                runs.add(run)
+        return sorted(runs)
 
     def _read_progress(self, name: str) -> float | None:
         # The file lives in job_workdir; readable here when that directory is shared.

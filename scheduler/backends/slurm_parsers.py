@@ -171,8 +171,11 @@ def build_sbatch_argv(
 
     The same number of workers on every placement node (:func:`workers_per_node`), all nodes
     named explicitly (``--nodelist`` and ``--nodes``
-    equal, so Slurm cannot add or swap a node), ``--requeue`` so a node failure keeps the job
-    record, and ``B:USR1@grace`` so the batch script can checkpoint before a time limit.
+    equal, so Slurm cannot add or swap a node), ``--no-requeue`` because the platform owns
+    requeueing (after a node failure it resumes the job as a new attempt elsewhere; a Slurm-side
+    requeue would restart the old attempt once the node came back, whatever a site's
+    ``JobRequeue`` default), and ``B:USR1@grace`` so the batch script can checkpoint before a
+    time limit.
     Raises ``ValueError`` for a spec Slurm cannot run as asked.
     """
     nodes = list(spec.placement)
@@ -190,7 +193,7 @@ def build_sbatch_argv(
         f"--chdir={workdir}",
         f"--output={log_path}",
         "--open-mode=append",
-        "--requeue",
+        "--no-requeue",
         f"--signal=B:USR1@{max(1, min(int(spec.checkpoint_grace_s), 65535))}",
         # The platform's own environment (secrets included) must not leak into jobs.
         "--export=NONE",
@@ -359,6 +362,29 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     return jobs
 
 
+SQUEUE_LIVE_FORMAT = "%i|%j|%T"
+
+
+def parse_squeue_live(text: str) -> list[SlurmJob]:
+    """Jobs from ``squeue --noheader --format=%i|%j|%T`` (id, full name, state).
+
+    Without ``--states`` squeue lists only jobs that are not finished. Unlike ``--json`` in
+    22.05, this form honours ``--partition``, and it is far smaller on a busy cluster. A name may
+    itself contain ``|``: the id is the first field and the state the last.
+    """
+    jobs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        job_id, sep, rest = line.partition("|")
+        name, sep2, state = rest.rpartition("|")
+        if not (sep and sep2 and job_id and state):
+            raise SlurmQueryError(f"squeue printed an unexpected line: {line[:200]!r}")
+        jobs.append(SlurmJob(job_id=job_id, name=name, state=state.strip().upper()))
+    return jobs
+
+
 def parse_sacct_parsable(text: str) -> list[SlurmJob]:
     """Jobs from ``sacct -P -n -o jobid,jobname,state,exitcode,nodelist`` (also with ``-c``).
 
@@ -408,8 +434,9 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
     """Our view of one Slurm job.
 
     A job Slurm requeued after it had started (``restart_cnt > 0`` and pending again: what
-    ``--requeue`` does when a node dies) is reported NODE_FAILED: the platform decides where the
-    next attempt runs, rather than waiting for Slurm to restart it on the same pinned nodes.
+    ``--requeue`` did when a node died, for runs submitted before the backend passed
+    ``--no-requeue``) is reported NODE_FAILED: the platform decides where the next attempt runs,
+    rather than waiting for Slurm to restart it on the same pinned nodes.
     """
     state = job.state
     reason = job.reason

@@ -1,19 +1,25 @@
 """The whole platform driving the real local Slurm: node import, a job submitted through the API
-placed by our engine and run by Slurm to SUCCEEDED, and a node failure resumed elsewhere."""
+placed by our engine and run by Slurm to SUCCEEDED, a node failure resumed elsewhere, and the sync
+cancelling runs the platform has given up on (an older attempt, a job that is over)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import uuid
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
-from scheduler.backends import reset_backends
-from scheduler.cycle import run_cycle
+from scheduler.backends import backend_run_id, get_backend, reset_backends
+from scheduler.backends.base import BackendJobState
+from scheduler.cycle import job_requeue, run_cycle
 from scheduler.models import Cluster, Job, Node
 from scheduler.services import cluster_import_nodes
+from scheduler.states import JobState
+from scheduler.sync import job_finish, sync_all
 
 from .conftest import wait_for
 
@@ -39,9 +45,8 @@ def slurm_platform(slurm_cluster, priorities, alice, teams):
     )
     created, _ = cluster_import_nodes(cluster=cluster)
     yield {"cluster": cluster, "created": created, "slurm": slurm_cluster}
-    # Cancel every Slurm job of this test's namespace, whatever its attempt: Slurm's own
-    # --requeue can restart an attempt the platform already gave up on (after a node failure),
-    # and a leftover would hold a node for the next tests.
+    # Cancel every Slurm job of this test's namespace, whatever its attempt: a test that stops
+    # half-way (or a run the platform gave up on) must not hold a node for the next tests.
     prefix = f"gp-{cluster.backend_config['run_namespace']}"
     listing = slurm_cluster.run("squeue", "-h", "-o", "%i %j", check=False).stdout
     leftovers = [line.split()[0] for line in listing.splitlines() if prefix in line]
@@ -138,3 +143,79 @@ def test_node_failure_resumes_the_job_elsewhere_from_its_checkpoint(slurm_platfo
     assert job.events.filter(kind="requeued").exists()
     second = job.events.filter(kind="started").order_by("time").last()
     assert first_node not in second.message
+
+
+def slurm_state(slurm, run_name: str) -> str:
+    """Slurm's own state word for the newest job of that name ("" when Slurm has none)."""
+    out = slurm.run("squeue", "-h", "-t", "all", "-n", run_name, "-o", "%i %T", check=False)
+    rows = sorted(
+        (int(i), state) for i, state in (line.split() for line in out.stdout.splitlines())
+    )
+    return rows[-1][1] if rows else ""
+
+
+def start_long_job(slurm_platform, submit, alice) -> Job:
+    gpu_model = Node.objects.filter(cluster=slurm_platform["cluster"]).first().gpu_model.name
+    job_id = submit(
+        alice, name="long", gpus_per_worker=1, gpu_model=gpu_model, command="exec sleep 300"
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.select_related("cluster", "team").get(pk=job_id)
+    assert job.state == "running" and job.attempts == 1 and job.backend_ref
+    backend = get_backend(job.cluster)
+    wait_for(
+        lambda: backend.poll_jobs([(backend_run_id(job), 1)])[0].state is BackendJobState.RUNNING,
+        30,
+        "attempt 1 to run in Slurm",
+    )
+    return job
+
+
+def test_sync_cancels_a_run_of_an_attempt_the_platform_moved_past(
+    slurm_platform, submit, alice, caplog
+):
+    slurm = slurm_platform["slurm"]
+    job = start_long_job(slurm_platform, submit, alice)
+    first = f"gp-{backend_run_id(job)}-a1"
+    # The platform requeues the job without stopping attempt 1 on Slurm (what a lost scancel,
+    # or Slurm restarting a requeued job once its node came back, leaves behind) and starts
+    # attempt 2; the cycle that does so does not sync first.
+    assert job_requeue(job=job, now=timezone.now(), reason="test: the platform moved on")
+    run_cycle(sync=False)
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("running", 2) and job.backend_ref
+    second = f"gp-{backend_run_id(job)}-a2"
+    assert slurm_state(slurm, first) == "RUNNING"
+    assert slurm_state(slurm, second) in ("PENDING", "RUNNING")
+
+    with caplog.at_level(logging.WARNING, logger="scheduler.backends.stale_runs"):
+        sync_all()
+    wait_for(lambda: slurm_state(slurm, first) == "CANCELLED", 15, "attempt 1 to be cancelled")
+    assert f"cancelled stale run {first} (superseded: the job is on attempt 2)" in caplog.text
+    # Attempt 2 is untouched and runs (on the GPUs attempt 1 held, if the engine chose them).
+    wait_for(lambda: slurm_state(slurm, second) == "RUNNING", 30, "attempt 2 to run")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="scheduler.backends.stale_runs"):
+        sync_all()
+    assert "stale run" not in caplog.text  # nothing left to cancel; attempt 2 is the wanted run
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("running", 2)
+    assert slurm_state(slurm, second) == "RUNNING"
+
+
+def test_sync_cancels_a_run_of_a_job_that_is_over_in_the_platform(
+    slurm_platform, submit, alice, caplog
+):
+    slurm = slurm_platform["slurm"]
+    job = start_long_job(slurm_platform, submit, alice)
+    run = f"gp-{backend_run_id(job)}-a1"
+    # Final in the platform while the run lives on (the cancel after commit could not reach
+    # slurmctld, say).
+    assert job_finish(job=job, target=JobState.FAILED, now=timezone.now(), message="test")
+    assert slurm_state(slurm, run) == "RUNNING"
+    with caplog.at_level(logging.WARNING, logger="scheduler.backends.stale_runs"):
+        sync_all()
+    wait_for(lambda: slurm_state(slurm, run) == "CANCELLED", 15, "the run to be cancelled")
+    assert f"cancelled stale run {run} (the job is failed)" in caplog.text
+    job.refresh_from_db()
+    assert job.state == "failed"  # the platform's verdict stands; the cancel changes nothing

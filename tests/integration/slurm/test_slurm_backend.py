@@ -187,18 +187,42 @@ def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id
     wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
 
 
-def test_requeue_restarts_the_run_on_its_nodes(backend, slurm_cluster, job_id):
-    starts = slurm_cluster.jobs_dir / f"{job_id}.starts"
-    backend.submit(spec(job_id, f"echo start >> {starts}; sleep 60", {"node1": (0,)}))
-    wait_for(starts.exists, 30, "the first start")
-    backend.requeue(job_id, 1)
-    # Started again at once (Slurm would otherwise hold a requeued job for ~2 minutes).
-    wait_for(lambda: starts.read_text().count("start") == 2, 30, "the second start")
-    again = state_of(backend, job_id)
-    assert (again.state, again.nodes) == (BackendJobState.RUNNING, ("node1",))
+def test_submitted_run_is_not_requeueable(backend, slurm_cluster, job_id):
+    # The local cluster makes batch jobs requeueable by default, like many sites; the backend's
+    # --no-requeue must win, or Slurm restarts an attempt the platform has already resumed
+    # elsewhere once a failed node comes back.
+    assert "JobRequeue=1" in slurm_cluster.conf.read_text().split()
+    ref = backend.submit(spec(job_id, "sleep 60", {"node1": (0,)}))
+    wait_state(backend, job_id, {BackendJobState.RUNNING})
+    shown = slurm_cluster.run("scontrol", "show", "job", ref).stdout.split()
+    assert "Requeue=0" in shown, shown
+    refused = slurm_cluster.run("scontrol", "requeue", ref, check=False)
+    assert refused.returncode != 0 and "disabled" in refused.stderr
+    assert state_of(backend, job_id).state is BackendJobState.RUNNING
     backend.cancel(job_id, 1)
     wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
-    backend.requeue(job_id, 1)  # finished: nothing to requeue, quiet
+
+
+def test_live_runs_lists_our_unfinished_runs_by_prefix(backend, slurm_cluster, job_id):
+    prefix = f"{job_id}-"
+    backend.submit(spec(f"{prefix}1", "sleep 60", {"node2": (0,)}))
+    backend.submit(spec(f"{prefix}1", "sleep 60", {"node2": (1,)}, attempt=2))
+    backend.submit(spec(f"{prefix}2", "true", {"node2": (2,)}))
+    backend.submit(spec(f"other-{job_id}", "sleep 60", {"node2": (3,)}))
+    try:
+        wait_state(backend, f"{prefix}2", {BackendJobState.SUCCEEDED})
+        wait_state(backend, f"{prefix}1", {BackendJobState.RUNNING}, attempt=2)
+        # Finished runs and other prefixes are left out; pending and running ones are listed.
+        assert backend.live_runs(prefix) == [(f"{prefix}1", 1), (f"{prefix}1", 2)]
+        backend.cancel(f"{prefix}1", 1)
+        wait_for(
+            lambda: backend.live_runs(prefix) == [(f"{prefix}1", 2)], 15, "attempt 1 to be gone"
+        )
+        assert (f"other-{job_id}", 1) in backend.live_runs("")
+    finally:
+        for run in [(f"{prefix}1", 1), (f"{prefix}1", 2), (f"other-{job_id}", 1)]:
+            backend.cancel(*run)
+    wait_for(lambda: backend.live_runs(prefix) == [], 15, "every run to be gone")
 
 
 def sinfo_state(cluster: LocalSlurm, node: str) -> tuple[str, str]:
@@ -258,7 +282,11 @@ def test_node_inventory_reports_gpus_and_topology(backend):
 
 def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluster, job_id):
     started = slurm_cluster.jobs_dir / f"{job_id}.started"
-    command = f"echo $$ $PPID > {started}.tmp; mv {started}.tmp {started}; exec sleep 120"
+    starts = slurm_cluster.jobs_dir / f"{job_id}.starts"
+    command = (
+        f"echo start >> {starts}; "
+        f"echo $$ $PPID > {started}.tmp; mv {started}.tmp {started}; exec sleep 120"
+    )
     backend.submit(spec(job_id, command, {"node4": (0, 1)}))
     # Kill the node once the worker runs (killed during the launch, the job just fails).
     wait_for(started.exists, 30, "the worker to start")
@@ -273,12 +301,18 @@ def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluste
         assert failed.nodes == ("node4",)
         node4 = {n.name: n for n in backend.list_nodes()}["node4"]
         assert node4.state == "down"
-        # The loop then cancels this attempt and starts the next one elsewhere.
+        # The run is over (NODE_FAIL, not requeued); the loop's cancel of it is a quiet no-op
+        # and the next attempt starts elsewhere.
         backend.cancel(job_id, 1)
-        wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
+        assert backend.live_runs(job_id) == []
     finally:
         slurm_cluster.script("start")  # restarts the missing slurmd, waits for the node
     assert {n.name: n for n in backend.list_nodes()}["node4"].state == "ready"
+    # Back in service, the node does not get the old attempt again.
+    time.sleep(3)
+    assert state_of(backend, job_id).state is BackendJobState.NODE_FAILED
+    assert squeue_ids(slurm_cluster, backend_job_name(job_id, 1)) == [failed.backend_ref]
+    assert starts.read_text() == "start\n" and backend.live_runs(job_id) == []
 
 
 def test_controller_outage_is_unavailable_and_loses_no_job(backend, slurm_cluster, job_id):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from scheduler.backends.base import BackendJobSpec, BackendJobState
 from scheduler.backends.slurm_parsers import (
+    SQUEUE_LIVE_FORMAT,
     ErrorKind,
     SlurmJob,
     SlurmQueryError,
@@ -37,6 +38,7 @@ from scheduler.backends.slurm_parsers import (
     parse_sbatch_parsable,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_squeue_live,
     parse_topology_conf,
     pick_run,
 )
@@ -98,6 +100,25 @@ def test_job_requeued_after_node_failure_is_node_failed():
     assert status.state is BackendJobState.NODE_FAILED
     assert status.nodes == ("node3",)  # the node it was pinned to
     assert "requeued" in status.reason
+
+
+def test_squeue_live_lists_unfinished_jobs_with_full_names():
+    # Captured with `squeue --noheader --format=%i|%j|%T --partition=gpu` while a job that had
+    # already completed was left out, as squeue leaves out every finished job by default.
+    jobs = parse_squeue_live(fixture("squeue_live.txt"))
+    assert [(j.job_id, j.name, j.state) for j in jobs] == [
+        ("7", "gp-prod-17-a2", "PENDING"),
+        ("6", "gp-prod-17-a1", "RUNNING"),
+        ("8", "weird|name with space", "RUNNING"),
+        ("9", "gp-prod-18-a3", "RUNNING"),
+    ]
+    assert SQUEUE_LIVE_FORMAT == "%i|%j|%T"
+    assert parse_squeue_live("") == []
+
+
+def test_squeue_live_refuses_a_line_it_cannot_read():
+    with pytest.raises(SlurmQueryError, match="unexpected line"):
+        parse_squeue_live("squeue: error: something else\n")
 
 
 def test_squeue_error_answer_with_exit_zero_is_an_outage_not_an_empty_queue():
@@ -375,7 +396,7 @@ def test_sbatch_argv_pins_nodes_gpus_and_identity():
         "--ntasks-per-node=1",
         "--gres=gpu:4",
         "--time=10:00",
-        "--requeue",
+        "--no-requeue",
         "--signal=B:USR1@90",
         "--partition=gpu",
         "--output=/l/gp-j42-a2.out",
@@ -383,6 +404,8 @@ def test_sbatch_argv_pins_nodes_gpus_and_identity():
         "--export=NONE",
     ]:
         assert arg in argv
+    # The platform owns requeueing: Slurm must never restart an attempt by itself.
+    assert "--requeue" not in argv
     assert "--gres=gpu:0" not in build_sbatch_argv(
         make_spec(gpus_per_worker=0), log_path="/l", workdir="/w"
     )
