@@ -229,3 +229,58 @@ def test_pages_fit_a_phone_and_work_with_the_keyboard(session_as):
     page.wait_for_url(re.compile(r".*/login/$"))
     page.goto("/jobs/")
     assert "/login/" in page.url  # signed out: the portal asks to log in again
+
+
+def test_alice_submits_a_sweep_sees_it_grouped_and_cancels_it_all(session_as):
+    alice = session_as("alice")
+    page = alice.login()
+    page.goto("/jobs/new/")
+    form = {
+        "name": "vision-secret-sweep",
+        "team": "vision",
+        "workers": "1",
+        "gpus_per_worker": "1",
+        "gpu_model": "h100-80gb",
+        "simulated_duration_s": "10000000",
+        "array_count": "3",
+        "array_params": "lr=0.1,0.01,0.001\ngpus_per_worker=1,16,1",
+    }
+    _submit_form(page, **form)
+    # One bad index refuses the whole array; the error names the index, next to its field.
+    error = page.locator('[data-errors-for="array_params"]')
+    assert "index 1: gpus_per_worker: 16 GPUs per worker is more than" in error.inner_text()
+    assert "Nothing was submitted" in page.locator("#error-summary").inner_text()
+    shot(page, "20-sweep-bad-index")
+
+    page.locator("#id_array_params").fill("lr=0.1,0.01,0.001")
+    page.get_by_role("button", name="Submit job").click()
+    page.wait_for_url(re.compile(r".*/arrays/\d+/$"))
+    array_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    assert page.locator("table[data-array-members] tbody tr").count() == 3
+    assert "lr=0.01" in page.locator("table[data-array-members]").inner_text()
+
+    # The job list groups the three jobs under the array's header; it follows the cancel live.
+    listing = alice.page("/jobs/")
+    wait_live(listing)
+    header = listing.locator(f'tr.array-group[data-array="{array_id}"]')
+    assert "vision-secret-sweep" in header.inner_text()
+    assert listing.locator(f'tr.array-member[data-array="{array_id}"]').count() == 3
+    listing.evaluate("window.__noReload = 'still here'")
+    shot(listing, "21-sweep-grouped")
+
+    page.get_by_text("Cancel all…").click()
+    page.get_by_role("button", name="Yes, cancel 3 jobs").click()
+    page.wait_for_selector(".messages")
+    assert "every live job cancelled" in page.locator(".messages").inner_text()
+    assert page.locator('[data-count="cancelled"]').inner_text() == "3 cancelled"
+    assert page.get_by_text("Cancel all…").count() == 0
+    shot(page, "22-sweep-cancelled")
+
+    counts = f'[data-array-counts="{array_id}"] [data-count="cancelled"]'
+    _wait_js(
+        alice,
+        listing,
+        f"(document.querySelector('{counts}') || {{}}).textContent === '3 cancelled'",
+    )
+    assert listing.evaluate("window.__noReload") == "still here"
+    _only_local(alice)
