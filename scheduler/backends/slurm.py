@@ -90,7 +90,8 @@ class SlurmBackend:
     - ``topology_conf``: a Slurm ``topology.conf`` whose leaf switches name racks for nodes
       without a ``rack=`` feature.
     - ``container_option``: e.g. ``--container-image`` (pyxis) to run ``spec.image``.
-    - ``extra_sbatch_args``: a list of further sbatch arguments (site policy).
+    - ``extra_sbatch_args``: a list of further sbatch arguments (site policy); ``--requeue`` is
+      refused.
     - ``bin_dir``: directory of the Slurm commands (default: ``PATH``).
     - ``command_timeout_s`` (30), ``tries`` (3), ``backoff_s`` (0.5), ``backoff_max_s`` (4).
     - ``dry_run``: log cluster-changing commands instead of running them.
@@ -117,6 +118,9 @@ class SlurmBackend:
         self.topology_conf = str(cfg.get("topology_conf") or "")
         self.container_option = str(cfg.get("container_option") or "")
         self.extra_sbatch_args = tuple(str(a) for a in cfg.get("extra_sbatch_args") or ())
+        if any(a.split("=", 1)[0] == "--requeue" for a in self.extra_sbatch_args):
+            # It would override our --no-requeue: Slurm would restart attempts by itself.
+            raise ValueError("extra_sbatch_args must not contain --requeue: the platform requeues")
         self.bin_dir = str(cfg.get("bin_dir") or "")
         self.command_timeout_s = float(cfg.get("command_timeout_s", 30))
         self.tries = max(1, int(cfg.get("tries", 3)))

@@ -290,6 +290,21 @@ def test_cancel_leaves_a_finished_run_alone_and_purge_removes_it(server, backend
     backend.purge("1001", 1)  # idempotent
 
 
+def test_live_runs_lists_runs_with_a_pod_still_working(server, backend):
+    backend.submit(make_spec())
+    backend.submit(make_spec(attempt=2))
+    backend.submit(make_spec(job_id="2002", placement={"gpu-a": (4, 5, 6, 7)}))
+    server.set_pod_phase("gp-1001-a1-w0", "Running")  # w1 still Pending: live too
+    assert backend.live_runs("") == [("1001", 1), ("1001", 2), ("2002", 1)]
+    assert backend.live_runs("10") == [("1001", 1), ("1001", 2)]
+
+    backend.cancel("1001", 1)  # being deleted: already stopping, not listed again
+    server.set_pod_phase("gp-2002-a1-w0", "Succeeded")  # finished
+    backend.watcher.sync()  # the live-run list may otherwise reuse a cache a few seconds old
+    assert backend.live_runs("") == [("1001", 2)]
+    assert server.requests_matching("DELETE", r"/pods/gp-1001-a2") == []
+
+
 # ------------------------------------------------------------------ quarantine
 
 

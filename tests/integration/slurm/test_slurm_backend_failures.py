@@ -200,3 +200,24 @@ def test_invalid_spec_is_rejected_before_any_command(fake):
     with pytest.raises(BackendRejected, match="environment variable name"):
         fake.backend().submit(bad)
     assert fake.calls() == []
+
+
+def test_requeue_in_extra_sbatch_args_is_a_configuration_error(fake):
+    # It would come after (and override) the backend's --no-requeue.
+    with pytest.raises(ValueError, match="must not contain --requeue"):
+        fake.backend(extra_sbatch_args=["--qos=high", "--requeue"])
+    fake.backend(extra_sbatch_args=["--qos=high"]).submit(
+        BackendJobSpec(
+            job_id="q",
+            attempt=1,
+            name="n",
+            team="t",
+            image="",
+            command="true",
+            workers=1,
+            gpus_per_worker=1,
+            placement={"n1": (0,)},
+        )
+    )
+    (sbatch,) = fake.calls("sbatch")
+    assert "--no-requeue" in sbatch and sbatch[-1] == "--qos=high"
