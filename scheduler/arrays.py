@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any
 
 from django.db import connection, transaction
@@ -32,7 +33,7 @@ from tenants.permissions import can_submit_to
 from . import streams
 from .errors import Conflict, FieldErrors, Forbidden, NotFound
 from .models import Allocation, Job, JobArray, JobEvent
-from .services import JobRequest, _trigger_cycle, _validate_request, job_build, publish_job
+from .services import JobRequest, _trigger_cycle, _validate_request, job_fields, publish_job
 from .states import HOLDING_STATES, LIVE_STATES, JobState, sources_for
 
 MAX_ARRAY_SIZE = 10_000
@@ -158,7 +159,7 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
         for index, member in enumerate(members):
             _team, gpu_model, priority = resolved[_rule_key(member)]
             jobs.append(
-                job_build(
+                job_fields(
                     user=user,
                     team=team,
                     gpu_model=gpu_model,
@@ -169,11 +170,46 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
                     array_index=index,
                 )
             )
-        Job.objects.bulk_create(jobs, batch_size=2000)
+        _insert_members(jobs)
         _record_submitted_events(array, user=user, now=now)
         _publish_array(array, {JobState.PENDING.value: len(jobs)})
         _trigger_cycle()
     return array
+
+
+def _insert_members(members: list[dict[str, Any]]) -> None:
+    """Write the array's jobs from their fields (``services.job_fields``).
+
+    On PostgreSQL with COPY: building 5,000 model instances and Django's bulk INSERT (175,000
+    parameter values prepared one by one in Python, then quoted into arrays) were most of a
+    5,000-index submission; COPY streams plain values through psycopg's C adapters. The jobs'
+    ids are not read back: the events are derived from the rows by array id, and the response
+    is the array."""
+    if connection.vendor != "postgresql":
+        Job.objects.bulk_create([Job(**fields) for fields in members], batch_size=2000)
+        return
+    from psycopg.types.json import Jsonb
+
+    columns = [f for f in Job._meta.concrete_fields if not f.primary_key]
+    defaults = {f.name: f.get_default() for f in columns}
+
+    def value(column, fields):
+        given = fields[column.name] if column.name in fields else defaults[column.name]
+        if given is None:
+            return None
+        if column.is_relation:
+            return given.pk
+        if isinstance(given, Enum):  # psycopg writes an enum's name; the column holds values
+            return given.value
+        if column.get_internal_type() == "JSONField":
+            return Jsonb(given)
+        return given
+
+    names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
+    statement = f"COPY {Job._meta.db_table} ({names}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
+        for fields in members:
+            copy.write_row([value(column, fields) for column in columns])
 
 
 def _record_submitted_events(array: JobArray, *, user, now) -> None:

@@ -143,36 +143,37 @@ def _validate_request(req: JobRequest, *, user) -> tuple[Team, GpuModel | None, 
     return team, gpu_model, priority
 
 
-def job_build(
+def job_fields(
     *, user, team, gpu_model, priority, request: JobRequest, submitted_at: datetime, **extra: Any
-) -> Job:
-    """An unsaved pending job from a validated request (shared by single and array
-    submission; ``extra`` sets further fields such as the array it belongs to)."""
-    return Job(
-        team=team,
-        submitter=user,
-        name=request.name,
-        image=request.image,
-        command=request.command,
-        env=request.env or {},
-        workers=request.workers,
-        gpus_per_worker=request.gpus_per_worker,
-        gpu_model=gpu_model,
-        priority_class=priority,
-        preemptible=(
+) -> dict[str, Any]:
+    """The fields of a new pending job from a validated request (shared by single and array
+    submission; ``extra`` sets further fields such as the array it belongs to). Fields left out
+    take the model's defaults."""
+    return {
+        "team": team,
+        "submitter": user,
+        "name": request.name,
+        "image": request.image,
+        "command": request.command,
+        "env": request.env or {},
+        "workers": request.workers,
+        "gpus_per_worker": request.gpus_per_worker,
+        "gpu_model": gpu_model,
+        "priority_class": priority,
+        "preemptible": (
             priority.preemptible_by_default if request.preemptible is None else request.preemptible
         ),
-        checkpoint_interval_s=request.checkpoint_interval_s,
-        runtime_limit_s=request.runtime_limit_s,
-        dataset=request.dataset,
-        elastic_min_workers=(request.elastic or {}).get("min_workers"),
-        elastic_max_workers=(request.elastic or {}).get("max_workers"),
-        simulated_duration_s=request.simulated_duration_s,
-        state=JobState.PENDING,
-        why_pending="waiting for the next scheduling cycle",
-        submitted_at=submitted_at,
+        "checkpoint_interval_s": request.checkpoint_interval_s,
+        "runtime_limit_s": request.runtime_limit_s,
+        "dataset": request.dataset,
+        "elastic_min_workers": (request.elastic or {}).get("min_workers"),
+        "elastic_max_workers": (request.elastic or {}).get("max_workers"),
+        "simulated_duration_s": request.simulated_duration_s,
+        "state": JobState.PENDING.value,
+        "why_pending": "waiting for the next scheduling cycle",
+        "submitted_at": submitted_at,
         **extra,
-    )
+    }
 
 
 def job_submit(*, user, request: JobRequest) -> Job:
@@ -185,13 +186,15 @@ def job_submit(*, user, request: JobRequest) -> Job:
         from billing.services import budget_check_submission
 
         budget_check_submission(team=team)
-        job = job_build(
-            user=user,
-            team=team,
-            gpu_model=gpu_model,
-            priority=priority,
-            request=request,
-            submitted_at=timezone.now(),
+        job = Job(
+            **job_fields(
+                user=user,
+                team=team,
+                gpu_model=gpu_model,
+                priority=priority,
+                request=request,
+                submitted_at=timezone.now(),
+            )
         )
         job.save()
         event_record(job=job, kind="submitted", message=f"submitted by {user.get_username()}")

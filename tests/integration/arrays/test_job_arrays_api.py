@@ -151,3 +151,36 @@ def test_array_submission_is_one_bulk_write_not_n(platform, api_as, django_asser
         response = post_array(client, items=items)
     assert response.status_code == 201
     assert Job.objects.count() == 200
+
+
+@pytest.mark.engines
+def test_an_array_member_is_the_job_a_single_submission_makes(platform, api_as, submit):
+    # Members are written by COPY on PostgreSQL and by bulk INSERT elsewhere, single jobs by
+    # save(): every column must come out the same (defaults included).
+    fields = {
+        "workers": 2,
+        "gpus_per_worker": 2,
+        "gpu_model": "h100-80gb",
+        "priority_class": "research",
+        "checkpoint_interval_s": 600,
+        "runtime_limit_s": 7200,
+        "dataset": "imagenet",
+        "elastic": {"min_workers": 1, "max_workers": 4},
+        "simulated_duration_s": 90.0,
+        "image": "pytorch:2",
+        "command": "python train.py",
+    }
+    single = submit(platform["alice"], **fields)
+    assert single.status_code == 201, single.json()
+    array = post_array(api_as(platform["alice"]), template=fields, count=1)
+    assert array.status_code == 201, array.json()
+
+    def columns(job):
+        row = {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
+        for differs in ("id", "name", "env", "submitted_at", "array_id", "array_index"):
+            row.pop(differs)
+        return row
+
+    member = Job.objects.get(array_id=array.json()["id"])
+    assert columns(member) == columns(Job.objects.get(pk=single.json()["id"]))
+    assert member.env == {"GPUPLATFORM_ARRAY_INDEX": "0"} and member.array_index == 0
