@@ -76,7 +76,11 @@ def test_job_list_groups_array_members_under_a_header_with_counts(platform):
     assert f'href="/arrays/{array.pk}/"' in header and "lr" in header
     assert re.findall(r'data-count="(\w+)">(\d+)', header) == [("pending", "2"), ("cancelled", "1")]
     assert html.count('class="array-member"') == 3 and html.count("data-job=") == 4
+    assert "shown" not in header  # the whole array is listed
     assert "bobs-secret-sweep" not in html
+    # Filtered, the header keeps the array's totals and says how much of it the list shows.
+    filtered = client_for(alice).get("/jobs/?state=cancelled").content.decode()
+    assert "1 job shown, indices 0–0" in filtered and 'data-count="pending">2' in filtered
 
 
 # --- array page --------------------------------------------------------------------------------
