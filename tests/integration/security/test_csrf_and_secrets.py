@@ -22,6 +22,7 @@ pytestmark = pytest.mark.django_db
 VALUES = {
     "pk": "1",
     "job_id": "1",
+    "array_id": "1",
     "slug": "vision",
     "username": "alice",
     "name": "research",

@@ -22,7 +22,7 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 from rest_framework.request import Request
 
-from scheduler.models import Job, JobEvent, Node
+from scheduler.models import Job, JobArray, JobEvent, Node
 from tenants.models import ApiToken, AuditEntry, Membership, Quota, QuotaRequest, Team, hash_token
 
 from .routes import Route, concrete_path, fill_values, iter_routes
@@ -40,7 +40,7 @@ PUBLIC_ROUTE_NAMES = {
     "plotly-js",
 }
 # Keywords whose value (in the table below) names an object of team B.
-B_KWARGS = {"pk", "job_id", "slug", "username", "object_id", "id"}
+B_KWARGS = {"pk", "job_id", "array_id", "slug", "username", "object_id", "id"}
 # Generating the OpenAPI schema takes a second or two: fetched once, anonymously.
 EXPENSIVE_ROUTE_NAMES = {"api-schema"}
 # Models every signed-in user may list (the cluster and the price book are shared).
@@ -97,8 +97,19 @@ def world(platform, teams, gpu_models, priorities, vera, nick):
     for side, team, user, admin, pk in sides:
         team.name = f"{side}-secret-team"
         team.save()
+        array = JobArray.objects.create(
+            pk=pk,
+            team=team,
+            submitter=user,
+            name=f"{side}-secret-array",
+            size=1,
+            template={"command": f"{side}-secret-template"},
+            submitted_at=now,
+        )
         job = Job.objects.create(
             pk=pk,
+            array=array,
+            array_index=0,
             team=team,
             submitter=user,
             name=f"{side}-secret-job",
@@ -141,6 +152,7 @@ def world(platform, teams, gpu_models, priorities, vera, nick):
     values = {
         "pk": str(B_PK),
         "job_id": str(B_PK),
+        "array_id": str(B_PK),
         "object_id": str(B_PK),
         "slug": "nlp",
         "id": str(platform["bob"].pk),
