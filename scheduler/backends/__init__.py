@@ -6,6 +6,7 @@ is kept for the life of the process.
 
 from __future__ import annotations
 
+import re
 import threading
 
 from .base import Backend
@@ -30,8 +31,20 @@ def reset_backends() -> None:
         _instances.clear()
 
 
+# Run names are "gp-<namespace><job id>-a<attempt>" and also name Kubernetes pods: lowercase,
+# and the namespace must not end in a digit, or namespace "1" would claim the runs of namespace
+# "" (gp-15-a1 reads as job 15 or as job 5 of namespace "1").
+_NAMESPACE = re.compile(r"([a-z0-9][a-z0-9-]*)?[a-z-]")
+
+
 def _build(cluster) -> Backend:
     config = dict(cluster.backend_config or {})
+    namespace = run_namespace(cluster)
+    if namespace and not _NAMESPACE.fullmatch(namespace):
+        raise ValueError(
+            f"run_namespace {namespace!r}: use lowercase letters, digits and '-', ending in a "
+            "letter or '-' (e.g. 'prod-')"
+        )
     if cluster.backend_kind == "simulated":
         from .simulated import SimulatedBackend
 
