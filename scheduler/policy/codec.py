@@ -151,10 +151,15 @@ def _config(value: Any, path: str) -> Config:
     d = _obj(value, path)
     c = Config()
     kw: dict[str, Any] = {}
-    for key in ("backfill", "preemption"):
+    for key in ("backfill", "preemption", "las_defragment"):
         if key in d:
             kw[key] = _bool(d[key], _join(path, key))
-    for key in ("checkpoint_protect_s", "preemption_grace_s", "default_runtime_s"):
+    for key in (
+        "checkpoint_protect_s",
+        "preemption_grace_s",
+        "default_runtime_s",
+        "las_reserve_after_s",
+    ):
         if key in d:
             kw[key] = _num(d[key], _join(path, key), minimum=0)
     for key in ("fair_share_half_life_s", "queue_aging_s"):
@@ -315,6 +320,7 @@ def _running(value: Any, path: str, classes: Mapping[str, int]) -> RunningJob:
         attained_service_s=_num(
             _get(d, "attained_service_s", path, 0.0), _join(path, "attained_service_s"), minimum=0
         ),
+        submitted_at=_opt_num(_get(d, "submitted_at", path, None), _join(path, "submitted_at")),
     )
 
 
@@ -486,6 +492,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 "elastic": _elastic_out(r.elastic),
                 "releasing_at": r.releasing_at,
                 "attained_service_s": r.attained_service_s,
+                "submitted_at": r.submitted_at,
             }
             for r in snapshot.running
         ],

@@ -71,6 +71,9 @@ _INF = math.inf
 # Preemption planning looks at no more than this many candidate victims per blocked job; it
 # bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
 _MAX_VICTIM_CANDIDATES = 128
+# ... and for a one-node job this many, grouped by node (see _Cycle.cheapest_node): the cheapest
+# few victims are usually spread over many nodes, and none of those nodes would be complete.
+_MAX_NODE_CANDIDATES = 1024
 # A GPU model gets at most ``Config.reservations_per_model`` EASY reservations; blocked jobs that
 # cannot get one (their GPUs are held by jobs without an expected end) may cost this many extra
 # tries in all.
@@ -290,7 +293,7 @@ class _Model:
         self.capacity_wait = False
         self.started_ends: list[tuple[float, int, int]] = []
         self.unknown_started = 0
-        self.pre_failed: dict[tuple[int, bool], list[tuple[int, int]]] = {}
+        self.pre_failed: dict[tuple[int, bool, bool], list[tuple[int, int, tuple]]] = {}
         # Planner view of running jobs (built lazily): preemptible, unprotected victims by
         # priority sorted by lost work; elastic jobs; jobs already being preempted.
         self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
@@ -470,6 +473,9 @@ class _Cycle:
         th = self.th
         now = self.now
         min_victim: dict[str | None, int] = {}  # model -> lowest priority of a preemptible job
+        # LAS: model -> rank -> GPUs of preemptible jobs (only what the reservation gate reads)
+        victim_gpus: dict[str | None, dict[int, int]] = {}
+        gate = bool(th) and cfg.las_reserve_after_s > 0 and cfg.preemption
         levels = len(th) + 1
         top = levels - 1
         run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
@@ -491,6 +497,9 @@ class _Cycle:
                         - bisect_right(th, served * r.workers * r.gpus_per_worker)
                     )
                     run_rank[r.id] = p
+                    if gate:
+                        vg = victim_gpus.setdefault(model, {})
+                        vg[p] = vg.get(p, 0) + r.workers * r.gpus_per_worker
                 else:
                     p = classes.get(r.priority_class, 0)
                 m = min_victim.get(model)
@@ -504,13 +513,14 @@ class _Cycle:
                 key = (r.team, model)
                 per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
         self.min_victim = min_victim
+        self.victim_gpus = victim_gpus
         for (team, model), n in per.items():
             for t in self.ancestry(team):
                 self.used[(t, model)] = self.used.get((t, model), 0) + n
         self.runs: dict[str, _Run] = {}
         self._runs_built = False
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
-        self.fail_cache: dict[tuple, tuple[int, str]] = {}
+        self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
         self._release_heap: list[tuple[float, int]] | None = None
         self._unknown_runs: list[int] = []
 
@@ -746,7 +756,11 @@ class _Cycle:
                 _pending_rank(job, self.classes, self.th) if self.th else 0,
             )
             hit = self.fail_cache.get(key)
-            if hit is not None and hit[0] == self.epoch:
+            if (
+                hit is not None
+                and hit[0] == self.epoch
+                and (not hit[2] or hit[2] <= (job.submitted_at, job.id))
+            ):
                 self.pendings.append(Pending(job.id, hit[1]))
                 return
         epoch = self.epoch
@@ -755,7 +769,10 @@ class _Cycle:
             return
         why, at = out
         if key is not None and at is None and self.epoch == epoch:
-            self.fail_cache[key] = (epoch, why)
+            # With defragmenting, a job submitted later than one that failed fails too (fewer
+            # jobs were submitted after it); one submitted earlier may not.
+            mine = (job.submitted_at, job.id) if self.th and self.cfg.las_defragment else ()
+            self.fail_cache[key] = (epoch, why, mine)
         self.pendings.append(Pending(job.id, why, at))
 
     def place_or_plan(self, job: PendingJob) -> tuple[str, float | None] | None:
@@ -824,6 +841,13 @@ class _Cycle:
         if self.cfg.backfill:
             for ms, _, wneed in blocked:
                 if ms.res_count >= self.cfg.reservations_per_model:
+                    continue
+                if self.reserve_later(job, ms, wneed * g):
+                    suffix = (
+                        "; no reservation before it has waited "
+                        f"{_fmt_s(self.cfg.las_reserve_after_s)} s (preemptible jobs hold enough "
+                        "GPUs and change hands by attained service)"
+                    )
                     continue
                 got = self.reserve(job, ms, wneed, g)
                 if got is not None:
@@ -936,6 +960,26 @@ class _Cycle:
                     n += len(idxs)
         return n
 
+    def reserve_later(self, job: PendingJob, ms: _Model, need: int) -> bool:
+        """LAS: no reservation (which would hold GPUs idle) yet for ``job``: it has waited less
+        than ``las_reserve_after_s`` and preemptible jobs of its class or lower hold enough GPUs
+        of the model for it. Those GPUs change hands by attained service anyway (the job may
+        preempt them once they have run longer than it), so holding GPUs idle for it mostly
+        delays others; a cluster of non-preemptible work keeps its reservations."""
+        after = self.cfg.las_reserve_after_s
+        if not self.th or after <= 0 or not self.cfg.preemption:
+            return False
+        if self.now - job.submitted_at - job.attained_service_s >= after:
+            return False
+        levels = len(self.th) + 1
+        top = self.classes.get(job.priority_class, 0) * levels + levels - 1
+        held = 0
+        for key in (ms.name, None):
+            for p, n in self.victim_gpus.get(key, {}).items():
+                if p <= top:
+                    held += n
+        return held >= need
+
     def reserve(self, job: PendingJob, ms: _Model, w: int, g: int) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline."""
         if ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
@@ -1041,9 +1085,21 @@ class _Cycle:
             t, q = chain[0]
             if self.used.get((t, model), 0) + need <= q.guaranteed:
                 reclaim_team = (t, q)
-        fail_key = (prio, reclaim_team is not None)
+        # Defragmenting (LAS): a one-node job with enough GPUs free in total but not on one node
+        # may also preempt same-queue jobs submitted after it, which restart elsewhere.
+        defrag = (
+            bool(self.th)
+            and self.cfg.las_defragment
+            and w == 1
+            and reclaim_team is None
+            and (ms.long or ms.now)["all"].group_free(0) >= g
+        )
+        fail_key = (prio, reclaim_team is not None, defrag)
+        # A job of the same or a smaller shape failed, so this one fails too; when
+        # defragmenting, only if that job was submitted no later (fewer jobs came after it).
+        mine = (job.submitted_at, job.id) if defrag else ()
         failed = ms.pre_failed.get(fail_key, ())
-        if any(fg <= g and fw <= w for fw, fg in failed):
+        if any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
             return None
         lowest = min(
             (p for m, p in self.min_victim.items() if m is None or m == model), default=None
@@ -1052,18 +1108,18 @@ class _Cycle:
             reclaim_team is None
             and not self.has_elastic
             and not self.has_releasing
-            and (lowest is None or lowest >= prio)
+            and (lowest is None or lowest > prio or (lowest == prio and not defrag))
         ):
-            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         self.ensure_runs()
         if (
             reclaim_team is None
             and not ms.releasing
             and not ms.elastic
-            and not any(p < prio for p in ms.victims)
+            and not any(p < prio or (defrag and p == prio) for p in ms.victims)
         ):
-            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         own = set(self.ancestry(job.team))
         gone = self.gone
@@ -1096,6 +1152,7 @@ class _Cycle:
         reserved = ms.reserved_nodes
         lower = [lst for p, lst in ms.victims.items() if p < prio]
         found = 0
+        limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
         for lost, rid, run in (
             heapq.merge(*lower) if len(lower) > 1 else iter(lower[0] if lower else ())
         ):
@@ -1103,8 +1160,18 @@ class _Cycle:
                 continue
             cands.append((2, lost, rid, run, dict(run.on), None, None))
             found += 1
-            if found >= _MAX_VICTIM_CANDIDATES:
+            if found >= limit:
                 break
+        moved: set[str] = set()  # same-queue victims (defragmenting)
+        if defrag and prio in ms.victims:
+            for lost, rid, run in ms.victims[prio]:
+                sub = run.job.submitted_at
+                if sub is None or (sub, rid) <= mine or rid in gone:
+                    continue
+                if reserved and any(i in reserved for i in run.on):
+                    continue
+                cands.append((2, lost, rid, run, dict(run.on), None, None))
+                moved.add(rid)
         if reclaim_team is not None:
             for p in sorted(ms.victims):
                 if p < prio:
@@ -1116,11 +1183,14 @@ class _Cycle:
                     if bt is not None:
                         cands.append((2, lost, rid, run, dict(run.on), None, bt))
         if not cands:
-            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         self.preempt_attempts += 1
         cands.sort(key=lambda c: (c[0], c[1], c[2]))
-        cands = cands[:_MAX_VICTIM_CANDIDATES]
+        picked = None
+        if w == 1 and all(c[0] != 1 for c in cands):
+            picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g, moved)
+        cands = picked if picked is not None else cands[:_MAX_VICTIM_CANDIDATES]
         base = (ms.long or ms.now)["all"]
         bcnt = base.cnt
         cap = ms.pools["all"].cap
@@ -1158,7 +1228,7 @@ class _Cycle:
                 fits = True
                 break
         if not fits:
-            ms.pre_failed.setdefault(fail_key, []).append((w, g))
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         # Drop what is not needed, most expensive first (victims before elastic shrinks).
         kept = []
@@ -1214,6 +1284,12 @@ class _Cycle:
                     f"GPUs and has received less GPU service than {c[2]}, which loses the "
                     "least work since its last checkpoint"
                 )
+            elif c[2] in moved:
+                reason = (
+                    f"defragment: {job.id} needs {g} {model} GPUs on one node and was submitted "
+                    f"before {c[2]} (same attained-service queue), which can restart on the free "
+                    "GPUs of other nodes"
+                )
             elif run.prio < prio:
                 reason = (
                     f"priority: {job.id} ({job.priority_class}) needs {need} {model} GPUs; "
@@ -1261,6 +1337,39 @@ class _Cycle:
         else:
             when = f"expected at t={_fmt_t(at)}"
         return f"{'; '.join(parts)} ({when})", at
+
+    @staticmethod
+    def cheapest_node(cands: list, base: Index, g: int, moved: set[str]) -> list | None:
+        """For a one-node job of ``g`` GPUs: the candidates that complete one node for the
+        least lost work (each node's cheapest candidates first), or None if no node completes.
+
+        Adding candidates cheapest-first over the whole cluster would scatter them, and on a
+        busy, fragmented cluster no node completes before the candidate cap. Same-queue victims
+        (``moved``, defragmenting) must fit in the GPUs free on the other nodes."""
+        bcnt = base.cnt
+        free_total = base.group_free(0)
+        have: dict[int, int] = {}
+        cost: dict[int, float] = {}
+        picks: dict[int, list] = {}
+        best = None
+        for c in cands:  # sorted: cheapest first
+            for i, k in c[4].items():
+                h = have.get(i)
+                if h is None:
+                    h = bcnt[i]
+                if h >= g:
+                    continue  # this node is complete already
+                have[i] = h + k
+                cost[i] = cost.get(i, 0.0) + c[1]
+                picks.setdefault(i, []).append(c)
+                if h + k >= g:
+                    shifted = sum(v[3].gpus for v in picks[i] if v[2] in moved)
+                    if shifted and shifted > free_total - bcnt[i]:
+                        continue
+                    key = (cost[i], len(picks[i]), i)
+                    if best is None or key < best[0]:
+                        best = (key, picks[i])
+        return None if best is None else list(best[1])
 
     def shrink_units(self, run: _Run) -> list[tuple[int, tuple[int, ...]]]:
         """Workers an elastic job can give up (down to its minimum), last nodes first."""

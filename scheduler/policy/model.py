@@ -77,6 +77,15 @@ class Config:
     # queue order) each get a start time and hold GPUs for it, so nodes drain for big gangs
     # while later jobs still backfill around all of them.
     reservations_per_model: int = 1
+    # With LAS queues: a one-node job blocked only by fragmentation (enough GPUs free in total,
+    # none on one node) may preempt preemptible jobs of its own queue submitted after it, if
+    # they can restart on the free GPUs of other nodes (docs/policy.md rule 4).
+    las_defragment: bool = True
+    # With LAS queues: a blocked job that preemptible jobs in higher queues could make room for
+    # gets an EASY reservation (which holds GPUs idle) only after waiting this long in total;
+    # 0 = always (docs/policy.md rule 5). On the ITP trace holding GPUs for fresh jobs cost
+    # more waiting than it saved.
+    las_reserve_after_s: float = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,9 @@ class RunningJob:
     already on their way back at that time. ``attained_service_s`` is the run time the job had
     received before ``started_at`` (earlier runs of a requeued job); with
     ``Config.las_thresholds_gpu_s`` its attained GPU-service is
-    ``(attained_service_s + now - started_at) x GPUs``.
+    ``(attained_service_s + now - started_at) x GPUs``. ``submitted_at`` (optional) is when
+    the job was first submitted; only defragmenting preemption reads it (a job without it is
+    never moved to defragment).
     """
 
     id: str
@@ -151,6 +162,7 @@ class RunningJob:
     elastic: Elastic | None = None
     releasing_at: float | None = None
     attained_service_s: float = 0.0
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,7 @@ class GpuPlatformPolicy:
             releasing_at=job.stop_at,
             # service received in earlier runs, lost work included (what LAS queues count)
             attained_service_s=job.executed_s,
+            submitted_at=job.submit,
         )
         self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj

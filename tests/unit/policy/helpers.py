@@ -107,6 +107,7 @@ def run(
     elastic: tuple[int, int] | None = None,
     releasing_at: float | None = None,
     attained: float = 0.0,
+    submitted: float | None = None,
 ) -> RunningJob:
     """A running job; by default one worker holding all the listed GPUs."""
     pl = {n: tuple(sorted(g)) for n, g in placement.items()}
@@ -128,6 +129,7 @@ def run(
         elastic=None if elastic is None else Elastic(*elastic),
         releasing_at=releasing_at,
         attained_service_s=attained,
+        submitted_at=submitted,
     )
 
 

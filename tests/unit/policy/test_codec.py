@@ -120,6 +120,25 @@ def test_rule_1_las_extensions_round_trip():
     assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s)))) == s
 
 
+def test_rule_1_las_room_extensions_round_trip_and_validate():
+    data = copy.deepcopy(CONTRACT_EXAMPLE)
+    data["config"]["las_defragment"] = False
+    data["config"]["las_reserve_after_s"] = 0
+    data["running"][0]["submitted_at"] = 12.5
+    s = snapshot_from_dict(data)
+    assert (s.config.las_defragment, s.config.las_reserve_after_s) == (False, 0.0)
+    assert s.running[0].submitted_at == 12.5
+    assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s)))) == s
+    bad = copy.deepcopy(CONTRACT_EXAMPLE)
+    bad["config"]["las_reserve_after_s"] = -1
+    with pytest.raises(SnapshotError, match=r"^config.las_reserve_after_s: "):
+        snapshot_from_dict(bad)
+    bad = copy.deepcopy(CONTRACT_EXAMPLE)
+    bad["running"][0]["submitted_at"] = "yesterday"
+    with pytest.raises(SnapshotError, match=r"^running\[0\].submitted_at: "):
+        snapshot_from_dict(bad)
+
+
 def test_rule_1_config_keys_are_optional_with_documented_defaults():
     data = copy.deepcopy(CONTRACT_EXAMPLE)
     del data["config"]

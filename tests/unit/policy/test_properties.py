@@ -52,6 +52,8 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
         checkpoint_protect_s=draw(st.sampled_from([0.0, 300.0, 3000.0])),
         queue_order=draw(st.sampled_from(QUEUE_ORDERS)),
         las_thresholds_gpu_s=draw(st.sampled_from([(), (), (3600.0, 36000.0)])),
+        las_defragment=draw(st.booleans()),
+        las_reserve_after_s=draw(st.sampled_from([0.0, 86400.0])),
     )
     teams = []
     for name, parent in (("a", None), ("b", None), ("c", "a"), ("d", "a")):
@@ -122,7 +124,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
                     workers=workers,
                     gpus_per_worker=gpw,
                     placement={name: tuple(chunk)},
-                    started_at=NOW - 6000,
+                    started_at=draw(st.sampled_from([NOW - 6000, NOW - 6000, NOW - 200])),
                     expected_end=draw(st.one_of(st.none(), st.floats(NOW - 100, NOW + 9000))),
                     preemptible=crowded or draw(st.booleans()),
                     last_checkpoint_at=ckpt,
@@ -130,6 +132,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
                     elastic=elastic,
                     releasing_at=draw(st.sampled_from([None, None, None, NOW + 30])),
                     attained_service_s=draw(st.sampled_from([0.0, 0.0, 5000.0])),
+                    submitted_at=draw(st.sampled_from([None, 0.0, NOW - 300])),
                 )
             )
 
@@ -290,7 +293,8 @@ def test_backfill_never_delays_any_reservation(s, k):
 @given(snapshots(crowded=True))
 def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
     """With LAS queues, an ``attained service`` preemption names a preemptor of the victim's
-    class in a strictly lower queue; a victim is never non-preemptible."""
+    class in a strictly lower queue, a ``defragment`` one a one-worker preemptor of the
+    victim's class and queue submitted before it; a victim is never non-preemptible."""
     s = replace(s, config=replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0)))
     th = s.config.las_thresholds_gpu_s
     d = decide(s)
@@ -303,6 +307,16 @@ def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
     for p in d.preempt:
         victim = running[p.job]
         assert victim.preemptible and victim.releasing_at is None
+        if p.reason.startswith("defragment: "):
+            by = pending[p.reason.split()[1]]
+            assert by.workers == 1 and by.priority_class == victim.priority_class
+            assert victim.submitted_at is not None
+            assert (victim.submitted_at, victim.id) > (by.submitted_at, by.id)
+            served = (victim.attained_service_s + s.now - victim.started_at) * (
+                victim.workers * victim.gpus_per_worker
+            )
+            assert queue(served) == queue(by.attained_service_s * by.gpus_per_worker)
+            continue
         if not p.reason.startswith("attained service: "):
             continue
         by = pending[p.reason.split()[2]]

@@ -1,0 +1,106 @@
+"""How a blocked job gets room under LAS queues: the cheapest complete node for a one-node job,
+defragmenting moves of later-submitted same-queue jobs, and no idle-holding reservation while
+attained service can still make room (``las_defragment``, ``las_reserve_after_s``)."""
+
+from dataclasses import replace
+
+from scheduler.policy import decide
+
+from .helpers import check_invariants, job, node, run, snap, why
+
+NOW = 100_000.0
+TH = (3600.0, 36000.0)
+SERVED = 10_000.0  # x 4 GPUs = 40,000 GPU-s: queue 2, above a fresh job's queue 0
+
+
+def test_one_node_job_preempts_the_node_that_loses_the_least_work_in_total():
+    # Lost work = 4 GPUs x seconds since start (no checkpoints). n1: a (4) + b (400) = 404;
+    # n2: c (240) + d (240) = 480. Cheapest-first over the cluster would complete n2 first
+    # (a, c, d are the three cheapest); the engine compares whole nodes and takes n1.
+    running = [
+        run("a", {"n1": range(4)}, pc="normal", started=NOW - 1, attained=SERVED),
+        run("b", {"n1": range(4, 8)}, pc="normal", started=NOW - 100, attained=SERVED),
+        run("c", {"n2": range(4)}, pc="normal", started=NOW - 60, attained=SERVED),
+        run("d", {"n2": range(4, 8)}, pc="normal", started=NOW - 60, attained=SERVED),
+    ]
+    s = snap(
+        [node("n1", 0), node("n2", 0)],
+        [job("fresh", 1, 8, pc="normal")],
+        running,
+        now=NOW,
+        las_thresholds_gpu_s=TH,
+    )
+    d = decide(s)
+    check_invariants(s, d)
+    assert sorted(p.job for p in d.preempt) == ["a", "b"]
+    assert [(r.job, r.nodes) for r in d.reserve] == [("fresh", ("n1",))]
+
+
+def _fragmented(**config):
+    # 8 GPUs free in total, 4 on each node; both running jobs are in queue 0 like 'big'.
+    running = [
+        run("early", {"n1": range(4)}, pc="normal", started=NOW - 100, submitted=100.0),
+        run("late", {"n2": range(4)}, pc="normal", started=NOW - 100, submitted=900.0),
+    ]
+    nodes = [node("n1", [4, 5, 6, 7]), node("n2", [4, 5, 6, 7])]
+    pending = [job("big", 1, 8, pc="normal", submitted=500.0)]
+    config.setdefault("las_thresholds_gpu_s", TH)
+    return snap(nodes, pending, running, now=NOW, **config)
+
+
+def test_defragment_moves_a_same_queue_job_submitted_later_to_free_a_whole_node():
+    s = _fragmented()
+    d = decide(s)
+    check_invariants(s, d)
+    # 'early' was submitted before 'big' and is never moved; 'late' fits in n1's 4 free GPUs.
+    assert [p.job for p in d.preempt] == ["late"]
+    assert d.preempt[0].reason.startswith("defragment: big needs 8 h100 GPUs on one node")
+    assert why(d, "big") == "waiting for 4 preempted GPUs to be released (grace 120 s)"
+    assert [(r.job, r.nodes) for r in d.reserve] == [("big", ("n2",))]
+
+
+def test_defragment_off_or_without_room_elsewhere_or_submit_time_moves_nothing():
+    assert not decide(_fragmented(las_defragment=False)).preempt
+    assert not decide(_fragmented(las_thresholds_gpu_s=())).preempt
+    # Only 3 GPUs free on n1: 'late' (4 GPUs) could not restart there, so it is not moved.
+    s = _fragmented()
+    nodes = (node("n1", [5, 6, 7]), s.nodes[1])
+    running = (s.running[0], s.running[1])
+    assert not decide(replace(s, nodes=nodes, running=running)).preempt
+    # A running job without submitted_at (a caller that does not send it) is never moved.
+    late = replace(s.running[1], submitted_at=None)
+    assert not decide(replace(s, running=(s.running[0], late))).preempt
+
+
+def _peer_holds_the_node(**config):
+    # 'peer' is preemptible and in queue 0 like 'big': no LAS preemption, no fragmentation.
+    running = [run("peer", {"n1": range(8)}, pc="normal", started=NOW - 100, end=NOW + 5000)]
+    pending = [job("big", 1, 8, pc="normal", submitted=config.pop("submitted", NOW - 600))]
+    config.setdefault("las_thresholds_gpu_s", TH)
+    return snap([node("n1", 0)], pending, running, now=NOW, **config)
+
+
+def test_no_reservation_while_preemptible_work_can_still_make_room():
+    d = decide(_peer_holds_the_node())
+    assert not d.reserve and not d.preempt
+    assert why(d, "big").endswith(
+        "; no reservation before it has waited 86400 s (preemptible jobs hold enough GPUs and "
+        "change hands by attained service)"
+    )
+    assert d.pending[0].estimated_start is None
+
+
+def test_reservation_after_the_wait_or_when_off_or_without_preemption():
+    expected = [("big", NOW + 5000, ("n1",))]
+    for config in (
+        {"submitted": NOW - 86_400},  # waited a day
+        {"las_reserve_after_s": 0},  # gate off
+        {"preemption": False},  # nothing will change hands
+        {"las_thresholds_gpu_s": ()},  # no LAS queues
+    ):
+        d = decide(_peer_holds_the_node(**config))
+        assert [(r.job, r.at, r.nodes) for r in d.reserve] == expected, config
+    # Non-preemptible work never changes hands: the reservation is made at once.
+    s = _peer_holds_the_node()
+    s = replace(s, running=(replace(s.running[0], preemptible=False),))
+    assert [(r.job, r.at) for r in decide(s).reserve] == [("big", NOW + 5000)]
