@@ -151,7 +151,7 @@ def _config(value: Any, path: str) -> Config:
     d = _obj(value, path)
     c = Config()
     kw: dict[str, Any] = {}
-    for key in ("backfill", "preemption", "las_defragment"):
+    for key in ("backfill", "preemption", "las_fifo_one_node"):
         if key in d:
             kw[key] = _bool(d[key], _join(path, key))
     for key in (

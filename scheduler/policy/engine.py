@@ -20,13 +20,17 @@ One cycle, in order (docs/policy.md explains each rule and default):
    preemptible jobs of its class in a higher attained-service queue, or reclaiming GPUs
    borrowed from its guarantee) shrink elastic jobs and then preempt the victims that lose the
    least work (GPUs x time since their last checkpoint), skipping victims whose next checkpoint
-   is due within ``checkpoint_protect_s``. Freed GPUs come back only after ``preemption_grace_s``,
+   is due within ``checkpoint_protect_s`` (a one-node job takes the node whose victims lose the
+   least work in total; with LAS queues it may also preempt jobs of its own queue submitted
+   after it). Freed GPUs come back only after ``preemption_grace_s``,
    so the job is reported pending ("waiting for N preempted GPUs ...") with a reservation at the
    end of the grace period; those GPUs are never handed to another job in the same cycle.
 4. Otherwise the highest-ranked blocked jobs of each GPU model (``reservations_per_model``,
    default 1) get an EASY-backfill reservation each at the earliest time the running jobs'
    expected ends free enough GPUs (a later reservation never counts on GPUs or releases an
-   earlier one counts on). Lower-ranked jobs start only on GPUs no reservation needs, or if
+   earlier one counts on); with LAS queues, not before a job has waited ``las_reserve_after_s``
+   while preemptible work could make room. Lower-ranked jobs start only on GPUs no reservation
+   needs, or if
    their estimated end comes before the earliest reservation.
 5. Elastic running jobs grow into GPUs left idle on GPU models where no job waits for capacity.
 
@@ -769,9 +773,9 @@ class _Cycle:
             return
         why, at = out
         if key is not None and at is None and self.epoch == epoch:
-            # With defragmenting, a job submitted later than one that failed fails too (fewer
-            # jobs were submitted after it); one submitted earlier may not.
-            mine = (job.submitted_at, job.id) if self.th and self.cfg.las_defragment else ()
+            # With FIFO within a queue, a job submitted later than one that failed fails too
+            # (fewer jobs were submitted after it); one submitted earlier may not.
+            mine = (job.submitted_at, job.id) if self.th and self.cfg.las_fifo_one_node else ()
             self.fail_cache[key] = (epoch, why, mine)
         self.pendings.append(Pending(job.id, why, at))
 
@@ -1085,19 +1089,13 @@ class _Cycle:
             t, q = chain[0]
             if self.used.get((t, model), 0) + need <= q.guaranteed:
                 reclaim_team = (t, q)
-        # Defragmenting (LAS): a one-node job with enough GPUs free in total but not on one node
-        # may also preempt same-queue jobs submitted after it, which restart elsewhere.
-        defrag = (
-            bool(self.th)
-            and self.cfg.las_defragment
-            and w == 1
-            and reclaim_team is None
-            and (ms.long or ms.now)["all"].group_free(0) >= g
-        )
-        fail_key = (prio, reclaim_team is not None, defrag)
-        # A job of the same or a smaller shape failed, so this one fails too; when
-        # defragmenting, only if that job was submitted no later (fewer jobs came after it).
-        mine = (job.submitted_at, job.id) if defrag else ()
+        # FIFO within a queue (LAS): a one-node job may also preempt jobs of its own queue
+        # submitted after it. Gangs do not: on the ITP trace that more than doubled lost work.
+        fifo = bool(self.th) and self.cfg.las_fifo_one_node and w == 1 and reclaim_team is None
+        fail_key = (prio, reclaim_team is not None, fifo)
+        # A job of the same or a smaller shape failed, so this one fails too; with FIFO within
+        # a queue, only if that job was submitted no later (fewer jobs came after it).
+        mine = (job.submitted_at, job.id) if fifo else ()
         failed = ms.pre_failed.get(fail_key, ())
         if any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
             return None
@@ -1108,7 +1106,7 @@ class _Cycle:
             reclaim_team is None
             and not self.has_elastic
             and not self.has_releasing
-            and (lowest is None or lowest > prio or (lowest == prio and not defrag))
+            and (lowest is None or lowest > prio or (lowest == prio and not fifo))
         ):
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
@@ -1117,7 +1115,7 @@ class _Cycle:
             reclaim_team is None
             and not ms.releasing
             and not ms.elastic
-            and not any(p < prio or (defrag and p == prio) for p in ms.victims)
+            and not any(p < prio or (fifo and p == prio) for p in ms.victims)
         ):
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
@@ -1162,8 +1160,8 @@ class _Cycle:
             found += 1
             if found >= limit:
                 break
-        moved: set[str] = set()  # same-queue victims (defragmenting)
-        if defrag and prio in ms.victims:
+        later: set[str] = set()  # same-queue victims submitted after the job
+        if fifo and prio in ms.victims:
             for lost, rid, run in ms.victims[prio]:
                 sub = run.job.submitted_at
                 if sub is None or (sub, rid) <= mine or rid in gone:
@@ -1171,7 +1169,7 @@ class _Cycle:
                 if reserved and any(i in reserved for i in run.on):
                     continue
                 cands.append((2, lost, rid, run, dict(run.on), None, None))
-                moved.add(rid)
+                later.add(rid)
         if reclaim_team is not None:
             for p in sorted(ms.victims):
                 if p < prio:
@@ -1189,7 +1187,7 @@ class _Cycle:
         cands.sort(key=lambda c: (c[0], c[1], c[2]))
         picked = None
         if w == 1 and all(c[0] != 1 for c in cands):
-            picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g, moved)
+            picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g)
         cands = picked if picked is not None else cands[:_MAX_VICTIM_CANDIDATES]
         base = (ms.long or ms.now)["all"]
         bcnt = base.cnt
@@ -1284,11 +1282,11 @@ class _Cycle:
                     f"GPUs and has received less GPU service than {c[2]}, which loses the "
                     "least work since its last checkpoint"
                 )
-            elif c[2] in moved:
+            elif c[2] in later:
                 reason = (
-                    f"defragment: {job.id} needs {g} {model} GPUs on one node and was submitted "
-                    f"before {c[2]} (same attained-service queue), which can restart on the free "
-                    "GPUs of other nodes"
+                    f"submission order: {job.id} needs {g} {model} GPUs on one node and was "
+                    f"submitted before {c[2]}, in the same attained-service queue; {c[2]} loses "
+                    "the least work"
                 )
             elif run.prio < prio:
                 reason = (
@@ -1339,15 +1337,13 @@ class _Cycle:
         return f"{'; '.join(parts)} ({when})", at
 
     @staticmethod
-    def cheapest_node(cands: list, base: Index, g: int, moved: set[str]) -> list | None:
+    def cheapest_node(cands: list, base: Index, g: int) -> list | None:
         """For a one-node job of ``g`` GPUs: the candidates that complete one node for the
         least lost work (each node's cheapest candidates first), or None if no node completes.
 
         Adding candidates cheapest-first over the whole cluster would scatter them, and on a
-        busy, fragmented cluster no node completes before the candidate cap. Same-queue victims
-        (``moved``, defragmenting) must fit in the GPUs free on the other nodes."""
+        busy, fragmented cluster no node completes before the candidate cap."""
         bcnt = base.cnt
-        free_total = base.group_free(0)
         have: dict[int, int] = {}
         cost: dict[int, float] = {}
         picks: dict[int, list] = {}
@@ -1363,9 +1359,6 @@ class _Cycle:
                 cost[i] = cost.get(i, 0.0) + c[1]
                 picks.setdefault(i, []).append(c)
                 if h + k >= g:
-                    shifted = sum(v[3].gpus for v in picks[i] if v[2] in moved)
-                    if shifted and shifted > free_total - bcnt[i]:
-                        continue
                     key = (cost[i], len(picks[i]), i)
                     if best is None or key < best[0]:
                         best = (key, picks[i])

@@ -77,10 +77,10 @@ class Config:
     # queue order) each get a start time and hold GPUs for it, so nodes drain for big gangs
     # while later jobs still backfill around all of them.
     reservations_per_model: int = 1
-    # With LAS queues: a one-node job blocked only by fragmentation (enough GPUs free in total,
-    # none on one node) may preempt preemptible jobs of its own queue submitted after it, if
-    # they can restart on the free GPUs of other nodes (docs/policy.md rule 4).
-    las_defragment: bool = True
+    # With LAS queues: inside one attained-service queue, a blocked one-node job may preempt
+    # preemptible jobs submitted after it (FIFO within a queue, as Tiresias orders a queue):
+    # backfilled work yields to older work of the same service level (docs/policy.md rule 1a).
+    las_fifo_one_node: bool = True
     # With LAS queues: a blocked job that preemptible jobs in higher queues could make room for
     # gets an EASY reservation (which holds GPUs idle) only after waiting this long in total;
     # 0 = always (docs/policy.md rule 5). On the ITP trace holding GPUs for fresh jobs cost
@@ -143,8 +143,8 @@ class RunningJob:
     received before ``started_at`` (earlier runs of a requeued job); with
     ``Config.las_thresholds_gpu_s`` its attained GPU-service is
     ``(attained_service_s + now - started_at) x GPUs``. ``submitted_at`` (optional) is when
-    the job was first submitted; only defragmenting preemption reads it (a job without it is
-    never moved to defragment).
+    the job was first submitted; only ``Config.las_fifo_one_node`` reads it (a job without it is
+    never preempted by that rule).
     """
 
     id: str

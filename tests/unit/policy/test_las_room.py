@@ -1,6 +1,6 @@
 """How a blocked job gets room under LAS queues: the cheapest complete node for a one-node job,
-defragmenting moves of later-submitted same-queue jobs, and no idle-holding reservation while
-attained service can still make room (``las_defragment``, ``las_reserve_after_s``)."""
+FIFO inside a queue for one-node jobs, and no idle-holding reservation while attained service
+can still make room (``las_fifo_one_node``, ``las_reserve_after_s``)."""
 
 from dataclasses import replace
 
@@ -36,8 +36,8 @@ def test_one_node_job_preempts_the_node_that_loses_the_least_work_in_total():
     assert [(r.job, r.nodes) for r in d.reserve] == [("fresh", ("n1",))]
 
 
-def _fragmented(**config):
-    # 8 GPUs free in total, 4 on each node; both running jobs are in queue 0 like 'big'.
+def _queue_peers(**config):
+    # Both running jobs are in queue 0 like 'big' (served 400 GPU-s); n1 and n2 have 4 free.
     running = [
         run("early", {"n1": range(4)}, pc="normal", started=NOW - 100, submitted=100.0),
         run("late", {"n2": range(4)}, pc="normal", started=NOW - 100, submitted=900.0),
@@ -48,28 +48,34 @@ def _fragmented(**config):
     return snap(nodes, pending, running, now=NOW, **config)
 
 
-def test_defragment_moves_a_same_queue_job_submitted_later_to_free_a_whole_node():
-    s = _fragmented()
+def test_one_node_job_preempts_a_same_queue_job_submitted_after_it():
+    s = _queue_peers()
     d = decide(s)
     check_invariants(s, d)
-    # 'early' was submitted before 'big' and is never moved; 'late' fits in n1's 4 free GPUs.
+    # 'early' was submitted before 'big' and is never preempted for it; 'late' is.
     assert [p.job for p in d.preempt] == ["late"]
-    assert d.preempt[0].reason.startswith("defragment: big needs 8 h100 GPUs on one node")
+    assert d.preempt[0].reason.startswith(
+        "submission order: big needs 8 h100 GPUs on one node and was submitted before late"
+    )
     assert why(d, "big") == "waiting for 4 preempted GPUs to be released (grace 120 s)"
     assert [(r.job, r.nodes) for r in d.reserve] == [("big", ("n2",))]
 
 
-def test_defragment_off_or_without_room_elsewhere_or_submit_time_moves_nothing():
-    assert not decide(_fragmented(las_defragment=False)).preempt
-    assert not decide(_fragmented(las_thresholds_gpu_s=())).preempt
-    # Only 3 GPUs free on n1: 'late' (4 GPUs) could not restart there, so it is not moved.
-    s = _fragmented()
-    nodes = (node("n1", [5, 6, 7]), s.nodes[1])
-    running = (s.running[0], s.running[1])
-    assert not decide(replace(s, nodes=nodes, running=running)).preempt
-    # A running job without submitted_at (a caller that does not send it) is never moved.
+def test_submission_order_needs_las_the_knob_a_submit_time_and_a_one_node_job():
+    assert not decide(_queue_peers(las_fifo_one_node=False)).preempt
+    assert not decide(_queue_peers(las_thresholds_gpu_s=())).preempt
+    s = _queue_peers()
+    # A running job without submitted_at (a caller that does not send it) is never preempted
+    # by this rule.
     late = replace(s.running[1], submitted_at=None)
     assert not decide(replace(s, running=(s.running[0], late))).preempt
+    # A gang (2 workers of 4) does not use it either.
+    gang = replace(s.pending[0], workers=2, gpus_per_worker=4)
+    nodes = (node("n1", [4, 5, 6]), node("n2", [4, 5, 6]))
+    assert not decide(replace(s, nodes=nodes, pending=(gang,))).preempt
+    # A job submitted after both preempts neither.
+    young = replace(s.pending[0], submitted_at=1000.0)
+    assert not decide(replace(s, pending=(young,))).preempt
 
 
 def _peer_holds_the_node(**config):

@@ -52,7 +52,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
         checkpoint_protect_s=draw(st.sampled_from([0.0, 300.0, 3000.0])),
         queue_order=draw(st.sampled_from(QUEUE_ORDERS)),
         las_thresholds_gpu_s=draw(st.sampled_from([(), (), (3600.0, 36000.0)])),
-        las_defragment=draw(st.booleans()),
+        las_fifo_one_node=draw(st.booleans()),
         las_reserve_after_s=draw(st.sampled_from([0.0, 86400.0])),
     )
     teams = []
@@ -293,7 +293,7 @@ def test_backfill_never_delays_any_reservation(s, k):
 @given(snapshots(crowded=True))
 def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
     """With LAS queues, an ``attained service`` preemption names a preemptor of the victim's
-    class in a strictly lower queue, a ``defragment`` one a one-worker preemptor of the
+    class in a strictly lower queue, a ``submission order`` one a one-worker preemptor of the
     victim's class and queue submitted before it; a victim is never non-preemptible."""
     s = replace(s, config=replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0)))
     th = s.config.las_thresholds_gpu_s
@@ -307,15 +307,18 @@ def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
     for p in d.preempt:
         victim = running[p.job]
         assert victim.preemptible and victim.releasing_at is None
-        if p.reason.startswith("defragment: "):
-            by = pending[p.reason.split()[1]]
-            assert by.workers == 1 and by.priority_class == victim.priority_class
+        if p.reason.startswith("submission order: "):
+            by = pending[p.reason.split()[2]]
+            # one worker, or an elastic job starting with its minimum of one
+            assert by.workers == 1 or (by.elastic is not None and by.elastic.min_workers <= 1)
+            assert by.priority_class == victim.priority_class
             assert victim.submitted_at is not None
             assert (victim.submitted_at, victim.id) > (by.submitted_at, by.id)
             served = (victim.attained_service_s + s.now - victim.started_at) * (
                 victim.workers * victim.gpus_per_worker
             )
-            assert queue(served) == queue(by.attained_service_s * by.gpus_per_worker)
+            mine = by.attained_service_s * by.workers * by.gpus_per_worker
+            assert queue(served) == queue(mine)
             continue
         if not p.reason.startswith("attained service: "):
             continue
