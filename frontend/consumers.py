@@ -1,14 +1,18 @@
 """The one websocket endpoint of the portal.
 
-A signed-in user joins the groups of the teams they belong to, the shared (anonymised) cluster
-group, and the admin group if they are a platform admin. Anonymous connections are refused. The
-consumer never writes to the database: it only relays what the loop and ingest publish.
+A signed-in user says which topics the page needs (``/ws/stream/?topics=jobs,cluster``, see
+``scheduler.streams.TOPICS``; without ``topics``: ``DEFAULT_TOPICS``) and joins the matching
+groups it may hear: its own teams' groups for ``jobs``, the shared (anonymised) cluster group
+and, for platform admins, the admin group for ``cluster``, the cluster utilization group for
+``utilization``. An unknown topic is answered with an error frame and otherwise ignored.
+Anonymous connections are refused. The consumer never writes to the database and takes no
+commands: it only relays what the loop, the services and ingest publish.
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -16,39 +20,29 @@ from channels.layers import InMemoryChannelLayer
 
 from scheduler import streams
 
-# How often the server's event loop is woken while it uses the in-memory layer (see below).
-WAKE_INTERVAL_S = 0.2
-_wakers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+MAX_TOPICS_LENGTH = 200
 
 
-def _keep_loop_responsive(layer) -> None:
-    """With the in-memory channel layer (the embedded demo), the scheduling loop publishes from
-    its own thread: the message lands in this loop's queue, but nothing wakes this loop, so it
-    would be delivered only at the server's next unrelated I/O (seconds, or never when idle).
-    A tick on this loop makes it pick such messages up within WAKE_INTERVAL_S. Redis layers do
-    not need it. One ticker per event loop, for the life of the loop."""
-    if not isinstance(layer, InMemoryChannelLayer):
-        return
-    loop = asyncio.get_running_loop()
-    if loop in _wakers:
-        return
-
-    async def tick() -> None:
-        while True:
-            await asyncio.sleep(WAKE_INTERVAL_S)
-
-    _wakers[loop] = loop.create_task(tick())
+def parse_topics(query_string: bytes) -> tuple[list[str], list[str]]:
+    """(known topics, unknown ones) of a ``topics=a,b`` query; the defaults when absent, none
+    for an empty ``topics=`` (a page that shows nothing live)."""
+    query = parse_qs(query_string.decode("latin-1")[:MAX_TOPICS_LENGTH], keep_blank_values=True)
+    values = query.get("topics")
+    if values is None:
+        return list(streams.DEFAULT_TOPICS), []
+    asked = [t.strip() for value in values for t in value.split(",") if t.strip()]
+    known = [t for t in streams.TOPICS if t in asked]
+    unknown = sorted({t for t in asked if t not in streams.TOPICS})
+    return known, unknown
 
 
 @database_sync_to_async
-def _groups_for(user) -> list[str]:
+def _groups_for(user, topics: list[str]) -> list[str]:
     from tenants.permissions import is_platform_admin, team_ids_of
 
-    groups = [streams.team_group(team_id) for team_id in sorted(team_ids_of(user))]
-    groups.append(streams.CLUSTER_GROUP)
-    if is_platform_admin(user):
-        groups.append(streams.ADMIN_GROUP)
-    return groups
+    return streams.groups_for(
+        topics=topics, team_ids=team_ids_of(user), is_admin=is_platform_admin(user)
+    )
 
 
 class StreamConsumer(AsyncJsonWebsocketConsumer):
@@ -57,12 +51,23 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        _keep_loop_responsive(self.channel_layer)
-        self.joined = await _groups_for(user)
+        if isinstance(self.channel_layer, InMemoryChannelLayer):
+            streams.register_server_loop(asyncio.get_running_loop())
+        topics, unknown = parse_topics(self.scope.get("query_string", b""))
+        self.joined = await _groups_for(user, topics)
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send_json({"type": "hello", "groups": len(self.joined)})
+        await self.send_json({"type": "hello", "groups": len(self.joined), "topics": topics})
+        if unknown:
+            await self.send_json(
+                {
+                    "type": "error",
+                    "field": "topics",
+                    "message": f"unknown topic(s): {', '.join(unknown)[:100]}; "
+                    f"known: {', '.join(streams.TOPICS)}",
+                }
+            )
 
     async def disconnect(self, code):
         for group in getattr(self, "joined", []):
@@ -72,5 +77,12 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
         # The stream is one-way: clients cannot send commands over it.
         await self.send_json({"type": "error", "message": "this stream is read-only"})
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        try:
+            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        except ValueError:  # not JSON (or binary): the same answer, not a crash
+            await self.receive_json(None)
+
     async def stream_message(self, event):
-        await self.send_json(event["payload"])
+        # Serialised once by the publisher, not once per socket.
+        await self.send(text_data=event["text"])

@@ -318,6 +318,9 @@ def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> N
     publish_job(job)
 
 
+PENDING_PUBLISH_MAX = 200
+
+
 def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
     """Store each pending job's reason and estimate; only rows whose text changed are written.
 
@@ -344,10 +347,12 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
         if old_why != why or old_estimate != estimate:
             changed.append((job_pk, why, estimate, team_id, team_slug, name))
     _write_pending_reasons([(pk, why, estimate) for pk, why, estimate, *_ in changed])
+    # One jobs.status batch per team per cycle, not one message per job (capped: a backlog's
+    # first cycle can change thousands of reasons; the pages re-read on connect anyway).
     now = timezone.now().isoformat()
-    for job_pk, why, estimate, team_id, team_slug, name in changed[:200]:  # cap a burst
-        streams.publish(
-            streams.team_group(team_id),
+    batches: dict[int, list[dict]] = {}
+    for job_pk, why, estimate, team_id, team_slug, name in changed[:PENDING_PUBLISH_MAX]:
+        batches.setdefault(team_id, []).append(
             {
                 "type": "job.status",
                 "job": job_pk,
@@ -358,7 +363,11 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
                 "estimated_start": estimate.isoformat() if estimate else None,
                 "placement": {},
                 "time": now,
-            },
+            }
+        )
+    for team_id, jobs in batches.items():
+        streams.publish(
+            streams.team_group(team_id), {"type": "jobs.status", "jobs": jobs, "time": now}
         )
     return len(wanted)
 

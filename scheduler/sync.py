@@ -30,7 +30,7 @@ from .backends import backend_run_id, get_backend
 from .backends.base import BackendError, BackendJobState
 from .backends.stale_runs import cancel_stale_runs
 from .cycle import _mark_backend, job_requeue
-from .models import Cluster, Job, Node, NodeEvent, NodeState
+from .models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from .services import event_record, publish_job, release_allocations
 from .states import JobState
 
@@ -292,18 +292,19 @@ def _publish_utilization(cluster: Cluster, backend) -> None:
     if sampler is None:
         return
     busy: dict[str, list[int]] = {}
-    for name, gpu in Node.objects.filter(
-        cluster=cluster, allocations__ended_at__isnull=True
-    ).values_list("name", "allocations__gpu_index"):
+    # From the allocations side: a node without any (its LEFT JOIN's ended_at is NULL too) is
+    # idle and must not be sampled.
+    for name, gpu in Allocation.objects.filter(
+        node__cluster=cluster, ended_at__isnull=True
+    ).values_list("node__name", "gpu_index"):
         busy.setdefault(name, []).append(gpu)
-    now = timezone.now().isoformat()
-    for node, samples in sampler(busy).items():
-        streams.publish(
-            streams.CLUSTER_GROUP,
-            {
-                "type": "gpu.utilization",
-                "node": node,
-                "utilization": samples,
-                "time": now,
-            },
-        )
+    samples = sampler(busy)
+    if not samples:
+        return
+    # One message for the whole cluster, to the sockets showing the cluster view only.
+    payload: streams.ClusterUtilizationPayload = {
+        "type": "cluster.utilization",
+        "nodes": samples,
+        "time": timezone.now().isoformat(),
+    }
+    streams.publish(streams.UTILIZATION_GROUP, dict(payload))

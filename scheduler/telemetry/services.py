@@ -234,16 +234,14 @@ def _record_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
 
 
 def _publish_utilization(node: Node, parsed: ParsedBatch) -> None:
-    streams.publish(
-        streams.CLUSTER_GROUP,
-        {
-            "type": "gpu.utilization",
-            "node": node.name,
-            # The stream's unit is a 0..1 fraction (the simulated backend's too).
-            "utilization": {str(g): round(u / 100, 3) for g, (_, u) in parsed.latest.items()},
-            "time": timezone.now().isoformat(),
-        },
-    )
+    # Per batch (one node), but only to the sockets showing the cluster view.
+    payload: streams.ClusterUtilizationPayload = {
+        "type": "cluster.utilization",
+        # The stream's unit is a 0..1 fraction (the simulated backend's too).
+        "nodes": {node.name: {str(g): round(u / 100, 3) for g, (_, u) in parsed.latest.items()}},
+        "time": timezone.now().isoformat(),
+    }
+    streams.publish(streams.UTILIZATION_GROUP, dict(payload))
 
 
 # --------------------------------------------------------------------- rollups and pruning

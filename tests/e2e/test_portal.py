@@ -143,9 +143,11 @@ def test_bob_never_sees_alice_jobs_on_pages_or_in_frames(session_as):
 
     cluster.wait_for_timeout(1500)
     types = {p["type"] for p in bob.payloads()}
-    assert "hello" in types and types & {"gpu.utilization", "node.status"}
+    assert "hello" in types and types & {"cluster.utilization", "node.status"}
     assert not [f for f in bob.frames if SECRET in f]
-    assert all(p.get("team") in (None, "nlp") for p in bob.payloads() if p["type"] == "job.status")
+    updates = [p for p in bob.payloads() if p["type"] == "job.status"]
+    updates += [j for p in bob.payloads() if p["type"] == "jobs.status" for j in p["jobs"]]
+    assert all(p.get("team") in (None, "nlp") for p in updates)
 
     # Other teams' GPUs are only "in use" on bob's cluster view.
     busy = cluster.locator("li.node .gpu.busy").evaluate_all("els => els.map(e => e.title)")

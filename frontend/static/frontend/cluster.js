@@ -1,4 +1,4 @@
-/* Cluster view: nodes and GPUs follow node.status, gpu.utilization and (for the caller's own
+/* Cluster view: nodes and GPUs follow node.status, cluster.utilization and (for the caller's own
  * teams) job.status payloads; admins see node.event payloads in the feed.
  *
  * Another team's job is only ever "in use" here: the cluster group's payloads carry no job names,
@@ -10,6 +10,7 @@
   var GP = window.GP;
   var main = document.querySelector("[data-cluster-state-url]");
   if (!GP || !main) return;
+  GP.want("jobs", "cluster", "utilization");
   var stateUrl = main.getAttribute("data-cluster-state-url");
   var STATE_TEXT = { ready: "", draining: "Draining", quarantined: "Quarantined", down: "Down" };
   var HOLDING = ["running", "preempted"];
@@ -114,22 +115,29 @@
     scheduleResync(3000);
   });
 
-  GP.on("gpu.utilization", function (msg) {
-    var li = nodeEl(msg.node);
+  function paintUtilization(nodeName, samples) {
+    var li = nodeEl(nodeName);
     if (!li) return;
     // A sample exists for every busy GPU of the node, so the rest are free.
-    var samples = msg.utilization || {};
     li.querySelectorAll(".gpu").forEach(function (gpu) {
       var value = samples[gpu.getAttribute("data-gpu")];
       if (value === undefined) {
         gpu.removeAttribute("data-util");
-        paintGpu(msg.node, gpu, false);
+        paintGpu(nodeName, gpu, false);
         return;
       }
       var fraction = value > 1 ? value / 100 : value;
       gpu.style.setProperty("--u", fraction.toFixed(2));
       gpu.setAttribute("data-util", Math.round(fraction * 100));
-      paintGpu(msg.node, gpu, true);
+      paintGpu(nodeName, gpu, true);
+    });
+  }
+
+  // One message per sync for the whole cluster (or per telemetry batch for one node).
+  GP.on("cluster.utilization", function (msg) {
+    var nodes = msg.nodes || {};
+    Object.keys(nodes).forEach(function (name) {
+      paintUtilization(name, nodes[name] || {});
     });
     recount();
   });

@@ -9,6 +9,7 @@
   var GP = window.GP;
   var root = document.querySelector("[data-job-detail]");
   if (!GP || !root) return;
+  GP.want("jobs");
   var jobId = parseInt(root.getAttribute("data-job-detail"), 10);
   var statusUrl = root.getAttribute("data-status-url");
   var badge = document.getElementById("job-state");

@@ -9,6 +9,7 @@
   if (!GP) return;
   var tables = document.querySelectorAll("table[data-live-jobs]");
   if (!tables.length) return;
+  GP.want("jobs");
   var filtered = window.location.search.length > 1;
 
   function setState(row, msg) {

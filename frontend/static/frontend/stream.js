@@ -1,8 +1,12 @@
 /* The portal's one live connection: /ws/stream/ (see docs/streams.md).
  *
- * Pages register handlers with GP.on(type, fn); every JSON payload is dispatched by its "type".
- * The connection is retried with capped exponential backoff; after a reconnect, "reconnected"
- * handlers run so pages can re-read what they may have missed. Read-only: nothing is sent. */
+ * Pages say which topics they need with GP.want("jobs" | "cluster" | "utilization") while their
+ * scripts run; the socket asks for exactly those (/ws/stream/?topics=...), so a jobs page never
+ * receives the cluster's GPU utilization. Pages register handlers with GP.on(type, fn); every
+ * JSON payload is dispatched by its "type", and each update of a "jobs.status" batch is also
+ * dispatched as a "job.status". The connection is retried with capped exponential backoff; after
+ * a reconnect, "reconnected" handlers run so pages can re-read what they may have missed.
+ * Read-only: nothing is sent. */
 (function () {
   "use strict";
 
@@ -17,6 +21,12 @@
     cancelled: "Cancelled"
   };
   GP.LIVE_STATES = ["pending", "running", "preempted"];
+  var topics = [];
+  GP.want = function () {
+    Array.prototype.forEach.call(arguments, function (topic) {
+      if (topics.indexOf(topic) < 0) topics.push(topic);
+    });
+  };
   GP.on = function (type, fn) {
     (handlers[type] = handlers[type] || []).push(fn);
   };
@@ -56,7 +66,8 @@
   var opened = false;
   function connect() {
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    var socket = new WebSocket(scheme + window.location.host + "/ws/stream/");
+    var url = scheme + window.location.host + "/ws/stream/?topics=" + topics.sort().join(",");
+    var socket = new WebSocket(url);
     socket.onmessage = function (event) {
       var msg;
       try {
@@ -71,6 +82,9 @@
         opened = true;
       }
       GP.emit(msg.type, msg);
+      if (msg.type === "jobs.status") (msg.jobs || []).forEach(function (job) {
+        GP.emit("job.status", job);
+      });
     };
     socket.onclose = function (event) {
       if (event.code === 4401) {

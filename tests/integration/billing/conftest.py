@@ -78,5 +78,5 @@ def published(monkeypatch):
     from scheduler import streams
 
     sent: list[tuple[str, dict]] = []
-    monkeypatch.setattr(streams, "_send", lambda group, payload: sent.append((group, payload)))
+    monkeypatch.setattr(streams, "_send_many", sent.extend)
     return sent

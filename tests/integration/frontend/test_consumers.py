@@ -132,14 +132,14 @@ def test_cluster_group_payloads_reach_everyone_but_team_payloads_only_the_team(p
         )
         await layer_send(
             streams.CLUSTER_GROUP,
-            {"type": "gpu.utilization", "node": "n1", "utilization": {"0": 0.5}, "time": "t"},
+            {"type": "node.status", "node": "n1", "state": "ready", "gpus": {}, "time": "t"},
         )
         await layer_send(
             streams.team_group(vision.pk),
             {"type": "job.status", "job": 1, "name": "x", "state": "running"},
         )
-        assert [f["type"] for f in await _drain(alice_ws)] == ["gpu.utilization", "job.status"]
-        assert [f["type"] for f in await _drain(bob_ws)] == ["gpu.utilization"]
+        assert [f["type"] for f in await _drain(alice_ws)] == ["node.status", "job.status"]
+        assert [f["type"] for f in await _drain(bob_ws)] == ["node.status"]
         await alice_ws.disconnect()
         await bob_ws.disconnect()
 

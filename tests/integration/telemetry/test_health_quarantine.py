@@ -4,6 +4,7 @@ admins), and the loop releases it only after probation and a passing health chec
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 
 import pytest
@@ -47,7 +48,7 @@ def admin_stream():
                 message = await asyncio.wait_for(layer.receive(channel), timeout=0.2)
             except TimeoutError:
                 return out
-            out.append(message["payload"])
+            out.append(json.loads(message["text"]))  # serialised once by the publisher
 
     def drain():
         return async_to_sync(take)()

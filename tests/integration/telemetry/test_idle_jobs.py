@@ -4,6 +4,7 @@ stream, ``job_idle_status``), unflagged when busy again; billing reads idle GPU-
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 
 import pytest
@@ -88,7 +89,7 @@ def team_stream(teams, settings):
                 message = await asyncio.wait_for(layer.receive(channel), timeout=0.2)
             except TimeoutError:
                 return out
-            out.append(message["payload"])
+            out.append(json.loads(message["text"]))  # serialised once by the publisher
 
     yield lambda: async_to_sync(take)()
     channel_layers.backends.clear()  # later tests get the configured layer again

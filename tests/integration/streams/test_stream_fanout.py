@@ -1,0 +1,276 @@
+"""Websocket fan-out through the real ASGI stack on both real channel layers (in-memory, as in the
+demo, and Redis, as in production): topic subscription (a jobs page never receives GPU
+utilization), the jobs.status batch of a cycle, team scoping of batches, and publication only
+after commit (never for a rolled-back transaction or savepoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.db import transaction
+from django.test import Client
+
+from gpuplatform.asgi import application
+from scheduler import services, streams
+from scheduler.cycle import run_cycle
+from tests.conftest import require_service
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def layer(request, settings):
+    if request.param == "redis":
+        require_service("Redis", "127.0.0.1", 6379)
+        url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                # Own key prefix: other test runs on the same Redis use the same group names.
+                "CONFIG": {"hosts": [url], "prefix": f"asgi-test-{uuid.uuid4().hex[:8]}"},
+            }
+        }
+    else:
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    return request.param
+
+
+def _socket(user, query: str = "") -> WebsocketCommunicator:
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()),
+    ]
+    return WebsocketCommunicator(application, f"/ws/stream/{query}", headers=headers)
+
+
+async def _open(ws) -> dict:
+    connected, _ = await ws.connect(timeout=5)
+    assert connected
+    hello = await ws.receive_json_from(timeout=5)
+    assert hello["type"] == "hello"
+    return hello
+
+
+async def _drain(ws, quiet: float = 0.5, expect: bool = False) -> list[dict]:
+    """Every frame until ``quiet`` s pass without one; with ``expect``, wait up to 5 s for the
+    first (a busy shared machine can delay delivery past the quiet period)."""
+    frames = [await ws.receive_json_from(timeout=5)] if expect else []
+    while not await ws.receive_nothing(timeout=quiet):
+        frames.append(await ws.receive_json_from(timeout=2))
+    return frames
+
+
+def _jobs_of(frames: list[dict]) -> list[dict]:
+    """Every job update in ``frames``, batched or not, in order."""
+    out = []
+    for frame in frames:
+        if frame["type"] == "job.status":
+            out.append(frame)
+        elif frame["type"] == "jobs.status":
+            out.extend(frame["jobs"])
+    return out
+
+
+def _submit(user, team: str, name: str, gpus: int = 8, model: str = "h100-80gb"):
+    return services.job_submit(
+        user=user,
+        request=services.JobRequest(
+            name=name,
+            team=team,
+            workers=1,
+            gpus_per_worker=gpus,
+            gpu_model=model,
+            simulated_duration_s=36000,
+        ),
+    )
+
+
+def test_topics_choose_the_groups_and_a_jobs_page_never_gets_utilization(layer, platform):
+    alice = platform["alice"]
+    jobs_page = _socket(alice, "?topics=jobs")
+    cluster_page = _socket(alice, "?topics=jobs,cluster,utilization")
+    default = _socket(alice)
+
+    async def run():
+        assert (await _open(jobs_page))["topics"] == ["jobs"]
+        assert (await _open(cluster_page))["topics"] == ["jobs", "cluster", "utilization"]
+        assert (await _open(default))["topics"] == list(streams.DEFAULT_TOPICS)
+        await database_sync_to_async(lambda: _submit(alice, "vision", "vit-a", gpus=4))()
+        await database_sync_to_async(run_cycle)()  # starts it
+        for ws in (jobs_page, cluster_page, default):
+            await _drain(ws, expect=True)
+        # The next cycle's sync samples the busy GPUs: one cluster-wide message.
+        await database_sync_to_async(run_cycle)()
+        on_cluster = await _drain(cluster_page, expect=True)
+        on_jobs, on_default = await _drain(jobs_page), await _drain(default)
+        utilization = [f for f in on_cluster if f["type"] == "cluster.utilization"]
+        assert len(utilization) == 1
+        assert set(utilization[0]["nodes"]) == {"n1"}
+        assert len(utilization[0]["nodes"]["n1"]) == 4
+        assert all(0 <= u <= 1 for u in utilization[0]["nodes"]["n1"].values())
+        assert "vit-a" not in repr(utilization)  # anonymised
+        for frames in (on_jobs, on_default):
+            assert not [f for f in frames if "utilization" in f["type"]]
+        for ws in (jobs_page, cluster_page, default):
+            await ws.disconnect()
+
+    async_to_sync(run)()
+
+
+def test_an_unknown_topic_gets_an_error_frame_and_the_known_ones_still_work(layer, platform):
+    alice = platform["alice"]
+    ws = _socket(alice, "?topics=jobs,everything,%3Cscript%3E")
+
+    async def run():
+        hello = await _open(ws)
+        assert hello["topics"] == ["jobs"]
+        error = await ws.receive_json_from(timeout=5)
+        assert error["type"] == "error" and error["field"] == "topics"
+        assert "everything" in error["message"]
+        await database_sync_to_async(lambda: _submit(alice, "vision", "still-heard"))()
+        assert [j["name"] for j in _jobs_of(await _drain(ws, expect=True))] == ["still-heard"]
+        # Still read-only, also for text that is not JSON.
+        await ws.send_to(text_data="subscribe utilization")
+        assert (await ws.receive_json_from(timeout=5))["type"] == "error"
+        await ws.disconnect()
+
+    async_to_sync(run)()
+
+
+def test_empty_topics_join_nothing(layer, platform):
+    ws = _socket(platform["alice"], "?topics=")
+
+    async def run():
+        assert (await _open(ws))["groups"] == 0
+        await database_sync_to_async(lambda: _submit(platform["alice"], "vision", "unheard"))()
+        assert await _drain(ws) == []
+        await ws.disconnect()
+
+    async_to_sync(run)()
+
+
+def test_a_cycle_sends_one_batch_per_team_and_bob_never_hears_alices(layer, platform):
+    alice, bob = platform["alice"], platform["bob"]
+    alice_ws, bob_ws = _socket(alice, "?topics=jobs"), _socket(bob, "?topics=jobs,cluster")
+
+    async def run():
+        await _open(alice_ws)
+        await _open(bob_ws)
+
+        def submit_all():
+            # Two H100 nodes of 8 GPUs: two of these start, the other three wait.
+            return [_submit(alice, "vision", f"vision-secret-{i}") for i in range(5)]
+
+        jobs = await database_sync_to_async(submit_all)()
+        assert len(_jobs_of(await _drain(alice_ws, expect=True))) == 5
+        assert _jobs_of(await _drain(bob_ws)) == []
+        await database_sync_to_async(run_cycle)()
+        frames = await _drain(alice_ws, expect=True)
+        # One frame for the whole cycle: the two starts and the three pending reasons.
+        assert [f["type"] for f in frames] == ["jobs.status"], frames
+        batch = frames[0]
+        assert set(batch) == {"type", "jobs", "time"}
+        updates = batch["jobs"]
+        assert sorted(u["job"] for u in updates) == sorted(j.pk for j in jobs)
+        assert sorted(u["state"] for u in updates) == ["pending"] * 3 + ["running"] * 2
+        for update in updates:
+            assert set(update) == {
+                "type",
+                "job",
+                "team",
+                "name",
+                "state",
+                "why",
+                "estimated_start",
+                "placement",
+                "time",
+            }
+            assert update["type"] == "job.status" and update["team"] == "vision"
+            if update["state"] == "pending":
+                assert update["why"] and update["placement"] == {}
+            else:
+                assert sum(len(g) for g in update["placement"].values()) == 8
+        # bob (another team) hears the GPUs change as anonymous node state at most.
+        bob_frames = await _drain(bob_ws)
+        assert not _jobs_of(bob_frames)
+        assert "vision-secret" not in repr(bob_frames)
+        await alice_ws.disconnect()
+        await bob_ws.disconnect()
+
+    async_to_sync(run)()
+
+
+def test_messages_go_out_only_after_commit_and_never_for_a_rollback(layer, platform):
+    alice = platform["alice"]
+    vision = alice.memberships.get().team
+    group = streams.team_group(vision.pk)
+    ws = _socket(alice, "?topics=jobs")
+
+    def update(job: int) -> dict:
+        return {"type": "job.status", "job": job, "team": "vision", "name": f"j{job}"}
+
+    async def run():
+        await _open(ws)
+
+        def in_transactions():
+            with transaction.atomic():
+                streams.publish(group, update(1))
+                try:
+                    with transaction.atomic():  # a savepoint, rolled back
+                        streams.publish(group, update(2))
+                        raise RuntimeError
+                except RuntimeError:
+                    pass
+                streams.publish(group, update(3))
+                # Still inside the transaction: nobody has heard anything.
+                assert async_to_sync(ws.receive_nothing)(0.5)
+            try:
+                with transaction.atomic():  # rolled back entirely
+                    streams.publish(group, update(4))
+                    raise RuntimeError
+            except RuntimeError:
+                pass
+
+        await database_sync_to_async(in_transactions)()
+        frames = await _drain(ws, expect=True)
+        assert [f["type"] for f in frames] == ["jobs.status"]
+        assert [j["job"] for j in frames[0]["jobs"]] == [1, 3]
+        await ws.disconnect()
+
+    async_to_sync(run)()
+
+
+def test_a_publication_from_another_thread_arrives_promptly(layer, platform):
+    """The demo's scheduling loop publishes from its own thread; the server's event loop may be
+    idle (nothing else wakes it) and must still deliver at once."""
+    alice = platform["alice"]
+    vision = alice.memberships.get().team
+    ws = _socket(alice, "?topics=jobs")
+
+    async def run():
+        await _open(ws)
+        payload = {"type": "job.status", "job": 7, "team": "vision", "name": "from-the-loop"}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # A plain thread, not awaited: its end does not wake this loop (asyncio.to_thread would).
+        threading.Thread(
+            target=streams.publish, args=(streams.team_group(vision.pk), payload)
+        ).start()
+        frame = await ws.receive_json_from(timeout=3)
+        assert frame["name"] == "from-the-loop"
+        assert loop.time() - started < 1.0
+        await ws.disconnect()
+
+    async_to_sync(run)()
