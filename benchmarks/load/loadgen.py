@@ -369,7 +369,7 @@ class WsFleet:
 
     async def _client(self, n: int, gate: asyncio.Semaphore) -> None:
         parsed = urlparse(self.args.base)
-        url = f"ws://{parsed.netloc}/ws/stream/"
+        url = f"ws://{parsed.netloc}/ws/stream/?topics={self.args.topics}"
         headers = {"Cookie": f"sessionid={self.sessionid}"}
         while not self.stopping.is_set():
             try:
@@ -389,12 +389,13 @@ class WsFleet:
                     async for raw in ws:
                         now = time.time()
                         message = json.loads(raw)
-                        self.received[message.get("type")] += 1
-                        if message.get("type") == "job.status":
-                            sent = datetime.fromisoformat(message["time"]).timestamp()
-                            self.deliveries.append(
-                                (n, message["job"], message["state"], now - sent)
-                            )
+                        kind = message.get("type")
+                        self.received[kind] += 1
+                        # A jobs.status batch carries job.status updates; each is a delivery.
+                        updates = message.get("jobs", []) if kind == "jobs.status" else [message]
+                        for update in updates if kind in ("job.status", "jobs.status") else []:
+                            sent = datetime.fromisoformat(update["time"]).timestamp()
+                            self.deliveries.append((n, update["job"], update["state"], now - sent))
                 finally:
                     self.connected -= 1
                     await ws.close()
@@ -661,6 +662,12 @@ def parse_args(argv=None):
     parser.add_argument("--changes", type=int, default=20, help="ws: jobs submitted while watched")
     parser.add_argument("--change-interval", type=float, default=0.25)
     parser.add_argument("--settle", type=float, default=8.0, help="ws: seconds to keep listening")
+    parser.add_argument(
+        "--topics",
+        default="jobs",
+        help="ws: topics each socket asks for (jobs page: jobs; cluster view: "
+        "jobs,cluster,utilization)",
+    )
     parser.add_argument("--job-seconds", type=float, default=600.0, help="simulated duration")
     parser.add_argument("--read-rate", type=float, default=20.0, help="soak: reads per second")
     parser.add_argument("--array-interval", type=float, default=15.0, help="soak: s between arrays")
