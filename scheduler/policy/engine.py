@@ -775,7 +775,8 @@ class _Cycle:
         if key is not None and at is None and self.epoch == epoch:
             # With FIFO within a queue, a job submitted later than one that failed fails too
             # (fewer jobs were submitted after it); one submitted earlier may not.
-            mine = (job.submitted_at, job.id) if self.th and self.cfg.las_fifo_one_node else ()
+            by_submit = self.cfg.las_fifo_one_node or self.cfg.las_defragment
+            mine = (job.submitted_at, job.id) if self.th and by_submit else ()
             self.fail_cache[key] = (epoch, why, mine)
         self.pendings.append(Pending(job.id, why, at))
 
@@ -1092,10 +1093,22 @@ class _Cycle:
         # FIFO within a queue (LAS): a one-node job may also preempt jobs of its own queue
         # submitted after it. Gangs do not: on the ITP trace that more than doubled lost work.
         fifo = bool(self.th) and self.cfg.las_fifo_one_node and w == 1 and reclaim_team is None
-        fail_key = (prio, reclaim_team is not None, fifo)
+        # Defragmenting (LAS): a gang blocked only by fragmentation (enough GPUs free in total)
+        # may move jobs of its class submitted after it, in any queue, if they fit in the GPUs
+        # left free elsewhere: they restart at once there and whole nodes drain for the gang.
+        base_view = (ms.long or ms.now)["all"]
+        defrag = (
+            bool(self.th)
+            and self.cfg.las_defragment
+            and w > 1
+            and reclaim_team is None
+            and base_view.group_free(0) >= w * g
+        )
+        fail_key = (prio, reclaim_team is not None, fifo, defrag)
         # A job of the same or a smaller shape failed, so this one fails too; with FIFO within
-        # a queue, only if that job was submitted no later (fewer jobs came after it).
-        mine = (job.submitted_at, job.id) if fifo else ()
+        # a queue or defragmenting, only if that job was submitted no later (fewer jobs came
+        # after it).
+        mine = (job.submitted_at, job.id) if fifo or defrag else ()
         failed = ms.pre_failed.get(fail_key, ())
         if any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
             return None
@@ -1107,6 +1120,7 @@ class _Cycle:
             and not self.has_elastic
             and not self.has_releasing
             and (lowest is None or lowest > prio or (lowest == prio and not fifo))
+            and not defrag
         ):
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
@@ -1116,6 +1130,7 @@ class _Cycle:
             and not ms.releasing
             and not ms.elastic
             and not any(p < prio or (fifo and p == prio) for p in ms.victims)
+            and not defrag
         ):
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
@@ -1170,6 +1185,20 @@ class _Cycle:
                     continue
                 cands.append((2, lost, rid, run, dict(run.on), None, None))
                 later.add(rid)
+        if defrag:
+            levels = len(self.th) + 1
+            top = self.classes.get(job.priority_class, 0) * levels + levels - 1
+            for p in sorted(ms.victims):
+                if p < prio or p > top:
+                    continue  # lower queues are ordinary victims; higher classes are not moved
+                for lost, rid, run in ms.victims[p]:
+                    sub = run.job.submitted_at
+                    if sub is None or (sub, rid) <= mine or rid in gone:
+                        continue
+                    if reserved and any(i in reserved for i in run.on):
+                        continue
+                    cands.append((2, lost, rid, run, dict(run.on), None, None))
+                    later.add(rid)
         if reclaim_team is not None:
             for p in sorted(ms.victims):
                 if p < prio:
@@ -1252,6 +1281,9 @@ class _Cycle:
                 chosen.remove(c)
                 for i, k in c[4].items():
                     freed[i] -= k
+        if defrag and not self.moves_fit(chosen, later, base, take, cap):
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
+            return None
         # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
         grace = self.cfg.preemption_grace_s
         at = now
@@ -1281,6 +1313,12 @@ class _Cycle:
                     f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
                     f"GPUs and has received less GPU service than {c[2]}, which loses the "
                     "least work since its last checkpoint"
+                )
+            elif c[2] in later and defrag:
+                reason = (
+                    f"defragment: {job.id} needs {w}x{g} {model} GPUs, as many are free but "
+                    f"spread across nodes; {c[2]}, submitted after it, can restart on the GPUs "
+                    "left free on other nodes"
                 )
             elif c[2] in later:
                 reason = (
@@ -1335,6 +1373,30 @@ class _Cycle:
         else:
             when = f"expected at t={_fmt_t(at)}"
         return f"{'; '.join(parts)} ({when})", at
+
+    @staticmethod
+    def moves_fit(chosen: list, later: set[str], base: Index, take: dict[int, int], cap: int):
+        """Defragmenting: every moved job's workers fit, node by node, in the GPUs that stay
+        free outside the gang's nodes (largest workers first, into the largest holes)."""
+        workers = []
+        for c in chosen:
+            if c[2] in later:
+                job = c[3].job
+                workers.extend([job.gpus_per_worker] * job.workers)
+        if not workers:
+            return True
+        holes = sorted(
+            (min(k, cap) for i, k in base.cnt.items() if k and i not in take), reverse=True
+        )
+        for need in sorted(workers, reverse=True):
+            for h, room in enumerate(holes):
+                if room >= need:
+                    holes[h] = room - need
+                    break
+            else:
+                return False
+            holes.sort(reverse=True)
+        return True
 
     @staticmethod
     def cheapest_node(cands: list, base: Index, g: int) -> list | None:

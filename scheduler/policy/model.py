@@ -81,6 +81,10 @@ class Config:
     # preemptible jobs submitted after it (FIFO within a queue, as Tiresias orders a queue):
     # backfilled work yields to older work of the same service level (docs/policy.md rule 1a).
     las_fifo_one_node: bool = True
+    # With LAS queues: a gang blocked only by fragmentation (enough GPUs free in total) may
+    # move preemptible jobs of its class submitted after it, whatever their queue, when they
+    # fit in the GPUs left free on other nodes (docs/policy.md rule 1a).
+    las_defragment: bool = True
     # With LAS queues: a blocked job that preemptible jobs in higher queues could make room for
     # gets an EASY reservation (which holds GPUs idle) only after waiting this long in total;
     # 0 = always (docs/policy.md rule 5). On the ITP trace holding GPUs for fresh jobs cost

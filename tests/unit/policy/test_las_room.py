@@ -110,3 +110,44 @@ def test_reservation_after_the_wait_or_when_off_or_without_preemption():
     s = _peer_holds_the_node()
     s = replace(s, running=(replace(s.running[0], preemptible=False),))
     assert [(r.job, r.at) for r in decide(s).reserve] == [("big", NOW + 5000)]
+
+
+def _spread_gang(**config):
+    # 'big' (2 x 8) waits with 16 GPUs free, but none of the three nodes is whole.
+    running = [
+        run("a", {"n1": range(3)}, pc="normal", started=NOW - 100, submitted=900.0),
+        run("b", {"n2": range(1)}, pc="normal", started=NOW - 100, submitted=950.0),
+        run("c", {"n3": range(4)}, pc="normal", started=NOW - 100, preemptible=False),
+    ]
+    nodes = [node("n1", range(3, 8)), node("n2", range(1, 8)), node("n3", range(4, 8))]
+    pending = [job("big", 2, 8, pc="normal", submitted=500.0)]
+    config.setdefault("las_thresholds_gpu_s", TH)
+    return snap(nodes, pending, running, now=NOW, **config)
+
+
+def test_fragmented_gang_moves_later_jobs_that_fit_elsewhere():
+    s = _spread_gang()
+    d = decide(s)
+    check_invariants(s, d)
+    assert sorted(p.job for p in d.preempt) == ["a", "b"]
+    assert all(p.reason.startswith("defragment: big needs 2x8 h100 GPUs") for p in d.preempt)
+    assert [(r.job, r.nodes) for r in d.reserve] == [("big", ("n1", "n2"))]
+
+
+def test_gang_defragment_needs_the_knob_room_elsewhere_and_later_submissions():
+    assert not decide(_spread_gang(las_defragment=False)).preempt
+    s = _spread_gang()
+    # 'a' submitted before 'big': n1 cannot be emptied, and n3 holds a non-preemptible job.
+    early = replace(s.running[0], submitted_at=100.0)
+    assert not decide(replace(s, running=(early, *s.running[1:]))).preempt
+    # A 4-GPU 'a' needs a 4-GPU hole elsewhere; the other free GPUs are 3 on n3 and 2 on n4.
+    a4 = replace(s.running[0], placement={"n1": (0, 1, 2, 3)}, gpus_per_worker=4)
+    c5 = replace(s.running[2], placement={"n3": (0, 1, 2, 3, 4)}, gpus_per_worker=5)
+    d6 = run("d", {"n4": range(6)}, pc="normal", started=NOW - 100, preemptible=False)
+    nodes = (node("n1", range(4, 8)), s.nodes[1], node("n3", range(5, 8)), node("n4", (6, 7)))
+    assert not decide(replace(s, nodes=nodes, running=(a4, s.running[1], c5, d6))).preempt
+    # With 4 free on n3 instead, both fit and move.
+    c4 = replace(s.running[2], placement={"n3": (0, 1, 2, 3)}, gpus_per_worker=4)
+    nodes = (node("n1", range(4, 8)), s.nodes[1], node("n3", range(4, 8)), node("n4", (6, 7)))
+    d = decide(replace(s, nodes=nodes, running=(a4, s.running[1], c4, d6)))
+    assert sorted(p.job for p in d.preempt) == ["a", "b"]

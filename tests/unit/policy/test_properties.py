@@ -294,7 +294,8 @@ def test_backfill_never_delays_any_reservation(s, k):
 def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
     """With LAS queues, an ``attained service`` preemption names a preemptor of the victim's
     class in a strictly lower queue, a ``submission order`` one a one-worker preemptor of the
-    victim's class and queue submitted before it; a victim is never non-preemptible."""
+    victim's class and queue submitted before it, a ``defragment`` one a preemptor of the
+    victim's class submitted before it; a victim is never non-preemptible."""
     s = replace(s, config=replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0)))
     th = s.config.las_thresholds_gpu_s
     d = decide(s)
@@ -319,6 +320,11 @@ def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
             )
             mine = by.attained_service_s * by.workers * by.gpus_per_worker
             assert queue(served) == queue(mine)
+            continue
+        if p.reason.startswith("defragment: "):
+            by = pending[p.reason.split()[1]]
+            assert by.priority_class == victim.priority_class and victim.submitted_at is not None
+            assert (victim.submitted_at, victim.id) > (by.submitted_at, by.id)
             continue
         if not p.reason.startswith("attained service: "):
             continue
