@@ -6,7 +6,8 @@ groups it may hear: its own teams' groups for ``jobs``, the shared (anonymised) 
 and, for platform admins, the admin group for ``cluster``, the cluster utilization group for
 ``utilization``. An unknown topic is answered with an error frame and otherwise ignored.
 Anonymous connections are refused. The consumer never writes to the database and takes no
-commands: it only relays what the loop, the services and ingest publish.
+commands: it only relays what the loop, the services and ingest publish, which reach it through
+the server loop's hub (``frontend/hub.py``), not through a channel of its own.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from channels.layers import InMemoryChannelLayer
 
 from scheduler import streams
+
+from .hub import hub
 
 MAX_TOPICS_LENGTH = 200
 
@@ -46,17 +48,24 @@ def _groups_for(user, topics: list[str]) -> list[str]:
 
 
 class StreamConsumer(AsyncJsonWebsocketConsumer):
+    # No channel of its own: the server loop's hub listens on the channel layer for every socket
+    # and pushes each message's text into this socket's queue (frontend/hub.py).
+    channel_layer_alias = None
+    QUEUE_MAX = 1000
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if isinstance(self.channel_layer, InMemoryChannelLayer):
-            streams.register_server_loop(asyncio.get_running_loop())
         topics, unknown = parse_topics(self.scope.get("query_string", b""))
         self.joined = await _groups_for(user, topics)
-        for group in self.joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=self.QUEUE_MAX)
+        self.hub = hub()
+        # Joined before the hello: whatever is published after it reaches this socket (the
+        # portal re-reads its state on hello), queued until the writer starts below.
+        if self.hub is not None:
+            await self.hub.join(self, self.joined)
         await self.accept()
         await self.send_json({"type": "hello", "groups": len(self.joined), "topics": topics})
         if unknown:
@@ -68,10 +77,32 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
                     f"known: {', '.join(streams.TOPICS)}",
                 }
             )
+        self.writer = asyncio.get_running_loop().create_task(self._write())
+
+    def push(self, text: str) -> None:
+        """Called by the hub for each message of this socket's groups."""
+        try:
+            self.queue.put_nowait(text)
+        except asyncio.QueueFull:  # the client stopped reading: let it reconnect and resync
+            if not getattr(self, "closing", False):
+                self.closing = True
+                asyncio.get_running_loop().create_task(self.close(code=4408))
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self.send(text_data=await self.queue.get())
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the socket went away under us; disconnect cleans up
+            return
 
     async def disconnect(self, code):
-        for group in getattr(self, "joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        if getattr(self, "hub", None) is not None:
+            await self.hub.leave(self, self.joined)
+        writer = getattr(self, "writer", None)
+        if writer is not None:
+            writer.cancel()
 
     async def receive_json(self, content, **kwargs):
         # The stream is one-way: clients cannot send commands over it.
@@ -82,7 +113,3 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
             await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
         except ValueError:  # not JSON (or binary): the same answer, not a crash
             await self.receive_json(None)
-
-    async def stream_message(self, event):
-        # Serialised once by the publisher, not once per socket.
-        await self.send(text_data=event["text"])

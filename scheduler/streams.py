@@ -208,7 +208,8 @@ def _send_many(messages: list[tuple[str, dict]]) -> None:
 async def _deliver(layer, frames: dict[str, list[str]]) -> None:
     async def to_group(group: str, texts: list[str]) -> None:
         for text in texts:  # in order within a group; the groups go out side by side
-            await layer.group_send(group, {"type": "stream.message", "text": text})
+            # "group" lets one listener per server loop (frontend/hub.py) route the message.
+            await layer.group_send(group, {"type": "stream.message", "group": group, "text": text})
 
     results = await asyncio.gather(
         *(to_group(group, texts) for group, texts in frames.items()), return_exceptions=True
