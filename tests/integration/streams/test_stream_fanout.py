@@ -274,3 +274,60 @@ def test_a_publication_from_another_thread_arrives_promptly(layer, platform):
         await ws.disconnect()
 
     async_to_sync(run)()
+
+
+def test_one_hub_per_loop_leaves_its_groups_with_the_last_socket(layer, platform):
+    from frontend import hub as hubs
+
+    alice, bob = platform["alice"], platform["bob"]
+    vision = alice.memberships.get().team
+    sockets = [_socket(alice, "?topics=jobs"), _socket(alice, "?topics=jobs"), _socket(bob)]
+
+    async def run():
+        for ws in sockets:
+            await _open(ws)
+        hub = hubs._hubs[asyncio.get_running_loop()]  # noqa: SLF001
+        team = streams.team_group(vision.pk)
+        assert len(hub.members[team]) == 2 and hub.channel is not None
+        channel_layer = hub.layer
+        for ws in sockets:
+            await ws.disconnect()
+        assert hub.members == {} and hub.channel is None
+        # Nothing of this loop is left in the layer's group.
+        if layer == "memory":
+            assert not channel_layer.groups.get(team)
+        else:
+            connection = channel_layer.connection(channel_layer.consistent_hash(team))
+            assert await connection.zcard(channel_layer._group_key(team)) == 0  # noqa: SLF001
+
+    async_to_sync(run)()
+
+
+def test_a_socket_that_stops_reading_is_closed_and_the_others_still_hear(layer, platform):
+    from frontend import hub as hubs
+
+    alice = platform["alice"]
+    vision = alice.memberships.get().team
+    stalled, reader = _socket(alice, "?topics=jobs"), _socket(alice, "?topics=jobs")
+
+    async def run():
+        await _open(stalled)
+        hub = hubs._hubs[asyncio.get_running_loop()]  # noqa: SLF001
+        (consumer,) = hub.members[streams.team_group(vision.pk)]
+        # Fill its queue without yielding, as for a client that stopped reading.
+        for i in range(consumer.QUEUE_MAX + 1):
+            consumer.push(f'{{"type": "test", "n": {i}}}')
+        sent = 0
+        while True:
+            output = await stalled.receive_output(timeout=5)
+            if output["type"] == "websocket.close":
+                break
+            sent += 1
+        assert output["code"] == 4408
+        assert sent <= consumer.QUEUE_MAX
+        await _open(reader)
+        await database_sync_to_async(lambda: _submit(alice, "vision", "after-the-stall"))()
+        assert "after-the-stall" in repr(await _drain(reader, expect=True))
+        await reader.disconnect()
+
+    async_to_sync(run)()
