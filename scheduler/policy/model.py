@@ -67,7 +67,9 @@ class Config:
     # so fair share does not dominate ordering between (nearly) equal teams.
     fair_share_band: float = 2.0
     # At most this many capacity-blocked jobs try preemption per cycle (bounds the cycle's cost).
-    max_preemption_attempts: int = 16
+    # 8 rather than 16: on the ITP trace with LAS queues fewer plans per cycle preempted less
+    # for jobs the next releases would have served (average wait -3 %, preemptions -23 %).
+    max_preemption_attempts: int = 8
     # Least-attained-service queues inside a priority class (Tiresias-like, docs/policy.md):
     # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
     # as if it were in a lower class than its peers below the threshold. () turns it off.
