@@ -161,7 +161,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Each web process has one listener that receives every group's messages
+            # (frontend/hub.py), so its channel must hold a burst across many teams.
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "capacity": env.int("CHANNEL_LAYER_CAPACITY", default=1000),
+            },
         }
     }
     CACHES = {

@@ -18,9 +18,9 @@ mkdir -p "$RUN"
 export DATABASE_URL="$PG/$DB"
 export REDIS_URL=${LOAD_REDIS:-redis://127.0.0.1:6379/9}
 export DATABASE_CONN_MAX_AGE=${CONN_MAX_AGE:-0}
-# A bounded connection pool per process (0 = none): see benchmarks/load/settings_load.py.
+# A bounded connection pool per process (0 = none): see docs/deploy.md.
 export DATABASE_POOL_MAX_SIZE=${POOL_MAX:-8}
-export DJANGO_SETTINGS_MODULE=benchmarks.load.settings_load
+export DJANGO_SETTINGS_MODULE=gpuplatform.settings
 export DJANGO_SECRET_KEY=load-test-only-not-secret
 export DJANGO_SECURE_COOKIES=false
 export LOG_LEVEL=WARNING
