@@ -159,6 +159,7 @@ def _config(value: Any, path: str) -> Config:
         "preemption_grace_s",
         "default_runtime_s",
         "las_reserve_after_s",
+        "las_fifo_after_s",
     ):
         if key in d:
             kw[key] = _num(d[key], _join(path, key), minimum=0)

@@ -1090,9 +1090,16 @@ class _Cycle:
             t, q = chain[0]
             if self.used.get((t, model), 0) + need <= q.guaranteed:
                 reclaim_team = (t, q)
-        # FIFO within a queue (LAS): a one-node job may also preempt jobs of its own queue
-        # submitted after it. Gangs do not: on the ITP trace that more than doubled lost work.
-        fifo = bool(self.th) and self.cfg.las_fifo_one_node and w == 1 and reclaim_team is None
+        # FIFO within a queue (LAS): a one-node job that has waited las_fifo_after_s may also
+        # preempt jobs of its own queue submitted after it. Gangs do not: on the ITP trace that
+        # more than doubled lost work.
+        fifo = (
+            bool(self.th)
+            and self.cfg.las_fifo_one_node
+            and w == 1
+            and reclaim_team is None
+            and now - job.submitted_at - job.attained_service_s >= self.cfg.las_fifo_after_s
+        )
         # Defragmenting (LAS): a gang blocked only by fragmentation (enough GPUs free in total)
         # may move jobs of its class submitted after it, in any queue, if they fit in the GPUs
         # left free elsewhere: they restart at once there and whole nodes drain for the gang.

@@ -83,6 +83,9 @@ class Config:
     # preemptible jobs submitted after it (FIFO within a queue, as Tiresias orders a queue):
     # backfilled work yields to older work of the same service level (docs/policy.md rule 1a).
     las_fifo_one_node: bool = True
+    # ... once the job has waited this long in total: a job that would start within minutes
+    # anyway does not preempt (at 128 x 8 on the ITP trace an immediate rule cost waiting).
+    las_fifo_after_s: float = 600.0
     # With LAS queues: a gang blocked only by fragmentation (enough GPUs free in total) may
     # move preemptible jobs of its class submitted after it, whatever their queue, when they
     # fit in the GPUs left free on other nodes (docs/policy.md rule 1a).
