@@ -171,7 +171,7 @@ if REDIS_URL:
     }
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "gpuplatform.cache.ProcessSharedRedisCache",
             "LOCATION": REDIS_URL,
         }
     }

@@ -78,13 +78,20 @@ def publish_job(job: Job, placement: dict[str, list[int]] | None = None) -> None
     streams.publish(streams.team_group(job.team_id), job_payload(job, placement))
 
 
-def _validate_request(req: JobRequest, *, user) -> tuple[Team, GpuModel | None, PriorityClass]:
+def _validate_request(
+    req: JobRequest, *, user, target: tuple[str, Team | None, str | None] | None = None
+) -> tuple[Team, GpuModel | None, PriorityClass]:
+    """``target``: ``(slug, team, role)`` as ``submission_target`` answered it earlier in the same
+    request (the team rate limit looks it up first); used only when the slug is the request's."""
     errors: dict[str, list[str]] = {}
 
     def err(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
 
-    team, role = submission_target(user, req.team)
+    if target is not None and target[0] == req.team:
+        team, role = target[1], target[2]
+    else:
+        team, role = submission_target(user, req.team)
     if team is None:
         # Not telling apart "no such team" from "not yours" keeps other teams' names private.
         err("team", f"you are not a member of a team '{req.team}'")
@@ -176,13 +183,16 @@ def job_fields(
     }
 
 
-def job_submit(*, user, request: JobRequest) -> Job:
+def job_submit(
+    *, user, request: JobRequest, target: tuple[str, Team | None, str | None] | None = None
+) -> Job:
     """Validate and queue a job. All-or-nothing: on any error nothing is written.
 
     Raises :class:`FieldErrors` naming each bad field. Triggers a scheduling cycle after commit.
+    ``target`` is the caller's team and role when already looked up (see ``_validate_request``).
     """
     with transaction.atomic():
-        team, gpu_model, priority = _validate_request(request, user=user)
+        team, gpu_model, priority = _validate_request(request, user=user, target=target)
         from billing.services import budget_check_submission
 
         budget_check_submission(team=team)

@@ -115,6 +115,8 @@ class JobSubmitTeamThrottle(_SettingsRateThrottle):
         if not isinstance(slug, str) or not slug:
             return None
         team, role = submission_target(request.user, slug)
+        # The view validates the same team next; it reuses this answer instead of asking again.
+        request.submission_target = (slug, team, role)
         if team is None or not (is_platform_admin(request.user) or role in SUBMIT_ROLES):
             return None
         return f"throttle_{self.scope}_{team.pk}"

@@ -68,7 +68,9 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         incoming = JobSubmitSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         job = services.job_submit(
-            user=request.user, request=services.JobRequest(**incoming.validated_data)
+            user=request.user,
+            request=services.JobRequest(**incoming.validated_data),
+            target=getattr(request, "submission_target", None),
         )
         # The job just written is the response: a new job holds no GPUs, and its team, submitter,
         # model and class are the objects validation loaded (re-reading it cost two queries).

@@ -30,10 +30,12 @@ def test_a_submission_runs_a_bounded_number_of_queries(platform, submit, team_ra
     with CaptureQueriesContext(connection) as ctx:
         response = submit(platform["alice"], **body)
     assert response.status_code == 201
-    # membership for the team limit, savepoint, membership + role, hard-stop budgets,
-    # INSERT job, INSERT event, release: GPU model, class and node size come from the cache.
+    # membership + role (once: the team limit's answer is reused by validation), savepoint,
+    # hard-stop budgets, INSERT job, INSERT event, release; GPU model, class and node size come
+    # from the cache.
     sql = [q["sql"] for q in ctx.captured_queries]
-    assert len(sql) <= 7, "\n".join(sql)
+    assert len(sql) <= 6, "\n".join(sql)
+    assert sum("tenants_membership" in s for s in sql) == 1
     assert not any("scheduler_gpumodel" in s or "tenants_priorityclass" in s for s in sql)
 
 
