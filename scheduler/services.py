@@ -289,8 +289,6 @@ def _node_for_admin(*, user, node_id: int):
 def _node_changed(node, kind: str, message: str, *, actor=None, before: str = "") -> None:
     from tenants.audit import audit_record
 
-    from .models import NodeEvent
-
     now = timezone.now()
     if actor is not None:
         audit_record(
@@ -301,6 +299,15 @@ def _node_changed(node, kind: str, message: str, *, actor=None, before: str = ""
             after={"state": node.state},
             comment=message,
         )
+    node_event_record(node=node, kind=kind, message=message, now=now)
+
+
+def node_event_record(*, node: Node, kind: str, message: str, now: datetime) -> None:
+    """Record a node event; announce it to admins (``node.event``) and the node's new state to
+    every cluster view (``node.status``), after commit."""
+    from .models import NodeEvent
+
+    message = message[:500]
     NodeEvent.objects.create(node=node, kind=kind, message=message, time=now)
     streams.publish(
         streams.ADMIN_GROUP,
@@ -312,6 +319,17 @@ def _node_changed(node, kind: str, message: str, *, actor=None, before: str = ""
             "time": now.isoformat(),
         },
     )
+    publish_node_status(node=node, now=now)
+
+
+def publish_node_status(*, node: Node, now: datetime) -> None:
+    """The node's state, health and which of its GPUs are in use (never by whom: every signed-in
+    user hears the cluster group), after commit."""
+    in_use = set(
+        Allocation.objects.filter(node=node, ended_at__isnull=True).values_list(
+            "gpu_index", flat=True
+        )
+    )
     streams.publish(
         streams.CLUSTER_GROUP,
         {
@@ -319,7 +337,7 @@ def _node_changed(node, kind: str, message: str, *, actor=None, before: str = ""
             "node": node.name,
             "state": node.state,
             "health": node.health,
-            "gpus": {},
+            "gpus": {str(i): "in use" if i in in_use else "free" for i in range(node.gpu_count)},
             "time": now.isoformat(),
         },
     )

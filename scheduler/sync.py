@@ -31,7 +31,7 @@ from .backends.base import BackendError, BackendJobState
 from .backends.stale_runs import cancel_stale_runs
 from .cycle import _mark_backend, job_requeue
 from .models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
-from .services import event_record, publish_job, release_allocations
+from .services import event_record, node_event_record, publish_job, release_allocations
 from .states import JobState
 
 log = logging.getLogger(__name__)
@@ -165,26 +165,7 @@ def _purge_finished_run(job: Job) -> None:
 
 
 def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
-    NodeEvent.objects.create(node=node, kind=kind, message=message, time=now)
-    payload = {
-        "type": "node.event",
-        "node": node.name,
-        "kind": kind,
-        "message": message,
-        "time": now.isoformat(),
-    }
-    streams.publish(streams.ADMIN_GROUP, payload)
-    streams.publish(
-        streams.CLUSTER_GROUP,
-        {
-            "type": "node.status",
-            "node": node.name,
-            "state": node.state,
-            "health": node.health,
-            "gpus": {},
-            "time": now.isoformat(),
-        },
-    )
+    node_event_record(node=node, kind=kind, message=message, now=now)
 
 
 def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from scheduler import streams
 from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent, NodeState
+from scheduler.services import node_event_record, publish_node_status
 from scheduler.states import JobState
 
 from . import conf
@@ -360,33 +361,11 @@ def telemetry_prune(*, now: datetime, chunk: int = 50_000) -> dict[str, int]:
 
 
 def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
-    """A node event, announced to admins (and the node's new state to the cluster view)."""
-    NodeEvent.objects.create(node=node, kind=kind, message=message[:500], time=now)
-    streams.publish(
-        streams.ADMIN_GROUP,
-        {
-            "type": "node.event",
-            "node": node.name,
-            "kind": kind,
-            "message": message[:500],
-            "time": now.isoformat(),
-        },
-    )
-    _publish_node_status(node, now)
+    node_event_record(node=node, kind=kind, message=message, now=now)
 
 
 def _publish_node_status(node: Node, now: datetime) -> None:
-    streams.publish(
-        streams.CLUSTER_GROUP,
-        {
-            "type": "node.status",
-            "node": node.name,
-            "state": node.state,
-            "health": node.health,
-            "gpus": {},
-            "time": now.isoformat(),
-        },
-    )
+    publish_node_status(node=node, now=now)
 
 
 def node_quarantine_health(*, node: Node, reason: str, now: datetime) -> bool:

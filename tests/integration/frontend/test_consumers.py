@@ -9,9 +9,11 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
+from django.utils import timezone
 
 from gpuplatform.asgi import application
 from scheduler import services, streams
+from scheduler.models import Allocation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,6 +101,9 @@ def test_only_admins_hear_node_events_and_everyone_hears_the_cluster(platform):
     alice, admin = platform["alice"], platform["admin"]
     node = platform["cluster"].nodes.get(name="n1")
 
+    job = _submit(alice, "vision", "alice-secret-vit")
+    Allocation.objects.create(job=job, node=node, gpu_index=2, started_at=timezone.now())
+
     alice_ws, admin_ws = _communicator(alice), _communicator(admin)
 
     async def run():
@@ -112,6 +117,9 @@ def test_only_admins_hear_node_events_and_everyone_hears_the_cluster(platform):
         assert {"node.event", "node.status"} <= admin_types
         assert {f["type"] for f in alice_frames} == {"node.status"}
         assert alice_frames[0]["node"] == "n1" and alice_frames[0]["state"] == "quarantined"
+        # Which GPUs are busy, never whose: another team's job name is not in the frame.
+        assert alice_frames[0]["gpus"] == {str(i): "in use" if i == 2 else "free" for i in range(8)}
+        assert "alice-secret-vit" not in repr(alice_frames)
         await alice_ws.disconnect()
         await admin_ws.disconnect()
 
