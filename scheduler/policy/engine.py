@@ -276,6 +276,7 @@ class _Model:
         "releasing",
         "chains",
         "sizes",
+        "soft_estimated",
     )
 
     def __init__(self, name: str) -> None:
@@ -305,6 +306,7 @@ class _Model:
         self.releasing: list[_Run] = []
         self.chains: dict[str, tuple[tuple[str, Quota], ...]] = {}
         self.sizes: dict[int, int] = {}  # node size (GPUs) -> number of eligible nodes
+        self.soft_estimated = False  # a gated job got a start estimate this cycle
 
 
 class _Topology:
@@ -525,6 +527,7 @@ class _Cycle:
         self._runs_built = False
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
         self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
+        self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
         self._release_heap: list[tuple[float, int]] | None = None
         self._unknown_runs: list[int] = []
 
@@ -772,12 +775,16 @@ class _Cycle:
         if out is None:
             return
         why, at = out
-        if key is not None and at is None and self.epoch == epoch:
+        soft_plain, self.soft_plain = self.soft_plain, None
+        if key is not None and self.epoch == epoch and (at is None or soft_plain is not None):
+            # a start estimate without held GPUs is the first job's only: the next
+            # same-shaped job is told the rest
+            cached = why if at is None else soft_plain
             # With FIFO within a queue, a job submitted later than one that failed fails too
             # (fewer jobs were submitted after it); one submitted earlier may not.
             by_submit = self.cfg.las_fifo_one_node or self.cfg.las_defragment
             mine = (job.submitted_at, job.id) if self.th and by_submit else ()
-            self.fail_cache[key] = (epoch, why, mine)
+            self.fail_cache[key] = (epoch, cached, mine)
         self.pendings.append(Pending(job.id, why, at))
 
     def place_or_plan(self, job: PendingJob) -> tuple[str, float | None] | None:
@@ -848,11 +855,23 @@ class _Cycle:
                 if ms.res_count >= self.cfg.reservations_per_model:
                     continue
                 if self.reserve_later(job, ms, wneed * g):
-                    suffix = (
-                        "; no reservation before it has waited "
+                    # No GPUs held yet; the model's first such job still gets a start estimate
+                    # from the release timeline (an estimate, not a promise).
+                    soft = None
+                    if not ms.soft_estimated:
+                        ms.soft_estimated = True
+                        soft = self.reserve(job, ms, wneed, g, hold=False)
+                    plain = (
+                        "; no GPUs held for it before it has waited "
                         f"{_fmt_s(self.cfg.las_reserve_after_s)} s (preemptible jobs hold enough "
                         "GPUs and change hands by attained service)"
                     )
+                    suffix = plain
+                    if soft is not None:
+                        at = soft
+                        suffix = f"; estimated start t={_fmt_t(soft)}" + plain
+                        # what a same-shaped job after it is told (consider() caches it)
+                        self.soft_plain = "; ".join(reasons) + plain
                     continue
                 got = self.reserve(job, ms, wneed, g)
                 if got is not None:
@@ -985,13 +1004,18 @@ class _Cycle:
                     held += n
         return held >= need
 
-    def reserve(self, job: PendingJob, ms: _Model, w: int, g: int) -> float | None:
-        """Give ``job`` the model's EASY reservation if its gang fits on the release timeline."""
-        if ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
+    def reserve(
+        self, job: PendingJob, ms: _Model, w: int, g: int, hold: bool = True
+    ) -> float | None:
+        """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
+
+        With ``hold=False`` only the start time is computed: nothing is held or emitted."""
+        if hold and ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
             return None
         if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
             return None
-        ms.easy_tries += 1
+        if hold:
+            ms.easy_tries += 1
         long_view = (ms.long or ms.now)["all"]
         base = long_view.cnt
         cap = ms.pools["all"].cap
@@ -1049,6 +1073,8 @@ class _Cycle:
                 si += 1
             if slots >= w:
                 found = t
+        if not hold:
+            return found
         if found is None:
             ms.easy_failed.append((w, g))
             return None

@@ -94,13 +94,26 @@ def _peer_holds_the_node(**config):
 
 
 def test_no_reservation_while_preemptible_work_can_still_make_room():
-    d = decide(_peer_holds_the_node())
+    # 'big' holds nothing (no Reserve), so a short job backfills onto the free GPU; the model's
+    # first gated job still gets a start estimate from the release timeline.
+    s = _peer_holds_the_node()
+    nodes = (node("n1", 0), node("n2", [7], gpus=8))
+    small = job("small", 1, 1, pc="normal", submitted=NOW - 10, est=90_000.0)
+    s2 = replace(s, nodes=nodes, pending=(*s.pending, small))
+    d = decide(s2)
+    check_invariants(s2, d)
     assert not d.reserve and not d.preempt
+    assert [st.job for st in d.start] == ["small"]
     assert why(d, "big").endswith(
-        "; no reservation before it has waited 86400 s (preemptible jobs hold enough GPUs and "
-        "change hands by attained service)"
+        "; estimated start t=105000; no GPUs held for it before it has waited 86400 s "
+        "(preemptible jobs hold enough GPUs and change hands by attained service)"
     )
-    assert d.pending[0].estimated_start is None
+    assert d.pending[0].estimated_start == NOW + 5000
+    # A second gated job of the model gets no estimate (one timeline walk per model and cycle).
+    big2 = replace(s.pending[0], id="big2", submitted_at=NOW - 500)
+    d = decide(replace(s, pending=(*s.pending, big2)))
+    assert why(d, "big2").startswith("needs 8 free h100 GPUs on one node")
+    assert [p.estimated_start for p in d.pending] == [NOW + 5000, None]
 
 
 def test_reservation_after_the_wait_or_when_off_or_without_preemption():
