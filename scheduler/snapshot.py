@@ -189,6 +189,8 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 ),
                 # GPU-seconds of earlier attempts: least-attained-service queues count them.
                 attained_service_s=row["attained_service_s"],
+                # Submission order decides which running jobs a waiting one may move (LAS rules).
+                submitted_at=_ts(row["submitted_at"]),
             )
         )
 
