@@ -1208,9 +1208,10 @@ class _Cycle:
             found += 1
             if found >= limit:
                 break
-        later: set[str] = set()  # same-queue victims submitted after the job
-        if fifo and prio in ms.victims:
-            for lost, rid, run in ms.victims[prio]:
+        later: set[str] = set()  # victims submitted after the job (submission-order rules)
+
+        def add_submitted_later(victims) -> None:
+            for lost, rid, run in victims:
                 sub = run.job.submitted_at
                 if sub is None or (sub, rid) <= mine or rid in gone:
                     continue
@@ -1218,20 +1219,16 @@ class _Cycle:
                     continue
                 cands.append((2, lost, rid, run, dict(run.on), None, None))
                 later.add(rid)
+
+        if fifo and prio in ms.victims:
+            add_submitted_later(ms.victims[prio])
         if defrag:
             levels = len(self.th) + 1
             top = self.classes.get(job.priority_class, 0) * levels + levels - 1
             for p in sorted(ms.victims):
                 if p < prio or p > top:
                     continue  # lower queues are ordinary victims; higher classes are not moved
-                for lost, rid, run in ms.victims[p]:
-                    sub = run.job.submitted_at
-                    if sub is None or (sub, rid) <= mine or rid in gone:
-                        continue
-                    if reserved and any(i in reserved for i in run.on):
-                        continue
-                    cands.append((2, lost, rid, run, dict(run.on), None, None))
-                    later.add(rid)
+                add_submitted_later(ms.victims[p])
         if reclaim_team is not None:
             for p in sorted(ms.victims):
                 if p < prio:

@@ -13,13 +13,7 @@
   var filtered = window.location.search.length > 1;
 
   function setState(row, msg) {
-    var badge = row.querySelector("[data-field=state]");
-    if (badge) {
-      badge.className = "state state-" + msg.state;
-      badge.textContent = GP.STATE_LABELS[msg.state] || msg.state;
-    }
-    var why = row.querySelector("[data-field=why]");
-    if (why) why.textContent = msg.state === "pending" ? msg.why || "" : "";
+    GP.paintJobRow(row, msg);
     row.setAttribute("data-state", msg.state);
   }
 
@@ -201,13 +195,7 @@
       var id = row.getAttribute("data-array");
       if (document.querySelector('[data-array-counts="' + id + '"]')) refresh(id);
       if (!row.closest("table[data-array-members]")) return; // data-live-jobs tables do their own
-      var badge = row.querySelector("[data-field=state]");
-      if (badge) {
-        badge.className = "state state-" + msg.state;
-        badge.textContent = GP.STATE_LABELS[msg.state] || msg.state;
-      }
-      var why = row.querySelector("[data-field=why]");
-      if (why) why.textContent = msg.state === "pending" ? msg.why || "" : "";
+      GP.paintJobRow(row, msg);
     });
   });
 

@@ -21,6 +21,17 @@
     cancelled: "Cancelled"
   };
   GP.LIVE_STATES = ["pending", "running", "preempted"];
+  // A job row's state badge and "why pending" cell from a job.status payload (job tables and
+  // array member tables share the markup).
+  GP.paintJobRow = function (row, msg) {
+    var badge = row.querySelector("[data-field=state]");
+    if (badge) {
+      badge.className = "state state-" + msg.state;
+      badge.textContent = GP.STATE_LABELS[msg.state] || msg.state;
+    }
+    var why = row.querySelector("[data-field=why]");
+    if (why) why.textContent = msg.state === "pending" ? msg.why || "" : "";
+  };
   var topics = [];
   GP.want = function () {
     Array.prototype.forEach.call(arguments, function (topic) {
