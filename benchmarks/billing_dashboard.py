@@ -43,6 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.scratch_db import create_database, drop_database  # noqa: E402
+
 MONTH_START = datetime(2026, 12, 1, tzinfo=UTC)
 HOURS = 744
 TEAM_WEIGHTS = {  # leaf team -> share of usage
@@ -65,25 +67,6 @@ PARENTS = {
     "platform": ["infra", "data", "security", "health"],
 }
 MODELS = [("h100-80gb", Decimal("4.00"), Decimal("1.60")), ("a100-40gb", Decimal("2.00"), None)]
-
-
-def _admin_dsn(server: str) -> str:
-    return f"{server.rstrip('/')}/postgres"
-
-
-def create_database(server: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_dsn(server), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def drop_database(server: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_dsn(server), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def setup_django(server: str, name: str) -> None:

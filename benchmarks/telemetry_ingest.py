@@ -40,26 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.scratch_db import create_database, drop_database  # noqa: E402
+
 NODES, GPUS = 1000, 8
-
-
-def _admin_dsn(server: str) -> str:
-    return f"{server.rstrip('/')}/postgres"
-
-
-def create_database(server: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_dsn(server), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def drop_database(server: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_dsn(server), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def setup_django(server: str, name: str, *, migrate: bool) -> None:

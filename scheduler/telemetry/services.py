@@ -364,10 +364,6 @@ def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
     node_event_record(node=node, kind=kind, message=message, now=now)
 
 
-def _publish_node_status(node: Node, now: datetime) -> None:
-    publish_node_status(node=node, now=now)
-
-
 def node_quarantine_health(*, node: Node, reason: str, now: datetime) -> bool:
     """Quarantine a ready or draining node on a health rule, with a probation of
     ``SCHEDULER_PROBATION_SECONDS``; the loop releases it after probation once its health is
@@ -519,7 +515,7 @@ def health_evaluate(*, now: datetime, node_ids: list[int] | None = None) -> dict
             node.health = verdict.score
             changed.append(node)
             if moved_far:
-                _publish_node_status(node, now)
+                publish_node_status(node=node, now=now)
     with transaction.atomic():
         if changed:
             Node.objects.bulk_update(changed, ["health"])
