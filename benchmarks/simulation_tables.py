@@ -39,7 +39,7 @@ ALL = (
     "tiresias",
     "gpuplatform",
     "gpuplatform-nolas",
-    "gpuplatform-res4",
+    "gpuplatform-res1",
 )
 # The published reference simulator on cluster04, submission_time <= 2246340, 80 x 8 GPUs.
 REFERENCE = {"fifo": (23022.6, 6413.5), "sjf": (18524.9, 1915.9)}

@@ -26,7 +26,7 @@ One cycle, in order (docs/policy.md explains each rule and default):
    so the job is reported pending ("waiting for N preempted GPUs ...") with a reservation at the
    end of the grace period; those GPUs are never handed to another job in the same cycle.
 4. Otherwise the highest-ranked blocked jobs of each GPU model (``reservations_per_model``,
-   default 1) get an EASY-backfill reservation each at the earliest time the running jobs'
+   default 4) get an EASY-backfill reservation each at the earliest time the running jobs'
    expected ends free enough GPUs (a later reservation never counts on GPUs or releases an
    earlier one counts on); with LAS queues, not before a job has waited ``las_reserve_after_s``
    while preemptible work could make room. Lower-ranked jobs start only on GPUs no reservation

@@ -14,8 +14,8 @@ from .traces import TraceJob
 POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
 # Extra, clearly-labelled variants (not in the default comparison): the engine with its
 # least-attained-service queues switched off (the default before they existed), and the engine
-# with four EASY reservations per GPU model.
-VARIANTS = ("gpuplatform-nolas", "gpuplatform-res4")
+# with one EASY reservation per GPU model (the default before it was four).
+VARIANTS = ("gpuplatform-nolas", "gpuplatform-res1")
 
 
 def make_policy(name: str) -> Policy:
@@ -34,7 +34,7 @@ def make_policy(name: str) -> Policy:
 
         if name == "gpuplatform-nolas":
             return GpuPlatformPolicy(Config(las_thresholds_gpu_s=()), name=name)
-        return GpuPlatformPolicy(Config(reservations_per_model=4), name=name)
+        return GpuPlatformPolicy(Config(reservations_per_model=1), name=name)
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 

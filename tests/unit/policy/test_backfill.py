@@ -100,7 +100,11 @@ def test_several_reservations_per_model_drain_nodes_and_never_promise_gpus_twice
     pending = [job("big1", 1, 8, submitted=1), job("big2", 1, 8, submitted=2)] + [
         job(f"s{i}", 1, 1, est=10_000.0, submitted=10 + i) for i in range(12)
     ]
-    one = decide(snap(nodes, pending, running, queue_order="fifo", preemption=False))
+    one = decide(
+        snap(
+            nodes, pending, running, queue_order="fifo", preemption=False, reservations_per_model=1
+        )
+    )
     assert [(r.job, r.at, r.nodes) for r in one.reserve] == [("big1", 2000.0, ("n1",))]
     assert len(one.start) == 10  # the small jobs take every free GPU: nothing drains for big2
     s = snap(
