@@ -328,6 +328,8 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
     would rewrite thousands of rows every cycle as reservations shift slightly.
     """
     wanted: dict[int, tuple[str, datetime | None]] = {}
+    # Jobs of one shape waiting for one reason share the engine's text: convert each text once.
+    shown_why: dict[str, str] = {}
     for item in decisions.pending:
         job_pk = index.job_pk.get(item.job)
         if job_pk is None:
@@ -335,7 +337,10 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
         estimate = None
         if item.estimated_start is not None:
             estimate = datetime.fromtimestamp(round(item.estimated_start / 60) * 60, tz=UTC)
-        wanted[job_pk] = (_humanize_times(item.why)[:2000], estimate)
+        why = shown_why.get(item.why)
+        if why is None:
+            why = shown_why[item.why] = _humanize_times(item.why)[:2000]
+        wanted[job_pk] = (why, estimate)
     if not wanted:
         return 0
     changed: list[tuple[int, str, datetime | None, int, str, str]] = []
