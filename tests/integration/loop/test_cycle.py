@@ -225,3 +225,29 @@ def test_elastic_job_grows_to_its_maximum_once_and_stays(platform, submit):
     run_cycle()
     assert JobEvent.objects.filter(job=job, kind="resized").count() == resizes
     assert Allocation.objects.filter(job=job, ended_at__isnull=True).count() == live
+
+
+def test_snapshot_times_are_exactly_the_rows_timestamps(platform, submit):
+    # PostgreSQL computes epoch seconds itself (snapshot._seconds_of); they must equal what
+    # datetime.timestamp() gives for the same rows, to the last bit, or ordering ties could flip.
+    ids = [
+        submit(platform["alice"], name=f"t{i}", gpus_per_worker=8).json()["id"] for i in range(2)
+    ]
+    run_cycle()
+    odd = timezone.now().replace(microsecond=123457) - timedelta(days=3, seconds=0.5)
+    Job.objects.filter(pk=ids[0]).update(
+        started_at=odd, last_checkpoint_at=odd + timedelta(microseconds=1)
+    )
+    submit(platform["alice"], name="waits", gpus_per_worker=8, workers=64)
+    snapshot, _ = build_snapshot(now=timezone.now())
+    rows = {str(j.pk): j for j in Job.objects.all()}
+    assert snapshot.running and snapshot.pending
+    for r in snapshot.running:
+        row = rows[r.id]
+        assert r.started_at == row.started_at.timestamp()
+        assert r.submitted_at == row.submitted_at.timestamp()
+        expected_checkpoint = row.last_checkpoint_at.timestamp() if row.last_checkpoint_at else None
+        assert r.last_checkpoint_at == expected_checkpoint
+    assert any(r.started_at == odd.timestamp() for r in snapshot.running)
+    for p in snapshot.pending:
+        assert p.submitted_at == rows[p.id].submitted_at.timestamp()
