@@ -19,6 +19,7 @@ use. This under-uses the alternatives; the default openb list has no such job.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 
@@ -116,6 +117,11 @@ class GpuPlatformPolicy:
         self._running: dict[int, tuple[int, float, RunningJob]] = {}
         self._pending: dict[int, tuple[tuple, PendingJob]] = {}
         self._finished_seen = 0
+        # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index),
+        # one live entry per run, so finding the earliest crossing does not scan every running
+        # job; entries of runs that ended are dropped when they reach the top.
+        self._demotions: list[tuple[float, int, int, int]] = []
+        self._demotion_run: dict[int, int] = {}  # job idx -> run id with an entry in the heap
         self.resizes_ignored = 0
         self.last_decisions = None
 
@@ -152,15 +158,37 @@ class GpuPlatformPolicy:
             self.predictor.observe(job.tenant, job.gpus, job.duration)
         self._finished_seen = len(finished)
 
-    def _next_demotion(self, job: SimJob, now: float) -> float:
-        # attained GPU-s as the engine computes it: (executed_s + now - run_start) x GPUs
-        if not self.las:
-            return float("inf")
-        base = job.run_start - job.executed_s
-        for th in self.las:
-            t = base + th / job.gpus
+    def _crossing(self, job: SimJob, k: int) -> float:
+        # when the run's attained GPU-s, (executed_s + now - run_start) x GPUs, reaches
+        # threshold k
+        return job.run_start - job.executed_s + self.las[k] / job.gpus
+
+    def _track_demotions(self, job: SimJob) -> None:
+        if self.las and self._demotion_run.get(job.idx) != job.run_id:
+            self._demotion_run[job.idx] = job.run_id
+            heapq.heappush(self._demotions, (self._crossing(job, 0), job.idx, job.run_id, 0))
+
+    def _next_demotion(self, sim: Simulator, now: float) -> float:
+        """The earliest time after ``now`` at which a running job crosses a LAS threshold
+        (plus 1 us, so that it has crossed), or inf."""
+        heap = self._demotions
+        jobs = sim.jobs
+        while heap:
+            t, idx, run_id, k = heap[0]
+            job = jobs[idx]
+            if job.state != "running" or job.run_id != run_id:
+                heapq.heappop(heap)
+                continue
             if t > now:
                 return t + 1e-6
+            # crossed already: its next threshold still ahead, if any
+            while t <= now and k + 1 < len(self.las):
+                k += 1
+                t = self._crossing(job, k)
+            if t > now:
+                heapq.heapreplace(heap, (t, idx, run_id, k))
+            else:
+                heapq.heappop(heap)
         return float("inf")
 
     def _running_job(self, sim: Simulator, job: SimJob) -> RunningJob:
@@ -241,12 +269,27 @@ class GpuPlatformPolicy:
         """The engine's view of the simulator now (no future durations in it)."""
         self._observe_finished(sim)
         self._sync_nodes(sim)
-        running = tuple(self._running_job(sim, j) for j in sim.running.values())
-        for idx in [i for i in self._running if i not in sim.running]:
-            del self._running[idx]
+        # The validity test of _running_job, inlined: this runs for every running job per call.
+        cache = self._running
+        rebuild = self._running_job
+        sim_now = sim.now
+        running = []
+        for j in sim.running.values():
+            c = cache.get(j.idx)
+            if c is None or c[0] != j.run_id or sim_now >= c[1] or c[2].releasing_at != j.stop_at:
+                running.append(rebuild(sim, j))
+                self._track_demotions(j)
+            else:
+                running.append(c[2])
+        running = tuple(running)
+        # every running job has an entry now, so entries of gone jobs exist only if it is larger
+        if len(cache) > len(sim.running):
+            for idx in [i for i in cache if i not in sim.running]:
+                del cache[idx]
         pending = tuple(self._pending_job(j, now) for j in sim.pending.values())
-        for idx in [i for i in self._pending if i not in sim.pending]:
-            del self._pending[idx]
+        if len(self._pending) > len(sim.pending):
+            for idx in [i for i in self._pending if i not in sim.pending]:
+                del self._pending[idx]
         teams = tuple(Team(name=t, usage_gpu_s=u) for t, u in sim.tenant_usage.items())
         return Snapshot(
             now=now,
@@ -269,10 +312,12 @@ class GpuPlatformPolicy:
             sim.preempt(by_id[p.job], p.grace_s, p.reason)
         index = self._node_index
         for s in decisions.start:
-            sim.start(by_id[s.job], {index[name]: tuple(g) for name, g in s.placement.items()})
+            job = by_id[s.job]
+            if sim.start(job, {index[name]: tuple(g) for name, g in s.placement.items()}):
+                self._track_demotions(job)
         self.resizes_ignored += len(decisions.resize)
         if self.las and sim.pending:
             # a running job crossing a LAS threshold may now be preempted: look again then
-            wake = min((self._next_demotion(j, now) for j in sim.running.values()), default=None)
-            if wake is not None and wake != float("inf"):
+            wake = self._next_demotion(sim, now)
+            if wake != float("inf"):
                 sim.wake_at(wake)
