@@ -52,6 +52,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
+from operator import itemgetter
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
@@ -82,6 +83,8 @@ _MAX_NODE_CANDIDATES = 1024
 # cannot get one (their GPUs are held by jobs without an expected end) may cost this many extra
 # tries in all.
 _EXTRA_RESERVATION_TRIES = 3
+# Preemption candidates sort by (kind, cost, job id); never by the rest (unorderable).
+_KIND_COST_ID = itemgetter(0, 1, 2)
 
 
 def _fmt_t(t: float) -> str:
@@ -405,6 +408,44 @@ def _topology(eligible: list[Node]) -> _Topology:
     return topo
 
 
+# Per running job, facts of the previous call that stay true while the caller passes the same
+# RunningJob object (the simulator and the live loop rebuild a job's object only when one of its
+# fields changes). A hit is checked by identity and gives exactly what a rebuild gives; each
+# call keeps only the entries of its own running jobs, so the memo holds one call's worth.
+# Both are replaced atomically; concurrent callers only cost each other rebuilds.
+#
+# LAS rank: (job, valid_from, valid_until, rank), with ``classes`` and thresholds it holds for.
+_LAST_RANKS: list[tuple[dict, tuple[float, ...], dict[str, tuple]]] = [({}, (), {})]
+# The planner's view of a placement: (job, topology, model, GPUs, GPUs per eligible node id).
+_LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
+
+
+def _rank_span(r: RunningJob, cls_rank: int, th: tuple[float, ...], now: float) -> tuple:
+    """``(r, now, until, rank)``: the running job's LAS rank now, and a time up to which it is
+    still the same. The rank is computed exactly as the setup loop computes it; attained service
+    only grows with time (every float step of it is monotone), so a rank found both at ``now``
+    and at ``until`` holds at every time between them."""
+    gpus = r.workers * r.gpus_per_worker
+
+    def crossed(t: float) -> int:  # thresholds reached at time t
+        ran = t - r.started_at
+        served = r.attained_service_s + (ran if ran > 0 else 0.0)
+        return bisect_right(th, served * r.workers * r.gpus_per_worker)
+
+    nxt = crossed(now)
+    until = now
+    if nxt >= len(th):
+        until = _INF
+    elif gpus > 0:
+        # just before the crossing; verified, so rounding can only shorten the span
+        cross = r.started_at + th[nxt] / gpus - r.attained_service_s
+        guess = cross - max(1e-3, abs(cross) * 1e-9)
+        if guess > now and crossed(guess) == nxt:
+            until = guess
+    levels = len(th) + 1
+    return (r, now, until, cls_rank * levels + levels - 1 - nxt)
+
+
 class _Cycle:
     """State of one ``decide`` call. Built from the snapshot, consumed by :meth:`run`."""
 
@@ -430,7 +471,7 @@ class _Cycle:
         eligible = [
             n for n in snap.nodes if n.state == "ready" and n.health >= min_health and n.gpus > 0
         ]
-        topo = _topology(eligible)
+        topo = self.topo = _topology(eligible)
         elig = [eligible[p] for p in topo.order]
         self.names = topo.names
         self.id_of = topo.id_of
@@ -447,7 +488,7 @@ class _Cycle:
         self.protected = [0] * len(elig)
         self.free0 = [len(f) for f in self.free]
         self.models: dict[str, _Model] = {}
-        self.pools_of: list[list[tuple[_Model, str]]] = [[] for _ in elig]
+        self._pools_of: list[list[tuple[_Model, str]]] | None = None  # see refresh
         free = self.free
         for model, pools, ds_nodes, sizes in topo.models:
             ms = _Model(model)
@@ -456,8 +497,6 @@ class _Cycle:
             ms.sizes = sizes
             for key, pool in pools.items():
                 ms.now[key] = Index(pool, {i: len(free[i]) for i in pool.nodes})
-                for i in pool.nodes:
-                    self.pools_of[i].append((ms, key))
             self.models[model] = ms
         self.model_names = sorted(self.models)
 
@@ -482,10 +521,12 @@ class _Cycle:
         # LAS: model -> rank -> GPUs of preemptible jobs (only what the reservation gate reads)
         victim_gpus: dict[str | None, dict[int, int]] = {}
         gate = bool(th) and cfg.las_reserve_after_s > 0 and cfg.preemption
-        levels = len(th) + 1
-        top = levels - 1
         run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
         any_quota = self.any_quota
+        memo_classes, memo_th, memo_ranks = _LAST_RANKS[0]
+        if memo_th != th or memo_classes != classes:
+            memo_classes, memo_ranks = dict(classes), {}
+        ranks: dict[str, tuple] = {}
         for r in snap.running:
             model = r.gpu_model
             if r.elastic is not None:
@@ -494,15 +535,13 @@ class _Cycle:
                 self.has_releasing = True
             elif r.preemptible:
                 if th:
-                    # _running_rank inlined: this loop runs over every running job every call
-                    ran = now - r.started_at
-                    served = r.attained_service_s + (ran if ran > 0 else 0.0)
-                    p = (
-                        classes.get(r.priority_class, 0) * levels
-                        + top
-                        - bisect_right(th, served * r.workers * r.gpus_per_worker)
-                    )
-                    run_rank[r.id] = p
+                    # this loop runs over every running job every call: reuse the last call's
+                    # rank while it provably still holds
+                    span = memo_ranks.get(r.id)
+                    if span is None or span[0] is not r or not span[1] <= now <= span[2]:
+                        span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
+                    ranks[r.id] = span
+                    p = run_rank[r.id] = span[3]
                     if gate:
                         vg = victim_gpus.setdefault(model, {})
                         vg[p] = vg.get(p, 0) + r.workers * r.gpus_per_worker
@@ -518,6 +557,8 @@ class _Cycle:
                         continue
                 key = (r.team, model)
                 per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
+        if th:
+            _LAST_RANKS[0] = (memo_classes, th, ranks)
         self.min_victim = min_victim
         self.victim_gpus = victim_gpus
         for (team, model), n in per.items():
@@ -549,6 +590,10 @@ class _Cycle:
         node_model = self.node_model
         classes = self.classes
         models = self.models
+        topo = self.topo
+        memo = _LAST_PLACEMENTS[0]
+        placements: dict[str, tuple] = {}
+        node_by_name = self.node_by_name
         for r in self.snap.running:
             # Only jobs the planner may touch: already releasing, elastic, or preemptible and
             # outside their checkpoint protection window.
@@ -556,24 +601,42 @@ class _Cycle:
             interval = r.checkpoint_interval_s
             protected = interval is not None and now <= base + interval <= now + protect
             if r.releasing_at is None and r.elastic is None and (not r.preemptible or protected):
+                seen = memo.get(r.id)
+                if seen is not None and seen[0] is r:
+                    placements[r.id] = seen  # protected only for now: keep it for later calls
                 continue
-            model = r.gpu_model or self.model_of_placement(r)
-            if model is None:
-                continue
-            pl = r.placement
-            if len(pl) == 1:
-                for name, idxs in pl.items():
-                    total = len(idxs)
-                    i = id_of.get(name)
-                    on = {i: total} if i is not None and total and node_model[i] == model else {}
+            model = r.gpu_model
+            if not model:
+                model = None
+                for name in r.placement:  # model_of_placement, inlined (hot loop)
+                    node = node_by_name.get(name)
+                    if node is not None:
+                        model = node.gpu_model
+                        break
+                if model is None:
+                    continue
+            seen = memo.get(r.id)
+            if seen is not None and seen[0] is r and seen[1] is topo and seen[2] == model:
+                total, on = seen[3], seen[4]
+                placements[r.id] = seen
             else:
-                on = {}
-                total = 0
-                for name, idxs in pl.items():
-                    total += len(idxs)
-                    i = id_of.get(name)
-                    if i is not None and idxs and node_model[i] == model:
-                        on[i] = on.get(i, 0) + len(idxs)
+                pl = r.placement
+                if len(pl) == 1:
+                    for name, idxs in pl.items():
+                        total = len(idxs)
+                        i = id_of.get(name)
+                        on = (
+                            {i: total} if i is not None and total and node_model[i] == model else {}
+                        )
+                else:
+                    on = {}
+                    total = 0
+                    for name, idxs in pl.items():
+                        total += len(idxs)
+                        i = id_of.get(name)
+                        if i is not None and idxs and node_model[i] == model:
+                            on[i] = on.get(i, 0) + len(idxs)
+                placements[r.id] = (r, topo, model, total, on)
             end = r.expected_end
             if r.releasing_at is not None and (end is None or r.releasing_at < end):
                 end = r.releasing_at
@@ -601,6 +664,7 @@ class _Cycle:
                 ms.elastic.append(run)
             if r.preemptible and not run.protected:
                 ms.victims.setdefault(run.prio, []).append((run.lost, r.id, run))
+        _LAST_PLACEMENTS[0] = placements
         for ms in self.models.values():
             for lst in ms.victims.values():
                 lst.sort(key=lambda v: (v[0], v[1]))
@@ -667,7 +731,15 @@ class _Cycle:
         """Re-sync node ``i``'s counts in every view after a take or a protection."""
         free = len(self.free[i])
         prot = self.protected[i]
-        for ms, key in self.pools_of[i]:
+        pools_of = self._pools_of
+        if pools_of is None:
+            # built on the first change only: most cycles change nothing
+            pools_of = self._pools_of = [[] for _ in self.names]
+            for ms in self.models.values():
+                for key, pool in ms.pools.items():
+                    for n in pool.nodes:
+                        pools_of[n].append((ms, key))
+        for ms, key in pools_of[i]:
             ms.now[key].set(i, free)
             if ms.long is not None:
                 ms.long[key].set(i, free - prot if free > prot else 0)
@@ -1182,10 +1254,11 @@ class _Cycle:
 
         # Candidates: (kind, cost, tiebreak, run, on, units, reason_team). Kind 0: already
         # being preempted (free of further cost); 1: an elastic job's spare worker; 2: a victim.
+        # ``on`` is read-only: for kinds 0 and 2 it is the run's own map, which later calls reuse.
         cands = []
         for run in ms.releasing:
             if run.job.id not in gone:
-                cands.append((0, 0.0, run.job.id, run, dict(run.on), None, None))
+                cands.append((0, 0.0, run.job.id, run, run.on, None, None))
         for run in ms.elastic:
             rid = run.job.id
             if rid in gone or rid in self.shrunk:
@@ -1202,9 +1275,9 @@ class _Cycle:
         for lost, rid, run in (
             heapq.merge(*lower) if len(lower) > 1 else iter(lower[0] if lower else ())
         ):
-            if rid in gone or (reserved and any(i in reserved for i in run.on)):
+            if rid in gone or not reserved.isdisjoint(run.on):
                 continue
-            cands.append((2, lost, rid, run, dict(run.on), None, None))
+            cands.append((2, lost, rid, run, run.on, None, None))
             found += 1
             if found >= limit:
                 break
@@ -1215,9 +1288,9 @@ class _Cycle:
                 sub = run.job.submitted_at
                 if sub is None or (sub, rid) <= mine or rid in gone:
                     continue
-                if reserved and any(i in reserved for i in run.on):
+                if not reserved.isdisjoint(run.on):
                     continue
-                cands.append((2, lost, rid, run, dict(run.on), None, None))
+                cands.append((2, lost, rid, run, run.on, None, None))
                 later.add(rid)
 
         if fifo and prio in ms.victims:
@@ -1234,16 +1307,16 @@ class _Cycle:
                 if p < prio:
                     continue
                 for lost, rid, run in ms.victims[p]:
-                    if rid in gone or (reserved and any(i in reserved for i in run.on)):
+                    if rid in gone or not reserved.isdisjoint(run.on):
                         continue
                     bt = borrower(run)
                     if bt is not None:
-                        cands.append((2, lost, rid, run, dict(run.on), None, bt))
+                        cands.append((2, lost, rid, run, run.on, None, bt))
         if not cands:
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         self.preempt_attempts += 1
-        cands.sort(key=lambda c: (c[0], c[1], c[2]))
+        cands.sort(key=_KIND_COST_ID)
         picked = None
         if w == 1 and all(c[0] != 1 for c in cands):
             picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g)
@@ -1441,6 +1514,10 @@ class _Cycle:
         picks: dict[int, list] = {}
         best = None
         for c in cands:  # sorted: cheapest first
+            if best is not None and c[1] > best[0][0]:
+                # costs are >= 0 and ascending: a node completed from here on costs at least
+                # c[1] in total, more than the best; the rest cannot win
+                break
             for i, k in c[4].items():
                 h = have.get(i)
                 if h is None:
