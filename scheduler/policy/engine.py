@@ -85,6 +85,8 @@ _MAX_NODE_CANDIDATES = 1024
 _EXTRA_RESERVATION_TRIES = 3
 # Preemption candidates sort by (kind, cost, job id); never by the rest (unorderable).
 _KIND_COST_ID = itemgetter(0, 1, 2)
+# Victims sort by (lost work, job id) likewise.
+_COST_ID = itemgetter(0, 1)
 
 
 def _fmt_t(t: float) -> str:
@@ -446,6 +448,34 @@ def _rank_span(r: RunningJob, cls_rank: int, th: tuple[float, ...], now: float) 
     return (r, now, until, cls_rank * levels + levels - 1 - nxt)
 
 
+# Per pool, the index of the last call's free counts (never mutated once stored). Between calls
+# only a few nodes' counts change, so updating a copy of it costs O(pool groups + changed nodes)
+# instead of indexing every node again.
+_LAST_INDEX: dict[int, tuple[Pool, Index]] = {}
+
+
+def _fresh_index(pool: Pool, free: list[list[int]]) -> Index:
+    """An index of ``pool`` with each node's free GPUs: the same state as
+    ``Index(pool, {i: len(free[i]) for i in pool.nodes})`` (counts, buckets, histograms, empty
+    slot memo, version 0), built from the last call's index when there is one."""
+    last = _LAST_INDEX.get(id(pool))
+    if last is None or last[0] is not pool:
+        index = Index(pool, {i: len(free[i]) for i in pool.nodes})
+    else:
+        index = last[1].clone()
+        cnt = index.cnt
+        for i in pool.nodes:
+            c = len(free[i])
+            if cnt[i] != c:
+                index.set(i, c)
+        index._slots = {}
+        index.version = 0
+    if len(_LAST_INDEX) >= 4 * _MEMO_SIZE and id(pool) not in _LAST_INDEX:
+        _LAST_INDEX.clear()
+    _LAST_INDEX[id(pool)] = (pool, index)
+    return index.clone()  # the cycle's own, which it mutates
+
+
 class _Cycle:
     """State of one ``decide`` call. Built from the snapshot, consumed by :meth:`run`."""
 
@@ -496,7 +526,7 @@ class _Cycle:
             ms.ds_nodes = ds_nodes
             ms.sizes = sizes
             for key, pool in pools.items():
-                ms.now[key] = Index(pool, {i: len(free[i]) for i in pool.nodes})
+                ms.now[key] = _fresh_index(pool, free)
             self.models[model] = ms
         self.model_names = sorted(self.models)
 
@@ -667,7 +697,7 @@ class _Cycle:
         _LAST_PLACEMENTS[0] = placements
         for ms in self.models.values():
             for lst in ms.victims.values():
-                lst.sort(key=lambda v: (v[0], v[1]))
+                lst.sort(key=_COST_ID)
             ms.elastic.sort(key=lambda run: (run.prio, run.job.id))
             ms.releasing.sort(key=lambda run: run.job.id)
 
@@ -821,8 +851,10 @@ class _Cycle:
                 short = ms is not None and est is not None and self.now + est <= ms.min_res_at
             else:
                 short = tuple(
-                    est is not None and self.now + est <= ms.min_res_at
-                    for ms in self.models.values()
+                    [
+                        est is not None and self.now + est <= ms.min_res_at
+                        for ms in self.models.values()
+                    ]
                 )
             key = (
                 job.gpu_model,
