@@ -52,6 +52,7 @@ class RuntimePredictor:
         self._recent: dict[object, deque[float]] = {}
         self._sorted: dict[object, list[float]] = {}
         self._base: dict[tuple[str, int], float | None] = {}  # cleared on every observation
+        self.version = 0  # bumped on every observation: estimates may differ from then on
 
     def observe(self, tenant: str, gpus: int, duration: float) -> None:
         """Record a finished job's actual run time."""
@@ -64,6 +65,7 @@ class RuntimePredictor:
                 old = recent.popleft()
                 del ordered[bisect_left(ordered, old)]
         self._base.clear()
+        self.version += 1
 
     def _samples(self, tenant: str, gpus: int) -> list[float] | None:
         for k, minimum in (((tenant, gpus), self.min_samples), (gpus, self.min_samples), (None, 1)):
@@ -115,7 +117,7 @@ class GpuPlatformPolicy:
         self._node_names: list[str] = []
         self._node_index: dict[str, int] = {}
         self._running: dict[int, tuple[int, float, RunningJob]] = {}
-        self._pending: dict[int, tuple[tuple, PendingJob]] = {}
+        self._pending: dict[int, tuple[tuple, PendingJob, tuple]] = {}
         self._finished_seen = 0
         # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index),
         # one live entry per run, so finding the earliest crossing does not scan every running
@@ -244,10 +246,16 @@ class GpuPlatformPolicy:
         return rj
 
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
+        # The estimate depends only on the predictor's samples and the job's progress: while
+        # neither changed, the entry stands without asking the predictor again.
+        inputs = (self.predictor.version, job.progress, job.executed_s, job.requeued)
+        cached = self._pending.get(job.idx)
+        if cached is not None and cached[2] == inputs:
+            return cached[1]
         est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
         key = (est, job.executed_s, job.requeued)
-        cached = self._pending.get(job.idx)
         if cached is not None and cached[0] == key:
+            self._pending[job.idx] = (key, cached[1], inputs)
             return cached[1]
         pj = PendingJob(
             id=job.id,
@@ -262,7 +270,7 @@ class GpuPlatformPolicy:
             attained_service_s=job.executed_s,
             requeued=job.requeued,
         )
-        self._pending[job.idx] = (key, pj)
+        self._pending[job.idx] = (key, pj, inputs)
         return pj
 
     def snapshot(self, sim: Simulator, now: float) -> Snapshot:
