@@ -155,12 +155,21 @@ def _running_rank(r: RunningJob, classes, th: tuple[float, ...], now: float) -> 
     return _rank(prio, served * r.workers * r.gpus_per_worker, th)
 
 
-def queue_order(snapshot: Snapshot) -> list[PendingJob]:
-    """The pending queue in the order the engine considers it (highest rank first)."""
+def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list[PendingJob]:
+    """The pending queue in the order the engine considers it (highest rank first).
+
+    With ``ranks`` (LAS on), each job's effective rank is also recorded there by ``id(job)``,
+    so that the cycle does not compute it again."""
     cfg = snapshot.config
     classes = snapshot.priority_classes
     th = _thresholds(cfg)
-    if th:
+    if th and ranks is not None:
+
+        def prio_of(p: PendingJob) -> int:
+            r = ranks[id(p)] = _pending_rank(p, classes, th)
+            return r
+
+    elif th:
 
         def prio_of(p: PendingJob) -> int:
             return _pending_rank(p, classes, th)
@@ -418,7 +427,22 @@ def _topology(eligible: list[Node]) -> _Topology:
 #
 # LAS rank: (job, valid_from, valid_until, rank), with ``classes`` and thresholds it holds for.
 _LAST_RANKS: list[tuple[dict, tuple[float, ...], dict[str, tuple]]] = [({}, (), {})]
-# The planner's view of a placement: (job, topology, model, GPUs, GPUs per eligible node id).
+
+
+def _same_service(a: RunningJob, b: RunningJob) -> bool:
+    """Whether the two have the same LAS rank at every time (the fields it is computed from)."""
+    return (
+        a.started_at == b.started_at
+        and a.attained_service_s == b.attained_service_s
+        and a.workers == b.workers
+        and a.gpus_per_worker == b.gpus_per_worker
+        and a.priority_class == b.priority_class
+    )
+
+
+# The planner's view of a placement: (placement, topology, model, GPUs, GPUs per eligible node
+# id), by job id; checked by the identity of the placement mapping, which callers keep while a
+# job's placement is unchanged.
 _LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
 
 
@@ -568,8 +592,13 @@ class _Cycle:
                     # this loop runs over every running job every call: reuse the last call's
                     # rank while it provably still holds
                     span = memo_ranks.get(r.id)
-                    if span is None or span[0] is not r or not span[1] <= now <= span[2]:
+                    if span is None or not span[1] <= now <= span[2]:
                         span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
+                    elif span[0] is not r:
+                        if _same_service(span[0], r):  # rebuilt for another field
+                            span = (r, span[1], span[2], span[3])
+                        else:
+                            span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
                     ranks[r.id] = span
                     p = run_rank[r.id] = span[3]
                     if gate:
@@ -601,6 +630,11 @@ class _Cycle:
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
         self._release_heap: list[tuple[float, int]] | None = None
         self._unknown_runs: list[int] = []
+        self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
+
+    def pending_rank(self, job: PendingJob) -> int:
+        r = self.pending_ranks.get(id(job))  # filled by queue_order
+        return r if r is not None else _pending_rank(job, self.classes, self.th)
 
     def model_of_placement(self, r: RunningJob) -> str | None:
         for name in r.placement:
@@ -632,7 +666,7 @@ class _Cycle:
             protected = interval is not None and now <= base + interval <= now + protect
             if r.releasing_at is None and r.elastic is None and (not r.preemptible or protected):
                 seen = memo.get(r.id)
-                if seen is not None and seen[0] is r:
+                if seen is not None and seen[0] is r.placement:
                     placements[r.id] = seen  # protected only for now: keep it for later calls
                 continue
             model = r.gpu_model
@@ -646,7 +680,7 @@ class _Cycle:
                 if model is None:
                     continue
             seen = memo.get(r.id)
-            if seen is not None and seen[0] is r and seen[1] is topo and seen[2] == model:
+            if seen is not None and seen[0] is r.placement and seen[1] is topo and seen[2] == model:
                 total, on = seen[3], seen[4]
                 placements[r.id] = seen
             else:
@@ -666,7 +700,7 @@ class _Cycle:
                         i = id_of.get(name)
                         if i is not None and idxs and node_model[i] == model:
                             on[i] = on.get(i, 0) + len(idxs)
-                placements[r.id] = (r, topo, model, total, on)
+                placements[r.id] = (pl, topo, model, total, on)
             end = r.expected_end
             if r.releasing_at is not None and (end is None or r.releasing_at < end):
                 end = r.releasing_at
@@ -818,7 +852,7 @@ class _Cycle:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> Decisions:
-        for job in queue_order(self.snap):
+        for job in queue_order(self.snap, self.pending_ranks):
             self.consider(job)
         self.grow_elastic()
         return Decisions(
@@ -864,7 +898,7 @@ class _Cycle:
                 job.preemptible,
                 job.priority_class,
                 job.team,
-                _pending_rank(job, self.classes, self.th) if self.th else 0,
+                self.pending_rank(job) if self.th else 0,
             )
             hit = self.fail_cache.get(key)
             if (
@@ -1212,7 +1246,7 @@ class _Cycle:
         """
         now = self.now
         model = ms.name
-        prio = _pending_rank(job, self.classes, self.th)
+        prio = self.pending_rank(job)
         need = w * g
         chain = self.quota_chain(job.team, model)
         reclaim_team = None

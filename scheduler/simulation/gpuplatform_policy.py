@@ -206,8 +206,11 @@ class GpuPlatformPolicy:
             and cached[2].releasing_at == job.stop_at
         ):
             return cached[2]
+        placement = None
         if cached is not None and cached[0] == job.run_id:
             expected_end = cached[2].expected_end
+            # same run, same GPUs: the same mapping lets the engine recognise it (identity)
+            placement = cached[2].placement
         else:
             est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
             expected_end = None
@@ -231,7 +234,7 @@ class GpuPlatformPolicy:
             gpu_model=job.models[0] if job.models else None,  # see the module docstring
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
-            placement={names[n]: g for n, g in job.placement.items()},
+            placement=placement or {names[n]: g for n, g in job.placement.items()},
             started_at=job.run_start,
             expected_end=expected_end,
             preemptible=job.preemptible,
