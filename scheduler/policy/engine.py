@@ -50,6 +50,7 @@ value across calls (a hit equals a rebuild, so decisions never depend on the mem
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from bisect import bisect_right
 from operator import itemgetter
@@ -625,6 +626,7 @@ class _Cycle:
                 self.used[(t, model)] = self.used.get((t, model), 0) + n
         self.runs: dict[str, _Run] = {}
         self._runs_built = False
+        self.runs_unique = True  # no two running jobs share an id (set by ensure_runs)
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
         self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
@@ -658,6 +660,9 @@ class _Cycle:
         memo = _LAST_PLACEMENTS[0]
         placements: dict[str, tuple] = {}
         node_by_name = self.node_by_name
+        run_rank = self.run_rank
+        runs = self.runs
+        built = 0
         for r in self.snap.running:
             # Only jobs the planner may touch: already releasing, elastic, or preemptible and
             # outside their checkpoint protection window.
@@ -704,20 +709,13 @@ class _Cycle:
             end = r.expected_end
             if r.releasing_at is not None and (end is None or r.releasing_at < end):
                 end = r.releasing_at
-            rank = self.run_rank.get(r.id)
+            rank = run_rank.get(r.id)
             if rank is None:
                 rank = _running_rank(r, classes, self.th, now)
-            run = _Run(
-                r,
-                model,
-                total,
-                on,
-                rank,
-                end,
-                total * (now - base) if now > base else 0.0,
-                protected,
-            )
-            self.runs[r.id] = run
+            lost = total * (now - base) if now > base else 0.0
+            run = _Run(r, model, total, on, rank, end, lost, protected)
+            runs[r.id] = run
+            built += 1
             ms = models.get(model)
             if ms is None or not on:
                 continue
@@ -726,9 +724,10 @@ class _Cycle:
                 continue
             if r.elastic is not None:
                 ms.elastic.append(run)
-            if r.preemptible and not run.protected:
-                ms.victims.setdefault(run.prio, []).append((run.lost, r.id, run))
+            if r.preemptible and not protected:
+                ms.victims.setdefault(rank, []).append((lost, r.id, run))
         _LAST_PLACEMENTS[0] = placements
+        self.runs_unique = built == len(runs)
         for ms in self.models.values():
             for lst in ms.victims.values():
                 lst.sort(key=_COST_ID)
@@ -1338,9 +1337,15 @@ class _Cycle:
         lower = [lst for p, lst in ms.victims.items() if p < prio]
         found = 0
         limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
-        for lost, rid, run in (
-            heapq.merge(*lower) if len(lower) > 1 else iter(lower[0] if lower else ())
-        ):
+        if len(lower) <= 1:
+            source = iter(lower[0] if lower else ())
+        elif self.runs_unique and sum(map(len, lower)) <= limit:
+            # all of them are taken, and candidates are sorted by (kind, cost, id) below, which
+            # orders them as the merge would (ids are unique): skip the merge
+            source = itertools.chain.from_iterable(lower)
+        else:
+            source = heapq.merge(*lower)
+        for lost, rid, run in source:
             if rid in gone or not reserved.isdisjoint(run.on):
                 continue
             cands.append((2, lost, rid, run, run.on, None, None))
