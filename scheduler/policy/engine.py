@@ -44,7 +44,11 @@ per job that cannot fit (memoised slot counts per request shape, and a job shape
 just waited reuses that outcome while nothing changed), O(nodes of the chosen group) per start;
 reservations pop one heap of expected releases only as far as they need; preemption planning is
 capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are memoised by
-value across calls (a hit equals a rebuild, so decisions never depend on the memo).
+value across calls (a hit equals a rebuild, so decisions never depend on the memo). Also carried
+over from the previous call, likewise exact: each pool's capacity index (updated for the nodes
+whose free count changed, O(N) compares plus O(changed nodes)), and per running job its LAS rank
+(until the time it can next change) and its placement view, while the caller passes the same
+RunningJob object or placement mapping.
 """
 
 from __future__ import annotations
