@@ -44,14 +44,20 @@ per job that cannot fit (memoised slot counts per request shape, and a job shape
 just waited reuses that outcome while nothing changed), O(nodes of the chosen group) per start;
 reservations pop one heap of expected releases only as far as they need; preemption planning is
 capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are memoised by
-value across calls (a hit equals a rebuild, so decisions never depend on the memo).
+value across calls (a hit equals a rebuild, so decisions never depend on the memo). Also carried
+over from the previous call, likewise exact: each pool's capacity index (updated for the nodes
+whose free count changed, O(N) compares plus O(changed nodes)), and per running job its LAS rank
+(until the time it can next change) and its placement view, while the caller passes the same
+RunningJob object or placement mapping.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from bisect import bisect_right
+from operator import itemgetter
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
@@ -82,6 +88,10 @@ _MAX_NODE_CANDIDATES = 1024
 # cannot get one (their GPUs are held by jobs without an expected end) may cost this many extra
 # tries in all.
 _EXTRA_RESERVATION_TRIES = 3
+# Preemption candidates sort by (kind, cost, job id); never by the rest (unorderable).
+_KIND_COST_ID = itemgetter(0, 1, 2)
+# Victims sort by (lost work, job id) likewise.
+_COST_ID = itemgetter(0, 1)
 
 
 def _fmt_t(t: float) -> str:
@@ -150,12 +160,21 @@ def _running_rank(r: RunningJob, classes, th: tuple[float, ...], now: float) -> 
     return _rank(prio, served * r.workers * r.gpus_per_worker, th)
 
 
-def queue_order(snapshot: Snapshot) -> list[PendingJob]:
-    """The pending queue in the order the engine considers it (highest rank first)."""
+def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list[PendingJob]:
+    """The pending queue in the order the engine considers it (highest rank first).
+
+    With ``ranks`` (LAS on), each job's effective rank is also recorded there by ``id(job)``,
+    so that the cycle does not compute it again."""
     cfg = snapshot.config
     classes = snapshot.priority_classes
     th = _thresholds(cfg)
-    if th:
+    if th and ranks is not None:
+
+        def prio_of(p: PendingJob) -> int:
+            r = ranks[id(p)] = _pending_rank(p, classes, th)
+            return r
+
+    elif th:
 
         def prio_of(p: PendingJob) -> int:
             return _pending_rank(p, classes, th)
@@ -405,6 +424,87 @@ def _topology(eligible: list[Node]) -> _Topology:
     return topo
 
 
+# Per running job, facts of the previous call that stay true while the caller passes the same
+# RunningJob object (the simulator and the live loop rebuild a job's object only when one of its
+# fields changes). A hit is checked by identity and gives exactly what a rebuild gives; each
+# call keeps only the entries of its own running jobs, so the memo holds one call's worth.
+# Both are replaced atomically; concurrent callers only cost each other rebuilds.
+#
+# LAS rank: (job, valid_from, valid_until, rank), with ``classes`` and thresholds it holds for.
+_LAST_RANKS: list[tuple[dict, tuple[float, ...], dict[str, tuple]]] = [({}, (), {})]
+
+
+def _same_service(a: RunningJob, b: RunningJob) -> bool:
+    """Whether the two have the same LAS rank at every time (the fields it is computed from)."""
+    return (
+        a.started_at == b.started_at
+        and a.attained_service_s == b.attained_service_s
+        and a.workers == b.workers
+        and a.gpus_per_worker == b.gpus_per_worker
+        and a.priority_class == b.priority_class
+    )
+
+
+# The planner's view of a placement: (placement, topology, model, GPUs, GPUs per eligible node
+# id), by job id; checked by the identity of the placement mapping, which callers keep while a
+# job's placement is unchanged.
+_LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
+
+
+def _rank_span(r: RunningJob, cls_rank: int, th: tuple[float, ...], now: float) -> tuple:
+    """``(r, now, until, rank)``: the running job's LAS rank now, and a time up to which it is
+    still the same. The rank is computed exactly as the setup loop computes it; attained service
+    only grows with time (every float step of it is monotone), so a rank found both at ``now``
+    and at ``until`` holds at every time between them."""
+    gpus = r.workers * r.gpus_per_worker
+
+    def crossed(t: float) -> int:  # thresholds reached at time t
+        ran = t - r.started_at
+        served = r.attained_service_s + (ran if ran > 0 else 0.0)
+        return bisect_right(th, served * r.workers * r.gpus_per_worker)
+
+    nxt = crossed(now)
+    until = now
+    if nxt >= len(th):
+        until = _INF
+    elif gpus > 0:
+        # just before the crossing; verified, so rounding can only shorten the span
+        cross = r.started_at + th[nxt] / gpus - r.attained_service_s
+        guess = cross - max(1e-3, abs(cross) * 1e-9)
+        if guess > now and crossed(guess) == nxt:
+            until = guess
+    levels = len(th) + 1
+    return (r, now, until, cls_rank * levels + levels - 1 - nxt)
+
+
+# Per pool, the index of the last call's free counts (never mutated once stored). Between calls
+# only a few nodes' counts change, so updating a copy of it costs O(pool groups + changed nodes)
+# instead of indexing every node again.
+_LAST_INDEX: dict[int, tuple[Pool, Index]] = {}
+
+
+def _fresh_index(pool: Pool, free: list[list[int]]) -> Index:
+    """An index of ``pool`` with each node's free GPUs: the same state as
+    ``Index(pool, {i: len(free[i]) for i in pool.nodes})`` (counts, buckets, histograms, empty
+    slot memo, version 0), built from the last call's index when there is one."""
+    last = _LAST_INDEX.get(id(pool))
+    if last is None or last[0] is not pool:
+        index = Index(pool, {i: len(free[i]) for i in pool.nodes})
+    else:
+        index = last[1].clone()
+        cnt = index.cnt
+        for i in pool.nodes:
+            c = len(free[i])
+            if cnt[i] != c:
+                index.set(i, c)
+        index._slots = {}
+        index.version = 0
+    if len(_LAST_INDEX) >= 4 * _MEMO_SIZE and id(pool) not in _LAST_INDEX:
+        _LAST_INDEX.clear()
+    _LAST_INDEX[id(pool)] = (pool, index)
+    return index.clone()  # the cycle's own, which it mutates
+
+
 class _Cycle:
     """State of one ``decide`` call. Built from the snapshot, consumed by :meth:`run`."""
 
@@ -430,7 +530,7 @@ class _Cycle:
         eligible = [
             n for n in snap.nodes if n.state == "ready" and n.health >= min_health and n.gpus > 0
         ]
-        topo = _topology(eligible)
+        topo = self.topo = _topology(eligible)
         elig = [eligible[p] for p in topo.order]
         self.names = topo.names
         self.id_of = topo.id_of
@@ -447,7 +547,7 @@ class _Cycle:
         self.protected = [0] * len(elig)
         self.free0 = [len(f) for f in self.free]
         self.models: dict[str, _Model] = {}
-        self.pools_of: list[list[tuple[_Model, str]]] = [[] for _ in elig]
+        self._pools_of: list[list[tuple[_Model, str]]] | None = None  # see refresh
         free = self.free
         for model, pools, ds_nodes, sizes in topo.models:
             ms = _Model(model)
@@ -455,9 +555,7 @@ class _Cycle:
             ms.ds_nodes = ds_nodes
             ms.sizes = sizes
             for key, pool in pools.items():
-                ms.now[key] = Index(pool, {i: len(free[i]) for i in pool.nodes})
-                for i in pool.nodes:
-                    self.pools_of[i].append((ms, key))
+                ms.now[key] = _fresh_index(pool, free)
             self.models[model] = ms
         self.model_names = sorted(self.models)
 
@@ -482,10 +580,12 @@ class _Cycle:
         # LAS: model -> rank -> GPUs of preemptible jobs (only what the reservation gate reads)
         victim_gpus: dict[str | None, dict[int, int]] = {}
         gate = bool(th) and cfg.las_reserve_after_s > 0 and cfg.preemption
-        levels = len(th) + 1
-        top = levels - 1
         run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
         any_quota = self.any_quota
+        memo_classes, memo_th, memo_ranks = _LAST_RANKS[0]
+        if memo_th != th or memo_classes != classes:
+            memo_classes, memo_ranks = dict(classes), {}
+        ranks: dict[str, tuple] = {}
         for r in snap.running:
             model = r.gpu_model
             if r.elastic is not None:
@@ -494,15 +594,18 @@ class _Cycle:
                 self.has_releasing = True
             elif r.preemptible:
                 if th:
-                    # _running_rank inlined: this loop runs over every running job every call
-                    ran = now - r.started_at
-                    served = r.attained_service_s + (ran if ran > 0 else 0.0)
-                    p = (
-                        classes.get(r.priority_class, 0) * levels
-                        + top
-                        - bisect_right(th, served * r.workers * r.gpus_per_worker)
-                    )
-                    run_rank[r.id] = p
+                    # this loop runs over every running job every call: reuse the last call's
+                    # rank while it provably still holds
+                    span = memo_ranks.get(r.id)
+                    if span is None or not span[1] <= now <= span[2]:
+                        span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
+                    elif span[0] is not r:
+                        if _same_service(span[0], r):  # rebuilt for another field
+                            span = (r, span[1], span[2], span[3])
+                        else:
+                            span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
+                    ranks[r.id] = span
+                    p = run_rank[r.id] = span[3]
                     if gate:
                         vg = victim_gpus.setdefault(model, {})
                         vg[p] = vg.get(p, 0) + r.workers * r.gpus_per_worker
@@ -518,6 +621,8 @@ class _Cycle:
                         continue
                 key = (r.team, model)
                 per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
+        if th:
+            _LAST_RANKS[0] = (memo_classes, th, ranks)
         self.min_victim = min_victim
         self.victim_gpus = victim_gpus
         for (team, model), n in per.items():
@@ -525,11 +630,17 @@ class _Cycle:
                 self.used[(t, model)] = self.used.get((t, model), 0) + n
         self.runs: dict[str, _Run] = {}
         self._runs_built = False
+        self.runs_unique = True  # no two running jobs share an id (set by ensure_runs)
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
         self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
         self._release_heap: list[tuple[float, int]] | None = None
         self._unknown_runs: list[int] = []
+        self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
+
+    def pending_rank(self, job: PendingJob) -> int:
+        r = self.pending_ranks.get(id(job))  # filled by queue_order
+        return r if r is not None else _pending_rank(job, self.classes, self.th)
 
     def model_of_placement(self, r: RunningJob) -> str | None:
         for name in r.placement:
@@ -549,6 +660,13 @@ class _Cycle:
         node_model = self.node_model
         classes = self.classes
         models = self.models
+        topo = self.topo
+        memo = _LAST_PLACEMENTS[0]
+        placements: dict[str, tuple] = {}
+        node_by_name = self.node_by_name
+        run_rank = self.run_rank
+        runs = self.runs
+        built = 0
         for r in self.snap.running:
             # Only jobs the planner may touch: already releasing, elastic, or preemptible and
             # outside their checkpoint protection window.
@@ -556,41 +674,52 @@ class _Cycle:
             interval = r.checkpoint_interval_s
             protected = interval is not None and now <= base + interval <= now + protect
             if r.releasing_at is None and r.elastic is None and (not r.preemptible or protected):
+                seen = memo.get(r.id)
+                if seen is not None and seen[0] is r.placement:
+                    placements[r.id] = seen  # protected only for now: keep it for later calls
                 continue
-            model = r.gpu_model or self.model_of_placement(r)
-            if model is None:
-                continue
-            pl = r.placement
-            if len(pl) == 1:
-                for name, idxs in pl.items():
-                    total = len(idxs)
-                    i = id_of.get(name)
-                    on = {i: total} if i is not None and total and node_model[i] == model else {}
+            model = r.gpu_model
+            if not model:
+                model = None
+                for name in r.placement:  # model_of_placement, inlined (hot loop)
+                    node = node_by_name.get(name)
+                    if node is not None:
+                        model = node.gpu_model
+                        break
+                if model is None:
+                    continue
+            seen = memo.get(r.id)
+            if seen is not None and seen[0] is r.placement and seen[1] is topo and seen[2] == model:
+                total, on = seen[3], seen[4]
+                placements[r.id] = seen
             else:
-                on = {}
-                total = 0
-                for name, idxs in pl.items():
-                    total += len(idxs)
-                    i = id_of.get(name)
-                    if i is not None and idxs and node_model[i] == model:
-                        on[i] = on.get(i, 0) + len(idxs)
+                pl = r.placement
+                if len(pl) == 1:
+                    for name, idxs in pl.items():
+                        total = len(idxs)
+                        i = id_of.get(name)
+                        on = (
+                            {i: total} if i is not None and total and node_model[i] == model else {}
+                        )
+                else:
+                    on = {}
+                    total = 0
+                    for name, idxs in pl.items():
+                        total += len(idxs)
+                        i = id_of.get(name)
+                        if i is not None and idxs and node_model[i] == model:
+                            on[i] = on.get(i, 0) + len(idxs)
+                placements[r.id] = (pl, topo, model, total, on)
             end = r.expected_end
             if r.releasing_at is not None and (end is None or r.releasing_at < end):
                 end = r.releasing_at
-            rank = self.run_rank.get(r.id)
+            rank = run_rank.get(r.id)
             if rank is None:
                 rank = _running_rank(r, classes, self.th, now)
-            run = _Run(
-                r,
-                model,
-                total,
-                on,
-                rank,
-                end,
-                total * (now - base) if now > base else 0.0,
-                protected,
-            )
-            self.runs[r.id] = run
+            lost = total * (now - base) if now > base else 0.0
+            run = _Run(r, model, total, on, rank, end, lost, protected)
+            runs[r.id] = run
+            built += 1
             ms = models.get(model)
             if ms is None or not on:
                 continue
@@ -599,11 +728,13 @@ class _Cycle:
                 continue
             if r.elastic is not None:
                 ms.elastic.append(run)
-            if r.preemptible and not run.protected:
-                ms.victims.setdefault(run.prio, []).append((run.lost, r.id, run))
+            if r.preemptible and not protected:
+                ms.victims.setdefault(rank, []).append((lost, r.id, run))
+        _LAST_PLACEMENTS[0] = placements
+        self.runs_unique = built == len(runs)
         for ms in self.models.values():
             for lst in ms.victims.values():
-                lst.sort(key=lambda v: (v[0], v[1]))
+                lst.sort(key=_COST_ID)
             ms.elastic.sort(key=lambda run: (run.prio, run.job.id))
             ms.releasing.sort(key=lambda run: run.job.id)
 
@@ -667,7 +798,15 @@ class _Cycle:
         """Re-sync node ``i``'s counts in every view after a take or a protection."""
         free = len(self.free[i])
         prot = self.protected[i]
-        for ms, key in self.pools_of[i]:
+        pools_of = self._pools_of
+        if pools_of is None:
+            # built on the first change only: most cycles change nothing
+            pools_of = self._pools_of = [[] for _ in self.names]
+            for ms in self.models.values():
+                for key, pool in ms.pools.items():
+                    for n in pool.nodes:
+                        pools_of[n].append((ms, key))
+        for ms, key in pools_of[i]:
             ms.now[key].set(i, free)
             if ms.long is not None:
                 ms.long[key].set(i, free - prot if free > prot else 0)
@@ -716,7 +855,7 @@ class _Cycle:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> Decisions:
-        for job in queue_order(self.snap):
+        for job in queue_order(self.snap, self.pending_ranks):
             self.consider(job)
         self.grow_elastic()
         return Decisions(
@@ -749,8 +888,10 @@ class _Cycle:
                 short = ms is not None and est is not None and self.now + est <= ms.min_res_at
             else:
                 short = tuple(
-                    est is not None and self.now + est <= ms.min_res_at
-                    for ms in self.models.values()
+                    [
+                        est is not None and self.now + est <= ms.min_res_at
+                        for ms in self.models.values()
+                    ]
                 )
             key = (
                 job.gpu_model,
@@ -760,7 +901,7 @@ class _Cycle:
                 job.preemptible,
                 job.priority_class,
                 job.team,
-                _pending_rank(job, self.classes, self.th) if self.th else 0,
+                self.pending_rank(job) if self.th else 0,
             )
             hit = self.fail_cache.get(key)
             if (
@@ -1108,7 +1249,7 @@ class _Cycle:
         """
         now = self.now
         model = ms.name
-        prio = _pending_rank(job, self.classes, self.th)
+        prio = self.pending_rank(job)
         need = w * g
         chain = self.quota_chain(job.team, model)
         reclaim_team = None
@@ -1182,10 +1323,11 @@ class _Cycle:
 
         # Candidates: (kind, cost, tiebreak, run, on, units, reason_team). Kind 0: already
         # being preempted (free of further cost); 1: an elastic job's spare worker; 2: a victim.
+        # ``on`` is read-only: for kinds 0 and 2 it is the run's own map, which later calls reuse.
         cands = []
         for run in ms.releasing:
             if run.job.id not in gone:
-                cands.append((0, 0.0, run.job.id, run, dict(run.on), None, None))
+                cands.append((0, 0.0, run.job.id, run, run.on, None, None))
         for run in ms.elastic:
             rid = run.job.id
             if rid in gone or rid in self.shrunk:
@@ -1199,12 +1341,18 @@ class _Cycle:
         lower = [lst for p, lst in ms.victims.items() if p < prio]
         found = 0
         limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
-        for lost, rid, run in (
-            heapq.merge(*lower) if len(lower) > 1 else iter(lower[0] if lower else ())
-        ):
-            if rid in gone or (reserved and any(i in reserved for i in run.on)):
+        if len(lower) <= 1:
+            source = iter(lower[0] if lower else ())
+        elif self.runs_unique and sum(map(len, lower)) <= limit:
+            # all of them are taken, and candidates are sorted by (kind, cost, id) below, which
+            # orders them as the merge would (ids are unique): skip the merge
+            source = itertools.chain.from_iterable(lower)
+        else:
+            source = heapq.merge(*lower)
+        for lost, rid, run in source:
+            if rid in gone or not reserved.isdisjoint(run.on):
                 continue
-            cands.append((2, lost, rid, run, dict(run.on), None, None))
+            cands.append((2, lost, rid, run, run.on, None, None))
             found += 1
             if found >= limit:
                 break
@@ -1215,9 +1363,9 @@ class _Cycle:
                 sub = run.job.submitted_at
                 if sub is None or (sub, rid) <= mine or rid in gone:
                     continue
-                if reserved and any(i in reserved for i in run.on):
+                if not reserved.isdisjoint(run.on):
                     continue
-                cands.append((2, lost, rid, run, dict(run.on), None, None))
+                cands.append((2, lost, rid, run, run.on, None, None))
                 later.add(rid)
 
         if fifo and prio in ms.victims:
@@ -1234,16 +1382,16 @@ class _Cycle:
                 if p < prio:
                     continue
                 for lost, rid, run in ms.victims[p]:
-                    if rid in gone or (reserved and any(i in reserved for i in run.on)):
+                    if rid in gone or not reserved.isdisjoint(run.on):
                         continue
                     bt = borrower(run)
                     if bt is not None:
-                        cands.append((2, lost, rid, run, dict(run.on), None, bt))
+                        cands.append((2, lost, rid, run, run.on, None, bt))
         if not cands:
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         self.preempt_attempts += 1
-        cands.sort(key=lambda c: (c[0], c[1], c[2]))
+        cands.sort(key=_KIND_COST_ID)
         picked = None
         if w == 1 and all(c[0] != 1 for c in cands):
             picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g)
@@ -1441,6 +1589,10 @@ class _Cycle:
         picks: dict[int, list] = {}
         best = None
         for c in cands:  # sorted: cheapest first
+            if best is not None and c[1] > best[0][0]:
+                # costs are >= 0 and ascending: a node completed from here on costs at least
+                # c[1] in total, more than the best; the rest cannot win
+                break
             for i, k in c[4].items():
                 h = have.get(i)
                 if h is None:

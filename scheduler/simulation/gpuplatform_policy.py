@@ -19,6 +19,7 @@ use. This under-uses the alternatives; the default openb list has no such job.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 
@@ -51,6 +52,7 @@ class RuntimePredictor:
         self._recent: dict[object, deque[float]] = {}
         self._sorted: dict[object, list[float]] = {}
         self._base: dict[tuple[str, int], float | None] = {}  # cleared on every observation
+        self.version = 0  # bumped on every observation: estimates may differ from then on
 
     def observe(self, tenant: str, gpus: int, duration: float) -> None:
         """Record a finished job's actual run time."""
@@ -63,6 +65,7 @@ class RuntimePredictor:
                 old = recent.popleft()
                 del ordered[bisect_left(ordered, old)]
         self._base.clear()
+        self.version += 1
 
     def _samples(self, tenant: str, gpus: int) -> list[float] | None:
         for k, minimum in (((tenant, gpus), self.min_samples), (gpus, self.min_samples), (None, 1)):
@@ -114,8 +117,13 @@ class GpuPlatformPolicy:
         self._node_names: list[str] = []
         self._node_index: dict[str, int] = {}
         self._running: dict[int, tuple[int, float, RunningJob]] = {}
-        self._pending: dict[int, tuple[tuple, PendingJob]] = {}
+        self._pending: dict[int, tuple[tuple, PendingJob, tuple]] = {}
         self._finished_seen = 0
+        # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index),
+        # one live entry per run, so finding the earliest crossing does not scan every running
+        # job; entries of runs that ended are dropped when they reach the top.
+        self._demotions: list[tuple[float, int, int, int]] = []
+        self._demotion_run: dict[int, int] = {}  # job idx -> run id with an entry in the heap
         self.resizes_ignored = 0
         self.last_decisions = None
 
@@ -152,15 +160,37 @@ class GpuPlatformPolicy:
             self.predictor.observe(job.tenant, job.gpus, job.duration)
         self._finished_seen = len(finished)
 
-    def _next_demotion(self, job: SimJob, now: float) -> float:
-        # attained GPU-s as the engine computes it: (executed_s + now - run_start) x GPUs
-        if not self.las:
-            return float("inf")
-        base = job.run_start - job.executed_s
-        for th in self.las:
-            t = base + th / job.gpus
+    def _crossing(self, job: SimJob, k: int) -> float:
+        # when the run's attained GPU-s, (executed_s + now - run_start) x GPUs, reaches
+        # threshold k
+        return job.run_start - job.executed_s + self.las[k] / job.gpus
+
+    def _track_demotions(self, job: SimJob) -> None:
+        if self.las and self._demotion_run.get(job.idx) != job.run_id:
+            self._demotion_run[job.idx] = job.run_id
+            heapq.heappush(self._demotions, (self._crossing(job, 0), job.idx, job.run_id, 0))
+
+    def _next_demotion(self, sim: Simulator, now: float) -> float:
+        """The earliest time after ``now`` at which a running job crosses a LAS threshold
+        (plus 1 us, so that it has crossed), or inf."""
+        heap = self._demotions
+        jobs = sim.jobs
+        while heap:
+            t, idx, run_id, k = heap[0]
+            job = jobs[idx]
+            if job.state != "running" or job.run_id != run_id:
+                heapq.heappop(heap)
+                continue
             if t > now:
                 return t + 1e-6
+            # crossed already: its next threshold still ahead, if any
+            while t <= now and k + 1 < len(self.las):
+                k += 1
+                t = self._crossing(job, k)
+            if t > now:
+                heapq.heapreplace(heap, (t, idx, run_id, k))
+            else:
+                heapq.heappop(heap)
         return float("inf")
 
     def _running_job(self, sim: Simulator, job: SimJob) -> RunningJob:
@@ -176,8 +206,11 @@ class GpuPlatformPolicy:
             and cached[2].releasing_at == job.stop_at
         ):
             return cached[2]
+        placement = None
         if cached is not None and cached[0] == job.run_id:
             expected_end = cached[2].expected_end
+            # same run, same GPUs: the same mapping lets the engine recognise it (identity)
+            placement = cached[2].placement
         else:
             est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
             expected_end = None
@@ -201,7 +234,7 @@ class GpuPlatformPolicy:
             gpu_model=job.models[0] if job.models else None,  # see the module docstring
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
-            placement={names[n]: g for n, g in job.placement.items()},
+            placement=placement or {names[n]: g for n, g in job.placement.items()},
             started_at=job.run_start,
             expected_end=expected_end,
             preemptible=job.preemptible,
@@ -216,10 +249,16 @@ class GpuPlatformPolicy:
         return rj
 
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
+        # The estimate depends only on the predictor's samples and the job's progress: while
+        # neither changed, the entry stands without asking the predictor again.
+        inputs = (self.predictor.version, job.progress, job.executed_s, job.requeued)
+        cached = self._pending.get(job.idx)
+        if cached is not None and cached[2] == inputs:
+            return cached[1]
         est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
         key = (est, job.executed_s, job.requeued)
-        cached = self._pending.get(job.idx)
         if cached is not None and cached[0] == key:
+            self._pending[job.idx] = (key, cached[1], inputs)
             return cached[1]
         pj = PendingJob(
             id=job.id,
@@ -234,19 +273,34 @@ class GpuPlatformPolicy:
             attained_service_s=job.executed_s,
             requeued=job.requeued,
         )
-        self._pending[job.idx] = (key, pj)
+        self._pending[job.idx] = (key, pj, inputs)
         return pj
 
     def snapshot(self, sim: Simulator, now: float) -> Snapshot:
         """The engine's view of the simulator now (no future durations in it)."""
         self._observe_finished(sim)
         self._sync_nodes(sim)
-        running = tuple(self._running_job(sim, j) for j in sim.running.values())
-        for idx in [i for i in self._running if i not in sim.running]:
-            del self._running[idx]
+        # The validity test of _running_job, inlined: this runs for every running job per call.
+        cache = self._running
+        rebuild = self._running_job
+        sim_now = sim.now
+        running = []
+        for j in sim.running.values():
+            c = cache.get(j.idx)
+            if c is None or c[0] != j.run_id or sim_now >= c[1] or c[2].releasing_at != j.stop_at:
+                running.append(rebuild(sim, j))
+                self._track_demotions(j)
+            else:
+                running.append(c[2])
+        running = tuple(running)
+        # every running job has an entry now, so entries of gone jobs exist only if it is larger
+        if len(cache) > len(sim.running):
+            for idx in [i for i in cache if i not in sim.running]:
+                del cache[idx]
         pending = tuple(self._pending_job(j, now) for j in sim.pending.values())
-        for idx in [i for i in self._pending if i not in sim.pending]:
-            del self._pending[idx]
+        if len(self._pending) > len(sim.pending):
+            for idx in [i for i in self._pending if i not in sim.pending]:
+                del self._pending[idx]
         teams = tuple(Team(name=t, usage_gpu_s=u) for t, u in sim.tenant_usage.items())
         return Snapshot(
             now=now,
@@ -269,10 +323,12 @@ class GpuPlatformPolicy:
             sim.preempt(by_id[p.job], p.grace_s, p.reason)
         index = self._node_index
         for s in decisions.start:
-            sim.start(by_id[s.job], {index[name]: tuple(g) for name, g in s.placement.items()})
+            job = by_id[s.job]
+            if sim.start(job, {index[name]: tuple(g) for name, g in s.placement.items()}):
+                self._track_demotions(job)
         self.resizes_ignored += len(decisions.resize)
         if self.las and sim.pending:
             # a running job crossing a LAS threshold may now be preempted: look again then
-            wake = min((self._next_demotion(j, now) for j in sim.running.values()), default=None)
-            if wake is not None and wake != float("inf"):
+            wake = self._next_demotion(sim, now)
+            if wake != float("inf"):
                 sim.wake_at(wake)

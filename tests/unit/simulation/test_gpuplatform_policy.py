@@ -123,3 +123,48 @@ def test_an_immediate_preemption_triggers_a_follow_up_cycle():
     assert sim.by_id["old"].preemptions == 1
     assert sim.by_id["new"].first_start == 5000
     assert_conserved(sim)
+
+
+def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
+    # The adapter hands the engine the same RunningJob and Node objects while nothing changed,
+    # so the engine carries ranks, placement views and capacity indexes over between calls.
+    # Every call must decide exactly what a call with cleared memos and fresh objects decides.
+    import copy
+
+    from scheduler.policy import engine
+
+    def memos():
+        return (
+            engine._LAST_RANKS[0],
+            engine._LAST_PLACEMENTS[0],
+            dict(engine._LAST_INDEX),
+            engine._LAST_TOPOLOGY[0],
+        )
+
+    def restore(saved):
+        ranks, placements, index, topology = saved
+        engine._LAST_RANKS[0] = ranks
+        engine._LAST_PLACEMENTS[0] = placements
+        engine._LAST_INDEX.clear()
+        engine._LAST_INDEX.update(index)
+        engine._LAST_TOPOLOGY[0] = topology
+
+    class Checked(GpuPlatformPolicy):
+        calls = 0
+
+        def schedule(self, sim, now):
+            snap = self.snapshot(sim, now)
+            saved = memos()
+            restore((({}, (), {}), {}, {}, None))
+            fresh = engine.decide(copy.deepcopy(snap))
+            restore(saved)
+            assert engine.decide(snap) == fresh
+            self.calls += 1
+            super().schedule(sim, now)
+
+    trace = generate_synthetic(120, seed=7, mean_interarrival_s=120.0)
+    policy = Checked()
+    sim = Simulator(trace, uniform_cluster(4, 8), policy, SimConfig()).run()
+    assert_conserved(sim)
+    assert policy.calls > 100
+    assert sim.preemptions > 0  # the planner's views were exercised
