@@ -53,11 +53,7 @@ class Timed(GpuPlatformPolicy):
         if self.profiler:
             self.profiler.disable()
         t2 = time.perf_counter()
-        by_id, index = sim.by_id, self._node_index
-        for p in decisions.preempt:
-            sim.preempt(by_id[p.job], p.grace_s, p.reason)
-        for s in decisions.start:
-            sim.start(by_id[s.job], {index[n]: tuple(g) for n, g in s.placement.items()})
+        self.apply(sim, now, decisions)  # the replay's own apply, LAS wake-ups included
         t3 = time.perf_counter()
         self.t_snap.append(t1 - t0)
         self.t_decide.append(t2 - t1)

@@ -25,6 +25,7 @@ from collections import deque
 
 from scheduler.policy import (
     Config,
+    Decisions,
     Node,
     PendingJob,
     RunningJob,
@@ -316,7 +317,10 @@ class GpuPlatformPolicy:
 
     def schedule(self, sim: Simulator, now: float) -> None:
         """Build a snapshot, call `decide`, apply preemptions then starts."""
-        decisions = decide(self.snapshot(sim, now))
+        self.apply(sim, now, decide(self.snapshot(sim, now)))
+
+    def apply(self, sim: Simulator, now: float, decisions: Decisions) -> None:
+        """Carry out one call's decisions and ask for the next LAS wake-up."""
         self.last_decisions = decisions
         by_id = sim.by_id
         for p in decisions.preempt:
