@@ -151,7 +151,13 @@ def _config(value: Any, path: str) -> Config:
     d = _obj(value, path)
     c = Config()
     kw: dict[str, Any] = {}
-    for key in ("backfill", "preemption", "las_fifo_one_node", "las_defragment"):
+    for key in (
+        "backfill",
+        "preemption",
+        "las_fifo_one_node",
+        "las_defragment",
+        "las_lowest_queue_first",
+    ):
         if key in d:
             kw[key] = _bool(d[key], _join(path, key))
     for key in (

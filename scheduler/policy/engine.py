@@ -57,6 +57,7 @@ import heapq
 import itertools
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from operator import itemgetter
 
 from scheduler.policy.capacity import Index, Pool
@@ -1338,11 +1339,12 @@ class _Cycle:
             for u in self.shrink_units(run):
                 cands.append((1, 0.0, rid, run, {u[0]: len(u[1])}, [u], bt))
         reserved = ms.reserved_nodes
-        lower = [lst for p, lst in ms.victims.items() if p < prio]
+        lower = [lst for p, lst in sorted(ms.victims.items()) if p < prio]
         found = 0
         limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
-        if len(lower) <= 1:
-            source = iter(lower[0] if lower else ())
+        if len(lower) <= 1 or self.cfg.las_lowest_queue_first:
+            # under the candidate cap, the lowest ranks (each cheapest first) as they are tried
+            source = itertools.chain.from_iterable(lower)
         elif self.runs_unique and sum(map(len, lower)) <= limit:
             # all of them are taken, and candidates are sorted by (kind, cost, id) below, which
             # orders them as the merge would (ids are unique): skip the merge
@@ -1391,10 +1393,21 @@ class _Cycle:
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         self.preempt_attempts += 1
-        cands.sort(key=_KIND_COST_ID)
+        tier = None
+        if self.cfg.las_lowest_queue_first:
+            # Moves (later-submitted jobs under submission order or defragmenting, borrowed GPUs
+            # under reclaim) first; then victims of lower ranks, the lowest rank first: a lower
+            # class, then the LAS queue with the most attained service.
+            def tier(c: tuple) -> int:
+                rank = c[3].prio
+                return -1 if rank >= prio or c[2] in later else rank
+
+            cands.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
+        else:
+            cands.sort(key=_KIND_COST_ID)
         picked = None
         if w == 1 and all(c[0] != 1 for c in cands):
-            picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g)
+            picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g, tier)
         cands = picked if picked is not None else cands[:_MAX_VICTIM_CANDIDATES]
         base = (ms.long or ms.now)["all"]
         bcnt = base.cnt
@@ -1577,21 +1590,27 @@ class _Cycle:
         return True
 
     @staticmethod
-    def cheapest_node(cands: list, base: Index, g: int) -> list | None:
+    def cheapest_node(
+        cands: list, base: Index, g: int, tier: Callable[[tuple], int] | None = None
+    ) -> list | None:
         """For a one-node job of ``g`` GPUs: the candidates that complete one node for the
         least lost work (each node's cheapest candidates first), or None if no node completes.
+        With ``tier`` (the candidates are sorted by it first), a node's highest tier counts
+        before its lost work.
 
         Adding candidates cheapest-first over the whole cluster would scatter them, and on a
         busy, fragmented cluster no node completes before the candidate cap."""
         bcnt = base.cnt
         have: dict[int, int] = {}
+        top: dict[int, int] = {}
         cost: dict[int, float] = {}
         picks: dict[int, list] = {}
         best = None
-        for c in cands:  # sorted: cheapest first
-            if best is not None and c[1] > best[0][0]:
-                # costs are >= 0 and ascending: a node completed from here on costs at least
-                # c[1] in total, more than the best; the rest cannot win
+        for c in cands:  # sorted: by tier, then cheapest first
+            t = tier(c) if tier is not None else 0
+            if best is not None and (t, c[1]) > best[0][:2]:
+                # candidates ascend by (tier, cost) and costs are >= 0: a node completed from
+                # here on has at least this tier and costs at least c[1]; it cannot win
                 break
             for i, k in c[4].items():
                 h = have.get(i)
@@ -1600,10 +1619,11 @@ class _Cycle:
                 if h >= g:
                     continue  # this node is complete already
                 have[i] = h + k
+                top[i] = max(top.get(i, t), t)
                 cost[i] = cost.get(i, 0.0) + c[1]
                 picks.setdefault(i, []).append(c)
                 if h + k >= g:
-                    key = (cost[i], len(picks[i]), i)
+                    key = (top[i], cost[i], len(picks[i]), i)
                     if best is None or key < best[0]:
                         best = (key, picks[i])
         return None if best is None else list(best[1])

@@ -76,11 +76,11 @@ def test_submission_order_needs_las_the_knob_a_submit_time_and_a_one_node_job():
     # A job submitted after both preempts neither.
     young = replace(s.pending[0], submitted_at=1000.0)
     assert not decide(replace(s, pending=(young,))).preempt
-    # A job that has waited less than las_fifo_after_s (600 s) does not preempt yet.
-    fresh = replace(s.pending[0], submitted_at=NOW - 599)
-    fresh_late = replace(s.running[1], submitted_at=NOW - 500)
+    # A job that has waited less than las_fifo_after_s (1,200 s) does not preempt yet.
+    fresh = replace(s.pending[0], submitted_at=NOW - 1199)
+    fresh_late = replace(s.running[1], submitted_at=NOW - 1100)
     assert not decide(replace(s, pending=(fresh,), running=(s.running[0], fresh_late))).preempt
-    fresh = replace(s.pending[0], submitted_at=NOW - 600)
+    fresh = replace(s.pending[0], submitted_at=NOW - 1200)
     d = decide(replace(s, pending=(fresh,), running=(s.running[0], fresh_late)))
     assert [p.job for p in d.preempt] == ["late"]
 
@@ -171,3 +171,40 @@ def test_gang_defragment_needs_the_knob_room_elsewhere_and_later_submissions():
     nodes = (node("n1", range(4, 8)), s.nodes[1], node("n3", range(4, 8)), node("n4", (6, 7)))
     d = decide(replace(s, nodes=nodes, running=(a4, s.running[1], c4, d6)))
     assert sorted(p.job for p in d.preempt) == ["a", "b"]
+
+
+def _two_queues(pending, **config):
+    # 'mid*' sit in queue 1 and lose 480 GPU-s each; 'long*' sit in queue 2 (the most served)
+    # and lose 4,800 GPU-s each. No GPU is free.
+    running = [
+        run("mid1", {"n1": range(8)}, pc="normal", started=NOW - 60, attained=1_000.0),
+        run("mid2", {"n2": range(8)}, pc="normal", started=NOW - 60, attained=1_000.0),
+        run("long1", {"n3": range(8)}, pc="normal", started=NOW - 600, attained=10_000.0),
+        run("long2", {"n4": range(8)}, pc="normal", started=NOW - 600, attained=10_000.0),
+    ]
+    nodes = [node(f"n{i}", 0) for i in range(1, 5)]
+    config.setdefault("las_thresholds_gpu_s", TH)
+    return snap(nodes, pending, running, now=NOW, **config)
+
+
+def test_victims_come_from_the_most_served_queue_before_cheaper_ones_nearer_the_preemptor():
+    for pending, want in (
+        ([job("fresh", 1, 8, pc="normal")], ["long1"]),
+        ([job("gang", 2, 8, pc="normal")], ["long1", "long2"]),
+    ):
+        s = _two_queues(pending)
+        d = decide(s)
+        check_invariants(s, d)
+        assert sorted(p.job for p in d.preempt) == want
+        assert d.preempt[0].reason.startswith("attained service: ")
+
+
+def test_cheapest_victims_across_queues_without_lowest_queue_first():
+    for pending, want in (
+        ([job("fresh", 1, 8, pc="normal")], ["mid1"]),
+        ([job("gang", 2, 8, pc="normal")], ["mid1", "mid2"]),
+    ):
+        s = _two_queues(pending, las_lowest_queue_first=False)
+        d = decide(s)
+        check_invariants(s, d)
+        assert sorted(p.job for p in d.preempt) == want
