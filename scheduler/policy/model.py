@@ -69,7 +69,7 @@ class Config:
     # At most this many capacity-blocked jobs try preemption per cycle (bounds the cycle's cost).
     # 5 rather than 16: on the ITP trace with LAS queues fewer plans per cycle preempted less
     # for jobs the next releases would have served (16 -> 8: average wait -3 %, preemptions
-    # -23 %; 8 -> 5 with las_lowest_queue_first: -1 to -2 %, five seeds).
+    # -23 %; 8 -> 5 with las_lowest_queue_first: -1 %, and fewer preemptions on openb).
     max_preemption_attempts: int = 5
     # Least-attained-service queues inside a priority class (Tiresias-like, docs/policy.md):
     # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
@@ -88,9 +88,10 @@ class Config:
     # backfilled work yields to older work of the same service level (docs/policy.md rule 1a).
     las_fifo_one_node: bool = True
     # ... once the job has waited this long in total: a job that would start within minutes
-    # anyway does not preempt (at 128 x 8 on the ITP trace an immediate rule cost waiting;
-    # 1,200 rather than 600 s with las_lowest_queue_first waited 1-3 % less at 80 x 8).
-    las_fifo_after_s: float = 1200.0
+    # anyway does not preempt (at 128 x 8 on the ITP trace an immediate rule cost waiting).
+    # 1,200 s waited 1.2 % less at 80 x 8 but 38 % more on the openb stress trace, whose jobs
+    # are short: kept at 600.
+    las_fifo_after_s: float = 600.0
     # With LAS queues: a gang blocked only by fragmentation (enough GPUs free in total) may
     # move preemptible jobs of its class submitted after it, whatever their queue, when they
     # fit in the GPUs left free on other nodes (docs/policy.md rule 1a).
@@ -105,7 +106,7 @@ class Config:
     # pick the lowest priority first; jobs moved by the submission-order and defragmenting rules
     # come before both. Cheapest-first over all lower queues took jobs that had just dropped a
     # queue (little lost work) before ones that had run for days. On the ITP trace at 80 x 8
-    # (five seeds, with the two values above) average waiting -4 %, p95 waiting -30 %,
+    # (five seeds, with 5 preemption plans) average waiting -3 %, p95 waiting -32 %,
     # preemptions -20 % (docs/benchmarks.md).
     las_lowest_queue_first: bool = True
 

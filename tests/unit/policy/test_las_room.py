@@ -76,11 +76,11 @@ def test_submission_order_needs_las_the_knob_a_submit_time_and_a_one_node_job():
     # A job submitted after both preempts neither.
     young = replace(s.pending[0], submitted_at=1000.0)
     assert not decide(replace(s, pending=(young,))).preempt
-    # A job that has waited less than las_fifo_after_s (1,200 s) does not preempt yet.
-    fresh = replace(s.pending[0], submitted_at=NOW - 1199)
-    fresh_late = replace(s.running[1], submitted_at=NOW - 1100)
+    # A job that has waited less than las_fifo_after_s (600 s) does not preempt yet.
+    fresh = replace(s.pending[0], submitted_at=NOW - 599)
+    fresh_late = replace(s.running[1], submitted_at=NOW - 500)
     assert not decide(replace(s, pending=(fresh,), running=(s.running[0], fresh_late))).preempt
-    fresh = replace(s.pending[0], submitted_at=NOW - 1200)
+    fresh = replace(s.pending[0], submitted_at=NOW - 600)
     d = decide(replace(s, pending=(fresh,), running=(s.running[0], fresh_late)))
     assert [p.job for p in d.preempt] == ["late"]
 
