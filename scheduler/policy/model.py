@@ -107,7 +107,7 @@ class Config:
     # come before both. Cheapest-first over all lower queues took jobs that had just dropped a
     # queue (little lost work) before ones that had run for days. On the ITP trace at 80 x 8
     # (five seeds, with 5 preemption plans) average waiting -3 %, p95 waiting -32 %,
-    # preemptions -20 % (docs/benchmarks.md).
+    # preemptions -22 % (docs/benchmarks.md).
     las_lowest_queue_first: bool = True
 
 
