@@ -208,3 +208,25 @@ def test_cheapest_victims_across_queues_without_lowest_queue_first():
         d = decide(s)
         check_invariants(s, d)
         assert sorted(p.job for p in d.preempt) == want
+
+
+def test_a_lower_class_is_preempted_before_a_more_served_job_of_the_preemptors_class():
+    # 'served' (normal, queue 2) loses 480 GPU-s, 'low' (low class) 8 x 3,000 = 24,000 GPU-s:
+    # cheapest-first took 'served' while a job of a lower class was running.
+    running = [
+        run("served", {"n1": range(8)}, pc="normal", started=NOW - 60, attained=10_000.0),
+        run("low", {"n2": range(8)}, pc="low", started=NOW - 3_000),
+    ]
+    nodes = [node("n1", 0), node("n2", 0)]
+    for flag, want in ((True, "low"), (False, "served")):
+        s = snap(
+            nodes,
+            [job("fresh", 1, 8, pc="normal")],
+            running,
+            now=NOW,
+            las_thresholds_gpu_s=TH,
+            las_lowest_queue_first=flag,
+        )
+        d = decide(s)
+        check_invariants(s, d)
+        assert [p.job for p in d.preempt] == [want]
