@@ -1029,6 +1029,10 @@ class _Cycle:
         return "; ".join(reasons) + suffix, at
 
     def start(self, job: PendingJob, ms: _Model, plan: list[tuple[int, int]], g: int, k: int):
+        # GPUs held for a reservation that this (short, backfilled) job borrows go back to that
+        # reservation when it ends: its release must not be promised to a later reservation.
+        protected = self.protected
+        unheld = [max(len(self.free[i]) - protected[i], 0) for i, _ in plan]
         placement = self.take(ms, plan, g)
         self.starts.append(Start(job.id, placement, k))
         need = k * g
@@ -1036,8 +1040,10 @@ class _Cycle:
             self.used[(t, ms.name)] = self.used.get((t, ms.name), 0) + need
         if job.runtime_estimate_s is not None:
             end = self.now + job.runtime_estimate_s
-            for i, workers in plan:
-                ms.started_ends.append((end, i, workers * g))
+            for (i, workers), own in zip(plan, unheld, strict=True):
+                n = min(workers * g, own)
+                if n:
+                    ms.started_ends.append((end, i, n))
         else:
             ms.unknown_started += need
 

@@ -122,3 +122,25 @@ def test_several_reservations_per_model_drain_nodes_and_never_promise_gpus_twice
     assert len(two.start) == 6
     assert why(two, "big2").endswith("reserved to start at t=3000")
     assert next(p for p in two.pending if p.job == "big2").estimated_start == 3000.0
+
+
+def test_gpus_a_short_job_borrows_from_a_reservation_go_back_to_it_not_to_the_next_one():
+    # Found by the property test below. 'first' holds n1's 2 free GPUs and counts on r's 2 at
+    # t=1000; 'short' (ends at 1000) backfills onto one of the held GPUs. Its release at 1000
+    # returns that GPU to 'first', so 'second' may not count on it: before the fix it was
+    # reserved on n1 + n2 at 1000, promising a GPU of n1 twice.
+    nodes = [node("n1", [0, 1], gpus=4), node("n2", 2, gpus=2), node("n3", 0, gpus=4)]
+    running = [
+        run("r", {"n1": [2, 3]}, end=1000.0, preemptible=False),
+        run("long", {"n3": range(4)}, end=None, preemptible=False),
+    ]
+    pending = [
+        job("first", 1, 4, pc="high"),
+        job("second", 3, 1, pc="normal"),
+        job("short", 1, 1, pc="normal", est=100.0),
+    ]
+    s = snap(nodes, pending, running, now=900.0, preemption=False, reservations_per_model=2)
+    d = decide(s)
+    check_invariants(s, d)
+    assert started(d) == {"short": {"n1": (0,)}}
+    assert [(r.job, r.at, r.nodes) for r in d.reserve] == [("first", 1000.0, ("n1",))]
