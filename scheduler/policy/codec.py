@@ -157,6 +157,7 @@ def _config(value: Any, path: str) -> Config:
         "las_fifo_one_node",
         "las_defragment",
         "las_lowest_queue_first",
+        "las_bottom_fifo",
     ):
         if key in d:
             kw[key] = _bool(d[key], _join(path, key))

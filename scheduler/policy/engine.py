@@ -214,8 +214,15 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
         aging = cfg.queue_aging_s
         sjf = order == "sjf"
         log2 = math.log2
+        levels = len(th) + 1
+        bottom_fifo = bool(th) and cfg.las_bottom_fifo and not sjf
 
         def key(p: PendingJob):
+            if bottom_fifo:
+                r = prio_of(p)
+                if r % levels == 0:
+                    # the last LAS queue of a class: submission order (las_bottom_fifo)
+                    return (-r, fs_rank.get(p.team, neutral), p.submitted_at, p.id)
             est = p.runtime_estimate_s if p.runtime_estimate_s is not None else dflt
             rem = est - p.attained_service_s
             if rem < 1.0:
@@ -668,6 +675,8 @@ class _Cycle:
         run_rank = self.run_rank
         runs = self.runs
         built = 0
+        levels = len(self.th) + 1
+        bottom_fifo = bool(self.th) and self.cfg.las_bottom_fifo
         for r in self.snap.running:
             # Only jobs the planner may touch: already releasing, elastic, or preemptible and
             # outside their checkpoint protection window.
@@ -730,7 +739,13 @@ class _Cycle:
             if r.elastic is not None:
                 ms.elastic.append(run)
             if r.preemptible and not protected:
-                ms.victims.setdefault(rank, []).append((lost, r.id, run))
+                cost = lost
+                if bottom_fifo and rank % levels == 0:
+                    # the last LAS queue gives up its most recently submitted job first, the
+                    # reverse of the order it is served in (las_bottom_fifo)
+                    sub = r.submitted_at if r.submitted_at is not None else r.started_at
+                    cost = now - sub if now > sub else 0.0
+                ms.victims.setdefault(rank, []).append((cost, r.id, run))
         _LAST_PLACEMENTS[0] = placements
         self.runs_unique = built == len(runs)
         for ms in self.models.values():
@@ -1498,18 +1513,23 @@ class _Cycle:
         for c in chosen:
             if c[0] == 1 and c[2] not in victim_ids:
                 by_job.setdefault(c[2], []).extend(c[5])
+        levels = len(self.th) + 1
+        bottom_fifo = bool(self.th) and self.cfg.las_bottom_fifo
         for c in victims:
             run = c[3]
             self.gone.add(c[2])
             n_gpus += sum(c[4].values())
+            if bottom_fifo and run.prio % levels == 0:
+                basis = "was submitted last of the jobs in the most-served queue"
+            else:
+                basis = "loses the least work since its last checkpoint"
             if run.prio < prio and self.classes.get(run.job.priority_class, 0) == self.classes.get(
                 job.priority_class, 0
             ):
                 # Same class: only the attained-service queue separates them (LAS).
                 reason = (
                     f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
-                    f"GPUs and has received less GPU service than {c[2]}, which loses the "
-                    "least work since its last checkpoint"
+                    f"GPUs and has received less GPU service than {c[2]}, which {basis}"
                 )
             elif c[2] in later and defrag:
                 reason = (
@@ -1520,14 +1540,12 @@ class _Cycle:
             elif c[2] in later:
                 reason = (
                     f"submission order: {job.id} needs {g} {model} GPUs on one node and was "
-                    f"submitted before {c[2]}, in the same attained-service queue; {c[2]} loses "
-                    "the least work"
+                    f"submitted before {c[2]}, in the same attained-service queue; {c[2]} {basis}"
                 )
             elif run.prio < prio:
                 reason = (
                     f"priority: {job.id} ({job.priority_class}) needs {need} {model} GPUs; "
-                    f"{c[2]} ({run.job.priority_class}) loses the least work since its last "
-                    "checkpoint"
+                    f"{c[2]} ({run.job.priority_class}) {basis}"
                 )
             else:
                 t, q = reclaim_team

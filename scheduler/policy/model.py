@@ -109,6 +109,14 @@ class Config:
     # (five seeds, with 5 preemption plans) average waiting -3 %, p95 waiting -32 %,
     # preemptions -22 % (docs/benchmarks.md).
     las_lowest_queue_first: bool = True
+    # With LAS: the last queue of a class (the most-served jobs) is served in submission order
+    # and gives up its most recently submitted job first when preempted into. The default
+    # order put a requeued job ahead of an older one there, and the submission-order rule then
+    # let the older one take the GPUs straight back (one 8-GPU job was preempted 7 times in
+    # 1,500 s by the same job); least-lost-work victims let a fresh job preempt the oldest
+    # bottom job, which then preempted a younger gang. On the ITP trace (80 x 8, five seeds)
+    # docs/benchmarks.md has the numbers.
+    las_bottom_fifo: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,11 +127,13 @@ def test_rule_1_las_room_extensions_round_trip_and_validate():
     data["config"]["las_fifo_after_s"] = 30
     data["config"]["las_reserve_after_s"] = 0
     data["config"]["las_lowest_queue_first"] = False
+    data["config"]["las_bottom_fifo"] = False
     data["running"][0]["submitted_at"] = 12.5
     s = snapshot_from_dict(data)
     c = s.config
     assert (c.las_fifo_one_node, c.las_defragment, c.las_reserve_after_s) == (False, False, 0.0)
     assert c.las_lowest_queue_first is False
+    assert c.las_bottom_fifo is False
     assert c.las_fifo_after_s == 30.0
     assert s.running[0].submitted_at == 12.5
     assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s)))) == s

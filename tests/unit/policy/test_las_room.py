@@ -4,7 +4,7 @@ can still make room (``las_fifo_one_node``, ``las_reserve_after_s``)."""
 
 from dataclasses import replace
 
-from scheduler.policy import decide
+from scheduler.policy import decide, queue_order
 
 from .helpers import check_invariants, job, node, run, snap, why
 
@@ -230,3 +230,64 @@ def test_a_lower_class_is_preempted_before_a_more_served_job_of_the_preemptors_c
         d = decide(s)
         check_invariants(s, d)
         assert [p.job for p in d.preempt] == [want]
+
+
+def test_the_most_served_queue_is_served_in_submission_order():
+    # Both in the last queue (80,000 GPU-s); the default order would put the requeued one first.
+    pending = [
+        job("younger", 1, 8, pc="normal", submitted=500.0, attained=10_000.0, requeued=True),
+        job("older", 1, 8, pc="normal", submitted=100.0, attained=10_000.0),
+        job("fresh", 1, 8, pc="normal", submitted=900.0),
+    ]
+    s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=TH)
+    assert [p.id for p in queue_order(s)] == ["fresh", "older", "younger"]
+    s = replace(s, config=replace(s.config, las_bottom_fifo=False))
+    assert [p.id for p in queue_order(s)] == ["fresh", "younger", "older"]
+
+
+def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
+    # Both in the last queue; 'older' lost 480 GPU-s since its restart, 'younger' 24,000.
+    running = [
+        run(
+            "older",
+            {"n1": range(8)},
+            pc="normal",
+            started=NOW - 60,
+            attained=10_000.0,
+            submitted=100.0,
+        ),
+        run(
+            "younger",
+            {"n2": range(8)},
+            pc="normal",
+            started=NOW - 3_000,
+            attained=10_000.0,
+            submitted=5_000.0,
+        ),
+    ]
+    nodes = [node("n1", 0), node("n2", 0)]
+    for flag, want in ((True, "younger"), (False, "older")):
+        s = snap(
+            nodes,
+            [job("fresh", 1, 8, pc="normal", submitted=NOW)],
+            running,
+            now=NOW,
+            las_thresholds_gpu_s=TH,
+            las_bottom_fifo=flag,
+        )
+        d = decide(s)
+        check_invariants(s, d)
+        assert [p.job for p in d.preempt] == [want]
+    assert d.preempt[0].reason.endswith("which loses the least work since its last checkpoint")
+    s = snap(
+        nodes,
+        [job("fresh", 1, 8, pc="normal", submitted=NOW)],
+        running,
+        now=NOW,
+        las_thresholds_gpu_s=TH,
+    )
+    assert (
+        decide(s)
+        .preempt[0]
+        .reason.endswith("which was submitted last of the jobs in the most-served queue")
+    )
