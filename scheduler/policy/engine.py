@@ -218,11 +218,10 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
         bottom_fifo = bool(th) and cfg.las_bottom_fifo and not sjf
 
         def key(p: PendingJob):
-            if bottom_fifo:
-                r = prio_of(p)
-                if r % levels == 0:
-                    # the last LAS queue of a class: submission order (las_bottom_fifo)
-                    return (-r, fs_rank.get(p.team, neutral), p.submitted_at, p.id)
+            r = prio_of(p)
+            if bottom_fifo and r % levels == 0:
+                # the last LAS queue of a class: submission order (las_bottom_fifo)
+                return (-r, fs_rank.get(p.team, neutral), p.submitted_at, p.id)
             est = p.runtime_estimate_s if p.runtime_estimate_s is not None else dflt
             rem = est - p.attained_service_s
             if rem < 1.0:
@@ -230,7 +229,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
             size = rem * p.workers * p.gpus_per_worker
             if sjf:
                 return (
-                    -prio_of(p),
+                    -r,
                     fs_rank.get(p.team, neutral),
                     size,
                     p.submitted_at,
@@ -238,7 +237,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
                 )
             wait = now - p.submitted_at
             return (
-                -prio_of(p),
+                -r,
                 fs_rank.get(p.team, neutral),
                 not p.requeued,
                 log2(size) - (wait / aging if wait > 0 else 0.0),
