@@ -521,6 +521,10 @@ class _Cycle:
         self.now = snap.now
         self.classes = snap.priority_classes
         self.th = _thresholds(cfg)  # LAS queue thresholds (GPU-s); () = off
+        # rank % levels == 0 is a class's most-served queue; with las_bottom_fifo it is served
+        # in submission order and gives up its most recently submitted job first
+        self.levels = len(self.th) + 1
+        self.bottom_fifo = bool(self.th) and cfg.las_bottom_fifo
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.reserves: list[Reserve] = []
@@ -674,8 +678,8 @@ class _Cycle:
         run_rank = self.run_rank
         runs = self.runs
         built = 0
-        levels = len(self.th) + 1
-        bottom_fifo = bool(self.th) and self.cfg.las_bottom_fifo
+        levels = self.levels
+        bottom_fifo = self.bottom_fifo
         for r in self.snap.running:
             # Only jobs the planner may touch: already releasing, elastic, or preemptible and
             # outside their checkpoint protection window.
@@ -740,8 +744,7 @@ class _Cycle:
             if r.preemptible and not protected:
                 cost = lost
                 if bottom_fifo and rank % levels == 0:
-                    # the last LAS queue gives up its most recently submitted job first, the
-                    # reverse of the order it is served in (las_bottom_fifo)
+                    # the reverse of the order the queue is served in
                     sub = r.submitted_at if r.submitted_at is not None else r.started_at
                     cost = now - sub if now > sub else 0.0
                 ms.victims.setdefault(rank, []).append((cost, r.id, run))
@@ -1512,13 +1515,11 @@ class _Cycle:
         for c in chosen:
             if c[0] == 1 and c[2] not in victim_ids:
                 by_job.setdefault(c[2], []).extend(c[5])
-        levels = len(self.th) + 1
-        bottom_fifo = bool(self.th) and self.cfg.las_bottom_fifo
         for c in victims:
             run = c[3]
             self.gone.add(c[2])
             n_gpus += sum(c[4].values())
-            if bottom_fifo and run.prio % levels == 0:
+            if self.bottom_fifo and run.prio % self.levels == 0:
                 basis = "was submitted last of the jobs in the most-served queue"
             else:
                 basis = "loses the least work since its last checkpoint"

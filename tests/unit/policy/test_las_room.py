@@ -173,6 +173,14 @@ def test_gang_defragment_needs_the_knob_room_elsewhere_and_later_submissions():
     assert sorted(p.job for p in d.preempt) == ["a", "b"]
 
 
+def _decided(nodes, pending, running, **config):
+    config.setdefault("las_thresholds_gpu_s", TH)
+    s = snap(nodes, pending, running, now=NOW, **config)
+    d = decide(s)
+    check_invariants(s, d)
+    return d
+
+
 def _two_queues(pending, **config):
     # 'mid*' sit in queue 1 and lose 480 GPU-s each; 'long*' sit in queue 2 (the most served)
     # and lose 4,800 GPU-s each. No GPU is free.
@@ -182,9 +190,7 @@ def _two_queues(pending, **config):
         run("long1", {"n3": range(8)}, pc="normal", started=NOW - 600, attained=10_000.0),
         run("long2", {"n4": range(8)}, pc="normal", started=NOW - 600, attained=10_000.0),
     ]
-    nodes = [node(f"n{i}", 0) for i in range(1, 5)]
-    config.setdefault("las_thresholds_gpu_s", TH)
-    return snap(nodes, pending, running, now=NOW, **config)
+    return _decided([node(f"n{i}", 0) for i in range(1, 5)], pending, running, **config)
 
 
 def test_victims_come_from_the_most_served_queue_before_cheaper_ones_nearer_the_preemptor():
@@ -192,9 +198,7 @@ def test_victims_come_from_the_most_served_queue_before_cheaper_ones_nearer_the_
         ([job("fresh", 1, 8, pc="normal")], ["long1"]),
         ([job("gang", 2, 8, pc="normal")], ["long1", "long2"]),
     ):
-        s = _two_queues(pending)
-        d = decide(s)
-        check_invariants(s, d)
+        d = _two_queues(pending)
         assert sorted(p.job for p in d.preempt) == want
         assert d.preempt[0].reason.startswith("attained service: ")
 
@@ -204,9 +208,7 @@ def test_cheapest_victims_across_queues_without_lowest_queue_first():
         ([job("fresh", 1, 8, pc="normal")], ["mid1"]),
         ([job("gang", 2, 8, pc="normal")], ["mid1", "mid2"]),
     ):
-        s = _two_queues(pending, las_lowest_queue_first=False)
-        d = decide(s)
-        check_invariants(s, d)
+        d = _two_queues(pending, las_lowest_queue_first=False)
         assert sorted(p.job for p in d.preempt) == want
 
 
@@ -219,16 +221,8 @@ def test_a_lower_class_is_preempted_before_a_more_served_job_of_the_preemptors_c
     ]
     nodes = [node("n1", 0), node("n2", 0)]
     for flag, want in ((True, "low"), (False, "served")):
-        s = snap(
-            nodes,
-            [job("fresh", 1, 8, pc="normal")],
-            running,
-            now=NOW,
-            las_thresholds_gpu_s=TH,
-            las_lowest_queue_first=flag,
-        )
-        d = decide(s)
-        check_invariants(s, d)
+        pending = [job("fresh", 1, 8, pc="normal")]
+        d = _decided(nodes, pending, running, las_lowest_queue_first=flag)
         assert [p.job for p in d.preempt] == [want]
 
 
@@ -247,47 +241,18 @@ def test_the_most_served_queue_is_served_in_submission_order():
 
 def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
     # Both in the last queue; 'older' lost 480 GPU-s since its restart, 'younger' 24,000.
+    served = {"pc": "normal", "attained": 10_000.0}
     running = [
-        run(
-            "older",
-            {"n1": range(8)},
-            pc="normal",
-            started=NOW - 60,
-            attained=10_000.0,
-            submitted=100.0,
-        ),
-        run(
-            "younger",
-            {"n2": range(8)},
-            pc="normal",
-            started=NOW - 3_000,
-            attained=10_000.0,
-            submitted=5_000.0,
-        ),
+        run("older", {"n1": range(8)}, started=NOW - 60, submitted=100.0, **served),
+        run("younger", {"n2": range(8)}, started=NOW - 3_000, submitted=5_000.0, **served),
     ]
     nodes = [node("n1", 0), node("n2", 0)]
-    for flag, want in ((True, "younger"), (False, "older")):
-        s = snap(
-            nodes,
-            [job("fresh", 1, 8, pc="normal", submitted=NOW)],
-            running,
-            now=NOW,
-            las_thresholds_gpu_s=TH,
-            las_bottom_fifo=flag,
-        )
-        d = decide(s)
-        check_invariants(s, d)
-        assert [p.job for p in d.preempt] == [want]
+    pending = [job("fresh", 1, 8, pc="normal", submitted=NOW)]
+    d = _decided(nodes, pending, running)
+    assert [p.job for p in d.preempt] == ["younger"]
+    assert d.preempt[0].reason.endswith(
+        "which was submitted last of the jobs in the most-served queue"
+    )
+    d = _decided(nodes, pending, running, las_bottom_fifo=False)
+    assert [p.job for p in d.preempt] == ["older"]
     assert d.preempt[0].reason.endswith("which loses the least work since its last checkpoint")
-    s = snap(
-        nodes,
-        [job("fresh", 1, 8, pc="normal", submitted=NOW)],
-        running,
-        now=NOW,
-        las_thresholds_gpu_s=TH,
-    )
-    assert (
-        decide(s)
-        .preempt[0]
-        .reason.endswith("which was submitted last of the jobs in the most-served queue")
-    )
