@@ -251,7 +251,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
 class _Run:
     """A running job as the planner sees it (GPUs per eligible node id)."""
 
-    __slots__ = ("job", "model", "gpus", "on", "prio", "end", "lost", "protected")
+    __slots__ = ("job", "model", "gpus", "on", "prio", "end", "protected")
 
     def __init__(
         self,
@@ -261,7 +261,6 @@ class _Run:
         on: dict[int, int],
         prio: int,
         end: float | None,
-        lost: float,
         protected: bool,
     ) -> None:
         self.job = job
@@ -270,7 +269,6 @@ class _Run:
         self.on = on
         self.prio = prio
         self.end = end
-        self.lost = lost
         self.protected = protected
 
 
@@ -326,7 +324,8 @@ class _Model:
         self.unknown_started = 0
         self.pre_failed: dict[tuple[int, bool, bool], list[tuple[int, int, tuple]]] = {}
         # Planner view of running jobs (built lazily): preemptible, unprotected victims by
-        # priority sorted by lost work; elastic jobs; jobs already being preempted.
+        # rank, cheapest first (cost = lost work; with las_bottom_fifo, age in a class's
+        # most-served queue); elastic jobs; jobs already being preempted.
         self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
         self.elastic: list[_Run] = []
         self.releasing: list[_Run] = []
@@ -730,7 +729,7 @@ class _Cycle:
             if rank is None:
                 rank = _running_rank(r, classes, self.th, now)
             lost = total * (now - base) if now > base else 0.0
-            run = _Run(r, model, total, on, rank, end, lost, protected)
+            run = _Run(r, model, total, on, rank, end, protected)
             runs[r.id] = run
             built += 1
             ms = models.get(model)
@@ -1374,23 +1373,23 @@ class _Cycle:
             source = itertools.chain.from_iterable(lower)
         else:
             source = heapq.merge(*lower)
-        for lost, rid, run in source:
+        for cost, rid, run in source:
             if rid in gone or not reserved.isdisjoint(run.on):
                 continue
-            cands.append((2, lost, rid, run, run.on, None, None))
+            cands.append((2, cost, rid, run, run.on, None, None))
             found += 1
             if found >= limit:
                 break
         later: set[str] = set()  # victims submitted after the job (submission-order rules)
 
         def add_submitted_later(victims) -> None:
-            for lost, rid, run in victims:
+            for cost, rid, run in victims:
                 sub = run.job.submitted_at
                 if sub is None or (sub, rid) <= mine or rid in gone:
                     continue
                 if not reserved.isdisjoint(run.on):
                     continue
-                cands.append((2, lost, rid, run, run.on, None, None))
+                cands.append((2, cost, rid, run, run.on, None, None))
                 later.add(rid)
 
         if fifo and prio in ms.victims:
@@ -1406,12 +1405,12 @@ class _Cycle:
             for p in sorted(ms.victims):
                 if p < prio:
                     continue
-                for lost, rid, run in ms.victims[p]:
+                for cost, rid, run in ms.victims[p]:
                     if rid in gone or not reserved.isdisjoint(run.on):
                         continue
                     bt = borrower(run)
                     if bt is not None:
-                        cands.append((2, lost, rid, run, run.on, None, bt))
+                        cands.append((2, cost, rid, run, run.on, None, bt))
         if not cands:
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
