@@ -167,6 +167,7 @@ def _config(value: Any, path: str) -> Config:
         "default_runtime_s",
         "las_reserve_after_s",
         "las_fifo_after_s",
+        "las_fifo_from_gpu_s",
     ):
         if key in d:
             kw[key] = _num(d[key], _join(path, key), minimum=0)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from operator import itemgetter
 
@@ -131,6 +131,19 @@ def _standings(teams, band: float) -> tuple[dict[str, int], int]:
 def _thresholds(cfg) -> tuple[float, ...]:
     th = cfg.las_thresholds_gpu_s
     return tuple(sorted(th)) if th else ()
+
+
+def _fifo_queues(cfg, th: tuple[float, ...]) -> int:
+    """How many of a class's most-served LAS queues are served in submission order
+    (``las_bottom_fifo``): those whose jobs attained at least ``las_fifo_from_gpu_s``, and the
+    last one in any case; 0 when LAS or the rule is off. A rank ``r`` is in one of them when
+    ``r % levels < _fifo_queues(...)``."""
+    if not th or not cfg.las_bottom_fifo:
+        return 0
+    # queue 0 starts at 0 GPU-s, queue q >= 1 at th[q - 1]: count the queues starting below it
+    start = cfg.las_fifo_from_gpu_s
+    below = bisect_left(th, start) + (1 if start > 0 else 0)
+    return max(len(th) + 1 - below, 1)
 
 
 def _rank(prio: int, gpu_s: float, th: tuple[float, ...]) -> int:
@@ -215,12 +228,12 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
         sjf = order == "sjf"
         log2 = math.log2
         levels = len(th) + 1
-        bottom_fifo = bool(th) and cfg.las_bottom_fifo and not sjf
+        fifo_queues = 0 if sjf else _fifo_queues(cfg, th)
 
         def key(p: PendingJob):
             r = prio_of(p)
-            if bottom_fifo and r % levels == 0:
-                # the last LAS queue of a class: submission order (las_bottom_fifo)
+            if r % levels < fifo_queues:
+                # the most-served LAS queues of a class: submission order (las_bottom_fifo)
                 return (-r, fs_rank.get(p.team, neutral), p.submitted_at, p.id)
             est = p.runtime_estimate_s if p.runtime_estimate_s is not None else dflt
             rem = est - p.attained_service_s
@@ -324,8 +337,8 @@ class _Model:
         self.unknown_started = 0
         self.pre_failed: dict[tuple[int, bool, bool], list[tuple[int, int, tuple]]] = {}
         # Planner view of running jobs (built lazily): preemptible, unprotected victims by
-        # rank, cheapest first (cost = lost work; with las_bottom_fifo, age in a class's
-        # most-served queue); elastic jobs; jobs already being preempted.
+        # rank, cheapest first (cost = lost work; with las_bottom_fifo, age in the queues a
+        # class serves in submission order); elastic jobs; jobs already being preempted.
         self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
         self.elastic: list[_Run] = []
         self.releasing: list[_Run] = []
@@ -520,10 +533,11 @@ class _Cycle:
         self.now = snap.now
         self.classes = snap.priority_classes
         self.th = _thresholds(cfg)  # LAS queue thresholds (GPU-s); () = off
-        # rank % levels == 0 is a class's most-served queue; with las_bottom_fifo it is served
-        # in submission order and gives up its most recently submitted job first
+        # rank % levels == 0 is a class's most-served queue; with las_bottom_fifo the queues with
+        # rank % levels < fifo_queues are served in submission order and give up their most
+        # recently submitted job first
         self.levels = len(self.th) + 1
-        self.bottom_fifo = bool(self.th) and cfg.las_bottom_fifo
+        self.fifo_queues = _fifo_queues(cfg, self.th)
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.reserves: list[Reserve] = []
@@ -678,7 +692,7 @@ class _Cycle:
         runs = self.runs
         built = 0
         levels = self.levels
-        bottom_fifo = self.bottom_fifo
+        fifo_queues = self.fifo_queues
         for r in self.snap.running:
             # Only jobs the planner may touch: already releasing, elastic, or preemptible and
             # outside their checkpoint protection window.
@@ -742,7 +756,7 @@ class _Cycle:
                 ms.elastic.append(run)
             if r.preemptible and not protected:
                 cost = lost
-                if bottom_fifo and rank % levels == 0:
+                if rank % levels < fifo_queues:
                     # the reverse of the order the queue is served in
                     sub = r.submitted_at if r.submitted_at is not None else r.started_at
                     cost = now - sub if now > sub else 0.0
@@ -1518,8 +1532,8 @@ class _Cycle:
             run = c[3]
             self.gone.add(c[2])
             n_gpus += sum(c[4].values())
-            if self.bottom_fifo and run.prio % self.levels == 0:
-                basis = "was submitted last of the jobs in the most-served queue"
+            if run.prio % self.levels < self.fifo_queues:
+                basis = "was submitted last of the jobs in its queue (served oldest first)"
             else:
                 basis = "loses the least work since its last checkpoint"
             if run.prio < prio and self.classes.get(run.job.priority_class, 0) == self.classes.get(

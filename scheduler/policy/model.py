@@ -75,7 +75,11 @@ class Config:
     # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
     # as if it were in a lower class than its peers below the threshold. () turns it off.
     # On by default: on the ITP trace it cut average waiting by more than half (p99 JCT +14 %).
-    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0)
+    # The fourth threshold (5,000,000 GPU-s: a 32-GPU gang after about 43 h, an 8-GPU job after
+    # about 7 days) separates the biggest long jobs from the gangs of one to two days: they
+    # give way first, which is cheap for average waiting (one gang waiting lets many jobs run)
+    # and keeps the gangs that would finish within two days on time (docs/benchmarks.md).
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0, 5000000.0)
     # EASY reservations per GPU model and cycle: the first this-many capacity-blocked jobs (in
     # queue order) each get a start time and hold GPUs for it, so nodes drain for big gangs
     # while later jobs still backfill around all of them. 4 rather than 1: with LAS queues the
@@ -117,6 +121,12 @@ class Config:
     # bottom job, which then preempted a younger gang. On the ITP trace (80 x 8, five seeds)
     # docs/benchmarks.md has the numbers.
     las_bottom_fifo: bool = True
+    # ... and so is every queue of jobs that attained at least this many GPU-seconds (with the
+    # default thresholds the last two queues): a gang that has run for hours and an 8-GPU job
+    # that has run for days are both old work whose order must agree with the submission-order
+    # rule; the `fair` tie-break there (requeued first, then predicted size) let older jobs
+    # preempt their way back. The last queue is in submission order whatever this is.
+    las_fifo_from_gpu_s: float = 360000.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,6 +128,7 @@ def test_rule_1_las_room_extensions_round_trip_and_validate():
     data["config"]["las_reserve_after_s"] = 0
     data["config"]["las_lowest_queue_first"] = False
     data["config"]["las_bottom_fifo"] = False
+    data["config"]["las_fifo_from_gpu_s"] = 36000
     data["running"][0]["submitted_at"] = 12.5
     s = snapshot_from_dict(data)
     c = s.config
@@ -135,12 +136,14 @@ def test_rule_1_las_room_extensions_round_trip_and_validate():
     assert c.las_lowest_queue_first is False
     assert c.las_bottom_fifo is False
     assert c.las_fifo_after_s == 30.0
+    assert c.las_fifo_from_gpu_s == 36000.0
     assert s.running[0].submitted_at == 12.5
     assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s)))) == s
-    bad = copy.deepcopy(CONTRACT_EXAMPLE)
-    bad["config"]["las_reserve_after_s"] = -1
-    with pytest.raises(SnapshotError, match=r"^config.las_reserve_after_s: "):
-        snapshot_from_dict(bad)
+    for key in ("las_reserve_after_s", "las_fifo_from_gpu_s"):
+        bad = copy.deepcopy(CONTRACT_EXAMPLE)
+        bad["config"][key] = -1
+        with pytest.raises(SnapshotError, match=rf"^config.{key}: "):
+            snapshot_from_dict(bad)
     bad = copy.deepcopy(CONTRACT_EXAMPLE)
     bad["running"][0]["submitted_at"] = "yesterday"
     with pytest.raises(SnapshotError, match=r"^running\[0\].submitted_at: "):

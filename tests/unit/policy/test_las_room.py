@@ -239,6 +239,40 @@ def test_the_most_served_queue_is_served_in_submission_order():
     assert [p.id for p in queue_order(s)] == ["fresh", "younger", "older"]
 
 
+def test_every_queue_from_las_fifo_from_gpu_s_up_is_served_in_submission_order():
+    # Queue 2 of four ([36,000, 360,000) GPU-s: 10,000 s x 8 GPUs) is not the last queue; the
+    # default tie-break there puts the requeued job first, submission order the older one.
+    pending = [
+        job("younger", 1, 8, pc="normal", submitted=500.0, attained=10_000.0, requeued=True),
+        job("older", 1, 8, pc="normal", submitted=100.0, attained=10_000.0),
+    ]
+    s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=(3600.0, 36000.0, 360000.0))
+    assert [p.id for p in queue_order(s)] == ["younger", "older"]
+    for start in (36_000.0, 0.0):
+        s = replace(s, config=replace(s.config, las_fifo_from_gpu_s=start))
+        assert [p.id for p in queue_order(s)] == ["older", "younger"]
+    s = replace(s, config=replace(s.config, las_bottom_fifo=False))
+    assert [p.id for p in queue_order(s)] == ["younger", "older"]
+
+
+def test_a_queue_served_in_submission_order_gives_up_its_youngest_job_first():
+    # Both in queue 2 of four, which las_fifo_from_gpu_s puts in submission order; 'older' lost
+    # 480 GPU-s since its restart, 'younger' 24,000.
+    served = {"pc": "normal", "attained": 10_000.0}
+    running = [
+        run("older", {"n1": range(8)}, started=NOW - 60, submitted=100.0, **served),
+        run("younger", {"n2": range(8)}, started=NOW - 3_000, submitted=5_000.0, **served),
+    ]
+    nodes = [node("n1", 0), node("n2", 0)]
+    pending = [job("fresh", 1, 8, pc="normal", submitted=NOW)]
+    four = {"las_thresholds_gpu_s": (3600.0, 36000.0, 360000.0)}
+    d = _decided(nodes, pending, running, las_fifo_from_gpu_s=36_000.0, **four)
+    assert [p.job for p in d.preempt] == ["younger"]
+    assert d.preempt[0].reason.endswith("(served oldest first)")
+    d = _decided(nodes, pending, running, **four)
+    assert [p.job for p in d.preempt] == ["older"]
+
+
 def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
     # Both in the last queue; 'older' lost 480 GPU-s since its restart, 'younger' 24,000.
     served = {"pc": "normal", "attained": 10_000.0}
@@ -251,7 +285,7 @@ def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
     d = _decided(nodes, pending, running)
     assert [p.job for p in d.preempt] == ["younger"]
     assert d.preempt[0].reason.endswith(
-        "which was submitted last of the jobs in the most-served queue"
+        "which was submitted last of the jobs in its queue (served oldest first)"
     )
     d = _decided(nodes, pending, running, las_bottom_fifo=False)
     assert [p.job for p in d.preempt] == ["older"]

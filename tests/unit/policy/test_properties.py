@@ -54,6 +54,8 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
         las_thresholds_gpu_s=draw(st.sampled_from([(), (), (3600.0, 36000.0)])),
         las_fifo_one_node=draw(st.booleans()),
         las_reserve_after_s=draw(st.sampled_from([0.0, 86400.0])),
+        # with (3600, 36000): only the last queue, the last two, or every queue oldest first
+        las_fifo_from_gpu_s=draw(st.sampled_from([360000.0, 3600.0, 0.0])),
     )
     teams = []
     for name, parent in (("a", None), ("b", None), ("c", "a"), ("d", "a")):
