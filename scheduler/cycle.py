@@ -527,7 +527,8 @@ def job_requeue(
             preempt_deadline=None,
             checkpointed_progress_s=progress,
             lost_gpu_s=F("lost_gpu_s") + lost,
-            attained_service_s=F("attained_service_s") + ran_s * locked.total_gpus,
+            # seconds, as the engine reads it (it multiplies by the job's GPUs itself)
+            attained_service_s=F("attained_service_s") + ran_s,
             why_pending="requeued: waiting to resume from its last checkpoint",
             submitted_at=locked.submitted_at,
         )

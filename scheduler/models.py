@@ -163,7 +163,9 @@ class Job(models.Model):
     preempt_deadline = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     requeued = models.BooleanField(default=False)
-    attained_service_s = models.FloatField(default=0.0)
+    attained_service_s = models.FloatField(
+        default=0.0, help_text="Seconds the job ran in earlier attempts, lost work included."
+    )
     lost_gpu_s = models.FloatField(default=0.0)
     exit_code = models.IntegerField(null=True, blank=True)
     cluster = models.ForeignKey(

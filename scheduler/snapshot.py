@@ -215,7 +215,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 releasing_at=(
                     _ts(row["preempt_deadline_s"]) if row["state"] == JobState.PREEMPTED else None
                 ),
-                # GPU-seconds of earlier attempts: least-attained-service queues count them.
+                # Run seconds of earlier attempts: least-attained-service queues count them.
                 attained_service_s=row["attained_service_s"],
                 # Submission order decides which running jobs a waiting one may move (LAS rules).
                 submitted_at=_ts(row["submitted_s"]),

@@ -108,6 +108,7 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(platform, submit, set
     ).json()["id"]
     run_cycle()
     job = Job.objects.get(pk=job_id)
+    first_started = job.started_at
     first_node = job.allocations.get(gpu_index=0).node
     advance(1900 / 60)  # 3 checkpoints (600, 1200, 1800 s of work) written
     run_cycle()
@@ -126,7 +127,9 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(platform, submit, set
     from scheduler.models import SimulatedRun
 
     assert SimulatedRun.objects.get(job_id=str(job_id), attempt=2).resume_from_s == 1800
-    assert JobEvent.objects.filter(job=job, kind="requeued").exists()
+    requeued_at = JobEvent.objects.get(job=job, kind="requeued").time
+    # Seconds of the first attempt, not GPU-seconds: the engine multiplies by the 8 GPUs itself.
+    assert job.attained_service_s == pytest.approx((requeued_at - first_started).total_seconds())
 
 
 def test_repeated_failures_quarantine_then_probation_releases(platform):
