@@ -6,6 +6,7 @@ snapshot always gives the same decisions. See docs/policy.md for the rules and d
 
 from scheduler.policy.codec import (
     SnapshotError,
+    config_from_dict,
     decisions_from_dict,
     decisions_to_dict,
     snapshot_from_dict,
@@ -35,6 +36,7 @@ __all__ = [
     "NODE_STATES",
     "QUEUE_ORDERS",
     "Config",
+    "config_from_dict",
     "Decisions",
     "Elastic",
     "Node",

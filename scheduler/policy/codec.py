@@ -40,6 +40,7 @@ from scheduler.policy.model import (
 
 __all__ = [
     "SnapshotError",
+    "config_from_dict",
     "snapshot_from_dict",
     "snapshot_to_dict",
     "decisions_to_dict",
@@ -147,9 +148,21 @@ def _indices(value: Any, path: str, gpus: int | None = None) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _config(value: Any, path: str) -> Config:
+def config_from_dict(data: Any, *, base: Config | None = None, path: str = "config") -> Config:
+    """``base`` (default ``Config()``) with the fields of ``data`` (a snapshot's ``config``
+    object) changed. Unlike a snapshot, an unknown key is an error here: a typo in a change to
+    try must not silently try nothing. Raises ``SnapshotError`` (``field: reason``)."""
+    d = _obj(data, path)
+    known = set(Config.__slots__)
+    for key in sorted(d):
+        if key not in known:
+            raise SnapshotError(_join(path, key), "unknown config field")
+    return _config(d, path, base)
+
+
+def _config(value: Any, path: str, base: Config | None = None) -> Config:
     d = _obj(value, path)
-    c = Config()
+    c = base or Config()
     kw: dict[str, Any] = {}
     for key in (
         "backfill",

@@ -286,3 +286,18 @@ def test_rule_1_cli_exits_2_with_field_reason_never_a_traceback(tmp_path, capsys
     assert err.startswith(f"{path}: invalid JSON") and "Traceback" not in err
     assert main(["decide", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_config_from_dict_changes_a_base_and_refuses_unknown_fields():
+    from scheduler.policy import Config, config_from_dict
+
+    base = Config(reservations_per_model=2)
+    c = config_from_dict({"las_thresholds_gpu_s": [], "backfill": False}, base=base)
+    assert (c.las_thresholds_gpu_s, c.backfill, c.reservations_per_model) == ((), False, 2)
+    assert config_from_dict({}) == Config()
+    with pytest.raises(SnapshotError, match=r"^candidate.las_treshold: unknown config field$"):
+        config_from_dict({"las_treshold": 1}, path="candidate")
+    with pytest.raises(SnapshotError, match=r"^config.min_health: must be <= 1$"):
+        config_from_dict({"min_health": 2})
+    with pytest.raises(SnapshotError, match=r"^config: must be an object$"):
+        config_from_dict([1])
