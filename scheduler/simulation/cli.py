@@ -7,6 +7,10 @@ simulator core gets the clock injected. Exit status: 0 on success, 2 on bad argu
     replay  --trace PATH --policy NAME --out result.json [--html report.html] ...
     compare --trace PATH --policies fifo,sjf,... [--out results.json] [--html report.html] ...
 
+`--engine-config NAME=JSON` (repeatable) names a variant of `gpuplatform`: the engine with those
+`Config` fields changed, usable as a policy name; a trace of the platform's own history
+(`manage.py export_trace`) brings its cluster, teams, priority classes and engine configuration.
+
 `--trace synthetic:N` generates a seeded synthetic trace of N jobs instead of reading a file.
 `--fidelity` reproduces the published reference simulator's model (fifo and sjf only): exclusive
 run times, no checkpoints, overheads, failures or spot interruptions, best-fit placement.
@@ -18,12 +22,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .cluster import ClusterSpec, parse_cluster, sample_nodes, uniform_cluster
 from .engine import SimConfig, SimulationError
-from .runner import POLICIES, VARIANTS, simulate
+from .history import History, load_history
+from .runner import POLICIES, VARIANT_FIELDS, VARIANTS, make_policy, simulate
 from .traces import (
     FORMATS,
     TraceJob,
@@ -106,6 +112,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spot-mtbi", type=_optional_seconds, default=None, help="per spot node s")
     p.add_argument("--html", help="write an offline HTML report here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--engine-config",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a gpuplatform variant NAME: these engine Config fields changed (JSON or @file)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="replay a trace under one policy")
     _add_common(replay)
-    replay.add_argument("--policy", required=True, choices=POLICIES + VARIANTS)
+    replay.add_argument("--policy", required=True, help=", ".join(POLICIES + VARIANTS))
     replay.add_argument("--out", required=True, help="metrics JSON file")
     compare = sub.add_parser("compare", help="replay one trace under several policies")
     _add_common(compare)
@@ -123,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> tuple[tuple[TraceJob, ...], ClusterSpec, str]:
+def _load(
+    args: argparse.Namespace,
+) -> tuple[tuple[TraceJob, ...], ClusterSpec, str, History | None]:
+    history = None
     if args.trace.startswith("synthetic:"):
         trace = generate_synthetic(int(args.trace.split(":", 1)[1]), seed=args.seed)
         fmt = "synthetic"
@@ -131,9 +147,17 @@ def _load(args: argparse.Namespace) -> tuple[tuple[TraceJob, ...], ClusterSpec, 
             trace = trace[: args.max_jobs]
     else:
         fmt = args.format or detect_format(args.trace)
-        trace = load_trace(
-            args.trace, fmt=fmt, max_jobs=args.max_jobs, max_submit=args.max_submit, seed=args.seed
-        )
+        if fmt == "gpuplatform":
+            history = load_history(args.trace, max_jobs=args.max_jobs, max_submit=args.max_submit)
+            trace = history.jobs
+        else:
+            trace = load_trace(
+                args.trace,
+                fmt=fmt,
+                max_jobs=args.max_jobs,
+                max_submit=args.max_submit,
+                seed=args.seed,
+            )
     if args.arrival_scale != 1.0:
         trace = scale_arrivals(trace, args.arrival_scale)
     if args.cluster:
@@ -142,13 +166,67 @@ def _load(args: argparse.Namespace) -> tuple[tuple[TraceJob, ...], ClusterSpec, 
         cluster = uniform_cluster(args.nodes, args.gpus_per_node)
     elif fmt == "openb":
         cluster = parse_cluster("openb")
+    elif history is not None:
+        cluster = history.cluster
     else:
         cluster = uniform_cluster(128, args.gpus_per_node)
     if args.node_sample != 1:
         cluster = sample_nodes(cluster, args.node_sample)
     if args.spot_fraction:
         cluster = cluster.with_spot_fraction(args.spot_fraction, seed=args.seed)
-    return trace, cluster, fmt
+    return trace, cluster, fmt, history
+
+
+def _engine_variants(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """`NAME=JSON` (or `NAME=@file.json`) options as name -> Config fields; ValueError for a
+    malformed one (the fields themselves are checked when the policy is built)."""
+    variants: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"--engine-config {spec!r}: expected NAME=JSON")
+        if name in POLICIES + VARIANTS or name in variants:
+            raise ValueError(f"--engine-config {name}: the name is taken; choose another")
+        if text.startswith("@"):
+            text = Path(text[1:]).read_text()
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--engine-config {name}: not JSON ({exc.msg})") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"--engine-config {name}: expected a JSON object of Config fields")
+        variants[name] = fields
+    return variants
+
+
+def _policy(name: str, variants: dict[str, dict[str, Any]], history: History | None):
+    """The policy object for `name`: a baseline or labelled variant by name, or the engine
+    (`gpuplatform` or an `--engine-config` variant) configured as the history's platform was,
+    plus the variant's changes."""
+    if name not in variants and (history is None or not name.startswith("gpuplatform")):
+        return make_policy(name)
+    from scheduler.policy import Config, SnapshotError, config_from_dict
+
+    from .gpuplatform_policy import GpuPlatformPolicy
+
+    base = Config()
+    if history is not None:
+        try:
+            base = config_from_dict(history.config, path="config")
+        except SnapshotError as exc:
+            raise ValueError(f"{history.cluster.name}: header {exc}") from None
+    config = replace(base, **VARIANT_FIELDS.get(name, {}))
+    try:
+        config = config_from_dict(variants.get(name, {}), base=config, path=name)
+    except SnapshotError as exc:
+        raise ValueError(f"--engine-config {exc}") from None
+    return GpuPlatformPolicy(
+        config,
+        name=name,
+        priority_classes=history.priority_classes if history else None,
+        teams=history.teams if history else None,
+    )
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -166,8 +244,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
     )
 
 
-def _run_one(args, trace, cluster, policy: str) -> tuple[dict[str, Any], Any]:
-    progress = Progress(f"{policy:>13}", enabled=not args.quiet)
+def _run_one(args, trace, cluster, name: str, policy) -> tuple[dict[str, Any], Any]:
+    progress = Progress(f"{name:>13}", enabled=not args.quiet)
     metrics, sim = simulate(
         trace, cluster, policy, _config(args), timer=time.perf_counter, progress=progress
     )
@@ -203,14 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        trace, cluster, _ = _load(args)
+        variants = _engine_variants(args.engine_config)
+        trace, cluster, _, history = _load(args)
         policies = [args.policy] if args.command == "replay" else args.policies.split(",")
+        objects = {}
         for p in policies:
-            if p not in POLICIES + VARIANTS:
-                names = ", ".join(POLICIES + VARIANTS)
+            if p not in POLICIES + VARIANTS and p not in variants:
+                names = ", ".join(POLICIES + VARIANTS + tuple(variants))
                 raise ValueError(f"unknown policy {p!r}; expected one of {names}")
             if args.fidelity and p not in FIDELITY_POLICIES:
                 raise ValueError(f"--fidelity models only {FIDELITY_POLICIES}, not {p!r}")
+            objects[p] = _policy(p, variants, history)
         if not args.quiet:
             sys.stderr.write(
                 f"{len(trace)} jobs on {cluster.name} ({len(cluster.nodes)} nodes, "
@@ -219,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict[str, Any]] = {}
         runs = []
         for p in policies:
-            metrics, sim = _run_one(args, trace, cluster, p)
+            metrics, sim = _run_one(args, trace, cluster, p, objects[p])
             results[p] = metrics
             if args.html:
                 from .report import series_of

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .cluster import ClusterSpec
-from .traces import TraceJob
+from .traces import SIM_DEFAULT_CHECKPOINTS, TraceJob
 
 # event kinds, in processing order within one timestamp: releases before failures before arrivals
 _FINISH, _STOP, _FAIL, _SPOT, _REPAIR, _RELEASE, _WAKE = range(7)
@@ -93,6 +93,7 @@ class SimJob:
     preemptions: int = 0
     interruptions: int = 0  # by node failure or spot reclaim
     requeued: bool = False
+    runtime_limit_s: float | None = None  # the user's limit, from the trace (None: unknown)
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service received so far (all segments, lost work included)."""
@@ -172,7 +173,15 @@ class Simulator:
         for i, tj in enumerate(sorted(trace, key=lambda j: (j.submit, j.id))):
             allowed = tj.models or tuple(self.models)
             biggest = max((self.model_max[m] for m in allowed if m in self.model_max), default=0)
-            workers, gpw = split_workers(tj.gpus, biggest) if biggest else (1, tj.gpus)
+            if tj.gpus_per_worker:  # the shape the job was submitted with
+                workers, gpw = tj.gpus // tj.gpus_per_worker, tj.gpus_per_worker
+                if gpw > biggest or workers * gpw != tj.gpus:
+                    raise SimulationError(
+                        f"job {tj.id} has {tj.gpus} GPUs in workers of {gpw}; the largest node "
+                        f"of {allowed} has {biggest}"
+                    )
+            else:
+                workers, gpw = split_workers(tj.gpus, biggest) if biggest else (1, tj.gpus)
             key = (tj.models, gpw)
             if key not in capacity_cache:
                 capacity_cache[key] = sum(
@@ -194,8 +203,15 @@ class Simulator:
                     workers=workers,
                     gpus_per_worker=gpw,
                     models=tj.models,
-                    preemptible=self.config.preemptible,
-                    checkpoint_interval_s=self.config.checkpoint_interval_s,
+                    preemptible=(
+                        self.config.preemptible if tj.preemptible is None else tj.preemptible
+                    ),
+                    checkpoint_interval_s=(
+                        self.config.checkpoint_interval_s
+                        if tj.checkpoint_interval_s == SIM_DEFAULT_CHECKPOINTS
+                        else tj.checkpoint_interval_s
+                    ),
+                    runtime_limit_s=tj.runtime_limit_s,
                 )
             )
         self.by_id = {j.id: j for j in self.jobs}

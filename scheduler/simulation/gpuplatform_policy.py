@@ -1,8 +1,9 @@
 """`gpuplatform`: our policy engine driven through snapshot -> decide -> apply, as in the live loop.
 
 What the engine may know is what a real scheduler knows: the cluster, running and pending jobs,
-team usage, and runtime estimates from a predictor over jobs that have already finished (the
-trace's future durations are never handed over). The trace has no user runtime limits.
+team usage, and runtime estimates: the user's runtime limit where the trace has one (the
+platform's own history does; the public traces do not), else a predictor over jobs that have
+already finished (the trace's future durations are never handed over).
 
 Snapshots are built incrementally: `Node`, `RunningJob` and `PendingJob` objects are cached and
 rebuilt only when their inputs change (the simulator marks changed nodes; a job's entry is keyed
@@ -22,12 +23,16 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from scheduler.policy import (
     Config,
     Decisions,
     Node,
     PendingJob,
+    Quota,
     RunningJob,
     Snapshot,
     Team,
@@ -103,11 +108,31 @@ class GpuPlatformPolicy:
     # the engine never hands GPUs freed by a preemption to a job in the same cycle
     cycle_on_stop = True
 
-    def __init__(self, config: Config | None = None, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        name: str | None = None,
+        priority_classes: Mapping[str, int] | None = None,
+        teams: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """`priority_classes` and `teams` (the team tree with weights and quotas, as
+        `history.History.teams` has it) come from a trace of the platform's own history; other
+        traces get the three default classes and one flat team per tenant."""
         self.config = config or Config()
         if name:
             self.name = name
-        self.classes = PRIORITY_CLASSES
+        self.classes = dict(priority_classes) if priority_classes is not None else PRIORITY_CLASSES
+        # fair share and quotas read these; only the decayed usage changes between calls
+        self._teams = {
+            t: Team(
+                name=t,
+                parent=spec["parent"],
+                weight=spec["weight"],
+                quota={m: Quota(g, b) for m, (g, b) in spec["quota"].items()},
+            )
+            for t, spec in (teams or {}).items()
+        }
         # The engine's least-attained-service queues (Config.las_thresholds_gpu_s): when on, a
         # running job crossing a threshold may become a victim, so the adapter asks for a cycle
         # at that moment (the engine computes the queue itself from started_at and
@@ -213,7 +238,7 @@ class GpuPlatformPolicy:
             # same run, same GPUs: the same mapping lets the engine recognise it (identity)
             placement = cached[2].placement
         else:
-            est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
+            est = self._estimate(job, job.progress)
             expected_end = None
             if est is not None:
                 expected_end = job.run_start + job.overhead + max(0.0, est - job.progress)
@@ -249,6 +274,13 @@ class GpuPlatformPolicy:
         self._running[job.idx] = (job.run_id, valid_until, rj)
         return rj
 
+    def _estimate(self, job: SimJob, progress: float) -> float | None:
+        # The user's runtime limit when the trace has one (the live loop hands the engine the
+        # limit too), else the predictor over finished jobs.
+        if job.runtime_limit_s is not None:
+            return job.runtime_limit_s
+        return self.predictor.estimate(job.tenant, job.gpus, progress)
+
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
         # The estimate depends only on the predictor's samples and the job's progress: while
         # neither changed, the entry stands without asking the predictor again.
@@ -256,7 +288,7 @@ class GpuPlatformPolicy:
         cached = self._pending.get(job.idx)
         if cached is not None and cached[2] == inputs:
             return cached[1]
-        est = self.predictor.estimate(job.tenant, job.gpus, job.progress)
+        est = self._estimate(job, job.progress)
         key = (est, job.executed_s, job.requeued)
         if cached is not None and cached[0] == key:
             self._pending[job.idx] = (key, cached[1], inputs)
@@ -302,7 +334,10 @@ class GpuPlatformPolicy:
         if len(self._pending) > len(sim.pending):
             for idx in [i for i in self._pending if i not in sim.pending]:
                 del self._pending[idx]
-        teams = tuple(Team(name=t, usage_gpu_s=u) for t, u in sim.tenant_usage.items())
+        usage = sim.tenant_usage
+        teams = tuple(
+            replace(team, usage_gpu_s=usage.get(name, 0.0)) for name, team in self._teams.items()
+        ) + tuple(Team(name=t, usage_gpu_s=u) for t, u in usage.items() if t not in self._teams)
         return Snapshot(
             now=now,
             config=self.config,

@@ -16,6 +16,11 @@ POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
 # least-attained-service queues switched off (the default before they existed), and the engine
 # with one EASY reservation per GPU model (the default before it was four).
 VARIANTS = ("gpuplatform-nolas", "gpuplatform-res1")
+# The engine Config fields each labelled variant changes.
+VARIANT_FIELDS: dict[str, dict[str, Any]] = {
+    "gpuplatform-nolas": {"las_thresholds_gpu_s": ()},
+    "gpuplatform-res1": {"reservations_per_model": 1},
+}
 
 
 def make_policy(name: str) -> Policy:
@@ -32,9 +37,7 @@ def make_policy(name: str) -> Policy:
 
         from .gpuplatform_policy import GpuPlatformPolicy
 
-        if name == "gpuplatform-nolas":
-            return GpuPlatformPolicy(Config(las_thresholds_gpu_s=()), name=name)
-        return GpuPlatformPolicy(Config(reservations_per_model=1), name=name)
+        return GpuPlatformPolicy(Config(**VARIANT_FIELDS[name]), name=name)
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 

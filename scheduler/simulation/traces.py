@@ -12,6 +12,8 @@ Formats:
   fractional GPU request (`gpu_milli < 1000`) is treated as one whole GPU (no GPU sharing model);
   `gpu_spec` (`A|B`) becomes the set of allowed GPU models.
 - `synthetic`: `generate_synthetic()`; no file.
+- `gpuplatform`: the platform's own history (`manage.py export_trace`), JSON Lines with the
+  cluster, teams and priority classes in its header; loaded by `history.load_history`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 DEFAULT_TENANTS = ("team-a", "team-b", "team-c", "team-d")
-FORMATS = ("itp", "openb")
+FORMATS = ("itp", "openb", "gpuplatform")
+# TraceJob.checkpoint_interval_s when the trace does not say: the simulation's own setting
+SIM_DEFAULT_CHECKPOINTS = -1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,12 @@ class TraceJob:
     tenant: str
     models: tuple[str, ...] | None = None  # allowed GPU models; None = any
     priority_class: str = "research"
+    # What a trace of the platform's own history knows about a job (others leave the defaults:
+    # the simulator splits GPUs into workers by node size and applies its own job model).
+    gpus_per_worker: int | None = None
+    preemptible: bool | None = None  # None: SimConfig.preemptible
+    checkpoint_interval_s: float | None = SIM_DEFAULT_CHECKPOINTS  # None: never checkpoints
+    runtime_limit_s: float | None = None  # the user's limit: a real scheduler knows it
 
 
 def default_traces_dir() -> Path:
@@ -55,9 +65,13 @@ def assign_tenant(job_id: str, seed: int, tenants: tuple[str, ...] = DEFAULT_TEN
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """The trace format from the CSV header: `itp` or `openb`. Raises ValueError otherwise."""
+    """The trace format from the first line: `itp` or `openb` (CSV headers) or `gpuplatform`
+    (a JSON header naming it). Raises ValueError otherwise."""
     with open(path, newline="") as fh:
-        header = fh.readline().strip().split(",")
+        first = fh.readline().strip()
+    if first.startswith("{") and '"gpuplatform-trace"' in first:
+        return "gpuplatform"
+    header = first.split(",")
     if {"job_id", "submission_time", "duration", "num_gpu"} <= set(header):
         return "itp"
     if {"name", "num_gpu", "creation_time"} <= set(header):
@@ -164,6 +178,10 @@ def load_trace(
         return load_itp(path, max_jobs=max_jobs, max_submit=max_submit, seed=seed)
     if fmt == "openb":
         return load_openb(path, max_jobs=max_jobs, max_submit=max_submit, seed=seed)
+    if fmt == "gpuplatform":
+        from .history import load_history  # it builds a cluster too, which imports this module
+
+        return load_history(path, max_jobs=max_jobs, max_submit=max_submit).jobs
     raise ValueError(f"unknown trace format {fmt!r}; expected one of {FORMATS}")
 
 
