@@ -530,7 +530,6 @@ def job_requeue(
             # seconds, as the engine reads it (it multiplies by the job's GPUs itself)
             attained_service_s=F("attained_service_s") + ran_s,
             why_pending="requeued: waiting to resume from its last checkpoint",
-            submitted_at=locked.submitted_at,
         )
         release_allocations(job=locked, at=now)
         locked.refresh_from_db()

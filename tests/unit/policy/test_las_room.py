@@ -255,16 +255,21 @@ def test_every_queue_from_las_fifo_from_gpu_s_up_is_served_in_submission_order()
     assert [p.id for p in queue_order(s)] == ["younger", "older"]
 
 
-def test_a_queue_served_in_submission_order_gives_up_its_youngest_job_first():
-    # Both in queue 2 of four, which las_fifo_from_gpu_s puts in submission order; 'older' lost
-    # 480 GPU-s since its restart, 'younger' 24,000.
+def _older_and_younger():
+    # Both served 10,000 s x 8 GPUs; 'older' lost 480 GPU-s since its restart, 'younger' 24,000;
+    # a fresh job needs one of their nodes.
     served = {"pc": "normal", "attained": 10_000.0}
     running = [
         run("older", {"n1": range(8)}, started=NOW - 60, submitted=100.0, **served),
         run("younger", {"n2": range(8)}, started=NOW - 3_000, submitted=5_000.0, **served),
     ]
     nodes = [node("n1", 0), node("n2", 0)]
-    pending = [job("fresh", 1, 8, pc="normal", submitted=NOW)]
+    return nodes, [job("fresh", 1, 8, pc="normal", submitted=NOW)], running
+
+
+def test_a_queue_served_in_submission_order_gives_up_its_youngest_job_first():
+    # Queue 2 of four, which las_fifo_from_gpu_s puts in submission order.
+    nodes, pending, running = _older_and_younger()
     four = {"las_thresholds_gpu_s": (3600.0, 36000.0, 360000.0)}
     d = _decided(nodes, pending, running, las_fifo_from_gpu_s=36_000.0, **four)
     assert [p.job for p in d.preempt] == ["younger"]
@@ -274,14 +279,7 @@ def test_a_queue_served_in_submission_order_gives_up_its_youngest_job_first():
 
 
 def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
-    # Both in the last queue; 'older' lost 480 GPU-s since its restart, 'younger' 24,000.
-    served = {"pc": "normal", "attained": 10_000.0}
-    running = [
-        run("older", {"n1": range(8)}, started=NOW - 60, submitted=100.0, **served),
-        run("younger", {"n2": range(8)}, started=NOW - 3_000, submitted=5_000.0, **served),
-    ]
-    nodes = [node("n1", 0), node("n2", 0)]
-    pending = [job("fresh", 1, 8, pc="normal", submitted=NOW)]
+    nodes, pending, running = _older_and_younger()  # both in the last queue
     d = _decided(nodes, pending, running)
     assert [p.job for p in d.preempt] == ["younger"]
     assert d.preempt[0].reason.endswith(
