@@ -40,6 +40,7 @@ ALL = (
     "gpuplatform",
     "gpuplatform-nolas",
     "gpuplatform-res1",
+    "gpuplatform-tail",
 )
 # The published reference simulator on cluster04, submission_time <= 2246340, 80 x 8 GPUs.
 REFERENCE = {"fifo": (23022.6, 6413.5), "sjf": (18524.9, 1915.9)}

@@ -181,6 +181,7 @@ def _config(value: Any, path: str, base: Config | None = None) -> Config:
         "las_reserve_after_s",
         "las_fifo_after_s",
         "las_fifo_from_gpu_s",
+        "las_long_run_s",
     ):
         if key in d:
             kw[key] = _num(d[key], _join(path, key), minimum=0)

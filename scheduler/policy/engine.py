@@ -133,20 +133,38 @@ def _thresholds(cfg) -> tuple[float, ...]:
     return tuple(sorted(th)) if th else ()
 
 
+def _long_run(cfg, th: tuple[float, ...]) -> float:
+    """``las_long_run_s`` where it applies (LAS on), else 0."""
+    return cfg.las_long_run_s if th and cfg.las_long_run_s > 0 else 0.0
+
+
+def _levels(th: tuple[float, ...], long_run: float) -> int:
+    """Ranks per class: the LAS queues, plus the long-run queue below them when it is on."""
+    return len(th) + 1 + (1 if long_run else 0)
+
+
 def _fifo_queues(cfg, th: tuple[float, ...]) -> int:
     """How many of a class's most-served LAS queues are served in submission order
-    (``las_bottom_fifo``): those whose jobs attained at least ``las_fifo_from_gpu_s``, and the
-    last one in any case; 0 when LAS or the rule is off. A rank ``r`` is in one of them when
-    ``r % levels < _fifo_queues(...)``."""
+    (``las_bottom_fifo``): those whose jobs attained at least ``las_fifo_from_gpu_s``, the last
+    one in any case, and the long-run queue below it; 0 when LAS or the rule is off. A rank
+    ``r`` is in one of them when ``r % levels < _fifo_queues(...)``."""
     if not th or not cfg.las_bottom_fifo:
         return 0
     # queue 0 starts at 0 GPU-s, queue q >= 1 at th[q - 1]: count the queues starting below it
     start = cfg.las_fifo_from_gpu_s
     below = bisect_left(th, start) + (1 if start > 0 else 0)
-    return max(len(th) + 1 - below, 1)
+    return max(len(th) + 1 - below, 1) + (1 if _long_run(cfg, th) else 0)
 
 
-def _rank(prio: int, gpu_s: float, th: tuple[float, ...]) -> int:
+def _queue(gpu_s: float, served_s: float, th: tuple[float, ...], long_run: float) -> int:
+    """The LAS queue of a job that attained ``gpu_s`` GPU-seconds in ``served_s`` seconds."""
+    q = bisect_right(th, gpu_s)
+    if long_run and q == len(th) and served_s >= long_run:
+        q += 1
+    return q
+
+
+def _rank(prio: int, gpu_s: float, th: tuple[float, ...], served_s: float, long_run: float) -> int:
     """The effective priority: the class, then (with LAS thresholds) the attained-service queue.
 
     ``prio x levels + (levels - 1 - queue)`` keeps every class strictly above the next lower
@@ -154,24 +172,27 @@ def _rank(prio: int, gpu_s: float, th: tuple[float, ...]) -> int:
     """
     if not th:
         return prio
-    n = len(th) + 1
-    return prio * n + (n - 1 - bisect_right(th, gpu_s))
+    n = _levels(th, long_run)
+    return prio * n + (n - 1 - _queue(gpu_s, served_s, th, long_run))
 
 
-def _pending_rank(p: PendingJob, classes, th: tuple[float, ...]) -> int:
+def _pending_rank(p: PendingJob, classes, th: tuple[float, ...], long_run: float) -> int:
     prio = classes.get(p.priority_class, 0)
     if not th:
         return prio
-    return _rank(prio, p.attained_service_s * p.workers * p.gpus_per_worker, th)
+    served = p.attained_service_s
+    return _rank(prio, served * p.workers * p.gpus_per_worker, th, served, long_run)
 
 
-def _running_rank(r: RunningJob, classes, th: tuple[float, ...], now: float) -> int:
+def _running_rank(
+    r: RunningJob, classes, th: tuple[float, ...], long_run: float, now: float
+) -> int:
     prio = classes.get(r.priority_class, 0)
     if not th:
         return prio
     ran = now - r.started_at
     served = r.attained_service_s + (ran if ran > 0 else 0.0)
-    return _rank(prio, served * r.workers * r.gpus_per_worker, th)
+    return _rank(prio, served * r.workers * r.gpus_per_worker, th, served, long_run)
 
 
 def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list[PendingJob]:
@@ -182,16 +203,17 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
     cfg = snapshot.config
     classes = snapshot.priority_classes
     th = _thresholds(cfg)
+    long_run = _long_run(cfg, th)
     if th and ranks is not None:
 
         def prio_of(p: PendingJob) -> int:
-            r = ranks[id(p)] = _pending_rank(p, classes, th)
+            r = ranks[id(p)] = _pending_rank(p, classes, th, long_run)
             return r
 
     elif th:
 
         def prio_of(p: PendingJob) -> int:
-            return _pending_rank(p, classes, th)
+            return _pending_rank(p, classes, th, long_run)
 
     else:
 
@@ -227,7 +249,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
         aging = cfg.queue_aging_s
         sjf = order == "sjf"
         log2 = math.log2
-        levels = len(th) + 1
+        levels = _levels(th, long_run)
         fifo_queues = 0 if sjf else _fifo_queues(cfg, th)
 
         def key(p: PendingJob):
@@ -450,7 +472,7 @@ def _topology(eligible: list[Node]) -> _Topology:
 # Both are replaced atomically; concurrent callers only cost each other rebuilds.
 #
 # LAS rank: (job, valid_from, valid_until, rank), with ``classes`` and thresholds it holds for.
-_LAST_RANKS: list[tuple[dict, tuple[float, ...], dict[str, tuple]]] = [({}, (), {})]
+_LAST_RANKS: list[tuple[dict, tuple, dict[str, tuple]]] = [({}, ((), 0.0), {})]
 
 
 def _same_service(a: RunningJob, b: RunningJob) -> bool:
@@ -470,29 +492,34 @@ def _same_service(a: RunningJob, b: RunningJob) -> bool:
 _LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
 
 
-def _rank_span(r: RunningJob, cls_rank: int, th: tuple[float, ...], now: float) -> tuple:
+def _rank_span(
+    r: RunningJob, cls_rank: int, th: tuple[float, ...], long_run: float, now: float
+) -> tuple:
     """``(r, now, until, rank)``: the running job's LAS rank now, and a time up to which it is
     still the same. The rank is computed exactly as the setup loop computes it; attained service
     only grows with time (every float step of it is monotone), so a rank found both at ``now``
     and at ``until`` holds at every time between them."""
     gpus = r.workers * r.gpus_per_worker
 
-    def crossed(t: float) -> int:  # thresholds reached at time t
+    def crossed(t: float) -> int:  # queue at time t
         ran = t - r.started_at
         served = r.attained_service_s + (ran if ran > 0 else 0.0)
-        return bisect_right(th, served * r.workers * r.gpus_per_worker)
+        return _queue(served * gpus, served, th, long_run)
 
     nxt = crossed(now)
     until = now
-    if nxt >= len(th):
+    levels = _levels(th, long_run)
+    if nxt >= levels - 1:
         until = _INF
     elif gpus > 0:
         # just before the crossing; verified, so rounding can only shorten the span
-        cross = r.started_at + th[nxt] / gpus - r.attained_service_s
+        if nxt < len(th):
+            cross = r.started_at + th[nxt] / gpus - r.attained_service_s
+        else:  # in the last queue, before the long-run one
+            cross = r.started_at + long_run - r.attained_service_s
         guess = cross - max(1e-3, abs(cross) * 1e-9)
         if guess > now and crossed(guess) == nxt:
             until = guess
-    levels = len(th) + 1
     return (r, now, until, cls_rank * levels + levels - 1 - nxt)
 
 
@@ -533,10 +560,11 @@ class _Cycle:
         self.now = snap.now
         self.classes = snap.priority_classes
         self.th = _thresholds(cfg)  # LAS queue thresholds (GPU-s); () = off
+        self.long_run = _long_run(cfg, self.th)  # s of run time for the long-run queue; 0 = off
         # rank % levels == 0 is a class's most-served queue; with las_bottom_fifo the queues with
         # rank % levels < fifo_queues are served in submission order and give up their most
         # recently submitted job first
-        self.levels = len(self.th) + 1
+        self.levels = _levels(self.th, self.long_run)
         self.fifo_queues = _fifo_queues(cfg, self.th)
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
@@ -606,8 +634,9 @@ class _Cycle:
         gate = bool(th) and cfg.las_reserve_after_s > 0 and cfg.preemption
         run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
         any_quota = self.any_quota
+        long_run = self.long_run
         memo_classes, memo_th, memo_ranks = _LAST_RANKS[0]
-        if memo_th != th or memo_classes != classes:
+        if memo_th != (th, long_run) or memo_classes != classes:
             memo_classes, memo_ranks = dict(classes), {}
         ranks: dict[str, tuple] = {}
         for r in snap.running:
@@ -622,12 +651,14 @@ class _Cycle:
                     # rank while it provably still holds
                     span = memo_ranks.get(r.id)
                     if span is None or not span[1] <= now <= span[2]:
-                        span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
+                        span = _rank_span(r, classes.get(r.priority_class, 0), th, long_run, now)
                     elif span[0] is not r:
                         if _same_service(span[0], r):  # rebuilt for another field
                             span = (r, span[1], span[2], span[3])
                         else:
-                            span = _rank_span(r, classes.get(r.priority_class, 0), th, now)
+                            span = _rank_span(
+                                r, classes.get(r.priority_class, 0), th, long_run, now
+                            )
                     ranks[r.id] = span
                     p = run_rank[r.id] = span[3]
                     if gate:
@@ -646,7 +677,7 @@ class _Cycle:
                 key = (r.team, model)
                 per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
         if th:
-            _LAST_RANKS[0] = (memo_classes, th, ranks)
+            _LAST_RANKS[0] = (memo_classes, (th, long_run), ranks)
         self.min_victim = min_victim
         self.victim_gpus = victim_gpus
         for (team, model), n in per.items():
@@ -664,7 +695,7 @@ class _Cycle:
 
     def pending_rank(self, job: PendingJob) -> int:
         r = self.pending_ranks.get(id(job))  # filled by queue_order
-        return r if r is not None else _pending_rank(job, self.classes, self.th)
+        return r if r is not None else _pending_rank(job, self.classes, self.th, self.long_run)
 
     def model_of_placement(self, r: RunningJob) -> str | None:
         for name in r.placement:
@@ -741,7 +772,7 @@ class _Cycle:
                 end = r.releasing_at
             rank = run_rank.get(r.id)
             if rank is None:
-                rank = _running_rank(r, classes, self.th, now)
+                rank = _running_rank(r, classes, self.th, self.long_run, now)
             lost = total * (now - base) if now > base else 0.0
             run = _Run(r, model, total, on, rank, end, protected)
             runs[r.id] = run
@@ -1173,7 +1204,7 @@ class _Cycle:
             return False
         if self.now - job.submitted_at - job.attained_service_s >= after:
             return False
-        levels = len(self.th) + 1
+        levels = self.levels
         top = self.classes.get(job.priority_class, 0) * levels + levels - 1
         held = 0
         for key in (ms.name, None):
@@ -1409,7 +1440,7 @@ class _Cycle:
         if fifo and prio in ms.victims:
             add_submitted_later(ms.victims[prio])
         if defrag:
-            levels = len(self.th) + 1
+            levels = self.levels
             top = self.classes.get(job.priority_class, 0) * levels + levels - 1
             for p in sorted(ms.victims):
                 if p < prio or p > top:

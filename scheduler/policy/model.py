@@ -127,6 +127,13 @@ class Config:
     # rule; the `fair` tie-break there (requeued first, then predicted size) let older jobs
     # preempt their way back. The last queue is in submission order whatever this is.
     las_fifo_from_gpu_s: float = 360000.0
+    # With LAS: a job of a class's last queue that has run this long in total (seconds of run
+    # time, not GPU-seconds) sits in a queue of its own below it, served last and preempted
+    # first, in submission order; 0 = off. A tail-latency setting: the jobs that have run for
+    # days wait so that those of one to two days finish on time. On the ITP trace (80 x 8, with
+    # the three Tiresias thresholds) 2 days met p99 JCT <= FIFO with backfill on five seeds, at
+    # 955-975 s average waiting instead of 704 s (docs/benchmarks.md).
+    las_long_run_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,7 @@ class GpuPlatformPolicy:
         # at that moment (the engine computes the queue itself from started_at and
         # attained_service_s).
         self.las = tuple(sorted(self.config.las_thresholds_gpu_s))
+        self.long_run = self.config.las_long_run_s if self.las else 0.0
         self.predictor = RuntimePredictor()
         self._nodes: list[Node] = []
         self._node_names: list[str] = []
@@ -188,8 +189,10 @@ class GpuPlatformPolicy:
 
     def _crossing(self, job: SimJob, k: int) -> float:
         # when the run's attained GPU-s, (executed_s + now - run_start) x GPUs, reaches
-        # threshold k
-        return job.run_start - job.executed_s + self.las[k] / job.gpus
+        # threshold k; k = len(las): when its run time reaches las_long_run_s in the last queue
+        if k < len(self.las):
+            return job.run_start - job.executed_s + self.las[k] / job.gpus
+        return job.run_start - job.executed_s + max(self.long_run, self.las[-1] / job.gpus)
 
     def _track_demotions(self, job: SimJob) -> None:
         if self.las and self._demotion_run.get(job.idx) != job.run_id:
@@ -210,7 +213,7 @@ class GpuPlatformPolicy:
             if t > now:
                 return t + 1e-6
             # crossed already: its next threshold still ahead, if any
-            while t <= now and k + 1 < len(self.las):
+            while t <= now and k + 1 < len(self.las) + (1 if self.long_run > 0 else 0):
                 k += 1
                 t = self._crossing(job, k)
             if t > now:

@@ -13,13 +13,19 @@ from .traces import TraceJob
 
 POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
 # Extra, clearly-labelled variants (not in the default comparison): the engine with its
-# least-attained-service queues switched off (the default before they existed), and the engine
-# with one EASY reservation per GPU model (the default before it was four).
-VARIANTS = ("gpuplatform-nolas", "gpuplatform-res1")
+# least-attained-service queues switched off (the default before they existed), the engine
+# with one EASY reservation per GPU model (the default before it was four), and the
+# tail-latency setting: the three Tiresias thresholds, and jobs that have run two days in the
+# last of them wait for the others (Config.las_long_run_s).
+VARIANTS = ("gpuplatform-nolas", "gpuplatform-res1", "gpuplatform-tail")
 # The engine Config fields each labelled variant changes.
 VARIANT_FIELDS: dict[str, dict[str, Any]] = {
     "gpuplatform-nolas": {"las_thresholds_gpu_s": ()},
     "gpuplatform-res1": {"reservations_per_model": 1},
+    "gpuplatform-tail": {
+        "las_thresholds_gpu_s": (3600.0, 36000.0, 360000.0),
+        "las_long_run_s": 172800.0,
+    },
 }
 
 

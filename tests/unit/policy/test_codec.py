@@ -301,3 +301,14 @@ def test_config_from_dict_changes_a_base_and_refuses_unknown_fields():
         config_from_dict({"min_health": 2})
     with pytest.raises(SnapshotError, match=r"^config: must be an object$"):
         config_from_dict([1])
+
+
+def test_las_long_run_round_trips_and_must_not_be_negative():
+    data = copy.deepcopy(CONTRACT_EXAMPLE)
+    data["config"]["las_long_run_s"] = 172800
+    s = snapshot_from_dict(data)
+    assert s.config.las_long_run_s == 172800.0
+    assert snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(s)))) == s
+    data["config"]["las_long_run_s"] = -1
+    with pytest.raises(SnapshotError, match=r"^config.las_long_run_s: "):
+        snapshot_from_dict(data)

@@ -288,3 +288,79 @@ def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
     d = _decided(nodes, pending, running, las_bottom_fifo=False)
     assert [p.job for p in d.preempt] == ["older"]
     assert d.preempt[0].reason.endswith("which loses the least work since its last checkpoint")
+
+
+def test_jobs_that_ran_long_are_served_after_the_rest_of_the_last_queue():
+    # Both in the last queue (8 GPUs x >= 10,000 s); 'veteran' has run 50,000 s in all.
+    pending = [
+        job("veteran", 1, 8, pc="normal", submitted=100.0, attained=50_000.0),
+        job("recent", 1, 8, pc="normal", submitted=500.0, attained=10_000.0),
+    ]
+    s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=TH)
+    assert [p.id for p in queue_order(s)] == ["veteran", "recent"]
+    s = replace(s, config=replace(s.config, las_long_run_s=40_000.0))
+    assert [p.id for p in queue_order(s)] == ["recent", "veteran"]
+
+
+def test_a_job_that_ran_long_is_the_first_victim_and_preempts_no_one_of_the_last_queue():
+    # 'veteran' (run 50,060 s) was submitted first: without the long-run queue the youngest of
+    # the last queue goes; with it, the veteran.
+    served = {"pc": "normal"}
+    running = [
+        run(
+            "veteran",
+            {"n1": range(8)},
+            started=NOW - 60,
+            submitted=100.0,
+            attained=50_000.0,
+            **served,
+        ),
+        run(
+            "younger",
+            {"n2": range(8)},
+            started=NOW - 60,
+            submitted=5_000.0,
+            attained=10_000.0,
+            **served,
+        ),
+    ]
+    nodes = [node("n1", 0), node("n2", 0)]
+    fresh = [job("fresh", 1, 8, pc="normal", submitted=NOW)]
+    assert [p.job for p in _decided(nodes, fresh, running).preempt] == ["younger"]
+    d = _decided(nodes, fresh, running, las_long_run_s=40_000.0)
+    assert [p.job for p in d.preempt] == ["veteran"]
+    assert d.preempt[0].reason.startswith("attained service: fresh")
+    # A waiting long-run job submitted before 'younger' would move it by submission order in
+    # the last queue; from the long-run queue it takes nothing.
+    waiting = [job("old", 1, 8, pc="normal", submitted=50.0, attained=60_000.0)]
+    assert [p.job for p in _decided(nodes, waiting, running[1:]).preempt] == ["younger"]
+    assert _decided(nodes, waiting, running[1:], las_long_run_s=40_000.0).preempt == ()
+
+
+def test_a_running_job_joins_the_long_run_queue_when_its_run_time_reaches_it():
+    # The same RunningJob object before and after it has run 40,000 s in all: the engine's
+    # cross-call rank memo must not keep the old queue.
+    veteran = run(
+        "veteran",
+        {"n1": range(8)},
+        started=NOW - 100,
+        submitted=100.0,
+        attained=39_950.0,
+        pc="normal",
+    )
+    younger = run(
+        "younger",
+        {"n2": range(8)},
+        started=NOW - 60,
+        submitted=5_000.0,
+        attained=10_000.0,
+        pc="normal",
+    )
+    nodes = [node("n1", 0), node("n2", 0)]
+    cfg = {"las_thresholds_gpu_s": TH, "las_long_run_s": 40_000.0}
+    for now, victim in ((NOW - 80, "younger"), (NOW, "veteran")):
+        fresh = [job("fresh", 1, 8, pc="normal", submitted=now)]
+        s = snap(nodes, fresh, [veteran, younger], now=now, **cfg)
+        d = decide(s)
+        check_invariants(s, d)
+        assert [p.job for p in d.preempt] == [victim]

@@ -56,6 +56,7 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
         las_reserve_after_s=draw(st.sampled_from([0.0, 86400.0])),
         # with (3600, 36000): only the last queue, the last two, or every queue oldest first
         las_fifo_from_gpu_s=draw(st.sampled_from([360000.0, 3600.0, 0.0])),
+        las_long_run_s=draw(st.sampled_from([0.0, 0.0, 3000.0])),
     )
     teams = []
     for name, parent in (("a", None), ("b", None), ("c", "a"), ("d", "a")):
@@ -292,20 +293,24 @@ def test_backfill_never_delays_any_reservation(s, k):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snapshots(crowded=True))
-def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
-    """With LAS queues, an ``attained service`` preemption names a preemptor of the victim's
-    class in a strictly lower queue, a ``submission order`` one a one-worker preemptor of the
-    victim's class and queue submitted before it, a ``defragment`` one a preemptor of the
-    victim's class submitted before it; a victim is never non-preemptible."""
-    s = replace(s, config=replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0)))
+@given(snapshots(crowded=True), st.sampled_from([0.0, 3000.0]))
+def test_las_preempts_only_more_served_jobs_of_the_same_class(s, long_run):
+    """With LAS queues (and the long-run queue below them, or not), an ``attained service``
+    preemption names a preemptor of the victim's class in a strictly lower queue, a
+    ``submission order`` one a one-worker preemptor of the victim's class and queue submitted
+    before it, a ``defragment`` one a preemptor of the victim's class submitted before it; a
+    victim is never non-preemptible."""
+    config = replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0), las_long_run_s=long_run)
+    s = replace(s, config=config)
     th = s.config.las_thresholds_gpu_s
     d = decide(s)
     running = {r.id: r for r in s.running}
     pending = {p.id: p for p in s.pending}
 
-    def queue(gpu_s):
-        return sum(gpu_s >= t for t in th)
+    def queue(gpu_s, job):
+        q = sum(gpu_s >= t for t in th)
+        served = gpu_s / (job.workers * job.gpus_per_worker)
+        return q + 1 if long_run and q == len(th) and served >= long_run else q
 
     for p in d.preempt:
         victim = running[p.job]
@@ -321,7 +326,7 @@ def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
                 victim.workers * victim.gpus_per_worker
             )
             mine = by.attained_service_s * by.workers * by.gpus_per_worker
-            assert queue(served) == queue(mine)
+            assert queue(served, victim) == queue(mine, by)
             continue
         if p.reason.startswith("defragment: "):
             by = pending[p.reason.split()[1]]
@@ -336,4 +341,4 @@ def test_las_preempts_only_more_served_jobs_of_the_same_class(s):
             victim.workers * victim.gpus_per_worker
         )
         mine = by.attained_service_s * by.workers * by.gpus_per_worker
-        assert queue(served) > queue(mine)
+        assert queue(served, victim) > queue(mine, by)
