@@ -5,10 +5,13 @@ in-process. Production sets DATABASE_URL, REDIS_URL and DJANGO_SECRET_KEY; with 
 platform refuses to start without them rather than run insecurely or on a throwaway database.
 """
 
+import json
 from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from scheduler.policy import SnapshotError, config_from_dict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -196,6 +199,15 @@ SCHEDULER_IN_PROCESS_LOOP = env.bool("SCHEDULER_IN_PROCESS_LOOP", default=False)
 SCHEDULER_QUARANTINE_FAILURES = env.int("SCHEDULER_QUARANTINE_FAILURES", default=3)
 SCHEDULER_QUARANTINE_WINDOW_SECONDS = env.float("SCHEDULER_QUARANTINE_WINDOW_SECONDS", default=3600)
 SCHEDULER_PROBATION_SECONDS = env.float("SCHEDULER_PROBATION_SECONDS", default=600)
+# Policy engine Config fields the live loop changes (a JSON object, docs/policy.md "Config and
+# defaults"), e.g. {"las_long_run_s": 172800}. Checked here: a typo stops the start, not a cycle.
+try:
+    SCHEDULER_POLICY = json.loads(env.str("SCHEDULER_POLICY", default="") or "{}")
+    config_from_dict(SCHEDULER_POLICY, path="SCHEDULER_POLICY")
+except json.JSONDecodeError as exc:
+    raise ImproperlyConfigured(f"SCHEDULER_POLICY: not JSON ({exc.msg})") from None
+except SnapshotError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 SIMULATED_TIME_SCALE = env.float("SIMULATED_TIME_SCALE", default=60.0)
 SIMULATED_FAILURE_RATE_PER_NODE_HOUR = env.float(
     "SIMULATED_FAILURE_RATE_PER_NODE_HOUR", default=0.0

@@ -25,6 +25,7 @@ from scheduler.policy import (
     RunningJob,
     Snapshot,
     Team,
+    config_from_dict,
 )
 from tenants.models import PriorityClass
 from tenants.models import Quota as QuotaRow
@@ -72,8 +73,9 @@ def _seconds_of(name: str) -> Func | F:
 
 
 def policy_config() -> Config:
-    overrides = getattr(settings, "SCHEDULER_POLICY", {}) or {}
-    return Config(**overrides)
+    return config_from_dict(
+        getattr(settings, "SCHEDULER_POLICY", {}) or {}, path="SCHEDULER_POLICY"
+    )
 
 
 def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
