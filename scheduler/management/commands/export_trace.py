@@ -19,12 +19,9 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from scheduler.models import Allocation, Cluster, Job, Node
+from scheduler.simulation.history import FORMAT, VERSION
 from scheduler.states import FINAL_STATES
 from tenants.models import PriorityClass, Quota, Team
-
-# What the simulator's loader (scheduler.simulation.history) checks before reading anything else.
-FORMAT = "gpuplatform-trace"
-VERSION = 1
 
 # Job lines wait here until the skipped counts for the header (the first line) are known; past
 # this size they go to disk, so memory stays flat however long the history is.

@@ -234,6 +234,10 @@ def test_an_engine_config_variant_is_the_engine_with_those_fields_changed(tmp_pa
     assert "nolas" in table and "onequeue" in table
     same = ("avg_queue_s", "p99_jct_s", "preemptions", "decide_calls")
     assert [results["nolas"][k] for k in same] == [results["gpuplatform-nolas"][k] for k in same]
+    # the changes took effect: the engine with its LAS queues preempts on this trace, the
+    # variants without them (no thresholds, or one no job reaches) never do
+    assert results["gpuplatform"]["preemptions"] > 0
+    assert results["nolas"]["preemptions"] == results["onequeue"]["preemptions"] == 0
     assert results["nolas"]["cluster"] == "h.jsonl"  # the history's own nodes by default
 
 
