@@ -5,13 +5,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint check-migrations unit clean
+.PHONY: demo test lint typecheck check-migrations unit lock clean
 
-$(STAMP): requirements.lock pyproject.toml
+# Everything pinned with hashes by requirements.lock (runtime, tests, lint), then the platform,
+# gpuctl and the node agent as editable installs of this checkout.
+$(STAMP): requirements.lock pyproject.toml gpuctl/pyproject.toml gpuagent/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e ./gpuctl -e ./gpuagent
 	touch $(STAMP)
+
+# Rewrites requirements.lock and docker/requirements.txt from the pyproject files (scripts/lock).
+lock: $(STAMP)
+	scripts/lock
 
 demo: $(STAMP)
 	mkdir -p var
@@ -22,12 +28,17 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/check-docker
+
+# Static types of the packages that run outside the platform ([tool.mypy] in pyproject.toml).
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 check-migrations: $(STAMP)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
-test: lint check-migrations
+test: lint typecheck check-migrations
 	$(BIN)/python -m pytest
 	# The double-allocation constraint must hold on both engines: when the suite ran on another
 	# database, run the engine tests once more on the embedded SQLite.
@@ -38,4 +49,4 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
 
 clean:
-	rm -rf $(VENV) var staticfiles
+	rm -rf $(VENV) var staticfiles build dist gpuctl/build gpuagent/build

@@ -86,7 +86,8 @@ def load(rows_wanted: int, seed: int) -> dict:
     from django.db import connection
 
     from billing.models import Budget, PriceRate
-    from scheduler.models import Cluster, GpuModel, Job, Node
+    from catalogue.models import GpuModel
+    from scheduler.models import Cluster, Job, Node
     from tenants.models import Membership, PriorityClass, Team
 
     rng = random.Random(seed)
@@ -153,7 +154,7 @@ def load(rows_wanted: int, seed: int) -> dict:
                 priority_class=priority,
                 submitted_at=MONTH_START,
                 state="succeeded",
-                lost_gpu_s=1800.0 if lost else 0.0,
+                lost_gpu_seconds=1800.0 if lost else 0.0,
             )
             for slug, name, lost in jobs_meta
         ],
@@ -281,7 +282,8 @@ def measure_meter(live: int) -> dict:
     from django.contrib.auth import get_user_model
 
     from billing import services
-    from scheduler.models import Allocation, Cluster, GpuModel, Job, Node
+    from catalogue.models import GpuModel
+    from scheduler.models import Allocation, Cluster, Job, Node
     from tenants.models import PriorityClass, Team
 
     cluster = Cluster.objects.get(name="bench")

@@ -70,8 +70,11 @@ def run(args) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from scheduler.cycle import apply_decisions, reconcile
-    from scheduler.models import Allocation, Cluster, GpuModel, Job, Node
+    from catalogue.models import GpuModel
+    from scheduler.loop.apply import apply_decisions
+    from scheduler.loop.enforce import reconcile
+    from scheduler.loop.observe import fail_jobs_out_of_bounds
+    from scheduler.models import Allocation, Cluster, Job, Node
     from scheduler.policy import decide
     from scheduler.snapshot import build_snapshot
     from tenants.models import PriorityClass, Quota, Team
@@ -161,7 +164,14 @@ def run(args) -> None:
         flush=True,
     )
 
-    phases = {"snapshot": [], "decide": [], "apply": [], "reconcile": [], "total": []}
+    phases = {
+        "guard": [],
+        "snapshot": [],
+        "decide": [],
+        "apply": [],
+        "reconcile": [],
+        "total": [],
+    }
     queries = []
     profiler = None
     for cycle in range(args.cycles):
@@ -172,6 +182,9 @@ def run(args) -> None:
             profiler.enable()
         t0 = time.perf_counter()
         connection.queries_log.clear()
+        # As run_cycle: live jobs outside the model's bounds are failed before the snapshot.
+        fail_jobs_out_of_bounds(now=timezone.now())
+        tg = time.perf_counter()
         snapshot, index = build_snapshot(now=timezone.now())
         t1 = time.perf_counter()
         decisions = decide(snapshot)
@@ -183,7 +196,8 @@ def run(args) -> None:
         if profiler is not None:
             profiler.disable()
         for name, value in (
-            ("snapshot", t1 - t0),
+            ("guard", tg - t0),
+            ("snapshot", t1 - tg),
             ("decide", t2 - t1),
             ("apply", t3 - t2),
             ("reconcile", t4 - t3),

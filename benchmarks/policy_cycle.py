@@ -86,7 +86,12 @@ def _shape(rnd: random.Random, shapes) -> tuple[int, int]:
 
 
 def build(
-    n_nodes: int, n_racks: int, n_running: int | None, n_pending: int, seed: int = 1
+    n_nodes: int,
+    n_racks: int,
+    n_running: int | None,
+    n_pending: int,
+    seed: int = 1,
+    running_shapes=RUNNING_SHAPES,
 ) -> Snapshot:
     """A synthetic snapshot: ``n_running`` None fills ~90 % of the GPUs."""
     rnd = random.Random(seed)
@@ -105,7 +110,7 @@ def build(
     attempts = 0
     while len(running) < target and used < budget and attempts < target * 4 + 10_000:
         attempts += 1
-        w, g = _shape(rnd, RUNNING_SHAPES)
+        w, g = _shape(rnd, running_shapes)
         placement: dict[str, tuple[int, ...]] = {}
         start = rnd.randrange(n_nodes)
         for k in range(n_nodes):

@@ -11,7 +11,10 @@ of the array includes PostgreSQL.
         REDIS_URL=redis://127.0.0.1:6379/8 DJANGO_DEBUG=true
     .venv/bin/python manage.py migrate -v0 && .venv/bin/python manage.py seed_demo --jobs 0
     DJANGO_DEBUG=false DJANGO_SECRET_KEY=bench DJANGO_ALLOWED_HOSTS=testserver \\
+        JOB_PENDING_MAX_TEAM=1000000 JOB_PENDING_MAX_USER=1000000 \\
         .venv/bin/python benchmarks/submit_path.py [--singles 100] [--arrays 5] [--size 5000]
+
+(The pending caps are lifted: the runs queue 25,500 jobs for one user.)
 
 Prints JSON: queries per submission, CPU ms per submission (median of 5 runs of ``--singles``),
 and per array: wall and CPU seconds (medians), jobs per second.

@@ -63,8 +63,9 @@ def setup_django(server: str, name: str, *, migrate: bool) -> None:
 
 def build_cluster() -> list[tuple[int, str]]:
     """1,000 nodes of 8 GPUs, one agent token each: [(node id, token)]."""
-    from scheduler.models import Cluster, GpuModel, Node
-    from scheduler.telemetry.services import node_token_issue
+    from catalogue.models import GpuModel
+    from scheduler.models import Cluster, Node
+    from telemetry.services import node_token_issue
 
     model = GpuModel.objects.create(name="h100-80gb", memory_gib=80)
     cluster = Cluster.objects.create(name="bench", backend_kind="simulated")
@@ -111,7 +112,7 @@ def worker(args) -> tuple[int, list[float], float]:
     from django.test import Client
 
     from scheduler.models import Node
-    from scheduler.telemetry.services import samples_ingest
+    from telemetry.services import samples_ingest
 
     rng = random.Random(seed)
     now = time.time()
@@ -239,7 +240,7 @@ def main() -> int:
                         "rounds_samples_per_s": [round(r[0]) for r in rounds],
                     }
                 )
-        from scheduler.telemetry.models import GpuSample
+        from telemetry.models import GpuSample
 
         print(f"rows in the raw table after the last configuration: {GpuSample.objects.count():,}")
     finally:

@@ -16,18 +16,28 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from scheduler.errors import DomainError, NotFound
-from scheduler.models import GpuModel
+from catalogue.models import GpuModel
+from core.bounds import api_number
+from core.errors import DomainError, NotFound
+from core.ids import parse_id
 from tenants.permissions import visible_teams
 
 from . import calc, selectors, services
-from .models import Budget, BudgetAlert, Capacity, PriceRate, Statement, StatementMode
+from .models import (
+    Adjustment,
+    Budget,
+    BudgetAlert,
+    Capacity,
+    PriceRate,
+    Statement,
+    StatementMode,
+)
 
 
 class PriceRateSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     capacity = serializers.ChoiceField(choices=Capacity.choices)
-    rate_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
+    rate_per_gpu_hour = api_number(PriceRate, "rate_per_gpu_hour")
 
     class Meta:
         model = PriceRate
@@ -68,15 +78,17 @@ class MonthField(serializers.Field):
 
     def to_internal_value(self, data):
         try:
-            return calc.parse_month(str(data))
-        except ValueError:
-            raise serializers.ValidationError("must be a month like 2026-12") from None
+            return calc.parse_month(str(data)[:20])
+        except ValueError as exc:
+            raise serializers.ValidationError(
+                f"{exc}" if "from" in str(exc) else "must be a month like 2026-12"
+            ) from None
 
 
 class BudgetSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     month = MonthField()
-    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    amount = api_number(Budget, "amount")
     spend = serializers.SerializerMethodField()
 
     class Meta:
@@ -95,7 +107,7 @@ class BudgetSerializer(serializers.ModelSerializer):
 class BudgetWriteSerializer(serializers.Serializer):
     team = serializers.SlugField()
     month = MonthField()
-    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    amount = api_number(Budget, "amount")
     hard_stop = serializers.BooleanField(default=False)
 
 
@@ -130,11 +142,14 @@ class BudgetViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retri
 class BudgetAlertSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="budget.team.slug")
     month = MonthField(source="budget.month")
-    budget = serializers.DecimalField(source="budget.amount", max_digits=14, decimal_places=2)
+    budget = serializers.DecimalField(
+        source="budget.amount", max_digits=14, decimal_places=2, read_only=True
+    )
 
     class Meta:
         model = BudgetAlert
         fields = ["id", "team", "month", "threshold", "budget", "spend", "fired_at"]
+        read_only_fields = fields
 
 
 class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet):
@@ -147,16 +162,16 @@ class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class StatementLineSerializer(serializers.Serializer):
-    team = serializers.CharField()
-    gpu_model = serializers.CharField()
-    capacity = serializers.CharField()
-    gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=4)
-    cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+    team = serializers.CharField(read_only=True)
+    gpu_model = serializers.CharField(read_only=True)
+    capacity = serializers.CharField(read_only=True)
+    gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True)
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2, read_only=True)
 
 
 class AdjustmentSerializer(serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
-    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    amount = api_number(Adjustment, "amount")
     reason = serializers.CharField(max_length=300)
     created_at = serializers.DateTimeField(read_only=True)
 
@@ -168,6 +183,7 @@ class StatementSerializer(serializers.ModelSerializer):
     class Meta:
         model = Statement
         fields = ["id", "team", "month", "status", "mode", "total", "closed_at"]
+        read_only_fields = fields
 
 
 class StatementDetailSerializer(StatementSerializer):
@@ -228,10 +244,9 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
         return StatementDetailSerializer if self.action == "retrieve" else StatementSerializer
 
     def get_object(self):
-        try:
-            pk = int(self.kwargs["pk"])
-        except (TypeError, ValueError):
-            raise NotFound("no such statement", field="id") from None
+        pk = parse_id(self.kwargs.get("pk"))
+        if pk is None:
+            raise NotFound("no such statement", field="id")
         return selectors.statement_get(user=self.request.user, statement_id=pk)
 
     @extend_schema(request=StatementCloseSerializer, responses={200: StatementDetailSerializer})

@@ -19,6 +19,11 @@ _US = timedelta(microseconds=1)
 _US_PER_HOUR = Decimal(3_600_000_000)
 COST_QUANTUM = Decimal("0.000001")
 CENT = Decimal("0.01")
+# The months the platform reads or writes (budgets, statements, cost pages): wide enough for any
+# cluster's history and plans, narrow enough that every month has a representable neighbour on
+# both sides (a month at year 1 or 9999 broke the previous/next links and the forecast).
+MIN_MONTH = date(2000, 1, 1)
+MAX_MONTH = date(2199, 12, 1)
 
 
 def floor_hour(at: datetime) -> datetime:
@@ -58,11 +63,17 @@ def month_bounds(month: date) -> tuple[datetime, datetime]:
 
 
 def parse_month(text: str) -> date:
-    """``"2026-12"`` -> ``date(2026, 12, 1)``; raises ValueError on anything else."""
+    """``"2026-12"`` -> ``date(2026, 12, 1)``; raises ValueError on anything else, including a
+    month outside ``MIN_MONTH..MAX_MONTH``."""
     year, _, month = text.partition("-")
-    if len(year) != 4 or not year.isdigit() or not month.isdigit() or len(month) != 2:
-        raise ValueError(f"not a YYYY-MM month: {text!r}")
-    return date(int(year), int(month), 1)
+    if not (len(year) == 4 and len(month) == 2 and (year + month).isascii()):
+        raise ValueError(f"not a YYYY-MM month: {text[:20]!r}")
+    if not (year.isdigit() and month.isdigit() and 1 <= int(month) <= 12):
+        raise ValueError(f"not a YYYY-MM month: {text[:20]!r}")
+    parsed = date(int(year), int(month), 1)
+    if not MIN_MONTH <= parsed <= MAX_MONTH:
+        raise ValueError(f"must be a month from {MIN_MONTH:%Y-%m} to {MAX_MONTH:%Y-%m}")
+    return parsed
 
 
 def microseconds(delta: timedelta) -> int:

@@ -1,16 +1,29 @@
 """Cost dashboard figures. Plain series in (a ``CostDashboard`` of dataclasses), Plotly figures
 out; no ORM, no clock. Each function returns a figure even for empty data, with a note saying
-what is missing rather than an empty frame that looks like "zero"."""
+what is missing rather than an empty frame that looks like "zero".
+
+Every figure reaches a page through :func:`figure_dict` (the portal's charts too), which escapes
+the text in the traces' data: Plotly renders a subset of HTML in labels, names and hover text,
+links included, and job names are whatever a user typed."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
 import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs_version
 
 from . import calc
 from .selectors import CostDashboard
+
+
+def plotly_version() -> str:
+    """The version of the plotly.js bundled with the installed ``plotly`` (the portal serves it
+    under a URL carrying this version)."""
+    return get_plotlyjs_version()
+
 
 _LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 48, "b": 40},
@@ -152,11 +165,36 @@ def all_figures(d: CostDashboard) -> dict[str, go.Figure]:
     }
 
 
-def to_div(fig: go.Figure, div_id: str) -> str:
-    """HTML for one figure; the page loads plotly.min.js itself (served locally)."""
-    return fig.to_html(
-        full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False}
-    )
+# Trace attributes that carry data (names of jobs, users, teams, GPU models), not layout text.
+_DATA_TEXT_KEYS = ("x", "y", "z", "text", "hovertext", "customdata", "labels", "ids", "name")
+
+
+def plot_text(value: str) -> str:
+    """``value`` as Plotly shows it literally: ``&``, ``<`` and ``>`` as entities, which Plotly
+    turns back into the characters when it draws (so ``<a href=…>`` is text, not a link)."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _escaped(value):
+    if isinstance(value, str):
+        return plot_text(value)
+    if isinstance(value, list):
+        return [_escaped(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _escaped(item) for key, item in value.items()}
+    return value
+
+
+def figure_dict(fig: go.Figure) -> dict:
+    """The figure as the JSON-ready dict a page embeds (``json_script``), with every string of
+    its traces' data escaped by :func:`plot_text`. Layout text (titles, notes, hover templates)
+    is the platform's own and keeps its markup."""
+    out = json.loads(fig.to_json())  # plotly's encoders (dates, numpy), then a plain dict
+    for trace in out.get("data", []):
+        for key in _DATA_TEXT_KEYS:
+            if key in trace:
+                trace[key] = _escaped(trace[key])
+    return out
 
 
 def money(value: Decimal | None) -> str:

@@ -13,15 +13,29 @@ Money is ``Decimal`` throughout (USD). Months are UTC calendar months, stored as
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from scheduler.models import Allocation, GpuModel, Job
+from catalogue.models import GpuModel
+from scheduler.models import Allocation, Job
 from tenants.models import Team
+
+from . import calc
 
 MONEY = {"max_digits": 18, "decimal_places": 6}
 RATE = {"max_digits": 12, "decimal_places": 4}
+# The largest amount a budget, an adjustment or a statement total holds (14 digits, 2 decimals).
+MAX_AMOUNT = Decimal("999999999999.99")
+# USD per GPU-hour: far above any price sold, low enough that a day of a very large team's usage
+# still fits the money columns.
+MAX_RATE = Decimal("100000")
+# The largest cost one usage or lost-work row holds (MONEY: 18 digits, 6 decimals).
+MAX_COST = Decimal("999999999999.999999")
+_MONTH = [MinValueValidator(calc.MIN_MONTH), MaxValueValidator(calc.MAX_MONTH)]
 
 
 class Capacity(models.TextChoices):
@@ -36,7 +50,9 @@ class PriceRate(models.Model):
     gpu_model = models.ForeignKey(GpuModel, related_name="price_rates", on_delete=models.PROTECT)
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
     effective_from = models.DateTimeField()
-    rate_per_gpu_hour = models.DecimalField(**RATE)
+    rate_per_gpu_hour = models.DecimalField(
+        **RATE, validators=[MinValueValidator(Decimal(0)), MaxValueValidator(MAX_RATE)]
+    )
     note = models.CharField(max_length=200, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -51,6 +67,10 @@ class PriceRate(models.Model):
                 name="price_unique_model_cap_from",
             ),
             models.CheckConstraint(condition=Q(rate_per_gpu_hour__gte=0), name="price_rate_gte_0"),
+            # Also refuses NaN (PostgreSQL sorts it above every number), which broke pricing.
+            models.CheckConstraint(
+                condition=Q(rate_per_gpu_hour__lte=MAX_RATE), name="price_rate_at_most_max"
+            ),
             models.CheckConstraint(
                 condition=Q(capacity__in=[c.value for c in Capacity]), name="price_capacity_valid"
             ),
@@ -195,7 +215,7 @@ class LostKind(models.TextChoices):
 class LostWork(models.Model):
     """GPU time lost (work since the last checkpoint) when a job was preempted or its node
     failed, metered separately from usage: it is part of the allocated time already billed, shown
-    as waste. One row per increase of ``Job.lost_gpu_s`` (keyed by the cumulative value)."""
+    as waste. One row per increase of ``Job.lost_gpu_seconds`` (keyed by the cumulative value)."""
 
     job = models.ForeignKey(
         Job, related_name="lost_work", on_delete=models.DO_NOTHING, db_constraint=False
@@ -233,8 +253,12 @@ class Budget(models.Model):
     ``hard_stop`` new submissions are refused once spend reaches ``amount`` (running jobs go on)."""
 
     team = models.ForeignKey(Team, related_name="budgets", on_delete=models.CASCADE)
-    month = models.DateField()
-    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    month = models.DateField(validators=_MONTH)
+    amount = models.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        validators=[MinValueValidator(Decimal("0.01")), MaxValueValidator(MAX_AMOUNT)],
+    )
     hard_stop = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -243,7 +267,16 @@ class Budget(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["team", "month"], name="budget_unique_team_month"),
             models.CheckConstraint(condition=Q(amount__gt=0), name="budget_amount_positive"),
+            # Also refuses NaN, which PostgreSQL's numeric sorts above every number: one such
+            # row made every submission and budget read fail for every team.
+            models.CheckConstraint(
+                condition=Q(amount__lte=MAX_AMOUNT), name="budget_amount_at_most_max"
+            ),
             models.CheckConstraint(condition=Q(month__day=1), name="budget_month_first_day"),
+            models.CheckConstraint(
+                condition=Q(month__gte=calc.MIN_MONTH) & Q(month__lte=calc.MAX_MONTH),
+                name="budget_month_in_range",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -287,7 +320,7 @@ class Statement(models.Model):
     Closed: frozen into lines and a total; later corrections are adjustments."""
 
     team = models.ForeignKey(Team, related_name="statements", on_delete=models.PROTECT)
-    month = models.DateField()
+    month = models.DateField(validators=_MONTH)
     status = models.CharField(
         max_length=8, choices=StatementStatus.choices, default=StatementStatus.OPEN
     )
@@ -343,7 +376,11 @@ class Adjustment(models.Model):
     what a closed statement says."""
 
     statement = models.ForeignKey(Statement, related_name="adjustments", on_delete=models.PROTECT)
-    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    amount = models.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        validators=[MinValueValidator(-MAX_AMOUNT), MaxValueValidator(MAX_AMOUNT)],
+    )
     reason = models.CharField(max_length=300)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"

@@ -18,8 +18,10 @@ from decimal import Decimal
 from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDay
 
-from scheduler.errors import NotFound
-from scheduler.models import GpuModel, Job
+from catalogue.models import GpuModel
+from core.errors import NotFound
+from scheduler.models import Job
+from tenants.csvcells import safe_rows
 from tenants.models import Team
 from tenants.permissions import is_platform_admin, visible_teams
 
@@ -568,10 +570,12 @@ def statement_view(*, statement: Statement) -> StatementView:
 
 
 def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
-    """The statement as CSV rows: a header, one row per line, adjustments, totals."""
+    """The statement as CSV rows: a header, one row per line, adjustments, totals; every cell
+    safe to open in a spreadsheet (``tenants.csvcells``)."""
     s = view.statement
     month = f"{s.month:%Y-%m}"
-    rows = [["month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd"]]
+    header = ["month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd"]
+    rows = [[*header, "note"]]
     for line in view.lines:
         rows.append(
             [
@@ -582,15 +586,26 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
                 line.capacity,
                 str(line.gpu_hours),
                 str(line.cost),
+                "",
             ]
         )
-    rows.append([month, s.team.slug, "", "", "total", "", str(view.total)])
+    rows.append([month, s.team.slug, "", "", "total", "", str(view.total), ""])
     for adj in view.adjustments:
-        rows.append([month, s.team.slug, "", "", f"adjustment: {adj.reason}", "", str(adj.amount)])
+        # The reason in a column of its own (an admin's free text: escaped like any cell).
+        rows.append([month, s.team.slug, "", "", "adjustment", "", str(adj.amount), adj.reason])
     rows.append(
-        [month, s.team.slug, "", "", f"adjusted total ({s.status})", "", str(view.adjusted_total)]
+        [
+            month,
+            s.team.slug,
+            "",
+            "",
+            f"adjusted total ({s.status})",
+            "",
+            str(view.adjusted_total),
+            "",
+        ]
     )
-    return rows
+    return safe_rows(rows)
 
 
 # ----------------------------------------------------------------------------- other lists

@@ -22,14 +22,17 @@ from django.db.models.functions import TruncDay
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from scheduler import streams
-from scheduler.errors import Conflict, DomainError, FieldErrors, NotFound
-from scheduler.models import Allocation, GpuModel, Job, JobEvent
+from catalogue.models import GpuModel
+from core import streams
+from core.bounds import number_error
+from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from scheduler.models import Allocation, Job, JobEvent
 from tenants.models import Team
 from tenants.permissions import can_manage_team, is_platform_admin
 
 from . import calc
 from .models import (
+    MAX_COST,
     Adjustment,
     AllocationMeter,
     Budget,
@@ -87,8 +90,10 @@ def price_set(
         raise DomainError("only platform admins change the price book", field="gpu_model")
     if capacity not in Capacity.values:
         errors["capacity"] = [f"must be one of {', '.join(Capacity.values)}"]
-    if not isinstance(rate_per_gpu_hour, Decimal) or rate_per_gpu_hour < 0:
+    if not isinstance(rate_per_gpu_hour, Decimal):
         errors["rate_per_gpu_hour"] = ["must be a decimal amount >= 0"]
+    elif problem := number_error(PriceRate, "rate_per_gpu_hour", rate_per_gpu_hour):
+        errors["rate_per_gpu_hour"] = [problem]
     if effective_from < now - timedelta(seconds=1):
         errors["effective_from"] = [
             "must not be in the past: a price change applies from its date only"
@@ -187,6 +192,45 @@ def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = N
     return result
 
 
+def _price_allocation(alloc, cursor, end, now, schedules):
+    """The usage rows (and idle-source slices) of one allocation from ``cursor`` to ``end``.
+    Raises ArithmeticError when a cost does not fit the money column."""
+    rows, slices = [], []
+    is_final = alloc.ended_at is not None and alloc.ended_at <= now
+    capacity = Capacity.SPOT if alloc.node.spot else Capacity.ON_DEMAND
+    schedule = schedules.get((alloc.node.gpu_model_id, capacity), _NO_PRICES)
+    # Hours before the cursor's hour are complete; only that hour and later can still grow.
+    since = max(alloc.started_at, calc.floor_hour(cursor)) if cursor else alloc.started_at
+    for hour, _piece_start, stop in calc.hour_buckets(since, end):
+        # A bucket is always recomputed from the allocation's own start, never added to.
+        lo = max(alloc.started_at, hour)
+        cost, unpriced_us = schedule.price(lo, stop)
+        _check_cost(cost)
+        rows.append(
+            UsageRecord(
+                allocation_id=alloc.pk,
+                hour=hour,
+                job_id=alloc.job_id,
+                attempt=alloc.attempt,
+                team_id=alloc.job.team_id,
+                user_id=alloc.job.submitter_id,
+                gpu_model_id=alloc.node.gpu_model_id,
+                capacity=capacity,
+                gpu_seconds=(stop - lo).total_seconds(),
+                cost=cost,
+                unpriced_gpu_seconds=unpriced_us / 1_000_000,
+                finalized=is_final,
+            )
+        )
+        slices.append(UsageSlice(alloc.pk, alloc.node_id, alloc.gpu_index, hour, lo, stop))
+    return rows, slices
+
+
+def _check_cost(cost: Decimal) -> None:
+    if not (cost.is_finite() and -MAX_COST <= cost <= MAX_COST):
+        raise ArithmeticError(f"cost {cost} does not fit a money column")
+
+
 def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result: MeterResult):
     finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
     allocations = list(
@@ -229,38 +273,26 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         end = min(alloc.ended_at, now) if alloc.ended_at else now
         if cursor is not None and end < cursor:
             continue  # an older clock than the last run: keep what is recorded
+        try:
+            alloc_rows, alloc_slices = _price_allocation(alloc, cursor, end, now, schedules)
+        except (ArithmeticError, ValueError) as exc:
+            # One allocation that cannot be priced is left for the next run (and logged); the
+            # rest of the cluster is metered.
+            log.error("allocation %s (job %s) not metered: %r", alloc.pk, alloc.job_id, exc)
+            continue
+        rows.extend(alloc_rows)
+        slices.extend(alloc_slices)
+        result.months.update(calc.month_start(row.hour) for row in alloc_rows)
         is_final = alloc.ended_at is not None and alloc.ended_at <= now
-        capacity = Capacity.SPOT if alloc.node.spot else Capacity.ON_DEMAND
-        schedule = schedules.get((alloc.node.gpu_model_id, capacity), _NO_PRICES)
-        # Hours before the cursor's hour are complete; only that hour and later can still grow.
-        since = max(alloc.started_at, calc.floor_hour(cursor)) if cursor else alloc.started_at
-        for hour, _piece_start, stop in calc.hour_buckets(since, end):
-            # A bucket is always recomputed from the allocation's own start, never added to.
-            lo = max(alloc.started_at, hour)
-            cost, unpriced_us = schedule.price(lo, stop)
-            rows.append(
-                UsageRecord(
-                    allocation_id=alloc.pk,
-                    hour=hour,
-                    job_id=alloc.job_id,
-                    attempt=alloc.attempt,
-                    team_id=alloc.job.team_id,
-                    user_id=alloc.job.submitter_id,
-                    gpu_model_id=alloc.node.gpu_model_id,
-                    capacity=capacity,
-                    gpu_seconds=(stop - lo).total_seconds(),
-                    cost=cost,
-                    unpriced_gpu_seconds=unpriced_us / 1_000_000,
-                    finalized=is_final,
-                )
-            )
-            slices.append(UsageSlice(alloc.pk, alloc.node_id, alloc.gpu_index, hour, lo, stop))
-            result.months.add(calc.month_start(hour))
         meters.append(AllocationMeter(allocation=alloc, metered_until=end, finalized=is_final))
         if is_final:
             done_ids.append(alloc.pk)
     if idle_source is not None and slices:
-        idle = idle_source(slices)
+        try:
+            idle = idle_source(slices)
+        except Exception:  # idle fractions are extra: usage is metered without them
+            log.exception("the idle source failed; usage metered without idle fractions")
+            idle = {}
         for row in rows:
             fraction = idle.get((row.allocation_id, row.hour))
             if fraction is not None:
@@ -404,12 +436,12 @@ def usage_rollup_rebuild(*, month: date) -> tuple[int, int]:
 
 
 def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
-    """Meter each increase of ``Job.lost_gpu_s`` once, as its own row (keyed by the new
+    """Meter each increase of ``Job.lost_gpu_seconds`` once, as its own row (keyed by the new
     cumulative value), priced at the rate in force when the loss happened."""
     jobs = list(
-        Job.objects.filter(lost_gpu_s__gt=0)
+        Job.objects.filter(lost_gpu_seconds__gt=0)
         .annotate(metered=Max("lost_work__cumulative_gpu_seconds"))
-        .filter(Q(metered__isnull=True) | Q(lost_gpu_s__gt=F("metered") + 1e-6))
+        .filter(Q(metered__isnull=True) | Q(lost_gpu_seconds__gt=F("metered") + 1e-6))
         .select_related("team")
     )
     if not jobs:
@@ -432,19 +464,25 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
     schedules = _price_schedules()
     rows = []
     for job in jobs:
-        delta = job.lost_gpu_s - (job.metered or 0.0)
+        delta = job.lost_gpu_seconds - (job.metered or 0.0)
         kind, occurred_at = last_loss.get(job.pk, (LostKind.OTHER, now))
         gpu_model_id, spot = last_node.get(job.pk, (job.gpu_model_id, False))
         capacity = Capacity.SPOT if spot else Capacity.ON_DEMAND
         cost = Decimal(0)
         schedule = schedules.get((gpu_model_id, capacity))
         rate = schedule.rate_at(occurred_at) if schedule else None
-        if rate is not None:
-            cost = (rate * Decimal(repr(delta)) / Decimal(3600)).quantize(calc.COST_QUANTUM)
+        try:
+            if rate is not None:
+                cost = (rate * Decimal(repr(delta)) / Decimal(3600)).quantize(calc.COST_QUANTUM)
+            _check_cost(cost)
+        except (ArithmeticError, ValueError) as exc:
+            # Logged and left unmetered; every other job's loss is still metered.
+            log.error("lost work of job %s not metered: %r", job.pk, exc)
+            continue
         rows.append(
             LostWork(
                 job_id=job.pk,
-                cumulative_gpu_seconds=job.lost_gpu_s,
+                cumulative_gpu_seconds=job.lost_gpu_seconds,
                 team_id=job.team_id,
                 user_id=job.submitter_id,
                 gpu_model_id=gpu_model_id,
@@ -527,12 +565,17 @@ def budget_set(
     if not can_manage_team(user, team):
         raise DomainError("only team owners and admins set budgets", field="team")
     errors: dict[str, list[str]] = {}
-    if not isinstance(amount, Decimal) or amount <= 0:
-        errors["amount"] = ["must be a decimal amount > 0"]
+    if not isinstance(amount, Decimal):
+        errors["amount"] = ["must be a decimal amount"]
+    elif problem := number_error(Budget, "amount", amount):
+        errors["amount"] = [problem]
     if month.day != 1:
         errors["month"] = ["must be the first day of a month"]
+    elif not calc.MIN_MONTH <= month <= calc.MAX_MONTH:
+        errors["month"] = [f"must be a month from {calc.MIN_MONTH:%Y-%m} to {calc.MAX_MONTH:%Y-%m}"]
     if errors:
         raise FieldErrors(errors)
+    amount = amount.quantize(calc.CENT)
     budget, _ = Budget.objects.update_or_create(
         team=team, month=month, defaults={"amount": amount, "hard_stop": hard_stop}
     )
@@ -553,34 +596,45 @@ def budget_evaluate(*, month: date, now: datetime | None = None) -> list[BudgetA
     )
     fired: list[BudgetAlert] = []
     for budget in budgets:
-        spent = spend.get(budget.team_id, Decimal(0))
-        for threshold in BudgetAlert.THRESHOLDS:
-            if (budget.pk, threshold) in fired_before:
-                continue
-            if spent * 100 < budget.amount * threshold:
-                break
-            try:
-                with transaction.atomic():
-                    alert = BudgetAlert.objects.create(
-                        budget=budget,
-                        threshold=threshold,
-                        spend=spent.quantize(calc.CENT),
-                        fired_at=now,
-                    )
-            except IntegrityError:
-                continue  # another evaluation fired it first
-            payload: BudgetAlertPayload = {
-                "type": "budget.alert",
-                "team": budget.team.slug,
-                "month": f"{month:%Y-%m}",
-                "threshold": threshold,
-                "budget": str(budget.amount),
-                "spend": str(alert.spend),
-                "hard_stop": budget.hard_stop,
-                "time": now.isoformat(),
-            }
-            streams.publish(streams.team_group(budget.team_id), dict(payload))
-            fired.append(alert)
+        try:
+            spent = spend.get(budget.team_id, Decimal(0))
+            fired.extend(_budget_alerts(budget, spent, fired_before, month, now))
+        except Exception:  # one budget's alerts must not keep the others' from firing
+            log.exception("alerts of budget %s not evaluated", budget.pk)
+    return fired
+
+
+def _budget_alerts(budget, spent, fired_before, month, now) -> list[BudgetAlert]:
+    """The alerts of one budget that ``spent`` newly reaches (each created once, published
+    after commit)."""
+    fired = []
+    for threshold in BudgetAlert.THRESHOLDS:
+        if (budget.pk, threshold) in fired_before:
+            continue
+        if spent * 100 < budget.amount * threshold:
+            break
+        try:
+            with transaction.atomic():
+                alert = BudgetAlert.objects.create(
+                    budget=budget,
+                    threshold=threshold,
+                    spend=spent.quantize(calc.CENT),
+                    fired_at=now,
+                )
+        except IntegrityError:
+            continue  # another evaluation fired it first
+        payload: BudgetAlertPayload = {
+            "type": "budget.alert",
+            "team": budget.team.slug,
+            "month": f"{month:%Y-%m}",
+            "threshold": threshold,
+            "budget": str(budget.amount),
+            "spend": str(alert.spend),
+            "hard_stop": budget.hard_stop,
+            "time": now.isoformat(),
+        }
+        streams.publish(streams.team_group(budget.team_id), dict(payload))
+        fired.append(alert)
     return fired
 
 
@@ -682,8 +736,10 @@ def adjustment_add(
     if statement is None:
         raise NotFound("no such statement", field="id")
     errors: dict[str, list[str]] = {}
-    if not isinstance(amount, Decimal) or amount == 0:
+    if not isinstance(amount, Decimal) or not amount.is_finite() or amount == 0:
         errors["amount"] = ["must be a non-zero decimal amount"]
+    elif problem := number_error(Adjustment, "amount", amount):
+        errors["amount"] = [problem]
     if not reason.strip():
         errors["reason"] = ["must not be blank"]
     if errors:

@@ -11,8 +11,8 @@ urlpatterns = [
     path("teams/<slug:slug>/", views.team_dashboard, name="team"),
     path("teams/<slug:slug>/budget", views.budget_set, name="budget-set"),
     path("statements/", views.statement_list, name="statements"),
-    path("statements/<int:pk>/", views.statement_detail, name="statement"),
-    path("statements/<int:pk>/csv", views.statement_csv, name="statement-csv"),
-    path("statements/<int:pk>/close", views.statement_close, name="statement-close"),
+    path("statements/<id:pk>/", views.statement_detail, name="statement"),
+    path("statements/<id:pk>/csv", views.statement_csv, name="statement-csv"),
+    path("statements/<id:pk>/close", views.statement_close, name="statement-close"),
     path("plotly.min.js", views.plotly_js, name="plotly-js"),
 ]

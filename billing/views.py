@@ -5,63 +5,61 @@ team or statement the caller may not see is a 404."""
 from __future__ import annotations
 
 import csv
-import json
 from datetime import date
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import BadRequest
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from scheduler.errors import DomainError, NotFound
+from core.errors import DomainError, NotFound
 from tenants.permissions import can_manage_team, is_platform_admin, visible_teams
 
 from . import calc, charts, selectors, services
+from .forms import BudgetForm
 
 
 def _month(request) -> date:
-    return _month_from(request.GET.get("month", ""))
-
-
-def _month_from(raw: str) -> date:
+    """The page's ``?month=YYYY-MM`` (this month when absent); a bad one is a 400."""
+    raw = request.GET.get("month", "")
     if not raw:
         return calc.month_start(timezone.now())
     try:
         return calc.parse_month(raw)
-    except ValueError:
-        raise Http404("bad month") from None
+    except ValueError as exc:
+        raise BadRequest(f"month: {exc}") from None
 
 
 def plotly_src() -> str:
     """The portal's versioned plotly.js route when the portal provides one, else billing's own."""
     try:
-        from frontend.views import plotly_version
-
-        return reverse("plotly-js", kwargs={"version": plotly_version()})
-    except (ImportError, NoReverseMatch):
+        return reverse("plotly-js", kwargs={"version": charts.plotly_version()})
+    except NoReverseMatch:
         return reverse("billing:plotly-js")
 
 
 def _figures(dashboard) -> list[dict]:
     return [
-        {"id": f"fig-{key}", "figure": json.loads(fig.to_json())}
+        {"id": f"fig-{key}", "figure": charts.figure_dict(fig)}
         for key, fig in charts.all_figures(dashboard).items()
     ]
 
 
 def _month_nav(month: date) -> dict:
+    """The month shown and its neighbours (None past the first or last month served)."""
     prev = date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
+    after = calc.next_month(month)
     return {
         "month": month,
         "month_param": f"{month:%Y-%m}",
-        "prev_month": f"{prev:%Y-%m}",
-        "next_month": f"{calc.next_month(month):%Y-%m}",
+        "prev_month": f"{prev:%Y-%m}" if prev >= calc.MIN_MONTH else None,
+        "next_month": f"{after:%Y-%m}" if after <= calc.MAX_MONTH else None,
     }
 
 
@@ -107,27 +105,32 @@ def budget_set(request, slug: str):
     team = visible_teams(request.user).filter(slug=slug).first()
     if team is None:
         raise Http404("no such team")
-    month = _month_from(request.POST.get("month", ""))
+    form = BudgetForm(request.POST)
+    if not form.is_valid():
+        if "month" in form.errors:
+            raise BadRequest(f"month: {' '.join(form.errors['month'])}")
+        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        messages.error(request, f"Budget not set: {problems}")
+        return redirect(
+            reverse("billing:team", kwargs={"slug": team.slug})
+            + f"?month={form.cleaned_data['month']:%Y-%m}"
+        )
+    month = form.cleaned_data["month"]
     try:
-        amount = Decimal(request.POST.get("amount", "").replace(",", "").strip())
-    except InvalidOperation:
-        messages.error(request, "Budget not set: the amount must be a number of dollars.")
+        budget = services.budget_set(
+            user=request.user,
+            team=team,
+            month=month,
+            amount=form.cleaned_data["amount"],
+            hard_stop=form.cleaned_data["hard_stop"],
+        )
+    except DomainError as exc:
+        messages.error(request, f"Budget not set: {exc.message}")
     else:
-        try:
-            budget = services.budget_set(
-                user=request.user,
-                team=team,
-                month=month,
-                amount=amount,
-                hard_stop=request.POST.get("hard_stop") == "on",
-            )
-        except DomainError as exc:
-            messages.error(request, f"Budget not set: {exc.message}")
-        else:
-            kind = "hard" if budget.hard_stop else "soft"
-            messages.success(
-                request, f"Budget of {team.slug} for {month:%Y-%m}: ${budget.amount:,} ({kind})."
-            )
+        kind = "hard" if budget.hard_stop else "soft"
+        messages.success(
+            request, f"Budget of {team.slug} for {month:%Y-%m}: ${budget.amount:,} ({kind})."
+        )
     return redirect(reverse("billing:team", kwargs={"slug": team.slug}) + f"?month={month:%Y-%m}")
 
 

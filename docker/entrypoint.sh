@@ -16,9 +16,15 @@ case "$role" in
         fi
         # One uvicorn worker process per core (WEB_CONCURRENCY): a single ASGI process runs
         # Python on one core. Websockets work across workers through the Redis channel layer.
+        # X-Forwarded-For/-Proto are believed from TRUSTED_PROXIES only (the nginx in front);
+        # with none configured they are ignored (docs/deploy.md, "Proxies and client addresses").
+        if [ -n "${TRUSTED_PROXIES:-}" ]; then
+            set -- --proxy-headers --forwarded-allow-ips "$TRUSTED_PROXIES" "$@"
+        else
+            set -- --no-proxy-headers "$@"
+        fi
         exec uvicorn gpuplatform.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
-            --workers "${WEB_CONCURRENCY:-2}" --proxy-headers \
-            --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-*}" --no-access-log "$@"
+            --workers "${WEB_CONCURRENCY:-2}" --no-access-log "$@"
         ;;
     worker)
         exec celery -A gpuplatform worker --loglevel "${LOG_LEVEL:-INFO}" \
@@ -33,13 +39,14 @@ case "$role" in
         exec python manage.py migrate --noinput "$@"
         ;;
     agent)
-        exec python -m scheduler.telemetry.agent "$@"
+        # The node agent (gpuagent); it reads GPUPLATFORM_URL and GPUPLATFORM_NODE_TOKEN.
+        exec gpuagent "$@"
         ;;
     manage)
         exec python manage.py "$@"
         ;;
     gpuctl)
-        exec python -m gpuctl "$@"
+        exec gpuctl "$@"
         ;;
     *)
         exec "$role" "$@"

@@ -7,10 +7,11 @@ layout settings) so the embedded JSON is small.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+
+from billing.charts import figure_dict
 
 _LAYOUT = {
     "template": "none",
@@ -22,8 +23,8 @@ _LAYOUT = {
 
 
 def _as_dict(fig: go.Figure) -> dict:
-    # to_json applies plotly's encoders (numpy, dates); loads gives json_script a plain dict.
-    return json.loads(fig.to_json())
+    # The one way a figure reaches a page: user text in the traces escaped for Plotly.
+    return figure_dict(fig)
 
 
 def quota_figure(

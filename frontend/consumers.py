@@ -1,28 +1,52 @@
 """The one websocket endpoint of the portal.
 
 A signed-in user says which topics the page needs (``/ws/stream/?topics=jobs,cluster``, see
-``scheduler.streams.TOPICS``; without ``topics``: ``DEFAULT_TOPICS``) and joins the matching
+``core.streams.TOPICS``; without ``topics``: ``DEFAULT_TOPICS``) and joins the matching
 groups it may hear: its own teams' groups for ``jobs``, the shared (anonymised) cluster group
 and, for platform admins, the admin group for ``cluster``, the cluster utilization group for
 ``utilization``. An unknown topic is answered with an error frame and otherwise ignored.
 Anonymous connections are refused. The consumer never writes to the database and takes no
 commands: it only relays what the loop, the services and ingest publish, which reach it through
 the server loop's hub (``frontend/hub.py``), not through a channel of its own.
+
+Sessions follow membership: every socket also joins its user's control group; a membership
+change, a logout or a deactivation there (``frontend/signals.py``), and a timer every
+``STREAM_RECHECK_SECONDS`` otherwise, make it read its session and teams again. A socket whose
+session ended closes with 4401 (the portal shows "signed out"); one whose teams changed closes
+with 4403 and the portal reconnects with the groups it may now hear.
+
+Frames from the client go through ``core.jsonlimits`` (size- and depth-bounded): one too
+large closes the socket with 1009, one nested too deep with 1007; any other frame (JSON or not)
+is answered "read-only". However the socket ends, even by an error, it leaves the hub
+(``__call__``), so the hub never keeps a dead socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
+from importlib import import_module
 from urllib.parse import parse_qs
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
-from scheduler import streams
+from core import streams
+from core.jsonlimits import JsonRefused, loads_bounded
+from tenants.permissions import is_platform_admin, team_ids_of
 
 from .hub import hub
 
+log = logging.getLogger(__name__)
+
 MAX_TOPICS_LENGTH = 200
+CLOSE_SIGNED_OUT = 4401
+CLOSE_PERMISSIONS_CHANGED = 4403
+CLOSE_TOO_BIG = 1009
+CLOSE_BAD_PAYLOAD = 1007
 
 
 def parse_topics(query_string: bytes) -> tuple[list[str], list[str]]:
@@ -38,16 +62,86 @@ def parse_topics(query_string: bytes) -> tuple[list[str], list[str]]:
     return known, unknown
 
 
-@database_sync_to_async
-def _groups_for(user, topics: list[str]) -> list[str]:
-    from tenants.permissions import is_platform_admin, team_ids_of
-
+def socket_groups(user, topics: list[str]) -> list[str]:
+    """The groups a socket of ``user`` joins for ``topics``: the rules of ``streams.groups_for``
+    applied to the user's teams and admin standing now (nothing of any team for an anonymous
+    user, whom the consumer refuses before asking)."""
     return streams.groups_for(
         topics=topics, team_ids=team_ids_of(user), is_admin=is_platform_admin(user)
     )
 
 
-class StreamConsumer(AsyncJsonWebsocketConsumer):
+_groups_for = database_sync_to_async(socket_groups)
+
+
+async def _session_user(session_key: str | None):
+    """The user the session ``session_key`` belongs to now, read afresh from the session store
+    (AnonymousUser when the session ended, its user was deactivated or changed password)."""
+    engine = import_module(settings.SESSION_ENGINE)
+    return await get_user({"session": engine.SessionStore(session_key)})
+
+
+class ReadOnlySocket(AsyncJsonWebsocketConsumer):
+    """What every portal websocket shares: clients send nothing useful (a frame is answered
+    "read-only"), frames go through the bounded JSON reader (too large: 1009, too deep: 1007),
+    :meth:`cleanup` runs however the socket ends (even when a handler raised), and
+    :meth:`session_valid` tells whether the socket's session still signs its user in."""
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.cleanup()
+
+    async def cleanup(self) -> None:
+        """Release what the socket holds. Idempotent; called on every way out."""
+
+    async def disconnect(self, code):
+        await self.cleanup()
+
+    def remember_session(self, user) -> None:
+        self.user_id = user.pk
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None)
+
+    async def session_valid(self) -> bool:
+        """Does the session still sign this socket's user in (not logged out, deactivated or
+        with a new password)? A database hiccup counts as yes: the next check decides."""
+        try:
+            user = await _session_user(self.session_key)
+        except Exception:
+            log.warning("websocket session check failed", exc_info=True)
+            return True
+        return user.is_authenticated and user.pk == self.user_id
+
+    @classmethod
+    async def decode_json(cls, text_data):
+        return loads_bounded(text_data, max_bytes=settings.WEBSOCKET_FRAME_MAX_BYTES)
+
+    async def receive_json(self, content, **kwargs):
+        # One-way streams: clients cannot send commands over them.
+        await self.send_json({"type": "error", "message": "this stream is read-only"})
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        data = text_data if text_data is not None else bytes_data
+        if data is not None and len(data) > settings.WEBSOCKET_FRAME_MAX_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
+            return
+        if text_data is None:  # binary: the same answer as any other frame, not a crash
+            await self.receive_json(None)
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except JsonRefused as exc:
+            if exc.reason == "syntax":  # plain text: the same answer as any other frame
+                await self.receive_json(None)
+                return
+            await self.close(code=CLOSE_TOO_BIG if exc.reason == "size" else CLOSE_BAD_PAYLOAD)
+            return
+        await self.receive_json(content)
+
+
+class StreamConsumer(ReadOnlySocket):
     # No channel of its own: the server loop's hub listens on the channel layer for every socket
     # and pushes each message's text into this socket's queue (frontend/hub.py).
     channel_layer_alias = None
@@ -56,10 +150,12 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.close(code=CLOSE_SIGNED_OUT)
             return
-        topics, unknown = parse_topics(self.scope.get("query_string", b""))
-        self.joined = await _groups_for(user, topics)
+        self.remember_session(user)
+        self.topics, unknown = parse_topics(self.scope.get("query_string", b""))
+        self.content_groups = await _groups_for(user, self.topics)
+        self.joined = [*self.content_groups, streams.user_group(user.pk)]
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=self.QUEUE_MAX)
         self.hub = hub()
         # Joined before the hello: whatever is published after it reaches this socket (the
@@ -67,7 +163,9 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
         if self.hub is not None:
             await self.hub.join(self, self.joined)
         await self.accept()
-        await self.send_json({"type": "hello", "groups": len(self.joined), "topics": topics})
+        await self.send_json(
+            {"type": "hello", "groups": len(self.content_groups), "topics": self.topics}
+        )
         if unknown:
             await self.send_json(
                 {
@@ -77,16 +175,50 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
                     f"known: {', '.join(streams.TOPICS)}",
                 }
             )
-        self.writer = asyncio.get_running_loop().create_task(self._write())
+        loop = asyncio.get_running_loop()
+        self.writer = loop.create_task(self._write())
+        self.rechecker = loop.create_task(self._recheck_periodically())
 
     def push(self, text: str) -> None:
         """Called by the hub for each message of this socket's groups."""
         try:
             self.queue.put_nowait(text)
         except asyncio.QueueFull:  # the client stopped reading: let it reconnect and resync
-            if not getattr(self, "closing", False):
-                self.closing = True
-                asyncio.get_running_loop().create_task(self.close(code=4408))
+            self._close_soon(4408)
+
+    def control(self, text: str) -> None:
+        """Called by the hub for a message of this user's control group."""
+        if streams.RECHECK_SESSIONS in text:
+            asyncio.get_running_loop().create_task(self.recheck())
+
+    def _close_soon(self, code: int) -> None:
+        if not getattr(self, "closing", False):
+            self.closing = True
+            asyncio.get_running_loop().create_task(self.close(code=code))
+
+    async def recheck(self) -> None:
+        """Close when the session ended (4401) or the teams it may hear changed (4403)."""
+        if getattr(self, "closing", False):
+            return
+        try:
+            user = await _session_user(self.session_key)
+            if not user.is_authenticated or user.pk != self.user_id:
+                self._close_soon(CLOSE_SIGNED_OUT)
+                return
+            groups = await _groups_for(user, self.topics)
+        except Exception:  # a database hiccup: keep the socket, the next check decides
+            log.warning("stream session check failed", exc_info=True)
+            return
+        if sorted(groups) != sorted(self.content_groups):
+            self._close_soon(CLOSE_PERMISSIONS_CHANGED)
+
+    async def _recheck_periodically(self) -> None:
+        """The backstop for changes no signal announces (an expired session, a row changed in
+        a database shell): check again every ``STREAM_RECHECK_SECONDS``, jittered."""
+        period = settings.STREAM_RECHECK_SECONDS
+        while True:
+            await asyncio.sleep(period * random.uniform(0.8, 1.2))
+            await self.recheck()
 
     async def _write(self) -> None:
         try:
@@ -97,19 +229,20 @@ class StreamConsumer(AsyncJsonWebsocketConsumer):
         except Exception:  # the socket went away under us; disconnect cleans up
             return
 
-    async def disconnect(self, code):
-        if getattr(self, "hub", None) is not None:
-            await self.hub.leave(self, self.joined)
-        writer = getattr(self, "writer", None)
-        if writer is not None:
-            writer.cancel()
+    async def cleanup(self) -> None:
+        await self._leave()
 
-    async def receive_json(self, content, **kwargs):
-        # The stream is one-way: clients cannot send commands over it.
-        await self.send_json({"type": "error", "message": "this stream is read-only"})
+    async def _leave(self) -> None:
+        """Leave the hub and stop this socket's tasks. Idempotent."""
+        socket_hub, self.hub = getattr(self, "hub", None), None
+        if socket_hub is not None:
+            await socket_hub.leave(self, self.joined)
+        for name in ("writer", "rechecker"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
 
-    async def receive(self, text_data=None, bytes_data=None, **kwargs):
-        try:
-            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
-        except ValueError:  # not JSON (or binary): the same answer, not a crash
-            await self.receive_json(None)
+    async def close(self, code=None, reason=None):
+        # Out of the hub at once: a socket being closed is pushed nothing more.
+        await self._leave()
+        await super().close(code=code, reason=reason)

@@ -14,8 +14,10 @@ from dataclasses import asdict
 
 from django import forms
 
+from core.bounds import form_number
+from core.errors import DomainError
 from scheduler.arrays import MAX_ARRAY_SIZE, ArrayRequest
-from scheduler.errors import DomainError
+from scheduler.models import Job, JobArray
 from scheduler.services import JobRequest
 
 # Service error keys that do not match a form field name.
@@ -56,38 +58,67 @@ class JobSubmitForm(forms.Form):
         max_length=300, required=False, help_text="Container image, e.g. registry/train:1.4"
     )
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    workers = forms.IntegerField(initial=1, widget=_number(min=1))
-    gpus_per_worker = forms.IntegerField(label="GPUs per worker", initial=1, widget=_number(min=1))
+    workers = form_number(Job, "workers", initial=1, widget=_number())
+    gpus_per_worker = form_number(
+        Job, "gpus_per_worker", label="GPUs per worker", initial=1, widget=_number()
+    )
     gpu_model = forms.CharField(label="GPU model", required=False, widget=forms.Select)
     priority_class = forms.CharField(required=False, widget=forms.Select)
     preemptible = forms.ChoiceField(choices=PREEMPTIBLE_CHOICES, required=False)
-    checkpoint_interval_s = forms.IntegerField(
-        label="Checkpoint interval (s)", required=False, widget=_number(min=1)
+    checkpoint_interval_s = form_number(
+        Job,
+        "checkpoint_interval_s",
+        label="Checkpoint interval (s)",
+        required=False,
+        widget=_number(),
     )
-    runtime_limit_s = forms.IntegerField(
-        label="Runtime limit (s)", required=False, widget=_number(min=1)
+    checkpoint_on_advice = forms.BooleanField(
+        label="Checkpoint on the advised schedule",
+        required=False,
+        help_text="The platform asks the job to checkpoint every advised interval (the job must "
+        "handle the checkpoint signal).",
+    )
+    runtime_limit_s = form_number(
+        Job, "runtime_limit_s", label="Runtime limit (s)", required=False, widget=_number()
+    )
+    deadline = forms.DateTimeField(
+        label="Deadline (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        help_text="When you need it finished: it goes first in its priority class as the time "
+        "runs short. Estimate finish shows whether it is likely at current load.",
     )
     dataset = forms.CharField(max_length=200, required=False)
-    elastic_min_workers = forms.IntegerField(
-        label="Elastic: min workers", required=False, widget=_number(min=1)
+    dataset_version = forms.CharField(max_length=100, required=False)
+    code_ref = forms.CharField(
+        label="Code reference",
+        max_length=200,
+        required=False,
+        help_text="The code that runs, e.g. a git commit; kept in the reproducibility record.",
     )
-    elastic_max_workers = forms.IntegerField(
-        label="Elastic: max workers", required=False, widget=_number(min=1)
+    elastic_min_workers = form_number(
+        Job, "elastic_min_workers", label="Elastic: min workers", required=False, widget=_number()
     )
-    simulated_duration_s = forms.FloatField(
+    elastic_max_workers = form_number(
+        Job, "elastic_max_workers", label="Elastic: max workers", required=False, widget=_number()
+    )
+    simulated_duration_s = form_number(
+        Job,
+        "simulated_duration_s",
         label="Simulated duration (s)",
         required=False,
         help_text="Simulated clusters only: seconds of work the demo job takes.",
-        widget=forms.NumberInput(attrs={"min": 1, "step": "any"}),
+        widget=forms.NumberInput(attrs={"step": "any"}),
     )
-    array_count = forms.IntegerField(
+    array_count = form_number(
+        JobArray,
+        "size",
         label="Array: number of jobs",
         required=False,
-        min_value=1,
-        max_value=MAX_ARRAY_SIZE,
         help_text="Leave empty for one job. N submits a sweep of N jobs (indices 0…N-1), "
         "all or none.",
-        widget=_number(min=1, max=MAX_ARRAY_SIZE),
+        widget=_number(),
     )
     array_params = forms.CharField(
         label="Array: per-index parameters",
@@ -211,7 +242,11 @@ class JobSubmitForm(forms.Form):
             preemptible=preemptible,
             checkpoint_interval_s=data.get("checkpoint_interval_s"),
             runtime_limit_s=data.get("runtime_limit_s"),
+            deadline=data.get("deadline"),
             dataset=(data.get("dataset") or "").strip(),
+            dataset_version=(data.get("dataset_version") or "").strip(),
+            code_ref=(data.get("code_ref") or "").strip(),
+            checkpoint_on_advice=bool(data.get("checkpoint_on_advice")),
             elastic=elastic,
             simulated_duration_s=data.get("simulated_duration_s"),
         )

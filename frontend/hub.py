@@ -21,7 +21,7 @@ import weakref
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from scheduler import streams
+from core import streams
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,11 @@ class Hub:
                 continue
             text, group = message.get("text"), message.get("group")
             if text is None:
+                continue
+            if group and group.startswith(streams.USER_GROUP_PREFIX):
+                # Control for that user's sockets; never relayed to the browser.
+                for socket in tuple(self.members.get(group, ())):
+                    socket.control(text)
                 continue
             for socket in tuple(self.members.get(group, ())):
                 socket.push(text)

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, F, QuerySet, Sum
 
+from catalogue.models import GpuModel
 from scheduler import selectors as scheduler_selectors
-from scheduler.models import Allocation, GpuModel, Job, Node, NodeEvent, NodeState
+from scheduler.models import Allocation, Job, Node, NodeEvent, NodeState
 from scheduler.states import HOLDING_STATES, JobState
 from tenants.models import SUBMIT_ROLES, Membership, PriorityClass, Quota, Team
 from tenants.permissions import is_platform_admin, team_ids_of, visible_teams
@@ -298,10 +299,11 @@ def job_log_tail(*, job: Job, lines: int = 60) -> str:
     """
     if not job.cluster_id or not job.attempts:
         return ""
-    from scheduler.backends import get_backend
+    from scheduler.backends import backend_run_id, get_backend
+    from scheduler.backends.base import log_tail
 
     try:
-        return get_backend(job.cluster).log_tail(str(job.pk), job.attempts, lines)
+        return log_tail(get_backend(job.cluster), backend_run_id(job), job.attempts, lines)
     except Exception:  # a backend outage must not break the job page
         log.warning("log tail of job %s unavailable", job.pk, exc_info=True)
         return "(the backend did not answer; the log will be shown when it does)"

@@ -8,10 +8,14 @@ next to each field; it never raises a 500.
 from __future__ import annotations
 
 import gzip
+import logging
+import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import (
@@ -21,23 +25,60 @@ from django.http import (
     HttpResponseNotAllowed,
     JsonResponse,
 )
+from django.http.request import RawPostDataException
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from scheduler import arrays, services
+from billing.charts import plotly_version
+from core.errors import DomainError, Forbidden, NotFound
+from core.ids import parse_id_list
+from core.jsonlimits import JsonRefused, loads_bounded
+from scheduler import arrays, services, transitions
 from scheduler import selectors as scheduler_selectors
-from scheduler.errors import DomainError, Forbidden, NotFound
+from scheduler.feasibility import job_feasibility
 from scheduler.states import LIVE_STATES, JobState
 from tenants.permissions import can_submit_to, is_platform_admin
 
 from . import charts
 from . import selectors as page_selectors
+from .advice import job_advice_context, submit_advice_context
+from .cluster_history import cluster_usage_history
 from .forms import JobSubmitForm
+from .records import record_context
+
+csp_log = logging.getLogger("gpuplatform.csp")
 
 JOB_LIST_LIMIT = 200
 ARRAY_MEMBERS_PER_PAGE = 50
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login form behind the limits on failed password attempts the API's token
+    exchange has (``tenants.throttles``: per client address and username, and per address; one
+    budget for both doors). A refused attempt is a 429 with Retry-After and never reaches the
+    password check, so a right guess after too many wrong ones does not get in either."""
+
+    def form_invalid(self, form):
+        from tenants.throttles import password_attempt_failed
+
+        password_attempt_failed(self.request)
+        return super().form_invalid(form)
+
+    def post(self, request, *args, **kwargs):
+        from tenants.throttles import password_attempt_refused
+
+        wait = password_attempt_refused(request)
+        if wait is None:
+            return super().post(request, *args, **kwargs)
+        seconds = max(1, math.ceil(wait))
+        messages.error(request, f"Too many sign-in attempts. Try again in {seconds} seconds.")
+        response = self.render_to_response(self.get_context_data(form=self.form_class(request)))
+        response.status_code = 429
+        response["Retry-After"] = str(seconds)
+        return response
 
 
 @login_required
@@ -109,9 +150,32 @@ def job_new(request):
         return HttpResponseNotAllowed(["GET", "POST"])
     if request.method == "GET":
         form = _submit_form(request)
-        return render(request, "frontend/job_new.html", {"form": form, "page": "new"})
+        return render(
+            request,
+            "frontend/job_new.html",
+            {"form": form, "page": "new", **submit_advice_context(request.user)},
+        )
     form = _submit_form(request, request.POST)
-    if form.is_valid():
+    if form.is_valid() and "estimate" in request.POST and not form.is_array():
+        # "Estimate finish": the same checks as a submission, nothing written.
+        try:
+            feasibility = job_feasibility(
+                user=request.user, request=form.to_request(), now=timezone.now()
+            )
+        except DomainError as exc:
+            form.add_domain_error(exc)
+        else:
+            return render(
+                request,
+                "frontend/job_new.html",
+                {
+                    "form": form,
+                    "page": "new",
+                    "feasibility": feasibility,
+                    **submit_advice_context(request.user),
+                },
+            )
+    elif form.is_valid():
         try:
             if form.is_array():
                 array = arrays.array_submit(user=request.user, request=form.to_array_request())
@@ -125,7 +189,12 @@ def job_new(request):
                 return redirect("array-detail", array_id=array.pk)
             messages.success(request, f"Job “{job.name}” submitted.")
             return redirect("job-detail", job_id=job.pk)
-    return render(request, "frontend/job_new.html", {"form": form, "page": "new"}, status=400)
+    return render(
+        request,
+        "frontend/job_new.html",
+        {"form": form, "page": "new", **submit_advice_context(request.user)},
+        status=400,
+    )
 
 
 def _job_or_404(request, job_id: int):
@@ -137,7 +206,7 @@ def _job_or_404(request, job_id: int):
 
 @login_required
 def job_detail(request, job_id: int):
-    """Timeline, placement map, why pending and estimated start, log tail, cancel."""
+    """Timeline, placement map, why pending and estimated start, attempts, live output, cancel."""
     job = _job_or_404(request, job_id)
     events = list(scheduler_selectors.job_events(user=request.user, job_id=job.pk))
     return render(
@@ -147,9 +216,12 @@ def job_detail(request, job_id: int):
             "job": job,
             "events": events,
             "placement": page_selectors.job_placement_nodes(job=job),
+            "attempts": scheduler_selectors.job_attempts(user=request.user, job_id=job.pk),
             "log_tail": page_selectors.job_log_tail(job=job),
             "can_cancel": job.state in LIVE_STATES and can_submit_to(request.user, job.team),
             "page": "job",
+            **record_context(request, job),
+            **job_advice_context(job),
         },
     )
 
@@ -159,8 +231,8 @@ def job_detail(request, job_id: int):
 def job_states(request):
     """States of the listed jobs the caller may see (``?ids=1,2,3``, at most JOB_LIST_LIMIT), for
     job tables to resync when their stream (re)connects. Unknown or hidden ids are left out."""
-    ids = [int(v) for v in request.GET.get("ids", "").split(",") if v.strip().isdigit()]
-    jobs = scheduler_selectors.job_list(user=request.user).filter(pk__in=ids[:JOB_LIST_LIMIT])
+    ids = parse_id_list(request.GET.get("ids", ""), limit=JOB_LIST_LIMIT)
+    jobs = scheduler_selectors.job_list(user=request.user).filter(pk__in=ids)
     return JsonResponse(
         {"jobs": {str(job.pk): {"state": job.state, "why": job.why_pending} for job in jobs}}
     )
@@ -169,8 +241,8 @@ def job_states(request):
 @login_required
 @require_GET
 def job_status(request, job_id: int):
-    """The job's current status and log tail as JSON, shaped like a ``job.status`` payload plus
-    ``log``: the job page re-reads it when its stream (re)connects and while the job runs."""
+    """The job's current status as JSON, shaped like a ``job.status`` payload: the job page
+    re-reads it when its stream (re)connects. (Its output comes over ``/ws/jobs/<id>/log/``.)"""
     job = _job_or_404(request, job_id)
     return JsonResponse(
         {
@@ -183,7 +255,7 @@ def job_status(request, job_id: int):
             "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
             "placement": scheduler_selectors.job_placement(job),
             "time": timezone.now().isoformat(),
-            "log": page_selectors.job_log_tail(job=job),
+            "attempts": job.attempts,
         }
     )
 
@@ -193,7 +265,7 @@ def job_status(request, job_id: int):
 def job_cancel(request, job_id: int):
     """Cancel through ``job_cancel``; refusals come back as a message on the job page."""
     try:
-        job = services.job_cancel(user=request.user, job_id=job_id)
+        job = transitions.job_cancel(user=request.user, job_id=job_id)
     except NotFound:
         raise Http404("no such job") from None
     except DomainError as exc:
@@ -227,11 +299,14 @@ def array_detail(request, array_id: int):
     members_page = paginator.get_page(request.GET.get("page"))
     counts = arrays.array_counts(array)
     live = sum(counts[state] for state in LIVE_STATES)
+    may_see_env = can_submit_to(request.user, array.team)
     return render(
         request,
         "frontend/array_detail.html",
         {
             "array": array,
+            "template": arrays.shown_template(array, may_see=None if may_see_env else set()),
+            "may_see_env": may_see_env,
             "counts": [(value, label, counts[value]) for value, label in JobState.choices],
             "live": live,
             "members": members_page,
@@ -278,14 +353,16 @@ def array_cancel(request, array_id: int):
 
 @login_required
 def cluster(request):
-    """Racks -> nodes -> GPUs, anonymised for the caller; admin actions and event feed."""
+    """Racks -> nodes -> GPUs, anonymised for the caller; the utilization history (live from
+    now on); admin actions and event feed."""
     grid = page_selectors.cluster_grid(user=request.user)
     totals = page_selectors.cluster_totals(grid)
-    now = timezone.now().isoformat()
+    now = timezone.now()
+    past = cluster_usage_history(now=now)
     figure = charts.usage_timeline_figure(
-        times=[now],
-        in_use=[totals["in_use"]],
-        unavailable=[totals["unavailable"]],
+        times=[*past.times, now.isoformat()],
+        in_use=[*past.in_use, totals["in_use"]],
+        unavailable=[*past.unavailable, totals["unavailable"]],
         total=totals["total"],
     )
     return render(
@@ -363,6 +440,31 @@ def node_action(request, node_id: int, action: str):
     return redirect(reverse("cluster") + f"#node-{node_id}")
 
 
+CSP_REPORT_MAX_BYTES = 16 * 1024
+
+
+@csrf_exempt
+@require_POST
+def csp_report(request):
+    """Where browsers report Content-Security-Policy violations (``report-uri``): each is logged
+    as a warning naming the page, the directive and what was blocked, so a policy that breaks a
+    page (or an injection attempt) shows in the logs. Anonymous, bounded, answers 204."""
+    try:
+        raw = request.body[: CSP_REPORT_MAX_BYTES + 1]
+        body = loads_bounded(raw, max_bytes=CSP_REPORT_MAX_BYTES)
+    except (JsonRefused, RawPostDataException):  # not a report (a form post, say)
+        return HttpResponse(status=400)
+    report = body.get("csp-report") if isinstance(body, dict) else None
+    if isinstance(report, dict):
+        csp_log.warning(
+            "CSP violation on %s: %s blocked %s",
+            str(report.get("document-uri", "?"))[:300],
+            str(report.get("violated-directive") or report.get("effective-directive", "?"))[:100],
+            str(report.get("blocked-uri", "?"))[:300],
+        )
+    return HttpResponse(status=204)
+
+
 @lru_cache(maxsize=1)
 def _plotly_bundle() -> tuple[bytes, bytes]:
     import plotly
@@ -372,10 +474,20 @@ def _plotly_bundle() -> tuple[bytes, bytes]:
     return raw, gzip.compress(raw, compresslevel=6, mtime=0)
 
 
-def plotly_version() -> str:
-    from plotly.offline import get_plotlyjs_version
+# plotly.js writes a few stylesheets with content as it loads, each guarded by "unless an element
+# with this id exists" (e.g. maplibre's, for map traces the portal never draws). Inline styles
+# with content would break the Content-Security-Policy; charts.js puts an empty placeholder
+# with each id in the page first. The ids change with plotly's version, so they are read from the
+# bundle served, not written down.
+_SELF_STYLE = re.compile(
+    rb'getElementById\("([0-9a-f]{16,128})"\)\)\{var \w+=document\.createElement\("style"\)'
+)
 
-    return get_plotlyjs_version()
+
+@lru_cache(maxsize=1)
+def plotly_self_styles() -> tuple[str, ...]:
+    raw, _packed = _plotly_bundle()
+    return tuple(sorted({m.decode() for m in _SELF_STYLE.findall(raw)}))
 
 
 @require_GET

@@ -62,7 +62,7 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *_exc) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self._http.close()
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -87,7 +87,7 @@ class Client:
             pages += 1
         return items
 
-    def _request(self, method: str, path: str, **kwargs) -> Any:
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TimeoutException:

@@ -13,6 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class ConfigError(Exception):
@@ -35,7 +36,7 @@ def config_path() -> Path:
     return Path(base) / "gpuctl" / "config.json"
 
 
-def read_file() -> dict:
+def read_file() -> dict[str, Any]:
     """The stored config, or ``{}`` when there is none yet."""
     path = config_path()
     try:
@@ -51,7 +52,7 @@ def read_file() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def write_file(data: dict) -> Path:
+def write_file(data: dict[str, Any]) -> Path:
     """Replace the config file with ``data`` (mode 0600), atomically."""
     path = config_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -18,14 +18,20 @@ import argparse
 import getpass
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
-from . import __version__, config, output
+from . import __version__, config, output, reports
+from . import policy as policy_commands
+from . import whatif as whatif_commands
 from .client import ApiError, Client
+from .common import UsageError
+from .common import client as _client
+from .common import err as _err
+from .common import out as _out
 from .spec import (
     SpecError,
     array_path_for,
@@ -39,28 +45,21 @@ from .spec import (
 EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
 LIVE_STATES = ("pending", "running", "preempted")
 STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
-
-
-class UsageError(Exception):
-    """Bad usage detected after parsing (exit 2). ``fields`` names the inputs at fault."""
-
-    def __init__(self, message: str, fields: dict[str, list[str]] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.fields = fields or {}
+# A subcommand: parsed arguments in, exit code out.
+Handler = Callable[[argparse.Namespace], int]
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors raise instead of exiting, so ``main`` owns every exit code."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}\n{self.format_usage().rstrip()}")
 
 
-def _common(json_default=argparse.SUPPRESS) -> argparse.ArgumentParser:
+def _common(json_default: Any = argparse.SUPPRESS) -> _Parser:
     # Shared by the top level and each subcommand, so `gpuctl --json ls` and `gpuctl ls --json`
     # both work; SUPPRESS on the subcommand copy keeps it from resetting the top-level value.
-    parent = argparse.ArgumentParser(add_help=False)
+    parent = _Parser(add_help=False)
     parent.add_argument(
         "--json", action="store_true", default=json_default, help="print JSON for scripts"
     )
@@ -95,6 +94,8 @@ def _submit_arguments(cmd: argparse.ArgumentParser) -> None:
         "--runtime-limit", "--time", "-t", help="e.g. 2h, 90m, 02:00:00 (spec.runtimeLimit)"
     )
     cmd.add_argument("--dataset", help="dataset the job reads (spec.dataset)")
+    cmd.add_argument("--dataset-version", help="the dataset's version (spec.datasetVersion)")
+    cmd.add_argument("--code-ref", help="the code that runs, e.g. a git commit (spec.codeRef)")
     cmd.add_argument("--min-workers", help="elastic minimum (spec.elastic.minWorkers)")
     cmd.add_argument("--max-workers", help="elastic maximum (spec.elastic.maxWorkers)")
     cmd.add_argument(
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _common()
 
-    def add(name: str, handler: Callable, help_text: str) -> argparse.ArgumentParser:
+    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         cmd.set_defaults(handler=handler)
         return cmd
@@ -130,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     login.add_argument(
         "--token-name", default="gpuctl", help="label for the token (default gpuctl)"
+    )
+    login.add_argument(
+        "--token-stdin",
+        action="store_true",
+        help="read an API token created in the portal (Teams → API tokens) from standard input "
+        "instead of a password: how single sign-on users log in",
     )
     login.add_argument(
         "--show-token", action="store_true", help="also print the new token, once (for CI)"
@@ -155,12 +162,38 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("job_id", metavar="JOB_ID")
     cancel = add("cancel", cmd_cancel, "cancel one or more jobs")
     cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    logs = add("logs", cmd_logs, "a job's output: its tail, or (-f) followed to the end")
+    logs.add_argument("job_id", metavar="JOB_ID")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new output until the job ends (through requeues: attempt after "
+        "attempt, unless --attempt is given)",
+    )
+    logs.add_argument("--attempt", help="which attempt (default: the latest)")
+    logs.add_argument(
+        "--interval", default="1", help="seconds between reads when following (default 1)"
+    )
 
-    quota = add("quota", cmd_quota, "GPU quotas of your teams")
+    record = add(
+        "record", cmd_record, "an attempt's reproducibility record (JSON): what exactly ran"
+    )
+    record.add_argument("job_id", metavar="JOB_ID")
+    record.add_argument("--attempt", help="which attempt (default: the latest)")
+    resubmit = add(
+        "resubmit", cmd_resubmit, "submit a new job that runs exactly what an attempt ran"
+    )
+    resubmit.add_argument("job_id", metavar="JOB_ID")
+    resubmit.add_argument("--attempt", help="which attempt (default: the latest)")
+
+    quota = add("quota", reports.cmd_quota, "GPU quotas of your teams")
     quota.add_argument("--team", help="only this team")
     quota.add_argument("--gpu-model", help="only this GPU model")
 
-    cost = add("cost", cmd_cost, "what your teams spent, from the monthly billing statements")
+    cost = add(
+        "cost", reports.cmd_cost, "what your teams spent, from the monthly billing statements"
+    )
     cost.add_argument("--team", help="only this team (its statement rolls up its sub-teams)")
     cost.add_argument("--month", help="YYYY-MM (default: the newest month with a statement)")
     cost.add_argument("--lines", action="store_true", help="also list usage by team and GPU model")
@@ -168,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     array = add("array", cmd_array_help, "job arrays (sweeps): submit, list, get, cancel")
     array_sub = array.add_subparsers(dest="array_command", metavar="ACTION", parser_class=_Parser)
 
-    def add_array(name: str, handler: Callable, help_text: str, aliases=()):
+    def add_array(
+        name: str, handler: Handler, help_text: str, aliases: Sequence[str] = ()
+    ) -> argparse.ArgumentParser:
         cmd = array_sub.add_parser(
             name, parents=[common], help=help_text, description=help_text, aliases=list(aliases)
         )
@@ -192,7 +227,37 @@ def build_parser() -> argparse.ArgumentParser:
     array_cancel = add_array("cancel", cmd_array_cancel, "cancel every live job of an array")
     array_cancel.add_argument("array_id", metavar="ARRAY_ID")
 
-    nodes = add("nodes", cmd_nodes, "cluster nodes, their state and health")
+    policy = add(
+        "policy", policy_commands.cmd_help, "the scheduling policy history (platform admins)"
+    )
+    policy_sub = policy.add_subparsers(
+        dest="policy_command", metavar="ACTION", parser_class=_Parser
+    )
+
+    def add_policy(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        cmd = policy_sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        cmd.set_defaults(handler=handler)
+        return cmd
+
+    policy_commands.register(add_policy)
+
+    whatif = add(
+        "whatif",
+        whatif_commands.cmd_help,
+        "replay the cluster's history under candidate policies (platform admins)",
+    )
+    whatif_sub = whatif.add_subparsers(
+        dest="whatif_command", metavar="ACTION", parser_class=_Parser
+    )
+
+    def add_whatif(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        cmd = whatif_sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        cmd.set_defaults(handler=handler)
+        return cmd
+
+    whatif_commands.register(add_whatif)
+
+    nodes = add("nodes", reports.cmd_nodes, "cluster nodes, their state and health")
     nodes.add_argument("--state", help="e.g. ready, drained, quarantined")
     nodes.add_argument("--rack", help="only this rack")
     nodes.add_argument("--gpu-model", help="only this GPU model")
@@ -235,23 +300,18 @@ def _report(
         body: dict[str, Any] = {"error": message, "kind": kind, "fields": fields}
         if status:
             body["status"] = status
-        output.print_json(body, sys.stderr)
+        output.print_json(body, _err())
         return
     if fields:
         for path, reasons in fields.items():
             for reason in reasons:
                 prefix = "" if path in ("non_field_errors", "detail") else f"{path}: "
-                sys.stderr.write(f"error: {prefix}{reason}\n")
+                _err().write(f"error: {prefix}{reason}\n")
     else:
-        sys.stderr.write(f"error: {message}\n")
+        _err().write(f"error: {message}\n")
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def _client(args) -> Client:
-    settings = config.resolve(url_flag=args.url)
-    return Client(settings.url, settings.token)
 
 
 def _job_id(text: str) -> int:
@@ -271,11 +331,11 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _gpus(job: dict) -> str:
+def _gpus(job: dict[str, Any]) -> str:
     return f"{job.get('workers')}x{job.get('gpus_per_worker')}"
 
 
-def _placement(job: dict) -> str:
+def _placement(job: dict[str, Any]) -> str:
     """``n1[0-7],n2[0-3,6]``: nodes with their GPU indices, runs compressed as in Slurm."""
     placement = job.get("placement") or {}
     return ",".join(f"{node}[{_ranges(gpus)}]" for node, gpus in sorted(placement.items()))
@@ -291,20 +351,19 @@ def _ranges(indices: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _out():
-    return sys.stdout
-
-
 # --- commands --------------------------------------------------------------------------------
 
 
-def cmd_login(args) -> int:
-    """Exchange username + password for a token and save {url, token, username} (mode 0600)."""
+def cmd_login(args: argparse.Namespace) -> int:
+    """Exchange username + password for a token and save {url, token, username} (mode 0600).
+    With ``--token-stdin``, check a token created in the portal and save it instead."""
     stored = config.read_file()
     url = args.url or os.environ.get("GPUCTL_URL") or stored.get("url")
     if not url:
         raise UsageError("--url is required the first time", {"--url": ["is required"]})
     url = config.normalise_url(url)
+    if args.token_stdin:
+        return _login_with_token(args, url)
     username = args.username
     if not username:
         if not sys.stdin.isatty():
@@ -340,7 +399,29 @@ def cmd_login(args) -> int:
     return EXIT_OK
 
 
-def cmd_logout(args) -> int:
+def _login_with_token(args: argparse.Namespace, url: str) -> int:
+    """Single sign-on users have no password here: they paste a token made in the portal."""
+    if args.username or args.password_stdin or args.show_token:
+        raise UsageError(
+            "--token-stdin takes the token from standard input; it goes with no --username, "
+            "--password-stdin or --show-token",
+            {"--token-stdin": ["cannot be combined with password login options"]},
+        )
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise UsageError("the token is empty", {"--token-stdin": ["no token on standard input"]})
+    with Client(url, token) as api:
+        me = api.get("/api/v1/auth/me")
+    username = str(me["username"])
+    path = config.write_file({"url": url, "token": token, "username": username})
+    if args.json:
+        output.print_json({"url": url, "username": username, "config": str(path)}, _out())
+    else:
+        _out().write(f"logged in to {url} as {username} (token saved to {path})\n")
+    return EXIT_OK
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
     """Delete the saved login (the token stays valid on the server until revoked)."""
     removed = config.remove_file()
     if args.json:
@@ -363,6 +444,8 @@ _SUBMIT_FLAGS: dict[str, str] = {
     "checkpoint_interval": "spec.checkpointIntervalSeconds",
     "runtime_limit": "spec.runtimeLimit",
     "dataset": "spec.dataset",
+    "dataset_version": "spec.datasetVersion",
+    "code_ref": "spec.codeRef",
     "min_workers": "spec.elastic.minWorkers",
     "max_workers": "spec.elastic.maxWorkers",
 }
@@ -373,7 +456,7 @@ def _flag_name(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def build_submission(args) -> tuple[dict[str, Any], dict[str, str], bool]:
+def build_submission(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str], bool]:
     """The API body from ``--file`` and/or flags (flags override the file, as with sbatch), a
     map spec path → flag for the values that came from flags, and whether the body is a job
     array's (the spec has an ``array`` section, or ``--count`` was given). Raises ``SpecError``.
@@ -452,7 +535,7 @@ def build_submission(args) -> tuple[dict[str, Any], dict[str, str], bool]:
     return body, from_flags, array
 
 
-def _set_path(document: dict, path: str, value: Any) -> None:
+def _set_path(document: dict[str, Any], path: str, value: Any) -> None:
     *parents, leaf = path.split(".")
     node = document
     for key in parents:
@@ -466,7 +549,7 @@ def _set_path(document: dict, path: str, value: Any) -> None:
 
 def _pick_team(api: Client) -> str:
     teams = api.get_all("/api/v1/teams/")
-    usable = [t["slug"] for t in teams if t.get("role") not in ("viewer",)]
+    usable = [str(t["slug"]) for t in teams if t.get("role") not in ("viewer",)]
     if len(usable) == 1:
         return usable[0]
     if not usable:
@@ -478,14 +561,16 @@ def _pick_team(api: Client) -> str:
     )
 
 
-def cmd_submit(args) -> int:
+def cmd_submit(args: argparse.Namespace) -> int:
     """Validate locally (exit 2 on a bad spec, nothing sent), then POST /api/v1/jobs/, or
     /api/v1/job-arrays/ when the spec has an ``array`` section."""
     body, from_flags, array = build_submission(args)
     return _send_submission(args, body, from_flags, array=array)
 
 
-def _send_submission(args, body: dict, from_flags: dict[str, str], *, array: bool) -> int:
+def _send_submission(
+    args: argparse.Namespace, body: dict[str, Any], from_flags: dict[str, str], *, array: bool
+) -> int:
     if args.dry_run:
         if args.json:
             output.print_json(body, _out())
@@ -525,7 +610,7 @@ def _send_submission(args, body: dict, from_flags: dict[str, str], *, array: boo
     return EXIT_OK
 
 
-def cmd_ls(args) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
     """GET /api/v1/jobs/ with filters; a squeue-like table or the JSON list."""
     if args.limit < 1:
         raise UsageError("--limit must be >= 1", {"--limit": ["must be >= 1"]})
@@ -567,7 +652,7 @@ def cmd_ls(args) -> int:
     return EXIT_OK
 
 
-def cmd_show(args) -> int:
+def cmd_show(args: argparse.Namespace) -> int:
     """GET the job and its events; details then a timeline (JSON: the job plus ``events``)."""
     job_id = _job_id(args.job_id)
     with _client(args) as api:
@@ -594,6 +679,7 @@ def cmd_show(args) -> int:
         ("Preemptible", job.get("preemptible")),
         ("Checkpoint every", _seconds(job.get("checkpoint_interval_s"))),
         ("Runtime limit", _seconds(job.get("runtime_limit_s"))),
+        ("Deadline", output.when(job.get("deadline"), now) if job.get("deadline") else None),
         ("Dataset", job.get("dataset")),
         ("Elastic", f"{elastic['min_workers']}..{elastic['max_workers']}" if elastic else None),
         ("Submitted", output.when(job.get("submitted_at"), now)),
@@ -625,7 +711,7 @@ def _seconds(value: int | None) -> str | None:
     return None if value is None else f"{output.human_duration(value)} ({value}s)"
 
 
-def cmd_why(args) -> int:
+def cmd_why(args: argparse.Namespace) -> int:
     """Why a job is (not) running: the scheduler's reason and its estimated start."""
     job_id = _job_id(args.job_id)
     with _client(args) as api:
@@ -658,7 +744,7 @@ def cmd_why(args) -> int:
     return EXIT_OK
 
 
-def cmd_cancel(args) -> int:
+def cmd_cancel(args: argparse.Namespace) -> int:
     """POST cancel for each job; keeps going after a failure, exits 1 if any failed."""
     ids = [_job_id(text) for text in args.job_ids]
     cancelled, failed = [], False
@@ -679,154 +765,99 @@ def cmd_cancel(args) -> int:
     return EXIT_API if failed else EXIT_OK
 
 
-def cmd_quota(args) -> int:
-    """Quotas of the caller's teams (GET /api/v1/quotas/) and the GPUs each team's own running
-    jobs hold now (from GET /api/v1/jobs/?state=running,preempted)."""
+def cmd_record(args: argparse.Namespace) -> int:
+    """Print an attempt's reproducibility record as JSON (it is a JSON document either way)."""
+    job_id = _job_id(args.job_id)
+    attempt = _positive(args.attempt, "--attempt")
     with _client(args) as api:
-        quotas = api.get_all(
-            "/api/v1/quotas/", {"team__slug": args.team, "gpu_model__name": args.gpu_model}
-        )
-        holding = api.get_all(
-            "/api/v1/jobs/", {"state": "running,preempted", "team": args.team, "limit": 500}
-        )
-    in_use: dict[tuple[str, str | None], int] = {}
-    for job in holding:
-        key = (job["team"], job.get("gpu_model"))
-        in_use[key] = in_use.get(key, 0) + int(job.get("total_gpus") or 0)
-    for quota in quotas:
-        quota["in_use_gpus"] = in_use.get((quota["team"], quota["gpu_model"]), 0)
-    if args.json:
-        output.print_json(quotas, _out())
-        return EXIT_OK
-    rows = [
-        [q["team"], q["gpu_model"], q["guaranteed_gpus"], q["borrow_limit_gpus"], q["in_use_gpus"]]
-        for q in sorted(quotas, key=lambda q: (q["team"], q["gpu_model"]))
-    ]
-    output.table(["TEAM", "GPU MODEL", "GUARANTEED", "BORROW LIMIT", "IN USE"], rows, _out())
+        if attempt is None:
+            records = (api.get(f"/api/v1/jobs/{job_id}/records/") or {}).get("records") or []
+            if not records:
+                raise ApiError(404, f"job {job_id} has no record yet (it has not started)")
+            record = records[-1]
+        else:
+            record = api.get(f"/api/v1/jobs/{job_id}/records/{attempt}/")
+    output.print_json(record, _out())
     return EXIT_OK
 
 
-STATEMENTS_PATH = "/api/v1/billing/statements/"
-
-
-def cmd_cost(args) -> int:
-    """Monthly spend per team from the billing statements (one month: ``--month`` or the newest).
-
-    A server without billing answers the list with a plain 404: that prints "cost reporting is
-    not available on this server" and exits 1."""
-    if args.month and not _is_month(args.month):
-        raise UsageError("--month must look like 2026-12", {"--month": ["must be YYYY-MM"]})
+def cmd_resubmit(args: argparse.Namespace) -> int:
+    """POST resubmit: a new job running exactly what the attempt ran; prints its id."""
+    job_id = _job_id(args.job_id)
+    attempt = _positive(args.attempt, "--attempt")
     with _client(args) as api:
-        try:
-            statements = api.get_all(STATEMENTS_PATH, {"team": args.team, "limit": 1000})
-        except ApiError as exc:
-            if exc.status == 404 and not exc.fields:
-                raise ApiError(404, "cost reporting is not available on this server") from None
-            raise
-        month = args.month or max((s["month"] for s in statements), default=None)
-        chosen = [s for s in statements if s["month"] == month]
-        # Open statements carry no frozen total in the list; the detail computes it live.
-        details = [api.get(f"{STATEMENTS_PATH}{s['id']}/") for s in chosen]
+        job = api.post(f"/api/v1/jobs/{job_id}/resubmit/", {"attempt": attempt})
     if args.json:
-        output.print_json(details, _out())
-        return EXIT_OK
-    if not details:
-        where = f" for {month}" if month else ""
-        _out().write(f"no statements{where}\n")
-        return EXIT_OK
-    rows = [
-        [
-            d["team"],
-            d["month"],
-            d["status"],
-            d["mode"],
-            _sum(line["gpu_hours"] for line in d.get("lines", [])),
-            d.get("adjusted_total"),
-        ]
-        for d in sorted(details, key=lambda d: d["team"])
-    ]
-    output.table(["TEAM", "MONTH", "STATUS", "MODE", "GPU-HOURS", "COST (USD)"], rows, _out())
-    if args.lines:
-        lines = [
-            [
-                d["team"],
-                line["team"],
-                line["gpu_model"],
-                line["capacity"],
-                line["gpu_hours"],
-                line["cost"],
-            ]
-            for d in sorted(details, key=lambda d: d["team"])
-            for line in d.get("lines", [])
-        ]
-        _out().write("\n")
-        output.table(
-            ["STATEMENT", "TEAM", "GPU MODEL", "CAPACITY", "GPU-HOURS", "COST (USD)"], lines, _out()
-        )
+        output.print_json(job, _out())
+    else:
+        _out().write(f"job {job['id']} submitted (exactly as job {job_id} ran)\n")
     return EXIT_OK
 
 
-def _is_month(text: str) -> bool:
-    year, sep, month = text.partition("-")
-    return (
-        bool(sep)
-        and len(year) == 4
-        and year.isdigit()
-        and month.isdigit()
-        and 1 <= int(month) <= 12
-        and len(month) == 2
-    )
+def _positive(
+    text: str | None, flag: str, *, number: Callable[[str], float] = int, minimum: float = 1
+) -> Any:
+    if text is None:
+        return None
+    try:
+        value = number(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} must be a number, not {text!r}", {flag: [f"must be a number, not {text!r}"]}
+        ) from None
+    if value < minimum:
+        raise UsageError(f"{flag} must be >= {minimum}", {flag: [f"must be >= {minimum}"]})
+    return value
 
 
-def _sum(values) -> str:
-    total = Decimal(0)
-    for value in values:
-        try:
-            total += Decimal(str(value))
-        except InvalidOperation:
-            continue
-    return f"{total.quantize(Decimal('0.01'))}"
-
-
-def cmd_nodes(args) -> int:
-    """GET /api/v1/nodes/: every node visible to the caller, with state and health."""
+def cmd_logs(args: argparse.Namespace) -> int:
+    """Print a job's output. With ``-f`` keep reading by cursor until the job is over: when an
+    attempt ends and the job is requeued, wait for the next attempt and go on with it (with
+    ``--attempt``, stop at the end of that attempt). A pending job is waited for."""
+    job_id = _job_id(args.job_id)
+    attempt = _positive(args.attempt, "--attempt")
+    interval = float(_positive(args.interval, "--interval", number=float, minimum=0.05))
+    out = _out()
+    path = f"/api/v1/jobs/{job_id}/logs/"
     with _client(args) as api:
-        nodes = api.get_all(
-            "/api/v1/nodes/",
-            {
-                "state": args.state,
-                "rack": args.rack,
-                "gpu_model__name": args.gpu_model,
-                "cluster__name": args.cluster,
-                "limit": 1000,
-            },
-        )
-    if args.json:
-        output.print_json(nodes, _out())
-        return EXIT_OK
-    rows = [
-        [
-            n["name"],
-            n.get("cluster"),
-            n.get("gpu_model"),
-            n.get("gpu_count"),
-            n.get("rack"),
-            n.get("state"),
-            _health(n.get("health")),
-            n.get("spot"),
-            n.get("state_reason"),
-        ]
-        for n in nodes
-    ]
-    headers = ["NAME", "CLUSTER", "MODEL", "GPUS", "RACK", "STATE", "HEALTH", "SPOT", "REASON"]
-    output.table(headers, rows, _out())
+        chunk: dict[str, Any] = api.get(path, {"attempt": attempt})
+        _print_log(args, out, chunk)
+        while args.follow:
+            shown = chunk["attempt"]
+            if shown is not None and not (chunk["finished"] and not chunk["text"]):
+                # The attempt may still write: read what follows the cursor.
+                if not chunk["text"]:
+                    time.sleep(interval)
+                chunk = api.get(path, {"attempt": shown, "cursor": chunk["cursor"]})
+                _print_log(args, out, chunk)
+                continue
+            # This attempt is over (or the job has not started): the next one, or the end.
+            if attempt is not None or chunk["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(interval)
+            job = api.get(f"/api/v1/jobs/{job_id}/")
+            if job["attempts"] > (shown or 0):
+                chunk = api.get(path, {"attempt": (shown or 0) + 1})
+                if shown is not None and not args.json:
+                    out.write(f"--- attempt {chunk['attempt']} ---\n")
+                _print_log(args, out, chunk)
+            else:
+                chunk = {**chunk, "state": job["state"]}
     return EXIT_OK
+
+
+def _print_log(args: argparse.Namespace, out: TextIO, chunk: dict[str, Any]) -> None:
+    if args.json:
+        output.print_json(chunk, out)
+    elif chunk.get("text"):
+        out.write(chunk["text"])
+    out.flush()
 
 
 # --- job arrays --------------------------------------------------------------------------------
 
 
-def cmd_array_help(args) -> int:
+def cmd_array_help(args: argparse.Namespace) -> int:
     """``gpuctl array`` without an action: the actions, on stderr (exit 2)."""
     raise UsageError(
         "gpuctl array needs an action: submit, list, get or cancel",
@@ -834,7 +865,7 @@ def cmd_array_help(args) -> int:
     )
 
 
-def cmd_array_submit(args) -> int:
+def cmd_array_submit(args: argparse.Namespace) -> int:
     """Like ``submit``, but the spec must describe an array (an ``array`` section or --count)."""
     body, from_flags, array = build_submission(args)
     if not array:
@@ -864,7 +895,7 @@ def _counts_text(counts: dict[str, int]) -> str:
     return ", ".join(parts) if parts else "-"
 
 
-def cmd_array_list(args) -> int:
+def cmd_array_list(args: argparse.Namespace) -> int:
     """GET /api/v1/job-arrays/: arrays of the caller's teams with their count per state."""
     if args.limit < 1:
         raise UsageError("--limit must be >= 1", {"--limit": ["must be >= 1"]})
@@ -895,7 +926,7 @@ def cmd_array_list(args) -> int:
     return EXIT_OK
 
 
-def cmd_array_get(args) -> int:
+def cmd_array_get(args: argparse.Namespace) -> int:
     """GET /api/v1/job-arrays/ID/ (and its jobs with ``--jobs``): template and counts."""
     array_id = _array_id(args.array_id)
     with _client(args) as api:
@@ -944,7 +975,7 @@ def cmd_array_get(args) -> int:
     return EXIT_OK
 
 
-def cmd_array_cancel(args) -> int:
+def cmd_array_cancel(args: argparse.Namespace) -> int:
     """POST /api/v1/job-arrays/ID/cancel/: every live job of the array, at once."""
     array_id = _array_id(args.array_id)
     with _client(args) as api:
@@ -957,12 +988,6 @@ def cmd_array_cancel(args) -> int:
             f"{_counts_text(array.get('counts') or {})}\n"
         )
     return EXIT_OK
-
-
-def _health(value: Any) -> str | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.2f}"
-    return value
 
 
 if __name__ == "__main__":  # pragma: no cover

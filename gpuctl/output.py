@@ -2,14 +2,43 @@
 
 Guarantees: tables never wrap or colour (they pipe cleanly into ``grep``/``awk``; columns are
 separated by at least two spaces and empty cells print ``-``); JSON output is the API's own
-objects, sorted keys, one document per command."""
+objects, sorted keys, one document per command.
+
+Nothing the server sends reaches the terminal as a control sequence: job names, reasons and
+messages are other people's text (a member names a job, an admin lists every team's jobs), so
+every control character, including escape sequences and bidirectional overrides, is printed as
+its escape (``\x1b``, ``\u202e``) by :func:`terminal_safe`, in table cells and in everything
+``gpuctl`` writes (:class:`TerminalWriter`)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+# C0 controls but tab and newline, DEL, C1 controls, and the Unicode marks that reorder text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character written as its escape, so it is shown, never
+    interpreted by the terminal."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+class TerminalWriter:
+    """A text stream that writes through :func:`terminal_safe` (newlines and tabs pass)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(terminal_safe(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def print_json(data: Any, out: TextIO) -> None:
@@ -23,7 +52,7 @@ def cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value).replace("\n", " ")
+    return terminal_safe(str(value).replace("\n", " ").replace("\t", " "))
 
 
 def table(
@@ -65,7 +94,7 @@ def parse_time(value: str | None) -> datetime | None:
 def human_duration(seconds: float) -> str:
     """``3725`` → ``1h2m``; ``45`` → ``45s``; ``90061`` → ``1d1h``. Two units at most."""
     seconds = int(abs(seconds))
-    parts = []
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size or (unit == "s" and not parts):
             parts.append(f"{seconds // size}{unit}")

@@ -17,7 +17,8 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import yaml
@@ -40,7 +41,11 @@ SPEC_TO_API: dict[str, str] = {
     "spec.preemptible": "preemptible",
     "spec.checkpointIntervalSeconds": "checkpoint_interval_s",
     "spec.runtimeLimit": "runtime_limit_s",
+    "spec.deadline": "deadline",
     "spec.dataset": "dataset",
+    "spec.datasetVersion": "dataset_version",
+    "spec.codeRef": "code_ref",
+    "spec.checkpointOnAdvice": "checkpoint_on_advice",
     "spec.elastic": "elastic",
     "spec.elastic.minWorkers": "elastic.min_workers",
     "spec.elastic.maxWorkers": "elastic.max_workers",
@@ -64,6 +69,8 @@ MAX_WORKERS = 4096
 MAX_GPUS_PER_WORKER = 64
 _NAME_MAX = 200
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
+# Records one error: the path of the field at fault and the reason.
+Fail = Callable[[str, str], None]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -82,6 +89,23 @@ class SpecError(Exception):
     def lines(self) -> list[str]:
         """One ``path: reason`` line per problem."""
         return [f"{path}: {reason}" for path, reasons in self.errors.items() for reason in reasons]
+
+
+def parse_deadline(value: Any) -> str:
+    """An ISO 8601 time with a time zone (YAML may have read it as a datetime already), as the
+    API takes it. Whether it is in the future and near enough is the platform's to say."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a time; use ISO 8601, e.g. 2030-01-31T18:00:00Z"
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError("must be a time, e.g. 2030-01-31T18:00:00Z")
+    if value.tzinfo is None:
+        raise ValueError("must include a time zone, e.g. 2030-01-31T18:00:00Z or +02:00")
+    return value.isoformat()
 
 
 def parse_duration(value: Any) -> int:
@@ -213,7 +237,11 @@ def _unknown(key: Any, known: set[str]) -> str:
 
 
 def _validate_spec_fields(
-    spec: Mapping, fail, *, prefix: str = "spec", required: frozenset[str] = frozenset()
+    spec: Mapping[str, Any],
+    fail: Fail,
+    *,
+    prefix: str = "spec",
+    required: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """API fields from the spec fields present; ``required`` names the ones that must be there.
     Paths in errors start with ``prefix`` (``spec``, or ``array.items[2]`` for an index)."""
@@ -237,12 +265,12 @@ def _validate_spec_fields(
             return None
         return value
 
-    for field, api, high in (
+    for field, api, most in (
         ("workers", "workers", MAX_WORKERS),
         ("gpusPerWorker", "gpus_per_worker", MAX_GPUS_PER_WORKER),
     ):
         if field in spec:
-            body[api] = integer(f"{prefix}.{field}", spec[field], 1, high)
+            body[api] = integer(f"{prefix}.{field}", spec[field], 1, most)
         elif field in required:
             fail(f"{prefix}.{field}", "is required (an integer >= 1)")
 
@@ -251,6 +279,8 @@ def _validate_spec_fields(
         ("gpuModel", "gpu_model"),
         ("priorityClass", "priority_class"),
         ("dataset", "dataset"),
+        ("datasetVersion", "dataset_version"),
+        ("codeRef", "code_ref"),
     ):
         if field in spec and spec[field] is not None:
             body[api] = string(f"{prefix}.{field}", spec[field])
@@ -266,6 +296,12 @@ def _validate_spec_fields(
             body["command"] = shlex.join(str(a) for a in command)
         else:
             fail(f"{prefix}.command", "must be a string or a list of strings")
+
+    if "checkpointOnAdvice" in spec and spec["checkpointOnAdvice"] is not None:
+        if isinstance(spec["checkpointOnAdvice"], bool):
+            body["checkpoint_on_advice"] = spec["checkpointOnAdvice"]
+        else:
+            fail(f"{prefix}.checkpointOnAdvice", "must be true or false")
 
     if "preemptible" in spec and spec["preemptible"] is not None:
         if isinstance(spec["preemptible"], bool):
@@ -283,6 +319,11 @@ def _validate_spec_fields(
             body["runtime_limit_s"] = parse_duration(spec["runtimeLimit"])
         except ValueError as exc:
             fail(f"{prefix}.runtimeLimit", str(exc))
+    if "deadline" in spec and spec["deadline"] is not None:
+        try:
+            body["deadline"] = parse_deadline(spec["deadline"])
+        except ValueError as exc:
+            fail(f"{prefix}.deadline", str(exc))
 
     if "env" in spec and spec["env"] is not None:
         body["env"] = _validate_env(spec["env"], fail, prefix)
@@ -295,7 +336,8 @@ def _validate_spec_fields(
             for key in elastic:
                 if key not in _ELASTIC_FIELDS:
                     fail(f"{prefix}.elastic.{key}", _unknown(key, _ELASTIC_FIELDS))
-            low = high = None
+            low: int | None = None
+            high: int | None = None
             for key in ("minWorkers", "maxWorkers"):
                 if key not in elastic:
                     fail(f"{prefix}.elastic.{key}", "is required (an integer >= 1)")
@@ -316,9 +358,10 @@ def _validate_spec_fields(
     return {k: v for k, v in body.items() if v is not None}
 
 
-def _validate_env(env: Any, fail, prefix: str = "spec") -> dict[str, str] | None:
+def _validate_env(env: Any, fail: Fail, prefix: str = "spec") -> dict[str, str] | None:
     """A mapping NAME: value, or Kubernetes' list of {name, value}; values become strings."""
-    pairs: list[tuple[str, Any, str]] = []
+    # Names come from YAML keys and items: not necessarily strings, checked below.
+    pairs: list[tuple[Any, Any, str]] = []
     if isinstance(env, Mapping):
         pairs = [(k, v, f"{prefix}.env.{k}") for k, v in env.items()]
     elif isinstance(env, list):

@@ -1,16 +1,44 @@
-"""API wiring: the exception handler that turns domain errors into clear responses.
+"""API wiring: the JSON body parser and the exception handler that turns domain errors into
+clear responses.
 
-Domain errors become 400 (or 404 / 409) with ``{field: [reason]}``; anything unexpected is logged
-and answered with a generic 500 body (never a traceback in the response)."""
+Every JSON body goes through ``BoundedJSONParser`` (size and depth bounded, strict JSON): a
+refusal is a 400 naming why. Domain errors become 400 (or 404 / 409) with ``{field: [reason]}``;
+anything unexpected is logged and answered with a generic 500 body (never a traceback in the
+response)."""
 
 from __future__ import annotations
 
+import codecs
+
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import status
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from scheduler.errors import DomainError
+from core.errors import DomainError
+from core.jsonlimits import JsonRefused, loads_bounded
+
+
+class BoundedJSONParser(BaseParser):
+    """DRF's JSON parser, bounded: at most ``API_JSON_MAX_BYTES`` are read from the stream and
+    the document may nest ``core.jsonlimits.MAX_DEPTH`` levels; anything else is a 400."""
+
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.API_JSON_MAX_BYTES
+        raw = stream.read(limit + 1) if stream is not None else b""
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = codecs.decode(raw, encoding)
+            return loads_bounded(text, max_bytes=limit)
+        except JsonRefused as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        except (UnicodeDecodeError, LookupError) as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
 
 
 def exception_handler(exc, context):
@@ -22,3 +50,48 @@ def exception_handler(exc, context):
         )
         return Response(detail, status=status.HTTP_400_BAD_REQUEST)
     return drf_exception_handler(exc, context)
+
+
+def _wants_json(request) -> bool:
+    return request.path.startswith("/api/") or "application/json" in request.headers.get(
+        "Accept", ""
+    )
+
+
+def server_error(request):
+    """handler500: a generic answer, never a traceback (the error is logged by Django). JSON for
+    the API, the plain error page for the portal."""
+    from django.http import HttpResponseServerError, JsonResponse
+    from django.views.defaults import server_error as page
+
+    if _wants_json(request):
+        return JsonResponse(
+            {"detail": "internal error; it has been logged for the platform admins"}, status=500
+        )
+    response = page(request)
+    return response if response.status_code == 500 else HttpResponseServerError()
+
+
+def page_not_found(request, exception):
+    """handler404: JSON for the API (a route that does not exist, an id out of range)."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found as page
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "not found"}, status=404)
+    return page(request, exception)
+
+
+def bad_request(request, exception):
+    """handler400: our own refusals (``BadRequest``, e.g. a month out of range) say why; other
+    suspicious requests get a generic answer."""
+    from django.core.exceptions import BadRequest
+    from django.http import JsonResponse
+    from django.template.loader import render_to_string
+
+    message = str(exception) if type(exception) is BadRequest else ""
+    if _wants_json(request):
+        return JsonResponse({"detail": message or "bad request"}, status=400)
+    from django.http import HttpResponseBadRequest
+
+    return HttpResponseBadRequest(render_to_string("400.html", {"message": message}))

@@ -5,13 +5,16 @@ in-process. Production sets DATABASE_URL, REDIS_URL and DJANGO_SECRET_KEY; with 
 platform refuses to start without them rather than run insecurely or on a throwaway database.
 """
 
+import importlib.util
+import ipaddress
 import json
+import logging
 from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from scheduler.policy import SnapshotError, config_from_dict
+from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -35,10 +38,19 @@ if not DEBUG:
             raise ImproperlyConfigured(f"{required} must be set when DJANGO_DEBUG is off")
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+# Reverse proxies whose X-Forwarded-For is believed (addresses or networks, e.g. the nginx in
+# front of uvicorn); empty: the header is ignored and the peer's address is the client's.
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy.strip(), strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network"
+        ) from None
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -50,16 +62,26 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "catalogue",
     "tenants",
     "scheduler",
-    "scheduler.telemetry",
+    "telemetry",
     "billing",
+    "notifications",
+    "mozilla_django_oidc",
     "frontend",
+    "demo",
+    "policyversions",
 ]
+# Daphne makes `runserver` an ASGI server with websockets (make demo, the browser tests). It is a
+# development dependency: production serves ASGI with uvicorn and its image does not ship daphne.
+if importlib.util.find_spec("daphne") is not None:
+    INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
-    "scheduler.metrics.RequestLatencyMiddleware",
+    "telemetry.metrics.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "gpuplatform.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "gpuplatform.middleware.RejectNulBytesMiddleware",
@@ -73,16 +95,24 @@ ROOT_URLCONF = "gpuplatform.urls"
 WSGI_APPLICATION = "gpuplatform.wsgi.application"
 ASGI_APPLICATION = "gpuplatform.asgi.application"
 
+# Project-wide templates: templates/ at the top of a checkout; inside this package when the
+# platform is installed from its wheel (pyproject.toml maps them there).
+PROJECT_TEMPLATES_DIR = BASE_DIR / "templates"
+if not PROJECT_TEMPLATES_DIR.is_dir():
+    PROJECT_TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [PROJECT_TEMPLATES_DIR],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "tenants.sso.login_options",
+                "notifications.context.notices",
             ],
         },
     },
@@ -122,11 +152,80 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = env.str("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
-STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
+# Apps keep their static files in <app>/static/ (found by the app directories finder). With DEBUG
+# off, collectstatic writes every file a second time under a name carrying a hash of its content
+# (app.3f2a9c1b7d4e.css) and templates link those: a browser never runs a stale script after an
+# upgrade, and the proxy caches hashed names for a year (docker/nginx.conf). With DEBUG on (demo,
+# tests) the plain names are served straight from the apps.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "django.contrib.staticfiles.storage.ManifestStaticFilesStorage"
+        )
+    },
+}
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc; docs/tenancy.md "Single sign-on").
+# On when a client id is set; then every endpoint below must be set too.
+OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", default="")
+SSO_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET", default="")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("OIDC_OP_AUTHORIZATION_ENDPOINT", default="")
+OIDC_OP_TOKEN_ENDPOINT = env.str("OIDC_OP_TOKEN_ENDPOINT", default="")
+OIDC_OP_USER_ENDPOINT = env.str("OIDC_OP_USER_ENDPOINT", default="")
+OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT", default="")
+# The provider's end_session_endpoint: logout ends the provider's session too (RP-initiated).
+OIDC_OP_LOGOUT_ENDPOINT = env.str("OIDC_OP_LOGOUT_ENDPOINT", default="")
+OIDC_RP_SIGN_ALGO = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
+OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile")
+OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
+OIDC_USERNAME_CLAIM = env.str("OIDC_USERNAME_CLAIM", default="preferred_username")
+SSO_PROVIDER_NAME = env.str("SSO_PROVIDER_NAME", default="single sign-on")
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
+OIDC_TIMEOUT = env.int("OIDC_TIMEOUT_SECONDS", default=10)
+OIDC_OP_LOGOUT_URL_METHOD = "tenants.sso.provider_logout_url"
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+if SSO_ENABLED:
+    _missing = [
+        name
+        for name in (
+            "OIDC_OP_AUTHORIZATION_ENDPOINT",
+            "OIDC_OP_TOKEN_ENDPOINT",
+            "OIDC_OP_USER_ENDPOINT",
+            "OIDC_OP_JWKS_ENDPOINT",
+        )
+        if not globals()[name]
+    ]
+    if _missing:
+        raise ImproperlyConfigured(
+            f"OIDC_RP_CLIENT_ID is set, so single sign-on needs {', '.join(_missing)} too"
+        )
+# Local password login (demo users, break-glass admins). Off: the login page shows only the
+# single sign-on button and passwords are accepted from platform admins only (break-glass).
+LOCAL_LOGIN_ENABLED = env.bool("LOCAL_LOGIN_ENABLED", default=True)
+AUTHENTICATION_BACKENDS = ["tenants.sso.LocalPasswordBackend"]
+# A single sign-on session is re-checked with the provider (silently, prompt=none) this often, so
+# a user removed or moved in the directory loses access or changes teams within this time, not
+# when the session cookie expires. Page loads only: the API, websockets and the pages' JSON
+# state endpoints are exempt (they cannot follow a redirect to the provider).
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env.int("OIDC_RENEW_SECONDS", default=900)
+SSO_REFRESH_EXEMPT_PATTERNS = [r"/api/", r".*/states?/$", r".*/status/$", r"/metrics", r"/static/"]
+if SSO_ENABLED:
+    AUTHENTICATION_BACKENDS.append("tenants.sso.SsoBackend")
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+        "tenants.sso.SessionRefresh",
+    )
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -136,6 +235,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "tenants.pagination.BoundedLimitOffsetPagination",
+    # JSON bodies through a size- and depth-bounded parser (core/jsonlimits.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "gpuplatform.api.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "gpuplatform.api.exception_handler",
@@ -144,9 +249,31 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "job_submit_user": env.str("JOB_SUBMIT_RATE_USER", default="100000/min"),
         "job_submit_team": env.str("JOB_SUBMIT_RATE_TEAM", default="100000/min"),
-        "token_exchange": env.str("TOKEN_EXCHANGE_RATE", default="60/min"),
+        # Password attempts at the portal's login form and the API's token exchange together:
+        # per client address and username, and per client address (tenants.throttles).
+        "login": env.str("LOGIN_RATE", default="10/min"),
+        "login_address": env.str("LOGIN_ADDRESS_RATE", default="60/min"),
     },
+    # Client addresses come from tenants.throttles.client_address (TRUSTED_PROXIES), never
+    # from a forwarded header DRF would believe from anyone.
+    "NUM_PROXIES": 0,
 }
+
+# The largest JSON body the API reads (the proxy's client_max_body_size is 10m as well) and the
+# largest frame a websocket client may send (the stream is read-only: frames are never needed).
+API_JSON_MAX_BYTES = env.int("API_JSON_MAX_BYTES", default=10 * 1024 * 1024)
+WEBSOCKET_FRAME_MAX_BYTES = env.int("WEBSOCKET_FRAME_MAX_BYTES", default=64 * 1024)
+# Every open websocket re-checks its session and teams this often (a membership change or a
+# logout makes it check at once); see frontend/consumers.py.
+STREAM_RECHECK_SECONDS = env.float("STREAM_RECHECK_SECONDS", default=60.0)
+
+# Caps on pending jobs (arrays count by size): per team, and per submitter within a team. A team's
+# quota settings may set its own (docs/tenancy.md). They bound the scheduling cycle's work.
+JOB_PENDING_MAX_TEAM = env.int("JOB_PENDING_MAX_TEAM", default=20_000)
+JOB_PENDING_MAX_USER = env.int("JOB_PENDING_MAX_USER", default=10_000)
+# A job interrupted (preempted, its node failed) this many times fails instead of being requeued
+# again, as Slurm's MaxBatchRequeue (default 5) stops a job requeued forever; 0 turns it off.
+JOB_MAX_INTERRUPTIONS = env.int("JOB_MAX_INTERRUPTIONS", default=5)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpuplatform API",
@@ -157,7 +284,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "billing.models.StatementStatus"},
+    "ENUM_NAME_OVERRIDES": {
+        "StatementStatusEnum": "billing.models.StatementStatus",
+        "NotificationEventEnum": "notifications.events.EventKind",
+        "WhatIfStatusEnum": "policyversions.models.WhatIfStatus",
+    },
 }
 
 if REDIS_URL:
@@ -200,14 +331,22 @@ SCHEDULER_QUARANTINE_FAILURES = env.int("SCHEDULER_QUARANTINE_FAILURES", default
 SCHEDULER_QUARANTINE_WINDOW_SECONDS = env.float("SCHEDULER_QUARANTINE_WINDOW_SECONDS", default=3600)
 SCHEDULER_PROBATION_SECONDS = env.float("SCHEDULER_PROBATION_SECONDS", default=600)
 # Policy engine Config fields the live loop changes (a JSON object, docs/policy.md "Config and
-# defaults"), e.g. {"las_long_run_s": 172800}. Checked here: a typo stops the start, not a cycle.
+# defaults"), e.g. {"las": {"long_run_s": 172800}}. Checked here: a typo stops the start, not a
+# cycle; a key of the format before the `las` section still works, logged with its replacement.
 try:
     SCHEDULER_POLICY = json.loads(env.str("SCHEDULER_POLICY", default="") or "{}")
     config_from_dict(SCHEDULER_POLICY, path="SCHEDULER_POLICY")
+    for _message in config_deprecations(SCHEDULER_POLICY, "SCHEDULER_POLICY"):
+        logging.getLogger("gpuplatform.settings").warning("%s", _message)
 except json.JSONDecodeError as exc:
     raise ImproperlyConfigured(f"SCHEDULER_POLICY: not JSON ({exc.msg})") from None
 except SnapshotError as exc:
     raise ImproperlyConfigured(str(exc)) from None
+# The configuration in force comes from the policy history (policyversions, docs/policy.md
+# "Versions"); SCHEDULER_POLICY seeds its first version and is the fallback while none is stored.
+SCHEDULER_POLICY_SOURCE = "policyversions.selectors.engine_config_in_force"
+# The policy version number an attempt's reproducibility record names (scheduler.reproducibility).
+SCHEDULER_POLICY_VERSION_SOURCE = "policyversions.selectors.version_in_force_number"
 SIMULATED_TIME_SCALE = env.float("SIMULATED_TIME_SCALE", default=60.0)
 SIMULATED_FAILURE_RATE_PER_NODE_HOUR = env.float(
     "SIMULATED_FAILURE_RATE_PER_NODE_HOUR", default=0.0
@@ -219,15 +358,41 @@ PERIODIC_TASKS = [
     ("billing.tasks.meter_run", 60.0),
     ("tenants.tasks.expire_quota_requests", 60.0),
     ("telemetry.tick", 60.0),
+    ("notifications.tasks.dispatch", env.float("NOTIFY_DISPATCH_SECONDS", default=5.0)),
+    ("notifications.tasks.prune", 3600.0),
 ]
 # make demo: keep the simulated cluster busy with a trickle of demo users' jobs.
 if env.bool("DEMO_WORKLOAD", default=False):
-    PERIODIC_TASKS.append(("scheduler.tasks.demo_workload", 20.0))
+    PERIODIC_TASKS.append(("demo.tasks.demo_workload", 20.0))
 
-# Telemetry (defaults in scheduler/telemetry; see docs/telemetry.md).
+# Telemetry (defaults in telemetry; see docs/telemetry.md).
 METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")
 SCHEDULER_RELEASE_MIN_HEALTH = env.float("SCHEDULER_RELEASE_MIN_HEALTH", default=0.5)
-BILLING_IDLE_SOURCE = "scheduler.telemetry.selectors.billing_idle_fractions"
+BILLING_IDLE_SOURCE = "telemetry.selectors.billing_idle_fractions"
+
+# Notifications (docs/tenancy.md "Notifications"). Email goes through Django's email backend:
+# EMAIL_URL smtp://user:pass@host:587 (smtp+tls://, smtp+ssl://); unset, the console backend.
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
+EMAIL_PORT = _email.get("EMAIL_PORT") or 25
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS"))
+EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpuplatform <gpuplatform@localhost>")
+# Where links in messages point (the portal as its users reach it).
+PORTAL_URL = env.str("PORTAL_URL", default="http://127.0.0.1:8000")
+NOTIFY_GROUP_WINDOW_SECONDS = env.float("NOTIFY_GROUP_WINDOW_SECONDS", default=60.0)
+NOTIFY_ARRAY_HOLD_SECONDS = env.float("NOTIFY_ARRAY_HOLD_SECONDS", default=6 * 3600.0)
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
+NOTIFY_RETRY_BASE_SECONDS = env.float("NOTIFY_RETRY_BASE_SECONDS", default=30.0)
+NOTIFY_RETRY_MAX_SECONDS = env.float("NOTIFY_RETRY_MAX_SECONDS", default=3600.0)
+NOTIFY_WEBHOOK_DISABLE_AFTER = env.int("NOTIFY_WEBHOOK_DISABLE_AFTER", default=5)
+NOTIFY_WEBHOOK_TIMEOUT_SECONDS = env.float("NOTIFY_WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+NOTIFY_EMAIL_TIMEOUT_SECONDS = env.float("NOTIFY_EMAIL_TIMEOUT_SECONDS", default=10.0)
+# Delivered, failed and dropped messages (with their attempts) are kept this long.
+NOTIFY_RETENTION_DAYS = env.int("NOTIFY_RETENTION_DAYS", default=90)
 
 LOGGING = {
     "version": 1,
@@ -241,3 +406,43 @@ LOGGING = {
 if not DEBUG:
     SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
     CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
+
+# Response headers. The portal passes this policy with no violation (the browser tests fail on
+# one); a view needing more sets its own (gpuplatform.middleware.content_security_policy).
+CONTENT_SECURITY_POLICY = {
+    "default-src": "'self'",
+    "script-src": "'self'",
+    # The hash is that of an empty stylesheet: plotly.js creates empty <style> elements and fills
+    # them through the CSSOM, which the policy does not restrict; no inline style with content.
+    "style-src": "'self' 'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",
+    "img-src": "'self' data:",
+    "font-src": "'self'",
+    "connect-src": "'self'",
+    "object-src": "'none'",
+    "base-uri": "'self'",
+    "form-action": "'self'",
+    "frame-ancestors": "'none'",
+    "report-uri": "/csp-report/",
+}
+if SSO_ENABLED:
+    # Logging out posts a form that the platform redirects to the provider's end-session page
+    # (and browsers apply form-action to that redirect): the provider's origin is allowed there.
+    from urllib.parse import urlsplit
+
+    _provider_origins = sorted(
+        {
+            f"{parts.scheme}://{parts.netloc}"
+            for parts in map(urlsplit, (OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_LOGOUT_ENDPOINT))
+            if parts.scheme and parts.netloc
+        }
+    )
+    CONTENT_SECURITY_POLICY["form-action"] = " ".join(["'self'", *_provider_origins])
+# Strict-Transport-Security on HTTPS responses (Django sends it only when the request is secure,
+# and uvicorn believes X-Forwarded-Proto only from TRUSTED_PROXIES); 0 turns it off.
+SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=0 if DEBUG else 31_536_000)
+# For every subdomain too, and asking browsers to preload it: the domain owner's decisions.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_HSTS_PRELOAD", default=False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"

@@ -2,7 +2,13 @@
 
 import os
 
+from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
+# A server that imports this module first is a production start: DEBUG is off unless asked for
+# (and settings then refuse to start without the secret key, database and Redis). Where settings
+# are already loaded (manage.py: the demo's runserver, the tests) nothing changes.
+if not settings.configured:
+    os.environ.setdefault("DJANGO_DEBUG", "false")
 application = get_wsgi_application()

@@ -1,11 +1,24 @@
+"""Django admin for the scheduler. Jobs, their allocations and events are read-only here: a job
+changes state only through the services (the portal, the API, the loop), which keep allocations,
+the audit trail, billing and the live streams in step; an edit in this admin would bypass all of
+them."""
+
 from django.contrib import admin
 
-from .models import Allocation, Cluster, GpuModel, Job, JobEvent, Node, NodeEvent
+from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
 
 
-@admin.register(GpuModel)
-class GpuModelAdmin(admin.ModelAdmin):
-    list_display = ("name", "memory_gib")
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows shown, never added, changed or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Cluster)
@@ -25,9 +38,18 @@ class JobEventInline(admin.TabularInline):
     extra = 0
     readonly_fields = ("time", "kind", "message", "data")
 
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
     list_display = ("id", "name", "team", "state", "workers", "gpus_per_worker", "submitted_at")
     list_filter = ("state", "team", "priority_class")
     search_fields = ("name",)
@@ -36,7 +58,7 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
+class AllocationAdmin(ReadOnlyAdmin):
     list_display = ("job", "node", "gpu_index", "attempt", "started_at", "ended_at")
     raw_id_fields = ("job", "node")
 

@@ -12,7 +12,7 @@ Guarantees:
   two bulk INSERTs, and one scheduling cycle is requested.
 - **Group cancel.** :func:`array_cancel` cancels every live job of the array in one transaction
   (GPUs released, backends told after commit), with the same visibility and role rules as
-  ``services.job_cancel``.
+  ``transitions.job_cancel``.
 
 Reads (:func:`array_list`, :func:`array_get`) start from the caller's teams, like every selector.
 """
@@ -28,15 +28,24 @@ from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from core import streams
+from core.bounds import MAX_ARRAY_SIZE
+from core.errors import Conflict, FieldErrors, Forbidden, NotFound
 from tenants.permissions import can_submit_to
 
-from . import streams
-from .errors import Conflict, FieldErrors, Forbidden, NotFound
-from .models import Allocation, Job, JobArray, JobEvent
-from .services import JobRequest, _trigger_cycle, _validate_request, job_fields, publish_job
-from .states import HOLDING_STATES, LIVE_STATES, JobState, sources_for
+from .admission import check_submission
+from .models import Job, JobArray, JobEvent
+from .services import (
+    JobRequest,
+    _validate_request,
+    job_fields,
+    pending_caps_check,
+    request_number_errors,
+)
+from .states import LIVE_STATES, JobState
+from .transitions import jobs_cancel_locked
+from .triggers import request_cycle
 
-MAX_ARRAY_SIZE = 10_000
 # Per-index errors listed before the rest are summarised (a 10,000-index mistake stays readable).
 MAX_REPORTED_ERRORS = 50
 ARRAY_INDEX_ENV = "GPUPLATFORM_ARRAY_INDEX"
@@ -49,10 +58,13 @@ _RULE_FIELDS = (
     "gpus_per_worker",
     "gpu_model",
     "priority_class",
+    "preemptible",
     "checkpoint_interval_s",
     "runtime_limit_s",
     "elastic",
 )
+# Numeric fields outside the rule key (sweeps vary them per index): bounded index by index.
+_PER_INDEX_NUMBERS = frozenset({"simulated_duration_s"})
 
 
 @dataclass(frozen=True)
@@ -106,23 +118,35 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
 
     errors: dict[str, list[str]] = {}
     reported = 0
+
+    def attribute(bad_field: str, messages: list[str], indices: list[int]) -> None:
+        """File an error under the template or the items that set the field."""
+        nonlocal reported
+        root = bad_field.split(".")[0]
+        if root == "team":
+            errors.setdefault("team", messages)
+            return
+        from_items = [i for i in indices if root in req.items[i]]
+        if len(from_items) < len(indices):
+            errors.setdefault(f"template.{bad_field}", messages)
+        for i in from_items:
+            if reported < MAX_REPORTED_ERRORS:
+                errors[f"items[{i}].{bad_field}"] = messages
+            reported += 1
+
     resolved: dict[tuple, tuple] = {}
     for key, indices in groups.items():
         try:
             resolved[key] = _validate_request(members[indices[0]], user=user)
         except FieldErrors as exc:
             for bad_field, messages in exc.errors.items():
-                root = bad_field.split(".")[0]
-                if root == "team":
-                    errors.setdefault("team", messages)
-                    continue
-                from_items = [i for i in indices if root in req.items[i]]
-                if len(from_items) < len(indices):
-                    errors.setdefault(f"template.{bad_field}", messages)
-                for i in from_items:
-                    if reported < MAX_REPORTED_ERRORS:
-                        errors[f"items[{i}].{bad_field}"] = messages
-                    reported += 1
+                if bad_field not in _PER_INDEX_NUMBERS:
+                    attribute(bad_field, messages, indices)
+    for i, member in enumerate(members):
+        if any(getattr(member, name) is not None for name in _PER_INDEX_NUMBERS):
+            for bad_field, messages in request_number_errors(member).items():
+                if bad_field in _PER_INDEX_NUMBERS:
+                    attribute(bad_field, messages, [i])
     if errors:
         if reported > MAX_REPORTED_ERRORS:
             errors["items"] = [
@@ -143,9 +167,8 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
     """
     with transaction.atomic():
         members, team, resolved = _validate_array(user=user, req=request)
-        from billing.services import budget_check_submission
-
-        budget_check_submission(team=team)
+        check_submission(team=team)
+        pending_caps_check(user=user, team=team, adding=len(members))
         now = timezone.now()
         array = JobArray.objects.create(
             team=team,
@@ -173,7 +196,7 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
         _insert_members(jobs)
         _record_submitted_events(array, user=user, now=now)
         _publish_array(array, {JobState.PENDING.value: len(jobs)})
-        _trigger_cycle()
+        request_cycle()
     return array
 
 
@@ -270,40 +293,14 @@ def array_cancel(*, user, array_id: int) -> JobArray:
         if not live:
             raise Conflict("no job of this array is live any more", field="state")
         now = timezone.now()
-        ids = [job.pk for job in live]
-        Job.objects.filter(pk__in=ids, state__in=sources_for(JobState.CANCELLED)).update(
-            state=JobState.CANCELLED, finished_at=now, why_pending=""
+        jobs_cancel_locked(
+            jobs=live, message=f"cancelled with array by {user.get_username()}", now=now
         )
-        Allocation.objects.filter(job_id__in=ids, ended_at__isnull=True).update(ended_at=now)
-        who = user.get_username()
-        JobEvent.objects.bulk_create(
-            [
-                JobEvent(
-                    job=job, kind="cancelled", message=f"cancelled with array by {who}", time=now
-                )
-                for job in live
-            ],
-            batch_size=1000,
-        )
-        from .enforce import backend_cancel_after_commit
-
-        for job in live:
-            if job.state in HOLDING_STATES:
-                if job.cluster_id:
-                    backend_cancel_after_commit(job)
-                publish_job(replace_state(job, JobState.CANCELLED))
         JobArray.objects.filter(pk=array.pk).update(cancelled_at=now)
         array.cancelled_at = now
         _publish_array(array, {JobState.CANCELLED.value: len(live)})
-        _trigger_cycle()
+        request_cycle()
     return array_get(user=user, array_id=array.pk)
-
-
-def replace_state(job: Job, state: JobState) -> Job:
-    """``job`` with its in-memory state set (after a bulk UPDATE moved it in the database)."""
-    job.state = state
-    job.why_pending = ""
-    return job
 
 
 _COUNTS = {state.value: Count("jobs", filter=Q(jobs__state=state.value)) for state in JobState}
@@ -332,12 +329,48 @@ def array_get(*, user, array_id: int) -> JobArray:
     return array
 
 
+HIDDEN_VALUE = "(hidden)"
+
+
+def submit_team_ids(user) -> set[int] | None:
+    """Teams whose arrays' environment values ``user`` may read (those they may submit to);
+    None for platform admins (all). One query."""
+    from tenants.models import SUBMIT_ROLES, Membership
+    from tenants.permissions import is_platform_admin
+
+    if is_platform_admin(user):
+        return None
+    return set(
+        Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).values_list(
+            "team_id", flat=True
+        )
+    )
+
+
+def shown_env(env: dict | None, *, visible: bool) -> dict:
+    """An environment as shown: names always, values only to those who may submit to the team
+    (a template's env often carries a token; viewers read the jobs, not their secrets)."""
+    env = env or {}
+    return dict(env) if visible else {name: HIDDEN_VALUE for name in env}
+
+
+def shown_template(array: JobArray, *, may_see: set[int] | None) -> dict:
+    """The array's template with its env values hidden unless the team is in ``may_see``
+    (``submit_team_ids``; None: everything shown)."""
+    template = dict(array.template or {})
+    if "env" in template:
+        visible = may_see is None or array.team_id in may_see
+        template["env"] = shown_env(template["env"], visible=visible)
+    return template
+
+
 def array_counts(array: JobArray) -> dict[str, int]:
     """State -> number of members, from the annotation of :func:`array_list`."""
     return {state.value: getattr(array, f"n_{state.value}", 0) for state in JobState}
 
 
 __all__ = [
+    "HIDDEN_VALUE",
     "MAX_ARRAY_SIZE",
     "ArrayRequest",
     "array_cancel",
@@ -345,4 +378,7 @@ __all__ = [
     "array_get",
     "array_list",
     "array_submit",
+    "shown_env",
+    "shown_template",
+    "submit_team_ids",
 ]

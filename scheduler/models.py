@@ -1,4 +1,4 @@
-"""Scheduler state: GPU models, clusters, nodes, jobs, GPU allocations and events.
+"""Scheduler state: clusters, nodes, jobs, GPU allocations and events.
 
 Hard invariants live in the database as named constraints, so no code path (a racing worker, a
 bug, a manual shell) can break them: a GPU (node, index) is held by at most one live allocation.
@@ -11,20 +11,20 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from catalogue.models import GpuModel
+from core.bounds import (
+    MAX_ARRAY_SIZE,
+    MAX_DURATION_S,
+    MAX_GPUS_PER_WORKER,
+    MAX_WORKERS,
+)
 from tenants.models import Membership, Team
 
 from .states import JobState
 
-
-class GpuModel(models.Model):
-    name = models.SlugField(unique=True, max_length=64)
-    memory_gib = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
+# Bounds of the numeric fields users set (core.bounds reads them for the API and the portal).
+_WORKERS = [MinValueValidator(1), MaxValueValidator(MAX_WORKERS)]
+_DURATION = [MinValueValidator(1), MaxValueValidator(MAX_DURATION_S)]
 
 
 class BackendKind(models.TextChoices):
@@ -63,7 +63,9 @@ class Node(models.Model):
     cluster = models.ForeignKey(Cluster, related_name="nodes", on_delete=models.CASCADE)
     name = models.CharField(max_length=128)
     gpu_model = models.ForeignKey(GpuModel, related_name="nodes", on_delete=models.PROTECT)
-    gpu_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    gpu_count = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(1024)]
+    )
     zone = models.CharField(max_length=64, blank=True)
     rack = models.CharField(max_length=64, blank=True)
     nvlink_domain = models.CharField(max_length=64, blank=True)
@@ -134,8 +136,10 @@ class Job(models.Model):
     image = models.CharField(max_length=300, blank=True)
     command = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True)
-    workers = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    gpus_per_worker = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    workers = models.PositiveIntegerField(validators=_WORKERS)
+    gpus_per_worker = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_GPUS_PER_WORKER)]
+    )
     gpu_model = models.ForeignKey(
         GpuModel, null=True, blank=True, related_name="jobs", on_delete=models.PROTECT
     )
@@ -143,14 +147,23 @@ class Job(models.Model):
         "tenants.PriorityClass", related_name="jobs", on_delete=models.PROTECT
     )
     preemptible = models.BooleanField(default=True)
-    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True, validators=_DURATION)
+    # Opt-in: the platform asks the run to checkpoint on the advised schedule
+    # (scheduler.checkpoint_advice).
+    checkpoint_on_advice = models.BooleanField(default=False)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     # Work (exclusive-run seconds) safely checkpointed across all attempts; a resume starts here.
     checkpointed_progress_s = models.FloatField(default=0.0)
-    runtime_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    runtime_limit_s = models.PositiveIntegerField(null=True, blank=True, validators=_DURATION)
+    # When the user needs it finished: the engine ranks it first within its class as its slack
+    # runs out (scheduler.policy.ranking, rule 1b); the outcomes count hits and misses.
+    deadline = models.DateTimeField(null=True, blank=True)
     dataset = models.CharField(max_length=200, blank=True)
-    elastic_min_workers = models.PositiveIntegerField(null=True, blank=True)
-    elastic_max_workers = models.PositiveIntegerField(null=True, blank=True)
+    # What the job says it ran, for its reproducibility record (scheduler.reproducibility).
+    dataset_version = models.CharField(max_length=100, blank=True)
+    code_ref = models.CharField(max_length=200, blank=True)
+    elastic_min_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)
+    elastic_max_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)
 
     state = models.CharField(
         max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True
@@ -163,17 +176,21 @@ class Job(models.Model):
     preempt_deadline = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     requeued = models.BooleanField(default=False)
-    attained_service_s = models.FloatField(
+    # Plain wall-clock seconds (not GPU-seconds): the policy's attained_service_s multiplies by
+    # the job's GPUs itself.
+    earlier_runs_s = models.FloatField(
         default=0.0, help_text="Seconds the job ran in earlier attempts, lost work included."
     )
-    lost_gpu_s = models.FloatField(default=0.0)
+    lost_gpu_seconds = models.FloatField(
+        default=0.0, help_text="GPU-seconds of work lost at requeues (since each checkpoint)."
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     cluster = models.ForeignKey(
         Cluster, null=True, blank=True, related_name="jobs", on_delete=models.SET_NULL
     )
     backend_ref = models.CharField(max_length=200, blank=True)
     # Simulated backend only: how long the work takes when run exclusively (demo, tests).
-    simulated_duration_s = models.FloatField(null=True, blank=True)
+    simulated_duration_s = models.FloatField(null=True, blank=True, validators=_DURATION)
     # Set for the members of a job array (sweep): the array and this job's index in it.
     array = models.ForeignKey(
         "JobArray", null=True, blank=True, related_name="jobs", on_delete=models.CASCADE
@@ -278,6 +295,8 @@ class SimulatedRun(models.Model):
     checkpoint_interval_s = models.FloatField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     checkpoint_requested_at = models.DateTimeField(null=True, blank=True)
+    # Each worker's node and the launcher variables it was given (worker 0 first).
+    launch_env = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -317,7 +336,9 @@ class JobArray(models.Model):
         settings.AUTH_USER_MODEL, related_name="job_arrays", on_delete=models.PROTECT
     )
     name = models.CharField(max_length=200)
-    size = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    size = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_ARRAY_SIZE)]
+    )
     # The submitted template (contract field names), kept for display and resubmission.
     template = models.JSONField(default=dict, blank=True)
     submitted_at = models.DateTimeField(db_index=True)
@@ -331,3 +352,23 @@ class JobArray(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} [{self.size}] (#{self.pk})"
+
+
+class AttemptRecord(models.Model):
+    """What exactly ran in one attempt of a job (its reproducibility record), written once when
+    the backend accepted the attempt. ``record`` is the JSON that is shown and exported
+    (``scheduler.reproducibility`` builds it; secrets are redacted before it is stored)."""
+
+    job = models.ForeignKey(Job, related_name="attempt_records", on_delete=models.CASCADE)
+    attempt = models.PositiveIntegerField()
+    recorded_at = models.DateTimeField()
+    record = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="attemptrecord_one_per_attempt")
+        ]
+
+    def __str__(self) -> str:
+        return f"record of job {self.job_id} attempt {self.attempt}"

@@ -21,9 +21,10 @@ import time
 from django.db.models import Max
 from django.db.models.signals import post_delete, post_save
 
+from catalogue.models import GpuModel
 from tenants.models import PriorityClass
 
-from .models import Cluster, GpuModel, Node
+from .models import Cluster, Node
 
 TTL_S = 10.0
 

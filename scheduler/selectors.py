@@ -5,10 +5,19 @@
 
 from __future__ import annotations
 
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.db.models import Prefetch, QuerySet
 
-from .errors import NotFound
+from core.errors import DomainError, NotFound, Unavailable
+
 from .models import Allocation, Job, JobEvent, Node
+from .states import FINAL_STATES, JobState
+
+log = logging.getLogger(__name__)
 
 
 def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
@@ -66,3 +75,154 @@ def node_list(*, user) -> QuerySet[Node]:
     if not user.is_authenticated:
         return Node.objects.none()
     return Node.objects.select_related("cluster", "gpu_model").order_by("cluster__name", "name")
+
+
+# --- attempts and logs -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobAttempt:
+    """One run of a job: where it ran, when, how it ended, what it lost and resumed from."""
+
+    attempt: int
+    nodes: list[str]
+    gpus: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str  # running | preempted | requeued | succeeded | failed | cancelled
+    reason: str
+    resumed_from_s: float
+    lost_gpu_s: float
+
+
+def job_attempts(*, user, job_id: int) -> list[JobAttempt]:
+    """Every attempt of one of the caller's teams' jobs, oldest first, from its allocations
+    (which GPUs each attempt held) and its events (how each ended). Another team's job is
+    NotFound."""
+    job = job_get(user=user, job_id=job_id)
+    held: dict[int, list[Allocation]] = {}
+    for allocation in Allocation.objects.filter(job=job).select_related("node").order_by("id"):
+        held.setdefault(allocation.attempt, []).append(allocation)
+    events = list(JobEvent.objects.filter(job=job).order_by("time", "id"))
+    starts = [e for e in events if e.kind == "started"]
+    out: list[JobAttempt] = []
+    resumed_from = 0.0
+    for number in range(1, job.attempts + 1):
+        allocations = held.get(number, [])
+        start = next((e for e in starts if (e.data or {}).get("attempt") == number), None)
+        started_at = start.time if start else min((a.started_at for a in allocations), default=None)
+        next_start = next(
+            (e.time for e in starts if (e.data or {}).get("attempt") == number + 1), None
+        )
+        # The events between this attempt's start and the next one's say how it ended.
+        window = [
+            e
+            for e in events
+            if (started_at is None or e.time >= started_at)
+            and (next_start is None or e.time < next_start)
+        ]
+        outcome, reason, lost = "running", "", 0.0
+        for event in window:
+            if event.kind == "preempted":
+                outcome, reason = "preempted", event.message
+            elif event.kind == "requeued":
+                data = event.data or {}
+                outcome, reason = "requeued", str(data.get("reason") or event.message)
+                lost = float(data.get("lost_gpu_s") or 0.0)
+            elif event.kind in ("succeeded", "failed", "cancelled"):
+                outcome, reason = event.kind, event.message
+        if number == job.attempts and job.state in FINAL_STATES:
+            outcome = job.state
+        ended = [a.ended_at for a in allocations]
+        ended_at = None if not ended or None in ended else max(ended)  # type: ignore[type-var]
+        out.append(
+            JobAttempt(
+                attempt=number,
+                nodes=sorted({a.node.name for a in allocations}),
+                gpus=len(allocations),
+                started_at=started_at,
+                ended_at=ended_at,
+                outcome=outcome,
+                reason=reason,
+                resumed_from_s=resumed_from,
+                lost_gpu_s=lost,
+            )
+        )
+        requeue = next((e for e in reversed(window) if e.kind == "requeued"), None)
+        if requeue is not None:
+            resumed_from = float((requeue.data or {}).get("resume_from_s") or 0.0)
+    return out
+
+
+LOG_LIMIT_DEFAULT = 64 * 1024
+LOG_LIMIT_MAX = 1024 * 1024
+_CURSOR = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
+@dataclass(frozen=True)
+class JobLog:
+    """A piece of one attempt's output. ``finished``: the attempt has ended, so once a read
+    returns no text there is nothing more to follow in it."""
+
+    job: Job
+    attempt: int | None
+    text: str
+    cursor: str | None
+    truncated: bool
+    finished: bool
+
+
+def attempt_finished(job: Job, attempt: int) -> bool:
+    """The attempt will write no more output: a later one started, the job is over, or the job
+    was requeued and waits for its next attempt."""
+    return attempt < job.attempts or job.state in FINAL_STATES or job.state == JobState.PENDING
+
+
+def job_log(
+    *,
+    user,
+    job_id: int,
+    attempt: int | None = None,
+    cursor: str | None = None,
+    limit_bytes: int = LOG_LIMIT_DEFAULT,
+) -> JobLog:
+    """Output of an attempt of one of the caller's teams' jobs (default: the latest), from its
+    cluster's backend: without ``cursor`` the tail (at most ``limit_bytes``), with it what was
+    written since. Another team's job is NotFound; a bad attempt, cursor or limit is a 400
+    naming it; a backend that does not answer is Unavailable (503), never a 500."""
+    job = job_get(user=user, job_id=job_id)
+    return job_log_read(job=job, attempt=attempt, cursor=cursor, limit_bytes=limit_bytes)
+
+
+def job_log_read(
+    *, job: Job, attempt: int | None, cursor: str | None, limit_bytes: int = LOG_LIMIT_DEFAULT
+) -> JobLog:
+    """:func:`job_log` for a job already read through a user-scoped selector."""
+    from .backends import backend_run_id, get_backend
+    from .backends.base import BackendError, BackendRejected
+
+    if not 1 <= limit_bytes <= LOG_LIMIT_MAX:
+        raise DomainError(f"must be between 1 and {LOG_LIMIT_MAX}", field="limit_bytes")
+    if cursor is not None and not _CURSOR.fullmatch(cursor):
+        raise DomainError("not a cursor this API returned", field="cursor")
+    if attempt is None:
+        attempt = job.attempts or None
+    elif not 1 <= attempt <= max(job.attempts, 1) or not job.attempts:
+        raise DomainError(
+            f"the job has {job.attempts} attempt{'s' if job.attempts != 1 else ''}",
+            field="attempt",
+        )
+    if attempt is None or job.cluster_id is None:
+        return JobLog(job, None, "", cursor, False, job.state in FINAL_STATES)
+    try:
+        chunk = get_backend(job.cluster).read_log(
+            backend_run_id(job), attempt, cursor=cursor, limit_bytes=limit_bytes
+        )
+    except BackendRejected as exc:
+        raise DomainError(str(exc), field="cursor") from exc
+    except BackendError as exc:
+        log.warning("log of job %s attempt %s unavailable: %s", job.pk, attempt, exc)
+        raise Unavailable(f"the cluster did not answer: {exc}", field="cluster") from exc
+    return JobLog(
+        job, attempt, chunk.text, chunk.cursor, chunk.truncated, attempt_finished(job, attempt)
+    )

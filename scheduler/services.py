@@ -1,26 +1,34 @@
-"""Writes to jobs: submission, cancellation and the state transitions the loop applies.
+"""Writes: job submission, node admin actions (quarantine, drain, release), clusters.
 
-Every function here is keyword-only, atomic, and moves a job with a conditional UPDATE guarded by
-the state machine (``scheduler.states``), so two workers racing on the same job cannot both win.
+Every function here is keyword-only and atomic. A job's later state changes (start, preempt,
+requeue, finish, fail, cancel) live in ``scheduler.transitions``.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from catalogue.models import GpuModel
+from core import streams
+from core.bounds import number_error
+from core.errors import Conflict, DomainError, FieldErrors, NotFound
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
-from tenants.permissions import can_submit_to, is_platform_admin, submission_target
+from tenants.permissions import is_platform_admin, submission_target
 
-from . import reference, streams
-from .errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
-from .models import Allocation, GpuModel, Job, JobEvent, Node
-from .states import IllegalTransition, JobState, check_transition, sources_for
+from . import reference
+from .admission import check_submission
+from .backends import get_backend
+from .backends.base import BackendError
+from .models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
+from .states import JobState
+from .transitions import event_record, publish_job
+from .triggers import request_cycle
 
 log = logging.getLogger(__name__)
 
@@ -41,41 +49,65 @@ class JobRequest:
     preemptible: bool | None = None
     checkpoint_interval_s: int | None = None
     runtime_limit_s: int | None = None
+    deadline: datetime | None = None
     dataset: str = ""
     elastic: dict[str, int] | None = None
     simulated_duration_s: float | None = None
+    dataset_version: str = ""
+    code_ref: str = ""
+    checkpoint_on_advice: bool = False
 
 
-def event_record(
-    *,
-    job: Job,
-    kind: str,
-    message: str = "",
-    data: dict | None = None,
-    time: datetime | None = None,
-) -> JobEvent:
-    """Append an event to the job's timeline."""
-    return JobEvent.objects.create(
-        job=job, kind=kind, message=message, data=data or {}, time=time or timezone.now()
-    )
+# JobRequest's numeric fields and the Job field whose declared bounds apply to each.
+_NUMBER_FIELDS = {
+    "workers": "workers",
+    "gpus_per_worker": "gpus_per_worker",
+    "checkpoint_interval_s": "checkpoint_interval_s",
+    "runtime_limit_s": "runtime_limit_s",
+    "simulated_duration_s": "simulated_duration_s",
+}
 
 
-def job_payload(job: Job, placement: dict[str, list[int]] | None = None) -> dict[str, Any]:
-    return {
-        "type": "job.status",
-        "job": job.pk,
-        "team": job.team.slug,
-        "name": job.name,
-        "state": job.state,
-        "why": job.why_pending,
-        "estimated_start": job.estimated_start.isoformat() if job.estimated_start else None,
-        "placement": placement or {},
-        "time": timezone.now().isoformat(),
-    }
+def request_number_errors(req: JobRequest) -> dict[str, list[str]]:
+    """The numeric fields of ``req`` outside the bounds the Job model declares, by field. Pure
+    (no database): arrays run it for every index, the rules that read the database once per
+    group of equal indices."""
+    errors: dict[str, list[str]] = {}
+    for name, model_field in _NUMBER_FIELDS.items():
+        value = getattr(req, name)
+        if value is None and name not in ("workers", "gpus_per_worker"):
+            continue
+        problem = number_error(Job, model_field, value)
+        if problem:
+            errors[name] = [problem]
+    if req.elastic is not None:
+        if not isinstance(req.elastic, dict):
+            errors["elastic"] = ["must be an object with min_workers and max_workers"]
+        else:
+            for key in ("min_workers", "max_workers"):
+                value = req.elastic.get(key)
+                if value is None:
+                    problem = "is required for an elastic job (with min_workers and max_workers)"
+                else:
+                    problem = number_error(Job, f"elastic_{key}", value)
+                if problem:
+                    errors[f"elastic.{key}"] = [problem]
+    return errors
 
 
-def publish_job(job: Job, placement: dict[str, list[int]] | None = None) -> None:
-    streams.publish(streams.team_group(job.team_id), job_payload(job, placement))
+# A deadline further out than this is a typo more often than a plan, and it would never be urgent.
+MAX_DEADLINE_AHEAD = timedelta(days=90)
+
+
+def deadline_error(deadline: datetime, *, now: datetime) -> str:
+    """Why ``deadline`` is not acceptable at ``now`` ("" when it is)."""
+    if deadline.tzinfo is None:
+        return "must include a time zone (e.g. 2030-01-31T18:00:00Z)"
+    if deadline <= now:
+        return "must be in the future"
+    if deadline - now > MAX_DEADLINE_AHEAD:
+        return f"must be at most {MAX_DEADLINE_AHEAD.days} days ahead"
+    return ""
 
 
 def _validate_request(
@@ -83,10 +115,15 @@ def _validate_request(
 ) -> tuple[Team, GpuModel | None, PriorityClass]:
     """``target``: ``(slug, team, role)`` as ``submission_target`` answered it earlier in the same
     request (the team rate limit looks it up first); used only when the slug is the request's."""
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list[str]] = request_number_errors(req)
 
     def err(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
+
+    if req.deadline is not None:
+        problem = deadline_error(req.deadline, now=timezone.now())
+        if problem:
+            err("deadline", problem)
 
     if target is not None and target[0] == req.team:
         team, role = target[1], target[2]
@@ -97,11 +134,6 @@ def _validate_request(
         err("team", f"you are not a member of a team '{req.team}'")
     elif not (is_platform_admin(user) or role in SUBMIT_ROLES):
         err("team", "viewers cannot submit jobs to this team")
-
-    if req.workers < 1:
-        err("workers", "must be >= 1")
-    if req.gpus_per_worker < 1:
-        err("gpus_per_worker", "must be >= 1")
 
     gpu_model = None
     if req.gpu_model:
@@ -120,7 +152,10 @@ def _validate_request(
         if priority is None:
             err("priority_class", "no priority class is configured on this platform")
 
-    if req.gpus_per_worker >= 1 and "gpu_model" not in errors:
+    if team is not None and priority is not None and not is_platform_admin(user):
+        _check_entitlements(req, team=team, priority=priority, err=err)
+
+    if "gpus_per_worker" not in errors and "gpu_model" not in errors:
         largest = reference.largest_node_gpus(gpu_model)
         if req.gpus_per_worker > largest:
             largest = reference.largest_node_gpus(gpu_model, fresh=True)
@@ -131,23 +166,97 @@ def _validate_request(
                 f"{req.gpus_per_worker} GPUs per worker is more than {where} has ({largest})",
             )
 
-    for field in ("checkpoint_interval_s", "runtime_limit_s"):
-        value = getattr(req, field)
-        if value is not None and value < 1:
-            err(field, "must be >= 1 second")
-
-    if req.elastic is not None:
-        lo, hi = req.elastic.get("min_workers"), req.elastic.get("max_workers")
-        if not isinstance(lo, int) or lo < 1:
-            err("elastic.min_workers", "must be an integer >= 1")
-        elif not isinstance(hi, int) or hi < lo:
-            err("elastic.max_workers", "must be an integer >= min_workers")
-        elif not lo <= req.workers <= hi:
+    if req.elastic is not None and not any(k.startswith("elastic") for k in errors):
+        lo, hi = req.elastic["min_workers"], req.elastic["max_workers"]
+        if hi < lo:
+            err("elastic.max_workers", "must be >= min_workers")
+        elif "workers" not in errors and not lo <= req.workers <= hi:
             err("workers", f"must lie within the elastic range {lo}..{hi}")
 
     if errors:
         raise FieldErrors(errors)
     return team, gpu_model, priority
+
+
+def _check_entitlements(req: JobRequest, *, team: Team, priority: PriorityClass, err) -> None:
+    """The team's quota settings: a restricted priority class needs a grant; opting out of
+    preemption in a class whose jobs are preemptible needs the team's permission. Read only when
+    the request asks for either (most submissions cost no query here)."""
+    restricted = priority.restricted
+    opts_out = req.preemptible is False and priority.preemptible_by_default
+    if not (restricted or opts_out):
+        return
+    from tenants.selectors import team_entitlements
+
+    granted = team_entitlements(team)
+    if restricted and not granted.may_use(priority):
+        usable = ", ".join(sorted(granted.granted_classes)) or "none"
+        err(
+            "priority_class",
+            f"team {team.slug} may not use the restricted priority class '{priority.name}' "
+            f"(restricted classes granted to it: {usable}); a platform admin grants classes "
+            "in the team's quota settings",
+        )
+    if opts_out and not granted.may_opt_out_of_preemption:
+        err(
+            "preemptible",
+            f"team {team.slug} may not opt out of preemption: jobs of priority class "
+            f"'{priority.name}' are preemptible (a platform admin can allow opting out in the "
+            "team's quota settings)",
+        )
+
+
+def pending_caps_check(*, user, team: Team, adding: int) -> None:
+    """Refuse a submission that would take the team's pending jobs, or the submitter's pending
+    jobs in the team, past its cap (the team's quota settings, else ``JOB_PENDING_MAX_TEAM`` /
+    ``JOB_PENDING_MAX_USER``; arrays count by size). Raises FieldErrors on "team".
+
+    One query (the caps and both counts); close to a cap the team's row is locked first and the
+    query repeated, so concurrent submissions cannot together pass the cap."""
+    from django.conf import settings
+    from django.db import connection
+
+    from tenants.models import TeamEntitlements
+
+    jobs, caps = Job._meta.db_table, TeamEntitlements._meta.db_table
+    # One statement over one index range (job_team_state), nothing to group or sort (the ORM's
+    # version joined the team and sorted every pending row: 8 ms at 9,000 pending, not 4).
+    sql = (
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN submitter_id = %s THEN 1 ELSE 0 END), 0), "
+        f"(SELECT max_pending_jobs FROM {caps} WHERE team_id = %s), "
+        f"(SELECT max_pending_jobs_per_user FROM {caps} WHERE team_id = %s) "
+        f"FROM {jobs} WHERE team_id = %s AND state = %s"
+    )
+
+    def read() -> tuple[int, int, int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [user.pk, team.pk, team.pk, team.pk, JobState.PENDING.value])
+            in_team, mine, team_cap, user_cap = cursor.fetchone()
+        return (
+            in_team,
+            mine,
+            settings.JOB_PENDING_MAX_TEAM if team_cap is None else team_cap,
+            settings.JOB_PENDING_MAX_USER if user_cap is None else user_cap,
+        )
+
+    in_team, mine, team_cap, user_cap = read()
+    if (in_team + adding) * 10 >= team_cap * 9 or (mine + adding) * 10 >= user_cap * 9:
+        Team.objects.select_for_update().filter(pk=team.pk).first()
+        in_team, mine, team_cap, user_cap = read()
+    problems = []
+    if in_team + adding > team_cap:
+        problems.append(
+            f"team {team.slug} has {in_team:,} pending jobs and may hold {team_cap:,}; "
+            f"these {adding:,} more would pass its cap (arrays count by size): wait for some "
+            "to start or cancel some"
+        )
+    if mine + adding > user_cap:
+        problems.append(
+            f"you have {mine:,} pending jobs in team {team.slug} and may hold {user_cap:,}; "
+            f"these {adding:,} more would pass the per-user cap (arrays count by size)"
+        )
+    if problems:
+        raise FieldErrors({"team": problems})
 
 
 def job_fields(
@@ -172,7 +281,11 @@ def job_fields(
         ),
         "checkpoint_interval_s": request.checkpoint_interval_s,
         "runtime_limit_s": request.runtime_limit_s,
+        "deadline": request.deadline,
         "dataset": request.dataset,
+        "dataset_version": request.dataset_version,
+        "code_ref": request.code_ref,
+        "checkpoint_on_advice": bool(request.checkpoint_on_advice),
         "elastic_min_workers": (request.elastic or {}).get("min_workers"),
         "elastic_max_workers": (request.elastic or {}).get("max_workers"),
         "simulated_duration_s": request.simulated_duration_s,
@@ -193,9 +306,8 @@ def job_submit(
     """
     with transaction.atomic():
         team, gpu_model, priority = _validate_request(request, user=user, target=target)
-        from billing.services import budget_check_submission
-
-        budget_check_submission(team=team)
+        check_submission(team=team)
+        pending_caps_check(user=user, team=team, adding=1)
         job = Job(
             **job_fields(
                 user=user,
@@ -209,66 +321,7 @@ def job_submit(
         job.save()
         event_record(job=job, kind="submitted", message=f"submitted by {user.get_username()}")
         publish_job(job)
-        _trigger_cycle()
-    return job
-
-
-def _trigger_cycle() -> None:
-    from .triggers import request_cycle
-
-    request_cycle()
-
-
-def job_transition(*, job: Job, target: JobState, **fields: Any) -> bool:
-    """Move ``job`` to ``target`` if its current state allows it, as one conditional UPDATE.
-
-    Returns False (and changes nothing) when another worker already moved it elsewhere.
-    """
-    updated = Job.objects.filter(pk=job.pk, state__in=sources_for(target)).update(
-        state=target, **fields
-    )
-    if updated:
-        job.state = target
-        for key, value in fields.items():
-            setattr(job, key, value)
-    return bool(updated)
-
-
-def release_allocations(*, job: Job, at: datetime | None = None) -> int:
-    """End the job's live allocations (its GPUs become free). Idempotent."""
-    return Allocation.objects.filter(job=job, ended_at__isnull=True).update(
-        ended_at=at or timezone.now()
-    )
-
-
-def job_cancel(*, user, job_id: int) -> Job:
-    """Cancel a live job of one of the caller's teams.
-
-    Another team's job is NotFound. A job already final is a Conflict. The backend is told to stop
-    after commit; GPUs are released in the same transaction as the state change.
-    """
-    with transaction.atomic():
-        job = Job.objects.visible_to(user).select_related("team").filter(pk=job_id).first()
-        if job is None:
-            raise NotFound("no such job", field="id")
-        if not can_submit_to(user, job.team):
-            raise Forbidden("viewers cannot cancel jobs", field="id")
-        try:
-            check_transition(job.state, JobState.CANCELLED)
-        except IllegalTransition as exc:
-            raise Conflict(f"job is already {job.state}", field="state") from exc
-        was_holding = job.state in (JobState.RUNNING, JobState.PREEMPTED)
-        now = timezone.now()
-        if not job_transition(job=job, target=JobState.CANCELLED, finished_at=now, why_pending=""):
-            raise Conflict("job changed state meanwhile; try again", field="state")
-        release_allocations(job=job, at=now)
-        event_record(job=job, kind="cancelled", message=f"cancelled by {user.get_username()}")
-        publish_job(job)
-        if was_holding and job.cluster_id:
-            from .enforce import backend_cancel_after_commit
-
-            backend_cancel_after_commit(job)
-        _trigger_cycle()
+        request_cycle()
     return job
 
 
@@ -276,11 +329,9 @@ def job_cancel(*, user, job_id: int) -> Job:
 
 
 def _node_for_admin(*, user, node_id: int):
-    from .models import Node as NodeRow
-
     if not is_platform_admin(user):
         raise NotFound("no such node", field="id")
-    node = NodeRow.objects.select_related("cluster").filter(pk=node_id).first()
+    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         raise NotFound("no such node", field="id")
     return node
@@ -305,20 +356,16 @@ def _node_changed(node, kind: str, message: str, *, actor=None, before: str = ""
 def node_event_record(*, node: Node, kind: str, message: str, now: datetime) -> None:
     """Record a node event; announce it to admins (``node.event``) and the node's new state to
     every cluster view (``node.status``), after commit."""
-    from .models import NodeEvent
-
     message = message[:500]
     NodeEvent.objects.create(node=node, kind=kind, message=message, time=now)
-    streams.publish(
-        streams.ADMIN_GROUP,
-        {
-            "type": "node.event",
-            "node": node.name,
-            "kind": kind,
-            "message": message,
-            "time": now.isoformat(),
-        },
-    )
+    event: streams.NodeEventPayload = {
+        "type": "node.event",
+        "node": node.name,
+        "kind": kind,
+        "message": message,
+        "time": now.isoformat(),
+    }
+    streams.publish(streams.ADMIN_GROUP, event)
     publish_node_status(node=node, now=now)
 
 
@@ -330,23 +377,18 @@ def publish_node_status(*, node: Node, now: datetime) -> None:
             "gpu_index", flat=True
         )
     )
-    streams.publish(
-        streams.CLUSTER_GROUP,
-        {
-            "type": "node.status",
-            "node": node.name,
-            "state": node.state,
-            "health": node.health,
-            "gpus": {str(i): "in use" if i in in_use else "free" for i in range(node.gpu_count)},
-            "time": now.isoformat(),
-        },
-    )
+    payload: streams.NodeStatusPayload = {
+        "type": "node.status",
+        "node": node.name,
+        "state": node.state,
+        "health": node.health,
+        "gpus": {str(i): "in use" if i in in_use else "free" for i in range(node.gpu_count)},
+        "time": now.isoformat(),
+    }
+    streams.publish(streams.CLUSTER_GROUP, payload)
 
 
 def _backend_after_commit(node, action: str, *args) -> None:
-    from .backends import get_backend
-    from .backends.base import BackendError
-
     def run() -> None:
         try:
             getattr(get_backend(node.cluster), action)(node.name, *args)
@@ -359,8 +401,6 @@ def _backend_after_commit(node, action: str, *args) -> None:
 def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     """Quarantine a node by hand (platform admins): no new work, drained on the backend, released
     only by :func:`node_release`. Running jobs keep running."""
-    from .models import NodeState
-
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
     with transaction.atomic():
@@ -385,8 +425,6 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
 
 def node_drain(*, user, node_id: int, reason: str) -> Node:
     """Let running work finish but place nothing new on the node (platform admins)."""
-    from .models import NodeState
-
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
         if node.state in (NodeState.DRAINING, NodeState.QUARANTINED):
@@ -409,8 +447,6 @@ def node_drain(*, user, node_id: int, reason: str) -> Node:
 def node_release(*, user, node_id: int) -> Node:
     """Return a drained or quarantined node to service (platform admins). A down node stays down
     until the backend reports it back."""
-    from .models import NodeState
-
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
         if node.state not in (NodeState.DRAINING, NodeState.QUARANTINED):
@@ -423,7 +459,7 @@ def node_release(*, user, node_id: int) -> Node:
             node, "released", f"released by {user.get_username()}", actor=user, before=before
         )
         _backend_after_commit(node, "undrain_node")
-        _trigger_cycle()
+        request_cycle()
     return node
 
 
@@ -434,9 +470,6 @@ def cluster_import_nodes(*, cluster) -> tuple[int, int]:
     """Create or update the cluster's nodes from its backend's inventory (GPU count and model,
     rack, NVLink domain, zone, fabric, spot). Nodes the backend no longer lists are left alone
     (an admin removes them). Returns ``(created, updated)``. Idempotent."""
-    from .backends import get_backend
-    from .models import NodeState
-
     seen = get_backend(cluster).list_nodes()
     created = updated = 0
     with transaction.atomic():
@@ -470,3 +503,17 @@ def cluster_import_nodes(*, cluster) -> tuple[int, int]:
                 node.save(update_fields=changed)
                 updated += 1
     return created, updated
+
+
+def cluster_backend_mark(*, cluster: Cluster, error: str = "") -> None:
+    """Record whether the cluster's backend answered (``error`` empty) or why it did not; the
+    row is written only when that changed. The loop's observe and enforce stages call it; a
+    backend outage is the cluster's state, never its jobs'."""
+    available = not error
+    if cluster.backend_available != available or cluster.backend_error != error:
+        Cluster.objects.filter(pk=cluster.pk).update(
+            backend_available=available,
+            backend_error=error[:2000],
+            backend_checked_at=timezone.now(),
+        )
+        cluster.backend_available, cluster.backend_error = available, error

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import connection
 from django.db.models import F, FloatField, Func, Q
+from django.utils.module_loading import import_string
 
 from scheduler.policy import (
     Config,
@@ -33,6 +34,7 @@ from tenants.models import Team as TeamRow
 
 from .models import Allocation, Job
 from .models import Node as NodeRow
+from .runtime_prediction import describe, predict_runtime_s
 from .states import JobState
 
 # A node whose cluster's backend is unreachable gets no new work: it is shown as down.
@@ -72,10 +74,19 @@ def _seconds_of(name: str) -> Func | F:
     return EpochSeconds(name) if connection.vendor == "postgresql" else F(name)
 
 
+def policy_config_data() -> dict:
+    """The engine configuration JSON in force: from ``settings.SCHEDULER_POLICY_SOURCE`` (a
+    dotted path to a callable returning it, or None for "none stored": the policy history) when
+    set, else the environment's ``SCHEDULER_POLICY``. Read every cycle."""
+    source = getattr(settings, "SCHEDULER_POLICY_SOURCE", "")
+    stored = import_string(source)() if source else None
+    if stored is not None:
+        return stored
+    return getattr(settings, "SCHEDULER_POLICY", {}) or {}
+
+
 def policy_config() -> Config:
-    return config_from_dict(
-        getattr(settings, "SCHEDULER_POLICY", {}) or {}, path="SCHEDULER_POLICY"
-    )
+    return config_from_dict(policy_config_data(), path="SCHEDULER_POLICY")
 
 
 def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
@@ -114,7 +125,8 @@ def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
 
 def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     """Read everything the engine needs. Queries: priority classes, teams, quotas, usage, nodes,
-    live allocations, running jobs, pending jobs — eight, whatever the cluster's size."""
+    live allocations, running jobs, pending jobs — eight, whatever the cluster's size — plus the
+    run-time model's read of the jobs finished since its last one."""
     config = policy_config()
     index = SnapshotIndex()
     priorities = dict(PriorityClass.objects.values_list("name", "value"))
@@ -185,20 +197,46 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         "elastic_max_workers",
         "state",
         "dataset",
-        "attained_service_s",
+        "earlier_runs_s",
         "requeued",
+        "name",
+        "image",
+        "submitter__username",
     )
+    running_rows = list(
+        Job.objects.filter(state__in=[JobState.RUNNING, JobState.PREEMPTED]).values(
+            *job_fields,
+            submitted_s=_seconds_of("submitted_at"),
+            started_s=_seconds_of("started_at"),
+            last_checkpoint_s=_seconds_of("last_checkpoint_at"),
+            preempt_deadline_s=_seconds_of("preempt_deadline"),
+        )
+    )
+    pending_fields = (*job_fields, "team_id", "why_pending", "estimated_start")
+    pending_rows = list(
+        Job.objects.filter(state=JobState.PENDING)
+        .values(
+            *pending_fields,
+            submitted_s=_seconds_of("submitted_at"),
+            deadline_s=_seconds_of("deadline"),
+        )
+        .order_by("id")
+    )
+    estimates = _runtime_estimates(running_rows + pending_rows)
+    t_now = now.timestamp()
+
     running = []
-    for row in Job.objects.filter(state__in=[JobState.RUNNING, JobState.PREEMPTED]).values(
-        *job_fields,
-        submitted_s=_seconds_of("submitted_at"),
-        started_s=_seconds_of("started_at"),
-        last_checkpoint_s=_seconds_of("last_checkpoint_at"),
-        preempt_deadline_s=_seconds_of("preempt_deadline"),
-    ):
+    for row in running_rows:
         key = str(row["id"])
         index.job_pk[key] = row["id"]
-        started = _ts(row["started_s"]) or now.timestamp()
+        started = _ts(row["started_s"]) or t_now
+        expected_end = None
+        if row["id"] in estimates:
+            expected_end = started + estimates[row["id"]]
+            if expected_end <= t_now and not row["runtime_limit_s"]:
+                # A job that outran its prediction is expected to run as long again as it has
+                # run: run times are heavy-tailed, so the longer a job ran the longer it runs.
+                expected_end = t_now + max(t_now - started, 60.0)
         running.append(
             RunningJob(
                 id=key,
@@ -209,7 +247,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 gpus_per_worker=row["gpus_per_worker"],
                 placement={n: tuple(sorted(g)) for n, g in placements.get(row["id"], {}).items()},
                 started_at=started,
-                expected_end=(started + row["runtime_limit_s"]) if row["runtime_limit_s"] else None,
+                expected_end=expected_end,
                 preemptible=row["preemptible"],
                 last_checkpoint_at=_ts(row["last_checkpoint_s"]),
                 checkpoint_interval_s=row["checkpoint_interval_s"],
@@ -218,18 +256,14 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                     _ts(row["preempt_deadline_s"]) if row["state"] == JobState.PREEMPTED else None
                 ),
                 # Run seconds of earlier attempts: least-attained-service queues count them.
-                attained_service_s=row["attained_service_s"],
+                attained_service_s=row["earlier_runs_s"],
                 # Submission order decides which running jobs a waiting one may move (LAS rules).
                 submitted_at=_ts(row["submitted_s"]),
             )
         )
 
     pending = []
-    pending_fields = (*job_fields, "team_id", "name", "why_pending", "estimated_start")
-    pending_rows = Job.objects.filter(state=JobState.PENDING).values(
-        *pending_fields, submitted_s=_seconds_of("submitted_at")
-    )
-    for row in pending_rows.order_by("id"):
+    for row in pending_rows:
         key = str(row["id"])
         index.job_pk[key] = row["id"]
         index.pending_shown[row["id"]] = (
@@ -248,13 +282,14 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 workers=row["workers"],
                 gpus_per_worker=row["gpus_per_worker"],
                 submitted_at=_ts(row["submitted_s"]) or now.timestamp(),
-                runtime_estimate_s=row["runtime_limit_s"],
+                runtime_estimate_s=estimates.get(row["id"]),
                 preemptible=row["preemptible"],
                 dataset=row["dataset"] or None,
                 dataset_ready=True,
                 elastic=_elastic(row),
-                attained_service_s=row["attained_service_s"],
+                attained_service_s=row["earlier_runs_s"],
                 requeued=row["requeued"],
+                deadline=_ts(row["deadline_s"]),
             )
         )
 
@@ -268,6 +303,18 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         pending=tuple(pending),
     )
     return snapshot, index
+
+
+def _runtime_estimates(rows: list[dict]) -> dict[int, float]:
+    """Run seconds the engine plans with, by job id: the user's limit where there is one, else
+    the prediction from the platform's history (``scheduler.runtime_prediction``); a job with
+    neither is left out (the engine's ``default_runtime_s``)."""
+    out = {row["id"]: float(row["runtime_limit_s"]) for row in rows if row["runtime_limit_s"]}
+    unlimited = [row for row in rows if not row["runtime_limit_s"]]
+    if unlimited:
+        predicted = predict_runtime_s([describe(row) for row in unlimited])
+        out.update((row["id"], p) for row, p in zip(unlimited, predicted, strict=True) if p)
+    return out
 
 
 def _elastic(row: dict) -> Elastic | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .cycle import run_cycle as _run_cycle
 from .locks import scheduler_lock
+from .loop.cycle import run_cycle as _run_cycle
+from .loop.observe import sync_all
 
 
 @shared_task(
@@ -27,17 +28,7 @@ def run_cycle() -> dict:
 @shared_task(name="scheduler.tasks.sync_backends", ignore_result=True)
 def sync_backends() -> bool:
     """Observe the backends only (job finishes, node failures); skipped during a cycle."""
-    from .sync import sync_all
-
     with scheduler_lock() as acquired:
         if acquired:
             sync_all()
         return acquired
-
-
-@shared_task(name="scheduler.tasks.demo_workload", ignore_result=True)
-def demo_workload() -> int:
-    """The demo's steady trickle of jobs (only registered as periodic when DEMO_WORKLOAD is on)."""
-    from .management.commands.seed_demo import demo_workload_tick
-
-    return demo_workload_tick()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
@@ -23,6 +24,7 @@ def wakeup_event() -> threading.Event:
 
 
 DEBOUNCE_KEY = "gpuplatform:scheduler:cycle-requested"
+RUN_CYCLE_TASK = "scheduler.tasks.run_cycle"
 _redis = None
 
 
@@ -54,10 +56,9 @@ def _enqueue() -> None:
     except Exception:
         log.warning("cache unavailable; cycle trigger skipped (beat will run it)")
         return
-    from .tasks import run_cycle
-
     try:
-        run_cycle.apply_async(
+        # By name: the task module imports the loop, which requests cycles through this module.
+        current_app.signature(RUN_CYCLE_TASK).apply_async(
             countdown=debounce,
             expires=debounce + settings.SCHEDULER_CYCLE_SECONDS,
             retry=False,

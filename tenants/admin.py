@@ -71,6 +71,8 @@ class AuditedAdmin(admin.ModelAdmin):
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
+    # Who keeps the membership (portal or identity provider) is set by the code that makes it.
+    readonly_fields = ["source"]
 
 
 class QuotaInline(admin.TabularInline):

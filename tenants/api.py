@@ -4,15 +4,19 @@ from ``tenants.permissions`` through the services."""
 
 from __future__ import annotations
 
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import Throttled
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler.errors import DomainError, NotFound
-from scheduler.models import GpuModel
+from catalogue.models import GpuModel
+from core.bounds import api_number
+from core.errors import DomainError, NotFound
+from core.ids import parse_id
 
 from . import selectors, services
 from .models import (
@@ -24,10 +28,11 @@ from .models import (
     QuotaRequest,
     Role,
     Team,
+    TeamEntitlements,
 )
 from .pagination import BoundedLimitOffsetPagination
 from .permissions import is_platform_admin, visible_teams
-from .throttles import token_exchange_throttles
+from .throttles import password_attempt_failed, password_attempt_refused
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -46,8 +51,8 @@ class TeamSerializer(serializers.ModelSerializer):
 class QuotaSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
-    guaranteed_gpus = serializers.IntegerField(min_value=0, max_value=100000)
-    borrow_limit_gpus = serializers.IntegerField(min_value=0, max_value=100000)
+    guaranteed_gpus = api_number(Quota, "guaranteed_gpus")
+    borrow_limit_gpus = api_number(Quota, "borrow_limit_gpus")
     confirm_overcommit = serializers.BooleanField(
         write_only=True,
         required=False,
@@ -70,7 +75,52 @@ class QuotaSerializer(serializers.ModelSerializer):
 class PriorityClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
-        fields = ["name", "value", "preemptible_by_default", "description"]
+        fields = ["name", "value", "preemptible_by_default", "restricted", "description"]
+        read_only_fields = fields
+
+
+class EntitlementsSerializer(serializers.Serializer):
+    """A team's quota settings beyond GPU quotas. The writable fields are the team's own; the
+    ``effective`` object adds what it inherits from its parent teams and the platform defaults."""
+
+    team = serializers.CharField(read_only=True)
+    priority_classes = serializers.ListField(
+        child=serializers.SlugField(max_length=64),
+        max_length=200,
+        help_text="restricted priority classes granted to this team (and its sub-teams)",
+    )
+    may_opt_out_of_preemption = serializers.BooleanField()
+    max_pending_jobs = api_number(
+        TeamEntitlements, "max_pending_jobs", required=False, allow_null=True, default=None
+    )
+    max_pending_jobs_per_user = api_number(
+        TeamEntitlements,
+        "max_pending_jobs_per_user",
+        required=False,
+        allow_null=True,
+        default=None,
+    )
+    effective = serializers.DictField(read_only=True)
+
+
+def _entitlements_body(team: Team) -> dict:
+    row = TeamEntitlements.objects.filter(team=team).first()
+    granted = selectors.team_entitlements(team)
+    return {
+        "team": team.slug,
+        "priority_classes": sorted(row.priority_classes.values_list("name", flat=True))
+        if row
+        else [],
+        "may_opt_out_of_preemption": row.may_opt_out_of_preemption if row else False,
+        "max_pending_jobs": row.max_pending_jobs if row else None,
+        "max_pending_jobs_per_user": row.max_pending_jobs_per_user if row else None,
+        "effective": {
+            "granted_classes": sorted(granted.granted_classes),
+            "may_opt_out_of_preemption": granted.may_opt_out_of_preemption,
+            "max_pending_jobs": granted.max_pending_jobs,
+            "max_pending_jobs_per_user": granted.max_pending_jobs_per_user,
+        },
+    }
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -125,6 +175,18 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             user=request.user, team=team, **incoming.validated_data
         )
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=EntitlementsSerializer, responses={200: EntitlementsSerializer})
+    @action(detail=True, methods=["get", "put"], pagination_class=None)
+    def entitlements(self, request, slug=None, **kwargs):
+        """GET: the team's quota settings (restricted classes granted, preemption opt-out,
+        pending caps), as its members may read them. PUT: set them (platform admins)."""
+        team = selectors.team_get(user=request.user, slug=slug)
+        if request.method == "PUT":
+            incoming = EntitlementsSerializer(data=request.data)
+            incoming.is_valid(raise_exception=True)
+            services.entitlements_set(user=request.user, team=team, **incoming.validated_data)
+        return Response(_entitlements_body(team))
 
     @extend_schema(request=None, responses={204: None})
     @action(
@@ -206,7 +268,7 @@ class TokenExchangeView(APIView):
     permission_classes = [AllowAny]
 
     def get_throttles(self):
-        return token_exchange_throttles()
+        return []  # failed password attempts are limited in post(), as at the portal's form
 
     @extend_schema(
         request=inline_serializer(
@@ -241,11 +303,21 @@ class TokenExchangeView(APIView):
         name = request.data.get("name") or "api"
         if not isinstance(name, str):
             return Response({"name": ["must be a string"]}, status=400)
-        token, raw = services.token_exchange(username=username, password=password, name=name)
-        return Response(
+        # The portal's login form and this exchange share one budget of failed attempts.
+        wait = password_attempt_refused(request)
+        if wait is not None:
+            raise Throttled(wait=wait)
+        try:
+            token, raw = services.token_exchange(username=username, password=password, name=name)
+        except DomainError:
+            password_attempt_failed(request)
+            raise
+        response = Response(
             {"token": raw, "name": token.name, "expires_at": token.expires_at},
             status=status.HTTP_201_CREATED,
         )
+        add_never_cache_headers(response)  # a secret: no cache, proxy or browser may keep it
+        return response
 
 
 def _visible_team_from_body(user, slug) -> Team:
@@ -286,9 +358,9 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer):
 class QuotaChangeRequestCreateSerializer(serializers.Serializer):
     team = serializers.SlugField()
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
-    guaranteed_gpus = serializers.IntegerField(min_value=0, max_value=100000)
-    borrow_limit_gpus = serializers.IntegerField(
-        min_value=0, max_value=100000, required=False, allow_null=True, default=None
+    guaranteed_gpus = api_number(QuotaRequest, "guaranteed_gpus")
+    borrow_limit_gpus = api_number(
+        QuotaRequest, "borrow_limit_gpus", required=False, allow_null=True, default=None
     )
     reason = serializers.CharField(max_length=2000)
     until = serializers.DateTimeField(required=False, allow_null=True, default=None)
@@ -313,10 +385,10 @@ class QuotaRequestViewSet(
         return selectors.quota_request_list(user=self.request.user)
 
     def _request_id(self) -> int:
-        try:
-            return int(self.kwargs["pk"])
-        except (TypeError, ValueError):
-            raise NotFound("no such quota request", field="id") from None
+        request_id = parse_id(self.kwargs.get("pk"))
+        if request_id is None:
+            raise NotFound("no such quota request", field="id")
+        return request_id
 
     def get_object(self):
         return selectors.quota_request_get(user=self.request.user, request_id=self._request_id())
@@ -412,10 +484,10 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return selectors.token_list(user=self.request.user)
 
     def _token_id(self) -> int:
-        try:
-            return int(self.kwargs["pk"])
-        except (TypeError, ValueError):
-            raise NotFound("no such token", field="id") from None
+        token_id = parse_id(self.kwargs.get("pk"))
+        if token_id is None:
+            raise NotFound("no such token", field="id")
+        return token_id
 
     def get_object(self):
         token = self.get_queryset().filter(pk=self._token_id()).first()
@@ -431,7 +503,7 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         body = ApiTokenSerializer(token).data
         body["token"] = raw
         response = Response(body, status=status.HTTP_201_CREATED)
-        response["Cache-Control"] = "no-store"
+        add_never_cache_headers(response)
         return response
 
     @extend_schema(request=None, responses={204: None})
@@ -485,11 +557,49 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
         )
 
     def get_object(self):
-        try:
-            pk = int(self.kwargs["pk"])
-        except (TypeError, ValueError):
-            raise NotFound("no such audit entry", field="id") from None
+        pk = parse_id(self.kwargs.get("pk"))
+        if pk is None:
+            raise NotFound("no such audit entry", field="id")
         entry = self.get_queryset().filter(pk=pk).first()
         if entry is None:
             raise NotFound("no such audit entry", field="id")
         return entry
+
+
+class MeView(APIView):
+    """Who the caller is (token or session): name, teams and roles, how they sign in. ``gpuctl
+    login --token-stdin`` checks a token created in the portal with it."""
+
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "Me",
+                {
+                    "username": serializers.CharField(),
+                    "email": serializers.CharField(),
+                    "platform_admin": serializers.BooleanField(),
+                    "sso": serializers.BooleanField(),
+                    "teams": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        }
+    )
+    def get(self, request):
+        from .models import Membership
+
+        user = request.user
+        teams = [
+            {"team": slug, "role": role, "source": source}
+            for slug, role, source in Membership.objects.filter(user=user)
+            .order_by("team__slug")
+            .values_list("team__slug", "role", "source")
+        ]
+        return Response(
+            {
+                "username": user.get_username(),
+                "email": user.email,
+                "platform_admin": is_platform_admin(user),
+                "sso": hasattr(user, "sso_identity"),
+                "teams": teams,
+            }
+        )

@@ -1,31 +1,27 @@
 """API token authentication: ``Authorization: Bearer <token>`` (or ``Token <token>``).
 
 Only the token's SHA-256 is stored; a revoked or expired token authenticates nobody. The plain
-token is never logged.
+token is never logged. The header is read by ``core.auth.BearerTokenAuthentication``, as for
+node agents' tokens.
 """
 
 from __future__ import annotations
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions
+from rest_framework import exceptions
+
+from core.auth import BearerTokenAuthentication
 
 from .models import ApiToken, hash_token
 
 
-class ApiTokenAuthentication(authentication.BaseAuthentication):
+class ApiTokenAuthentication(BearerTokenAuthentication):
+    """A user's API token (any token not claimed by an authenticator before this one)."""
+
     keywords = ("bearer", "token")
 
-    def authenticate(self, request):
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower().decode() not in self.keywords:
-            return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("malformed Authorization header")
-        try:
-            raw = header[1].decode()
-        except UnicodeError:
-            raise exceptions.AuthenticationFailed("malformed token") from None
+    def authenticate_token(self, raw: str):
         token = (
             ApiToken.objects.select_related("user")
             .filter(key_hash=hash_token(raw), revoked_at__isnull=True)
@@ -40,9 +36,6 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token
-
-    def authenticate_header(self, request):
-        return "Bearer"
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from django import forms
 
-from scheduler.errors import DomainError, FieldErrors
-from scheduler.models import GpuModel
+from catalogue.models import GpuModel
+from core.bounds import form_number
+from core.errors import DomainError, FieldErrors
 
-from .models import Role, Team
+from .models import PriorityClass, Quota, QuotaRequest, Role, Team, TeamEntitlements
 
 
 def add_domain_error(form: forms.Form, exc: DomainError) -> None:
@@ -26,10 +27,8 @@ def _gpu_models():
 class QuotaForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.order_by("slug"), to_field_name="slug")
     gpu_model = forms.ModelChoiceField(queryset=_gpu_models(), to_field_name="name")
-    guaranteed_gpus = forms.IntegerField(min_value=0, max_value=1_000_000, label="Guaranteed GPUs")
-    borrow_limit_gpus = forms.IntegerField(
-        min_value=0, max_value=1_000_000, label="Borrow limit (GPUs)"
-    )
+    guaranteed_gpus = form_number(Quota, "guaranteed_gpus", label="Guaranteed GPUs")
+    borrow_limit_gpus = form_number(Quota, "borrow_limit_gpus", label="Borrow limit (GPUs)")
     confirm_overcommit = forms.BooleanField(
         required=False,
         label="Confirm overcommit",
@@ -39,7 +38,7 @@ class QuotaForm(forms.Form):
 
 
 class TeamWeightForm(forms.Form):
-    fair_share_weight = forms.FloatField(min_value=0, label="Fair-share weight")
+    fair_share_weight = form_number(Team, "fair_share_weight", label="Fair-share weight")
 
 
 class TeamCreateForm(forms.Form):
@@ -48,14 +47,53 @@ class TeamCreateForm(forms.Form):
     parent = forms.ModelChoiceField(
         queryset=Team.objects.order_by("slug"), to_field_name="slug", required=False
     )
-    fair_share_weight = forms.FloatField(min_value=0, initial=1.0, label="Fair-share weight")
+    fair_share_weight = form_number(
+        Team, "fair_share_weight", initial=1.0, label="Fair-share weight"
+    )
 
 
 class PriorityClassForm(forms.Form):
     name = forms.SlugField(max_length=64)
-    value = forms.IntegerField(min_value=-(10**9), max_value=10**9)
+    value = form_number(PriorityClass, "value")
     preemptible_by_default = forms.BooleanField(required=False, initial=True)
+    restricted = forms.BooleanField(
+        required=False,
+        help_text="Only teams granted this class in their quota settings may submit in it.",
+    )
     description = forms.CharField(required=False, max_length=200)
+
+
+class EntitlementsForm(forms.Form):
+    """A team's entitlements and pending caps (part of its quota settings)."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.order_by("slug"), to_field_name="slug")
+    priority_classes = forms.ModelMultipleChoiceField(
+        queryset=PriorityClass.objects.filter(restricted=True).order_by("-value"),
+        to_field_name="name",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Restricted priority classes granted",
+        help_text="Unrestricted classes are open to every team. Grants reach sub-teams.",
+    )
+    may_opt_out_of_preemption = forms.BooleanField(
+        required=False,
+        label="May opt out of preemption",
+        help_text="Submit preemptible: false in classes whose jobs are preemptible by default.",
+    )
+    max_pending_jobs = form_number(
+        TeamEntitlements,
+        "max_pending_jobs",
+        required=False,
+        label="Pending jobs cap (team)",
+        help_text="Arrays count by size. Empty: the platform default.",
+    )
+    max_pending_jobs_per_user = form_number(
+        TeamEntitlements,
+        "max_pending_jobs_per_user",
+        required=False,
+        label="Pending jobs cap (per user)",
+        help_text="Empty: the platform default.",
+    )
 
 
 class MembershipForm(forms.Form):
@@ -65,12 +103,10 @@ class MembershipForm(forms.Form):
 
 class QuotaRequestForm(forms.Form):
     gpu_model = forms.ModelChoiceField(queryset=_gpu_models(), to_field_name="name")
-    guaranteed_gpus = forms.IntegerField(
-        min_value=0, max_value=1_000_000, label="Guaranteed GPUs wanted"
-    )
-    borrow_limit_gpus = forms.IntegerField(
-        min_value=0,
-        max_value=1_000_000,
+    guaranteed_gpus = form_number(QuotaRequest, "guaranteed_gpus", label="Guaranteed GPUs wanted")
+    borrow_limit_gpus = form_number(
+        QuotaRequest,
+        "borrow_limit_gpus",
         required=False,
         label="Borrow limit wanted",
         help_text="Leave empty to keep the current borrow limit.",
@@ -104,3 +140,11 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150)
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
+
+
+class SsoRuleForm(forms.Form):
+    group = forms.CharField(
+        max_length=200, help_text="A value of the identity provider's groups claim."
+    )
+    team = forms.ModelChoiceField(queryset=Team.objects.order_by("slug"), to_field_name="slug")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)

@@ -6,9 +6,14 @@ import hashlib
 import secrets as _secrets
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+
+from core.bounds import MAX_GPUS
+
+_GPUS = [MinValueValidator(0), MaxValueValidator(MAX_GPUS)]
+_JOBS = [MinValueValidator(0), MaxValueValidator(1_000_000)]
 
 
 class Role(models.TextChoices):
@@ -32,7 +37,9 @@ class Team(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, related_name="children", on_delete=models.PROTECT
     )
-    fair_share_weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)])
+    fair_share_weight = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1_000_000.0)]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -48,12 +55,24 @@ class Team(models.Model):
         return self.slug
 
 
+class MembershipSource(models.TextChoices):
+    MANUAL = "manual", "Added in the portal"
+    SSO = "sso", "From the identity provider"
+
+
 class Membership(models.Model):
+    """A user's role in a team. ``source`` says who keeps it: the team's admins (``manual``) or
+    the identity provider's groups (``sso``: re-evaluated at each single sign-on login, where it
+    is created, changed or removed to match the group rules)."""
+
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, related_name="memberships", on_delete=models.CASCADE
     )
     team = models.ForeignKey(Team, related_name="memberships", on_delete=models.CASCADE)
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    source = models.CharField(
+        max_length=8, choices=MembershipSource.choices, default=MembershipSource.MANUAL
+    )
 
     class Meta:
         constraints = [
@@ -66,8 +85,16 @@ class Membership(models.Model):
 
 class PriorityClass(models.Model):
     name = models.SlugField(unique=True, max_length=64)
-    value = models.IntegerField()
+    value = models.IntegerField(validators=[MinValueValidator(-(10**9)), MaxValueValidator(10**9)])
     preemptible_by_default = models.BooleanField(default=True)
+    # Like a Kubernetes PriorityClass under a quota's scope selector, or a Slurm QOS outside an
+    # association's AllowQOS: only teams granted it (TeamEntitlements) may submit in it.
+    restricted = models.BooleanField(
+        default=False,
+        # Also at the database: rows written by code that predates the column stay valid.
+        db_default=False,
+        help_text="Only teams granted this class in their quota settings may submit in it.",
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -83,10 +110,10 @@ class Quota(models.Model):
 
     team = models.ForeignKey(Team, related_name="quotas", on_delete=models.CASCADE)
     gpu_model = models.ForeignKey(
-        "scheduler.GpuModel", related_name="quotas", on_delete=models.PROTECT
+        "catalogue.GpuModel", related_name="quotas", on_delete=models.PROTECT
     )
-    guaranteed_gpus = models.PositiveIntegerField(default=0)
-    borrow_limit_gpus = models.PositiveIntegerField(default=0)
+    guaranteed_gpus = models.PositiveIntegerField(default=0, validators=_GPUS)
+    borrow_limit_gpus = models.PositiveIntegerField(default=0, validators=_GPUS)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -97,6 +124,36 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team}: {self.guaranteed_gpus}+{self.borrow_limit_gpus} {self.gpu_model}"
+
+
+class TeamEntitlements(models.Model):
+    """What a team may ask of the scheduler beyond its GPU quotas; part of its quota settings,
+    set by platform admins (``services.entitlements_set``) and enforced at submission.
+
+    - ``priority_classes``: the restricted priority classes the team (and its sub-teams) may use;
+      unrestricted classes are open to every team.
+    - ``may_opt_out_of_preemption``: the team (and its sub-teams) may submit ``preemptible:
+      false`` in a class whose jobs are preemptible by default.
+    - ``max_pending_jobs`` / ``max_pending_jobs_per_user``: caps on the team's own pending jobs
+      (arrays count by size), in all and per submitter; empty takes the platform's defaults
+      (``JOB_PENDING_MAX_TEAM`` / ``JOB_PENDING_MAX_USER``).
+    A team without a row has no grants and the default caps.
+    """
+
+    team = models.OneToOneField(
+        Team, primary_key=True, related_name="entitlements", on_delete=models.CASCADE
+    )
+    priority_classes = models.ManyToManyField(PriorityClass, blank=True, related_name="granted_to")
+    may_opt_out_of_preemption = models.BooleanField(default=False)
+    max_pending_jobs = models.PositiveIntegerField(null=True, blank=True, validators=_JOBS)
+    max_pending_jobs_per_user = models.PositiveIntegerField(null=True, blank=True, validators=_JOBS)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "team entitlements"
+
+    def __str__(self) -> str:
+        return f"entitlements of {self.team}"
 
 
 def hash_token(raw: str) -> str:
@@ -149,13 +206,13 @@ class QuotaRequest(models.Model):
         Team, related_name="quota_requests", on_delete=models.CASCADE, db_index=True
     )
     gpu_model = models.ForeignKey(
-        "scheduler.GpuModel", related_name="quota_requests", on_delete=models.PROTECT
+        "catalogue.GpuModel", related_name="quota_requests", on_delete=models.PROTECT
     )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, related_name="quota_requests", on_delete=models.PROTECT
     )
-    guaranteed_gpus = models.PositiveIntegerField()
-    borrow_limit_gpus = models.PositiveIntegerField()
+    guaranteed_gpus = models.PositiveIntegerField(validators=_GPUS)
+    borrow_limit_gpus = models.PositiveIntegerField(validators=_GPUS)
     reason = models.TextField()
     until = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
@@ -231,3 +288,46 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target_repr}"
+
+
+class SsoIdentity(models.Model):
+    """The identity provider's account behind a user: matched by issuer and subject (never by
+    email, so a provider account cannot take over a local one that shares its address)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, related_name="sso_identity", on_delete=models.CASCADE
+    )
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, blank=True)
+    last_login_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_sub")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.subject}@{self.issuer})"
+
+
+class SsoGroupRule(models.Model):
+    """Members of identity-provider group ``group`` get ``role`` in ``team`` (platform admins
+    edit these in the portal; applied at each single sign-on login)."""
+
+    group = models.CharField(max_length=200)
+    team = models.ForeignKey(Team, related_name="sso_rules", on_delete=models.CASCADE)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, related_name="+", on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "team__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "team"], name="sso_rule_unique_group_team")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.team} ({self.role})"

@@ -1,16 +1,27 @@
 """Who may do what: the one place where roles become permissions.
 
 The API, the portal and the websocket consumers all ask these functions; none of them checks a
-role on its own.
+role on its own. (Which stream groups a socket joins is ``frontend.consumers.socket_groups``, built
+from ``team_ids_of`` and ``is_platform_admin``.)
 """
 
 from __future__ import annotations
+
+from rest_framework.permissions import BasePermission
 
 from .models import MANAGE_ROLES, SUBMIT_ROLES, Membership, Role, Team
 
 
 def is_platform_admin(user) -> bool:
     return bool(user and user.is_authenticated and user.is_superuser)
+
+
+class IsPlatformAdmin(BasePermission):
+    """DRF permission: platform admins only (``is_platform_admin``), not every staff user
+    (DRF's IsAdminUser lets ``is_staff`` through)."""
+
+    def has_permission(self, request, view) -> bool:
+        return is_platform_admin(request.user)
 
 
 def team_ids_of(user) -> set[int]:
@@ -111,23 +122,3 @@ def auditable_team_ids(user) -> set[int]:
             "team_id", flat=True
         )
     )
-
-
-def can_command_stream(user, team: Team) -> bool:
-    """Commands sent over the websocket (e.g. cancel a job) follow the submit rule: viewers and
-    other teams cannot send any."""
-    return can_submit_to(user, team)
-
-
-def stream_groups_for(user) -> list[str]:
-    """The channel-layer groups a websocket of ``user`` may join: their teams, the shared
-    (anonymised) cluster group, and the admin group for platform admins. Nothing if anonymous."""
-    from scheduler import streams
-
-    if not user or not user.is_authenticated:
-        return []
-    groups = [streams.team_group(team_id) for team_id in sorted(team_ids_of(user))]
-    groups.append(streams.CLUSTER_GROUP)
-    if is_platform_admin(user):
-        groups.append(streams.ADMIN_GROUP)
-    return groups

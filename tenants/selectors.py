@@ -9,10 +9,21 @@ from datetime import datetime
 
 from django.db.models import Count, QuerySet, Sum
 
-from scheduler.errors import NotFound
+from catalogue.models import GpuModel
+from core.errors import NotFound
+from scheduler.models import Allocation, Node
 
 from . import permissions
-from .models import ApiToken, AuditEntry, Membership, Quota, QuotaRequest, Team
+from .models import (
+    ApiToken,
+    AuditEntry,
+    Membership,
+    PriorityClass,
+    Quota,
+    QuotaRequest,
+    Team,
+    TeamEntitlements,
+)
 
 
 def team_get(*, user, slug: str) -> Team:
@@ -40,6 +51,74 @@ def team_tree(*, user) -> list[tuple[Team, int]]:
     return out
 
 
+@dataclass(frozen=True)
+class Entitlements:
+    """What a team may ask of the scheduler (see ``models.TeamEntitlements``), with what it
+    inherits from its parent teams already folded in."""
+
+    team: str
+    # Restricted classes granted to the team or one of its parent teams.
+    granted_classes: frozenset[str]
+    may_opt_out_of_preemption: bool
+    max_pending_jobs: int
+    max_pending_jobs_per_user: int
+    # The teams (the team itself or a parent) each grant came from, for messages and pages.
+    granted_by: tuple[tuple[str, str], ...] = ()
+
+    def may_use(self, priority: PriorityClass) -> bool:
+        return not priority.restricted or priority.name in self.granted_classes
+
+
+def _ancestors_and_self(team_id: int) -> list[int]:
+    parents = dict(Team.objects.values_list("id", "parent_id"))
+    chain, node = [], team_id
+    while node is not None and node not in chain:
+        chain.append(node)
+        node = parents.get(node)
+    return chain
+
+
+def _caps(team_cap: int | None, user_cap: int | None) -> tuple[int, int]:
+    from django.conf import settings
+
+    return (
+        settings.JOB_PENDING_MAX_TEAM if team_cap is None else team_cap,
+        settings.JOB_PENDING_MAX_USER if user_cap is None else user_cap,
+    )
+
+
+def team_entitlements(team: Team) -> Entitlements:
+    """The team's entitlements, grants of its parent teams included. Three queries."""
+    chain = _ancestors_and_self(team.pk)
+    rows = {
+        row.team_id: row
+        for row in TeamEntitlements.objects.filter(team_id__in=chain)
+        .select_related("team")
+        .prefetch_related("priority_classes")
+    }
+    granted_by: dict[str, str] = {}
+    opt_out = False
+    for team_id in chain:  # the team first, then its parents: the nearest grant is shown
+        row = rows.get(team_id)
+        if row is None:
+            continue
+        for priority in row.priority_classes.all():
+            granted_by.setdefault(priority.name, row.team.slug)
+        opt_out = opt_out or row.may_opt_out_of_preemption
+    own = rows.get(team.pk)
+    team_cap, user_cap = _caps(
+        own.max_pending_jobs if own else None, own.max_pending_jobs_per_user if own else None
+    )
+    return Entitlements(
+        team=team.slug,
+        granted_classes=frozenset(granted_by),
+        may_opt_out_of_preemption=opt_out,
+        max_pending_jobs=team_cap,
+        max_pending_jobs_per_user=user_cap,
+        granted_by=tuple(sorted(granted_by.items())),
+    )
+
+
 @dataclass
 class QuotaUse:
     gpu_model: str
@@ -62,8 +141,6 @@ class TeamQuotaRow:
 
 def live_gpus_by_team_model() -> dict[tuple[int, str], int]:
     """(team id, GPU model name) -> GPUs held by live allocations now. One query."""
-    from scheduler.models import Allocation
-
     rows = (
         Allocation.objects.filter(ended_at__isnull=True)
         .values("job__team_id", "node__gpu_model__name")
@@ -114,8 +191,6 @@ def quota_overview(*, user) -> list[TeamQuotaRow]:
 def capacity_overview() -> list[dict]:
     """Per GPU model: GPUs in enabled clusters, and the sum of all guarantees (a hint; the
     precise overcommit rule is ``services.overcommit_problems``)."""
-    from scheduler.models import GpuModel, Node
-
     capacity = dict(
         Node.objects.filter(cluster__enabled=True)
         .values_list("gpu_model__name")

@@ -19,7 +19,10 @@ from django.db import transaction
 from django.db.models import ProtectedError, Sum
 from django.utils import timezone
 
-from scheduler.errors import Conflict, DomainError, FieldErrors, NotFound
+from core import streams
+from core.bounds import MAX_GPUS, number_error
+from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from scheduler.models import Node
 
 from . import permissions
 from .audit import audit_record
@@ -32,12 +35,11 @@ from .models import (
     QuotaRequestStatus,
     Role,
     Team,
+    TeamEntitlements,
     hash_token,
 )
 
 log = logging.getLogger(__name__)
-
-MAX_GPUS = 1_000_000
 
 
 class PermissionDenied(DomainError):
@@ -78,8 +80,6 @@ def _quota_state(quota: Quota | None) -> dict | None:
 
 
 def _capacity(gpu_model) -> int:
-    from scheduler.models import Node
-
     total = Node.objects.filter(cluster__enabled=True, gpu_model=gpu_model).aggregate(
         n=Sum("gpu_count")
     )["n"]
@@ -299,8 +299,9 @@ def _weight(errors: dict[str, list[str]], value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         errors.setdefault("fair_share_weight", []).append("must be a finite number")
         return None
-    if value < 0:
-        errors.setdefault("fair_share_weight", []).append("must be >= 0")
+    problem = number_error(Team, "fair_share_weight", value)
+    if problem:
+        errors.setdefault("fair_share_weight", []).append(problem)
         return None
     return float(value)
 
@@ -380,15 +381,23 @@ def _priority_state(pc: PriorityClass | None) -> dict | None:
         "name": pc.name,
         "value": pc.value,
         "preemptible_by_default": pc.preemptible_by_default,
+        "restricted": pc.restricted,
         "description": pc.description,
     }
 
 
 @transaction.atomic
 def priority_class_set(
-    *, user, name: str, value, preemptible_by_default: bool = True, description: str = ""
+    *,
+    user,
+    name: str,
+    value,
+    preemptible_by_default: bool = True,
+    restricted: bool = False,
+    description: str = "",
 ) -> PriorityClass:
-    """Create or change a priority class by name (platform admins only). Audited."""
+    """Create or change a priority class by name (platform admins only). A restricted class is
+    usable only by teams granted it (:func:`entitlements_set`). Audited."""
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("only platform admins change priority classes", field="name")
     errors: dict[str, list[str]] = {}
@@ -407,6 +416,7 @@ def priority_class_set(
         defaults={
             "value": int(value),
             "preemptible_by_default": bool(preemptible_by_default),
+            "restricted": bool(restricted),
             "description": description or "",
         },
     )
@@ -436,6 +446,79 @@ def priority_class_delete(*, user, name: str) -> None:
         target_id=name,
         before=before,
     )
+
+
+# --- entitlements (part of a team's quota settings) ----------------------------------------------
+
+
+def _entitlements_state(row: TeamEntitlements | None) -> dict | None:
+    if row is None:
+        return None
+    return {
+        "priority_classes": sorted(row.priority_classes.values_list("name", flat=True)),
+        "may_opt_out_of_preemption": row.may_opt_out_of_preemption,
+        "max_pending_jobs": row.max_pending_jobs,
+        "max_pending_jobs_per_user": row.max_pending_jobs_per_user,
+    }
+
+
+@transaction.atomic
+def entitlements_set(
+    *,
+    user,
+    team: Team,
+    priority_classes,
+    may_opt_out_of_preemption: bool,
+    max_pending_jobs=None,
+    max_pending_jobs_per_user=None,
+) -> TeamEntitlements:
+    """Set what ``team`` may ask of the scheduler (platform admins only): the restricted
+    priority classes granted to it (names), whether it may opt out of preemption, and its caps on
+    pending jobs (None: the platform's defaults). Grants and the opt-out reach its sub-teams.
+    Unknown class names and caps out of bounds are refused naming the field. Audited."""
+    if not permissions.can_manage_quotas(user):
+        raise PermissionDenied("only platform admins change quota settings", field="team")
+    errors: dict[str, list[str]] = {}
+    names = sorted({str(n) for n in (priority_classes or [])})
+    classes = list(PriorityClass.objects.filter(name__in=names))
+    unknown = sorted(set(names) - {c.name for c in classes})
+    if unknown:
+        errors["priority_classes"] = [f"unknown priority class(es): {', '.join(unknown)}"]
+    caps = {}
+    for field, value in (
+        ("max_pending_jobs", max_pending_jobs),
+        ("max_pending_jobs_per_user", max_pending_jobs_per_user),
+    ):
+        if value is None or value == "":
+            caps[field] = None
+            continue
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        problem = number_error(TeamEntitlements, field, value)
+        if problem:
+            errors[field] = [problem]
+        else:
+            caps[field] = int(value)
+    if errors:
+        raise FieldErrors(errors)
+    row = TeamEntitlements.objects.select_for_update().filter(team=team).first()
+    before = _entitlements_state(row)
+    row, _ = TeamEntitlements.objects.update_or_create(
+        team=team,
+        defaults={"may_opt_out_of_preemption": bool(may_opt_out_of_preemption), **caps},
+    )
+    row.priority_classes.set(classes)
+    after = _entitlements_state(row)
+    if before != after:
+        audit_record(
+            actor=user,
+            action="entitlements.set",
+            target=row,
+            team=team,
+            before=before,
+            after=after,
+        )
+    return row
 
 
 # --- memberships --------------------------------------------------------------------------------
@@ -640,6 +723,7 @@ def quota_request_approve(
         after=_request_state(claimed),
         comment=comment,
     )
+    _publish_decision(claimed)
     return claimed
 
 
@@ -672,7 +756,26 @@ def quota_request_reject(*, user, request_id: int, comment: str) -> QuotaRequest
         after={"status": claimed.status},
         comment=claimed.decision_comment,
     )
+    _publish_decision(claimed)
     return claimed
+
+
+def _publish_decision(req: QuotaRequest) -> None:
+    """Tell the team's stream (and so its notifications) that a request was decided, after
+    commit."""
+    streams.publish(
+        streams.team_group(req.team_id),
+        {
+            "type": "quota_request.decided",
+            "request": req.pk,
+            "team": req.team.slug,
+            "status": req.status,
+            "gpu_model": req.gpu_model.name,
+            "guaranteed_gpus": req.guaranteed_gpus,
+            "comment": req.decision_comment,
+            "time": timezone.now().isoformat(),
+        },
+    )
 
 
 def quota_requests_expire(now: datetime) -> int:
@@ -694,35 +797,43 @@ def quota_requests_expire(now: datetime) -> int:
         ).values_list("pk", "status")
     )
     for req_id, status in due:
-        with transaction.atomic():
-            claimed = _claim(
-                req_id, source=status, target=QuotaRequestStatus.EXPIRED, reverted_at=now
+        try:
+            reverted += _expire_one(req_id, status, now)
+        except Exception:  # one request's fault must not keep the others from expiring
+            log.exception("quota request %s could not be expired; retried next run", req_id)
+    return reverted
+
+
+def _expire_one(req_id: int, status: str, now: datetime) -> int:
+    """Expire one due request in its own transaction; 1 when an approval was reverted."""
+    with transaction.atomic():
+        claimed = _claim(req_id, source=status, target=QuotaRequestStatus.EXPIRED, reverted_at=now)
+        if claimed is None:
+            return 0
+        reverted = 0
+        if status == QuotaRequestStatus.APPROVED:
+            quota = (
+                Quota.objects.select_for_update()
+                .filter(team=claimed.team, gpu_model=claimed.gpu_model)
+                .first()
             )
-            if claimed is None:
-                continue
-            if status == QuotaRequestStatus.APPROVED:
-                quota = (
-                    Quota.objects.select_for_update()
-                    .filter(team=claimed.team, gpu_model=claimed.gpu_model)
-                    .first()
+            if quota is not None:
+                _apply_quota(
+                    actor=None,
+                    team=claimed.team,
+                    gpu_model=claimed.gpu_model,
+                    guaranteed=max(0, quota.guaranteed_gpus - claimed.applied_guaranteed_delta),
+                    borrow=max(0, quota.borrow_limit_gpus - claimed.applied_borrow_delta),
+                    action="quota.revert",
+                    comment=f"quota request #{claimed.pk} expired",
                 )
-                if quota is not None:
-                    _apply_quota(
-                        actor=None,
-                        team=claimed.team,
-                        gpu_model=claimed.gpu_model,
-                        guaranteed=max(0, quota.guaranteed_gpus - claimed.applied_guaranteed_delta),
-                        borrow=max(0, quota.borrow_limit_gpus - claimed.applied_borrow_delta),
-                        action="quota.revert",
-                        comment=f"quota request #{claimed.pk} expired",
-                    )
-                reverted += 1
-            audit_record(
-                actor=None,
-                action="quota_request.expire",
-                target=claimed,
-                team=claimed.team,
-                before={"status": status},
-                after={"status": claimed.status},
-            )
+            reverted = 1
+        audit_record(
+            actor=None,
+            action="quota_request.expire",
+            target=claimed,
+            team=claimed.team,
+            before={"status": status},
+            after={"status": claimed.status},
+        )
     return reverted

@@ -1,23 +1,70 @@
-"""Rate limits on job submission, per user and per team, backed by Django's cache (Redis in
-production, so limits hold across workers).
+"""Rate limits, backed by Django's cache (Redis in production, so limits hold across workers):
+job submissions per user and per team, and password attempts per client address (and username)
+at both password doors, the portal's login form and the API's token exchange, which share one
+budget so an attacker gains nothing by switching doors.
 
-Rates come from ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` under the scopes ``job_submit_user``
-and ``job_submit_team`` and are read at request time (so tests and operators can change them
-without a restart of the class). A missing or empty rate disables that limit. An exceeded limit is
-a 429 with a ``Retry-After`` header (DRF's ``Throttled`` through the API's exception handler).
+Rates come from ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` under the scopes ``job_submit_user``,
+``job_submit_team``, ``login`` and ``login_address`` and are read at request time (so tests and
+operators can change them without a restart of the class). A missing or empty rate disables that
+limit. An exceeded limit is a 429 with a ``Retry-After`` header.
+
+The client address is :func:`client_address`: the peer's address, or the address a configured
+proxy (``TRUSTED_PROXIES``) reports in ``X-Forwarded-For``; a forwarded header from anyone else
+is ignored, so a client cannot pick the key its attempts are counted under.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+from functools import cache
 
 from django.conf import settings
+from rest_framework.exceptions import APIException
 from rest_framework.throttling import SimpleRateThrottle
 
 from .models import SUBMIT_ROLES, hash_token
 from .permissions import is_platform_admin, submission_target
 
 log = logging.getLogger(__name__)
+
+
+@cache
+def _networks(entries: tuple[str, ...]) -> tuple:
+    return tuple(ipaddress.ip_network(entry.strip(), strict=False) for entry in entries)
+
+
+def _trusted(address: str) -> bool:
+    networks = _networks(tuple(getattr(settings, "TRUSTED_PROXIES", ()) or ()))
+    if not networks:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in networks)
+
+
+def client_address(request) -> str:
+    """The address of the client that sent ``request``.
+
+    The peer's address (``REMOTE_ADDR``), unless the peer is one of ``TRUSTED_PROXIES``: then
+    ``X-Forwarded-For`` is read from the right, skipping trusted proxies, and the first other
+    address is the client's (each proxy appends the address it received from; only what our own
+    proxies wrote can be believed). With no proxy configured the header is ignored."""
+    meta = request.META
+    remote = meta.get("REMOTE_ADDR", "") or ""
+    if not _trusted(remote):
+        return remote
+    hops = [hop.strip() for hop in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    for hop in reversed([h for h in hops if h]):
+        if _trusted(hop):
+            continue
+        try:
+            return str(ipaddress.ip_address(hop))
+        except ValueError:
+            return remote  # garbage our proxy passed on: count it against the proxy
+    return remote
 
 
 def _rate(scope: str) -> str | None:
@@ -61,6 +108,13 @@ class _SettingsRateThrottle(SimpleRateThrottle):
             return True
 
     def _count_if_allowed(self, key: str, now: float) -> bool:
+        if self._full(key, now):
+            return False
+        self._count(key, now)
+        return True
+
+    def _full(self, key: str, now: float) -> bool:
+        """Would one more request in the window pass the rate? (Then ``wait`` says how long.)"""
         window, into = divmod(now, self.duration)
         current_key, previous_key = f"{key}:{int(window)}", f"{key}:{int(window) - 1}"
         counts = self.cache.get_many([current_key, previous_key])
@@ -68,13 +122,16 @@ class _SettingsRateThrottle(SimpleRateThrottle):
         overlap = 1.0 - into / self.duration
         if previous * overlap + current + 1 > self.num_requests:
             self._wait = self._seconds_until_allowed(current, previous, into)
-            return False
+            return True
+        return False
+
+    def _count(self, key: str, now: float) -> None:
+        current_key = f"{key}:{int(now // self.duration)}"
         try:
             self.cache.incr(current_key)
         except ValueError:  # first request of the window (a racing one may have added it)
             if not self.cache.add(current_key, 1, timeout=int(2 * self.duration) + 1):
                 self.cache.incr(current_key)
-        return True
 
     def _seconds_until_allowed(self, current: int, previous: int, into: float) -> float:
         left_in_window = self.duration - into
@@ -86,6 +143,9 @@ class _SettingsRateThrottle(SimpleRateThrottle):
 
     def wait(self):
         return self._wait
+
+    def get_ident(self, request):
+        return client_address(request)
 
 
 class JobSubmitUserThrottle(_SettingsRateThrottle):
@@ -110,7 +170,9 @@ class JobSubmitTeamThrottle(_SettingsRateThrottle):
             return None
         try:
             slug = request.data.get("team")
-        except Exception:  # an unparsable body is the view's 400, not ours
+        except APIException:  # an unparsable body: the same 400 the view would answer
+            raise
+        except Exception:  # a body that is not an object is the view's 400, not ours
             return None
         if not isinstance(slug, str) or not slug:
             return None
@@ -122,24 +184,68 @@ class JobSubmitTeamThrottle(_SettingsRateThrottle):
         return f"throttle_{self.scope}_{team.pk}"
 
 
-class TokenExchangeThrottle(_SettingsRateThrottle):
-    """Password-for-token exchanges per client address and username: slows down guessing a
-    user's password without letting one address lock everybody out."""
+def _username(request) -> str:
+    """The username a password attempt names (a DRF request's body or a portal form)."""
+    data = getattr(request, "data", None)
+    if data is None:
+        data = request.POST
+    try:
+        username = data.get("username")
+    except APIException:  # an unparsable body: the same 400 the view would answer
+        raise
+    except Exception:  # a body that is not an object is the view's 400
+        username = None
+    return username.strip().lower() if isinstance(username, str) else ""
 
-    scope = "token_exchange"
+
+class PasswordAttemptThrottle(_SettingsRateThrottle):
+    """Failed password attempts per client address and username, at either door: slows down
+    guessing one user's password without letting one address lock everybody out."""
+
+    scope = "login"
 
     def get_cache_key(self, request, view):
+        digest = hash_token(_username(request))[:16]
+        return f"throttle_{self.scope}_{self.get_ident(request)}_{digest}"
+
+
+class PasswordAddressThrottle(_SettingsRateThrottle):
+    """Failed password attempts per client address, whatever the username (spraying)."""
+
+    scope = "login_address"
+
+    def get_cache_key(self, request, view):
+        return f"throttle_{self.scope}_{self.get_ident(request)}"
+
+
+def _password_throttles() -> list[_SettingsRateThrottle]:
+    return [cls() for cls in (PasswordAttemptThrottle, PasswordAddressThrottle) if _rate(cls.scope)]
+
+
+def password_attempt_refused(request) -> float | None:
+    """Seconds the client must wait before its next password attempt, or None when it may try.
+    Only failed attempts count (:func:`password_attempt_failed`): a user who signs in often is
+    never held back, and a right password after too many wrong ones is refused like the rest.
+    A cache outage lets attempts through (logged)."""
+    waits = []
+    for throttle in _password_throttles():
         try:
-            username = request.data.get("username")
-        except Exception:  # an unparsable body is the view's 400
-            username = None
-        if not isinstance(username, str):
-            username = ""
-        return f"throttle_{self.scope}_{self.get_ident(request)}_{hash_token(username)[:16]}"
+            if throttle._full(throttle.get_cache_key(request, None), throttle.timer()):
+                waits.append(throttle.wait() or 1.0)
+        except APIException:
+            raise
+        except Exception:
+            log.warning("password limit %s skipped: cache unavailable", throttle.scope)
+    return max(waits) if waits else None
 
 
-def token_exchange_throttles() -> list[SimpleRateThrottle]:
-    return [TokenExchangeThrottle()] if _rate(TokenExchangeThrottle.scope) else []
+def password_attempt_failed(request) -> None:
+    """Count one failed password attempt of ``request``'s client (and username)."""
+    for throttle in _password_throttles():
+        try:
+            throttle._count(throttle.get_cache_key(request, None), throttle.timer())
+        except Exception:
+            log.warning("password limit %s not counted: cache unavailable", throttle.scope)
 
 
 def job_submit_throttles() -> list[SimpleRateThrottle]:

@@ -17,13 +17,13 @@ urlpatterns = [
     path("team/<slug:slug>/quota-requests/new/", views.quota_request_new, name="request-new"),
     path("requests/", views.quota_requests, name="requests"),
     path(
-        "requests/<int:pk>/approve/",
+        "requests/<id:pk>/approve/",
         views.quota_request_decide,
         {"decision": "approve"},
         name="request-approve",
     ),
     path(
-        "requests/<int:pk>/reject/",
+        "requests/<id:pk>/reject/",
         views.quota_request_decide,
         {"decision": "reject"},
         name="request-reject",
@@ -33,13 +33,16 @@ urlpatterns = [
     path("manage/teams/new/", views.manage_team_new, name="manage-team-new"),
     path("manage/teams/<slug:slug>/weight/", views.manage_team_weight, name="manage-team-weight"),
     path("manage/priorities/", views.manage_priority, name="manage-priority"),
+    path("manage/entitlements/", views.manage_entitlements, name="manage-entitlements"),
     path(
         "manage/priorities/<slug:name>/delete/",
         views.manage_priority_delete,
         name="manage-priority-delete",
     ),
+    path("manage/sso/", views.manage_sso, name="manage-sso"),
+    path("manage/sso/<id:pk>/delete/", views.manage_sso_delete, name="manage-sso-delete"),
     path("tokens/", views.tokens, name="tokens"),
-    path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("tokens/<id:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("audit/", views.audit, name="audit"),
     path("audit.csv", views.audit_csv, name="audit-csv"),
 ]

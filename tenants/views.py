@@ -17,9 +17,10 @@ from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from scheduler.errors import DomainError, NotFound
+from core.errors import DomainError, NotFound
 
 from . import forms, permissions, selectors, services
+from .csvcells import safe_cell
 from .models import QuotaRequestStatus, Role
 
 
@@ -61,6 +62,8 @@ def team_detail(request, slug: str):
     overview = [r for r in selectors.quota_overview(user=request.user) if r.team.pk == team.pk]
     context = {
         "team": team,
+        "entitlements": selectors.team_entitlements(team),
+        "is_admin": permissions.is_platform_admin(request.user),
         "uses": overview[0].uses if overview else [],
         "members": selectors.membership_list(user=request.user, team=team),
         "requests": selectors.quota_request_list(user=request.user).filter(team=team)[:50],
@@ -211,6 +214,7 @@ def _manage_context(request, **forms_in) -> dict:
         "quota_form": forms.QuotaForm(),
         "team_form": forms.TeamCreateForm(),
         "priority_form": forms.PriorityClassForm(),
+        "entitlements_form": forms.EntitlementsForm(),
         "page": "teams",
     }
     context.update(forms_in)
@@ -233,11 +237,22 @@ def manage(request):
                 "guaranteed_gpus": quota.guaranteed_gpus,
                 "borrow_limit_gpus": quota.borrow_limit_gpus,
             }
-    return render(
-        request,
-        "tenants/manage.html",
-        _manage_context(request, quota_form=forms.QuotaForm(initial=initial)),
-    )
+    extra = {"quota_form": forms.QuotaForm(initial=initial)}
+    if slug := request.GET.get("entitlements"):
+        team_row = _team_or_404(request.user, slug)
+        from .models import TeamEntitlements
+
+        row = TeamEntitlements.objects.filter(team=team_row).first()
+        extra["entitlements_form"] = forms.EntitlementsForm(
+            initial={
+                "team": team_row.slug,
+                "priority_classes": list(row.priority_classes.all()) if row else [],
+                "may_opt_out_of_preemption": row.may_opt_out_of_preemption if row else False,
+                "max_pending_jobs": row.max_pending_jobs if row else None,
+                "max_pending_jobs_per_user": row.max_pending_jobs_per_user if row else None,
+            }
+        )
+    return render(request, "tenants/manage.html", _manage_context(request, **extra))
 
 
 @login_required
@@ -319,6 +334,35 @@ def manage_priority(request):
             forms.add_domain_error(form, exc)
     return render(
         request, "tenants/manage.html", _manage_context(request, priority_form=form), status=400
+    )
+
+
+@login_required
+@require_POST
+def manage_entitlements(request):
+    """Set a team's entitlements and pending caps (platform admins)."""
+    _require_platform_admin(request.user)
+    form = forms.EntitlementsForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.entitlements_set(
+                user=request.user,
+                team=data["team"],
+                priority_classes=[p.name for p in data["priority_classes"]],
+                may_opt_out_of_preemption=data["may_opt_out_of_preemption"],
+                max_pending_jobs=data["max_pending_jobs"],
+                max_pending_jobs_per_user=data["max_pending_jobs_per_user"],
+            )
+            messages.success(request, f"Quota settings of {data['team'].slug} saved.")
+            return redirect("tenants:team", slug=data["team"].slug)
+        except DomainError as exc:
+            forms.add_domain_error(form, exc)
+    return render(
+        request,
+        "tenants/manage.html",
+        _manage_context(request, entitlements_form=form),
+        status=400,
     )
 
 
@@ -423,11 +467,6 @@ class _Echo:
         return value
 
 
-def _csv_safe(cell: str) -> str:
-    # A cell starting with = + - @ is a formula to spreadsheets; quote it so it stays text.
-    return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") else cell
-
-
 @login_required
 def audit_csv(request):
     """The filtered audit log as CSV (streamed, so a long log does not sit in memory)."""
@@ -441,8 +480,61 @@ def audit_csv(request):
             if not chunk:
                 return
             for row in selectors.audit_csv_rows(chunk):
-                yield writer.writerow([_csv_safe(c) for c in row])
+                yield writer.writerow([safe_cell(c) for c in row])
 
     response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="audit.csv"'
     return response
+
+
+@login_required
+def manage_sso(request):
+    """Single sign-on group rules (platform admins): provider group -> team and role, applied at
+    each member's next login."""
+    from django.conf import settings
+
+    from . import identity
+    from .models import SsoGroupRule
+
+    _require_platform_admin(request.user)
+    form = forms.SsoRuleForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                rule = identity.sso_rule_create(
+                    user=request.user,
+                    group=data["group"],
+                    team=data["team"].slug,
+                    role=data["role"],
+                )
+                messages.success(request, f"Group {rule.group} now maps to {rule.team.slug}.")
+                return redirect("tenants:manage-sso")
+            except DomainError as exc:
+                forms.add_domain_error(form, exc)
+                status = 400
+        else:
+            status = 400
+    context = {
+        "rules": SsoGroupRule.objects.select_related("team").order_by("group", "team__slug"),
+        "form": form,
+        "sso_enabled": settings.SSO_ENABLED,
+        "groups_claim": settings.OIDC_GROUPS_CLAIM,
+        "page": "teams",
+    }
+    return render(request, "tenants/manage_sso.html", context, status=status)
+
+
+@login_required
+@require_POST
+def manage_sso_delete(request, pk: int):
+    from . import identity
+
+    _require_platform_admin(request.user)
+    try:
+        identity.sso_rule_delete(user=request.user, rule_id=pk)
+    except NotFound as exc:
+        raise Http404("no such rule") from exc
+    messages.success(request, "Rule removed; it stops applying at each member's next login.")
+    return redirect("tenants:manage-sso")

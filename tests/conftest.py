@@ -30,7 +30,7 @@ def require_service(name: str, host: str, port: int) -> None:
 
 @pytest.fixture
 def gpu_models(db):
-    from scheduler.models import GpuModel
+    from catalogue.models import GpuModel
 
     return {
         "h100": GpuModel.objects.create(name="h100-80gb", memory_gib=80),
@@ -179,6 +179,30 @@ def _fresh_reference_cache():
 
 
 @pytest.fixture(autouse=True)
+def _fresh_runtime_model():
+    # The run-time model is per process and learns finished jobs once; jobs of an earlier test
+    # were rolled back and must not shape this one's predictions.
+    from scheduler import runtime_prediction
+
+    runtime_prediction.reset()
+    yield
+    runtime_prediction.reset()
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # Real hashing costs ~0.3 s per user; the tests check behaviour, not the hash's strength.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def sim_clock(settings):
+    """The simulated cluster at one simulated minute per real second (tests/simclock.py)."""
+    from scheduler.backends import reset_backends
+
+    from .simclock import SimulatedClock
+
+    settings.SIMULATED_TIME_SCALE = 60.0
+    reset_backends()
+    yield SimulatedClock()
+    reset_backends()

@@ -25,6 +25,10 @@ export DJANGO_SECRET_KEY=load-test-only-not-secret
 export DJANGO_SECURE_COOKIES=false
 export LOG_LEVEL=WARNING
 export SIMULATED_FAILURE_RATE_PER_NODE_HOUR=${FAILURE_RATE:-0}
+# The load generator queues tens of thousands of jobs for a few demo users: lift the pending caps
+# (docs/tenancy.md) so the runs measure throughput, not the caps.
+export JOB_PENDING_MAX_TEAM=${JOB_PENDING_MAX_TEAM:-1000000}
+export JOB_PENDING_MAX_USER=${JOB_PENDING_MAX_USER:-1000000}
 
 case "${1:-}" in
 start)
@@ -33,6 +37,9 @@ start)
     DJANGO_DEBUG=true .venv/bin/python manage.py seed_demo --jobs 0 >/dev/null
     redis-cli -u "$REDIS_URL" flushdb >/dev/null
     export DJANGO_DEBUG=false  # DEBUG keeps every query in memory: never for load
+    # With DEBUG off pages link content-hashed static names, which need collectstatic's manifest.
+    export DJANGO_STATIC_ROOT="$RUN/static"
+    .venv/bin/python manage.py collectstatic --noinput -v0
     setsid .venv/bin/uvicorn gpuplatform.asgi:application --host 127.0.0.1 \
         --port "${LOAD_PORT:-8100}" --workers "${WEB_WORKERS:-2}" --no-access-log \
         --log-level warning >"$RUN/web.log" 2>&1 &

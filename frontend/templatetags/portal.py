@@ -7,6 +7,8 @@ from django import template
 from django.urls import reverse
 from django.utils.html import format_html
 
+from billing.charts import plotly_version
+
 register = template.Library()
 
 
@@ -27,9 +29,16 @@ def nav_link(context, href: str, label: str, exclude: str = ""):
 @register.simple_tag
 def plotly_src() -> str:
     """The versioned URL of plotly.js served by the platform (never a CDN)."""
-    from frontend.views import plotly_version
-
     return reverse("plotly-js", kwargs={"version": plotly_version()})
+
+
+@register.simple_tag
+def plotly_style_ids() -> str:
+    """Ids of the ``<style>`` elements plotly.js writes with content when it loads (see
+    ``frontend.views.plotly_self_styles``), for charts.js to hold their places."""
+    from frontend.views import plotly_self_styles
+
+    return " ".join(plotly_self_styles())
 
 
 @register.filter

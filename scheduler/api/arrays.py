@@ -18,10 +18,13 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.bounds import api_number
+from core.errors import FieldErrors, NotFound
+from core.ids import parse_id
 from tenants.pagination import BoundedLimitOffsetPagination
 
 from .. import arrays, selectors
-from ..errors import FieldErrors, NotFound
+from ..models import JobArray
 from .serializers import JobSerializer, JobSubmitSerializer
 
 
@@ -38,9 +41,7 @@ class JobArraySubmitSerializer(serializers.Serializer):
         help_text="Per-index overrides of the template; an item's env is merged over the "
         "template's. Give items or count.",
     )
-    count = serializers.IntegerField(
-        required=False, min_value=1, max_value=arrays.MAX_ARRAY_SIZE, help_text="N equal indices."
-    )
+    count = api_number(JobArray, "size", required=False, help_text="N equal indices.")
 
     def validate(self, attrs):
         if ("items" in attrs) == ("count" in attrs):
@@ -51,18 +52,29 @@ class JobArraySubmitSerializer(serializers.Serializer):
 
 
 class JobArraySerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    team = serializers.CharField(source="team.slug")
-    submitter = serializers.CharField(source="submitter.username")
-    size = serializers.IntegerField()
-    template = serializers.DictField()
-    submitted_at = serializers.DateTimeField()
-    cancelled_at = serializers.DateTimeField(allow_null=True)
+    """An array as the API shows it (output only)."""
+
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(read_only=True)
+    team = serializers.CharField(source="team.slug", read_only=True)
+    submitter = serializers.CharField(source="submitter.username", read_only=True)
+    size = serializers.IntegerField(read_only=True)
+    template = serializers.SerializerMethodField()
+    submitted_at = serializers.DateTimeField(read_only=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True, read_only=True)
     counts = serializers.SerializerMethodField()
 
     def get_counts(self, array) -> dict[str, int]:
         return arrays.array_counts(array)
+
+    def get_template(self, array) -> dict:
+        """The template; its env values only for those who may submit to the team."""
+        if "may_see" not in self.context:
+            request = self.context.get("request")
+            self.context["may_see"] = (
+                arrays.submit_team_ids(request.user) if request is not None else set()
+            )
+        return arrays.shown_template(array, may_see=self.context["may_see"])
 
 
 _JOB_FIELDS = JobSubmitSerializer().fields
@@ -128,10 +140,10 @@ class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Ret
         return super().get_throttles()
 
     def _array_id(self) -> int:
-        try:
-            return int(self.kwargs["pk"])
-        except (TypeError, ValueError):
-            raise NotFound("no such job array", field="id") from None
+        array_id = parse_id(self.kwargs.get("pk"))
+        if array_id is None:
+            raise NotFound("no such job array", field="id")
+        return array_id
 
     def get_object(self):
         return arrays.array_get(user=self.request.user, array_id=self._array_id())
@@ -142,13 +154,14 @@ class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Ret
         incoming.is_valid(raise_exception=True)
         array = arrays.array_submit(user=request.user, request=_shape(incoming.validated_data))
         array = arrays.array_get(user=request.user, array_id=array.pk)
-        return Response(JobArraySerializer(array).data, status=status.HTTP_201_CREATED)
+        body = JobArraySerializer(array, context=self.get_serializer_context()).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobArraySerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         array = arrays.array_cancel(user=request.user, array_id=self._array_id())
-        return Response(JobArraySerializer(array).data)
+        return Response(JobArraySerializer(array, context=self.get_serializer_context()).data)
 
     @extend_schema(responses={200: JobSerializer(many=True)})
     @action(detail=True, methods=["get"])

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from ..models import Cluster, GpuModel, Job, JobEvent, Node
+from catalogue.models import GpuModel
+from core.bounds import api_number
+
+from ..models import Cluster, Job, JobEvent, Node
 from ..selectors import job_placement
 
 
 class ElasticSerializer(serializers.Serializer):
-    min_workers = serializers.IntegerField(min_value=1)
-    max_workers = serializers.IntegerField(min_value=1)
+    min_workers = api_number(Job, "elastic_min_workers")
+    max_workers = api_number(Job, "elastic_max_workers")
 
     def validate(self, attrs):
         if attrs["max_workers"] < attrs["min_workers"]:
@@ -19,27 +22,61 @@ class ElasticSerializer(serializers.Serializer):
         return attrs
 
 
+class OptionalText(serializers.CharField):
+    """Optional text: null means "not given" (stored empty), as for every other optional field."""
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, allow_blank=True, allow_null=True, default="", **kwargs)
+
+    def validate_empty_values(self, data):
+        if data is None:
+            return True, ""
+        return super().validate_empty_values(data)
+
+
 class JobSubmitSerializer(serializers.Serializer):
+    """A submission. Every optional field accepts null for "not given"; numbers are bounded as
+    the Job model declares (``core.bounds``)."""
+
     name = serializers.CharField(max_length=200)
     team = serializers.SlugField()
-    image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
-    command = serializers.CharField(required=False, allow_blank=True, default="")
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
-    workers = serializers.IntegerField(min_value=1, max_value=4096)
-    gpus_per_worker = serializers.IntegerField(min_value=1, max_value=64)
+    image = OptionalText(max_length=300)
+    command = OptionalText()
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True), required=False, allow_null=True
+    )
+    workers = api_number(Job, "workers")
+    gpus_per_worker = api_number(Job, "gpus_per_worker")
     gpu_model = serializers.CharField(required=False, allow_null=True, default=None)
     priority_class = serializers.CharField(required=False, allow_null=True, default=None)
     preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
-    checkpoint_interval_s = serializers.IntegerField(
-        min_value=1, required=False, allow_null=True, default=None
+    checkpoint_interval_s = api_number(
+        Job, "checkpoint_interval_s", required=False, allow_null=True, default=None
     )
-    runtime_limit_s = serializers.IntegerField(
-        min_value=1, required=False, allow_null=True, default=None
+    runtime_limit_s = api_number(
+        Job, "runtime_limit_s", required=False, allow_null=True, default=None
     )
-    dataset = serializers.CharField(required=False, allow_blank=True, default="")
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="When the job must be finished (ISO 8601 with a time zone; at most 90 days "
+        "ahead). The scheduler ranks it first within its class as the time runs short.",
+    )
+    dataset = OptionalText(max_length=200)
+    dataset_version = OptionalText(max_length=100)
+    checkpoint_on_advice = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Let the platform ask the job to checkpoint on the advised schedule.",
+    )
+    code_ref = OptionalText(
+        max_length=200, help_text="The code that runs, e.g. a git commit; kept in the record."
+    )
     elastic = ElasticSerializer(required=False, allow_null=True, default=None)
-    simulated_duration_s = serializers.FloatField(
-        min_value=1,
+    simulated_duration_s = api_number(
+        Job,
+        "simulated_duration_s",
         required=False,
         allow_null=True,
         default=None,
@@ -73,8 +110,12 @@ class JobSerializer(serializers.ModelSerializer):
             "priority_class",
             "preemptible",
             "checkpoint_interval_s",
+            "checkpoint_on_advice",
             "runtime_limit_s",
+            "deadline",
             "dataset",
+            "dataset_version",
+            "code_ref",
             "elastic",
             "state",
             "why",
@@ -135,3 +176,62 @@ class NodeSerializer(serializers.ModelSerializer):
             "state_reason",
             "health",
         ]
+
+
+class JobAttemptSerializer(serializers.Serializer):
+    """One attempt as the API shows it (output only)."""
+
+    attempt = serializers.IntegerField(read_only=True)
+    nodes = serializers.ListField(child=serializers.CharField(), read_only=True)
+    gpus = serializers.IntegerField(read_only=True)
+    started_at = serializers.DateTimeField(allow_null=True, read_only=True)
+    ended_at = serializers.DateTimeField(allow_null=True, read_only=True)
+    outcome = serializers.CharField(
+        read_only=True, help_text="running, preempted, requeued, succeeded, failed or cancelled"
+    )
+    reason = serializers.CharField(read_only=True)
+    resumed_from_s = serializers.FloatField(
+        read_only=True,
+        help_text="Seconds of work saved by earlier attempts, where this one started.",
+    )
+    lost_gpu_s = serializers.FloatField(
+        read_only=True,
+        help_text="GPU-seconds of work lost when this attempt was stopped (since its checkpoint).",
+    )
+
+
+class JobLogQuerySerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(
+        min_value=1,
+        max_value=100_000,
+        required=False,
+        help_text="Which attempt (default: the latest).",
+    )
+    cursor = serializers.RegexField(
+        r"^[A-Za-z0-9-]{1,64}$",
+        required=False,
+        help_text="The `cursor` of the previous answer: return what was written since. "
+        "Omitted: the tail of the output.",
+    )
+    limit_bytes = serializers.IntegerField(
+        min_value=1, max_value=1024 * 1024, required=False, default=64 * 1024
+    )
+
+
+class JobLogSerializer(serializers.Serializer):
+    """A read of a job's output (output only)."""
+
+    job = serializers.IntegerField(source="job.pk", read_only=True)
+    state = serializers.CharField(source="job.state")
+    attempts = serializers.IntegerField(source="job.attempts", read_only=True)
+    attempt = serializers.IntegerField(
+        allow_null=True, read_only=True, help_text="null: the job never started"
+    )
+    text = serializers.CharField(allow_blank=True)
+    cursor = serializers.CharField(
+        allow_null=True, help_text="Pass it back as `cursor` to read what follows."
+    )
+    truncated = serializers.BooleanField(help_text="Earlier output was skipped (a tail).")
+    finished = serializers.BooleanField(
+        help_text="The attempt has ended: once a read returns no text, there is no more."
+    )

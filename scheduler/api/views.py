@@ -4,20 +4,30 @@ selectors and services; every queryset comes from a selector scoped to the calle
 from __future__ import annotations
 
 import django_filters
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import selectors, services
-from ..models import Cluster, GpuModel, Job, Node
+from catalogue.models import GpuModel
+from core.errors import NotFound
+from core.ids import ID_REGEX, parse_id
+from scheduler.policy import decisions_to_dict, snapshot_to_dict
+from tenants.permissions import IsPlatformAdmin
+
+from .. import selectors, services, transitions
+from ..loop.decide import decide_now, last_cycle
+from ..models import Cluster, Job, Node
 from .serializers import (
     ClusterSerializer,
     GpuModelSerializer,
+    JobAttemptSerializer,
     JobEventSerializer,
+    JobLogQuerySerializer,
+    JobLogSerializer,
     JobSerializer,
     JobSubmitSerializer,
     NodeSerializer,
@@ -56,12 +66,10 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         return selectors.job_get(user=self.request.user, job_id=self._job_id())
 
     def _job_id(self) -> int:
-        try:
-            return int(self.kwargs["pk"])
-        except (TypeError, ValueError):
-            from ..errors import NotFound
-
-            raise NotFound("no such job", field="id") from None
+        job_id = parse_id(self.kwargs.get("pk"))
+        if job_id is None:
+            raise NotFound("no such job", field="id")
+        return job_id
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
     def create(self, request):
@@ -80,7 +88,7 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        services.job_cancel(user=request.user, job_id=self._job_id())
+        transitions.job_cancel(user=request.user, job_id=self._job_id())
         return Response(
             JobSerializer(selectors.job_get(user=request.user, job_id=self._job_id())).data
         )
@@ -90,6 +98,36 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
     def events(self, request, pk=None):
         events = selectors.job_events(user=request.user, job_id=self._job_id())
         return Response(JobEventSerializer(events, many=True).data)
+
+    @extend_schema(responses={200: JobAttemptSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def attempts(self, request, pk=None):
+        """Every attempt of the job: nodes, times, how it ended, work lost and resumed from."""
+        attempts = selectors.job_attempts(user=request.user, job_id=self._job_id())
+        return Response(JobAttemptSerializer(attempts, many=True).data)
+
+    @extend_schema(
+        parameters=[JobLogQuerySerializer],
+        responses={
+            200: JobLogSerializer,
+            503: OpenApiResponse(description="The job's cluster did not answer; retry later."),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """The output of an attempt: its tail, then (passing back ``cursor``) what follows.
+        Follow a job by repeating the call with the last cursor until ``finished`` is true and
+        ``text`` is empty."""
+        job = selectors.job_get(user=request.user, job_id=self._job_id())  # 404 before 400
+        query = JobLogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        chunk = selectors.job_log_read(
+            job=job,
+            attempt=query.validated_data.get("attempt"),
+            cursor=query.validated_data.get("cursor"),
+            limit_bytes=query.validated_data["limit_bytes"],
+        )
+        return Response(JobLogSerializer(chunk).data)
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
@@ -115,23 +153,16 @@ class LastCycleView(APIView):
     """Platform admins: the last cycle's snapshot and decisions as contract JSON (replayable with
     ``python -m scheduler.policy decide``)."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsPlatformAdmin]
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
-        from django.utils import timezone
-
-        from scheduler.policy import decide, decisions_to_dict, snapshot_to_dict
-
-        from ..cycle import last_cycle
-        from ..snapshot import build_snapshot
-
         remembered = last_cycle()
         if remembered is None or request.query_params.get("fresh"):
-            snapshot, _ = build_snapshot(now=timezone.now())
+            decided = decide_now(now=timezone.now())
             remembered = {
-                "snapshot": snapshot_to_dict(snapshot),
-                "decisions": decisions_to_dict(decide(snapshot)),
+                "snapshot": snapshot_to_dict(decided.snapshot),
+                "decisions": decisions_to_dict(decided.decisions),
             }
         return Response(remembered)
 
@@ -143,10 +174,10 @@ class NodeActionSerializer(serializers.Serializer):
 class NodeAdminViewSet(viewsets.GenericViewSet):
     """Platform admins: quarantine, drain and release nodes."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsPlatformAdmin]
     serializer_class = NodeSerializer
     queryset = Node.objects.none()  # actions load the node through the admin-only services
-    lookup_value_regex = r"\d+"
+    lookup_value_regex = ID_REGEX
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
@@ -176,9 +207,7 @@ class NodeAdminViewSet(viewsets.GenericViewSet):
 
 
 def _int_id(pk) -> int:
-    try:
-        return int(pk)
-    except (TypeError, ValueError):
-        from ..errors import NotFound
-
-        raise NotFound("no such node", field="id") from None
+    node_id = parse_id(pk)
+    if node_id is None:
+        raise NotFound("no such node", field="id")
+    return node_id

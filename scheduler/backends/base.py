@@ -13,6 +13,10 @@ The scheduling loop decides *where* a job runs; a backend only executes that dec
 - A run is never restarted by the cluster itself: the platform owns requeueing (a new attempt,
   from the checkpoint). ``live_runs`` lists what the cluster may still run, so the sync cancels
   any run of an attempt the platform has moved past or of a job that is over.
+- Every worker gets the variables distributed-training launchers read (:func:`launcher_env`):
+  the same names and meanings on every backend.
+- ``read_log`` pages through a run's output by an opaque cursor: a tail when none is given,
+  then exactly the text written since, never a line twice.
 
 This module is plain Python (no Django) so backends and their parsers are testable on their own.
 """
@@ -90,6 +94,8 @@ class BackendJobSpec:
     placement: Mapping[str, tuple[int, ...]]
     env: Mapping[str, str] = field(default_factory=dict)
     runtime_limit_s: int | None = None
+    # Seconds a run has, once asked to stop, to write its final checkpoint (the policy's
+    # preemption grace): Kubernetes' termination grace, Slurm's time-limit warning.
     checkpoint_grace_s: int = 120
     # Simulated backend only: how long the work takes when run exclusively, and how much of it
     # was done before this attempt (resumed from a checkpoint).
@@ -162,13 +168,190 @@ class Backend(Protocol):
         """States of the given ``(job_id, attempt)`` runs; unknown runs come back UNKNOWN."""
         ...
 
-    def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
-        """The last ``lines`` lines of the run's output, or "" when there is none."""
+    def read_log(
+        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+    ) -> LogChunk:
+        """Output of the run: without ``cursor`` its last ``limit_bytes`` (whole lines), else
+        what follows ``cursor``, at most ``limit_bytes``. No output yet is an empty chunk."""
         ...
 
     def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
         """``(job_id, attempt)`` of every run whose job id starts with ``job_id_prefix`` that the
         cluster may still run: pending, running, or queued to run again. Finished runs (and runs
         already being stopped) are left out. The platform cancels the ones it no longer wants
-        (``scheduler.backends.stale_runs``), so a run it gave up on never keeps GPUs."""
+        (``scheduler.loop.stale_runs``), so a run it gave up on never keeps GPUs."""
         ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """A piece of a run's output. ``cursor`` (opaque) continues right after ``text``;
+    ``truncated`` says text before this chunk was skipped (a tail, or a reader that fell behind
+    by more than one chunk)."""
+
+    text: str
+    cursor: str
+    truncated: bool = False
+
+
+def byte_window(size: int | None, cursor: str | None, limit: int) -> tuple[int, bool]:
+    """``(start, truncated)``: where to read the next at most ``limit`` bytes of an output of
+    ``size`` bytes (None: unknown) that only grows. A tail starts ``limit`` bytes before the end;
+    a cursor is a byte offset (anything else is refused with ValueError)."""
+    if cursor is None:
+        start = max(0, (size or 0) - limit)
+        return start, start > 0
+    if not cursor.isdigit() or len(cursor) > 18:
+        raise ValueError(f"not a log cursor: {cursor[:40]!r}")
+    return int(cursor), False
+
+
+def byte_chunk(data: bytes, start: int, *, limit: int, tail: bool, truncated: bool) -> LogChunk:
+    """The chunk of the output bytes ``data`` read at offset ``start``: a tail drops its partial
+    first line; a full read stops after its last newline (or, in one enormous line, before a
+    split UTF-8 character), so the next read starts on a boundary."""
+    begin, end = 0, len(data)
+    if tail and start > 0:
+        newline = data.find(b"\n")
+        begin = newline + 1 if newline >= 0 else end
+    if len(data) >= limit and not tail:
+        newline = data.rfind(b"\n")
+        if newline >= 0:
+            end = newline + 1
+        else:
+            while end > 0 and (data[end - 1] & 0xC0) == 0x80:
+                end -= 1
+            if end > 0 and data[end - 1] >= 0xC0:
+                end -= 1
+            end = end or len(data)
+    text = data[begin:end].decode("utf-8", errors="replace")
+    return LogChunk(text=text, cursor=str(start + end), truncated=truncated)
+
+
+def log_tail(backend: Backend, job_id: str, attempt: int, lines: int = 100) -> str:
+    """The last ``lines`` lines of a run's output ("" when there is none)."""
+    if lines <= 0:
+        return ""
+    chunk = backend.read_log(job_id, attempt, cursor=None, limit_bytes=min(lines * 512, 1 << 20))
+    return "\n".join(chunk.text.splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------------------------------------
+# The distributed-training environment
+
+DEFAULT_MASTER_PORT = 29500
+
+
+def identity_env(spec: BackendJobSpec) -> dict[str, str]:
+    """The platform's own variables of a run, the same on every backend (each adds its own
+    checkpoint plumbing): which job and attempt, and where a resumed attempt starts."""
+    return {
+        "GPUPLATFORM_JOB_ID": spec.job_id,
+        "GPUPLATFORM_ATTEMPT": str(spec.attempt),
+        "GPUPLATFORM_JOB_NAME": spec.name,
+        "GPUPLATFORM_TEAM": spec.team,
+        "GPUPLATFORM_IMAGE": spec.image,
+        "GPUPLATFORM_GPUS_PER_WORKER": str(spec.gpus_per_worker),
+        "GPUPLATFORM_CHECKPOINT_GRACE_S": str(spec.checkpoint_grace_s),
+        # Seconds of work already saved by earlier attempts: where a resumed run starts.
+        "GPUPLATFORM_RESUME_FROM_S": f"{spec.resume_from_s:g}",
+    }
+
+
+def launcher_env(
+    *,
+    workers: int,
+    worker: int,
+    local_worker: int,
+    workers_on_node: int,
+    gpus_per_worker: int,
+    master_addr: str,
+    master_port: int,
+) -> dict[str, str]:
+    """What torchrun, Lightning, Accelerate and DeepSpeed read, for worker ``worker``.
+
+    A worker is one launcher instance (a torchrun agent, a Lightning trainer): it is that
+    launcher's "node", so ``NODE_RANK`` / ``PET_NODE_RANK`` are the worker's index and
+    ``PET_NNODES`` the number of workers, and ``RANK`` / ``WORLD_SIZE`` are those of the
+    workers, as Kubeflow's PyTorchJob sets them. ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` (the
+    worker among the workers of its node) are set only for one-GPU workers: a multi-GPU worker's
+    launcher sets them for the processes it starts, and Lightning would read a preset
+    ``LOCAL_RANK`` as "launched by someone else" and start no processes. ``master_addr`` must be
+    reachable from every worker (an address, not a name that may not resolve). The platform's own
+    copies are ``GPUPLATFORM_*``.
+    """
+    env = {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(workers),
+        "RANK": str(worker),
+        "NODE_RANK": str(worker),
+        "PET_NNODES": str(workers),
+        "PET_NODE_RANK": str(worker),
+        "PET_MASTER_ADDR": master_addr,
+        "PET_MASTER_PORT": str(master_port),
+        "GPUPLATFORM_WORKER": str(worker),
+        "GPUPLATFORM_WORKERS": str(workers),
+        "GPUPLATFORM_LOCAL_WORKER": str(local_worker),
+        "GPUPLATFORM_WORKERS_ON_NODE": str(workers_on_node),
+        "GPUPLATFORM_MASTER_ADDR": master_addr,
+        "GPUPLATFORM_MASTER_PORT": str(master_port),
+    }
+    if gpus_per_worker == 1:
+        env["LOCAL_RANK"] = str(local_worker)
+        env["LOCAL_WORLD_SIZE"] = str(workers_on_node)
+    return env
+
+
+def worker_slots(spec: BackendJobSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """``(node, gpu indices)`` of each worker, worker 0 first.
+
+    One worker per placement entry when there are as many entries as workers. When the engine
+    packed several workers on one node (fewer entries than workers), each node's GPUs are split,
+    in order, into groups of ``gpus_per_worker``. Anything else cannot be run as asked:
+    ``ValueError``.
+    """
+    entries = [(node, tuple(gpus)) for node, gpus in spec.placement.items()]
+    if len(entries) == spec.workers:
+        return entries
+    per = spec.gpus_per_worker
+    if per > 0 and all(len(g) % per == 0 for _, g in entries):
+        slots = [(node, g[i : i + per]) for node, g in entries for i in range(0, len(g), per)]
+        if len(slots) == spec.workers:
+            return slots
+    raise ValueError(
+        f"placement {dict(entries)} does not give {spec.workers} workers of "
+        f"{spec.gpus_per_worker} GPUs"
+    )
+
+
+def worker_envs(
+    spec: BackendJobSpec, *, master_addr: str, master_port: int
+) -> list[dict[str, str]]:
+    """:func:`launcher_env` of every worker of ``spec`` (worker 0 first), placed as
+    :func:`worker_slots` places them."""
+    slots = worker_slots(spec)
+    on_node: dict[str, int] = {}
+    for node, _ in slots:
+        on_node[node] = on_node.get(node, 0) + 1
+    seen: dict[str, int] = {}
+    envs = []
+    for worker, (node, _) in enumerate(slots):
+        local = seen.get(node, 0)
+        seen[node] = local + 1
+        envs.append(
+            launcher_env(
+                workers=spec.workers,
+                worker=worker,
+                local_worker=local,
+                workers_on_node=on_node[node],
+                gpus_per_worker=spec.gpus_per_worker,
+                master_addr=master_addr,
+                master_port=master_port,
+            )
+        )
+    return envs

@@ -32,7 +32,10 @@ from scheduler.backends.base import (
     BackendNode,
     BackendRejected,
     backend_job_name,
+    identity_env,
+    worker_envs,
 )
+from scheduler.backends.base import worker_slots as _worker_slots
 
 # Label and annotation keys the platform writes and reads. They are part of the contract with
 # operators (RBAC, dashboards, kubectl selectors): see docs/backends/kubernetes.md.
@@ -126,6 +129,8 @@ class KubernetesConfig:
     retry_attempts: int = 4
     retry_base_s: float = 0.2
     retry_cap_s: float = 5.0
+    # Finished runs keep their pods (and so their logs) this long, then the sync deletes them.
+    finished_run_ttl_s: float = 3600.0
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> KubernetesConfig:
@@ -153,6 +158,8 @@ class KubernetesConfig:
             raise ValueError("watch_timeout_s must be at least 1 (0 means 'server default')")
         if cfg.retry_attempts < 1:
             raise ValueError("retry_attempts must be at least 1")
+        if cfg.finished_run_ttl_s < 0:
+            raise ValueError("finished_run_ttl_s must be >= 0")
         return cfg
 
 
@@ -194,6 +201,8 @@ def pod_manifest(
     node: str,
     gpu_indices: Sequence[int],
     cfg: KubernetesConfig,
+    *,
+    launch: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Pod for worker ``worker_index`` of ``spec``, pinned to ``node``.
 
@@ -201,8 +210,14 @@ def pod_manifest(
     scheduler never picks it up) and a required node affinity on ``metadata.name`` (which the
     kubelet re-checks at admission); the backend then binds it with the Binding API. With
     ``bind_mode="nodeName"`` ``spec.nodeName`` is set directly and no scheduler is involved.
+
+    ``launch`` is the worker's :func:`~scheduler.backends.base.launcher_env` (computed here when
+    not given); its ``MASTER_ADDR`` is worker 0's DNS name through the run's headless Service,
+    ``w0.<run>``, so without ``rendezvous_service`` no master address is set.
     """
     _check_identity(spec.job_id, spec.attempt, spec.workers)
+    if launch is None:
+        launch = _launch_envs(spec, cfg)[worker_index]
     if not spec.image:
         raise BackendRejected("job has no image")
     try:
@@ -229,16 +244,18 @@ def pod_manifest(
         # The device plugin, not us, picks the physical GPUs; the engine's choice is recorded.
         ANN_GPU_INDICES: ",".join(str(i) for i in gpu_indices),
     }
-    env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in sorted(spec.env.items())]
+    ours = {**identity_env(spec), "GPUPLATFORM_PODINFO_DIR": PODINFO_DIR, **dict(launch)}
+    # The job's own variables first; the platform's win a clash (a wrong RANK breaks the gang).
+    env: list[dict[str, Any]] = [
+        {"name": k, "value": str(v)} for k, v in sorted(spec.env.items()) if k not in ours
+    ]
+    env += [{"name": k, "value": v} for k, v in ours.items()]
     env += [
-        {"name": "GP_JOB_ID", "value": spec.job_id},
-        {"name": "GP_ATTEMPT", "value": str(spec.attempt)},
-        {"name": "GP_WORKER_INDEX", "value": str(worker_index)},
-        {"name": "GP_WORLD_SIZE", "value": str(spec.workers)},
-        {"name": "GP_CHECKPOINT_GRACE_S", "value": str(spec.checkpoint_grace_s)},
-        {"name": "GP_PODINFO_DIR", "value": PODINFO_DIR},
-        {"name": "GP_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "GP_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "GPUPLATFORM_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {
+            "name": "GPUPLATFORM_NODE_NAME",
+            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        },
     ]
     container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
@@ -261,12 +278,6 @@ def pod_manifest(
     }
     if cfg.prestop_command:
         container["lifecycle"] = {"preStop": {"exec": {"command": list(cfg.prestop_command)}}}
-    if cfg.rendezvous_service:
-        # Stable DNS for every worker through the run's headless Service: w<i>.<run>.
-        env += [
-            {"name": "GP_MASTER_ADDR", "value": f"w0.{run}"},
-            {"name": "GP_MASTER_PORT", "value": str(cfg.rendezvous_port)},
-        ]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # Deleting the pod sends SIGTERM and waits this long before SIGKILL: the workload's
@@ -335,31 +346,31 @@ def pod_manifest(
 
 
 def worker_slots(spec: BackendJobSpec) -> list[tuple[str, tuple[int, ...]]]:
-    """``(node, gpu indices)`` of each worker, worker 0 first.
+    """``(node, gpu indices)`` of each worker, worker 0 first (see
+    :func:`scheduler.backends.base.worker_slots`); a placement that does not give the job's
+    workers is :class:`BackendRejected`."""
+    try:
+        return _worker_slots(spec)
+    except ValueError as exc:
+        raise BackendRejected(str(exc)) from exc
 
-    One worker per placement entry when there are as many entries as workers (the Backend
-    contract). When the engine packed several workers on one node (fewer entries than workers),
-    each node's GPUs are split, in order, into groups of ``gpus_per_worker``. Anything else cannot
-    be run as asked and is rejected.
-    """
-    entries = [(node, tuple(gpus)) for node, gpus in spec.placement.items()]
-    if len(entries) == spec.workers:
-        return entries
-    per = spec.gpus_per_worker
-    if per > 0 and all(len(g) % per == 0 for _, g in entries):
-        slots = [(node, g[i : i + per]) for node, g in entries for i in range(0, len(g), per)]
-        if len(slots) == spec.workers:
-            return slots
-    raise BackendRejected(
-        f"placement {dict(entries)} does not give {spec.workers} workers of "
-        f"{spec.gpus_per_worker} GPUs"
-    )
+
+def _launch_envs(spec: BackendJobSpec, cfg: KubernetesConfig) -> list[dict[str, str]]:
+    """Every worker's launcher variables; the master is worker 0's stable DNS name through the
+    run's headless Service (``w0.<run>``, resolvable from every pod of the namespace)."""
+    worker_slots(spec)  # a placement that cannot run is refused before anything else
+    envs = worker_envs(spec, master_addr=f"w0.{spec.backend_name}", master_port=cfg.rendezvous_port)
+    if not cfg.rendezvous_service:
+        drop = {"MASTER_ADDR", "PET_MASTER_ADDR", "GPUPLATFORM_MASTER_ADDR"}
+        envs = [{k: v for k, v in env.items() if k not in drop} for env in envs]
+    return envs
 
 
 def pod_manifests(spec: BackendJobSpec, cfg: KubernetesConfig) -> list[tuple[dict[str, Any], str]]:
     """One ``(pod, node)`` per worker (see :func:`worker_slots`), worker 0 first."""
+    launch = _launch_envs(spec, cfg)
     return [
-        (pod_manifest(spec, i, node, gpus, cfg), node)
+        (pod_manifest(spec, i, node, gpus, cfg, launch=launch[i]), node)
         for i, (node, gpus) in enumerate(worker_slots(spec))
     ]
 
@@ -775,3 +786,102 @@ def run_status(
     unbound = sum(1 for p in pods if not (p.get("spec") or {}).get("nodeName"))
     reason = waiting or (f"{unbound} worker pods not bound yet" if unbound else "")
     return status(BackendJobState.PENDING, reason)
+
+
+# --------------------------------------------------------------------------- finished runs
+
+
+def finished_runs(
+    pods: Iterable[Mapping[str, Any]], *, now: datetime, older_than_s: float
+) -> list[tuple[str, int]]:
+    """``(job_id, attempt)`` of runs every pod of which finished (Succeeded or Failed) more than
+    ``older_than_s`` seconds before ``now``: their pods and Service may be deleted. A run with a
+    pod still pending, running or without a finish time is left alone."""
+    by_run: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        run = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_RUN)
+        if run:
+            by_run.setdefault(run, []).append(pod)
+    out = []
+    for _run, members in sorted(by_run.items()):
+        ends = [_finished_at(p) for p in members]
+        if any(end is None for end in ends):
+            continue
+        if (now - max(ends)).total_seconds() <= older_than_s:  # type: ignore[type-var]
+            continue
+        labels = members[0]["metadata"]["labels"]
+        try:
+            out.append((labels[LABEL_JOB_ID], int(labels[LABEL_ATTEMPT])))
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
+def _finished_at(pod: Mapping[str, Any]) -> datetime | None:
+    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        return None
+    times = [
+        _parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    ]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+# --------------------------------------------------------------------------- pod logs
+
+
+def log_cursor(ns: int, same: int) -> str:
+    """A pod-log cursor: the timestamp (ns since the epoch) of the last line read and how many
+    lines with exactly that timestamp were read."""
+    return f"k8s-{ns}-{same}"
+
+
+def parse_log_cursor(cursor: str) -> tuple[int, int]:
+    match = re.fullmatch(r"k8s-(\d{1,20})-(\d{1,9})", cursor)
+    if match is None:
+        raise ValueError(f"not a log cursor: {cursor[:40]!r}")
+    return int(match[1]), int(match[2])
+
+
+_LOG_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z")
+
+
+def log_time_ns(stamp: str) -> int | None:
+    """Nanoseconds since the epoch of an RFC 3339 timestamp as ``timestamps=true`` prints it."""
+    match = _LOG_TIME.fullmatch(stamp)
+    if match is None:
+        return None
+    whole = datetime(*(int(match[i]) for i in range(1, 7)), tzinfo=UTC)
+    fraction = (match[7] or "").ljust(9, "0")
+    return int(whole.timestamp()) * 1_000_000_000 + int(fraction)
+
+
+def read_timestamped_log(
+    text: str, *, after: tuple[int, int] | None, max_bytes: int
+) -> tuple[list[str], tuple[int, int] | None]:
+    """Lines of a ``timestamps=true`` pod log that follow the cursor position ``after`` (at most
+    about ``max_bytes``, at least one line), without their timestamps, and the new position.
+    A last line without its newline (cut by ``limitBytes``) is left for the next read."""
+    last_ns, same = after if after is not None else (-1, 0)
+    seen_at_last = 0
+    lines: list[str] = []
+    size = 0
+    position = after
+    for raw in text.splitlines(keepends=True):
+        stamp, _, body = raw.partition(" ")
+        ns = log_time_ns(stamp)
+        if ns is None or not raw.endswith("\n"):
+            break
+        if ns < last_ns:
+            continue
+        if ns == last_ns:
+            seen_at_last += 1
+            if seen_at_last <= same:
+                continue
+        if lines and size + len(body.encode()) > max_bytes:
+            break
+        position = (ns, position[1] + 1) if position and ns == position[0] else (ns, 1)
+        lines.append(body)
+        size += len(body.encode())
+    return lines, position

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -44,6 +45,7 @@ from scheduler.backends.base import (
     BackendNode,
     BackendRejected,
     BackendUnavailable,
+    LogChunk,
     backend_job_name,
     parse_backend_job_name,
 )
@@ -51,6 +53,10 @@ from scheduler.backends.base import (
 logger = logging.getLogger(__name__)
 
 _SMP = "application/strategic-merge-patch+json"
+# How far the node's clock may be behind ours when following a pod log by timestamp.
+LOG_CLOCK_SLACK_S = 10
+# The largest pod-log window read to get past a burst of already-read lines.
+LOG_MAX_WINDOW_BYTES = 16 << 20
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -383,6 +389,16 @@ class KubernetesBackend:
 
     # ------------------------------------------------------------------ Backend protocol
 
+    def run_provenance(self, spec: BackendJobSpec) -> dict[str, Any]:
+        """For the attempt's reproducibility record. The kubelet pulls the image when the pod
+        starts, after the record is written, so the digest is known only when the reference
+        pins one (``name@sha256:...``)."""
+        return {
+            "image_digest": None,
+            "image_note": "pulled by the kubelet by reference when the pod starts; pin a digest "
+            "(image@sha256:...) to record it",
+        }
+
     def submit(self, spec: BackendJobSpec) -> str:
         """Create and bind one pod per worker; re-submitting the same run changes nothing.
 
@@ -474,7 +490,7 @@ class KubernetesBackend:
     def checkpoint(self, job_id: str, attempt: int) -> None:
         """Annotate each running worker pod with a new checkpoint request id.
 
-        The kubelet refreshes the downward API file ``$GP_PODINFO_DIR/annotations`` in place; the
+        The kubelet refreshes the downward API file ``$GPUPLATFORM_PODINFO_DIR/annotations`` in place; the
         workload checkpoints when the ``gpuplatform.io/checkpoint-request`` value changes. A pod
         asked less than ``checkpoint_min_interval_s`` ago is not asked again, so a caller that
         repeats the request every cycle (e.g. during a preemption grace) does not make the
@@ -551,21 +567,71 @@ class KubernetesBackend:
         self.watcher.sync_if_older(5.0)
         return sorted(r for r in self.watcher.live_runs() if r[0].startswith(job_id_prefix))
 
-    def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
-        """Last ``lines`` lines of worker 0's output; "" if the pod or its output is missing."""
-        try:
-            return self._call(
-                "read pod log",
-                self.core.read_namespaced_pod_log,
-                m.pod_name(job_id, attempt, 0),
-                self.cfg.namespace,
-                container=m.WORKER_CONTAINER,
-                tail_lines=max(int(lines), 1),
-                expect=(400, 404),
-            )
-        except ApiException:
-            # 404: no such pod; 400: the container has not started, so there is no output yet.
-            return ""
+    def read_log(
+        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+    ) -> LogChunk:
+        """Worker 0's output (``pods/log``, container ``worker``), read with ``timestamps=true``
+        so a cursor can say where the reader is: the pod log API has no byte offsets. Without a
+        cursor, the last lines (about ``limit_bytes``); with one, the lines after it, found
+        through ``sinceSeconds`` (with ``LOG_CLOCK_SLACK_S`` for clock skew between this host
+        and the node) and the timestamps. A pod that does not exist or has not started yet is
+        an empty chunk."""
+        limit = max(1, int(limit_bytes))
+        after = None
+        query: dict[str, Any] = {"container": m.WORKER_CONTAINER, "timestamps": True}
+        if cursor is None:
+            query["tail_lines"] = max(1, limit // 32)
+            query["limit_bytes"] = 4 * limit
+        else:
+            try:
+                after = m.parse_log_cursor(cursor)
+            except ValueError as exc:
+                raise BackendRejected(str(exc)) from exc
+            age_s = self._clock().timestamp() - after[0] / 1e9
+            query["since_seconds"] = max(1, math.ceil(age_s + LOG_CLOCK_SLACK_S))
+        budget = 4 * limit
+        while True:
+            if cursor is not None:
+                query["limit_bytes"] = budget
+            try:
+                text = self._call(
+                    "read pod log",
+                    self.core.read_namespaced_pod_log,
+                    m.pod_name(job_id, attempt, 0),
+                    self.cfg.namespace,
+                    expect=(400, 404),
+                    **query,
+                )
+            except ApiException:
+                # 404: no such pod (not created, or purged); 400: not started, no output yet.
+                return LogChunk(text="", cursor=cursor or m.log_cursor(0, 0))
+            lines, position = m.read_timestamped_log(text, after=after, max_bytes=limit)
+            full = len(text.encode()) >= budget
+            # A window full of lines already read (a burst inside the slack): widen it.
+            if cursor is None or lines or not full or budget >= LOG_MAX_WINDOW_BYTES:
+                break
+            budget *= 4
+        if cursor is None:
+            truncated = len(text.splitlines()) >= query["tail_lines"] or full
+            while len(lines) > 1 and sum(len(x.encode()) for x in lines) > limit:
+                lines.pop(0)
+                truncated = True
+        else:
+            truncated = False
+        new_cursor = m.log_cursor(*position) if position else (cursor or m.log_cursor(0, 0))
+        return LogChunk(text="".join(lines), cursor=new_cursor, truncated=truncated)
+
+    def purge_finished(self) -> list[tuple[str, int]]:
+        """Delete the pods and Service of runs that finished more than ``finished_run_ttl_s``
+        ago (their logs stay readable until then). Idempotent; returns the runs purged. The
+        watch keeps a tombstone of each deleted pod, so the run's state stays known."""
+        self.watcher.sync_if_older(5.0)
+        with self.watcher._lock:
+            pods = list(self.watcher.pods.values())
+        runs = m.finished_runs(pods, now=self._clock(), older_than_s=self.cfg.finished_run_ttl_s)
+        for job_id, attempt in runs:
+            self.purge(job_id, attempt)
+        return runs
 
     # ------------------------------------------------------------------ helpers
 

@@ -8,11 +8,18 @@ failed node end as NODE_FAILED. Per-GPU utilization samples are produced for bus
 
 State lives in the database (``SimulatedRun``, ``SimulatedNodeFault``) so every process sees the
 same cluster. Every call is idempotent by ``(job_id, attempt)``.
+
+Nothing is executed, but each run is given what a real one gets: its workers' launcher variables
+(:func:`~scheduler.backends.base.launcher_env`; the master address is worker 0's node name) are
+recorded with the run and printed at the top of its log, and the log is an append-only output
+read by byte cursor like a real one: the loss curve is a function of the training step, so a
+resumed attempt continues it from its checkpoint.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -21,10 +28,56 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .base import BackendJobSpec, BackendJobState, BackendJobStatus, BackendNode
+from core.bounds import MAX_DURATION_S
+
+from .base import (
+    DEFAULT_MASTER_PORT,
+    BackendJobSpec,
+    BackendJobState,
+    BackendJobStatus,
+    BackendNode,
+    BackendRejected,
+    LogChunk,
+    byte_chunk,
+    byte_window,
+    worker_envs,
+    worker_slots,
+)
 
 DEFAULT_SERVICE_TIME_S = 1800.0
+# The launcher variables a simulated log shows for each worker.
+_SHOWN_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+)
+
+
+def _loss(job_id: str, step: int) -> float:
+    """A decaying loss with a little noise: a function of the step, so it continues across
+    attempts resumed from a checkpoint."""
+    noise = int.from_bytes(hashlib.sha256(f"{job_id}/{step}".encode()).digest()[:4], "big")
+    return max(0.05, 4.0 * 0.985**step * (1 + 0.02 * (noise / 2**32 - 0.5)))
+
+
 FAILURE_CHECK_BUCKET_S = 10.0
+
+
+def _seconds(text: str, name: str) -> float:
+    """A positive, finite number of seconds from the job's environment, or the run is refused
+    (as a real launcher would fail on it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise BackendRejected(f"{name} must be a positive number of seconds, not {text[:40]!r}")
+    return value
 
 
 class SimulatedBackend:
@@ -45,6 +98,14 @@ class SimulatedBackend:
         return timezone.now()
 
     # -- runs ----------------------------------------------------------------------------------
+    def run_provenance(self, spec: BackendJobSpec) -> dict:
+        """For the attempt's reproducibility record: a simulated run pulls no image."""
+        return {
+            "image_digest": None,
+            "image_note": "simulated cluster: no image is pulled or run",
+            "runtime": {"simulated_service_time_s": spec.service_time_s},
+        }
+
     def submit(self, spec: BackendJobSpec) -> str:
         from scheduler.models import SimulatedRun
 
@@ -53,10 +114,16 @@ class SimulatedBackend:
             cluster_id=self.cluster_id, job_id=spec.job_id, attempt=spec.attempt
         ).exists():
             return ref
+        try:
+            slots = worker_slots(spec)
+        except ValueError as exc:
+            raise BackendRejected(str(exc)) from exc
+        master = slots[0][0]
+        envs = worker_envs(spec, master_addr=master, master_port=DEFAULT_MASTER_PORT)
         service = spec.service_time_s or DEFAULT_SERVICE_TIME_S
         interval = None
         if spec.env.get("CHECKPOINT_INTERVAL_S"):
-            interval = float(spec.env["CHECKPOINT_INTERVAL_S"])
+            interval = _seconds(spec.env["CHECKPOINT_INTERVAL_S"], "CHECKPOINT_INTERVAL_S")
         try:
             with transaction.atomic():
                 SimulatedRun.objects.create(
@@ -68,6 +135,10 @@ class SimulatedBackend:
                     service_time_s=service,
                     resume_from_s=min(spec.resume_from_s, service),
                     checkpoint_interval_s=interval,
+                    launch_env=[
+                        {"node": node, "env": env}
+                        for (node, _), env in zip(slots, envs, strict=True)
+                    ],
                 )
         except IntegrityError:
             pass  # a concurrent submit of the same run won: that is the idempotent outcome
@@ -116,7 +187,7 @@ class SimulatedBackend:
             job_id=run.job_id,
             attempt=run.attempt,
             backend_ref=ref,
-            nodes=tuple(run.nodes),
+            nodes=tuple(dict.fromkeys(run.nodes)),
             checkpointed_progress_s=checkpointed,
         )
         if run.cancelled_at and stop == run.cancelled_at and run.cancelled_at < end_of_work:
@@ -172,7 +243,9 @@ class SimulatedBackend:
         if longest is None:
             return []
         now = self._now()
-        recent = uncancelled.filter(started_at__gte=now - timedelta(seconds=longest / self.scale))
+        # Capped: a run recorded with an absurd service time must not overflow the date maths.
+        window_s = min(longest / self.scale, MAX_DURATION_S)
+        recent = uncancelled.filter(started_at__gte=now - timedelta(seconds=window_s))
         down = self._fault_times()
         return sorted(
             (run.job_id, run.attempt)
@@ -180,28 +253,51 @@ class SimulatedBackend:
             if self._status(run, now, down).state == BackendJobState.RUNNING
         )
 
-    def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
-        (status,) = self.poll_jobs([(job_id, attempt)])
-        if status.state == BackendJobState.UNKNOWN:
-            return ""
+    def read_log(
+        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+    ) -> LogChunk:
+        """The run's simulated output so far, by byte cursor (see the module docstring)."""
+        data = self._output(job_id, attempt).encode()
+        limit = max(1, int(limit_bytes))
+        try:
+            start, truncated = byte_window(len(data), cursor, limit)
+        except ValueError as exc:
+            raise BackendRejected(str(exc)) from exc
+        window = data[start : start + limit]
+        return byte_chunk(window, start, limit=limit, tail=cursor is None, truncated=truncated)
+
+    def _output(self, job_id: str, attempt: int) -> str:
         from scheduler.models import SimulatedRun
 
-        run = SimulatedRun.objects.get(cluster_id=self.cluster_id, job_id=job_id, attempt=attempt)
-        rng = random.Random(f"{job_id}/{attempt}")
-        elapsed = min(self._now(), run.cancelled_at or self._now()) - run.started_at
-        steps = int(run.resume_from_s / 60 + elapsed.total_seconds() * self.scale / 60)
-        out = [f"[gpuplatform] attempt {attempt} on {', '.join(run.nodes)}"]
+        run = SimulatedRun.objects.filter(
+            cluster_id=self.cluster_id, job_id=job_id, attempt=attempt
+        ).first()
+        if run is None:
+            return ""
+        status = self._status(run, self._now(), self._fault_times())
+        out = [f"[gpuplatform] attempt {attempt} on {', '.join(dict.fromkeys(run.nodes))}"]
+        for index, worker in enumerate(run.launch_env or []):
+            env = worker.get("env") or {}
+            shown = " ".join(f"{k}={env[k]}" for k in _SHOWN_ENV if k in env)
+            out.append(f"[gpuplatform] worker {index} on {worker.get('node')}: {shown}")
+        first_step = int(run.resume_from_s // 60) + 1
         if run.resume_from_s:
             out.append(
-                f"[gpuplatform] resumed from checkpoint at {run.resume_from_s:.0f} s of work"
+                f"[gpuplatform] resumed from checkpoint at {run.resume_from_s:.0f} s of work: "
+                f"step {first_step}"
             )
-        loss = 4.0
-        for step in range(1, steps + 1):
-            loss = max(0.05, loss * (0.985 + rng.random() * 0.01))
-            out.append(f"step {step:6d}  loss {loss:.4f}")
+        stop = self._now()
+        if run.cancelled_at is not None:
+            stop = min(stop, run.cancelled_at)
+        done_s = min(
+            run.service_time_s,
+            run.resume_from_s + max(0.0, (stop - run.started_at).total_seconds()) * self.scale,
+        )
+        for step in range(first_step, int(done_s // 60) + 1):
+            out.append(f"step {step:6d}  loss {_loss(job_id, step):.4f}")
         if status.state == BackendJobState.SUCCEEDED:
             out.append("[gpuplatform] training finished")
-        return "\n".join(out[-lines:])
+        return "\n".join(out) + "\n"
 
     # -- nodes -----------------------------------------------------------------------------
     def _fault_times(self) -> dict[str, list[datetime]]:

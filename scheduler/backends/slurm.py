@@ -2,7 +2,13 @@
 
 Every call is an argument list handed to ``subprocess.run`` (never a shell string): ``sbatch``
 (script on stdin), ``scancel``, ``scontrol``, ``squeue --json``, ``sinfo --json`` and, where
-accounting exists, ``sacct``. Parsing lives in :mod:`scheduler.backends.slurm_parsers`.
+accounting exists, ``sacct``. Parsing lives in :mod:`scheduler.backends.slurm_parsers`; it reads
+the JSON of Slurm 22.05 and of 23.02 and later (24.11 tested) by the shape each answer has.
+
+The commands can run through a ``command_prefix`` (``["ssh", "login-node"]``, ``["chroot",
+"/srv/slurm-root"]``), so the platform host need not be a Slurm node; job files (output,
+checkpoint progress) are then read through the same prefix (``dd``, ``grep``), else from this
+host's filesystem.
 
 Guarantees (on top of :mod:`scheduler.backends.base`):
 - Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``.
@@ -16,7 +22,10 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
   slurmctld before a timeout is not submitted twice.
 - A refusal (unknown node, impossible request, invalid spec) raises :class:`BackendRejected`.
 - ``poll_jobs`` reports ``checkpointed_progress_s`` from ``<job_workdir>/<run>.progress`` when
-  the job wrote one there (after a checkpoint) and that directory is readable from this host.
+  the job wrote one there (after a checkpoint).
+- Output Slurm prints in a shape of neither JSON generation is a :class:`BackendRejected` naming
+  the field (``squeue --json: unsupported output (Slurm 25.11.0, data_parser/v0.0.44):
+  jobs[0].job_state: ...``): the loop marks the cluster unavailable and changes no job or node.
 - Slurm never restarts a run by itself: jobs are submitted with ``--no-requeue`` (the platform
   requeues as a new attempt). ``live_runs`` lists our unfinished Slurm jobs so the sync can
   cancel any that the platform has given up on.
@@ -26,9 +35,11 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -36,13 +47,17 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from scheduler.backends.base import (
+    BackendError,
     BackendJobSpec,
     BackendJobState,
     BackendJobStatus,
     BackendNode,
     BackendRejected,
     BackendUnavailable,
+    LogChunk,
     backend_job_name,
+    byte_chunk,
+    byte_window,
     parse_backend_job_name,
 )
 from scheduler.backends.slurm_parsers import (
@@ -83,7 +98,7 @@ class SlurmBackend:
     - ``account``: ``sbatch --account``.
     - ``job_workdir``: the jobs' working directory (must exist on the compute nodes; default
       ``/tmp``); checkpoint-request files go there. ``log_dir``: where ``<run>.out`` is written
-      (default: ``job_workdir``); ``log_tail`` reads it, so it should be shared with this host.
+      (default: ``job_workdir``); ``read_log`` reads it here or through ``command_prefix``.
     - ``accounting``: ``auto`` (default: sacct, else the jobcomp file via ``sacct -c``, else
       none), ``sacct``, ``jobcomp`` or ``none``; used to find runs that left squeue.
     - ``sacct_since``: how far back accounting is searched (default ``now-14days``).
@@ -93,7 +108,13 @@ class SlurmBackend:
     - ``extra_sbatch_args``: a list of further sbatch arguments (site policy); ``--requeue`` is
       refused.
     - ``bin_dir``: directory of the Slurm commands (default: ``PATH``).
+    - ``command_prefix``: an argument list put before every command, e.g. ``["ssh",
+      "login-node"]`` or ``["chroot", "/srv/root"]``; ``SLURM_CONF`` then travels as ``env
+      SLURM_CONF=...`` after it. When it runs ``ssh``, which hands the remote side one command
+      line, every argument after it is shell-quoted. Job files are read through it.
     - ``command_timeout_s`` (30), ``tries`` (3), ``backoff_s`` (0.5), ``backoff_max_s`` (4).
+    - ``checkpoint_min_interval_s`` (60): a run asked to checkpoint less than this long ago is
+      not asked again.
     - ``dry_run``: log cluster-changing commands instead of running them.
     """
 
@@ -122,13 +143,19 @@ class SlurmBackend:
             # It would override our --no-requeue: Slurm would restart attempts by itself.
             raise ValueError("extra_sbatch_args must not contain --requeue: the platform requeues")
         self.bin_dir = str(cfg.get("bin_dir") or "")
+        prefix = cfg.get("command_prefix") or ()
+        if isinstance(prefix, str) or not all(isinstance(a, str) and a for a in prefix):
+            raise ValueError("command_prefix must be a list of arguments, e.g. ['ssh', 'login1']")
+        self.command_prefix = tuple(prefix)
         self.command_timeout_s = float(cfg.get("command_timeout_s", 30))
         self.tries = max(1, int(cfg.get("tries", 3)))
         self.backoff_s = float(cfg.get("backoff_s", 0.5))
         self.backoff_max_s = float(cfg.get("backoff_max_s", 4))
         self.dry_run = bool(cfg.get("dry_run", False))
+        self.checkpoint_min_interval_s = float(cfg.get("checkpoint_min_interval_s", 60))
         self._sleep = sleep
         self._accounting_mode: str | None = None if self.accounting == "auto" else self.accounting
+        self._version: str | None = None
 
     # -----------------------------------------------------------------------------------------
     # Running commands
@@ -139,6 +166,19 @@ class SlurmBackend:
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         return env
+
+    def _command(self, argv: list[str]) -> list[str]:
+        """The argument list to execute: ``bin_dir`` and ``command_prefix`` applied."""
+        program = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
+        command = [program, *argv[1:]]
+        if not self.command_prefix:
+            return command
+        settings = ["LC_ALL=C"] + ([f"SLURM_CONF={self.slurm_conf}"] if self.slurm_conf else [])
+        remote = ["env", *settings, *command]
+        if os.path.basename(self.command_prefix[0]) == "ssh":
+            # ssh joins its arguments into one line for the remote shell: quote each one.
+            remote = [shlex.quote(arg) for arg in remote]
+        return [*self.command_prefix, *remote]
 
     def _backoff(self, try_no: int) -> None:
         # Full jitter: spreads retries of many callers after a shared outage.
@@ -165,7 +205,7 @@ class SlurmBackend:
             if stdin:
                 logger.info("slurm dry-run stdin:\n%s", stdin)
             return ""
-        command = [os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0], *argv[1:]]
+        command = self._command(argv)
         tries = self.tries if retry else 1
         problem = ""
         for try_no in range(1, tries + 1):
@@ -212,8 +252,12 @@ class SlurmBackend:
     # Finding our runs
 
     def _squeue(self) -> list[SlurmJob]:
-        # squeue --json ignores filters in 22.05; one call answers for every run we track.
-        return self._run(["squeue", "--json"], parse=parse_squeue_json)  # type: ignore[return-value]
+        # One call answers for every run we track. --states=all: 23.02 and later honour squeue's
+        # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter.
+        argv = ["squeue", "--json", "--states=all"]
+        if self.partition:
+            argv.append(f"--partition={self.partition}")
+        return self._run(argv, parse=parse_squeue_json)  # type: ignore[return-value]
 
     def _accounting_jobs(self, names: list[str]) -> list[SlurmJob]:
         """Finished jobs from accounting (sacct, or the jobcomp file via ``sacct -c``)."""
@@ -280,9 +324,7 @@ class SlurmBackend:
             )
             script = build_job_script(
                 spec,
-                checkpoint_request_path=os.path.join(
-                    self.job_workdir, f"{name}.checkpoint-request"
-                ),
+                checkpoint_request_path=self._checkpoint_request_path(name),
                 progress_path=self._progress_path(name),
                 container_option=self.container_option,
             )
@@ -312,6 +354,46 @@ class SlurmBackend:
             return job_id
         raise BackendUnavailable("Slurm unavailable")  # not reached: the loop raises or returns
 
+    def run_provenance(self, spec: BackendJobSpec) -> dict[str, Any]:
+        """What this cluster can say about what ``spec``'s run executes (its reproducibility
+        record). Slurm resolves no image digest: without a container plugin
+        (``container_option``) the command runs on the nodes' own software, and with one the
+        plugin pulls the image by its reference when the job starts. Recorded instead: the
+        sha256 of the exact batch script submitted (command, exported environment, srun line)
+        and the Slurm version."""
+        name = spec.backend_name
+        script = build_job_script(
+            spec,
+            checkpoint_request_path=self._checkpoint_request_path(name),
+            progress_path=self._progress_path(name),
+            container_option=self.container_option,
+        )
+        if self._version is None:
+            try:
+                self._version = str(self._run(["sinfo", "--version"])).strip()
+            except BackendError as exc:
+                logger.info("slurm: version unknown: %s", exc)
+        if self.container_option and spec.image:
+            note = (
+                f"Slurm runs the image through its container plugin ({self.container_option}) "
+                "by reference; the digest it pulls is not reported back"
+            )
+        else:
+            note = (
+                "Slurm without a container plugin runs the command on the nodes' own software "
+                "(no image); recorded instead: the batch script's sha256 and the Slurm version"
+            )
+        return {
+            "image_digest": None,
+            "image_note": note,
+            "runtime": {
+                "batch_script_sha256": hashlib.sha256(script.encode()).hexdigest(),
+                "slurm_version": self._version or "",
+                "container_option": self.container_option,
+                "partition": self.partition,
+            },
+        }
+
     def cancel(self, job_id: str, attempt: int) -> None:
         """Cancel the run (pending, running or requeued); no run, or a finished one, is fine."""
         argv = ["scancel", f"--name={backend_job_name(job_id, attempt)}"]
@@ -320,14 +402,21 @@ class SlurmBackend:
         self._run(argv, already_done_ok=True)
 
     def checkpoint(self, job_id: str, attempt: int) -> None:
-        """Send USR1 to the run's batch script, which records the request and forwards it to
-        the workers. A run that is not running is left alone."""
+        """Send USR1 to the run's batch script, which records the request (touches
+        ``<job_workdir>/<run>.checkpoint-request``) and forwards it to the workers. A run that
+        is not running is left alone; a run asked less than ``checkpoint_min_interval_s`` ago
+        (by that file's time) is not asked again, so a caller repeating the request every cycle
+        of a preemption grace does not make the job checkpoint over and over."""
+        name = backend_job_name(job_id, attempt)
+        asked = self._file_mtime(self._checkpoint_request_path(name))
+        if asked is not None and time.time() - asked < self.checkpoint_min_interval_s:
+            return
         argv = [
             "scancel",
             "--batch",
             "--signal=USR1",
             "--state=RUNNING",
-            f"--name={backend_job_name(job_id, attempt)}",
+            f"--name={name}",
         ]
         if self.partition:
             argv.append(f"--partition={self.partition}")
@@ -351,8 +440,10 @@ class SlurmBackend:
                     topology = parse_topology_conf(fh.read())
             except OSError as exc:
                 logger.warning("slurm: cannot read %s: %s", self.topology_conf, exc)
+        # -N: one entry per node. Without it 23.02+ groups nodes that share a state into one
+        # entry carrying one node's features (racks would be wrong); 22.05 ignores it.
         return self._run(  # type: ignore[return-value]
-            ["sinfo", "--json"],
+            ["sinfo", "-N", "--json"],
             parse=lambda text: parse_sinfo_json(text, partition=self.partition, topology=topology),
         )
 
@@ -362,6 +453,7 @@ class SlurmBackend:
         if not runs:
             return []
         found = self._find_runs(backend_job_name(j, a) for j, a in runs)
+        saved = self._read_progress_files(sorted(found))
         out = []
         for job_id, attempt in runs:
             job = found.get(backend_job_name(job_id, attempt))
@@ -369,7 +461,7 @@ class SlurmBackend:
                 out.append(BackendJobStatus(job_id, attempt, BackendJobState.UNKNOWN))
             else:
                 status = job_status(job, job_id, attempt)
-                progress = self._read_progress(backend_job_name(job_id, attempt))
+                progress = saved.get(backend_job_name(job_id, attempt))
                 if progress is not None:
                     status = replace(status, checkpointed_progress_s=progress)
                 out.append(status)
@@ -391,31 +483,122 @@ class SlurmBackend:
                 runs.add(run)
         return sorted(runs)
 
-    def _read_progress(self, name: str) -> float | None:
-        # The file lives in job_workdir; readable here when that directory is shared.
+    # -----------------------------------------------------------------------------------------
+    # Job files: through the command prefix when there is one, else on this host
+
+    def _read_progress_files(self, names: list[str]) -> dict[str, float]:
+        """Checkpointed seconds each run reported in ``<job_workdir>/<run>.progress`` (runs
+        without a readable file are left out). Best effort: a failed read means no news."""
+        paths = {self._progress_path(name): name for name in names}
+        texts: dict[str, str] = {}
+        if not self.command_prefix:
+            for path in paths:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as fh:
+                        texts[path] = fh.read(4096)
+                except OSError:
+                    continue
+        elif paths:
+            # One command for all of them: grep prints "path:line" for each line of each file.
+            command = self._command(["grep", "-s", "-H", "-e", "", "--", *paths])
+            try:
+                proc = subprocess.run(
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.command_timeout_s,
+                    env=self._env(),
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                logger.warning("slurm: cannot read progress files: %s", exc)
+                return {}
+            if proc.returncode not in (0, 1, 2):  # 2: some file missing, which is normal
+                logger.warning("slurm: cannot read progress files: %s", proc.stderr.strip())
+                return {}
+            for line in proc.stdout.splitlines():
+                for path in paths:
+                    if line.startswith(path + ":"):
+                        texts[path] = texts.get(path, "") + line[len(path) + 1 :] + "\n"
+                        break
+        out = {}
+        for path, text in texts.items():
+            value = parse_checkpoint_progress(text)
+            if value is not None:
+                out[paths[path]] = value
+        return out
+
+    def _checkpoint_request_path(self, name: str) -> str:
+        return os.path.join(self.job_workdir, f"{name}.checkpoint-request")
+
+    def _file_mtime(self, path: str) -> float | None:
+        """Modification time (epoch seconds) of a job file, None when missing or unreadable."""
         try:
-            with open(self._progress_path(name), encoding="utf-8", errors="replace") as fh:
-                return parse_checkpoint_progress(fh.read(4096))
-        except OSError:
+            if not self.command_prefix:
+                return os.stat(path).st_mtime
+            return float(self._file_command(["stat", "-L", "-c", "%Y", path]).stdout.strip())
+        except (OSError, ValueError, BackendUnavailable):
             return None
 
     def _progress_path(self, name: str) -> str:
         return os.path.join(self.job_workdir, f"{name}.progress")
 
-    def log_tail(self, job_id: str, attempt: int, lines: int = 100) -> str:
-        """The last ``lines`` lines of ``<log_dir>/<run>.out`` when this host can read it."""
+    def read_log(
+        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+    ) -> LogChunk:
+        """The run's output file ``<log_dir>/<run>.out`` (all workers' output, as Slurm writes
+        it), by byte offset. A file not written yet is an empty chunk."""
         path = self._log_path(backend_job_name(job_id, attempt))
+        limit = max(1, int(limit_bytes))
         try:
+            size = None if cursor is not None else self._file_size(path)
+            start, truncated = byte_window(size, cursor, limit)
+            data = self._read_bytes(path, start, limit)
+        except FileNotFoundError:
+            return LogChunk(text="", cursor=cursor or "0")
+        except ValueError as exc:
+            raise BackendRejected(str(exc)) from exc
+        return byte_chunk(data, start, limit=limit, tail=cursor is None, truncated=truncated)
+
+    def _file_size(self, path: str) -> int:
+        if not self.command_prefix:
+            return os.stat(path).st_size
+        proc = self._file_command(["stat", "-L", "-c", "%s", path])
+        return int(proc.stdout.strip() or 0)
+
+    def _read_bytes(self, path: str, start: int, limit: int) -> bytes:
+        if not self.command_prefix:
             with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - 1_000_000))
-                data = fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-        if lines <= 0:
-            return ""
-        return "\n".join(data.splitlines()[-lines:])
+                fh.seek(start)
+                return fh.read(limit)
+        argv = ["dd", f"if={path}", "iflag=skip_bytes,count_bytes", f"skip={start}"]
+        argv += [f"count={limit}", "bs=65536", "status=none"]
+        return self._file_command(argv, binary=True).stdout
+
+    def _file_command(self, argv: list[str], *, binary: bool = False):
+        """A file-reading command through the prefix; a missing file is FileNotFoundError, any
+        other failure BackendUnavailable (the logs are shown when the cluster answers)."""
+        try:
+            proc = subprocess.run(
+                self._command(argv),
+                capture_output=True,
+                timeout=self.command_timeout_s,
+                env=self._env(),
+                check=False,
+                text=not binary,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendUnavailable(f"{argv[0]}: {exc}") from exc
+        if proc.returncode != 0:
+            err = (
+                proc.stderr
+                if isinstance(proc.stderr, str)
+                else proc.stderr.decode(errors="replace")
+            )
+            if "No such file" in err:
+                raise FileNotFoundError(argv[-1])
+            raise BackendUnavailable(f"{argv[0]}: {err.strip() or proc.returncode}")
+        return proc
 
     def _log_path(self, name: str) -> str:
         return os.path.join(self.log_dir, f"{name}.out")

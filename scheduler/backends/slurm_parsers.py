@@ -3,12 +3,16 @@
 Nothing here runs a command, reads a clock or touches a file: each function takes text (captured
 from ``squeue --json``, ``sinfo --json``, ``sbatch --parsable``, ``sacct -P``, an error message,
 ``topology.conf``) or a job spec and returns plain values, so all of it is tested on real output
-captured from Slurm 22.05 (``tests/unit/backends/fixtures/slurm/``).
+captured from Slurm 22.05 and 24.11 (``tests/unit/backends/fixtures/slurm/<version>/``, recorded
+by ``scripts/capture-slurm-fixtures``).
 
 Guarantees:
-- ``parse_squeue_json`` / ``parse_sinfo_json`` raise :class:`SlurmQueryError` when Slurm reports an
-  error inside the JSON. Slurm 22.05 prints ``{"errors": [...], "jobs": []}`` with exit status 0
-  when it cannot reach slurmctld; reading that as "no jobs" would make every run look lost.
+- ``parse_squeue_json`` / ``parse_sinfo_json`` read both JSON generations (22.05's openapi
+  v0.0.38 and the data_parser v0.0.39+ of 23.02 and later), field by field by the shape the output
+  has. They raise :class:`SlurmQueryError` when Slurm reports an error inside the JSON (Slurm
+  22.05 prints ``{"errors": [...], "jobs": []}`` with exit status 0 when it cannot reach
+  slurmctld; reading that as "no jobs" would make every run look lost), and
+  :class:`SlurmFormatError`, naming the field, for a shape of neither generation.
 - ``classify_error`` sorts an error message into unavailable (retry later), already-done (success
   for idempotent calls) or rejected (do not retry).
 - ``build_job_script`` embeds the user's command and environment values only through
@@ -25,7 +29,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler.backends.base import BackendJobSpec, BackendJobState, BackendJobStatus, BackendNode
+from scheduler.backends.base import (
+    DEFAULT_MASTER_PORT,
+    BackendJobSpec,
+    BackendJobState,
+    BackendJobStatus,
+    BackendNode,
+    identity_env,
+)
 
 
 class SlurmQueryError(Exception):
@@ -221,10 +232,16 @@ def build_job_script(
     """The batch script for ``spec``: exports our identity, runs the command on every node.
 
     The command runs once per worker through ``srun`` (worker index = ``SLURM_PROCID``, workers
-    numbered in Slurm's node order; with several workers per node each gets its own GPU slice). USR1 on
-    the batch shell (``scancel --batch --signal=USR1`` or the time-limit warning) touches
+    numbered in Slurm's node order; with several workers per node each gets its own GPU slice).
+    Every worker gets :func:`~scheduler.backends.base.launcher_env`'s variables: the master is
+    worker 0's node, which is the node the batch script runs on, and its address is that node's
+    ``NodeAddr`` (``scontrol show node``; node names need not resolve), read when the job starts;
+    the port is ``29500 + job id % 10000`` so two jobs sharing a master node do not collide.
+    USR1 on the batch shell (``scancel --batch --signal=USR1`` or the time-limit warning) touches
     ``$GPUPLATFORM_CHECKPOINT_REQUEST`` and is forwarded to the step, whose processes receive it;
-    the script then keeps waiting for the step and exits with its status. After a checkpoint a
+    the script then keeps waiting for the step and exits with its status. In the workers USR1 is
+    ignored unless the program handles it, so a launcher that does not know the signal (torchrun's
+    agent) survives while the training processes it started checkpoint. After a checkpoint a
     worker may write the seconds of work it saved to ``$GPUPLATFORM_CHECKPOINT_PROGRESS``
     (see :func:`parse_checkpoint_progress`).
     """
@@ -232,20 +249,12 @@ def build_job_script(
         if not _ENV_NAME.match(key):
             raise ValueError(f"not a valid environment variable name: {key!r}")
     q = shlex.quote
+    # The job's own variables first; the platform's win a clash (a wrong RANK breaks the gang).
     exports = {
-        "GPUPLATFORM_JOB_ID": spec.job_id,
-        "GPUPLATFORM_ATTEMPT": str(spec.attempt),
-        "GPUPLATFORM_JOB_NAME": spec.name,
-        "GPUPLATFORM_TEAM": spec.team,
-        "GPUPLATFORM_IMAGE": spec.image,
-        "GPUPLATFORM_WORKERS": str(spec.workers),
-        "GPUPLATFORM_WORKERS_PER_NODE": str(workers_per_node(spec)),
-        "GPUPLATFORM_GPUS_PER_WORKER": str(spec.gpus_per_worker),
+        **dict(spec.env),
+        **identity_env(spec),
         "GPUPLATFORM_CHECKPOINT_REQUEST": checkpoint_request_path,
         "GPUPLATFORM_CHECKPOINT_PROGRESS": progress_path,
-        # Seconds of work already saved by earlier attempts: where a resumed run starts.
-        "GPUPLATFORM_RESUME_FROM_S": f"{spec.resume_from_s:g}",
-        **dict(spec.env),
     }
     per_node = workers_per_node(spec)
     srun = [
@@ -258,7 +267,16 @@ def build_job_script(
     ]
     if container_option and spec.image:
         srun.append(f"{container_option}={spec.image}")
-    worker_command = 'export GPUPLATFORM_WORKER="$SLURM_PROCID"\n'
+    # The per-worker half of launcher_env (the rest is exported by the batch script below).
+    worker_command = (
+        'export GPUPLATFORM_WORKER="$SLURM_PROCID" RANK="$SLURM_PROCID" NODE_RANK="$SLURM_PROCID"'
+        ' PET_NODE_RANK="$SLURM_PROCID" GPUPLATFORM_LOCAL_WORKER="$SLURM_LOCALID"\n'
+    )
+    if spec.gpus_per_worker == 1:
+        worker_command += f'export LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE={per_node}\n'
+    # Ignored, not trapped: an ignored signal stays ignored in the programs started below unless
+    # they handle it themselves (a trap would be reset to "terminate" by exec).
+    worker_command += "trap '' USR1\n"
     if per_node > 1 and spec.gpus_per_worker > 0:
         # Every task of the step sees all the node's GPUs of the job; give each worker its own
         # slice, in local-rank order.
@@ -280,7 +298,21 @@ def build_job_script(
         'export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}:/usr/local/bin:/usr/bin:/bin"',
     ]
     lines += [f"export {key}={q(value)}" for key, value in exports.items()]
+    shared = {
+        "WORLD_SIZE": str(spec.workers),
+        "PET_NNODES": str(spec.workers),
+        "GPUPLATFORM_WORKERS": str(spec.workers),
+        "GPUPLATFORM_WORKERS_ON_NODE": str(per_node),
+    }
+    lines += [f"export {key}={q(value)}" for key, value in shared.items()]
     lines += [
+        # Worker 0 runs on this node (the first of the allocation): it hosts the rendezvous.
+        'gp_addr=$(scontrol show node "$SLURMD_NODENAME" 2>/dev/null'
+        " | sed -n 's/.*[[:space:]]NodeAddr=\\([^[:space:]]*\\).*/\\1/p' | head -n 1)",
+        'export GPUPLATFORM_MASTER_ADDR="${gp_addr:-$SLURMD_NODENAME}"',
+        f"export GPUPLATFORM_MASTER_PORT=$(({DEFAULT_MASTER_PORT} + ${{SLURM_JOB_ID:-0}} % 10000))",
+        'export MASTER_ADDR="$GPUPLATFORM_MASTER_ADDR" PET_MASTER_ADDR="$GPUPLATFORM_MASTER_ADDR"',
+        'export MASTER_PORT="$GPUPLATFORM_MASTER_PORT" PET_MASTER_PORT="$GPUPLATFORM_MASTER_PORT"',
         "gp_step=",
         "gp_checkpoint() {",
         '    : > "$GPUPLATFORM_CHECKPOINT_REQUEST" 2>/dev/null || true',
@@ -303,7 +335,7 @@ def build_job_script(
 
 
 def decode_wait_status(raw: int | None) -> tuple[int | None, int | None]:
-    """``(exit_code, signal)`` from the wait(2) status squeue reports as ``exit_code``."""
+    """``(exit_code, signal)`` from the wait(2) status squeue 22.05 reports as ``exit_code``."""
     if raw is None:
         return None, None
     signal = raw & 0x7F
@@ -312,17 +344,32 @@ def decode_wait_status(raw: int | None) -> tuple[int | None, int | None]:
     return (raw >> 8) & 0xFF, None
 
 
+# ---------------------------------------------------------------------------------------------
+# JSON of both generations
+#
+# Slurm 20.11-23.02 print the openapi v0.0.3x shape (22.05: v0.0.38): plain strings and
+# integers, one object per node. Slurm 23.02 and later print the data_parser v0.0.39+ shape
+# (24.11: v0.0.42): states are lists of flags, numbers are ``{set, infinite, number}``, exit
+# codes are objects, and ``sinfo`` groups nodes in entries. Each field is read by the shape the
+# output actually has, so no setting names the version; a shape that is neither raises
+# SlurmFormatError naming the field, never a silently empty queue or cluster.
+
+
+class SlurmFormatError(SlurmQueryError):
+    """Slurm printed JSON of a shape this backend does not read (a newer generation)."""
+
+
 def _load_json(text: str, what: str) -> dict:
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise SlurmQueryError(f"{what} printed no JSON: {text[:200]!r}") from exc
     if not isinstance(data, dict):
-        raise SlurmQueryError(f"{what} printed unexpected JSON")
+        raise SlurmFormatError(f"{what}: unsupported output: expected a JSON object")
     errors = data.get("errors") or []
     if errors:
         texts = []
-        for err in errors:
+        for err in errors if isinstance(errors, list) else [errors]:
             if isinstance(err, dict):
                 texts.append(
                     " / ".join(
@@ -335,28 +382,153 @@ def _load_json(text: str, what: str) -> dict:
     return data
 
 
-def parse_squeue_json(text: str) -> list[SlurmJob]:
-    """Jobs from ``squeue --json`` (openapi v0.0.38 shape, Slurm 22.05).
+def _generation(data: dict) -> str:
+    """``Slurm 24.11.5, data_parser/v0.0.42`` from an answer's ``meta`` (best effort)."""
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    plugin = meta.get("plugin") if isinstance(meta.get("plugin"), dict) else {}
+    parser = plugin.get("data_parser") or plugin.get("type") or "unknown format"
+    slurm = meta.get("slurm") or meta.get("Slurm") or {}
+    release = slurm.get("release") if isinstance(slurm, dict) else None
+    return f"Slurm {release or '(unknown release)'}, {parser}"
 
-    Raises :class:`SlurmQueryError` when the JSON carries errors (e.g. slurmctld unreachable).
+
+class _Reader:
+    """Reads the fields of one command's JSON answer; every complaint names the field."""
+
+    def __init__(self, what: str, data: dict) -> None:
+        self.what = what
+        self.generation = _generation(data)
+
+    def fail(self, where: str, expected: str, value: object) -> SlurmFormatError:
+        shown = json.dumps(value)[:120] if value is not _MISSING else "nothing (missing)"
+        return SlurmFormatError(
+            f"{self.what}: unsupported output ({self.generation}): {where}: expected {expected}, "
+            f"got {shown}"
+        )
+
+    def text(self, obj: dict, key: str, where: str, *, required: bool = False) -> str:
+        value = obj.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            if required:
+                raise self.fail(f"{where}.{key}", "a string", value)
+            return ""
+        if not isinstance(value, str):
+            raise self.fail(f"{where}.{key}", "a string", value)
+        return value
+
+    def number(self, obj: dict, key: str, where: str, *, required: bool = False) -> int | None:
+        """A plain integer (v0.0.38) or ``{set, infinite, number}`` (v0.0.39+); None when
+        unset or infinite."""
+        value = obj.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            if required:
+                raise self.fail(f"{where}.{key}", "a number", value)
+            return None
+        return self._number(value, f"{where}.{key}")
+
+    def _number(self, value: object, where: str) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, dict) and {"set", "number"} <= set(value):
+            number = value["number"]
+            if not isinstance(number, int | float) or isinstance(number, bool):
+                raise self.fail(f"{where}.number", "a number", number)
+            if not value["set"] or value.get("infinite"):
+                return None
+            return int(number)
+        raise self.fail(where, "a number or {set, infinite, number}", value)
+
+    def words(self, obj: dict, key: str, where: str) -> list[str]:
+        """A state: one word (v0.0.38) or a list of flag words (v0.0.39+)."""
+        value = obj.get(key, _MISSING)
+        if isinstance(value, str):
+            return [value.upper()] if value else []
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [v.upper() for v in value]
+        raise self.fail(f"{where}.{key}", "a string or a list of strings", value)
+
+    def entries(self, data: dict, key: str) -> list[dict]:
+        value = data.get(key, _MISSING)
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise self.fail(key, "a list of objects", value)
+        return value
+
+
+_MISSING = object()
+
+# A job's state word as Slurm 22.05 prints it (job_state_string): a flag wins over the base
+# state, in this order. Slurm 23.02+ prints the base state and the flags as a list instead.
+_STATE_FLAG_PRECEDENCE = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+)
+
+
+def job_state_word(words: list[str]) -> str:
+    """One state word from squeue's state: the word itself (22.05), or from the flag list of
+    23.02+ the flag Slurm's own job_state_string would show, else the base state."""
+    if len(words) == 1:
+        return words[0]
+    for flag in _STATE_FLAG_PRECEDENCE:
+        if flag in words:
+            return flag
+    return words[0] if words else ""
+
+
+def _exit_status(reader: _Reader, raw: dict, where: str) -> tuple[int | None, int | None]:
+    """``(exit_code, signal)``: a wait(2) status (22.05) or ``{return_code, signal}`` (23.02+)."""
+    value = raw.get("exit_code", _MISSING)
+    if value is _MISSING or value is None:
+        return None, None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return decode_wait_status(value)
+    if isinstance(value, dict):
+        signal_obj = value.get("signal") or {}
+        if not isinstance(signal_obj, dict):
+            raise reader.fail(f"{where}.exit_code.signal", "an object", signal_obj)
+        signal = reader.number(signal_obj, "id", f"{where}.exit_code.signal") or None
+        if signal:
+            return None, signal
+        return reader.number(value, "return_code", f"{where}.exit_code"), None
+    raise reader.fail(f"{where}.exit_code", "a number or {status, return_code, signal}", value)
+
+
+def parse_squeue_json(text: str) -> list[SlurmJob]:
+    """Jobs from ``squeue --json --states=all``, either JSON generation (see above).
+
+    Raises :class:`SlurmQueryError` when the JSON carries errors (e.g. slurmctld unreachable)
+    and :class:`SlurmFormatError` (naming the field) for a shape of neither generation.
     """
     data = _load_json(text, "squeue --json")
+    reader = _Reader("squeue --json", data)
     jobs = []
-    for raw in data.get("jobs") or []:
-        exit_code, signal = decode_wait_status(raw.get("exit_code"))
-        reason = raw.get("state_reason") or ""
-        description = raw.get("state_description") or ""
+    for i, raw in enumerate(reader.entries(data, "jobs")):
+        where = f"jobs[{i}]"
+        job_id = reader.number(raw, "job_id", where, required=True)
+        exit_code, signal = _exit_status(reader, raw, where)
+        reason = reader.text(raw, "state_reason", where)
+        description = reader.text(raw, "state_description", where)
         jobs.append(
             SlurmJob(
-                job_id=str(raw.get("job_id", "")),
-                name=raw.get("name") or "",
-                state=str(raw.get("job_state") or "").upper(),
+                job_id=str(job_id),
+                name=reader.text(raw, "name", where, required=True),
+                state=job_state_word(reader.words(raw, "job_state", where)),
                 reason=description or ("" if reason == "None" else reason),
-                nodes=expand_hostlist(raw.get("nodes") or ""),
+                nodes=expand_hostlist(reader.text(raw, "nodes", where)),
                 exit_code=exit_code,
                 signal=signal,
-                restart_count=int(raw.get("restart_cnt") or 0),
-                required_nodes=expand_hostlist(raw.get("required_nodes") or ""),
+                restart_count=reader.number(raw, "restart_cnt", where) or 0,
+                required_nodes=expand_hostlist(reader.text(raw, "required_nodes", where)),
             )
         )
     return jobs
@@ -615,40 +787,130 @@ def node_state(state: str, flags: Iterable[str]) -> str:
     return "ready"
 
 
+@dataclass(frozen=True, slots=True)
+class _SinfoNode:
+    name: str
+    state: str
+    flags: tuple[str, ...]
+    gres: str
+    features: str
+    reason: str
+    partitions: tuple[str, ...]
+
+
+def _sinfo_v0038(reader: _Reader, data: dict) -> list[_SinfoNode]:
+    """22.05 (openapi v0.0.3x): ``nodes`` of one object per node, state a word plus flags."""
+    out = []
+    for i, raw in enumerate(reader.entries(data, "nodes")):
+        where = f"nodes[{i}]"
+        flags = raw.get("state_flags") or []
+        partitions = raw.get("partitions") or []
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise reader.fail(f"{where}.state_flags", "a list of strings", flags)
+        if not isinstance(partitions, list):
+            raise reader.fail(f"{where}.partitions", "a list of strings", partitions)
+        out.append(
+            _SinfoNode(
+                name=reader.text(raw, "name", where, required=True),
+                state=reader.text(raw, "state", where, required=True),
+                flags=tuple(flags),
+                gres=reader.text(raw, "gres", where),
+                features=reader.text(raw, "active_features", where)
+                or reader.text(raw, "features", where),
+                reason=reader.text(raw, "reason", where),
+                partitions=tuple(str(p) for p in partitions),
+            )
+        )
+    return out
+
+
+def _section(reader: _Reader, raw: dict, key: str, where: str) -> dict:
+    value = raw.get(key) or {}
+    if not isinstance(value, dict):
+        raise reader.fail(f"{where}.{key}", "an object", value)
+    return value
+
+
+def _sinfo_v0040(reader: _Reader, data: dict) -> list[_SinfoNode]:
+    """23.02+ (data_parser v0.0.39+): ``sinfo`` entries, each grouping nodes that share a
+    state, partition, GRES and features (one node each with ``sinfo -N``)."""
+    out = []
+    for i, raw in enumerate(reader.entries(data, "sinfo")):
+        where = f"sinfo[{i}]"
+        names = _section(reader, raw, "nodes", where).get("nodes", _MISSING)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise reader.fail(f"{where}.nodes.nodes", "a list of node names", names)
+        words = reader.words(_section(reader, raw, "node", where), "state", f"{where}.node")
+        if not words:
+            raise reader.fail(f"{where}.node.state", "at least one state word", words)
+        gres = _section(reader, raw, "gres", where)
+        features = _section(reader, raw, "features", where)
+        reason = raw.get("reason") or {}
+        reason_text = (
+            reader.text(reason, "description", f"{where}.reason")
+            if isinstance(reason, dict)
+            else reader.text(raw, "reason", where)
+        )
+        partition = reader.text(_section(reader, raw, "partition", where), "name", where)
+        for name in names:
+            out.append(
+                _SinfoNode(
+                    name=name,
+                    state=words[0],
+                    flags=tuple(words[1:]),
+                    gres=reader.text(gres, "total", f"{where}.gres"),
+                    features=reader.text(features, "active", f"{where}.features")
+                    or reader.text(features, "total", f"{where}.features"),
+                    reason=reason_text,
+                    partitions=(partition,) if partition else (),
+                )
+            )
+    return out
+
+
 def parse_sinfo_json(
     text: str,
     *,
     partition: str = "",
     topology: Mapping[str, str] | None = None,
 ) -> list[BackendNode]:
-    """Nodes from ``sinfo --json``: GPU count and model from GRES, state, drain reason, topology.
+    """Nodes from ``sinfo -N --json`` (either JSON generation): GPU count and model from GRES,
+    state, drain reason, topology.
 
     Rack / NVLink domain / zone / fabric / spot come from node Features; a node without a rack
     feature takes its leaf switch from ``topology`` (see :func:`parse_topology_conf`). With
     ``partition`` only that partition's nodes are returned. Each node appears once even when
-    sinfo lists it per partition. Raises :class:`SlurmQueryError` on an error answer.
+    sinfo lists it per partition. Raises :class:`SlurmQueryError` on an error answer and
+    :class:`SlurmFormatError` (naming the field) on a shape of neither generation.
     """
     data = _load_json(text, "sinfo --json")
+    reader = _Reader("sinfo --json", data)
+    if "sinfo" in data:
+        raw_nodes = _sinfo_v0040(reader, data)
+    elif "nodes" in data:
+        raw_nodes = _sinfo_v0038(reader, data)
+    else:
+        raise reader.fail("sinfo", "'sinfo' (23.02+) or 'nodes' (22.05)", _MISSING)
     seen: set[str] = set()
     nodes: list[BackendNode] = []
-    for raw in data.get("nodes") or []:
-        name = raw.get("name") or ""
-        if not name or name in seen:
+    for raw in raw_nodes:
+        if not raw.name or raw.name in seen:
             continue
-        if partition and partition not in (raw.get("partitions") or []):
+        if partition and partition not in raw.partitions:
             continue
-        seen.add(name)
-        gpus, model = parse_gres_gpus(raw.get("gres") or "")
-        topo = parse_node_features(raw.get("active_features") or raw.get("features") or "")
-        rack = str(topo.get("rack", "")) or (topology or {}).get(name, "")
-        state = node_state(raw.get("state") or "", raw.get("state_flags") or [])
+        seen.add(raw.name)
+        gpus, model = parse_gres_gpus(raw.gres)
+        topo = parse_node_features(raw.features)
+        rack = str(topo.get("rack", "")) or (topology or {}).get(raw.name, "")
+        state = node_state(raw.state, raw.flags)
         nodes.append(
             BackendNode(
-                name=name,
+                name=raw.name,
                 gpus=gpus,
                 gpu_model=str(topo.get("gpu_model", "")) or model,
                 state=state,
-                reason=raw.get("reason") or "",
+                # 24.11 keeps a resumed node's old drain reason; only a node out of service has one.
+                reason="" if state == "ready" else raw.reason,
                 zone=str(topo.get("zone", "")),
                 rack=rack,
                 nvlink_domain=str(topo.get("nvlink_domain", "")),

@@ -5,7 +5,8 @@ Guarantees:
   raises :class:`SnapshotError` whose ``str`` is ``"field: reason"`` naming the first offending
   field by its JSON path (e.g. ``pending[3].workers: must be >= 1``). It never raises anything
   else for any JSON-shaped input (dicts, lists, strings, numbers, bools, None).
-- Unknown keys are ignored (forward compatibility); every ``config`` key is optional.
+- Unknown keys are ignored (forward compatibility); every ``config`` key is optional, and
+  today's flat ``las_*`` keys are still read (``config_from_dict``).
 - ``snapshot_to_dict(snapshot_from_dict(d))`` is a normalised ``d``;
   ``snapshot_from_dict(snapshot_to_dict(s)) == s`` for any valid snapshot ``s``.
 - :func:`decisions_to_dict` produces the contract's decision shape; ``Pending`` carries
@@ -15,16 +16,21 @@ Guarantees:
 
 from __future__ import annotations
 
+import bisect
 import math
+import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from scheduler.policy.fields import FIELDS, LEGACY, Field
 from scheduler.policy.model import (
     NODE_STATES,
     QUEUE_ORDERS,
     Config,
     Decisions,
     Elastic,
+    Las,
     Node,
     Pending,
     PendingJob,
@@ -40,7 +46,9 @@ from scheduler.policy.model import (
 
 __all__ = [
     "SnapshotError",
+    "config_deprecations",
     "config_from_dict",
+    "config_to_dict",
     "snapshot_from_dict",
     "snapshot_to_dict",
     "decisions_to_dict",
@@ -105,7 +113,10 @@ def _bool(value: Any, path: str) -> bool:
 def _num(value: Any, path: str, *, minimum: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SnapshotError(path, "must be a number")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond the float range (JSON allows any length)
+        raise SnapshotError(path, "must be finite") from None
     if not math.isfinite(value):
         raise SnapshotError(path, "must be finite")
     if minimum is not None and value < minimum:
@@ -150,80 +161,179 @@ def _indices(value: Any, path: str, gpus: int | None = None) -> tuple[int, ...]:
 
 def config_from_dict(data: Any, *, base: Config | None = None, path: str = "config") -> Config:
     """``base`` (default ``Config()``) with the fields of ``data`` (a snapshot's ``config``
-    object) changed. Unlike a snapshot, an unknown key is an error here: a typo in a change to
-    try must not silently try nothing. Raises ``SnapshotError`` (``field: reason``)."""
-    d = _obj(data, path)
-    known = set(Config.__slots__)
-    for key in sorted(d):
-        if key not in known:
-            raise SnapshotError(_join(path, key), "unknown config field")
-    return _config(d, path, base)
+    object) changed; inside ``las``, the fields given change ``base.las`` (or the defaults when
+    ``base.las`` is off), and ``"las": null`` turns the queues off. Unlike a snapshot, an
+    unknown key is an error here: a typo in a change to try must not silently try nothing.
+    Today's flat ``las_*`` keys are accepted for one release (``DeprecationWarning`` naming the
+    replacement, same decisions). Raises ``SnapshotError`` (``field: reason``)."""
+    return _config(data, path, base, strict=True)
 
 
-def _config(value: Any, path: str, base: Config | None = None) -> Config:
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """Every field of ``config`` as JSON (``las`` nested, or null); ``config_from_dict`` of it
+    gives ``config`` back."""
+    out: dict[str, Any] = {}
+    las = config.las
+    for f in FIELDS:
+        if f.kind == "section":
+            out["las"] = None if las is None else {}
+            continue
+        if f.section:
+            if las is not None:
+                v = getattr(las, f.name)
+                out["las"][f.name] = list(v) if isinstance(v, tuple) else v
+            continue
+        v = getattr(config, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def config_deprecations(data: Any, path: str = "config") -> list[str]:
+    """One message per deprecated key in ``data`` (a configuration object), naming its
+    replacement: for callers that log them (settings, stored policy versions)."""
+    if not isinstance(data, Mapping):
+        return []
+    return [
+        f"{_join(path, key)} is deprecated: use {LEGACY[key]}"
+        for key in sorted(data)
+        if key in LEGACY
+    ]
+
+
+def _field(f: Field, value: Any, path: str) -> Any:
+    """One field's value, validated by its entry in ``FIELDS``."""
+    if value is None and f.nullable:
+        return None
+    kind = f.kind
+    if kind == "bool":
+        return _bool(value, path)
+    if kind == "number":
+        if f.above:
+            v = _num(value, path, minimum=f.low if f.low == 0 else None)
+            if f.low is not None and v <= f.low:
+                raise SnapshotError(path, f"must be > {_fmt(f.low)}")
+        else:
+            v = _num(value, path, minimum=f.low)
+        if f.high is not None and v > f.high:
+            raise SnapshotError(path, f"must be <= {_fmt(f.high)}")
+        return v
+    if kind == "integer":
+        return _int(value, path, minimum=None if f.low is None else int(f.low))
+    if kind == "choice":
+        order = _str(value, path)
+        if order not in QUEUE_ORDERS:
+            raise SnapshotError(path, f"must be one of {', '.join(QUEUE_ORDERS)}")
+        return order
+    if kind == "thresholds":
+        th = _thresholds(value, path)
+        if not th:
+            raise SnapshotError(path, "must not be empty (las: null turns the queues off)")
+        return th
+    raise AssertionError(f"no decoder for {f.kind}")  # FIELDS and this function disagree
+
+
+def _thresholds(value: Any, path: str) -> tuple[float, ...]:
+    items = _list(value, path)
+    th = tuple(_num(x, f"{path}[{k}]") for k, x in enumerate(items))
+    for k, x in enumerate(th):
+        if x <= 0:
+            raise SnapshotError(f"{path}[{k}]", "must be > 0")
+        if k and x <= th[k - 1]:
+            raise SnapshotError(f"{path}[{k}]", "must be greater than the previous threshold")
+    return th
+
+
+_TOP = {f.name: f for f in FIELDS if not f.section}
+_LAS = {f.name: f for f in FIELDS if f.section == "las"}
+
+
+def _config(value: Any, path: str, base: Config | None = None, strict: bool = False) -> Config:
     d = _obj(value, path)
     c = base or Config()
+    if strict:
+        for key in sorted(d):
+            if key not in _TOP and key not in LEGACY:
+                raise SnapshotError(_join(path, key), "unknown config field")
     kw: dict[str, Any] = {}
-    for key in (
-        "backfill",
-        "preemption",
-        "las_fifo_one_node",
-        "las_defragment",
-        "las_lowest_queue_first",
-        "las_bottom_fifo",
-    ):
-        if key in d:
-            kw[key] = _bool(d[key], _join(path, key))
-    for key in (
-        "checkpoint_protect_s",
-        "preemption_grace_s",
-        "default_runtime_s",
-        "las_reserve_after_s",
-        "las_fifo_after_s",
-        "las_fifo_from_gpu_s",
-        "las_long_run_s",
-    ):
-        if key in d:
-            kw[key] = _num(d[key], _join(path, key), minimum=0)
-    for key in ("fair_share_half_life_s", "queue_aging_s"):
-        if key in d:
-            kw[key] = _num(d[key], _join(path, key), minimum=0)
-            if kw[key] <= 0:
-                raise SnapshotError(_join(path, key), "must be > 0")
-    if "min_health" in d:
-        kw["min_health"] = _num(d["min_health"], _join(path, "min_health"), minimum=0)
-        if kw["min_health"] > 1:
-            raise SnapshotError(_join(path, "min_health"), "must be <= 1")
-    if "fair_share_band" in d:
-        kw["fair_share_band"] = _num(d["fair_share_band"], _join(path, "fair_share_band"))
-        if kw["fair_share_band"] <= 1:
-            raise SnapshotError(_join(path, "fair_share_band"), "must be > 1")
-    if "max_preemption_attempts" in d:
-        kw["max_preemption_attempts"] = _int(
-            d["max_preemption_attempts"], _join(path, "max_preemption_attempts"), minimum=0
-        )
-    if "reservations_per_model" in d:
-        kw["reservations_per_model"] = _int(
-            d["reservations_per_model"], _join(path, "reservations_per_model"), minimum=1
-        )
-    if "las_thresholds_gpu_s" in d:
-        lp = _join(path, "las_thresholds_gpu_s")
-        items = _list(d["las_thresholds_gpu_s"], lp)
-        th = tuple(_num(x, f"{lp}[{k}]") for k, x in enumerate(items))
-        for k, x in enumerate(th):
-            if x <= 0:
-                raise SnapshotError(f"{lp}[{k}]", "must be > 0")
-            if k and x <= th[k - 1]:
-                raise SnapshotError(f"{lp}[{k}]", "must be greater than the previous threshold")
-        kw["las_thresholds_gpu_s"] = th
-    if "queue_order" in d:
-        order = _str(d["queue_order"], _join(path, "queue_order"))
-        if order not in QUEUE_ORDERS:
-            raise SnapshotError(
-                _join(path, "queue_order"), f"must be one of {', '.join(QUEUE_ORDERS)}"
-            )
-        kw["queue_order"] = order
-    return Config(**{**{f: getattr(c, f) for f in c.__slots__}, **kw})
+    for key, f in _TOP.items():
+        if key in d and f.kind != "section":
+            kw[key] = _field(f, d[key], _join(path, key))
+    las = c.las
+    if "las" in d:
+        lp = _join(path, "las")
+        if d["las"] is None:
+            las = None
+        else:
+            ld = _obj(d["las"], lp)
+            if strict:
+                for key in sorted(ld):
+                    if key not in _LAS:
+                        raise SnapshotError(_join(lp, key), "unknown config field")
+            changed = {k: _field(f, ld[k], _join(lp, k)) for k, f in _LAS.items() if k in ld}
+            las = replace(las or Las(), **changed)
+    if any(key in LEGACY for key in d):
+        las = _legacy(d, path, kw, las)
+    out = replace(c, **kw)
+    return out if out.las is las else replace(out, las=las)
+
+
+# The flat las_fifo_from_gpu_s's default: the queues of jobs that attained this much or more.
+_FLAT_FIFO_FROM_GPU_S = 360000.0
+
+
+def _legacy(d: Mapping[str, Any], path: str, kw: dict[str, Any], las: Las | None) -> Las | None:
+    """Apply today's flat ``las_*`` keys (validated as before) on top of the new ones; sets
+    ``victims_lowest_rank_first`` in ``kw``; returns the ``las`` section."""
+    for message in config_deprecations(d, path):
+        warnings.warn(message, DeprecationWarning, stacklevel=4)
+    for key in sorted(d):
+        if key not in LEGACY:
+            continue
+        target = LEGACY[key].split(" ", 1)[0]
+        if target in d or (target.startswith("las.") and target[4:] in (d.get("las") or {})):
+            raise SnapshotError(_join(path, key), f"given with its replacement {target}")
+
+    def get(key: str, decode):
+        return decode(d[key], _join(path, key)) if key in d else None
+
+    if "las_lowest_queue_first" in d:
+        kw["victims_lowest_rank_first"] = get("las_lowest_queue_first", _bool)
+    th = get("las_thresholds_gpu_s", _thresholds)
+    one_node = get("las_fifo_one_node", _bool)
+    after = get("las_fifo_after_s", lambda v, p: _num(v, p, minimum=0))
+    defrag = get("las_defragment", _bool)
+    reserve = get("las_reserve_after_s", lambda v, p: _num(v, p, minimum=0))
+    bottom = get("las_bottom_fifo", _bool)
+    fifo_from = get("las_fifo_from_gpu_s", lambda v, p: _num(v, p, minimum=0))
+    long_run = get("las_long_run_s", lambda v, p: _num(v, p, minimum=0))
+    if th is not None:
+        if not th:
+            return None  # the queues off: the other las_* keys only applied with them
+        las = replace(las or Las(), thresholds_gpu_s=th)
+    if las is None:
+        return None
+    changed: dict[str, Any] = {}
+    if one_node is False:
+        changed["fifo_one_node_after_s"] = None
+    elif after is not None:
+        changed["fifo_one_node_after_s"] = after
+    if defrag is not None:
+        changed["defragment"] = defrag
+    if reserve is not None:
+        changed["reserve_after_s"] = reserve or None
+    if fifo_from is None and th is not None and las.bottom_fifo_queues is not None:
+        fifo_from = _FLAT_FIFO_FROM_GPU_S  # new thresholds meant the old default's queues
+    if bottom is False:
+        changed["bottom_fifo_queues"] = None
+    elif fifo_from is not None:
+        # the queues a job enters at fifo_from GPU-s or more (queue 0 starts at 0 GPU-s, queue
+        # q >= 1 at the threshold q - 1), and the last queue in any case, as the flat key meant
+        th = tuple(sorted(las.thresholds_gpu_s))
+        below = bisect.bisect_left(th, fifo_from) + (1 if fifo_from > 0 else 0)
+        changed["bottom_fifo_queues"] = max(len(th) + 1 - below, 1)
+    if long_run is not None:
+        changed["long_run_s"] = long_run or None
+    return replace(las, **changed)
 
 
 def _elastic(value: Any, path: str) -> Elastic | None:
@@ -363,7 +473,187 @@ def _pending(value: Any, path: str, classes: Mapping[str, int]) -> PendingJob:
             _get(d, "attained_service_s", path, 0.0), _join(path, "attained_service_s"), minimum=0
         ),
         requeued=_bool(_get(d, "requeued", path, False), _join(path, "requeued")),
+        deadline=_opt_num(_get(d, "deadline", path, None), _join(path, "deadline")),
     )
+
+
+# Fast readers for the common shape of a job. A snapshot holds tens of thousands of jobs and the
+# field-by-field validators above build a JSON path for every field they check, which made
+# parsing cost more than deciding. These accept only plain JSON types (exact int / float / str /
+# bool / dict / list) in their usual forms and raise _Unusual on anything else; the caller then
+# runs the validator, which names the offending field or accepts the unusual form (an integral
+# float for a count, a Mapping instead of a dict). So they change speed, never the result.
+
+
+class _Unusual(Exception):
+    pass
+
+
+def _fast_count(value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise _Unusual
+    return value
+
+
+def _fast_num(value: Any) -> float:
+    kind = type(value)
+    if kind is float:
+        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+            return value
+    elif kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
+        return float(value)
+    raise _Unusual
+
+
+def _fast_opt_num(value: Any) -> float | None:
+    return None if value is None else _fast_num(value)
+
+
+def _fast_nonneg(value: Any) -> float:
+    value = _fast_num(value)
+    if value < 0:
+        raise _Unusual
+    return value
+
+
+# Larger ints take the validator's path (float() of a huge int overflows).
+_MAX_EXACT_INT = 2**53
+
+
+def _fast_elastic(value: Any) -> Elastic | None:
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise _Unusual
+    lo = _fast_count(value.get("min_workers"))
+    hi = _fast_count(value.get("max_workers"))
+    if hi < lo:
+        raise _Unusual
+    return Elastic(min_workers=lo, max_workers=hi)
+
+
+def _fast_placement(value: Any) -> dict[str, tuple[int, ...]]:
+    if type(value) is not dict:
+        raise _Unusual
+    out = {}
+    for name in sorted(value):
+        idxs = value[name]
+        if type(name) is not str or not name or type(idxs) is not list:
+            raise _Unusual
+        for g in idxs:
+            if type(g) is not int or g < 0:
+                raise _Unusual
+        t = tuple(sorted(idxs))
+        if len(set(t)) != len(t):
+            raise _Unusual
+        out[name] = t
+    return out
+
+
+def _fast_running(d: Any, classes: Mapping[str, int]) -> RunningJob:
+    if type(d) is not dict:
+        raise _Unusual
+    get = d.get
+    job_id, team, pclass, model = get("id"), get("team"), get("priority_class"), get("gpu_model")
+    workers, gpus_per_worker = get("workers", 1), get("gpus_per_worker", 1)
+    preemptible, interval = get("preemptible", False), get("checkpoint_interval_s")
+    if not (
+        type(job_id) is str
+        and job_id
+        and type(team) is str
+        and team
+        and type(pclass) is str
+        and pclass in classes
+        and (model is None or (type(model) is str and model))
+        and type(workers) is int
+        and workers >= 1
+        and type(gpus_per_worker) is int
+        and gpus_per_worker >= 1
+        and type(preemptible) is bool
+    ):
+        raise _Unusual
+    placement = _fast_placement(get("placement"))
+    if sum(map(len, placement.values())) != workers * gpus_per_worker:
+        raise _Unusual
+    return RunningJob(
+        id=job_id,
+        team=team,
+        priority_class=pclass,
+        gpu_model=model,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        preemptible=preemptible,
+        elastic=_fast_elastic(get("elastic")),
+        placement=placement,
+        started_at=_fast_num(get("started_at", 0.0)),
+        expected_end=_fast_opt_num(get("expected_end")),
+        last_checkpoint_at=_fast_opt_num(get("last_checkpoint_at")),
+        checkpoint_interval_s=None if interval is None else _fast_nonneg(interval),
+        releasing_at=_fast_opt_num(get("releasing_at")),
+        attained_service_s=_fast_nonneg(get("attained_service_s", 0.0)),
+        submitted_at=_fast_opt_num(get("submitted_at")),
+    )
+
+
+def _fast_pending(d: Any, classes: Mapping[str, int]) -> PendingJob:
+    if type(d) is not dict:
+        raise _Unusual
+    get = d.get
+    job_id, team, pclass, model = get("id"), get("team"), get("priority_class"), get("gpu_model")
+    workers, gpus_per_worker = get("workers", 1), get("gpus_per_worker", 1)
+    preemptible, dataset = get("preemptible", False), get("dataset")
+    ready, requeued = get("dataset_ready", True), get("requeued", False)
+    if not (
+        type(job_id) is str
+        and job_id
+        and type(team) is str
+        and team
+        and type(pclass) is str
+        and pclass in classes
+        and (model is None or (type(model) is str and model))
+        and type(workers) is int
+        and workers >= 1
+        and type(gpus_per_worker) is int
+        and gpus_per_worker >= 1
+        and type(preemptible) is bool
+        and (dataset is None or (type(dataset) is str and dataset))
+        and type(ready) is bool
+        and type(requeued) is bool
+    ):
+        raise _Unusual
+    estimate = get("runtime_estimate_s")
+    deadline = get("deadline")
+    return PendingJob(
+        id=job_id,
+        team=team,
+        priority_class=pclass,
+        gpu_model=model,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        preemptible=preemptible,
+        elastic=_fast_elastic(get("elastic")),
+        submitted_at=_fast_num(get("submitted_at", 0.0)),
+        runtime_estimate_s=None if estimate is None else _fast_nonneg(estimate),
+        dataset=dataset,
+        dataset_ready=ready,
+        attained_service_s=_fast_nonneg(get("attained_service_s", 0.0)),
+        requeued=requeued,
+        deadline=None if deadline is None else _fast_num(deadline),
+    )
+
+
+def _read_running(value: Any, i: int, classes: Mapping[str, int]) -> RunningJob:
+    try:
+        return _fast_running(value, classes)
+    except _Unusual:
+        return _running(value, f"running[{i}]", classes)
+
+
+def _read_pending(value: Any, i: int, classes: Mapping[str, int]) -> PendingJob:
+    try:
+        return _fast_pending(value, classes)
+    except _Unusual:
+        return _pending(value, f"pending[{i}]", classes)
 
 
 def snapshot_from_dict(data: Any) -> Snapshot:
@@ -411,7 +701,7 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         by_name[n.name] = n
 
     running = tuple(
-        _running(r, f"running[{i}]", classes)
+        _read_running(r, i, classes)
         for i, r in enumerate(_list(_get(d, "running", "", []), "running"))
     )
     held: set[tuple[str, int]] = {(n.name, g) for n in nodes for g in n.free_gpus}
@@ -433,7 +723,7 @@ def snapshot_from_dict(data: Any) -> Snapshot:
                 held.add((name, g))
 
     pending = tuple(
-        _pending(p, f"pending[{i}]", classes)
+        _read_pending(p, i, classes)
         for i, p in enumerate(_list(_get(d, "pending", "", []), "pending"))
     )
     for i, p in enumerate(pending):
@@ -464,9 +754,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     c = snapshot.config
     return {
         "now": snapshot.now,
-        "config": {
-            f: list(v) if isinstance(v, tuple) else v for f in c.__slots__ for v in (getattr(c, f),)
-        },
+        "config": config_to_dict(c),
         "priority_classes": dict(snapshot.priority_classes),
         "teams": [
             {
@@ -535,6 +823,8 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 "elastic": _elastic_out(p.elastic),
                 "attained_service_s": p.attained_service_s,
                 "requeued": p.requeued,
+                # only when set: snapshots without deadlines keep their shape
+                **({"deadline": p.deadline} if p.deadline is not None else {}),
             }
             for p in snapshot.pending
         ],

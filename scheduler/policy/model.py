@@ -21,6 +21,7 @@ __all__ = [
     "QUEUE_ORDERS",
     "NODE_STATES",
     "Config",
+    "Las",
     "Quota",
     "Team",
     "Node",
@@ -46,8 +47,49 @@ NODE_STATES = ("ready", "draining", "quarantined", "down")
 
 
 @dataclass(frozen=True, slots=True)
+class Las:
+    """The least-attained-service queues inside a priority class (Tiresias-like, docs/policy.md
+    rule 1a) and the rules that only exist with them. ``Config.las = None`` turns them all off;
+    inside, a rule whose value is ``None`` is off. ``scheduler.policy.fields`` documents and
+    validates every field (the numbers behind each default are in docs/policy.md)."""
+
+    # A job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
+    # as if it were in a lower class than its peers below the threshold. On the ITP trace the
+    # queues cut average waiting by more than half (p99 JCT +14 %); the fourth threshold
+    # (5,000,000 GPU-s: a 32-GPU gang after about 43 h, an 8-GPU job after about 7 days)
+    # separates the biggest long jobs from the gangs of one to two days (docs/benchmarks.md).
+    thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0, 5000000.0)
+    # Inside one queue, a blocked one-node job that has waited this long in total may preempt
+    # preemptible jobs of its queue submitted after it (FIFO within a queue, as Tiresias orders
+    # a queue). 600 s: at 128 x 8 on the ITP trace an immediate rule cost waiting; 1,200 s
+    # waited 1.2 % less at 80 x 8 but 38 % more on the openb stress trace.
+    fifo_one_node_after_s: float | None = 600.0
+    # A gang blocked only by fragmentation (enough GPUs free in total) may move preemptible
+    # jobs of its class submitted after it, whatever their queue, when they fit in the GPUs
+    # left free on other nodes.
+    defragment: bool = True
+    # A blocked job that preemptible jobs of its class or lower could make room for gets an
+    # EASY reservation (which holds GPUs idle) only after waiting this long in total. On the
+    # ITP trace holding GPUs for fresh jobs cost more waiting than it saved.
+    reserve_after_s: float | None = 86400.0
+    # The most-served queues of a class served in submission order (and giving up their most
+    # recently submitted job first): this many, counted from the last queue (the long-run
+    # queue, when on, comes on top). With the default thresholds, the queues of jobs that
+    # attained 360,000 GPU-s or more: a gang that has run for hours and an 8-GPU job that has
+    # run for days are both old work whose order must agree with the submission-order rule.
+    bottom_fifo_queues: int | None = 2
+    # A job of a class's last queue that has run this long in total (seconds of run time, not
+    # GPU-seconds) sits in a queue of its own below it, served last and preempted first. A
+    # tail-latency setting, off by default: on the ITP trace (80 x 8, three thresholds) 2 days
+    # met p99 JCT <= FIFO with backfill on five seeds at 955-975 s average waiting instead of
+    # 704 s (docs/benchmarks.md).
+    long_run_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
-    """Engine knobs. Every field is optional in JSON; these defaults are the documented ones."""
+    """Engine knobs. Every field is optional in JSON; these defaults are the documented ones
+    (``scheduler.policy.fields`` holds each field's validation and meaning)."""
 
     backfill: bool = True
     preemption: bool = True
@@ -63,23 +105,17 @@ class Config:
     queue_aging_s: float = 14400.0
     # Runtime assumed for ordering when a job has no runtime_estimate_s.
     default_runtime_s: float = 3600.0
+    # Deadlines (docs/policy.md, rule 1b): a pending job whose slack (deadline - now - estimated
+    # remaining run) is in [0, deadline_slack_s] goes first within its rank, least slack first.
+    deadline_slack_s: float = 21600.0
     # Teams whose fair-share ratio (share / usage) differs by less than about this factor tie,
     # so fair share does not dominate ordering between (nearly) equal teams.
     fair_share_band: float = 2.0
     # At most this many capacity-blocked jobs try preemption per cycle (bounds the cycle's cost).
     # 5 rather than 16: on the ITP trace with LAS queues fewer plans per cycle preempted less
     # for jobs the next releases would have served (16 -> 8: average wait -3 %, preemptions
-    # -23 %; 8 -> 5 with las_lowest_queue_first: -1 %, and fewer preemptions on openb).
+    # -23 %; 8 -> 5 with victims in rank order: -1 %, and fewer preemptions on openb).
     max_preemption_attempts: int = 5
-    # Least-attained-service queues inside a priority class (Tiresias-like, docs/policy.md):
-    # a job that has received more than thresholds[k] GPU-seconds ranks (and may be preempted)
-    # as if it were in a lower class than its peers below the threshold. () turns it off.
-    # On by default: on the ITP trace it cut average waiting by more than half (p99 JCT +14 %).
-    # The fourth threshold (5,000,000 GPU-s: a 32-GPU gang after about 43 h, an 8-GPU job after
-    # about 7 days) separates the biggest long jobs from the gangs of one to two days: they
-    # give way first, which is cheap for average waiting (one gang waiting lets many jobs run)
-    # and keeps the gangs that would finish within two days on time (docs/benchmarks.md).
-    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0, 5000000.0)
     # EASY reservations per GPU model and cycle: the first this-many capacity-blocked jobs (in
     # queue order) each get a start time and hold GPUs for it, so nodes drain for big gangs
     # while later jobs still backfill around all of them. 4 rather than 1: with LAS queues the
@@ -87,53 +123,17 @@ class Config:
     # had waited a day could lose it again and again; on the ITP trace (80 x 8, three seeds)
     # four cut average waiting by 1-3 % at the same idle-while-pending (docs/benchmarks.md).
     reservations_per_model: int = 4
-    # With LAS queues: inside one attained-service queue, a blocked one-node job may preempt
-    # preemptible jobs submitted after it (FIFO within a queue, as Tiresias orders a queue):
-    # backfilled work yields to older work of the same service level (docs/policy.md rule 1a).
-    las_fifo_one_node: bool = True
-    # ... once the job has waited this long in total: a job that would start within minutes
-    # anyway does not preempt (at 128 x 8 on the ITP trace an immediate rule cost waiting).
-    # 1,200 s waited 1.2 % less at 80 x 8 but 38 % more on the openb stress trace, whose jobs
-    # are short: kept at 600.
-    las_fifo_after_s: float = 600.0
-    # With LAS queues: a gang blocked only by fragmentation (enough GPUs free in total) may
-    # move preemptible jobs of its class submitted after it, whatever their queue, when they
-    # fit in the GPUs left free on other nodes (docs/policy.md rule 1a).
-    las_defragment: bool = True
-    # With LAS queues: a blocked job that preemptible jobs in higher queues could make room for
-    # gets an EASY reservation (which holds GPUs idle) only after waiting this long in total;
-    # 0 = always (docs/policy.md rule 5). On the ITP trace holding GPUs for fresh jobs cost
-    # more waiting than it saved.
-    las_reserve_after_s: float = 86400.0
-    # Preemption takes victims from the lowest rank first (a lower class, then the LAS queue with
-    # the most attained service) and the least lost work only within a rank, as Kueue and KAI
-    # pick the lowest priority first; jobs moved by the submission-order and defragmenting rules
-    # come before both. Cheapest-first over all lower queues took jobs that had just dropped a
-    # queue (little lost work) before ones that had run for days. On the ITP trace at 80 x 8
-    # (five seeds, with 5 preemption plans) average waiting -3 %, p95 waiting -32 %,
-    # preemptions -22 % (docs/benchmarks.md).
-    las_lowest_queue_first: bool = True
-    # With LAS: the last queue of a class (the most-served jobs) is served in submission order
-    # and gives up its most recently submitted job first when preempted into. The default
-    # order put a requeued job ahead of an older one there, and the submission-order rule then
-    # let the older one take the GPUs straight back (one 8-GPU job was preempted 7 times in
-    # 1,500 s by the same job); least-lost-work victims let a fresh job preempt the oldest
-    # bottom job, which then preempted a younger gang. On the ITP trace (80 x 8, five seeds)
-    # docs/benchmarks.md has the numbers.
-    las_bottom_fifo: bool = True
-    # ... and so is every queue of jobs that attained at least this many GPU-seconds (with the
-    # default thresholds the last two queues): a gang that has run for hours and an 8-GPU job
-    # that has run for days are both old work whose order must agree with the submission-order
-    # rule; the `fair` tie-break there (requeued first, then predicted size) let older jobs
-    # preempt their way back. The last queue is in submission order whatever this is.
-    las_fifo_from_gpu_s: float = 360000.0
-    # With LAS: a job of a class's last queue that has run this long in total (seconds of run
-    # time, not GPU-seconds) sits in a queue of its own below it, served last and preempted
-    # first, in submission order; 0 = off. A tail-latency setting: the jobs that have run for
-    # days wait so that those of one to two days finish on time. On the ITP trace (80 x 8, with
-    # the three Tiresias thresholds) 2 days met p99 JCT <= FIFO with backfill on five seeds, at
-    # 955-975 s average waiting instead of 704 s (docs/benchmarks.md).
-    las_long_run_s: float = 0.0
+    # Preemption takes victims from the lowest rank first (a lower class, then with LAS the
+    # queue with the most attained service) and the least lost work only within a rank, as
+    # Kueue and KAI pick the lowest priority first; jobs moved by the submission-order and
+    # defragmenting rules come before both. Cheapest-first over all lower ranks took jobs that
+    # had just dropped a queue (little lost work) before ones that had run for days. On the ITP
+    # trace at 80 x 8 (five seeds, with 5 preemption plans) average waiting -3 %, p95 waiting
+    # -32 %, preemptions -22 % (docs/benchmarks.md). Not an attained-service setting: it orders
+    # victims by class with the queues off too.
+    victims_lowest_rank_first: bool = True
+    # The attained-service queues and their rules; None turns them off.
+    las: Las | None = Las()
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +189,9 @@ class RunningJob:
     (the end of its grace period): the engine never preempts it again and counts its GPUs as
     already on their way back at that time. ``attained_service_s`` is the run time the job had
     received before ``started_at`` (earlier runs of a requeued job); with
-    ``Config.las_thresholds_gpu_s`` its attained GPU-service is
+    ``Config.las`` its attained GPU-service is
     ``(attained_service_s + now - started_at) x GPUs``. ``submitted_at`` (optional) is when
-    the job was first submitted; only ``Config.las_fifo_one_node`` reads it (a job without it is
+    the job was first submitted; only ``las.fifo_one_node_after_s`` and ``las.defragment`` read it (a job without it is
     never preempted by that rule).
     """
 
@@ -235,6 +235,8 @@ class PendingJob:
     elastic: Elastic | None = None
     attained_service_s: float = 0.0
     requeued: bool = False
+    # When the user needs it finished (epoch seconds), or None. See ranking.deadline_slack_s.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

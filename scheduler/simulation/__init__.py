@@ -7,9 +7,9 @@ reads in the core (wall time is injected by the CLI), deterministic under a seed
 """
 
 from .cluster import ClusterSpec, NodeSpec, load_openb_nodes, parse_cluster, uniform_cluster
-from .engine import SimConfig, SimJob, SimulationError, Simulator
 from .metrics import METRIC_KEYS, compute_metrics
 from .runner import POLICIES, make_policy, simulate
+from .simulator import SimConfig, SimJob, SimulationError, Simulator
 from .traces import TraceJob, generate_synthetic, load_itp, load_openb, load_trace
 
 __all__ = [

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .engine import SimJob, Simulator
+from .simulator import SimJob, Simulator
 
 
 def _remaining(job: SimJob) -> float:

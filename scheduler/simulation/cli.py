@@ -22,14 +22,14 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .cluster import ClusterSpec, parse_cluster, sample_nodes, uniform_cluster
-from .engine import SimConfig, SimulationError
 from .history import History, load_history
-from .runner import POLICIES, VARIANT_FIELDS, VARIANTS, make_policy, simulate
+from .metrics import compute_metrics
+from .runner import POLICIES, VARIANT_FIELDS, VARIANTS, make_policy
+from .simulator import SimConfig, SimulationError, Simulator
 from .traces import (
     FORMATS,
     TraceJob,
@@ -56,6 +56,12 @@ TABLE_KEYS = (
     ("decide_calls", "calls", "{}"),
     ("decide_p50_ms", "p50 ms", "{:.3f}"),
 )
+
+
+class Watch(Protocol):
+    """Called as replays progress: which policy, its simulator, jobs done of total, sim time."""
+
+    def __call__(self, policy: str, sim: Simulator, done: int, total: int, now: float) -> None: ...
 
 
 class Progress:
@@ -206,7 +212,7 @@ def _policy(name: str, variants: dict[str, dict[str, Any]], history: History | N
     plus the variant's changes."""
     if name not in variants and (history is None or not name.startswith("gpuplatform")):
         return make_policy(name)
-    from scheduler.policy import Config, SnapshotError, config_from_dict
+    from scheduler.policy import Config, SnapshotError, config_deprecations, config_from_dict
 
     from .gpuplatform_policy import GpuPlatformPolicy
 
@@ -216,17 +222,31 @@ def _policy(name: str, variants: dict[str, dict[str, Any]], history: History | N
             base = config_from_dict(history.config, path="config")
         except SnapshotError as exc:
             raise ValueError(f"{history.cluster.name}: header {exc}") from None
-    config = replace(base, **VARIANT_FIELDS.get(name, {}))
+        _deprecated(config_deprecations(history.config, f"{history.cluster.name}: header config"))
+    config = config_from_dict(VARIANT_FIELDS.get(name, {}), base=base, path=name)
     try:
         config = config_from_dict(variants.get(name, {}), base=config, path=name)
     except SnapshotError as exc:
         raise ValueError(f"--engine-config {exc}") from None
+    _deprecated(config_deprecations(variants.get(name, {}), f"--engine-config {name}"))
     return GpuPlatformPolicy(
         config,
         name=name,
         priority_classes=history.priority_classes if history else None,
         teams=history.teams if history else None,
     )
+
+
+_WARNED: set[str] = set()
+
+
+def _deprecated(messages: list[str]) -> None:
+    """Today's flat engine keys still work for one release; say so once per message on stderr
+    (a DeprecationWarning alone is not shown to a command's user)."""
+    for message in messages:
+        if message not in _WARNED:
+            _WARNED.add(message)
+            sys.stderr.write(f"warning: {message}\n")
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -244,11 +264,22 @@ def _config(args: argparse.Namespace) -> SimConfig:
     )
 
 
-def _run_one(args, trace, cluster, name: str, policy) -> tuple[dict[str, Any], Any]:
-    progress = Progress(f"{name:>13}", enabled=not args.quiet)
-    metrics, sim = simulate(
+def _run_one(
+    args, trace, cluster, name: str, policy, watch: Watch | None = None
+) -> tuple[dict[str, Any], Any]:
+    bar = Progress(f"{name:>13}", enabled=not args.quiet)
+    sim: Simulator | None = None
+
+    def progress(done: int, total: int, now: float) -> None:
+        bar(done, total, now)
+        if watch is not None and sim is not None:
+            watch(name, sim, done, total, now)
+
+    sim = Simulator(
         trace, cluster, policy, _config(args), timer=time.perf_counter, progress=progress
     )
+    sim.run()
+    metrics = compute_metrics(sim)
     metrics["params"] = {
         "trace": args.trace,
         "format": args.format,
@@ -258,6 +289,8 @@ def _run_one(args, trace, cluster, name: str, policy) -> tuple[dict[str, Any], A
         "seed": args.seed,
         "fidelity": args.fidelity,
         "config": {k: getattr(sim.config, k) for k in sim.config.__dataclass_fields__},
+        # the half-life the usage was decayed with: the engine's own for gpuplatform variants
+        "fair_share_half_life_s": sim.fair_share_half_life_s,
     }
     return metrics, sim
 
@@ -277,21 +310,46 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _prepare(args: argparse.Namespace) -> tuple[Any, ClusterSpec, History | None, dict[str, Any]]:
+    """(trace, cluster, history, policy name -> policy object) of parsed arguments; ValueError
+    (or OSError, KeyError, SimulationError) for bad input."""
+    variants = _engine_variants(args.engine_config)
+    trace, cluster, _, history = _load(args)
+    policies = [args.policy] if args.command == "replay" else args.policies.split(",")
+    objects = {}
+    for p in policies:
+        if p not in POLICIES + VARIANTS and p not in variants:
+            names = ", ".join(POLICIES + VARIANTS + tuple(variants))
+            raise ValueError(f"unknown policy {p!r}; expected one of {names}")
+        if args.fidelity and p not in FIDELITY_POLICIES:
+            raise ValueError(f"--fidelity models only {FIDELITY_POLICIES}, not {p!r}")
+        objects[p] = _policy(p, variants, history)
+    return trace, cluster, history, objects
+
+
+def replay_policies(
+    argv: list[str], *, watch: Watch | None = None
+) -> tuple[dict[str, dict[str, Any]], dict[str, Simulator], History | None]:
+    """What ``compare`` computes for the command line ``argv`` (the same parsing, policies and
+    replays, so the same metrics), for a caller in the same process: (policy -> metrics, policy
+    -> finished simulator, the loaded history or None). ``watch(policy, sim, done, total, now)``
+    is called where the progress bar is drawn (every 0.5 % of the jobs); an exception it raises
+    stops the replay and propagates. Bad input raises ValueError, OSError, KeyError or
+    SimulationError (the command's exit status 2)."""
+    args = build_parser().parse_args(argv)
+    trace, cluster, history, objects = _prepare(args)
+    results: dict[str, dict[str, Any]] = {}
+    sims: dict[str, Simulator] = {}
+    for p, policy in objects.items():
+        results[p], sims[p] = _run_one(args, trace, cluster, p, policy, watch)
+    return results, sims, history
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        variants = _engine_variants(args.engine_config)
-        trace, cluster, _, history = _load(args)
-        policies = [args.policy] if args.command == "replay" else args.policies.split(",")
-        objects = {}
-        for p in policies:
-            if p not in POLICIES + VARIANTS and p not in variants:
-                names = ", ".join(POLICIES + VARIANTS + tuple(variants))
-                raise ValueError(f"unknown policy {p!r}; expected one of {names}")
-            if args.fidelity and p not in FIDELITY_POLICIES:
-                raise ValueError(f"--fidelity models only {FIDELITY_POLICIES}, not {p!r}")
-            objects[p] = _policy(p, variants, history)
+        trace, cluster, _, objects = _prepare(args)
         if not args.quiet:
             sys.stderr.write(
                 f"{len(trace)} jobs on {cluster.name} ({len(cluster.nodes)} nodes, "
@@ -299,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         results: dict[str, dict[str, Any]] = {}
         runs = []
-        for p in policies:
-            metrics, sim = _run_one(args, trace, cluster, p, objects[p])
+        for p, policy in objects.items():
+            metrics, sim = _run_one(args, trace, cluster, p, policy)
             results[p] = metrics
             if args.html:
                 from .report import series_of

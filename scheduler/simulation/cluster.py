@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .traces import default_traces_dir
+from .trace_job import default_traces_dir
 
 OPENB_NODE_LIST = Path("alibaba-gpu-v2023-openb") / "openb_node_list_gpu_node.csv"
 

@@ -21,6 +21,7 @@ use. This under-uses the alternatives; the default openb list has no such job.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
@@ -39,7 +40,7 @@ from scheduler.policy import (
     decide,
 )
 
-from .engine import SimJob, Simulator
+from .simulator import SimJob, Simulator
 
 PRIORITY_CLASSES = {"production": 1000, "research": 500, "best-effort": 100}
 
@@ -100,6 +101,58 @@ class RuntimePredictor:
         return 2.0 * attained_s
 
 
+class ModelPredictor:
+    """`RuntimePredictor`'s interface over the live loop's learned model
+    (`scheduler.prediction.RuntimeModel`): finished jobs are learned in a batch at the next
+    estimate; a job that has run longer than its prediction is expected to run as long again as
+    it has run, as the live snapshot expects. The traces know a job's tenant, GPUs and class
+    only, so that is all it learns from."""
+
+    def __init__(self) -> None:
+        from scheduler.prediction import RuntimeModel
+
+        self.model = RuntimeModel()
+        self._batch: list[tuple[str, int, float]] = []
+        self._cache: dict[tuple[str, int], float | None] = {}
+        self.version = 0
+
+    def observe(self, tenant: str, gpus: int, duration: float) -> None:
+        self._batch.append((tenant, gpus, duration))
+
+    def _learn(self) -> None:
+        from scheduler.prediction import JobDescription
+
+        batch, self._batch = self._batch, []
+        self.model.learn(
+            [JobDescription(team=t, gpus_per_worker=g) for t, g, _ in batch],
+            [max(d, 1.0) for _, _, d in batch],
+        )
+        self._cache.clear()
+        self.version += 1
+
+    # Learning moves every prediction a little, and a changed estimate rebuilds the job's entry
+    # and the engine's memos: learn in batches (as the live loop does, once per cycle) and keep
+    # predictions on a 5 % grid, so estimates change only when the model really moved.
+    BATCH = 16
+    GRID = math.log(1.05)
+
+    def estimate(self, tenant: str, gpus: int, attained_s: float = 0.0) -> float | None:
+        if len(self._batch) >= self.BATCH or (self._batch and not self.model.ready):
+            self._learn()
+        key = (tenant, gpus)
+        if key not in self._cache:
+            from scheduler.prediction import JobDescription
+
+            (raw,) = self.model.predict_s([JobDescription(team=tenant, gpus_per_worker=gpus)])
+            self._cache[key] = (
+                None if raw is None else math.exp(round(math.log(raw) / self.GRID) * self.GRID)
+            )
+        est = self._cache[key]
+        if est is None or attained_s < est:
+            return est
+        return 2.0 * attained_s
+
+
 class GpuPlatformPolicy:
     """Adapter from the simulator to `scheduler.policy.decide` (engine defaults unless `config`
     is given)."""
@@ -115,10 +168,19 @@ class GpuPlatformPolicy:
         name: str | None = None,
         priority_classes: Mapping[str, int] | None = None,
         teams: Mapping[str, Mapping[str, Any]] | None = None,
+        deadlines: bool = True,
+        runtime_model: bool = False,
     ) -> None:
         """`priority_classes` and `teams` (the team tree with weights and quotas, as
         `history.History.teams` has it) come from a trace of the platform's own history; other
-        traces get the three default classes and one flat team per tenant."""
+        traces get the three default classes and one flat team per tenant.
+
+        `deadlines=False` hides the jobs' deadlines from the engine (no-deadline ordering; the
+        metrics still count hits). `runtime_model=True` plans every job with the learned model's
+        prediction (`ModelPredictor`), ignoring users' limits, instead of the limit or the
+        per-(tenant, GPUs) median."""
+        self.deadlines = deadlines
+        self.runtime_model = runtime_model
         self.config = config or Config()
         if name:
             self.name = name
@@ -133,13 +195,17 @@ class GpuPlatformPolicy:
             )
             for t, spec in (teams or {}).items()
         }
-        # The engine's least-attained-service queues (Config.las_thresholds_gpu_s): when on, a
+        # The engine's least-attained-service queues (Config.las): when on, a
         # running job crossing a threshold may become a victim, so the adapter asks for a cycle
         # at that moment (the engine computes the queue itself from started_at and
         # attained_service_s).
-        self.las = tuple(sorted(self.config.las_thresholds_gpu_s))
-        self.long_run = self.config.las_long_run_s if self.las else 0.0
-        self.predictor = RuntimePredictor()
+        las = self.config.las
+        self.las = tuple(sorted(las.thresholds_gpu_s)) if las is not None else ()
+        long_run = las.long_run_s if las is not None and self.las else None
+        self.long_run = long_run if long_run is not None and long_run > 0 else 0.0
+        self.predictor: RuntimePredictor | ModelPredictor = (
+            ModelPredictor() if runtime_model else RuntimePredictor()
+        )
         self._nodes: list[Node] = []
         self._node_names: list[str] = []
         self._node_index: dict[str, int] = {}
@@ -153,6 +219,11 @@ class GpuPlatformPolicy:
         self._demotion_run: dict[int, int] = {}  # job idx -> run id with an entry in the heap
         self.resizes_ignored = 0
         self.last_decisions = None
+
+    @property
+    def fair_share_half_life_s(self) -> float:
+        """The engine's half-life: the simulator decays the usage it hands over with it."""
+        return self.config.fair_share_half_life_s
 
     # -- snapshot ---------------------------------------------------------------------------
 
@@ -189,7 +260,7 @@ class GpuPlatformPolicy:
 
     def _crossing(self, job: SimJob, k: int) -> float:
         # when the run's attained GPU-s, (executed_s + now - run_start) x GPUs, reaches
-        # threshold k; k = len(las): when its run time reaches las_long_run_s in the last queue
+        # threshold k; k = len(las): when its run time reaches las.long_run_s in the last queue
         if k < len(self.las):
             return job.run_start - job.executed_s + self.las[k] / job.gpus
         return job.run_start - job.executed_s + max(self.long_run, self.las[-1] / job.gpus)
@@ -280,7 +351,7 @@ class GpuPlatformPolicy:
     def _estimate(self, job: SimJob, progress: float) -> float | None:
         # The user's runtime limit when the trace has one (the live loop hands the engine the
         # limit too), else the predictor over finished jobs.
-        if job.runtime_limit_s is not None:
+        if job.runtime_limit_s is not None and not self.runtime_model:
             return job.runtime_limit_s
         return self.predictor.estimate(job.tenant, job.gpus, progress)
 
@@ -308,6 +379,7 @@ class GpuPlatformPolicy:
             preemptible=job.preemptible,
             attained_service_s=job.executed_s,
             requeued=job.requeued,
+            deadline=job.deadline if self.deadlines else None,
         )
         self._pending[job.idx] = (key, pj, inputs)
         return pj

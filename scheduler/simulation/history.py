@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cluster import ClusterSpec, NodeSpec
-from .traces import TraceJob, _finish
+from .trace_job import TraceJob, finish_trace
 
 FORMAT = "gpuplatform-trace"
 VERSION = 1
@@ -214,7 +214,7 @@ def load_history(
         )
     skipped = head.get("skipped", dict, optional=True) or {}
     return History(
-        jobs=_finish(jobs, max_jobs),
+        jobs=finish_trace(jobs, max_jobs),
         cluster=ClusterSpec(nodes, name=os.path.basename(path)),
         priority_classes=dict(classes),
         teams=teams,

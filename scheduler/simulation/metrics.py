@@ -25,7 +25,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from .engine import Simulator
+from .simulator import Simulator
 
 METRIC_KEYS = (
     "jobs",
@@ -80,6 +80,8 @@ def compute_metrics(sim: Simulator) -> dict[str, Any]:
         per_tenant[j.tenant].append(j.duration / span if span > 0 else 1.0)
     tenant_means = [sum(v) / len(v) for _, v in sorted(per_tenant.items())]
     times = sorted(sim.decide_times)
+    due = [j for j in jobs if j.deadline is not None]
+    hits = sum(1 for j in due if j.finish is not None and j.finish <= j.deadline)
     window = sim.window_end - jobs[0].submit if jobs else 0.0
     return {
         "jobs": n,
@@ -114,4 +116,7 @@ def compute_metrics(sim: Simulator) -> dict[str, Any]:
         "start_conflicts": sim.start_conflicts,
         "work_gpu_hours": round(sum(j.gpus * j.duration for j in jobs) / 3600.0, 3),
         "busy_gpu_hours": round(sim.busy_gpu_s / 3600.0, 3),
+        # jobs of the trace with a deadline, and the share of them finished by it
+        "deadline_jobs": len(due),
+        "deadline_hit_rate": round(hits / len(due), 6) if due else None,
     }

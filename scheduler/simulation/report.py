@@ -16,7 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from .engine import Simulator
+from .simulator import Simulator
 
 MAX_POINTS = 1500
 

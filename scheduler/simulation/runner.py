@@ -7,8 +7,8 @@ from typing import Any
 
 from .baselines import BASELINES
 from .cluster import ClusterSpec
-from .engine import Policy, SimConfig, Simulator
 from .metrics import compute_metrics
+from .simulator import Policy, SimConfig, Simulator
 from .traces import TraceJob
 
 POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
@@ -16,15 +16,19 @@ POLICIES = ("fifo", "fifo-backfill", "sjf", "tiresias", "gpuplatform")
 # least-attained-service queues switched off (the default before they existed), the engine
 # with one EASY reservation per GPU model (the default before it was four), and the
 # tail-latency setting: the three Tiresias thresholds, and jobs that have run two days in the
-# last of them wait for the others (Config.las_long_run_s).
+# last of them wait for the others (``las.long_run_s``; with three queues the last one alone is
+# served in submission order, as the flat ``las_fifo_from_gpu_s`` of 360,000 GPU-s meant).
 VARIANTS = ("gpuplatform-nolas", "gpuplatform-res1", "gpuplatform-tail")
-# The engine Config fields each labelled variant changes.
+# The engine configuration each labelled variant changes (as JSON: ``config_from_dict``).
 VARIANT_FIELDS: dict[str, dict[str, Any]] = {
-    "gpuplatform-nolas": {"las_thresholds_gpu_s": ()},
+    "gpuplatform-nolas": {"las": None},
     "gpuplatform-res1": {"reservations_per_model": 1},
     "gpuplatform-tail": {
-        "las_thresholds_gpu_s": (3600.0, 36000.0, 360000.0),
-        "las_long_run_s": 172800.0,
+        "las": {
+            "thresholds_gpu_s": [3600.0, 36000.0, 360000.0],
+            "long_run_s": 172800.0,
+            "bottom_fifo_queues": 1,
+        },
     },
 }
 
@@ -39,11 +43,11 @@ def make_policy(name: str) -> Policy:
 
         return GpuPlatformPolicy()
     if name in VARIANTS:
-        from scheduler.policy import Config
+        from scheduler.policy import config_from_dict
 
         from .gpuplatform_policy import GpuPlatformPolicy
 
-        return GpuPlatformPolicy(Config(**VARIANT_FIELDS[name]), name=name)
+        return GpuPlatformPolicy(config_from_dict(VARIANT_FIELDS[name]), name=name)
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 

@@ -23,38 +23,15 @@ import hashlib
 import math
 import os
 import random
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
+
+from .history import load_history
+from .trace_job import SIM_DEFAULT_CHECKPOINTS as SIM_DEFAULT_CHECKPOINTS
+from .trace_job import TraceJob, finish_trace
+from .trace_job import default_traces_dir as default_traces_dir
 
 DEFAULT_TENANTS = ("team-a", "team-b", "team-c", "team-d")
 FORMATS = ("itp", "openb", "gpuplatform")
-# TraceJob.checkpoint_interval_s when the trace does not say: the simulation's own setting
-SIM_DEFAULT_CHECKPOINTS = -1.0
-
-
-@dataclass(frozen=True, slots=True)
-class TraceJob:
-    """One job of a trace: what was asked for and how long it ran exclusively (its service time)."""
-
-    id: str
-    submit: float
-    duration: float
-    gpus: int
-    tenant: str
-    models: tuple[str, ...] | None = None  # allowed GPU models; None = any
-    priority_class: str = "research"
-    # What a trace of the platform's own history knows about a job (others leave the defaults:
-    # the simulator splits GPUs into workers by node size and applies its own job model).
-    gpus_per_worker: int | None = None
-    preemptible: bool | None = None  # None: SimConfig.preemptible
-    checkpoint_interval_s: float | None = SIM_DEFAULT_CHECKPOINTS  # None: never checkpoints
-    runtime_limit_s: float | None = None  # the user's limit: a real scheduler knows it
-
-
-def default_traces_dir() -> Path:
-    """`../shared/traces` relative to the repository root (the checkout holding `scheduler/`)."""
-    repo_root = Path(__file__).resolve().parents[2]
-    return repo_root.parent / "shared" / "traces"
 
 
 def assign_tenant(job_id: str, seed: int, tenants: tuple[str, ...] = DEFAULT_TENANTS) -> str:
@@ -77,16 +54,6 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if {"name", "num_gpu", "creation_time"} <= set(header):
         return "openb"
     raise ValueError(f"{path}: unknown trace format (header {header!r})")
-
-
-def _finish(jobs: list[TraceJob], max_jobs: int | None) -> tuple[TraceJob, ...]:
-    jobs.sort(key=lambda j: (j.submit, j.id))
-    if max_jobs is not None:
-        jobs = jobs[:max_jobs]
-    if jobs and jobs[0].submit < 0:
-        shift = -jobs[0].submit
-        jobs = [replace(j, submit=j.submit + shift) for j in jobs]
-    return tuple(jobs)
 
 
 def load_itp(
@@ -123,7 +90,7 @@ def load_itp(
                     assign_tenant(row["job_id"], seed, tenants),
                 )
             )
-    return _finish(jobs, max_jobs)
+    return finish_trace(jobs, max_jobs)
 
 
 def load_openb(
@@ -161,7 +128,7 @@ def load_openb(
                     models,
                 )
             )
-    return _finish(jobs, max_jobs)
+    return finish_trace(jobs, max_jobs)
 
 
 def load_trace(
@@ -179,8 +146,6 @@ def load_trace(
     if fmt == "openb":
         return load_openb(path, max_jobs=max_jobs, max_submit=max_submit, seed=seed)
     if fmt == "gpuplatform":
-        from .history import load_history  # it builds a cluster too, which imports this module
-
         return load_history(path, max_jobs=max_jobs, max_submit=max_submit).jobs
     raise ValueError(f"unknown trace format {fmt!r}; expected one of {FORMATS}")
 
@@ -229,3 +194,26 @@ def generate_synthetic(
             TraceJob(job_id, round(t, 3), duration, gpus, tenants[rng.randrange(len(tenants))])
         )
     return tuple(jobs)
+
+
+def with_deadlines(
+    trace: tuple[TraceJob, ...],
+    *,
+    share: float,
+    factors: tuple[float, float] = (1.5, 4.0),
+    seed: int = 0,
+) -> tuple[TraceJob, ...]:
+    """The trace with a deadline on a `share` of its jobs (picked from a stable hash of
+    `(seed, id)`): `submit + duration x f`, `f` uniform in `factors` from the same hash. No public
+    trace records deadlines; this is how deadline-scheduling studies give them one (a multiple of
+    the job's own run time, so every deadline is feasible on an idle cluster)."""
+    lo, hi = factors
+    out = []
+    for j in trace:
+        digest = hashlib.blake2b(f"deadline:{seed}:{j.id}".encode(), digest_size=16).digest()
+        pick = int.from_bytes(digest[:8], "big") / 2**64
+        if pick < share:
+            f = lo + (hi - lo) * int.from_bytes(digest[8:], "big") / 2**64
+            j = replace(j, deadline=j.submit + j.duration * f)
+        out.append(j)
+    return tuple(out)

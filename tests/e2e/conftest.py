@@ -8,10 +8,15 @@ demo. Screenshots go to test-artifacts/screenshots/ (gitignored).
 
 Chromium: /usr/bin/chromium (scripts/install-chromium). Missing, it skips these tests with a
 reason, except under CI=true where it fails them.
+
+Every browser session fails its test on a Content-Security-Policy violation: one the browser
+reports to the page (the console's "Refused to …", a ``securitypolicyviolation`` event) or to
+the server's ``/csp-report/`` (logged in server.log while the test ran).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -73,6 +78,67 @@ def chromium_path() -> str:
     return CHROMIUM
 
 
+def wait_http(url: str, proc: subprocess.Popen, log_path: Path, what: str) -> None:
+    """Wait until ``url`` answers 200; fail with ``log_path``'s tail if ``proc`` exits or a
+    minute passes."""
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited:\n" + log_path.read_text()[-3000:])
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not answer:\n" + log_path.read_text()[-3000:])
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def seeded_server(env: dict[str, str], workdir: Path, port: int | None = None):
+    """Seed a fresh database (``env`` names it) and serve it with the scheduling loop on; yields
+    the base URL. The server's log is ``workdir/server.log``."""
+    seeded = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "e2e" / "seed_e2e.py")],
+        cwd=ROOT,
+        env={**env, "GPUPLATFORM_NO_LOOP": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+    port = port or _free_port()
+    log_path = workdir / "server.log"
+    log = log_path.open("w")
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env={**env, "SCHEDULER_IN_PROCESS_LOOP": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/login/", server, log_path, "the e2e server")
+        yield url
+    finally:
+        stop(server)
+        log.close()
+        if "Traceback" in log_path.read_text():
+            print(f"the e2e server logged tracebacks; see {log_path}")
+
+
 @pytest.fixture(scope="session")
 def live_server_url(chromium_path) -> str:
     """Base URL of a Daphne server with the scheduling loop on, over a freshly seeded database.
@@ -86,54 +152,10 @@ def live_server_url(chromium_path) -> str:
     workdir = ARTIFACTS / "e2e-server"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    db_path = workdir / "e2e.sqlite3"
-    env = _server_env(db_path)
-    seeded = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "e2e" / "seed_e2e.py")],
-        cwd=ROOT,
-        env={**env, "GPUPLATFORM_NO_LOOP": "1"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert seeded.returncode == 0, seeded.stderr[-3000:]
-
-    port = _free_port()
-    log_path = workdir / "server.log"
-    log = log_path.open("w")
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env={**env, "SCHEDULER_IN_PROCESS_LOOP": "1"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                pytest.fail("the e2e server exited:\n" + log_path.read_text()[-3000:])
-            try:
-                with urllib.request.urlopen(url + "/login/", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("the e2e server did not answer:\n" + log_path.read_text()[-3000:])
-            time.sleep(0.2)
-        yield url
+        with seeded_server(_server_env(workdir / "e2e.sqlite3"), workdir) as url:
+            yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-        log.close()
-        if "Traceback" in log_path.read_text():
-            print(f"the e2e server logged tracebacks; see {log_path}")
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
 
@@ -168,6 +190,12 @@ class Session:
         self.requests: list[str] = []
         self.console: list[str] = []
         self.context.on("request", lambda request: self.requests.append(request.url))
+        # The event, besides the console line: it names the directive and what was blocked.
+        self.context.add_init_script(
+            "document.addEventListener('securitypolicyviolation', function (e) {"
+            " console.error('CSP violation: ' + e.violatedDirective + ' blocked ' +"
+            " (e.blockedURI || 'inline') + ' at ' + e.sourceFile + ':' + e.lineNumber); });"
+        )
 
     def page(self, path: str | None = None):
         page = self.context.new_page()
@@ -198,14 +226,28 @@ class Session:
         page.wait_for_url(self.base_url + "/")
         return page
 
+    def csp_violations(self) -> list[str]:
+        return [
+            line
+            for line in self.console
+            if "Content Security Policy" in line or "CSP violation" in line
+        ]
+
     def close(self) -> None:
         self.context.close()
 
 
+def _server_log() -> Path:
+    return ARTIFACTS / "e2e-server" / "server.log"
+
+
 @pytest.fixture
 def session_as(browser, live_server_url):
-    """``session_as("alice")`` -> a signed-in :class:`Session`; closed after the test."""
+    """``session_as("alice")`` -> a signed-in :class:`Session`; closed after the test, which
+    fails if a page broke the Content-Security-Policy (in the browser or reported to the
+    server)."""
     opened: list[Session] = []
+    log_start = _server_log().stat().st_size if _server_log().exists() else 0
 
     def make(username: str, viewport=None) -> Session:
         session = Session(browser, live_server_url, username, viewport)
@@ -213,8 +255,16 @@ def session_as(browser, live_server_url):
         return session
 
     yield make
+    violations = [v for session in opened for v in session.csp_violations()]
     for session in opened:
         session.close()
+    time.sleep(0.2)  # reports are sent asynchronously
+    with _server_log().open(errors="replace") as log:
+        log.seek(log_start)
+        reported = [line.strip() for line in log if "CSP violation" in line]
+    assert not violations and not reported, "Content-Security-Policy violations:\n" + "\n".join(
+        violations + reported
+    )
 
 
 def shot(page, name: str) -> None:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from billing.models import PriceRate
 from billing.services import meter_run
-from scheduler.models import GpuModel
+from catalogue.models import GpuModel
 for model in GpuModel.objects.all():
     for capacity, rate in (("on_demand", "3.00"), ("spot", "1.20")):
         PriceRate.objects.get_or_create(
@@ -97,6 +97,11 @@ def test_admin_overview_and_isolation(metered, session_as):
     page = _login(admin)
     page.goto("/billing/overview/")
     page.wait_for_selector("#fig-spend-chart .main-svg")
+    # bob named a job with an HTML link: the top-jobs chart shows it as text, no link anywhere.
+    page.wait_for_selector("#fig-top-jobs-chart .main-svg")
+    chart = page.locator("#fig-top-jobs-chart")
+    assert '<a href="https://evil.example/">click</a>' in chart.inner_text()
+    assert page.locator("svg a").count() == 0
     page.get_by_role("link", name="Team", exact=True).click()
     page.wait_for_url("**sort=team**")
     shot(page, "billing-admin-overview")

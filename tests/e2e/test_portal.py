@@ -6,6 +6,7 @@ never see another team's job names as bob (pages or websocket frames)."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -24,9 +25,16 @@ def _only_local(session) -> None:
 
 
 def _wait_js(session, page, expression: str) -> None:
-    """Wait for ``expression`` to hold; on a timeout, say what the page and its stream saw."""
+    """Wait for ``expression`` to hold; on a timeout, say what the page and its stream saw.
+
+    Polled from here: ``page.wait_for_function`` compiles its predicate with ``eval`` inside the
+    page, which the portal's Content-Security-Policy (no unsafe-eval) rightly refuses."""
+    deadline_s = time.monotonic() + 30
     try:
-        page.wait_for_function(expression)
+        while not page.evaluate(expression):
+            if time.monotonic() > deadline_s:
+                raise TimeoutError(f"still false after 30 s: {expression}")
+            page.wait_for_timeout(100)
     except Exception:
         print("page text:", page.locator("main").inner_text()[:2000])
         print("frames:", session.frames[-20:])
@@ -139,6 +147,12 @@ def test_bob_never_sees_alice_jobs_on_pages_or_in_frames(session_as):
     page.get_by_role("button", name="Cancel job").click()
     assert page.locator("#job-state").inner_text() == "Cancelled"
     # alice hears her own job; by the time she has, the loop has published it everywhere.
+    # Frames reach the test only while Playwright's event loop runs (the waits), and under load
+    # the loop's publish may trail the cancel's redirect: poll, bounded.
+    for _ in range(150):
+        if any(p.get("name") == "vision-secret-hidden" for p in alice.payloads()):
+            break
+        page.wait_for_timeout(100)
     assert any(p.get("name") == "vision-secret-hidden" for p in alice.payloads())
 
     cluster.wait_for_timeout(1500)
@@ -152,7 +166,7 @@ def test_bob_never_sees_alice_jobs_on_pages_or_in_frames(session_as):
     # Other teams' GPUs are only "in use" on bob's cluster view.
     busy = cluster.locator("li.node .gpu.busy").evaluate_all("els => els.map(e => e.title)")
     holders = {t.split(": ", 1)[1].split(",")[0] for t in busy}
-    assert busy and holders <= {"in use", "nlp-bob-run (#2)"}, holders
+    assert busy and all(h == "in use" or h.startswith("nlp") for h in holders), holders
     shot(cluster, "08-cluster-as-bob")
 
     view = bob.page()

@@ -71,6 +71,7 @@
   }
 
   var chartPending = false;
+  var historyPoints = null;
   function recount() {
     var inUse = 0, free = 0, unavailable = 0, total = 0;
     main.querySelectorAll("li.node").forEach(function (li) {
@@ -93,11 +94,14 @@
       window.setTimeout(function () {
         chartPending = false;
         var now = new Date().toISOString();
+        var chart = GP.charts["usage-figure"];
+        // Keep the hourly history the page came with, plus the last 240 live points.
+        if (historyPoints === null) historyPoints = chart.data[0].x.length;
         window.Plotly.extendTraces(
-          GP.charts["usage-figure"],
+          chart,
           { x: [[now], [now]], y: [[inUse], [unavailable]] },
           [0, 1],
-          240
+          historyPoints + 240
         );
       }, 1000);
     }

@@ -1,9 +1,11 @@
-/* Job page: state, why-pending, estimated start, timeline, placement and log tail follow the
- * job's job.status payloads without a reload.
+/* Job page: state, why-pending, estimated start, timeline and placement follow the job's
+ * job.status payloads without a reload; the page re-reads /jobs/<id>/status/ (same shape as the
+ * payload) when its stream connects or reconnects, so a change published between the page render
+ * and the websocket's hello is not lost.
  *
- * The page also re-reads /jobs/<id>/status/ (same shape as the payload, plus the log tail) when
- * its stream connects or reconnects, so a change published between the page render and the
- * websocket's hello is not lost; and every few seconds while the job runs, for the log. */
+ * The output pane is live over its own socket, /ws/jobs/<id>/log/ (frontend/log_consumer.py):
+ * the tail of the attempt, then each new piece as the job writes it, following the job from
+ * attempt to attempt; the Attempts table's "Output" buttons pin the pane to one attempt. */
 (function () {
   "use strict";
   var GP = window.GP;
@@ -74,7 +76,6 @@
     }
   }
 
-  var lastLog = null;
   function refresh() {
     if (!window.fetch) return;
     window
@@ -83,13 +84,7 @@
         return r.ok ? r.json() : null;
       })
       .then(function (data) {
-        if (!data) return;
-        apply(data);
-        if (data.log !== lastLog) {
-          lastLog = data.log;
-          logBox.textContent = data.log || "No output yet.";
-          logBox.scrollTop = logBox.scrollHeight;
-        }
+        if (data) apply(data);
       })
       .catch(function () {});
   }
@@ -101,7 +96,80 @@
   });
   GP.on("hello", refresh);
 
-  window.setInterval(function () {
-    if (root.getAttribute("data-state") === "running" && !document.hidden) refresh();
-  }, 4000);
+  // --- the output pane ---------------------------------------------------------------------
+  var logPane = document.querySelector("[data-log-socket]");
+  var logAttempt = document.getElementById("log-attempt");
+  var logStatus = document.getElementById("log-status");
+  var LOG_MAX_CHARS = 200000;
+  var logSocket = null;
+  var pinned = null;
+  var logDelay = 1000;
+  var fresh = true;
+
+  function nearBottom() {
+    return logBox.scrollHeight - logBox.scrollTop - logBox.clientHeight < 40;
+  }
+
+  function appendLog(text) {
+    var follow = nearBottom();
+    if (fresh) {
+      logBox.textContent = "";
+      fresh = false;
+    }
+    logBox.textContent += text;
+    if (logBox.textContent.length > LOG_MAX_CHARS) {
+      logBox.textContent = logBox.textContent.slice(-LOG_MAX_CHARS);
+    }
+    if (follow) logBox.scrollTop = logBox.scrollHeight;
+  }
+
+  function openLog(attempt) {
+    if (!logPane || !window.WebSocket) return;
+    pinned = attempt;
+    if (logSocket) {
+      logSocket.onclose = null;
+      logSocket.close();
+    }
+    var url = GP.wsUrl(logPane.getAttribute("data-log-socket"));
+    if (attempt) url += "?attempt=" + attempt;
+    var socket = (logSocket = new WebSocket(url));
+    var ended = false;
+    socket.onmessage = function (event) {
+      var msg;
+      try {
+        msg = JSON.parse(event.data);
+      } catch (err) {
+        return;
+      }
+      if (msg.type === "log.attempt") {
+        fresh = true;
+        logAttempt.textContent = "attempt " + msg.attempt + (pinned ? "" : " (live)");
+        logStatus.textContent = "";
+      } else if (msg.type === "log") {
+        logDelay = 1000;
+        appendLog(msg.text);
+      } else if (msg.type === "log.unavailable") {
+        logStatus.textContent = "(the cluster did not answer; retrying)";
+      } else if (msg.type === "log.end") {
+        ended = true;
+        logStatus.textContent = pinned ? "(attempt over)" : "(job " + msg.state + ")";
+        if (fresh) logBox.textContent = "No output.";
+      }
+    };
+    socket.onclose = function (event) {
+      if (ended || event.code === 4401 || event.code === 4404) return;
+      window.setTimeout(function () {
+        if (logSocket === socket) openLog(pinned);
+      }, logDelay);
+      logDelay = Math.min(logDelay * 2, 15000);
+    };
+  }
+
+  document.querySelectorAll("[data-show-attempt]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      fresh = true;
+      openLog(parseInt(button.getAttribute("data-show-attempt"), 10));
+    });
+  });
+  openLog(null);
 })();

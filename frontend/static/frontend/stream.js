@@ -73,12 +73,16 @@
     }
   }
 
+  // The websocket URL of a path on this server (wss:// under https).
+  GP.wsUrl = function (path) {
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    return scheme + window.location.host + path;
+  };
+
   var delay = 500;
   var opened = false;
   function connect() {
-    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    var url = scheme + window.location.host + "/ws/stream/?topics=" + topics.sort().join(",");
-    var socket = new WebSocket(url);
+    var socket = new WebSocket(GP.wsUrl("/ws/stream/?topics=" + topics.sort().join(",")));
     socket.onmessage = function (event) {
       var msg;
       try {

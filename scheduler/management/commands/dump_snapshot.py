@@ -10,7 +10,7 @@ import sys
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from scheduler.cycle import last_cycle
+from scheduler.loop.decide import last_cycle
 from scheduler.policy import snapshot_to_dict
 from scheduler.snapshot import build_snapshot
 

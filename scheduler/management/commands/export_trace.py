@@ -13,13 +13,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from scheduler.models import Allocation, Cluster, Job, Node
 from scheduler.simulation.history import FORMAT, VERSION
+from scheduler.snapshot import policy_config_data
 from scheduler.states import FINAL_STATES
 from tenants.models import PriorityClass, Quota, Team
 
@@ -33,8 +33,8 @@ JOB_FIELDS = (
     "submitted_at",
     "started_at",
     "finished_at",
-    "attained_service_s",
-    "lost_gpu_s",
+    "earlier_runs_s",
+    "lost_gpu_seconds",
     "workers",
     "gpus_per_worker",
     "team__slug",
@@ -85,12 +85,12 @@ def service_seconds(row: dict[str, Any]) -> float | None:
     release = row["last_release"]
     if release is not None and release < finished:
         # Finalised while queued to resume (a requeued job cancelled): its GPUs went back at the
-        # requeue, started_at is that attempt's, and attained_service_s already holds its run.
+        # requeue, started_at is that attempt's, and earlier_runs_s already holds its run.
         last_run = 0.0
     gpus = row["workers"] * row["gpus_per_worker"]
     # Each restart resets started_at and each requeue adds its run (lost work included) to
-    # attained_service_s, so attained + last run are all runs; lost_gpu_s counts GPU-seconds.
-    return row["attained_service_s"] + last_run - row["lost_gpu_s"] / gpus
+    # earlier_runs_s, so attained + last run are all runs; lost_gpu_seconds counts GPU-seconds.
+    return row["earlier_runs_s"] + last_run - row["lost_gpu_seconds"] / gpus
 
 
 def job_line(row: dict[str, Any], *, origin: datetime, duration_s: float) -> dict[str, Any]:
@@ -259,7 +259,8 @@ class Command(BaseCommand):
             ),
             "teams": _teams(),
             "nodes": _nodes(cluster_row),
-            "config": _jsonable(getattr(settings, "SCHEDULER_POLICY", None) or {}),
+            # The configuration in force (the policy history's, else SCHEDULER_POLICY).
+            "config": _jsonable(policy_config_data()),
             "skipped": {"never_ran": 0, "unfinished": 0},
         }
         try:

@@ -1,5 +1,7 @@
 """Token exchange, token authentication, and the OpenAPI schema."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -57,3 +59,18 @@ def test_schema_generates_and_docs_are_served_locally(db):
     docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert b"cdn" not in docs.content.lower()
+
+
+def test_redoc_is_served_with_its_bundle_from_the_portal_only(db):
+    client = Client()
+    page = client.get("/api/redoc/")
+    assert page.status_code == 200
+    [bundle_url] = re.findall(r'<script src="([^"]+)"', page.content.decode())
+    assert bundle_url.startswith("/api/redoc/redoc.")
+    bundle = client.get(bundle_url)
+    assert bundle.status_code == 200
+    assert bundle["Content-Type"].startswith("text/javascript")
+    assert "immutable" in bundle["Cache-Control"]
+    body = b"".join(bundle.streaming_content) if bundle.streaming else bundle.content
+    assert b"redoc.ly/redoc/logo" not in body and len(body) > 100_000
+    assert client.get("/api/redoc/redoc.0123456789abcdef.js").status_code == 404

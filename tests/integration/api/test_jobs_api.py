@@ -52,6 +52,9 @@ def test_submit_returns_the_job_in_contract_field_names(platform, submit):
             "elastic range",
         ),
         ({"checkpoint_interval_s": 0}, "checkpoint_interval_s", "greater than or equal to 1"),
+        ({"deadline": "2001-01-01T00:00:00Z"}, "deadline", "must be in the future"),
+        ({"deadline": "2999-01-01T00:00:00Z"}, "deadline", "at most 90 days ahead"),
+        ({"deadline": "friday"}, "deadline", "Datetime has wrong format"),
     ],
 )
 def test_bad_submission_is_400_naming_the_field_and_writes_nothing(

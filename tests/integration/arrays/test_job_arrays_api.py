@@ -118,7 +118,7 @@ def test_arrays_are_listed_grouped_and_scoped_to_the_team(platform, api_as):
 
 
 def test_group_cancel_cancels_every_live_member_and_frees_gpus(platform, api_as):
-    from scheduler.cycle import run_cycle
+    from scheduler.loop.cycle import run_cycle
 
     alice = api_as(platform["alice"])
     array_id = post_array(alice, count=4).json()["id"]

@@ -75,7 +75,7 @@ def price(gpu_models):
 def published(monkeypatch):
     """Payloads handed to the channel layer, as (group, payload) pairs. Publication happens on
     commit: wrap the code under test in ``django_capture_on_commit_callbacks(execute=True)``."""
-    from scheduler import streams
+    from core import streams
 
     sent: list[tuple[str, dict]] = []
     monkeypatch.setattr(streams, "_send_many", sent.extend)

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from billing import calc, services
 from billing.models import Budget, BudgetAlert, UsageRecord
-from scheduler.errors import DomainError
+from core.errors import DomainError
+from core.streams import team_group
 from scheduler.models import Allocation, Job
-from scheduler.streams import team_group
 
 from .conftest import utc
 

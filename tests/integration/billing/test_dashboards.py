@@ -30,7 +30,7 @@ def december(make_job, allocate, price, bob, teams):
     allocate(small, "n3", 0, utc(2026, 12, 2, 0), utc(2026, 12, 2, 1))
     nlp_job = make_job(team="nlp", user=bob, name="nlp-job")
     allocate(nlp_job, "n3", 1, utc(2026, 12, 1, 0), utc(2026, 12, 1, 5))
-    nlp_job.lost_gpu_s = 1800
+    nlp_job.lost_gpu_seconds = 1800
     nlp_job.save()
     Budget.objects.create(team=teams["vision"], month=DEC, amount=Decimal(100))
     services.meter_run(now=utc(2026, 12, 3))
@@ -70,7 +70,7 @@ def test_team_dashboard_page_and_isolation(december, client, alice, bob):
     assert "/plotly" in html and "cdn" not in html.lower()
     assert client.get("/billing/").url == "/billing/teams/vision/"
     assert client.get("/billing/teams/nlp/").status_code == 404
-    assert client.get("/billing/teams/vision/?month=bogus").status_code == 404
+    assert client.get("/billing/teams/vision/?month=bogus").status_code == 400
     assert client.get("/billing/overview/").status_code == 404
     client.force_login(bob)
     assert client.get("/billing/teams/vision/?month=2026-12").status_code == 404
@@ -203,7 +203,7 @@ def test_budget_form_on_the_dashboard(client, alice, bob, teams):
     bad = client.post(
         "/billing/teams/vision/budget", {"month": "2026-12", "amount": "lots"}, follow=True
     )
-    assert b"must be a number" in bad.content
+    assert b"amount: Enter a number." in bad.content
     client.force_login(bob)
     assert client.post("/billing/teams/vision/budget", {"amount": "1"}).status_code == 404
     assert Budget.objects.get().amount == Decimal("1500.00")

@@ -191,7 +191,7 @@ def test_lost_work_is_metered_once_per_loss(make_job, allocate, price):
     job = make_job()
     allocate(job, "n1", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
     JobEvent.objects.create(job=job, kind="preempted", time=utc(2026, 12, 1, 2))
-    job.lost_gpu_s = 600.0
+    job.lost_gpu_seconds = 600.0
     job.save()
 
     services.meter_run(now=utc(2026, 12, 1, 3))
@@ -202,7 +202,7 @@ def test_lost_work_is_metered_once_per_loss(make_job, allocate, price):
 
     allocate(job, "n1", 0, utc(2026, 12, 1, 4), utc(2026, 12, 1, 5), attempt=2)
     JobEvent.objects.create(job=job, kind="node_failed", time=utc(2026, 12, 1, 5))
-    job.lost_gpu_s = 1500.0
+    job.lost_gpu_seconds = 1500.0
     job.save()
     services.meter_run(now=utc(2026, 12, 1, 6))
     services.meter_run(now=utc(2026, 12, 1, 6) + timedelta(minutes=1))

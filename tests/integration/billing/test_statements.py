@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 
 from billing import services
 from billing.models import Statement, StatementLine
-from scheduler.errors import Conflict, DomainError
+from core.errors import Conflict, DomainError
 
 from .conftest import utc
 
@@ -119,9 +119,19 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "capacity",
         "gpu_hours",
         "cost_usd",
+        "note",
     ]
-    assert rows[1] == ["2026-11", "vision", "vision", "h100-80gb", "on_demand", "2.0000", "4.00"]
-    assert rows[-1][-1] == "4.00"
+    assert rows[1] == [
+        "2026-11",
+        "vision",
+        "vision",
+        "h100-80gb",
+        "on_demand",
+        "2.0000",
+        "4.00",
+        "",
+    ]
+    assert rows[-1][-2] == "4.00"
 
     # Members cannot close; admins can, and the detail then shows the frozen lines.
     assert as_alice.post(f"/api/v1/billing/statements/{vision.pk}/close/").status_code == 400

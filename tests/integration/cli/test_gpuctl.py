@@ -41,6 +41,15 @@ spec:
 """
 
 
+@pytest.fixture(autouse=True)
+def vision_may_opt_out_of_preemption(teams):
+    """The specs and forms here ask for preemptible: false in a class whose jobs are
+    preemptible, which needs the team's permission (its quota settings)."""
+    from tenants.models import TeamEntitlements
+
+    TeamEntitlements.objects.create(team=teams["vision"], may_opt_out_of_preemption=True)
+
+
 def write(tmp_path: Path, text: str, name: str = "job.yaml") -> str:
     path = tmp_path / name
     path.write_text(text)
@@ -254,7 +263,7 @@ def test_why_gives_the_pending_reason_and_estimated_start(as_alice, jobs):
 
 def test_why_and_ls_after_a_real_scheduling_cycle(as_alice):
     from scheduler.backends import reset_backends
-    from scheduler.cycle import run_cycle
+    from scheduler.loop.cycle import run_cycle
 
     reset_backends()
     flags = ["-N", "2", "--gpus-per-worker", "8", "--gpu-model", "h100-80gb", "-t", "1h"]
@@ -423,7 +432,7 @@ def test_cost_on_a_server_without_billing_says_so(as_alice, settings):
 
 
 def test_console_script_is_declared_and_runs_as_a_process(as_alice, cli_config, tmp_path, jobs):
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((ROOT / "gpuctl" / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["gpuctl"] == "gpuctl.main:main"
     env = {**os.environ, "GPUCTL_CONFIG": str(cli_config)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
@@ -461,3 +470,26 @@ def test_the_client_does_not_import_django():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_spec_deadline_is_sent_and_a_bad_one_exits_2(as_alice, tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    due = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    spec = GOOD_SPEC + f"  deadline: {due.isoformat().replace('+00:00', 'Z')}\n"
+    result = as_alice("submit", "-f", write(tmp_path, spec), "--json")
+    assert result.code == 0, result.err
+    assert Job.objects.get(pk=json.loads(result.out)["id"]).deadline == due
+    shown = as_alice("show", str(json.loads(result.out)["id"])).out
+    assert f"{due:%Y-%m-%d %H:%M} UTC (in 1d" in shown, shown
+
+    # format errors are gpuctl's (exit 2); "in the future" is the server's (exit 1, as every
+    # server rejection), both naming the spec field
+    for value, code, message in (
+        ("friday", 2, "spec.deadline: 'friday' is not a time"),
+        ("2030-01-31T18:00:00", 2, "spec.deadline: must include a time zone"),
+        ("2001-01-31T18:00:00Z", 1, "spec.deadline: must be in the future"),
+    ):
+        result = as_alice("submit", "-f", write(tmp_path, GOOD_SPEC + f"  deadline: '{value}'\n"))
+        assert result.code == code and message in result.err, (value, result.err)
+    assert Job.objects.count() == 1

@@ -11,8 +11,10 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.utils import timezone
 
+from core import streams
 from gpuplatform.asgi import application
-from scheduler import services, streams
+from policyversions import whatif_runs
+from scheduler import services
 from scheduler.models import Allocation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,17 +23,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _session_cookie(user) -> str:
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.save()
     return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
 
 
-def _communicator(user=None) -> WebsocketCommunicator:
+def _communicator(user=None, path: str = "/ws/stream/") -> WebsocketCommunicator:
     headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     if user is not None:
         headers.append((b"cookie", _session_cookie(user).encode()))
-    return WebsocketCommunicator(application, "/ws/stream/", headers=headers)
+    return WebsocketCommunicator(application, path, headers=headers)
 
 
 async def _connect(communicator) -> dict:
@@ -171,3 +173,25 @@ def database_sync(fn):
     from channels.db import database_sync_to_async
 
     return database_sync_to_async(fn)
+
+
+def test_only_admins_hear_whatif_progress_even_when_they_ask(platform):
+    """A member may ask for the ``whatif`` topic; the socket opens (the topic is known) but joins
+    nothing for it, so a replay's progress reaches the admin only."""
+    alice, admin = platform["alice"], platform["admin"]
+    path = "/ws/stream/?topics=whatif"
+    alice_ws, admin_ws = _communicator(alice, path), _communicator(admin, path)
+
+    async def run():
+        await _connect(alice_ws)
+        await _connect(admin_ws)
+        run = await database_sync(
+            lambda: whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+        )()
+        admin_frames = [f for f in await _drain(admin_ws) if f["type"] == "whatif.progress"]
+        assert admin_frames and admin_frames[-1]["run"] == run.pk
+        assert await _drain(alice_ws) == []
+        await alice_ws.disconnect()
+        await admin_ws.disconnect()
+
+    async_to_sync(run)()

@@ -39,6 +39,15 @@ def post(user, **changes):
     return client.post("/jobs/new/", {k: v for k, v in data.items() if v is not None})
 
 
+@pytest.fixture(autouse=True)
+def vision_may_opt_out_of_preemption(teams):
+    """The specs and forms here ask for preemptible: false in a class whose jobs are
+    preemptible, which needs the team's permission (its quota settings)."""
+    from tenants.models import TeamEntitlements
+
+    TeamEntitlements.objects.create(team=teams["vision"], may_opt_out_of_preemption=True)
+
+
 def errors_for(html: str, field: str) -> list[str]:
     block = re.search(rf'data-errors-for="{field}">(.*?)</ul>', html, re.S)
     return re.findall(r"<li>(.*?)</li>", block.group(1)) if block else []
@@ -80,15 +89,21 @@ def test_preemptible_default_follows_the_priority_class(platform):
         ({"team": "nlp"}, "team", "you are not a member of a team"),
         ({"gpu_model": "tpu-v5"}, "gpu_model", "unknown GPU model"),
         ({"priority_class": "vip"}, "priority_class", "unknown priority class"),
-        ({"workers": "0"}, "workers", "must be &gt;= 1"),
+        ({"workers": "0"}, "workers", "greater than or equal to 1"),
         ({"workers": "5"}, "workers", "must lie within the elastic range 1..3"),
         (
             {"elastic_max_workers": ""},
             "elastic_max_workers",
-            "must be an integer &gt;= min_workers",
+            "is required for an elastic job",
         ),
-        ({"elastic_min_workers": ""}, "elastic_min_workers", "must be an integer &gt;= 1"),
-        ({"runtime_limit_s": "0"}, "runtime_limit_s", "must be &gt;= 1 second"),
+        ({"elastic_min_workers": ""}, "elastic_min_workers", "is required for an elastic job"),
+        (
+            {"elastic_min_workers": "3", "elastic_max_workers": "2"},
+            "elastic_max_workers",
+            "must be &gt;= min_workers",
+        ),
+        ({"runtime_limit_s": "0"}, "runtime_limit_s", "greater than or equal to 1"),
+        ({"runtime_limit_s": "99999999999"}, "runtime_limit_s", "less than or equal to 31622400"),
     ],
 )
 def test_service_errors_show_inline_and_write_nothing(platform, changes, field, message):
@@ -121,3 +136,42 @@ def test_viewer_cannot_submit(platform):
 def test_the_preview_counts_gpus(platform):
     html = post(platform["alice"], gpus_per_worker="16").content.decode()
     assert re.search(r'id="gpu-preview"[^>]*>32 GPUs \(elastic 16–48\)', html)
+
+
+def test_estimate_finish_says_when_at_current_load_and_writes_nothing(platform):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    # An empty cluster: it would start now and, by its 2 h limit, finish in 2 h.
+    due = (timezone.now() + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M")
+    response = post(platform["alice"], estimate="1", deadline=due)
+    html = response.content.decode()
+    assert response.status_code == 200, html
+    finish = timezone.now() + timedelta(hours=2)
+    assert f"Likely done by {finish:%a %H:}" in html
+    assert "by your runtime limit" in html and "That is before its deadline" in html
+    assert "Nothing was submitted" in html and Job.objects.count() == 0
+
+    # A deadline 1 h away cannot be met by a 2 h job.
+    soon = (timezone.now() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    html = post(platform["alice"], estimate="1", deadline=soon).content.decode()
+    assert "data-deadline-miss" in html and Job.objects.count() == 0
+
+
+def test_a_deadline_in_the_past_is_refused_next_to_its_field(platform):
+    response = post(platform["alice"], deadline="2001-01-01T10:00")
+    assert response.status_code == 400
+    assert errors_for(response.content.decode(), "deadline") == ["must be in the future"]
+    assert Job.objects.count() == 0
+
+
+def test_the_deadline_is_stored_with_the_job(platform):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    due = (timezone.now() + timedelta(days=1)).replace(second=0, microsecond=0)
+    response = post(platform["alice"], deadline=due.strftime("%Y-%m-%dT%H:%M"))
+    assert response.status_code == 302
+    assert Job.objects.get().deadline == due

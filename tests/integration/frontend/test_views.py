@@ -10,9 +10,9 @@ import re
 import pytest
 from django.test import Client
 
-from scheduler import services
+from scheduler import services, transitions
 from scheduler.backends import reset_backends
-from scheduler.cycle import run_cycle
+from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, JobEvent, Node, NodeEvent
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +85,7 @@ def test_job_list_filters_and_isolation(platform):
     alice, bob = platform["alice"], platform["bob"]
     submit(alice, name="a-pending")
     cancelled = submit(alice, name="a-cancelled")
-    services.job_cancel(user=alice, job_id=cancelled.pk)
+    transitions.job_cancel(user=alice, job_id=cancelled.pk)
     submit(bob, team="nlp", name="b-pending")
     client = client_for(alice)
 
@@ -105,7 +105,7 @@ def test_job_list_filters_and_isolation(platform):
 def test_job_states_for_table_resync_are_scoped_to_the_caller(platform):
     mine = submit(platform["alice"], name="mine")
     theirs = submit(platform["bob"], team="nlp", name="theirs")
-    services.job_cancel(user=platform["alice"], job_id=mine.pk)
+    transitions.job_cancel(user=platform["alice"], job_id=mine.pk)
     client = client_for(platform["alice"])
     data = client.get(f"/jobs/states/?ids={mine.pk},{theirs.pk},x,").json()
     assert data == {"jobs": {str(mine.pk): {"state": "cancelled", "why": ""}}}
@@ -125,7 +125,8 @@ def test_job_detail_shows_timeline_placement_log_and_is_404_for_other_teams(plat
     assert html.count('class="gpu mine"') == 2
     assert "[gpuplatform] attempt 1" in html  # the simulated backend's log tail
     status = client.get(f"/jobs/{job.pk}/status/").json()
-    assert status["state"] == "running" and "attempt 1" in status["log"]
+    assert status["state"] == "running" and status["attempts"] == 1
+    assert '<tr data-attempt="1">' in html and "Output" in html
     assert sum(len(gpus) for gpus in status["placement"].values()) == 2
 
     bob = client_for(platform["bob"])
@@ -225,7 +226,7 @@ def test_members_cannot_act_on_nodes(platform):
 
 
 def test_plotly_is_served_locally_with_long_cache_headers(platform):
-    from frontend.views import plotly_version
+    from billing.charts import plotly_version
 
     client = client_for(platform["alice"])
     html = client.get("/cluster/").content.decode()

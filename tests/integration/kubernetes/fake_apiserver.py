@@ -10,7 +10,9 @@ through the official ``kubernetes`` client on 127.0.0.1 with a random port:
   bookmarks; 410 Expired as an ERROR event or as an HTTP status once history is compacted),
   strategic-merge patch, graceful delete (``deletionTimestamp`` first, gone when the test says
   the kubelet finished), binding (201 + ``Status``; 409 when already bound), log (400 while the
-  container is waiting);
+  container is waiting; ``timestamps``, ``sinceSeconds``, ``tailLines`` and ``limitBytes`` applied
+  in the kubelet's order: since, then tail, then the byte limit; timestamps in Go's RFC3339Nano,
+  trailing zeros dropped);
 - services: create (201; 409; 422 as for pods), get, delete;
 - nodes: get, list (label selectors), strategic-merge patch with the ``resourceVersion``
   precondition (409 Conflict), schema-validated result.
@@ -50,6 +52,13 @@ _PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-pat
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rfc3339_nano(ns: int) -> str:
+    """Go's time.RFC3339Nano, as the kubelet prints log timestamps: trailing zeros dropped."""
+    whole = datetime.fromtimestamp(ns // 1_000_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    fraction = f"{ns % 1_000_000_000:09d}".rstrip("0")
+    return f"{whole}.{fraction}Z" if fraction else f"{whole}Z"
 
 
 def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
@@ -147,7 +156,8 @@ class FakeKubeApiServer:
         self.compacted_rv = 0
         self.faults: list[Fault] = []
         self.requests: list[Recorded] = []
-        self.logs: dict[tuple[str, str], str] = {}
+        # (namespace, pod) -> [(time in ns since the epoch, line with its newline)]
+        self.logs: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self.next_watch_prefix: bytes = b""  # raw bytes the next watch stream starts with
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -318,6 +328,16 @@ class FakeKubeApiServer:
             ]
             pod["metadata"]["resourceVersion"] = self._bump()
             self._emit("MODIFIED", pod)
+
+    def write_log(
+        self, name: str, text: str, at_ns: int | None = None, namespace: str = "gpuplatform-jobs"
+    ) -> None:
+        """The container printed ``text``: each line gets ``at_ns`` (default: now) as its
+        timestamp, as the container runtime records it."""
+        with self.cond:
+            lines = self.logs.setdefault((namespace, name), [])
+            for line in text.splitlines(keepends=True):
+                lines.append((time.time_ns() if at_ns is None else at_ns, line))
 
     def add_pod_condition(
         self, name: str, condition: dict[str, str], namespace: str = "gpuplatform-jobs"
@@ -607,11 +627,17 @@ class FakeKubeApiServer:
                 "BadRequest",
                 f'container "worker" in pod "{name}" is waiting to start: ContainerCreating',
             )
-        text = self.logs.get((pod["metadata"]["namespace"], name), "")
-        tail = int(query.get("tailLines", "0") or 0)
-        if tail:
-            lines = text.splitlines(keepends=True)[-tail:]
-            text = "".join(lines)
+        lines = list(self.logs.get((pod["metadata"]["namespace"], name), []))
+        if "sinceSeconds" in query:
+            since_ns = time.time_ns() - int(query["sinceSeconds"]) * 1_000_000_000
+            lines = [(ns, line) for ns, line in lines if ns >= since_ns]
+        tail = int(query.get("tailLines", "-1") or -1)
+        if tail >= 0:
+            lines = lines[-tail:] if tail else []
+        stamped = query.get("timestamps") == "true"
+        text = "".join(f"{_rfc3339_nano(ns)} {line}" if stamped else line for ns, line in lines)
+        if "limitBytes" in query:
+            text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
         return 200, text
 
     def _delete(self, pod: dict[str, Any], query: dict[str, str]):

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from scheduler.backends import kubernetes as backend_module
 from scheduler.backends.base import (
     Backend,
     BackendJobSpec,
     BackendJobState,
     BackendRejected,
     BackendUnavailable,
+    log_tail,
 )
 from scheduler.backends.k8s_manifests import pod_manifests
 from scheduler.backends.kubernetes import KubernetesBackend
@@ -290,6 +293,29 @@ def test_cancel_leaves_a_finished_run_alone_and_purge_removes_it(server, backend
     backend.purge("1001", 1)  # idempotent
 
 
+def test_finished_runs_are_purged_after_their_retention(server):
+    clock = {"now": datetime.now(UTC)}
+    backend = KubernetesBackend(
+        {"host": server.url, "retry_base_s": 0.05, "finished_run_ttl_s": 600},
+        sleep=lambda _s: None,
+        clock=lambda: clock["now"],
+    )
+    backend.submit(make_spec())  # finishes
+    backend.submit(make_spec(job_id="2002", placement={"gpu-a": (4,), "gpu-b": (4,)}))  # runs
+    for w in (0, 1):
+        server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
+    server.set_pod_phase("gp-2002-a1-w0", "Succeeded")
+    server.set_pod_phase("gp-2002-a1-w1", "Running")
+    assert backend.purge_finished() == []  # finished a moment ago: its logs are still wanted
+    assert len(server.pods) == 4
+    clock["now"] += timedelta(seconds=601)
+    assert backend.purge_finished() == [("1001", 1)]
+    assert sorted(name for _, name in server.pods) == ["gp-2002-a1-w0", "gp-2002-a1-w1"]
+    assert sorted(name for _, name in server.services) == ["gp-2002-a1"]
+    assert state_of(backend).state is BackendJobState.SUCCEEDED  # known from the tombstones
+    assert backend.purge_finished() == []  # idempotent: nothing left to purge
+
+
 def test_live_runs_lists_runs_with_a_pod_still_working(server, backend):
     backend.submit(make_spec())
     backend.submit(make_spec(attempt=2))
@@ -454,15 +480,68 @@ def test_unknown_runs_are_unknown(backend):
 # ------------------------------------------------------------------ logs, checkpoint, dry run
 
 
-def test_log_tail_reads_worker_zero(server, backend):
+@pytest.fixture
+def clocked_backend(server):
+    """A backend on the real clock: following a log compares its clock with the server's."""
+    return KubernetesBackend(
+        {"host": server.url, "retry_base_s": 0.05, "request_timeout_s": 5},
+        sleep=lambda _s: None,
+    )
+
+
+def test_log_tail_and_follow_read_worker_zero_by_timestamp(server, clocked_backend):
+    backend = clocked_backend
     backend.submit(make_spec())
-    assert backend.log_tail("1001", 1) == ""  # container still waiting: 400 from the server
+    empty = backend.read_log("1001", 1)  # container still waiting: 400 from the server
+    assert empty.text == ""
     server.set_pod_phase("gp-1001-a1-w0", "Running")
-    server.logs[(NS, "gp-1001-a1-w0")] = "".join(f"step {i}\n" for i in range(500))
-    assert backend.log_tail("1001", 1, lines=2) == "step 498\nstep 499\n"
-    assert backend.log_tail("missing", 1) == ""
+    base = time.time_ns() - 5_000_000_000
+    server.write_log("gp-1001-a1-w0", "".join(f"step {i}\n" for i in range(500)), at_ns=base)
+    assert log_tail(backend, "1001", 1, lines=2) == "step 498\nstep 499"
     (req,) = server.requests_matching("GET", r"/gp-1001-a1-w0/log$")[1:2]
-    assert req.query == {"container": "worker", "tailLines": "2"}
+    assert req.query["container"] == "worker" and req.query["timestamps"] == "true"
+    assert "tailLines" in req.query
+
+    # Follow from the start: 500 lines sharing one timestamp come in chunks, none twice.
+    chunk = backend.read_log("1001", 1, cursor="k8s-0-0", limit_bytes=1000)
+    seen = chunk.text.splitlines()
+    while True:
+        chunk = backend.read_log("1001", 1, cursor=chunk.cursor, limit_bytes=1000)
+        if not chunk.text:
+            break
+        seen += chunk.text.splitlines()
+    assert seen == [f"step {i}" for i in range(500)]
+    # Lines printed later arrive after the cursor, and only they.
+    server.write_log("gp-1001-a1-w0", "step 500\nstep 501\n")
+    more = backend.read_log("1001", 1, cursor=chunk.cursor)
+    assert more.text == "step 500\nstep 501\n"
+    assert backend.read_log("1001", 1, cursor=more.cursor).text == ""
+    follow = server.requests_matching("GET", r"/gp-1001-a1-w0/log$")[-1]
+    assert 1 <= int(follow.query["sinceSeconds"]) <= 1 + backend_module.LOG_CLOCK_SLACK_S
+    assert backend.read_log("missing", 1).text == ""
+    with pytest.raises(BackendRejected, match="not a log cursor"):
+        backend.read_log("1001", 1, cursor="12; DROP")
+
+
+def test_follow_gets_past_a_burst_of_lines_already_read(server, clocked_backend):
+    # More output within the clock-skew slack than one window holds, all of it read already:
+    # the window is widened instead of answering "nothing new" for ever.
+    backend = clocked_backend
+    backend.submit(make_spec())
+    server.set_pod_phase("gp-1001-a1-w0", "Running")
+    now = time.time_ns()
+    server.write_log("gp-1001-a1-w0", "x" * 200 + "\n" * 1, at_ns=now - 2_000_000_000)
+    burst = "".join(f"burst {i}\n" for i in range(300))
+    server.write_log("gp-1001-a1-w0", burst, at_ns=now - 1_000_000_000)
+    cursor = "k8s-0-0"
+    text = ""
+    for _ in range(40):
+        chunk = backend.read_log("1001", 1, cursor=cursor, limit_bytes=256)
+        text += chunk.text
+        cursor = chunk.cursor
+    assert text.count("burst") == 300
+    server.write_log("gp-1001-a1-w0", "after the burst\n")
+    assert backend.read_log("1001", 1, cursor=cursor, limit_bytes=256).text == "after the burst\n"
 
 
 def test_checkpoint_annotates_running_workers(server, backend):

@@ -96,17 +96,20 @@ def infra(tmp_path, settings, private_redis):
     redis = private_redis
     if redis.proc is None or redis.proc.poll() is not None:
         redis.start()
+    from gpuplatform.celery import app
+
+    # Read before the settings change below: Celery loads its configuration from the settings
+    # the first time it is read, and would otherwise "restore" the private broker at teardown.
+    saved = (app.conf.broker_url, app.conf.task_always_eager)
     # This test process enqueues through the same broker as the worker.
     settings.REDIS_URL = redis.url
     settings.CELERY_BROKER_URL = redis.url
     settings.CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis.url}
     }
-    from gpuplatform.celery import app
-
-    saved = (app.conf.broker_url, app.conf.task_always_eager)
     app.conf.broker_url = redis.url
     app.conf.task_always_eager = False
+    saved_pools = _swap_broker_pools(app, (None, None))
     db = connection.settings_dict
     env = dict(
         os.environ,
@@ -115,6 +118,9 @@ def infra(tmp_path, settings, private_redis):
         SCHEDULER_CYCLE_SECONDS="1",
         SIMULATED_TIME_SCALE="3600",
         DJANGO_DEBUG="true",
+        # Notifications are dispatched by this worker's beat (tests/integration/notifications).
+        NOTIFY_DISPATCH_SECONDS="1",
+        NOTIFY_GROUP_WINDOW_SECONDS="1",
     )
     worker_log = open(tmp_path / "worker.log", "a")  # noqa: SIM115 - closed at teardown
 
@@ -168,6 +174,17 @@ def infra(tmp_path, settings, private_redis):
         os.killpg(worker.pid, signal.SIGKILL)
     worker_log.close()
     app.conf.broker_url, app.conf.task_always_eager = saved
+    _swap_broker_pools(app, saved_pools)
+
+
+def _swap_broker_pools(app, pools):
+    """Put ``pools`` (connection pool, producer pool) in the app's place and return the old ones.
+    Celery keeps them for the process: a test that sent a task earlier (to the session's broker)
+    would otherwise keep sending there after broker_url changed, and the private worker would
+    never hear of it; restoring them afterwards gives later tests their own broker back."""
+    old = (app._pool, app.amqp._producer_pool)
+    app._pool, app.amqp._producer_pool = pools
+    return old
 
 
 def wait_for(predicate, timeout: float, what: str, log: Path | None = None):

@@ -7,7 +7,8 @@ import pytest
 from django.utils import timezone
 
 from scheduler.backends import get_backend, reset_backends
-from scheduler.cycle import apply_decisions, run_cycle
+from scheduler.loop.apply import apply_decisions
+from scheduler.loop.cycle import run_cycle
 from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent
 from scheduler.policy import decide
 from scheduler.snapshot import build_snapshot
@@ -54,7 +55,7 @@ def test_submitted_job_runs_and_succeeds(platform, submit):
     assert job.state == "running" and job.backend_ref == f"gp-{job_id}-a1"
     assert Allocation.objects.filter(job=job, ended_at__isnull=True).count() == 4
     assert {a.node.gpu_model.name for a in job.allocations.all()} == {"h100-80gb"}
-    advance(1.0)  # one simulated hour; 0.6 x the runtime limit is the service time
+    advance(1.0)  # one simulated hour; without simulated_duration_s a job does 30 minutes
     run_cycle()
     job.refresh_from_db()
     assert job.state == "succeeded" and job.exit_code == 0
@@ -123,13 +124,13 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(platform, submit, set
     # Requeued and restarted at once on the other H100 node, resuming from 1800 s of work.
     assert job.state == "running" and job.attempts == 2 and job.requeued
     assert job.allocations.filter(ended_at__isnull=True).first().node != first_node
-    assert job.lost_gpu_s > 0
+    assert job.lost_gpu_seconds > 0
     from scheduler.models import SimulatedRun
 
     assert SimulatedRun.objects.get(job_id=str(job_id), attempt=2).resume_from_s == 1800
     requeued_at = JobEvent.objects.get(job=job, kind="requeued").time
     # Seconds of the first attempt, not GPU-seconds: the engine multiplies by the 8 GPUs itself.
-    assert job.attained_service_s == pytest.approx((requeued_at - first_started).total_seconds())
+    assert job.earlier_runs_s == pytest.approx((requeued_at - first_started).total_seconds())
 
 
 def test_repeated_failures_quarantine_then_probation_releases(platform):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from scheduler.cycle import run_cycle
+from scheduler.loop.cycle import run_cycle
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[3]

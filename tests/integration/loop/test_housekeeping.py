@@ -4,7 +4,7 @@ loop runs each once when due (and not again before its period)."""
 import pytest
 from django.conf import settings
 
-from scheduler import loop
+from scheduler.loop import inprocess
 
 pytestmark = pytest.mark.django_db
 
@@ -19,19 +19,19 @@ def test_periodic_tasks_exist_and_run_when_due(platform, monkeypatch):
         task = current_app.tasks[task_name]
         monkeypatch.setattr(task, "run", lambda name=task_name: calls.append(name))
     last_run: dict[str, float] = {}
-    loop._run_due_housekeeping(last_run)
-    loop._run_due_housekeeping(last_run)
+    inprocess._run_due_housekeeping(last_run)
+    inprocess._run_due_housekeeping(last_run)
     assert calls == [name for name, _ in settings.PERIODIC_TASKS]
 
 
 def test_the_real_tasks_run_on_an_empty_platform(platform, caplog):
-    loop._run_due_housekeeping({})
+    inprocess._run_due_housekeeping({})
     failures = [r for r in caplog.records if "periodic task" in r.getMessage()]
     assert failures == [], [r.getMessage() for r in failures]
 
 
 def test_demo_workload_tops_up_live_jobs_to_its_target(db, settings):
-    from scheduler.management.commands.seed_demo import demo_workload_tick, seed
+    from demo.seed import demo_workload_tick, seed
     from scheduler.models import Job
 
     settings.DEBUG = True

@@ -13,15 +13,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler.cycle import job_requeue, run_cycle
+from scheduler.loop.cycle import run_cycle
 from scheduler.management.commands import export_trace
 from scheduler.models import Allocation, Cluster, Job, Node
 from scheduler.policy.codec import config_from_dict
-from scheduler.services import job_cancel
 from scheduler.simulation.history import load_history
 from scheduler.snapshot import policy_config
 from scheduler.states import JobState
-from scheduler.sync import job_finish
+from scheduler.transitions import job_cancel, job_finish, job_requeue
 from tenants.models import PriorityClass, Quota, Team
 
 pytestmark = [pytest.mark.engines, pytest.mark.django_db]
@@ -117,8 +116,8 @@ def history(platform, teams, gpu_models, make_job):
             workers=2,
             gpus_per_worker=8,
             attempts=2,
-            attained_service_s=1800.0,
-            lost_gpu_s=600.0 * 16,
+            earlier_runs_s=1800.0,
+            lost_gpu_seconds=600.0 * 16,
             checkpoint_interval_s=900,
         ),
         "one-shot": make_job(
@@ -379,8 +378,8 @@ def test_a_job_cancelled_while_queued_to_resume_counts_only_its_runs(make_job, t
         started=10,
         finished=5000,
         gpus_per_worker=2,
-        attained_service_s=1000.0,
-        lost_gpu_s=400.0,
+        earlier_runs_s=1000.0,
+        lost_gpu_seconds=400.0,
     )
     allocate(queued, attempt=1, started=10, ended=1010)
     # The same counters, but cancelled while running its attempt: that run counts.
@@ -392,8 +391,8 @@ def test_a_job_cancelled_while_queued_to_resume_counts_only_its_runs(make_job, t
         finished=5000,
         gpus_per_worker=2,
         attempts=2,
-        attained_service_s=1000.0,
-        lost_gpu_s=400.0,
+        earlier_runs_s=1000.0,
+        lost_gpu_seconds=400.0,
     )
     allocate(running, attempt=1, started=10, ended=1010)
     allocate(running, attempt=2, started=2000, ended=5000, node="n2")
@@ -405,8 +404,8 @@ def test_a_job_cancelled_while_queued_to_resume_counts_only_its_runs(make_job, t
         started=10,
         finished=5000,
         gpus_per_worker=2,
-        attained_service_s=1000.0,
-        lost_gpu_s=2000.0,
+        earlier_runs_s=1000.0,
+        lost_gpu_seconds=2000.0,
     )
     allocate(wasted, attempt=1, started=10, ended=1010, node="n3")
     header, jobs, _ = export(tmp_path)

@@ -18,10 +18,12 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
+from django.db.models import Q
 from django.test import Client, RequestFactory
 from django.utils import timezone
 from rest_framework.request import Request
 
+from notifications.models import DeliveryAttempt, Event, Message, Preference, Webhook
 from scheduler.models import Job, JobArray, JobEvent, Node
 from tenants.models import ApiToken, AuditEntry, Membership, Quota, QuotaRequest, Team, hash_token
 
@@ -32,20 +34,25 @@ pytestmark = pytest.mark.django_db
 A_PK, B_PK = 8001, 9001
 PUBLIC_ROUTE_NAMES = {
     "login",
+    "login-break-glass",
     "logout",
+    "oidc_authentication_init",
+    "oidc_authentication_callback",
     "api-token",
     "api-schema",
     "api-docs",
     "api-redoc",
+    "api-redoc-bundle",  # the Redoc script, content-addressed
     "plotly-js",
+    "csp-report",  # browsers post violation reports without a session
 }
 # Keywords whose value (in the table below) names an object of team B.
-B_KWARGS = {"pk", "job_id", "array_id", "slug", "username", "object_id", "id"}
+B_KWARGS = {"pk", "job_id", "array_id", "slug", "username", "object_id", "id", "webhook_id"}
 # Generating the OpenAPI schema takes a second or two: fetched once, anonymously.
 EXPENSIVE_ROUTE_NAMES = {"api-schema"}
 # Models every signed-in user may list (the cluster and the price book are shared).
 SHARED_MODELS = {
-    "scheduler.gpumodel",
+    "catalogue.gpumodel",
     "scheduler.node",
     "scheduler.cluster",
     "tenants.priorityclass",
@@ -70,6 +77,51 @@ SMUGGLED = {
     "fair_share_weight": 5,
     "value": 1,
 }
+
+
+def _notifications(team, pk, user, admin, side):
+    """A team webhook (managed by ``admin``), a personal one of ``user``, a delivered message to
+    each with its attempt, an email message and a preference: the walk must never show another
+    side's settings, hooks or delivery log."""
+    now = timezone.now()
+    team_hook = Webhook.objects.create(
+        pk=pk,
+        team=team,
+        name=f"{side}-secret-hook",
+        url=f"https://{side}-secret.example.com/hook",
+        created_by=admin,
+    )
+    own_hook = Webhook.objects.create(
+        pk=pk + 1, owner=user, name=f"{side}-secret-own-hook", url="https://example.com/own"
+    )
+    event = Event.objects.create(
+        kind="job.failed",
+        team=team,
+        job_id=pk,
+        created_at=now,
+        fanned_out_at=now,
+        title=f"Job {side}-secret-job failed",
+    )
+    for offset, (channel, hook, who) in enumerate(
+        [("webhook", team_hook, None), ("webhook", own_hook, None), ("email", None, user)]
+    ):
+        message = Message.objects.create(
+            pk=pk + offset,
+            channel=channel,
+            webhook=hook,
+            user=who,
+            target=f"{channel}:{pk + offset}",
+            status="delivered",
+            created_at=now,
+            send_after=now,
+            subject=f"Job {side}-secret-job failed",
+            event_count=1,
+        )
+        message.events.add(event)
+        DeliveryAttempt.objects.create(
+            message=message, number=1, started_at=now, ok=True, error=f"{side}-secret-answer"
+        )
+    Preference.objects.create(user=user, event="job.preempted", channel="email", enabled=True)
 
 
 def _try_billing(team, pk, user):
@@ -149,9 +201,11 @@ def world(platform, teams, gpu_models, priorities, vera, nick):
             comment=f"{side}-secret-audit",
         )
         _try_billing(team, pk, user)
+        _notifications(team, pk, user, admin, side)
     values = {
         "pk": str(B_PK),
         "job_id": str(B_PK),
+        "attempt": "1",
         "array_id": str(B_PK),
         "object_id": str(B_PK),
         "slug": "nlp",
@@ -163,6 +217,10 @@ def world(platform, teams, gpu_models, priorities, vera, nick):
         "action": "drain",
         "version": "0",
         "content_type_id": str(ContentType.objects.get_for_model(Job).pk),
+        "webhook_id": str(B_PK),
+        "digest": "0123456789abcdef",
+        "number": "1",
+        "run_id": "1",
     }
     return {**platform, "vera": vera, "nick": nick, "teams": teams, "values": values}
 
@@ -190,6 +248,9 @@ def snapshot(team: Team, user) -> dict:
             .values("username", "password", "is_active", "is_staff", "is_superuser", "email")
         ),
         "tokens": list(ApiToken.objects.filter(user=user).order_by("pk").values()),
+        "own webhooks": list(Webhook.objects.filter(owner=user).order_by("pk").values()),
+        "preferences": list(Preference.objects.filter(user=user).order_by("pk").values()),
+        "email messages": list(Message.objects.filter(user=user).order_by("pk").values()),
     }
     for model in apps.get_models():
         path = _team_path(model)
@@ -328,6 +389,22 @@ def expected_rows(model, user) -> set:
         return set(model.objects.values_list("pk", flat=True))
     if model is ApiToken:
         return set(ApiToken.objects.filter(user=user).values_list("pk", flat=True))
+    if model is Webhook:
+        # Your own hooks, and your managed teams' (every team's for a platform admin); never
+        # another person's own hooks, not even for a platform admin.
+        managed = (
+            Q(team__isnull=False)
+            if is_platform_admin(user)
+            else Q(team_id__in=auditable_team_ids(user))
+        )
+        return set(Webhook.objects.filter(Q(owner=user) | managed).values_list("pk", flat=True))
+    if model is Message:
+        hooks = expected_rows(Webhook, user)
+        return set(
+            Message.objects.filter(
+                Q(channel="email", user=user) | Q(webhook_id__in=hooks)
+            ).values_list("pk", flat=True)
+        )
     if model is AuditEntry:
         qs = AuditEntry.objects.all()
         if not is_platform_admin(user):

@@ -1,6 +1,7 @@
 """Websocket permission rules, through the real ASGI stack (origin check, session auth, the
 consumer): anonymous sockets are refused; team B hears nothing of team A's jobs while team A's
-members and viewers do; viewers and other teams cannot act over the socket."""
+members and viewers do; viewers and other teams cannot act over the socket; the groups a socket
+joins follow the consumer's own rule (``socket_groups``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.test import Client
 
+from core import streams
+from frontend.consumers import socket_groups
 from gpuplatform.asgi import application
-from scheduler import services, streams
+from scheduler import services
 from scheduler.models import Job
 from scheduler.states import JobState
 from tenants import permissions
@@ -119,19 +123,26 @@ def test_viewers_and_other_teams_cannot_send_commands(platform):
     assert job.state == JobState.PENDING and job.events.filter(kind="cancelled").count() == 0
 
 
-def test_the_permission_rules_the_sockets_follow(platform, teams):
+def test_the_groups_a_socket_joins(platform, teams):
+    """The rules the consumer applies on connect and on every re-check (``socket_groups`` ->
+    ``streams.groups_for``): members and viewers join their team's group for ``jobs``, another
+    team does not; the admin group only for platform admins asking for ``cluster``; the
+    utilization group only when asked for."""
     alice, bob, charlie, admin = (platform[k] for k in ("alice", "bob", "charlie", "admin"))
-    vision = teams["vision"]
-    assert permissions.can_command_stream(alice, vision)
-    assert not permissions.can_command_stream(charlie, vision)  # a viewer
-    assert not permissions.can_command_stream(bob, vision)  # another team
-    assert permissions.can_command_stream(admin, vision)
-    vision_group = streams.team_group(vision.pk)
-    assert vision_group in permissions.stream_groups_for(alice)
-    assert vision_group in permissions.stream_groups_for(charlie)
-    assert vision_group not in permissions.stream_groups_for(bob)
-    assert streams.ADMIN_GROUP not in permissions.stream_groups_for(alice)
-    assert streams.ADMIN_GROUP in permissions.stream_groups_for(admin)
-    from django.contrib.auth.models import AnonymousUser
-
-    assert permissions.stream_groups_for(AnonymousUser()) == []
+    vision = streams.team_group(teams["vision"].pk)
+    defaults = list(streams.DEFAULT_TOPICS)
+    assert vision in socket_groups(alice, defaults)
+    assert vision in socket_groups(charlie, defaults)  # a viewer reads
+    assert vision not in socket_groups(bob, defaults)  # another team
+    assert streams.ADMIN_GROUP not in socket_groups(alice, defaults)
+    assert streams.ADMIN_GROUP in socket_groups(admin, defaults)
+    assert streams.UTILIZATION_GROUP not in socket_groups(alice, defaults)
+    assert socket_groups(alice, ["utilization"]) == [streams.UTILIZATION_GROUP]
+    assert socket_groups(alice, ["jobs"]) == [
+        streams.team_group(pk) for pk in sorted(permissions.team_ids_of(alice))
+    ]
+    assert socket_groups(admin, ["jobs"]) == []  # no team of their own: admins hear admin only
+    assert socket_groups(AnonymousUser(), list(streams.TOPICS)) == [
+        streams.CLUSTER_GROUP,
+        streams.UTILIZATION_GROUP,
+    ]

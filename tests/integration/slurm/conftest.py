@@ -1,13 +1,28 @@
-"""A real local Slurm for the Slurm backend tests, shared by the whole session.
+"""Real local Slurm clusters for the Slurm backend tests, one per supported generation.
 
-``slurm_cluster`` runs ``scripts/slurm-local start`` (idempotent: reuses a running cluster, starts
-a missing one, installs Debian's Slurm when absent). Outside CI a machine that cannot run Slurm
-skips these tests with the reason; under ``CI=true`` that is a failure, never a skip.
+Two clusters, each started by ``scripts/slurm-local start`` (idempotent: reuses a running one,
+starts a missing one, installs or builds what is missing):
+
+- ``24.11``: Slurm 24.11 inside the Debian 13 root of ``scripts/slurm-root``
+  (``$GPUPLATFORM_SLURM_ROOT``, default /var/cache/gpuplatform/debian13-slurm), in the in-root
+  directory ``$GPUPLATFORM_SLURM_MODERN_DIR`` (default /srv/gpuplatform-slurm) on
+  ``$SLURM_MODERN_CTLD_PORT`` / ``$SLURM_MODERN_SLURMD_BASE_PORT`` + K (default 19817 / 19800).
+  The backend drives it through ``command_prefix: ["chroot", ROOT]``, exactly as it would drive
+  a cluster through ``ssh login-node``: commands and job files go through the prefix.
+- ``22.05``: the host's own Slurm in ``$GPUPLATFORM_SLURM_DIR`` (default /tmp/gpuplatform-slurm)
+  on ``$SLURM_LOCAL_CTLD_PORT`` / ``$SLURM_LOCAL_SLURMD_BASE_PORT`` + K, without a prefix.
+
+Every Slurm test runs on 24.11; tests marked ``slurm_smoke`` run on 22.05 too (the whole suite on
+both would not fit the test budget; the parsers are tested on both versions' captured output);
+``slurm_versions("22.05")`` names the versions outright (the PyTorch job needs the host's Python).
+Outside CI a machine that cannot run Slurm skips them with the reason; under ``CI=true`` that is
+a failure, never a skip.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -21,7 +36,8 @@ from scheduler.backends.slurm import SlurmBackend
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "slurm-local"
-SLURM_DIR = Path(os.environ.get("GPUPLATFORM_SLURM_DIR", "/tmp/gpuplatform-slurm"))
+MODERN = "24.11"
+LEGACY = "22.05"
 
 
 def in_ci() -> bool:
@@ -29,64 +45,132 @@ def in_ci() -> bool:
 
 
 @dataclass(frozen=True)
+class JobFile:
+    """A file jobs write: ``host`` is where this test reads it, ``path`` what a job writes."""
+
+    host: Path
+    path: str
+
+    def exists(self) -> bool:
+        return self.host.exists()
+
+    def read_text(self) -> str:
+        return self.host.read_text()
+
+    def __str__(self) -> str:
+        return self.path
+
+
+@dataclass(frozen=True)
 class LocalSlurm:
-    dir: Path
-    conf: Path
+    version: str
+    dir: str  # as the cluster sees it
+    root: str  # "" for the host's Slurm; the chroot root otherwise
+    ctld_port: int
+    slurmd_base_port: int
 
     @property
-    def jobs_dir(self) -> Path:
-        return self.dir / "jobs"
+    def conf(self) -> str:
+        return f"{self.dir}/slurm.conf"
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf), "LC_ALL": "C"}
+    @property
+    def host_dir(self) -> Path:
+        return Path(self.root + self.dir)
+
+    @property
+    def prefix(self) -> list[str]:
+        return ["chroot", self.root] if self.root else []
+
+    def file(self, name: str) -> JobFile:
+        """A file in the jobs' shared scratch directory."""
+        return JobFile(host=self.host_dir / "jobs" / name, path=f"{self.dir}/jobs/{name}")
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """A Slurm client command against this cluster (for assertions)."""
-        return subprocess.run(
-            list(argv), env=self.env(), capture_output=True, text=True, check=check, timeout=60
-        )
+        command = [*self.prefix, "env", f"SLURM_CONF={self.conf}", "LC_ALL=C", *argv]
+        return subprocess.run(command, capture_output=True, text=True, check=check, timeout=60)
 
-    def script(self, *args: str) -> None:
-        subprocess.run(
-            [str(SCRIPT), *args, "--dir", str(self.dir)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+    def script(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(SCRIPT), *args, "--dir", self.dir, "--ctld-port", str(self.ctld_port)]
+        argv += ["--slurmd-base-port", str(self.slurmd_base_port)]
+        if self.root:
+            argv += ["--root", self.root]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600)
 
     def pid(self, daemon: str) -> int:
-        return int((self.dir / "run" / f"{daemon}.pid").read_text().strip())
+        return int((self.host_dir / "run" / f"{daemon}.pid").read_text().strip())
 
-    def backend(self, **overrides) -> SlurmBackend:
+    def backend_config(self, **overrides) -> dict:
         config = {
-            "slurm_conf": str(self.conf),
+            "slurm_conf": self.conf,
             "partition": "gpu",
-            "job_workdir": str(self.jobs_dir),
+            "job_workdir": f"{self.dir}/jobs",
             "tries": 2,
             "backoff_s": 0.2,
             **overrides,
         }
-        return SlurmBackend(config)
+        if self.root:
+            config["command_prefix"] = self.prefix
+        return config
+
+    def backend(self, **overrides) -> SlurmBackend:
+        return SlurmBackend(self.backend_config(**overrides))
+
+
+def local_slurm(version: str) -> LocalSlurm:
+    env = os.environ.get
+    if version == MODERN:
+        root = env("GPUPLATFORM_SLURM_ROOT") or "/var/cache/gpuplatform/debian13-slurm"
+        return LocalSlurm(
+            version=version,
+            dir=env("GPUPLATFORM_SLURM_MODERN_DIR") or "/srv/gpuplatform-slurm",
+            root=root,
+            ctld_port=int(env("SLURM_MODERN_CTLD_PORT") or 19817),
+            slurmd_base_port=int(env("SLURM_MODERN_SLURMD_BASE_PORT") or 19800),
+        )
+    return LocalSlurm(
+        version=version,
+        dir=env("GPUPLATFORM_SLURM_DIR") or "/tmp/gpuplatform-slurm",
+        root="",
+        ctld_port=int(env("SLURM_LOCAL_CTLD_PORT") or 16817),
+        slurmd_base_port=int(env("SLURM_LOCAL_SLURMD_BASE_PORT") or 17000),
+    )
+
+
+def pytest_generate_tests(metafunc):
+    # Every test that needs a Slurm runs on 24.11; the smoke subset on 22.05 as well.
+    if "slurm_version" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("slurm_versions")
+        versions = [MODERN]
+        if only is not None:
+            versions = list(only.args)
+        elif metafunc.definition.get_closest_marker("slurm_smoke") is not None:
+            versions.append(LEGACY)
+        metafunc.parametrize("slurm_version", versions, indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> LocalSlurm:
-    proc = subprocess.run(
-        [str(SCRIPT), "start", "--dir", str(SLURM_DIR), "--nodes", "4"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def slurm_version(request) -> str:
+    return request.param
+
+
+_started: dict[str, LocalSlurm] = {}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_version: str) -> LocalSlurm:
+    if slurm_version in _started:
+        return _started[slurm_version]
+    cluster = local_slurm(slurm_version)
+    proc = cluster.script("start", "--nodes", "4")
     if proc.returncode != 0:
         message = (
-            f"could not start a local Slurm with scripts/slurm-local (rc={proc.returncode}): "
-            f"{proc.stderr.strip()[-800:]}"
+            f"could not start a local Slurm {slurm_version} with scripts/slurm-local "
+            f"(rc={proc.returncode}): {proc.stderr.strip()[-800:]}"
         )
         if in_ci():
             pytest.fail("CI=true requires a real Slurm: " + message, pytrace=False)
         pytest.skip("SLURM TESTS SKIPPED (not CI): " + message)
-    cluster = LocalSlurm(dir=SLURM_DIR, conf=SLURM_DIR / "slurm.conf")
     # A node Slurm drained by itself ("Kill task failed": an emulated node death that left a
     # step behind) is a leftover of an earlier run, not something these tests asked for.
     listing = cluster.run("sinfo", "-h", "-N", "-o", "%N|%E", check=False).stdout
@@ -94,7 +178,35 @@ def slurm_cluster() -> LocalSlurm:
         node, _, reason = line.partition("|")
         if reason.strip() == "Kill task failed":
             cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    _started[slurm_version] = cluster
     return cluster
+
+
+@pytest.fixture
+def slurm_platform(slurm_cluster, priorities, alice, teams):
+    """A platform Cluster on the local Slurm (its nodes imported), cleaned up afterwards."""
+    from scheduler.backends import reset_backends
+    from scheduler.models import Cluster
+    from scheduler.services import cluster_import_nodes
+
+    reset_backends()
+    cluster = Cluster.objects.create(
+        name="local-slurm",
+        backend_kind="slurm",
+        # Each test database numbers jobs from 1 again; the namespace keeps this run's Slurm
+        # job names apart from earlier runs' still in Slurm's records.
+        backend_config=slurm_cluster.backend_config(run_namespace=f"t{uuid.uuid4().hex[:8]}-"),
+    )
+    created, _ = cluster_import_nodes(cluster=cluster)
+    yield {"cluster": cluster, "created": created, "slurm": slurm_cluster}
+    # Cancel every Slurm job of this test's namespace, whatever its attempt: a test that stops
+    # half-way (or a run the platform gave up on) must not hold a node for the next tests.
+    prefix = f"gp-{cluster.backend_config['run_namespace']}"
+    listing = slurm_cluster.run("squeue", "-h", "-o", "%i %j", check=False).stdout
+    leftovers = [line.split()[0] for line in listing.splitlines() if prefix in line]
+    if leftovers:
+        slurm_cluster.run("scancel", *leftovers, check=False)
+    reset_backends()
 
 
 @pytest.fixture()
@@ -105,7 +217,8 @@ def backend(slurm_cluster: LocalSlurm) -> SlurmBackend:
 @pytest.fixture()
 def job_id(request) -> str:
     """A fresh platform job id per test, so reruns on a kept cluster never meet old jobs."""
-    return f"{request.node.name[:20].replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.originalname[5:25].lower())
+    return f"{base}-{uuid.uuid4().hex[:6]}"
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str, every: float = 0.5):

@@ -23,7 +23,7 @@ from scheduler.backends.base import (
 )
 from scheduler.backends.slurm import SlurmBackend
 
-FIXTURES = Path(__file__).parents[2] / "unit" / "backends" / "fixtures" / "slurm"
+FIXTURES = Path(__file__).parents[2] / "unit" / "backends" / "fixtures" / "slurm" / "22.05"
 
 # One stand-in program for every command; its behaviour comes from files in its directory.
 FAKE = r"""
@@ -221,3 +221,50 @@ def test_requeue_in_extra_sbatch_args_is_a_configuration_error(fake):
     )
     (sbatch,) = fake.calls("sbatch")
     assert "--no-requeue" in sbatch and sbatch[-1] == "--qos=high"
+
+
+# ssh as it behaves: it joins its arguments with spaces into one command line for the remote
+# user's shell (here: bash -c on this host), so unquoted arguments would be split and expanded.
+SSH = r"""#!/bin/bash
+host=$1; shift
+printf '%s\n' "$host" >> "$(dirname "$0")/ssh-hosts.log"
+exec bash -c "$*"
+"""
+
+
+def test_commands_through_an_ssh_prefix_arrive_as_the_same_arguments(fake, tmp_path):
+    ssh = fake.bin / "ssh"
+    ssh.write_text(SSH)
+    ssh.chmod(0o755)
+    backend = fake.backend(
+        command_prefix=[str(ssh), "login1"],
+        slurm_conf="/etc/slurm/site conf.conf",
+        extra_sbatch_args=["--comment=two words; touch PWNED"],
+    )
+    backend.submit(spec())
+    (sbatch,) = fake.calls("sbatch")
+    # Every argument survived the remote shell as one argument, metacharacters as data.
+    assert "--comment=two words; touch PWNED" in sbatch
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+    assert (fake.bin / "ssh-hosts.log").read_text().split() == ["login1", "login1"]
+    backend.drain_node("n1", "gpuplatform quarantine: xid 79; $(reboot)")
+    (scontrol,) = fake.calls("scontrol")
+    assert scontrol[-1] == "reason=gpuplatform quarantine: xid 79; $(reboot)"
+
+
+def test_a_missing_prefix_program_means_unavailable(tmp_path):
+    backend = SlurmBackend({"command_prefix": [str(tmp_path / "no-ssh"), "login1"], "tries": 1})
+    with pytest.raises(BackendUnavailable, match="not found"):
+        backend.list_nodes()
+    with pytest.raises(ValueError, match="command_prefix must be a list"):
+        SlurmBackend({"command_prefix": "ssh login1"})
+
+
+def test_unknown_output_shape_is_rejected_naming_the_field(fake):
+    # A future Slurm printing job_state as an object: a named refusal, not "no jobs".
+    (fake.bin / "jobs.json").write_text(
+        json.dumps([{"job_id": 100, "name": "gp-j1-a1", "job_state": {"current": ["RUNNING"]}}])
+    )
+    with pytest.raises(BackendRejected, match=r"jobs\[0\]\.job_state: expected a string or a list"):
+        fake.backend().poll_jobs([("j1", 1)])
+    assert len(fake.calls("squeue")) == 1  # not retried: waiting will not change the shape

@@ -12,12 +12,12 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from scheduler import streams
+from core import streams
+from scheduler.loop.observe import sync_all
 from scheduler.models import Allocation, Job, Node, NodeEvent, NodeState
 from scheduler.states import JobState
-from scheduler.sync import sync_all
-from scheduler.telemetry.models import NodeTelemetry
-from scheduler.telemetry.services import health_evaluate, rollup_build, samples_ingest
+from telemetry.models import NodeTelemetry
+from telemetry.services import health_evaluate, rollup_build, samples_ingest
 
 from .conftest import make_sample
 

@@ -12,16 +12,16 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from scheduler import streams
+from core import streams
 from scheduler.models import Allocation, Job, JobEvent
 from scheduler.states import JobState
-from scheduler.telemetry.selectors import (
+from telemetry.selectors import (
     billing_idle_fractions,
     job_idle_gpu_seconds,
     job_idle_status,
     job_utilization,
 )
-from scheduler.telemetry.services import idle_evaluate, rollup_build, samples_ingest
+from telemetry.services import idle_evaluate, rollup_build, samples_ingest
 
 from .conftest import make_sample
 

@@ -10,8 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler.telemetry.models import GpuErrorEvent, GpuSample, NodeAgentToken, NodeTelemetry
-from scheduler.telemetry.services import node_token_issue, node_token_revoke
+from gpuagent.agent import SampleBuffer, Sender, SimulatedSource
+from telemetry.models import GpuErrorEvent, GpuSample, NodeAgentToken, NodeTelemetry
+from telemetry.services import node_token_issue, node_token_revoke
 
 from .conftest import make_sample
 
@@ -28,7 +29,7 @@ def test_a_valid_batch_is_stored_for_the_tokens_node(post_batch, node1):
     samples[3]["ecc_sbe"] = 2
     response = post_batch(samples, agent={"version": "1.0", "dropped": 7})
     assert response.status_code == 202, response.content
-    assert response.json() == {"accepted": 16, "errors": 1}
+    assert response.json() == {"accepted": 16, "errors": 1, "duplicate": False}
     rows = GpuSample.objects.filter(node=node1)
     assert rows.count() == 16
     assert sorted(set(rows.values_list("gpu_index", flat=True))) == list(range(8))
@@ -103,9 +104,7 @@ def test_the_token_pins_the_node(cluster, post_batch):
 
 
 def test_the_agents_own_batches_are_accepted(post_batch, node1):
-    """Wire compatibility: what ``scheduler.telemetry.agent`` sends, the platform stores."""
-    from scheduler.telemetry.agent import SampleBuffer, Sender, SimulatedSource
-
+    """Wire compatibility: what ``gpuagent`` sends, the platform stores."""
     buffer = SampleBuffer(100)
     buffer.extend(SimulatedSource(gpus=8).read(time.time() - 1))
     body = json.loads(Sender("http://unused", "gpn_x", buffer).body(buffer.peek(100)))
@@ -140,3 +139,17 @@ def test_the_admin_action_on_nodes_issues_a_token(platform, client, node1):
     raw = shown[0].split()[1]
     token = NodeAgentToken.objects.get(node=node1)
     assert token.key_hash != raw and token.created_by == platform["admin"]
+
+
+def test_the_same_batch_sent_again_is_stored_once(post_batch, node1):
+    """An agent retrying a batch whose answer it lost (issue 26, finding 14)."""
+    now = timezone.now()
+    samples = [make_sample(gpu=g, at=now - timedelta(seconds=1)) for g in range(8)]
+    answers = [post_batch(samples).json() for _ in range(3)]
+    assert answers[0] == {"accepted": 8, "errors": 0, "duplicate": False}
+    assert answers[1] == answers[2] == {"accepted": 0, "errors": 0, "duplicate": True}
+    assert GpuSample.objects.filter(node=node1).count() == 8
+    # New readings are new, even one second later.
+    later = [make_sample(gpu=g, at=now) for g in range(8)]
+    assert post_batch(later).json()["accepted"] == 8
+    assert GpuSample.objects.filter(node=node1).count() == 16

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.cycle import run_cycle
+from scheduler.loop.cycle import run_cycle
 from scheduler.models import Allocation, Job, Node, NodeState
 from scheduler.states import JobState
 
@@ -115,7 +115,7 @@ def test_metrics_expose_queue_gpus_fragmentation_and_health(
 
 def test_cycle_durations_and_request_latency_are_recorded(platform, client, settings, submit):
     """The registry is per process (counts from earlier tests stay): compare before and after."""
-    assert settings.MIDDLEWARE[0] == "scheduler.metrics.RequestLatencyMiddleware"
+    assert settings.MIDDLEWARE[0] == "telemetry.metrics.RequestLatencyMiddleware"
     client.force_login(platform["admin"])
     before = scrape(client)
     assert submit(platform["alice"]).status_code == 201

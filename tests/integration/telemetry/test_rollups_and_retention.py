@@ -8,8 +8,8 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from scheduler.telemetry.models import GpuErrorEvent, GpuRollup, GpuSample
-from scheduler.telemetry.services import (
+from telemetry.models import GpuErrorEvent, GpuRollup, GpuSample
+from telemetry.services import (
     TICK_CACHE_KEY,
     rollup_build,
     samples_ingest,

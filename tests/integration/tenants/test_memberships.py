@@ -3,7 +3,7 @@ owner; other teams' memberships are out of reach."""
 
 import pytest
 
-from scheduler.errors import DomainError
+from core.errors import DomainError
 from tenants import services
 from tenants.models import AuditEntry, Membership
 

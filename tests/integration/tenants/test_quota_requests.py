@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler.errors import DomainError
+from core.errors import DomainError
 from tenants import services
 from tenants.models import AuditEntry, Quota, QuotaRequest
 

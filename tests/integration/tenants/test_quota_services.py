@@ -3,7 +3,7 @@ platform-admin only, and an audit entry with before -> after for every change.""
 
 import pytest
 
-from scheduler.errors import DomainError, FieldErrors
+from core.errors import DomainError, FieldErrors
 from tenants import services
 from tenants.models import AuditEntry, PriorityClass, Quota
 

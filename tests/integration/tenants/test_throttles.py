@@ -60,7 +60,7 @@ def test_outsiders_cannot_spend_a_teams_budget(platform, submit, rates):
 
 def test_password_exchange_is_throttled_per_address(platform, settings):
     rest = copy.deepcopy(settings.REST_FRAMEWORK)
-    rest["DEFAULT_THROTTLE_RATES"] = {**rest["DEFAULT_THROTTLE_RATES"], "token_exchange": "3/min"}
+    rest["DEFAULT_THROTTLE_RATES"] = {**rest["DEFAULT_THROTTLE_RATES"], "login": "3/min"}
     settings.REST_FRAMEWORK = rest
     from rest_framework.test import APIClient
 

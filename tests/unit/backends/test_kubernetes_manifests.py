@@ -112,10 +112,15 @@ def test_pod_carries_gpus_grace_deadline_tolerations_and_identity():
     assert annotations["gpuplatform.io/workers"] == "2"
     assert annotations["gpuplatform.io/gpu-indices"] == "0,1,2,3"
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["GP_WORKER_INDEX"] == "0"
-    assert env["GP_WORLD_SIZE"] == "2"
-    assert env["GP_CHECKPOINT_GRACE_S"] == "90"
+    assert env["GPUPLATFORM_WORKER"] == env["RANK"] == env["NODE_RANK"] == "0"
+    assert env["GPUPLATFORM_WORKERS"] == env["WORLD_SIZE"] == env["PET_NNODES"] == "2"
+    assert env["GPUPLATFORM_CHECKPOINT_GRACE_S"] == "90"
+    assert env["GPUPLATFORM_RESUME_FROM_S"] == "0"
     assert env["WANDB_MODE"] == "offline"
+    # Four GPUs per worker: the launcher inside (torchrun) sets LOCAL_RANK for its processes.
+    assert "LOCAL_RANK" not in env and "LOCAL_WORLD_SIZE" not in env
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names))
 
 
 def test_command_is_an_argument_list_never_a_shell():
@@ -154,9 +159,22 @@ def test_workers_find_each_other_through_the_runs_headless_service():
     pod, _ = m.pod_manifests(make_spec(), cfg())[1]
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("w1", "gp-42-a2")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert (env["GP_MASTER_ADDR"], env["GP_MASTER_PORT"]) == ("w0.gp-42-a2", "29500")
+    for prefix in ("", "PET_", "GPUPLATFORM_"):
+        assert (env[f"{prefix}MASTER_ADDR"], env[f"{prefix}MASTER_PORT"]) == (
+            "w0.gp-42-a2",
+            "29500",
+        )
+    assert (env["RANK"], env["PET_NODE_RANK"], env["WORLD_SIZE"]) == ("1", "1", "2")
     plain, _ = m.pod_manifests(make_spec(), cfg(rendezvous_service=False))[1]
     assert "subdomain" not in plain["spec"]
+    plain_env = {e["name"] for e in plain["spec"]["containers"][0]["env"]}
+    assert "MASTER_ADDR" not in plain_env and "MASTER_PORT" in plain_env
+
+
+def test_platform_variables_win_over_the_jobs_own():
+    pod, _ = m.pod_manifests(make_spec(env={"RANK": "7", "MY_FLAG": "1"}), cfg())[1]
+    env = [(e["name"], e.get("value")) for e in pod["spec"]["containers"][0]["env"]]
+    assert ("RANK", "1") in env and ("RANK", "7") not in env and ("MY_FLAG", "1") in env
 
 
 def test_workers_packed_on_one_node_split_its_gpus():

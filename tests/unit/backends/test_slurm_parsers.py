@@ -1,13 +1,17 @@
-"""The Slurm backend's pure parsers and builders, on output captured from a real Slurm 22.05.
+"""The Slurm backend's pure parsers and builders, on output captured from real Slurm 22.05 and 24.11.
 
-Fixtures in ``fixtures/slurm/`` were recorded from the local cluster ``scripts/slurm-local``
-starts (4 nodes x 8 h100, racks r1/r2): finished jobs of every kind, a gang, a job requeued after
-its node's slurmd was killed, drained / draining / down nodes, and the errors Slurm prints when
-slurmctld is stopped.
+Fixtures in ``fixtures/slurm/<version>/`` were recorded by ``scripts/capture-slurm-fixtures`` from
+the local clusters ``scripts/slurm-local`` starts (4 nodes x 8 h100, racks r1/r2; 24.11 inside the
+Debian 13 root of ``scripts/slurm-root``): finished jobs of every kind, a gang, a job Slurm
+requeued after its node's slurmd was killed, drained / draining / down nodes, refusals, and what
+Slurm prints when slurmctld is stopped. Both versions ran the same scenario, so every fixture test
+runs on both and expects the same answers.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import stat
 import subprocess
@@ -17,10 +21,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.backends.base import BackendJobSpec, BackendJobState
+from scheduler.backends.base import BackendJobSpec, BackendJobState, worker_envs
 from scheduler.backends.slurm_parsers import (
     SQUEUE_LIVE_FORMAT,
     ErrorKind,
+    SlurmFormatError,
     SlurmJob,
     SlurmQueryError,
     build_job_script,
@@ -29,6 +34,7 @@ from scheduler.backends.slurm_parsers import (
     decode_wait_status,
     expand_hostlist,
     format_time_limit,
+    job_state_word,
     job_status,
     node_state,
     parse_checkpoint_progress,
@@ -44,21 +50,41 @@ from scheduler.backends.slurm_parsers import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+VERSIONS = ["22.05", "24.11"]
 
 
-def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
+def fixture(name: str, version: str = "22.05") -> str:
+    return (FIXTURES / version / name).read_text()
 
 
 def by_name(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
     return {j.name: j for j in jobs}
 
 
+@pytest.fixture(params=VERSIONS)
+def version(request) -> str:
+    return request.param
+
+
+def test_fixtures_come_from_the_versions_they_claim():
+    for version in VERSIONS:
+        meta = json.loads(fixture("sinfo_idle.json", version))["meta"]
+        release = (meta.get("slurm") or meta.get("Slurm"))["release"]
+        assert release.startswith(version)
+    # The two generations really differ in shape: the adapter is needed.
+    old = json.loads(fixture("squeue_finished_states.json", "22.05"))["jobs"][0]
+    new = json.loads(fixture("squeue_finished_states.json", "24.11"))["jobs"][0]
+    assert isinstance(old["job_state"], str) and isinstance(new["job_state"], list)
+    assert isinstance(old["exit_code"], int) and isinstance(new["exit_code"], dict)
+    assert "nodes" in json.loads(fixture("sinfo_idle.json", "22.05"))
+    assert "sinfo" in json.loads(fixture("sinfo_idle.json", "24.11"))
+
+
 # --- squeue --json ----------------------------------------------------------------------------
 
 
-def test_squeue_finished_jobs_map_to_our_states():
-    jobs = by_name(parse_squeue_json(fixture("squeue_finished_states.json")))
+def test_squeue_finished_jobs_map_to_our_states(version):
+    jobs = by_name(parse_squeue_json(fixture("squeue_finished_states.json", version)))
     ok = job_status(jobs["gp-test-a1"], "test", 1)
     assert (ok.state, ok.exit_code, ok.nodes, ok.backend_ref) == (
         BackendJobState.SUCCEEDED,
@@ -66,34 +92,44 @@ def test_squeue_finished_jobs_map_to_our_states():
         ("node2",),
         "1",
     )
-    assert job_status(jobs["other"], "x", 1).state is BackendJobState.CANCELLED
+    cancelled = job_status(jobs["other"], "x", 1)
+    assert cancelled.state is BackendJobState.CANCELLED and jobs["other"].signal == 15
     failed = job_status(jobs["fail"], "x", 1)
     assert (failed.state, failed.exit_code) == (BackendJobState.FAILED, 3)
     killed = job_status(jobs["sig"], "x", 1)
     assert killed.state is BackendJobState.FAILED
     assert killed.exit_code is None and jobs["sig"].signal == 9
-    impossible = job_status(jobs["big"], "x", 1)
-    assert (impossible.state, impossible.reason, impossible.nodes) == (
+    waiting = job_status(jobs["pend"], "x", 1)
+    assert (waiting.state, waiting.reason, waiting.nodes) == (
+        BackendJobState.PENDING,
+        "BeginTime",
+        ("node1",),  # the node it is pinned to (required_nodes)
+    )
+
+
+def test_squeue_refused_request_is_failed_without_nodes(version):
+    # sbatch --gres=gpu:9 on 8-GPU nodes: refused, and left in squeue as FAILED.
+    refused = by_name(parse_squeue_json(fixture("squeue_after_node_failure.json", version)))["wrap"]
+    status = job_status(refused, "x", 1)
+    assert (status.state, status.reason, status.nodes) == (
         BackendJobState.FAILED,
         "BadConstraints",
         (),
     )
-    waiting = job_status(jobs["pend"], "x", 1)
-    assert (waiting.state, waiting.reason) == (BackendJobState.PENDING, "BeginTime")
 
 
-def test_squeue_running_gang_expands_its_node_list():
-    gang = by_name(parse_squeue_json(fixture("squeue_gang_running.json")))["gp-gang-a1"]
+def test_squeue_running_gang_expands_its_node_list(version):
+    gang = by_name(parse_squeue_json(fixture("squeue_gang_running.json", version)))["gp-gang-a1"]
     status = job_status(gang, "gang", 1)
     assert status.state is BackendJobState.RUNNING
     assert status.nodes == ("node1", "node2")
     assert status.exit_code is None
 
 
-def test_job_requeued_after_node_failure_is_node_failed():
-    before = by_name(parse_squeue_json(fixture("squeue_running.json")))["gp-nodefail-a1"]
+def test_job_requeued_after_node_failure_is_node_failed(version):
+    before = by_name(parse_squeue_json(fixture("squeue_running.json", version)))["gp-nodefail-a1"]
     assert job_status(before, "nodefail", 1).state is BackendJobState.RUNNING
-    after = by_name(parse_squeue_json(fixture("squeue_after_node_failure.json")))
+    after = by_name(parse_squeue_json(fixture("squeue_after_node_failure.json", version)))
     requeued = after["gp-nodefail-a1"]
     assert (requeued.state, requeued.restart_count) == ("PENDING", 1)
     status = job_status(requeued, "nodefail", 1)
@@ -102,15 +138,27 @@ def test_job_requeued_after_node_failure_is_node_failed():
     assert "requeued" in status.reason
 
 
-def test_squeue_live_lists_unfinished_jobs_with_full_names():
-    # Captured with `squeue --noheader --format=%i|%j|%T --partition=gpu` while a job that had
-    # already completed was left out, as squeue leaves out every finished job by default.
-    jobs = parse_squeue_live(fixture("squeue_live.txt"))
-    assert [(j.job_id, j.name, j.state) for j in jobs] == [
-        ("7", "gp-prod-17-a2", "PENDING"),
-        ("6", "gp-prod-17-a1", "RUNNING"),
-        ("8", "weird|name with space", "RUNNING"),
-        ("9", "gp-prod-18-a3", "RUNNING"),
+def test_both_generations_read_the_same(version):
+    # The same scenario on both versions: the same jobs in the same states, whatever the shape.
+    def summary(v):
+        return [
+            (j.job_id, j.name, j.state, j.exit_code, j.signal, j.nodes, j.restart_count)
+            for j in parse_squeue_json(fixture("squeue_after_node_failure.json", v))
+        ]
+
+    assert summary(version) == summary("22.05")
+    nodes = parse_sinfo_json(fixture("sinfo_drain_states.json", version))
+    assert nodes == parse_sinfo_json(fixture("sinfo_drain_states.json", "22.05"))
+
+
+def test_squeue_live_lists_unfinished_jobs_with_full_names(version):
+    # `squeue --noheader --format=%i|%j|%T --partition=gpu`: finished jobs are left out, as
+    # squeue leaves out every finished job by default; the text format is the same on both.
+    jobs = parse_squeue_live(fixture("squeue_live.txt", version))
+    assert sorted((j.job_id, j.name, j.state) for j in jobs) == [
+        ("5", "pend", "PENDING"),
+        ("6", "gp-gang-a1", "RUNNING"),
+        ("7", "weird|name with space", "RUNNING"),
     ]
     assert SQUEUE_LIVE_FORMAT == "%i|%j|%T"
     assert parse_squeue_live("") == []
@@ -122,9 +170,13 @@ def test_squeue_live_refuses_a_line_it_cannot_read():
 
 
 def test_squeue_error_answer_with_exit_zero_is_an_outage_not_an_empty_queue():
+    # 22.05 exits 0 with an errors list; 24.11 exits 1 with the same message on stderr.
     with pytest.raises(SlurmQueryError) as err:
-        parse_squeue_json(fixture("squeue_controller_down.json"))
+        parse_squeue_json(fixture("squeue_controller_down.json", "22.05"))
     assert classify_error(str(err.value)) is ErrorKind.UNAVAILABLE
+    assert classify_error(fixture("squeue_controller_down.stderr", "24.11")) is (
+        ErrorKind.UNAVAILABLE
+    )
     with pytest.raises(SlurmQueryError):
         parse_squeue_json("squeue: error: something that is not JSON")
 
@@ -136,6 +188,86 @@ def test_pick_run_prefers_a_live_duplicate_then_the_newest():
     assert pick_run([done, live, newer]) is live
     assert pick_run([done, newer]) is newer
     assert pick_run([]) is None
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["RUNNING"], "RUNNING"),
+        (["RUNNING", "COMPLETING"], "COMPLETING"),
+        (["PENDING", "REQUEUED"], "REQUEUED"),
+        (["FAILED", "REQUEUE_HOLD"], "REQUEUE_HOLD"),
+        (["RUNNING", "CONFIGURING"], "CONFIGURING"),
+        (["COMPLETED"], "COMPLETED"),
+    ],
+)
+def test_state_flag_lists_read_as_slurms_own_state_word(words, expected):
+    assert job_state_word(words) == expected
+
+
+# --- unknown shapes: a named error, never an empty answer ---------------------------------------
+
+
+def mutated(name: str, version: str, change) -> str:
+    data = json.loads(fixture(name, version))
+    change(data)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "field"),
+    [
+        (
+            "squeue_gang_running.json",
+            lambda d: d["jobs"][1].update(job_state=7),
+            "jobs[1].job_state",
+        ),
+        (
+            "squeue_gang_running.json",
+            lambda d: d["jobs"][0].update(exit_code="0:0"),
+            "jobs[0].exit_code",
+        ),
+        (
+            "squeue_gang_running.json",
+            lambda d: d["jobs"][2].update(restart_cnt={"value": 1}),
+            "jobs[2].restart_cnt",
+        ),
+        ("squeue_gang_running.json", lambda d: d["jobs"][0].pop("name"), "jobs[0].name"),
+        ("squeue_gang_running.json", lambda d: d.update(jobs={"1": {}}), "jobs"),
+        ("squeue_gang_running.json", lambda d: d.pop("jobs"), "jobs"),
+        ("sinfo_idle.json", lambda d: d.pop("sinfo", None) or d.pop("nodes"), "sinfo"),
+    ],
+)
+def test_unknown_shape_is_a_named_format_error(version, name, change, field):
+    text = mutated(name, version, change)
+    parse = parse_squeue_json if name.startswith("squeue") else parse_sinfo_json
+    with pytest.raises(SlurmFormatError) as err:
+        parse(text)
+    message = str(err.value)
+    assert f"{field}:" in message and f"Slurm {version}" in message, message
+    # Retrying will not help: the backend refuses rather than waiting for Slurm to "come back".
+    assert classify_error(message) is ErrorKind.REJECTED
+
+
+def test_unknown_node_shape_in_either_generation_names_the_field():
+    def new_state(d):
+        d["sinfo"][2]["node"]["state"] = {"base": "IDLE"}
+
+    with pytest.raises(SlurmFormatError, match=r"sinfo\[2\]\.node\.state"):
+        parse_sinfo_json(mutated("sinfo_idle.json", "24.11", new_state))
+
+    def old_flags(d):
+        d["nodes"][0]["state_flags"] = "DRAIN"
+
+    with pytest.raises(SlurmFormatError, match=r"nodes\[0\]\.state_flags"):
+        parse_sinfo_json(mutated("sinfo_idle.json", "22.05", old_flags))
+    # An unset number (data_parser's {"set": false}) is "no value", not an error.
+    data = json.loads(fixture("squeue_gang_running.json", "24.11"))
+    job = copy.deepcopy(data["jobs"][0])
+    job["restart_cnt"] = {"set": False, "infinite": False, "number": 0}
+    data["jobs"] = [job]
+    (parsed,) = parse_squeue_json(json.dumps(data))
+    assert parsed.restart_count == 0
 
 
 @pytest.mark.parametrize(
@@ -187,15 +319,15 @@ def test_wait_status_decoding():
 # --- sacct (jobcomp) ---------------------------------------------------------------------------
 
 
-def test_sacct_jobcomp_records_last_line_wins():
-    jobs = {j.job_id: j for j in parse_sacct_parsable(fixture("sacct_jobcomp.txt"))}
-    # Job 7 was logged NODE_FAIL when its node died, then CANCELLED when we cancelled it.
-    assert jobs["7"].state == "CANCELLED"
+def test_sacct_jobcomp_records_last_line_wins(version):
+    jobs = {j.job_id: j for j in parse_sacct_parsable(fixture("sacct_jobcomp.txt", version))}
+    # Job 9 was logged NODE_FAIL when its node died, then CANCELLED when it was cancelled.
+    assert jobs["9"].state == "CANCELLED"
     assert (jobs["3"].state, jobs["3"].exit_code) == ("FAILED", 3)
     assert (jobs["4"].exit_code, jobs["4"].signal) == (None, 9)
     assert jobs["5"].nodes == ()  # "(null)"
-    assert jobs["10"].nodes == ("node1", "node2")
-    assert job_status(jobs["10"], "gang", 1).state is BackendJobState.SUCCEEDED
+    assert jobs["6"].nodes == ("node1", "node2")
+    assert job_status(jobs["1"], "test", 1).state is BackendJobState.SUCCEEDED
 
 
 def test_sacct_skips_steps_and_headers_and_normalises_cancelled_by():
@@ -207,10 +339,12 @@ def test_sacct_skips_steps_and_headers_and_normalises_cancelled_by():
 # --- sinfo --json ------------------------------------------------------------------------------
 
 
-def test_sinfo_inventory_gpus_model_and_topology():
-    nodes = {n.name: n for n in parse_sinfo_json(fixture("sinfo_idle.json"))}
+def test_sinfo_inventory_gpus_model_and_topology(version):
+    nodes = {n.name: n for n in parse_sinfo_json(fixture("sinfo_idle.json", version))}
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
-    assert {(n.gpus, n.gpu_model, n.state) for n in nodes.values()} == {(8, "h100", "ready")}
+    assert {(n.gpus, n.gpu_model, n.state, n.reason) for n in nodes.values()} == {
+        (8, "h100", "ready", "")
+    }
     assert [(nodes[n].rack, nodes[n].nvlink_domain) for n in sorted(nodes)] == [
         ("r1", "nvl1"),
         ("r1", "nvl1"),
@@ -219,8 +353,8 @@ def test_sinfo_inventory_gpus_model_and_topology():
     ]
 
 
-def test_sinfo_drained_draining_and_down_nodes():
-    nodes = {n.name: n for n in parse_sinfo_json(fixture("sinfo_drain_states.json"))}
+def test_sinfo_drained_draining_and_down_nodes(version):
+    nodes = {n.name: n for n in parse_sinfo_json(fixture("sinfo_drain_states.json", version))}
     assert (nodes["node1"].state, nodes["node1"].reason) == (
         "draining",
         "gpuplatform quarantine: xid 79 on gpu 3",
@@ -230,20 +364,25 @@ def test_sinfo_drained_draining_and_down_nodes():
         "gpuplatform quarantine: ecc",
     )
     assert nodes["node2"].state == "ready"
-    down = {n.name: n for n in parse_sinfo_json(fixture("sinfo_node_down.json"))}["node3"]
-    assert (down.state, down.reason) == ("down", "Not responding")
+    after = {n.name: n for n in parse_sinfo_json(fixture("sinfo_node_down.json", version))}
+    assert (after["node3"].state, after["node3"].reason) == ("down", "Not responding")
+    # node1 and node4 were resumed: 24.11 still shows their old reason, which means nothing now.
+    assert (after["node1"].state, after["node1"].reason) == ("ready", "")
 
 
-def test_sinfo_partition_filter_and_error_answer():
-    assert len(parse_sinfo_json(fixture("sinfo_idle.json"), partition="gpu")) == 4
-    assert parse_sinfo_json(fixture("sinfo_idle.json"), partition="cpu") == []
+def test_sinfo_partition_filter_and_error_answers(version):
+    assert len(parse_sinfo_json(fixture("sinfo_idle.json", version), partition="gpu")) == 4
+    assert parse_sinfo_json(fixture("sinfo_idle.json", version), partition="cpu") == []
     with pytest.raises(SlurmQueryError) as err:
-        parse_sinfo_json(fixture("sinfo_controller_down.json"))
+        parse_sinfo_json(fixture("sinfo_controller_down.json", "22.05"))
     assert classify_error(str(err.value)) is ErrorKind.UNAVAILABLE
+    assert classify_error(fixture("sinfo_controller_down.stderr", "24.11")) is (
+        ErrorKind.UNAVAILABLE
+    )
 
 
-def test_topology_file_names_racks_when_features_do_not():
-    text = fixture("sinfo_idle.json").replace("rack=r1,", "").replace("rack=r2,", "")
+def test_topology_file_names_racks_when_features_do_not(version):
+    text = fixture("sinfo_idle.json", version).replace("rack=r1,", "").replace("rack=r2,", "")
     topology = parse_topology_conf(
         "# leaf switches\nSwitchName=leaf-a Nodes=node[1-3]\nSwitchName=leaf-b Nodes=node4\n"
         "SwitchName=spine Switches=leaf-[a-b]\n"
@@ -253,9 +392,24 @@ def test_topology_file_names_racks_when_features_do_not():
     assert [nodes[n].rack for n in sorted(nodes)] == ["leaf-a", "leaf-a", "leaf-a", "leaf-b"]
     # A rack feature wins over the topology file.
     with_feature = {
-        n.name: n for n in parse_sinfo_json(fixture("sinfo_idle.json"), topology=topology)
+        n.name: n for n in parse_sinfo_json(fixture("sinfo_idle.json", version), topology=topology)
     }
     assert with_feature["node3"].rack == "r2"
+
+
+def test_grouped_sinfo_entries_give_one_node_each():
+    # Without -N, 24.11 groups nodes sharing a state into one entry (and shows one node's
+    # features for all: why the backend asks for -N). Each name still becomes one node.
+    data = json.loads(fixture("sinfo_idle.json", "24.11"))
+    first = copy.deepcopy(data["sinfo"][0])
+    first["nodes"]["nodes"] = ["node1", "node2", "node3", "node4"]
+    data["sinfo"] = [first]
+    assert [n.name for n in parse_sinfo_json(json.dumps(data))] == [
+        "node1",
+        "node2",
+        "node3",
+        "node4",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -336,8 +490,8 @@ def test_expand_hostlist_inverts_slurm_style_compression(numbers):
 # --- sbatch / error messages -------------------------------------------------------------------
 
 
-def test_sbatch_parsable_output():
-    assert parse_sbatch_parsable(fixture("sbatch_parsable.stdout")) == "10"
+def test_sbatch_parsable_output(version):
+    assert parse_sbatch_parsable(fixture("sbatch_parsable.stdout", version)) == "1"
     assert parse_sbatch_parsable("42;cluster-a\n") == "42"
     with pytest.raises(SlurmQueryError):
         parse_sbatch_parsable("sbatch: warning: something\n")
@@ -358,8 +512,8 @@ def test_sbatch_parsable_output():
         ("scontrol_requeue_invalid_job.stderr", ErrorKind.ALREADY_DONE),
     ],
 )
-def test_captured_error_messages_are_classified(name, kind):
-    assert classify_error(fixture(name)) is kind
+def test_captured_error_messages_are_classified(version, name, kind):
+    assert classify_error(fixture(name, version)) is kind
 
 
 # --- what we hand to sbatch --------------------------------------------------------------------
@@ -510,3 +664,64 @@ def test_container_option_runs_the_image():
         container_option="--container-image",
     )
     assert "--container-image=nvcr.io/nvidia/pytorch:24.01" in script
+
+
+# srun as it behaves for a step of N tasks, K per node (block distribution): one process per
+# task with its SLURM_PROCID and SLURM_LOCALID; scontrol answers as for a node at 10.1.2.3.
+FAKE_SRUN = r"""#!/bin/bash
+ntasks=1; per=1
+while [ "${1#--}" != "$1" ]; do
+    case $1 in --ntasks=*) ntasks=${1#--ntasks=} ;; --ntasks-per-node=*) per=${1#*=} ;; esac
+    shift
+done
+for ((i = 0; i < ntasks; i++)); do SLURM_PROCID=$i SLURM_LOCALID=$((i % per)) "$@"; done
+"""
+FAKE_SCONTROL = """#!/bin/bash
+printf '   NodeAddr=10.1.2.3 NodeHostName=gpu-a Version=24.11.5\\n'
+"""
+
+
+@pytest.mark.parametrize(
+    ("workers", "gpus", "placement"),
+    [
+        (2, 4, {"node1": (0, 1, 2, 3), "node3": (0, 1, 2, 3)}),  # one worker per node
+        (4, 1, {"node1": (0, 1), "node3": (4, 5)}),  # two one-GPU workers per node
+    ],
+)
+def test_job_script_gives_every_worker_the_launcher_variables(tmp_path, workers, gpus, placement):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    names = "MASTER_|WORLD_SIZE|RANK|NODE_RANK|LOCAL_|PET_|GPUPLATFORM_(WORKER|LOCAL_WORKER|MASTER)"
+    spec = make_spec(
+        workers=workers,
+        gpus_per_worker=gpus,
+        placement=placement,
+        env={"RANK": "7", "GPUPLATFORM_JOB_ID": "not-mine", "MY_FLAG": "1"},
+        command=f"env | grep -E '^({names})' | sed \"s/^/$SLURM_PROCID /\"; "
+        'echo "$SLURM_PROCID id=$GPUPLATFORM_JOB_ID flag=$MY_FLAG"',
+    )
+    job = tmp_path / "job.sh"
+    job.write_text(build_job_script(spec, checkpoint_request_path=str(tmp_path / "c")))
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "12345",
+        "SLURMD_NODENAME": "node1",
+    }
+    proc = subprocess.run(
+        ["/bin/bash", str(job)], env=env, capture_output=True, text=True, timeout=20, check=True
+    )
+    seen: dict[int, dict[str, str]] = {}
+    for line in proc.stdout.splitlines():
+        worker, _, pair = line.partition(" ")
+        if pair.startswith("id="):
+            # The job's own variables arrive, except where they clash with the platform's.
+            assert pair == "id=j42 flag=1"
+            continue
+        name, _, value = pair.partition("=")
+        seen.setdefault(int(worker), {})[name] = value
+    expected = worker_envs(spec, master_addr="10.1.2.3", master_port=29500 + 12345 % 10000)
+    assert [seen[w] for w in sorted(seen)] == expected
+    assert ("LOCAL_RANK" in expected[0]) is (gpus == 1)

@@ -1,4 +1,4 @@
-"""Which live runs the sync cancels (scheduler.backends.stale_runs) and how run names are read back.
+"""Which live runs the sync cancels (scheduler.loop.stale_runs) and how run names are read back.
 
 The cancelling itself, against the real local Slurm, is in
 tests/integration/slurm/test_platform_on_slurm.py.
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.backends.base import backend_job_name, parse_backend_job_name
-from scheduler.backends.stale_runs import job_pk_of, judge_run
+from scheduler.loop.stale_runs import job_pk_of, judge_run
 
 
 @given(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from scheduler.policy import (
     Config,
     Decisions,
     Elastic,
+    Las,
     Node,
     PendingJob,
     Quota,
@@ -71,6 +73,7 @@ def job(
     elastic: tuple[int, int] | None = None,
     attained: float = 0.0,
     requeued: bool = False,
+    deadline: float | None = None,
 ) -> PendingJob:
     """A pending job of ``workers`` x ``gpw`` GPUs."""
     return PendingJob(
@@ -88,6 +91,7 @@ def job(
         elastic=None if elastic is None else Elastic(*elastic),
         attained_service_s=attained,
         requeued=requeued,
+        deadline=deadline,
     )
 
 
@@ -151,6 +155,17 @@ def team(
     )
 
 
+def make_config(**fields: object) -> Config:
+    """A :class:`Config`: ``las_<name>=`` sets the field ``name`` of the attained-service
+    section (from its defaults), ``las=None`` turns it off, anything else is a ``Config``
+    field."""
+    las_fields = {k[4:]: v for k, v in fields.items() if k.startswith("las_")}
+    top = {k: v for k, v in fields.items() if not k.startswith("las_")}
+    if las_fields and top.get("las", Las()) is not None:
+        top["las"] = replace(top.get("las") or Las(), **las_fields)
+    return Config(**top)
+
+
 def snap(
     nodes: Iterable[Node],
     pending: Iterable[PendingJob] = (),
@@ -161,10 +176,10 @@ def snap(
     classes: Mapping[str, int] = CLASSES,
     **config: object,
 ) -> Snapshot:
-    """A snapshot; keyword arguments beyond these are :class:`Config` fields."""
+    """A snapshot; keyword arguments beyond these are :func:`config` fields."""
     return Snapshot(
         now=now,
-        config=Config(**config),
+        config=make_config(**config),
         priority_classes=dict(classes),
         teams=tuple(teams),
         nodes=tuple(nodes),
@@ -246,5 +261,16 @@ def check_invariants(s: Snapshot, d: Decisions) -> None:
             assert not (s.now <= due <= s.now + s.config.checkpoint_protect_s), (
                 f"{pr.job} preempted inside its protection window"
             )
-        assert pr.grace_s == s.config.preemption_grace_s
+        # Minimum quantum: a job that has not saved a checkpoint since it (re)started is only
+        # preempted for a higher class or a quota reclaim, never by a job of its own class.
+        saved = r.last_checkpoint_at is not None and r.last_checkpoint_at > r.started_at
+        assert saved or pr.reason.startswith(("priority:", "reclaim:")), (
+            f"{pr.job} preempted by its own class before its first checkpoint: {pr.reason}"
+        )
+        assert pr.grace_s >= s.config.preemption_grace_s
+        if pr.grace_s > s.config.preemption_grace_s:
+            # a longer grace only to let the victim pass its next checkpoint
+            assert r.checkpoint_interval_s and r.last_checkpoint_at is not None, pr
+            assert s.now + pr.grace_s > r.last_checkpoint_at + r.checkpoint_interval_s, pr
+            assert pr.grace_s <= r.checkpoint_interval_s + 60.0, pr
     assert len({p.job for p in d.preempt}) == len(d.preempt)

@@ -2,7 +2,17 @@
 
 from scheduler.policy import decide, queue_order
 
-from .helpers import check_invariants, job, node, run, snap, why
+from . import helpers
+from .helpers import check_invariants, job, node, snap, why
+
+
+def run(*args, **kwargs):
+    """A running job that, unless the test says otherwise, saved a checkpoint just after it
+    started: past its minimum quantum, so these tests see which victim each rule picks
+    (test_quantum.py tests the quantum itself)."""
+    kwargs.setdefault("ckpt", kwargs.get("started", 0.0) + 1e-3)
+    return helpers.run(*args, **kwargs)
+
 
 NOW = 100_000.0
 TH = (3600.0, 36000.0)
@@ -18,7 +28,7 @@ def test_las_off_same_class_never_preempts():
         [job("fresh", 1, 8, pc="normal")],
         running,
         now=NOW,
-        las_thresholds_gpu_s=(),
+        las=None,
     )
     d = decide(s)
     assert not d.preempt
@@ -40,7 +50,9 @@ def test_las_fresh_job_preempts_a_more_served_job_of_its_class():
     check_invariants(s, d)
     assert [p.job for p in d.preempt] == ["long"]
     assert d.preempt[0].reason.startswith("attained service: fresh (normal) needs 8 h100 GPUs")
-    assert why(d, "fresh") == "waiting for 8 preempted GPUs to be released (grace 120 s)"
+    # it runs on to just past its next checkpoint (NOW + 2,700 s), so it loses no work
+    assert d.preempt[0].grace_s == 2700.0 + 30.0
+    assert why(d, "fresh") == "waiting for 8 preempted GPUs to be released (grace 2730 s)"
 
 
 def test_las_same_queue_does_not_preempt_and_protection_window_holds():
@@ -114,5 +126,5 @@ def test_las_counts_service_of_earlier_runs_and_orders_the_queue():
     ]
     s = snap([node("n1")], pending, now=NOW, las_thresholds_gpu_s=TH)
     assert [p.id for p in queue_order(s)] == ["fresh", "served", "low"]
-    s = snap([node("n1")], pending, now=NOW, las_thresholds_gpu_s=())
+    s = snap([node("n1")], pending, now=NOW, las=None)
     assert [p.id for p in queue_order(s)][0] == "served"  # off: requeued jobs first

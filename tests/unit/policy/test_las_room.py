@@ -6,7 +6,17 @@ from dataclasses import replace
 
 from scheduler.policy import decide, queue_order
 
-from .helpers import check_invariants, job, node, run, snap, why
+from . import helpers
+from .helpers import check_invariants, job, node, snap, why
+
+
+def run(*args, **kwargs):
+    """A running job that, unless the test says otherwise, saved a checkpoint just after it
+    started: past its minimum quantum, so these tests see which victim each rule picks
+    (test_quantum.py tests the quantum itself)."""
+    kwargs.setdefault("ckpt", kwargs.get("started", 0.0) + 1e-3)
+    return helpers.run(*args, **kwargs)
+
 
 NOW = 100_000.0
 TH = (3600.0, 36000.0)
@@ -62,8 +72,8 @@ def test_one_node_job_preempts_a_same_queue_job_submitted_after_it():
 
 
 def test_submission_order_needs_las_the_knob_a_submit_time_and_a_one_node_job():
-    assert not decide(_queue_peers(las_fifo_one_node=False)).preempt
-    assert not decide(_queue_peers(las_thresholds_gpu_s=())).preempt
+    assert not decide(_queue_peers(las_fifo_one_node_after_s=None)).preempt
+    assert not decide(_queue_peers(las=None)).preempt
     s = _queue_peers()
     # A running job without submitted_at (a caller that does not send it) is never preempted
     # by this rule.
@@ -208,7 +218,7 @@ def test_cheapest_victims_across_queues_without_lowest_queue_first():
         ([job("fresh", 1, 8, pc="normal")], ["mid1"]),
         ([job("gang", 2, 8, pc="normal")], ["mid1", "mid2"]),
     ):
-        d = _two_queues(pending, las_lowest_queue_first=False)
+        d = _two_queues(pending, victims_lowest_rank_first=False)
         assert sorted(p.job for p in d.preempt) == want
 
 
@@ -222,7 +232,7 @@ def test_a_lower_class_is_preempted_before_a_more_served_job_of_the_preemptors_c
     nodes = [node("n1", 0), node("n2", 0)]
     for flag, want in ((True, "low"), (False, "served")):
         pending = [job("fresh", 1, 8, pc="normal")]
-        d = _decided(nodes, pending, running, las_lowest_queue_first=flag)
+        d = _decided(nodes, pending, running, victims_lowest_rank_first=flag)
         assert [p.job for p in d.preempt] == [want]
 
 
@@ -235,23 +245,26 @@ def test_the_most_served_queue_is_served_in_submission_order():
     ]
     s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=TH)
     assert [p.id for p in queue_order(s)] == ["fresh", "older", "younger"]
-    s = replace(s, config=replace(s.config, las_bottom_fifo=False))
+    s = replace(s, config=replace(s.config, las=replace(s.config.las, bottom_fifo_queues=None)))
     assert [p.id for p in queue_order(s)] == ["fresh", "younger", "older"]
 
 
-def test_every_queue_from_las_fifo_from_gpu_s_up_is_served_in_submission_order():
+def test_the_last_bottom_fifo_queues_of_a_class_are_served_in_submission_order():
     # Queue 2 of four ([36,000, 360,000) GPU-s: 10,000 s x 8 GPUs) is not the last queue; the
     # default tie-break there puts the requeued job first, submission order the older one.
     pending = [
         job("younger", 1, 8, pc="normal", submitted=500.0, attained=10_000.0, requeued=True),
         job("older", 1, 8, pc="normal", submitted=100.0, attained=10_000.0),
     ]
-    s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=(3600.0, 36000.0, 360000.0))
+    th = (3600.0, 36000.0, 360000.0)
+    s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=th, las_bottom_fifo_queues=1)
     assert [p.id for p in queue_order(s)] == ["younger", "older"]
-    for start in (36_000.0, 0.0):
-        s = replace(s, config=replace(s.config, las_fifo_from_gpu_s=start))
+    for queues in (2, 4, 9):  # more queues than the class has: all of them
+        s = replace(
+            s, config=replace(s.config, las=replace(s.config.las, bottom_fifo_queues=queues))
+        )
         assert [p.id for p in queue_order(s)] == ["older", "younger"]
-    s = replace(s, config=replace(s.config, las_bottom_fifo=False))
+    s = replace(s, config=replace(s.config, las=replace(s.config.las, bottom_fifo_queues=None)))
     assert [p.id for p in queue_order(s)] == ["younger", "older"]
 
 
@@ -268,13 +281,13 @@ def _older_and_younger():
 
 
 def test_a_queue_served_in_submission_order_gives_up_its_youngest_job_first():
-    # Queue 2 of four, which las_fifo_from_gpu_s puts in submission order.
+    # Queue 2 of four, which bottom_fifo_queues=2 puts in submission order.
     nodes, pending, running = _older_and_younger()
     four = {"las_thresholds_gpu_s": (3600.0, 36000.0, 360000.0)}
-    d = _decided(nodes, pending, running, las_fifo_from_gpu_s=36_000.0, **four)
+    d = _decided(nodes, pending, running, las_bottom_fifo_queues=2, **four)
     assert [p.job for p in d.preempt] == ["younger"]
     assert d.preempt[0].reason.endswith("(served oldest first)")
-    d = _decided(nodes, pending, running, **four)
+    d = _decided(nodes, pending, running, las_bottom_fifo_queues=1, **four)
     assert [p.job for p in d.preempt] == ["older"]
 
 
@@ -285,7 +298,7 @@ def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
     assert d.preempt[0].reason.endswith(
         "which was submitted last of the jobs in its queue (served oldest first)"
     )
-    d = _decided(nodes, pending, running, las_bottom_fifo=False)
+    d = _decided(nodes, pending, running, las_bottom_fifo_queues=None)
     assert [p.job for p in d.preempt] == ["older"]
     assert d.preempt[0].reason.endswith("which loses the least work since its last checkpoint")
 
@@ -298,7 +311,7 @@ def test_jobs_that_ran_long_are_served_after_the_rest_of_the_last_queue():
     ]
     s = snap([node("n1", 0)], pending, now=NOW, las_thresholds_gpu_s=TH)
     assert [p.id for p in queue_order(s)] == ["veteran", "recent"]
-    s = replace(s, config=replace(s.config, las_long_run_s=40_000.0))
+    s = replace(s, config=replace(s.config, las=replace(s.config.las, long_run_s=40_000.0)))
     assert [p.id for p in queue_order(s)] == ["recent", "veteran"]
 
 

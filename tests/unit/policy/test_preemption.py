@@ -25,7 +25,7 @@ def test_rule_7_preempts_the_victim_that_loses_least_work_with_a_grace_period():
         [job("urgent", 1, 8, pc="high"), job("filler", 1, 1, pc="low")],
         running,
         now=NOW,
-        las_thresholds_gpu_s=(),
+        las=None,
     )
     d = decide(s)
     check_invariants(s, d)
@@ -50,7 +50,7 @@ def test_rule_7_victim_due_to_checkpoint_within_the_protection_window_is_not_cut
 def test_rule_7_only_preemptible_victims_of_lower_priority():
     nodes, running = full_pair(preemptible=False)
     running[0] = run("old", {"n1": range(8)}, pc="high")  # same priority as the pending job
-    s = snap(nodes, [job("urgent", 1, 8, pc="high")], running, now=NOW, las_thresholds_gpu_s=())
+    s = snap(nodes, [job("urgent", 1, 8, pc="high")], running, now=NOW, las=None)
     d = decide(s)
     assert not d.preempt
     assert "waiting for" not in why(d, "urgent")

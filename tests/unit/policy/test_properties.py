@@ -21,6 +21,7 @@ from scheduler.policy import (
     QUEUE_ORDERS,
     Config,
     Elastic,
+    Las,
     Node,
     PendingJob,
     Quota,
@@ -51,12 +52,24 @@ def snapshots(draw, crowded: bool = False, easy: bool = False) -> Snapshot:
         preemption=not easy and draw(st.booleans()),
         checkpoint_protect_s=draw(st.sampled_from([0.0, 300.0, 3000.0])),
         queue_order=draw(st.sampled_from(QUEUE_ORDERS)),
-        las_thresholds_gpu_s=draw(st.sampled_from([(), (), (3600.0, 36000.0)])),
-        las_fifo_one_node=draw(st.booleans()),
-        las_reserve_after_s=draw(st.sampled_from([0.0, 86400.0])),
-        # with (3600, 36000): only the last queue, the last two, or every queue oldest first
-        las_fifo_from_gpu_s=draw(st.sampled_from([360000.0, 3600.0, 0.0])),
-        las_long_run_s=draw(st.sampled_from([0.0, 0.0, 3000.0])),
+        las=draw(
+            st.sampled_from([None, None, "on"]).flatmap(
+                lambda on: (
+                    st.none()
+                    if on is None
+                    else st.builds(
+                        Las,
+                        thresholds_gpu_s=st.just((3600.0, 36000.0)),
+                        fifo_one_node_after_s=st.sampled_from([None, 600.0]),
+                        defragment=st.booleans(),
+                        reserve_after_s=st.sampled_from([None, 86400.0]),
+                        # with (3600, 36000): none, the last queue, the last two, or all three
+                        bottom_fifo_queues=st.sampled_from([None, 1, 2, 3]),
+                        long_run_s=st.sampled_from([None, None, 3000.0]),
+                    )
+                )
+            )
+        ),
     )
     teams = []
     for name, parent in (("a", None), ("b", None), ("c", "a"), ("d", "a")):
@@ -293,16 +306,16 @@ def test_backfill_never_delays_any_reservation(s, k):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snapshots(crowded=True), st.sampled_from([0.0, 3000.0]))
+@given(snapshots(crowded=True), st.sampled_from([None, 3000.0]))
 def test_las_preempts_only_more_served_jobs_of_the_same_class(s, long_run):
     """With LAS queues (and the long-run queue below them, or not), an ``attained service``
     preemption names a preemptor of the victim's class in a strictly lower queue, a
     ``submission order`` one a one-worker preemptor of the victim's class and queue submitted
     before it, a ``defragment`` one a preemptor of the victim's class submitted before it; a
     victim is never non-preemptible."""
-    config = replace(s.config, las_thresholds_gpu_s=(3600.0, 36000.0), las_long_run_s=long_run)
-    s = replace(s, config=config)
-    th = s.config.las_thresholds_gpu_s
+    las = replace(s.config.las or Las(), thresholds_gpu_s=(3600.0, 36000.0), long_run_s=long_run)
+    s = replace(s, config=replace(s.config, las=las))
+    th = las.thresholds_gpu_s
     d = decide(s)
     running = {r.id: r for r in s.running}
     pending = {p.id: p for p in s.pending}

@@ -87,7 +87,7 @@ def test_rule_2_smallest_predicted_gpu_time_first_counts_gpus_and_attained_servi
         job("resumed", 1, 2, est=10_000, attained=9_500, submitted=0),  # 1,000 GPU-s left
     ]
     # (LAS queues off: with them, the resumed job's 19,000 GPU-s of service rank it last)
-    assert ids(snap([node("n1")], pend, las_thresholds_gpu_s=())) == ["resumed", "narrow", "wide"]
+    assert ids(snap([node("n1")], pend, las=None)) == ["resumed", "narrow", "wide"]
 
 
 def test_rule_2_aging_stops_starvation_of_big_jobs():

@@ -72,7 +72,7 @@ def test_rule_3_no_reclaim_beyond_the_guarantee_or_from_non_borrowers():
         [job("mine", 1, 8, team="owner", pc="low")],  # 8 > 4 guaranteed: would borrow
         [run("theirs", {"n1": range(8)}, team="other", pc="low")],
         teams=teams,
-        las_thresholds_gpu_s=(),  # this rule is about quotas, not attained service
+        las=None,  # this rule is about quotas, not attained service
     )
     d = decide(s)
     assert not d.preempt and not d.start

@@ -112,3 +112,44 @@ def test_synthetic_trace_replays(tmp_path):
         == 0
     )
     assert json.loads(out.read_text())["jobs"] == 30
+
+
+def test_engine_config_half_life_reaches_the_simulators_usage_decay(tmp_path, trace):
+    # The engine decays team usage with its own fair_share_half_life_s (as the live loop does);
+    # a what-if of that field must change the usage the simulator hands over.
+    out = tmp_path / "r.json"
+    rc = main(
+        [
+            "replay",
+            "--trace",
+            str(trace),
+            "--nodes",
+            "4",
+            "--policy",
+            "fast",
+            "--engine-config",
+            'fast={"fair_share_half_life_s": 3600}',
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    assert json.loads(out.read_text())["params"]["fair_share_half_life_s"] == 3600.0
+
+
+def test_usage_handed_to_the_engine_decays_with_the_engines_half_life():
+    from scheduler.policy import Config
+    from scheduler.simulation import SimConfig, Simulator, uniform_cluster
+    from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy
+    from scheduler.simulation.traces import TraceJob
+
+    jobs = [TraceJob("a", 0.0, 3600.0, 8, "team-a"), TraceJob("b", 36000.0, 60.0, 1, "team-b")]
+    usage = {}
+    for half_life in (3600.0, 604800.0):
+        policy = GpuPlatformPolicy(Config(fair_share_half_life_s=half_life))
+        sim = Simulator(jobs, uniform_cluster(1, 8), policy, SimConfig()).run()
+        assert sim.fair_share_half_life_s == half_life
+        usage[half_life] = sim.tenant_usage["team-a"]
+    # 8 GPU-h used, then about nine one-hour half-lives: well under 1 % left; a week: nearly all
+    assert usage[3600.0] < 0.01 * 8 * 3600 < usage[604800.0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import scheduler.simulation as pkg
 
-CORE = ["traces", "cluster", "engine", "baselines", "metrics", "runner", "gpuplatform_policy"]
+CORE = ["traces", "cluster", "simulator", "baselines", "metrics", "runner", "gpuplatform_policy"]
 FORBIDDEN = ("django", "celery", "channels", "plotly")
 
 

@@ -4,7 +4,7 @@ the score's guarantees (within 0..1, never raised by more trouble) as properties
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.telemetry.health import DEFAULT_RULES, NodeEvidence, evaluate, merge_rules
+from telemetry.health import DEFAULT_RULES, NodeEvidence, evaluate, merge_rules
 
 RULES = merge_rules(None)
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.telemetry.ingest import BatchInvalid, parse_batch
+from telemetry.ingest import BatchInvalid, parse_batch
 
 NOW = 1_764_680_000.0
 

@@ -1,0 +1,36 @@
+"""Portal forms of billing. Amounts are bounded as the models declare (``core.bounds``) and
+months parse through ``calc.parse_month``, the one month rule of the pages and the API."""
+
+from __future__ import annotations
+
+from django import forms
+
+from core.bounds import form_number
+
+from . import calc
+from .models import Budget
+
+
+class MonthField(forms.Field):
+    """A month as ``YYYY-MM`` within ``calc.MIN_MONTH..MAX_MONTH``; cleaned to its first day."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        try:
+            return calc.parse_month(str(value).strip()[:20])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from None
+
+
+class BudgetForm(forms.Form):
+    month = MonthField(widget=forms.HiddenInput)
+    amount = form_number(Budget, "amount", label="Amount (USD)")
+    hard_stop = forms.BooleanField(required=False)
+
+    def __init__(self, data=None, **kwargs):
+        # People type "12,500": a thousands separator, not a decimal mark.
+        if data is not None and "amount" in data:
+            data = data.copy()
+            data["amount"] = str(data["amount"]).replace(",", "").strip()
+        super().__init__(data, **kwargs)

@@ -1,0 +1,55 @@
+"""Domain errors. The API's exception handler turns them into 400/404 responses naming the field;
+the portal shows them next to the field; the CLI prints them and exits 2."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """A request the domain refuses. ``field`` names the input at fault, when there is one."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {self.field or "non_field_errors": [self.message]}
+
+
+class FieldErrors(DomainError):
+    """Several field errors at once (``{field: [messages]}``)."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        first_field, messages = next(iter(errors.items()))
+        super().__init__(messages[0], field=first_field)
+        self.errors = errors
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return self.errors
+
+
+class NotFound(DomainError):
+    """The object does not exist or is not visible to the caller (never tell which)."""
+
+    status_code = 404
+
+
+class Forbidden(DomainError):
+    """The caller may see the object but their role does not allow the action (e.g. a viewer
+    cancelling their team's job). Another team's object is NotFound, never Forbidden."""
+
+    status_code = 403
+
+
+class Conflict(DomainError):
+    """The object's current state does not allow the action (e.g. cancel a finished job)."""
+
+    status_code = 409
+
+
+class Unavailable(DomainError):
+    """A part the request needs (a cluster's backend) did not answer; retrying later may work."""
+
+    status_code = 503

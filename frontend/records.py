@@ -1,0 +1,62 @@
+"""Portal side of reproducibility records: the record on the job page, its JSON export, and
+"resubmit exactly this" (``scheduler.reproducibility``). Another team's job is a 404."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_POST
+
+from core.errors import DomainError, NotFound
+from core.ids import parse_id
+from scheduler import reproducibility
+from tenants.permissions import can_submit_to
+
+
+def record_context(request, job) -> dict:
+    """What the job page's record section shows: the latest attempt's record, links to the
+    earlier ones, and whether the caller may resubmit (may submit to the job's team)."""
+    records = reproducibility.attempt_records(user=request.user, job_id=job.pk)
+    return {
+        "record": records[-1] if records else None,
+        "other_records": records[:-1],
+        "can_resubmit": bool(records) and can_submit_to(request.user, job.team),
+    }
+
+
+@login_required
+@require_GET
+def job_record_json(request, job_id: int, attempt: int):
+    """One attempt's record as a JSON download (``job-<id>-attempt-<n>.json``)."""
+    try:
+        record = reproducibility.attempt_record_get(
+            user=request.user, job_id=job_id, attempt=attempt
+        )
+    except NotFound:
+        raise Http404("no such record") from None
+    response = HttpResponse(
+        json.dumps(record.record, indent=2, sort_keys=True), content_type="application/json"
+    )
+    response["Content-Disposition"] = f'attachment; filename="job-{job_id}-attempt-{attempt}.json"'
+    return response
+
+
+@login_required
+@require_POST
+def job_resubmit(request, job_id: int):
+    """Submit a job that runs exactly what the posted attempt ran; go to the new job's page.
+    Refusals (a viewer, a budget stop, a pending cap) come back as a message on this job."""
+    attempt = parse_id(request.POST.get("attempt") or "")
+    try:
+        new_job = reproducibility.job_resubmit(user=request.user, job_id=job_id, attempt=attempt)
+    except NotFound:
+        raise Http404("no such job") from None
+    except DomainError as exc:
+        messages.error(request, f"Not resubmitted: {exc.message}")
+        return redirect("job-detail", job_id=job_id)
+    messages.success(request, f"Resubmitted as job #{new_job.pk}.")
+    return redirect("job-detail", job_id=new_job.pk)

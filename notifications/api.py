@@ -1,0 +1,220 @@
+"""REST API of notifications: the caller's preferences, the webhooks they own or manage (with a
+"send test" and an "enable" action) and the delivery log. Another person's or team's webhook or
+message is a 404; the team of a webhook is checked by the service, never taken on trust."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import FieldErrors, NotFound
+from tenants.pagination import BoundedLimitOffsetPagination
+
+from . import selectors, services
+from .events import Channel, EventKind
+from .models import DeliveryAttempt, Message, Webhook, WebhookFormat
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # The Standard Webhooks signing key ("whsec_..."), shown to whoever manages the hook.
+    signing_key = serializers.CharField(source="secret", read_only=True)
+
+    class Meta:
+        model = Webhook
+        fields = [
+            "id",
+            "name",
+            "team",
+            "owner",
+            "url",
+            "format",
+            "events",
+            "enabled",
+            "disabled_reason",
+            "disabled_at",
+            "consecutive_failures",
+            "allow_private_network",
+            "signing_key",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class WebhookWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    url = serializers.CharField(max_length=500)
+    team = serializers.CharField(required=False, allow_null=True, allow_blank=True)
+    format = serializers.ChoiceField(choices=WebhookFormat.choices, default=WebhookFormat.GENERIC)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=EventKind.choices), required=False, allow_null=True
+    )
+    allow_private_network = serializers.BooleanField(default=False)
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeliveryAttempt
+        fields = [
+            "number",
+            "started_at",
+            "duration_ms",
+            "ok",
+            "status_code",
+            "error",
+            "response_excerpt",
+        ]
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    webhook = serializers.PrimaryKeyRelatedField(read_only=True)
+    attempt_log = AttemptSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Message
+        fields = [
+            "id",
+            "channel",
+            "webhook",
+            "group_key",
+            "status",
+            "subject",
+            "event_count",
+            "created_at",
+            "next_attempt_at",
+            "attempts",
+            "delivered_at",
+            "last_error",
+            "attempt_log",
+        ]
+
+
+def _pk(kwargs, what: str) -> int:
+    try:
+        return int(kwargs["pk"])
+    except (TypeError, ValueError):
+        raise NotFound(f"no such {what}", field="id") from None
+
+
+class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Webhooks: your own (``team`` null) and your managed teams'. POST …/test/ queues a test
+    message; POST …/enable/ turns a disabled hook back on."""
+
+    pagination_class = BoundedLimitOffsetPagination
+    serializer_class = WebhookSerializer
+
+    def get_queryset(self):
+        return selectors.webhook_list(user=self.request.user).order_by("id")
+
+    def get_object(self):
+        return services.webhook_get(user=self.request.user, webhook_id=_pk(self.kwargs, "webhook"))
+
+    @extend_schema(request=WebhookWriteSerializer, responses={201: WebhookSerializer})
+    def create(self, request, *args, **kwargs):
+        incoming = WebhookWriteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        hook = services.webhook_create(user=request.user, **incoming.validated_data)
+        return Response(WebhookSerializer(hook).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
+    def partial_update(self, request, *args, **kwargs):
+        webhook_id = _pk(self.kwargs, "webhook")
+        services.webhook_get(user=request.user, webhook_id=webhook_id)  # 404 first
+        incoming = WebhookWriteSerializer(data=request.data, partial=True)
+        incoming.is_valid(raise_exception=True)
+        fields = dict(incoming.validated_data)
+        if "team" in fields:
+            raise FieldErrors({"team": ["a webhook cannot move to another team"]})
+        hook = services.webhook_update(user=request.user, webhook_id=webhook_id, **fields)
+        return Response(WebhookSerializer(hook).data)
+
+    @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, *args, **kwargs):
+        services.webhook_delete(user=request.user, webhook_id=_pk(self.kwargs, "webhook"))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={202: MessageSerializer})
+    @action(detail=True, methods=["post"])
+    def test(self, request, *args, **kwargs):
+        message = services.webhook_send_test(
+            user=request.user, webhook_id=_pk(self.kwargs, "webhook")
+        )
+        return Response(MessageSerializer(message).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: WebhookSerializer})
+    @action(detail=True, methods=["post"])
+    def enable(self, request, *args, **kwargs):
+        hook = services.webhook_enable(user=request.user, webhook_id=_pk(self.kwargs, "webhook"))
+        return Response(WebhookSerializer(hook).data)
+
+
+class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The delivery log: messages to your email and to the webhooks you may see, each with its
+    attempts. Filter by ``?webhook=<id>``."""
+
+    pagination_class = BoundedLimitOffsetPagination
+    serializer_class = MessageSerializer
+
+    def get_queryset(self):
+        queryset = selectors.message_list(user=self.request.user)
+        webhook = self.request.query_params.get("webhook", "")
+        if webhook.isdigit():
+            queryset = queryset.filter(webhook_id=int(webhook))
+        return queryset
+
+    def get_object(self):
+        message = self.get_queryset().filter(pk=_pk(self.kwargs, "message")).first()
+        if message is None:
+            raise NotFound("no such message", field="id")
+        return message
+
+
+_PREFERENCES = inline_serializer(
+    "NotificationPreference",
+    {
+        "event": serializers.ChoiceField(choices=EventKind.choices),
+        "channel": serializers.ChoiceField(choices=Channel.choices),
+        "enabled": serializers.BooleanField(),
+    },
+    many=True,
+)
+
+
+class PreferencesView(APIView):
+    """Your event × channel choices (every pair, defaults filled in). PUT or PATCH a list of
+    ``{event, channel, enabled}`` to change some."""
+
+    def _body(self, user) -> list[dict]:
+        return [
+            {"event": event, "channel": channel, "enabled": enabled}
+            for (event, channel), enabled in services.preferences_of(user).items()
+        ]
+
+    @extend_schema(responses={200: _PREFERENCES})
+    def get(self, request):
+        return Response(self._body(request.user))
+
+    @extend_schema(request=_PREFERENCES, responses={200: _PREFERENCES})
+    def put(self, request):
+        items = request.data
+        if not isinstance(items, list):
+            raise FieldErrors(
+                {"non_field_errors": ["expected a list of {event, channel, enabled}"]}
+            )
+        choices = {}
+        for n, item in enumerate(items):
+            if not isinstance(item, dict) or not {"event", "channel", "enabled"} <= set(item):
+                raise FieldErrors({f"{n}": ["needs event, channel and enabled"]})
+            choices[(str(item["event"]), str(item["channel"]))] = item["enabled"]
+        services.preferences_set(user=request.user, choices=choices)
+        return Response(self._body(request.user))
+
+    patch = put

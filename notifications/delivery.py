@@ -1,0 +1,244 @@
+"""Delivery of one message: render it for its channel, make one attempt, record it, and either
+finish the message or queue it again after an exponential backoff with jitter.
+
+``message_deliver`` (the ``deliver`` Celery task) claims its message with a conditional UPDATE
+(enqueued → sending), so a duplicate task does nothing. Retries are scheduled in the database
+(``next_attempt_at``) and picked up by the dispatcher, so they survive worker restarts and show in
+the delivery log. A webhook failing ``NOTIFY_WEBHOOK_DISABLE_AFTER`` deliveries in a row is
+disabled with the reason shown to its owners, and its pending messages are dropped. Webhook
+targets are resolved and checked again at each attempt (``targets``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import EmailMessage, get_connection
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from tenants.audit import audit_record
+
+from . import render, targets
+from .describe import describe, portal_url
+from .events import Channel
+from .models import DeliveryAttempt, Message, MessageStatus, Webhook, WebhookFormat
+
+
+def _setting(name: str):
+    return getattr(settings, name)
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Wait after failed attempt ``attempt`` (1-based): base × 2^(attempt-1), ±10 % jitter, capped."""
+    base = _setting("NOTIFY_RETRY_BASE_SECONDS") * 2 ** (attempt - 1)
+    return min(base * random.uniform(0.9, 1.1), _setting("NOTIFY_RETRY_MAX_SECONDS"))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    status_code: int | None = None
+    error: str = ""
+    excerpt: str = ""
+
+
+def _lines(message: Message) -> list[render.Line]:
+    """One line per event of the message; only those the message lists one by one are
+    described (read from their jobs, budgets, nodes), the others are counted by kind."""
+    events = list(message.events.select_related("team").order_by("created_at", "id"))
+    describe(events[: render.MAX_LISTED])
+    return [
+        render.Line(
+            kind=e.kind,
+            title=e.title or e.get_kind_display(),
+            detail=e.detail,
+            url=e.link,
+            team=e.team.slug if e.team else "",
+            time=e.created_at.isoformat(),
+            job=e.job_id,
+        )
+        for e in events
+    ]
+
+
+def _array_name(message: Message) -> str:
+    if not message.group_key.startswith("array:"):
+        return ""
+    from scheduler.models import JobArray
+
+    array = JobArray.objects.filter(pk=int(message.group_key.split(":", 1)[1])).first()
+    return array.name if array else ""
+
+
+def _send_email(message: Message, lines: list[render.Line], heading: str) -> Outcome:
+    text = render.email_text(
+        lines, heading=heading, settings_url=portal_url("/notifications/settings/")
+    )
+    email = EmailMessage(
+        subject=f"[gpuplatform] {heading}"[:250],
+        body=text,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[message.user.email],
+        headers={"X-Gpuplatform-Message": f"msg_{message.pk}"},
+        connection=get_connection(timeout=_setting("NOTIFY_EMAIL_TIMEOUT_SECONDS")),
+    )
+    try:
+        email.send()
+    except Exception as exc:  # SMTP errors come in many types; each is a failed attempt
+        return Outcome(False, error=f"{type(exc).__name__}: {exc}"[:500])
+    return Outcome(True)
+
+
+def _send_webhook(message: Message, lines: list[render.Line], heading: str) -> Outcome:
+    hook = message.webhook
+    message_id = f"msg_{message.pk}"
+    if hook.format == WebhookFormat.SLACK:
+        body = render.slack_body(lines, heading=heading)
+    elif hook.format == WebhookFormat.TEAMS:
+        body = render.teams_body(lines, heading=heading)
+    else:
+        body = render.generic_body(
+            lines, message_id=message_id, heading=heading, sent_at=timezone.now().isoformat()
+        )
+    content = render.encode(body)
+    try:
+        # Resolved and checked again now: the name may point elsewhere than when it was saved.
+        target = targets.check_url(hook.url, allow_private=hook.allow_private_network)
+    except targets.TargetRefused as exc:
+        return Outcome(False, error=f"refused: {exc}"[:500])
+    headers = render.signed_headers(
+        secret=hook.secret, message_id=message_id, timestamp=int(time.time()), content=content
+    )
+    try:
+        response = targets.pinned_post(
+            target,
+            content=content,
+            headers=headers,
+            timeout_s=_setting("NOTIFY_WEBHOOK_TIMEOUT_SECONDS"),
+        )
+    except Exception as exc:  # connection refused, timeout, TLS: each is a failed attempt
+        return Outcome(False, error=f"{type(exc).__name__}: {exc}"[:500])
+    excerpt = response.text[:500] if response.content else ""
+    if 200 <= response.status_code < 300:
+        return Outcome(True, status_code=response.status_code, excerpt=excerpt)
+    return Outcome(
+        False,
+        status_code=response.status_code,
+        error=f"HTTP {response.status_code} from {target.host}",
+        excerpt=excerpt,
+    )
+
+
+def message_deliver(*, message_id: int, now: datetime | None = None) -> str:
+    """Make one delivery attempt of an enqueued message; returns its new status. Claims the
+    message first (enqueued → sending), so a duplicate task does nothing ("skipped"). A message
+    or webhook gone meanwhile is a clean exit."""
+    now = now or timezone.now()
+    if not Message.objects.filter(pk=message_id, status=MessageStatus.ENQUEUED).update(
+        status=MessageStatus.SENDING, claimed_at=now
+    ):
+        return "skipped"
+    message = Message.objects.select_related("user", "webhook").get(pk=message_id)
+    hook = message.webhook
+    if message.channel == Channel.WEBHOOK and (hook is None or not hook.enabled):
+        Message.objects.filter(pk=message.pk).update(status=MessageStatus.DROPPED)
+        return MessageStatus.DROPPED
+    if message.channel == Channel.EMAIL and not (message.user and message.user.email):
+        Message.objects.filter(pk=message.pk).update(
+            status=MessageStatus.DROPPED, last_error="the recipient has no email address"
+        )
+        return MessageStatus.DROPPED
+    lines = _lines(message)
+    heading = render.subject(lines, array_name=_array_name(message))
+    number = message.attempts + 1
+    started = time.monotonic()
+    if message.channel == Channel.EMAIL:
+        outcome = _send_email(message, lines, heading)
+    else:
+        outcome = _send_webhook(message, lines, heading)
+    duration_ms = int((time.monotonic() - started) * 1000)
+    return _record(message, number, now, duration_ms, outcome, heading, len(lines))
+
+
+def _record(
+    message: Message,
+    number: int,
+    now: datetime,
+    duration_ms: int,
+    outcome: Outcome,
+    heading: str,
+    count: int,
+) -> str:
+    with transaction.atomic():
+        DeliveryAttempt.objects.create(
+            message=message,
+            number=number,
+            started_at=now,
+            duration_ms=duration_ms,
+            ok=outcome.ok,
+            status_code=outcome.status_code,
+            error=outcome.error,
+            response_excerpt=outcome.excerpt,
+        )
+        fields = {
+            "attempts": number,
+            "subject": heading[:300],
+            "event_count": count,
+            "last_error": outcome.error,
+        }
+        hook = message.webhook
+        if outcome.ok:
+            status = MessageStatus.DELIVERED
+            fields.update(delivered_at=timezone.now(), next_attempt_at=None)
+            if hook is not None:
+                Webhook.objects.filter(pk=hook.pk).update(consecutive_failures=0)
+        else:
+            disabled = hook is not None and _count_failure(hook, outcome, now)
+            if disabled:
+                status = MessageStatus.FAILED
+                fields["next_attempt_at"] = None
+            elif number < _setting("NOTIFY_MAX_ATTEMPTS"):
+                status = MessageStatus.QUEUED
+                fields["next_attempt_at"] = now + timedelta(seconds=backoff_seconds(number))
+            else:
+                status = MessageStatus.FAILED
+                fields["next_attempt_at"] = None
+        Message.objects.filter(pk=message.pk).update(status=status, **fields)
+    return status
+
+
+def _count_failure(hook: Webhook, outcome: Outcome, now: datetime) -> bool:
+    """Count a failed delivery against ``hook``; disable it at the limit (True). Its other
+    pending messages are dropped: they would only fail the same way."""
+    Webhook.objects.filter(pk=hook.pk).update(consecutive_failures=F("consecutive_failures") + 1)
+    hook.refresh_from_db(fields=["consecutive_failures", "enabled"])
+    limit = _setting("NOTIFY_WEBHOOK_DISABLE_AFTER")
+    if not hook.enabled or hook.consecutive_failures < limit:
+        return False
+    reason = (
+        f"disabled after {hook.consecutive_failures} failed deliveries in a row; "
+        f"last: {outcome.error or 'no answer'}"
+    )[:500]
+    if Webhook.objects.filter(pk=hook.pk, enabled=True).update(
+        enabled=False, disabled_reason=reason, disabled_at=now
+    ):
+        audit_record(
+            actor=None,
+            action="webhook.disable",
+            target=hook,
+            team=hook.team,
+            before={"enabled": True},
+            after={"enabled": False},
+            comment=reason,
+        )
+        Message.objects.filter(
+            webhook=hook,
+            status__in=[MessageStatus.COLLECTING, MessageStatus.QUEUED, MessageStatus.ENQUEUED],
+        ).update(status=MessageStatus.DROPPED, last_error="the webhook was disabled")
+    return True

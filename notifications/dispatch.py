@@ -1,0 +1,276 @@
+"""The dispatcher: recorded events become grouped messages, and due messages go to the workers.
+
+``notifications_dispatch`` (a Celery beat task every ``NOTIFY_DISPATCH_SECONDS``) runs
+single-flight (an advisory lock) and does, in order:
+
+1. fan-out: each new ``Event`` joins the collecting message of every target that should hear
+   it: a person's email or personal webhooks (per their preferences), the team's webhooks
+   subscribed to it. Events of one target within ``NOTIFY_GROUP_WINDOW_SECONDS`` of the first
+   share one message; finishes and failures of a job array share one message until the array
+   has no live job left (at most ``NOTIFY_ARRAY_HOLD_SECONDS``), so a 500-job array is one
+   message, not 500. Audience lookups are a fixed number of queries per batch;
+2. closing, once no event is left to fan out: collecting messages whose window ended (or whose
+   array is over) become queued;
+3. recovery: a message a worker claimed and never finished (a crash) is queued again;
+4. claiming: due queued messages become ``enqueued``; the task hands each to ``deliver``.
+
+Nothing here sends anything: that is ``notifications.delivery``, one Celery task per message.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from tenants.models import MANAGE_ROLES, Membership
+
+from .events import ADMIN_EVENTS, DEFAULT_ON, JOB_EVENTS, Channel, EventKind
+from .models import Event, Message, MessageStatus, Preference, Webhook
+
+FANOUT_BATCH = 2000
+FANOUT_MAX_PER_PASS = 20_000
+CLAIM_BATCH = 200
+STUCK_AFTER = timedelta(minutes=10)
+LOCK_KEY = 0x6E6F_7466  # "notf"
+
+
+@dataclass
+class DispatchResult:
+    ran: bool = True
+    events: int = 0
+    messages_closed: int = 0
+    recovered: int = 0
+    claimed: list[int] = field(default_factory=list)
+
+
+def notifications_dispatch(*, now: datetime | None = None) -> DispatchResult:
+    """One dispatcher pass (see the module docstring). Single-flight across workers; returns what
+    it did (``claimed``: the message ids the caller must hand to ``message_deliver``)."""
+    from scheduler.locks import advisory_lock
+
+    now = now or timezone.now()
+    with advisory_lock(LOCK_KEY) as acquired:
+        if not acquired:
+            return DispatchResult(ran=False)
+        result = DispatchResult()
+        drained = False
+        while result.events < FANOUT_MAX_PER_PASS:
+            fanned = _fan_out(now)
+            result.events += fanned
+            if fanned < FANOUT_BATCH:
+                drained = True
+                break
+        # A message closes only once every recorded event has joined it: with a backlog left
+        # (a burst larger than one pass), an array's message would close half-full.
+        if drained:
+            result.messages_closed = _close_due(now)
+        result.recovered = Message.objects.filter(
+            status__in=[MessageStatus.ENQUEUED, MessageStatus.SENDING],
+            claimed_at__lt=now - STUCK_AFTER,
+        ).update(status=MessageStatus.QUEUED, next_attempt_at=now)
+        due = list(
+            Message.objects.filter(status=MessageStatus.QUEUED, next_attempt_at__lte=now)
+            .order_by("next_attempt_at", "id")
+            .values_list("pk", flat=True)[:CLAIM_BATCH]
+        )
+        if due:
+            Message.objects.filter(pk__in=due, status=MessageStatus.QUEUED).update(
+                status=MessageStatus.ENQUEUED, claimed_at=now
+            )
+        result.claimed = due
+        return result
+
+
+@dataclass
+class _Audience:
+    """Who hears one event, and in which group."""
+
+    users: list = field(default_factory=list)
+    team_hooks: bool = True
+    group_key: str = ""
+
+
+def _audiences(events: list[Event]) -> dict[int, _Audience]:
+    """Per event: the people who hear it and its group (queries: one per kind of audience)."""
+    from scheduler.models import Job
+    from tenants.models import QuotaRequest
+
+    out = {e.pk: _Audience() for e in events}
+    job_ids = {e.job_id for e in events if e.kind in JOB_EVENTS and e.job_id}
+    jobs = Job.objects.select_related("submitter").in_bulk(job_ids)
+    # A submitter hears of their job while they still belong to its team (or run the platform).
+    members = set(
+        Membership.objects.filter(
+            user_id__in={j.submitter_id for j in jobs.values()},
+            team_id__in={j.team_id for j in jobs.values()},
+        ).values_list("user_id", "team_id")
+    )
+    budget_teams = {
+        e.team_id
+        for e in events
+        if e.kind in (EventKind.BUDGET_THRESHOLD, EventKind.BUDGET_HARD_STOP)
+    }
+    managers: dict[int, list] = defaultdict(list)
+    for membership in Membership.objects.filter(
+        team_id__in=budget_teams, role__in=MANAGE_ROLES, user__is_active=True
+    ).select_related("user"):
+        managers[membership.team_id].append(membership.user)
+    request_ids = {e.data.get("request") for e in events if e.kind == EventKind.QUOTA_DECIDED} - {
+        None
+    }
+    requests = QuotaRequest.objects.select_related("requested_by").in_bulk(
+        [r for r in request_ids if isinstance(r, int)]
+    )
+    admins = None
+    for event in events:
+        audience = out[event.pk]
+        if event.kind in JOB_EVENTS:
+            job = jobs.get(event.job_id)
+            if job is None:  # deleted meanwhile: nothing to say
+                audience.team_hooks = False
+                continue
+            submitter = job.submitter
+            if (
+                submitter is not None
+                and submitter.is_active
+                and (submitter.is_superuser or (submitter.pk, job.team_id) in members)
+            ):
+                audience.users = [submitter]
+            if job.array_id and event.kind in (EventKind.JOB_SUCCEEDED, EventKind.JOB_FAILED):
+                audience.group_key = f"array:{job.array_id}"
+        elif event.kind in (EventKind.BUDGET_THRESHOLD, EventKind.BUDGET_HARD_STOP):
+            audience.users = managers.get(event.team_id, [])
+        elif event.kind == EventKind.QUOTA_DECIDED:
+            req = requests.get(event.data.get("request"))
+            if req is not None and req.requested_by.is_active:
+                audience.users = [req.requested_by]
+        elif event.kind in ADMIN_EVENTS:
+            if admins is None:
+                admins = list(get_user_model().objects.filter(is_superuser=True, is_active=True))
+            audience.users = admins
+            audience.team_hooks = False
+    return out
+
+
+def _fan_out(now: datetime) -> int:
+    events = list(
+        Event.objects.filter(fanned_out_at__isnull=True).order_by("created_at", "id")[:FANOUT_BATCH]
+    )
+    if not events:
+        return 0
+    audiences = _audiences(events)
+    users = {u.pk: u for audience in audiences.values() for u in audience.users}
+    chosen: dict[tuple[int, str, str], bool] = {
+        (p.user_id, p.event, p.channel): p.enabled
+        for p in Preference.objects.filter(user_id__in=users)
+    }
+    personal: dict[int, list[Webhook]] = defaultdict(list)
+    for hook in Webhook.objects.filter(owner_id__in=users, enabled=True):
+        personal[hook.owner_id].append(hook)
+    team_hooks: dict[int, list[Webhook]] = defaultdict(list)
+    for hook in Webhook.objects.filter(
+        team_id__in={e.team_id for e in events if e.team_id}, enabled=True
+    ):
+        team_hooks[hook.team_id].append(hook)
+
+    def wants(user, kind: str, channel: str) -> bool:
+        if kind in ADMIN_EVENTS and not user.is_superuser:
+            return False
+        return chosen.get((user.pk, kind, channel), kind in DEFAULT_ON[channel])
+
+    # (target, group) -> (channel, user, hook, [events])
+    wanted: dict[tuple[str, str], tuple[str, object, Webhook | None, list[Event]]] = {}
+
+    def add(target: str, group: str, channel: str, user, hook, event: Event) -> None:
+        entry = wanted.setdefault((target, group), (channel, user, hook, []))
+        if not entry[3] or entry[3][-1] is not event:
+            entry[3].append(event)
+
+    for event in events:
+        audience = audiences[event.pk]
+        group = audience.group_key
+        for user in audience.users:
+            if wants(user, event.kind, Channel.EMAIL) and user.email:
+                add(f"email:{user.pk}", group, Channel.EMAIL, user, None, event)
+            if wants(user, event.kind, Channel.WEBHOOK):
+                for hook in personal.get(user.pk, []):
+                    add(f"webhook:{hook.pk}", group, Channel.WEBHOOK, None, hook, event)
+        if audience.team_hooks and event.team_id:
+            for hook in team_hooks.get(event.team_id, []):
+                if event.kind in hook.events:
+                    add(f"webhook:{hook.pk}", group, Channel.WEBHOOK, None, hook, event)
+
+    window = timedelta(seconds=settings.NOTIFY_GROUP_WINDOW_SECONDS)
+    hold = timedelta(seconds=settings.NOTIFY_ARRAY_HOLD_SECONDS)
+    with transaction.atomic():
+        Event.objects.filter(pk__in=[e.pk for e in events]).update(fanned_out_at=now)
+        open_messages = {
+            (m.target, m.group_key): m
+            for m in Message.objects.filter(
+                status=MessageStatus.COLLECTING, target__in={t for t, _ in wanted}
+            )
+        }
+        links = []
+        for (target, group), (channel, user, hook, joined) in wanted.items():
+            message = open_messages.get((target, group))
+            if message is None:
+                message = Message.objects.create(
+                    channel=channel,
+                    user=user,
+                    webhook=hook,
+                    target=target,
+                    group_key=group,
+                    created_at=now,
+                    # The window opens with the first event, not with this pass.
+                    send_after=min(e.created_at for e in joined)
+                    + (hold if group.startswith("array:") else window),
+                )
+            Message.objects.filter(pk=message.pk).update(event_count=F("event_count") + len(joined))
+            links += [Message.events.through(message_id=message.pk, event_id=e.pk) for e in joined]
+        Message.events.through.objects.bulk_create(links, batch_size=2000)
+    return len(events)
+
+
+def _close_due(now: datetime) -> int:
+    from scheduler.models import Job
+    from scheduler.states import LIVE_STATES
+
+    closed = Message.objects.filter(status=MessageStatus.COLLECTING, send_after__lte=now).update(
+        status=MessageStatus.QUEUED, next_attempt_at=now
+    )
+    arrays = {
+        m.pk: int(m.group_key.split(":", 1)[1])
+        for m in Message.objects.filter(
+            status=MessageStatus.COLLECTING, group_key__startswith="array:"
+        ).only("pk", "group_key")
+    }
+    if arrays:
+        live = set(
+            Job.objects.filter(array_id__in=set(arrays.values()), state__in=LIVE_STATES)
+            .values_list("array_id", flat=True)
+            .distinct()
+        )
+        over = [pk for pk, array_id in arrays.items() if array_id not in live]
+        if over:
+            closed += Message.objects.filter(pk__in=over, status=MessageStatus.COLLECTING).update(
+                status=MessageStatus.QUEUED, next_attempt_at=now
+            )
+    return closed
+
+
+def notifications_prune(*, now: datetime | None = None) -> dict[str, int]:
+    """Delete finished messages (delivered, failed, dropped; their attempts go with them) and
+    fanned-out events older than ``NOTIFY_RETENTION_DAYS`` that no message lists. Idempotent."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.NOTIFY_RETENTION_DAYS)
+    finished = [MessageStatus.DELIVERED, MessageStatus.FAILED, MessageStatus.DROPPED]
+    messages, _ = Message.objects.filter(status__in=finished, created_at__lt=cutoff).delete()
+    events, _ = Event.objects.filter(fanned_out_at__lt=cutoff, messages__isnull=True).delete()
+    return {"messages": messages, "events": events}

@@ -1,0 +1,312 @@
+"""REST API of the policy history (platform admins; a 404 for every other signed-in user):
+the version in force, the history, one version, a diff, apply, rollback. Bad input is a 400
+whose keys name the field (``engine_config.<field>``, ``team_weights.<slug>``, ...)."""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.permissions import BasePermission
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import FieldErrors
+from tenants.permissions import is_platform_admin
+
+from . import selectors, services, whatif_runs
+from .models import PolicyVersion, WhatIfRun
+
+
+class AdminElseNotFound(BasePermission):
+    """Signed-in platform admins; any other signed-in user gets a 404 whatever the method (the
+    routes do not exist for them), before a 405 could tell them otherwise."""
+
+    def has_permission(self, request, view) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        if not is_platform_admin(request.user):
+            raise exceptions.NotFound()
+        return True
+
+
+class PolicyVersionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PolicyVersion
+        fields = [
+            "number",
+            "created_at",
+            "created_by_name",
+            "reason",
+            "source",
+            "restores",
+            "engine_config",
+            "team_weights",
+            "priority_classes",
+        ]
+        read_only_fields = fields
+
+
+class DiffRowSerializer(serializers.Serializer):
+    section = serializers.CharField(read_only=True)
+    key = serializers.CharField(read_only=True)
+    before = serializers.JSONField(read_only=True)
+    after = serializers.JSONField(read_only=True)
+
+
+class PolicyInForceSerializer(serializers.Serializer):
+    in_force = PolicyVersionSerializer(read_only=True)
+    engine = serializers.DictField(read_only=True, help_text="every engine field's value")
+    drift = DiffRowSerializer(many=True, read_only=True)
+
+
+class PolicyApplySerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500)
+    engine_config = serializers.JSONField(
+        required=False, help_text="engine fields that differ from the defaults (replaces)"
+    )
+    team_weights = serializers.DictField(
+        child=serializers.JSONField(), required=False, help_text="team slug -> weight (merged)"
+    )
+    priority_classes = serializers.DictField(
+        child=serializers.JSONField(),
+        required=False,
+        help_text="name -> {value, preemptible_by_default, restricted} (merged)",
+    )
+
+
+class RollbackSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500)
+
+
+def _validated(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    if not serializer.is_valid():
+        raise FieldErrors({k: [str(m) for m in v] for k, v in serializer.errors.items()})
+    return serializer.validated_data
+
+
+class PolicyView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(responses={200: PolicyInForceSerializer}, operation_id="policy_in_force")
+    def get(self, request):
+        services.policy_version_seed()
+        current = selectors.policy_in_force(user=request.user)
+        return Response(
+            {
+                "in_force": PolicyVersionSerializer(current).data,
+                "engine": selectors.effective_engine_config(current.engine_config),
+                "drift": DiffRowSerializer(
+                    selectors.policy_drift(user=request.user, version=current), many=True
+                ).data,
+            }
+        )
+
+
+class PolicyVersionListView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(responses={200: PolicyVersionSerializer(many=True)})
+    def get(self, request):
+        services.policy_version_seed()
+        versions = selectors.policy_version_list(user=request.user)[:500]
+        return Response(PolicyVersionSerializer(versions, many=True).data)
+
+    @extend_schema(request=PolicyApplySerializer, responses={201: PolicyVersionSerializer})
+    def post(self, request):
+        data = _validated(PolicyApplySerializer, request.data)
+        version = services.policy_apply(user=request.user, **data)
+        return Response(PolicyVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+class PolicyVersionView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(responses={200: PolicyVersionSerializer})
+    def get(self, request, number: int):
+        version = selectors.policy_version_get(user=request.user, number=number)
+        return Response(PolicyVersionSerializer(version).data)
+
+
+class PolicyRollbackView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(request=RollbackSerializer, responses={201: PolicyVersionSerializer})
+    def post(self, request, number: int):
+        selectors.policy_version_get(user=request.user, number=number)
+        data = _validated(RollbackSerializer, request.data)
+        version = services.policy_rollback(user=request.user, number=number, **data)
+        return Response(PolicyVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+def _version_number(request, key: str) -> int:
+    raw = request.query_params.get(key, "")
+    if not raw.isdigit() or not 1 <= int(raw) <= 2**31:
+        raise FieldErrors({key: ["must be a version number"]})
+    return int(raw)
+
+
+class PolicyDiffView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("a", int, required=True, description="from version"),
+            OpenApiParameter("b", int, required=True, description="to version"),
+        ],
+        responses={200: DiffRowSerializer(many=True)},
+    )
+    def get(self, request):
+        rows = selectors.policy_diff(
+            user=request.user, a=_version_number(request, "a"), b=_version_number(request, "b")
+        )
+        return Response(DiffRowSerializer(rows, many=True).data)
+
+
+urlpatterns = [
+    path("", PolicyView.as_view(), name="api-policy"),
+    path("versions", PolicyVersionListView.as_view(), name="api-policy-versions"),
+    path("versions/<id:number>", PolicyVersionView.as_view(), name="api-policy-version"),
+    path(
+        "versions/<id:number>/rollback",
+        PolicyRollbackView.as_view(),
+        name="api-policy-rollback",
+    ),
+    path("diff", PolicyDiffView.as_view(), name="api-policy-diff"),
+]
+
+
+# ------------------------------------------------------------------------------ what-if runs
+
+
+class WhatIfRunSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    policies = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WhatIfRun
+        fields = [
+            "id",
+            "cluster",
+            "status",
+            "created_at",
+            "created_by_name",
+            "since",
+            "until",
+            "baseline_version",
+            "candidates",
+            "candidate_versions",
+            "policies",
+            "progress_fraction",
+            "progress_text",
+            "cancel_requested",
+            "started_at",
+            "finished_at",
+            "error",
+        ]
+        read_only_fields = fields
+
+    def get_policies(self, run) -> list[str]:
+        return selectors.whatif_policies(run)
+
+
+class WhatIfRunDetailSerializer(WhatIfRunSerializer):
+    class Meta(WhatIfRunSerializer.Meta):
+        fields = [*WhatIfRunSerializer.Meta.fields, "results", "details"]
+        read_only_fields = fields
+
+
+class WhatIfStartSerializer(serializers.Serializer):
+    cluster = serializers.CharField(
+        required=False, help_text="cluster name (default: the only enabled cluster)"
+    )
+    window_days = serializers.FloatField(
+        required=False, default=30, help_text="replay the jobs submitted in the last N days"
+    )
+    candidates = serializers.DictField(
+        child=serializers.JSONField(),
+        required=False,
+        help_text="candidate name -> engine configuration (fields that differ from the defaults)",
+    )
+    candidate_versions = serializers.DictField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="candidate name -> an earlier policy version whose engine configuration to try",
+    )
+
+    def validate(self, attrs):
+        # A misspelt field (``window`` for ``window_days``) would otherwise be dropped and the
+        # replay run on the default instead of what was asked.
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({key: ["unknown field"] for key in unknown})
+        return attrs
+
+
+class WhatIfApplySerializer(serializers.Serializer):
+    candidate = serializers.CharField(max_length=60)
+    reason = serializers.CharField(max_length=500)
+
+
+class WhatIfRunListView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(responses={200: WhatIfRunSerializer(many=True)}, operation_id="whatif_list")
+    def get(self, request):
+        runs = selectors.whatif_run_list(user=request.user)[:200]
+        return Response(WhatIfRunSerializer(runs, many=True).data)
+
+    @extend_schema(
+        request=WhatIfStartSerializer,
+        responses={201: WhatIfRunSerializer},
+        operation_id="whatif_start",
+        description="Queue a replay of the cluster's finished history under the policy in force "
+        "and the candidates (409 while another replay of the cluster is live).",
+    )
+    def post(self, request):
+        data = _validated(WhatIfStartSerializer, request.data)
+        run = whatif_runs.whatif_run_start(user=request.user, **data)
+        return Response(WhatIfRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class WhatIfRunView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(responses={200: WhatIfRunDetailSerializer}, operation_id="whatif_retrieve")
+    def get(self, request, run_id: int):
+        run = selectors.whatif_run_get(user=request.user, run_id=run_id)
+        return Response(WhatIfRunDetailSerializer(run).data)
+
+
+class WhatIfCancelView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(request=None, responses={200: WhatIfRunSerializer}, operation_id="whatif_cancel")
+    def post(self, request, run_id: int):
+        run = whatif_runs.whatif_run_cancel(user=request.user, run_id=run_id)
+        return Response(WhatIfRunSerializer(run).data)
+
+
+class WhatIfApplyView(APIView):
+    permission_classes = [AdminElseNotFound]
+
+    @extend_schema(
+        request=WhatIfApplySerializer,
+        responses={201: PolicyVersionSerializer},
+        operation_id="whatif_apply",
+        description="Put a candidate of a finished replay in force as the next policy version.",
+    )
+    def post(self, request, run_id: int):
+        selectors.whatif_run_get(user=request.user, run_id=run_id)
+        data = _validated(WhatIfApplySerializer, request.data)
+        version = whatif_runs.whatif_candidate_apply(user=request.user, run_id=run_id, **data)
+        return Response(PolicyVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+urlpatterns += [
+    path("whatif", WhatIfRunListView.as_view(), name="api-whatif-runs"),
+    path("whatif/<id:run_id>", WhatIfRunView.as_view(), name="api-whatif"),
+    path("whatif/<id:run_id>/cancel", WhatIfCancelView.as_view(), name="api-whatif-cancel"),
+    path("whatif/<id:run_id>/apply", WhatIfApplyView.as_view(), name="api-whatif-apply"),
+]

@@ -1,0 +1,275 @@
+"""Writes of the policy history: seed the first version, apply a change, roll back.
+
+Every write creates a new version (never edits one), writes the teams' weights and the priority
+classes it sets through tenants' services (which audit each row they change), and records one
+``policy.apply`` / ``policy.rollback`` audit entry with the whole policy before and after. All of
+it happens in one transaction, under a lock on the newest version, so two admins applying at once
+get consecutive versions, never one lost change.
+
+The engine configuration is opaque here: it is checked and read only through the policy package's
+public codec (``scheduler.policy.config_from_dict``), so when the engine's configuration format
+changes this code keeps working.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from numbers import Integral, Real
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import FieldErrors, NotFound
+from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
+from tenants import services as tenant_services
+from tenants.audit import audit_record
+from tenants.models import PriorityClass, Team
+from tenants.permissions import is_platform_admin
+
+from .models import PolicySource, PolicyVersion
+
+log = logging.getLogger(__name__)
+
+MAX_REASON = 500
+MAX_WEIGHT = 1_000_000.0
+CLASS_FIELDS = ("value", "preemptible_by_default", "restricted")
+
+
+def current_tables() -> tuple[dict[str, float], dict[str, dict]]:
+    """The team weights and priority classes the loop reads today (slug -> weight, name ->
+    {value, preemptible_by_default, restricted})."""
+    weights = dict(Team.objects.order_by("slug").values_list("slug", "fair_share_weight"))
+    classes = {
+        row["name"]: {k: row[k] for k in CLASS_FIELDS}
+        for row in PriorityClass.objects.order_by("name").values("name", *CLASS_FIELDS)
+    }
+    return weights, classes
+
+
+def version_content(version: PolicyVersion) -> dict:
+    return {
+        "engine_config": version.engine_config,
+        "team_weights": version.team_weights,
+        "priority_classes": version.priority_classes,
+    }
+
+
+def _environment_config() -> dict:
+    return dict(getattr(settings, "SCHEDULER_POLICY", None) or {})
+
+
+def policy_version_seed() -> PolicyVersion:
+    """Version 1 from the environment's ``SCHEDULER_POLICY`` and today's weights and classes, if
+    there is no version yet; otherwise the newest version. Idempotent (a racing seed loses on the
+    unique number and reads the winner's)."""
+    newest = PolicyVersion.objects.order_by("-number").first()
+    if newest is not None:
+        return newest
+    weights, classes = current_tables()
+    with transaction.atomic():
+        version, _ = PolicyVersion.objects.get_or_create(
+            number=1,
+            defaults={
+                "created_at": timezone.now(),
+                "created_by_name": "system",
+                "reason": "first version, from the environment's SCHEDULER_POLICY",
+                "source": PolicySource.ENVIRONMENT,
+                "engine_config": _environment_config(),
+                "team_weights": weights,
+                "priority_classes": classes,
+            },
+        )
+    return version
+
+
+def validate_engine_config(data: Any) -> dict:
+    """``data`` if the engine's codec accepts it; else FieldErrors naming the field."""
+    if not isinstance(data, dict):
+        raise FieldErrors({"engine_config": ["must be a JSON object"]})
+    try:
+        config_from_dict(data, path="engine_config")
+    except SnapshotError as exc:
+        raise FieldErrors({exc.field: [exc.reason]}) from None
+    for message in config_deprecations(data, "engine_config"):
+        log.warning("%s", message)  # accepted for one release (docs/policy.md)
+    return data
+
+
+def _validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, float]:
+    if not isinstance(data, dict):
+        errors["team_weights"] = ["must be an object of team slug to weight"]
+        return {}
+    known = set(Team.objects.filter(slug__in=[str(k) for k in data]).values_list("slug", flat=True))
+    out = {}
+    for slug, weight in data.items():
+        field = f"team_weights.{slug}"
+        if slug not in known:
+            errors[field] = ["no such team"]
+        elif (
+            isinstance(weight, bool)
+            or not isinstance(weight, Real)
+            or not math.isfinite(weight)
+            or not 0 <= weight <= MAX_WEIGHT
+        ):
+            errors[field] = [f"must be a number from 0 to {MAX_WEIGHT:,.0f}"]
+        else:
+            out[slug] = float(weight)
+    return out
+
+
+def _validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict]:
+    if not isinstance(data, dict):
+        errors["priority_classes"] = ["must be an object of class name to settings"]
+        return {}
+    known = set(
+        PriorityClass.objects.filter(name__in=[str(k) for k in data]).values_list("name", flat=True)
+    )
+    out = {}
+    for name, spec in data.items():
+        field = f"priority_classes.{name}"
+        if name not in known:
+            errors[field] = ["no such priority class (create classes under Teams)"]
+            continue
+        if not isinstance(spec, dict):
+            errors[field] = ["must be an object with value, preemptible_by_default, restricted"]
+            continue
+        for key in sorted(set(spec) - set(CLASS_FIELDS)):
+            errors[f"{field}.{key}"] = ["unknown field"]
+        for key in CLASS_FIELDS:
+            if key not in spec:
+                errors[f"{field}.{key}"] = ["required"]
+        value = spec.get("value")
+        if "value" in spec and (
+            isinstance(value, bool) or not isinstance(value, Integral) or abs(value) > 10**9
+        ):
+            errors[f"{field}.value"] = ["must be a whole number within ±1,000,000,000"]
+        for key in ("preemptible_by_default", "restricted"):
+            if key in spec and not isinstance(spec[key], bool):
+                errors[f"{field}.{key}"] = ["must be true or false"]
+        out[name] = {k: spec.get(k) for k in CLASS_FIELDS}
+    return out
+
+
+def _reason(reason: Any, errors: dict[str, list[str]]) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        errors["reason"] = ["say why (it is kept in the history)"]
+        return ""
+    if len(reason) > MAX_REASON:
+        errors["reason"] = [f"at most {MAX_REASON} characters"]
+    return reason.strip()
+
+
+def require_admin(user) -> None:
+    # Not Forbidden: the policy routes do not exist for anyone else.
+    if not is_platform_admin(user):
+        raise NotFound("no such page", field="policy")
+
+
+def _write_tables(*, user, weights: dict[str, float], classes: dict[str, dict]) -> None:
+    current_weights, current_classes = current_tables()
+    for slug, weight in sorted(weights.items()):
+        if slug in current_weights and current_weights[slug] != weight:
+            team = Team.objects.get(slug=slug)
+            tenant_services.team_update(user=user, team=team, fair_share_weight=weight)
+    for name, spec in sorted(classes.items()):
+        if name in current_classes and current_classes[name] != spec:
+            pc = PriorityClass.objects.get(name=name)
+            tenant_services.priority_class_set(
+                user=user,
+                name=name,
+                value=spec["value"],
+                preemptible_by_default=spec["preemptible_by_default"],
+                restricted=spec["restricted"],
+                description=pc.description,
+            )
+
+
+def _new_version(*, user, content: dict, reason: str, source: str, restores=None):
+    previous = PolicyVersion.objects.select_for_update().order_by("-number").first()
+    assert previous is not None  # seeded by the caller
+    version = PolicyVersion.objects.create(
+        number=previous.number + 1,
+        created_at=timezone.now(),
+        created_by=user,
+        created_by_name=user.get_username(),
+        reason=reason,
+        source=source,
+        restores=restores,
+        **content,
+    )
+    _write_tables(user=user, weights=content["team_weights"], classes=content["priority_classes"])
+    audit_record(
+        actor=user,
+        action=f"policy.{'rollback' if source == PolicySource.ROLLBACK else 'apply'}",
+        target=version,
+        before=version_content(previous),
+        after=version_content(version),
+        comment=reason,
+    )
+    return version
+
+
+def policy_apply(
+    *,
+    user,
+    reason: Any,
+    engine_config: Any = None,
+    team_weights: Any = None,
+    priority_classes: Any = None,
+) -> PolicyVersion:
+    """Make a new version in force (platform admins only; anyone else NotFound). A part left
+    None keeps the version in force's; named teams and classes change, the others keep theirs.
+    Bad input is FieldErrors naming each field (``engine_config.<field>``,
+    ``team_weights.<slug>``, ``priority_classes.<name>.<field>``, ``reason``) and nothing is
+    written."""
+    require_admin(user)
+    base = policy_version_seed()
+    errors: dict[str, list[str]] = {}
+    why = _reason(reason, errors)
+    config = base.engine_config
+    if engine_config is not None:
+        try:
+            config = validate_engine_config(engine_config)
+        except FieldErrors as exc:
+            errors.update(exc.errors)
+    weights = dict(base.team_weights)
+    if team_weights is not None:
+        weights.update(_validate_weights(team_weights, errors))
+    classes = dict(base.priority_classes)
+    if priority_classes is not None:
+        classes.update(_validate_classes(priority_classes, errors))
+    if errors:
+        raise FieldErrors(errors)
+    content = {"engine_config": config, "team_weights": weights, "priority_classes": classes}
+    if content == version_content(base):
+        raise FieldErrors({"engine_config": ["nothing changed from the version in force"]})
+    with transaction.atomic():
+        return _new_version(user=user, content=content, reason=why, source=PolicySource.EDIT)
+
+
+def policy_rollback(*, user, number: int, reason: Any) -> PolicyVersion:
+    """A new version with the content of version ``number`` (platform admins only). Teams or
+    classes created since keep their current settings. Audited as ``policy.rollback``."""
+    require_admin(user)
+    policy_version_seed()
+    target = PolicyVersion.objects.filter(number=number).first()
+    if target is None:
+        raise NotFound("no such policy version", field="number")
+    errors: dict[str, list[str]] = {}
+    why = _reason(reason, errors)
+    if errors:
+        raise FieldErrors(errors)
+    # The engine's configuration format may have changed since: an old version it no longer
+    # reads is refused, naming the field, rather than put in force.
+    validate_engine_config(target.engine_config)
+    with transaction.atomic():
+        return _new_version(
+            user=user,
+            content=version_content(target),
+            reason=why,
+            source=PolicySource.ROLLBACK,
+            restores=target.number,
+        )

@@ -1,0 +1,237 @@
+"""What-if replay of the cluster's own finished history: the policy in force against candidate
+engine configurations, with the metrics of ``python -m scheduler.simulation compare``.
+
+The history is exported exactly as ``manage.py export_trace`` writes it (the cluster, its teams,
+priority classes and the configuration in force) and replayed by the simulation's own
+``replay_policies`` on the very command line ``compare_arguments`` builds, so the metrics are
+those an admin gets from the two commands by hand. Beyond them, each policy gets what the result
+page draws (``details``): its waiting-time quantiles, GPU utilization over time, and per team the
+jobs, waits, the GPU share received while jobs were arriving and the team's fair share.
+
+This module runs the replay synchronously; the portal and API run it on Celery
+(``whatif_runs.whatif_run_execute``) and pass ``watch`` to hear progress and to stop it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from core.errors import FieldErrors
+from scheduler.simulation import SimulationError
+from scheduler.simulation.cli import replay_policies
+from scheduler.simulation.runner import POLICIES, VARIANTS
+
+from .services import validate_engine_config
+
+MAX_WINDOW = timedelta(days=90)
+MAX_CANDIDATES = 4
+BASELINE = "gpuplatform"
+MAX_NAME = 40
+# Points kept per curve on the result page (quantiles of the wait, utilization over time).
+WAIT_QUANTILES = 50
+UTILIZATION_POINTS = 240
+
+
+class ReplayFailed(Exception):
+    """The replay could not run (no finished job in the window, an unreadable history); the
+    message says why, for the admin."""
+
+
+def compare_arguments(trace: Path, out: Path, candidates: dict[str, dict]) -> list[str]:
+    """The ``scheduler.simulation`` command line that replays ``trace`` under the policy in
+    force (``gpuplatform``: the trace's own configuration) and each candidate."""
+    args = ["compare", "--trace", str(trace), "--out", str(out), "--quiet"]
+    args += ["--policies", ",".join([BASELINE, *candidates])]
+    for name, config in candidates.items():
+        args += ["--engine-config", f"{name}={json.dumps(config, sort_keys=True)}"]
+    return args
+
+
+def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> None:
+    """FieldErrors (``window``, ``candidates``, ``candidates.<name>.<field>``) unless the window
+    and the candidates can be replayed."""
+    errors: dict[str, list[str]] = {}
+    if not since < until:
+        errors["window"] = ["must end after it starts"]
+    elif until - since > MAX_WINDOW:
+        errors["window"] = [
+            f"at most {MAX_WINDOW.days} days of history per replay "
+            f"(asked for {(until - since) / timedelta(days=1):.0f}); choose a shorter window"
+        ]
+    taken = set(POLICIES + VARIANTS)
+    if not isinstance(candidates, dict) or not 1 <= len(candidates) <= MAX_CANDIDATES:
+        errors["candidates"] = [f"1 to {MAX_CANDIDATES} named engine configurations"]
+    else:
+        for name, config in candidates.items():
+            if (
+                not isinstance(name, str)
+                or not name.isidentifier()
+                or len(name) > MAX_NAME
+                or name.startswith(BASELINE)
+                or name in taken
+            ):
+                errors[f"candidates.{name}"] = [
+                    f"a name of letters, digits and _ (at most {MAX_NAME}, "
+                    f"not starting with {BASELINE}, not a baseline policy's name)"
+                ]
+                continue
+            try:
+                validate_engine_config(config)
+            except FieldErrors as exc:
+                for field, problems in exc.errors.items():
+                    errors[field.replace("engine_config", f"candidates.{name}", 1)] = problems
+    if errors:
+        raise FieldErrors(errors)
+
+
+def _quantiles(sorted_values: list[float], count: int) -> list[float]:
+    """``count + 1`` nearest-rank quantiles (0 %, ..., 100 %) of already sorted values."""
+    if not sorted_values:
+        return []
+    n = len(sorted_values)
+    return [sorted_values[min(n - 1, round(k * (n - 1) / count))] for k in range(count + 1)]
+
+
+def _fair_shares(teams: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each team's fair share of the cluster: its weight's share among its siblings, times its
+    parent's share (the roots share the whole cluster)."""
+    children: dict[str | None, list[str]] = {}
+    for name, team in teams.items():
+        children.setdefault(team.get("parent"), []).append(name)
+    shares: dict[str, float] = {}
+
+    def walk(parent: str | None, share: float) -> None:
+        kids = children.get(parent, [])
+        total = sum(max(0.0, float(teams[k].get("weight", 1.0))) for k in kids)
+        for kid in kids:
+            weight = max(0.0, float(teams[kid].get("weight", 1.0)))
+            shares[kid] = share * (weight / total if total else 1.0 / len(kids))
+            walk(kid, shares[kid])
+
+    walk(None, 1.0)
+    return shares
+
+
+class _ShareMeter:
+    """GPU-seconds each team held while jobs were still arriving, integrated from the samples
+    the replay's progress gives (every 0.5 % of the jobs): a team's share of the cluster while
+    the history's load was on, which is what a policy changes (by the end every job has run)."""
+
+    def __init__(self) -> None:
+        self.gpu_s: dict[str, float] = {}
+        self.last_t: float | None = None
+        self.last_used: dict[str, int] = {}
+
+    def sample(self, sim: Any, now: float) -> None:
+        horizon = sim.jobs[-1].submit if sim.jobs else 0.0
+        t = min(now, horizon)
+        if self.last_t is not None and t > self.last_t:
+            for team, used in self.last_used.items():
+                self.gpu_s[team] = self.gpu_s.get(team, 0.0) + used * (t - self.last_t)
+        self.last_t = t
+        self.last_used = dict(sim.tenant_used)
+
+
+def _details(sim: Any, meter: _ShareMeter, fair: dict[str, float]) -> dict[str, Any]:
+    waits = sorted(j.queue_s for j in sim.jobs)
+    per_team: dict[str, list[float]] = {}
+    for job in sim.jobs:
+        per_team.setdefault(job.tenant, []).append(job.queue_s)
+    held = sum(meter.gpu_s.values())
+    teams = {}
+    for team, team_waits in sorted(per_team.items()):
+        team_waits.sort()
+        teams[team] = {
+            "jobs": len(team_waits),
+            "avg_wait_s": round(sum(team_waits) / len(team_waits), 3),
+            "p95_wait_s": round(_quantiles(team_waits, 20)[19], 3),
+            "gpu_share": round(meter.gpu_s.get(team, 0.0) / held, 6) if held else 0.0,
+            "fair_share": round(fair.get(team, 0.0), 6),
+        }
+    t, used = sim.series_t, sim.series_used
+    hours, utilization = [], []
+    if t:
+        step = max(1, len(t) // UTILIZATION_POINTS)
+        for i in range(0, len(t), step):
+            hours.append(round(t[i] / 3600.0, 4))
+            utilization.append(round(used[i] / sim.total_gpus, 4) if sim.total_gpus else 0.0)
+    return {
+        "wait_quantiles_s": [round(w, 3) for w in _quantiles(waits, WAIT_QUANTILES)],
+        "utilization": {"hours": hours, "fraction": utilization},
+        "teams": teams,
+    }
+
+
+Watch = Callable[[str, int, int, int, int], None]
+
+
+def whatif_replay(
+    *,
+    cluster: str,
+    since: datetime,
+    until: datetime,
+    candidates: Any,
+    watch: Watch | None = None,
+) -> dict[str, Any]:
+    """``{"results": policy -> metrics, "details": policy -> chart data, "jobs": n}`` for the jobs
+    submitted on ``cluster`` in [since, until). Bad input is FieldErrors; a history that cannot
+    be replayed is ReplayFailed. ``watch(policy, policy_index, policies, jobs_done, jobs)`` hears
+    progress (about 200 times per policy) and may raise to stop the replay."""
+    whatif_validate(since=since, until=until, candidates=candidates)
+    names = [BASELINE, *candidates]
+    meters = {name: _ShareMeter() for name in names}
+
+    def on_progress(policy: str, sim: Any, done: int, total: int, now: float) -> None:
+        meters[policy].sample(sim, now)
+        if watch is not None:
+            watch(policy, names.index(policy), len(names), done, total)
+
+    with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
+        trace, out = Path(tmp) / "history.json", Path(tmp) / "results.json"
+        try:
+            call_command(
+                "export_trace",
+                out=str(trace),
+                since=since.isoformat(),
+                until=until.isoformat(),
+                cluster=cluster,
+                stdout=io.StringIO(),
+                stderr=io.StringIO(),
+            )
+        except CommandError as exc:
+            raise ReplayFailed(f"the history could not be exported: {exc}") from None
+        try:
+            results, sims, history = replay_policies(
+                compare_arguments(trace, out, candidates), watch=on_progress
+            )
+        except (OSError, ValueError, KeyError, SimulationError) as exc:
+            raise ReplayFailed(f"the replay failed: {exc}") from None
+    if not any(m.get("jobs") for m in results.values()):
+        raise ReplayFailed("no finished job was submitted in this window; choose a longer one")
+    fair = _fair_shares(dict(history.teams) if history is not None else {})
+    return {
+        "results": results,
+        "details": {name: _details(sims[name], meters[name], fair) for name in names},
+    }
+
+
+def whatif_compare(
+    *, cluster: str, since: datetime, until: datetime, candidates: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Policy name -> metrics for the jobs submitted on ``cluster`` in [since, until). Bad input
+    is FieldErrors (``window``, ``candidates``, ``candidates.<name>.<field>``)."""
+    try:
+        return whatif_replay(cluster=cluster, since=since, until=until, candidates=candidates)[
+            "results"
+        ]
+    except ReplayFailed as exc:
+        raise FieldErrors({"window": [str(exc)]}) from None

@@ -1,0 +1,64 @@
+"""REST endpoints for reproducibility records and "resubmit exactly this"
+(``scheduler.reproducibility``). Another team's job is a 404, as everywhere."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import reproducibility
+from .serializers import JobSerializer
+
+
+class ResubmitSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(
+        min_value=1,
+        max_value=100_000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Which attempt to run again (default: the latest that has a record).",
+    )
+
+
+class JobRecordsView(APIView):
+    """Every attempt's reproducibility record of a job, first attempt first."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, job_id: int):
+        records = reproducibility.attempt_records(user=request.user, job_id=job_id)
+        return Response({"job": job_id, "records": [r.record for r in records]})
+
+
+class JobRecordView(APIView):
+    """One attempt's reproducibility record, as exported (JSON)."""
+
+    # Both record routes would otherwise get the operation id api_v1_jobs_records_retrieve.
+    @extend_schema(operation_id="api_v1_jobs_record_retrieve", responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, job_id: int, attempt: int):
+        record = reproducibility.attempt_record_get(
+            user=request.user, job_id=job_id, attempt=attempt
+        )
+        return Response(record.record)
+
+
+class JobResubmitView(APIView):
+    """Submit a new job that runs exactly what an attempt of this job ran."""
+
+    def get_throttles(self):
+        from tenants.throttles import job_submit_throttles
+
+        return job_submit_throttles()
+
+    @extend_schema(request=ResubmitSerializer, responses={201: JobSerializer})
+    def post(self, request, job_id: int):
+        body = ResubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = reproducibility.job_resubmit(
+            user=request.user, job_id=job_id, attempt=body.validated_data["attempt"]
+        )
+        job.live_allocations = []
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)

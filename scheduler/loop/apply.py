@@ -1,0 +1,245 @@
+"""Apply: the engine's decisions written to the database in ONE transaction.
+
+Starts and preemptions go through ``scheduler.transitions`` (conditional UPDATEs; every GPU
+guarded by the database's partial unique constraint), so applying the same decisions twice
+changes nothing and a racing cycle cannot double-allocate. Elastic resizes and the pending jobs'
+reasons and start estimates are written here; only reasons whose text changed are written and
+streamed. Nothing here talks to a backend: that is ``enforce``, after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from core import streams
+from scheduler.policy import Decisions
+from scheduler.policy.ranking import DEADLINE_MISS
+
+from ..models import Allocation, Job, JobEvent
+from ..snapshot import SnapshotIndex
+from ..states import JobState
+from ..transitions import JobStart, event_record, job_preempt, job_start_many, publish_job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Applied:
+    """What one application of the decisions changed: jobs started and preempted, and how many
+    pending jobs had their reason refreshed."""
+
+    started: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    pending: int = 0
+
+
+def apply_decisions(decisions: Decisions, *, index: SnapshotIndex, now: datetime) -> Applied:
+    """Write the decisions in one transaction. Idempotent: re-applying changes nothing."""
+    result = Applied()
+    with transaction.atomic():
+        result.started = _apply_starts(decisions.start, index, now)
+        for preempt in decisions.preempt:
+            job_pk = index.job_pk.get(preempt.job)
+            if job_pk is not None and job_preempt(
+                job_pk=job_pk, reason=preempt.reason, grace_s=preempt.grace_s, now=now
+            ):
+                result.preempted.append(job_pk)
+        for resize in decisions.resize:
+            job_pk = index.job_pk.get(resize.job)
+            if job_pk is not None and resize.placement is not None:
+                _apply_resize(job_pk, resize, index, now)
+        result.pending = _apply_pending(decisions, index)
+    return result
+
+
+def _apply_starts(starts, index: SnapshotIndex, now: datetime) -> list[int]:
+    """Start the engine's starts whose job and placement still resolve (one cluster each)."""
+    resolved = []
+    for start in starts:
+        job_pk = index.job_pk.get(start.job)
+        if job_pk is None:
+            continue
+        clusters = {index.node_by_name[name].cluster_id for name in start.placement}
+        if len(clusters) != 1:
+            log.error("engine placed job %s across clusters %s; not started", job_pk, clusters)
+            continue
+        resolved.append(
+            JobStart(
+                job_pk=job_pk,
+                cluster_id=clusters.pop(),
+                placement={n: list(g) for n, g in sorted(start.placement.items())},
+                workers=start.workers,
+            )
+        )
+    return job_start_many(starts=resolved, nodes=index.node_by_name, now=now)
+
+
+def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> None:
+    """Move an elastic running job to ``resize.workers`` workers on ``resize.placement``.
+
+    ``Job.workers`` holds an elastic job's current size, so the next snapshot sees the job as it
+    now runs; a resize outside the job's range or of the wrong GPU count is ignored."""
+    job = Job.objects.select_related("team").filter(pk=job_pk, state=JobState.RUNNING).first()
+    if job is None or job.elastic_min_workers is None or resize.workers == job.workers:
+        return
+    if not job.elastic_min_workers <= resize.workers <= job.elastic_max_workers:
+        log.error("engine resized job %s outside its range to %s", job_pk, resize.workers)
+        return
+    wanted = {(index.node_by_name[n].pk, g) for n, gpus in resize.placement.items() for g in gpus}
+    if len(wanted) != resize.workers * job.gpus_per_worker:
+        log.error("engine resized job %s to a placement of %s GPUs", job_pk, len(wanted))
+        return
+    live = {(a.node_id, a.gpu_index): a for a in job.allocations.filter(ended_at__isnull=True)}
+    try:
+        with transaction.atomic():
+            Allocation.objects.filter(
+                pk__in=[a.pk for key, a in live.items() if key not in wanted]
+            ).update(ended_at=now)
+            Allocation.objects.bulk_create(
+                Allocation(
+                    job=job, node_id=node_id, gpu_index=g, attempt=job.attempts, started_at=now
+                )
+                for node_id, g in sorted(wanted - set(live))
+            )
+            Job.objects.filter(pk=job.pk).update(workers=resize.workers)
+    except IntegrityError:
+        log.warning("resize of job %s lost a race for GPUs; unchanged", job_pk)
+        return
+    previous, job.workers = job.workers, resize.workers
+    event_record(
+        job=job,
+        kind="resized",
+        time=now,
+        message=f"elastic resize from {previous} to {resize.workers} workers",
+        data={"workers": resize.workers, "previous": previous},
+    )
+    publish_job(job)
+
+
+PENDING_PUBLISH_MAX = 200
+
+
+def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
+    """Store each pending job's reason and estimate; only rows whose text changed are written.
+
+    Estimates are rounded to the minute: users read them as "about when", and exact seconds
+    would rewrite thousands of rows every cycle as reservations shift slightly.
+    """
+    wanted: dict[int, tuple[str, datetime | None]] = {}
+    # Jobs of one shape waiting for one reason share the engine's text: convert each text once.
+    shown_why: dict[str, str] = {}
+    for item in decisions.pending:
+        job_pk = index.job_pk.get(item.job)
+        if job_pk is None:
+            continue
+        estimate = None
+        if item.estimated_start is not None:
+            estimate = _estimate_datetime(item.estimated_start)
+        why = shown_why.get(item.why)
+        if why is None:
+            why = shown_why[item.why] = _humanize_times(item.why)[:2000]
+        wanted[job_pk] = (why, estimate)
+    if not wanted:
+        return 0
+    changed: list[tuple[int, str, datetime | None, int, str, str]] = []
+    for job_pk, (why, estimate) in wanted.items():
+        shown = index.pending_shown.get(job_pk)
+        if shown is None:
+            continue
+        team_id, team_slug, name, old_why, old_estimate = shown
+        if old_why != why or old_estimate != estimate:
+            changed.append((job_pk, why, estimate, team_id, team_slug, name))
+    _write_pending_reasons([(pk, why, estimate) for pk, why, estimate, *_ in changed])
+    _record_deadline_risks(changed, index)
+    # One jobs.status batch per team per cycle, not one message per job (capped: a backlog's
+    # first cycle can change thousands of reasons; the pages re-read on connect anyway).
+    now = timezone.now().isoformat()
+    batches: dict[int, list[streams.JobStatusPayload]] = {}
+    for job_pk, why, estimate, team_id, team_slug, name in changed[:PENDING_PUBLISH_MAX]:
+        batches.setdefault(team_id, []).append(
+            {
+                "type": "job.status",
+                "job": job_pk,
+                "team": team_slug,
+                "name": name,
+                "state": JobState.PENDING.value,
+                "why": why,
+                "estimated_start": estimate.isoformat() if estimate else None,
+                "placement": {},
+                "time": now,
+            }
+        )
+    for team_id, jobs in batches.items():
+        batch: streams.JobsStatusPayload = {"type": "jobs.status", "jobs": jobs, "time": now}
+        streams.publish(streams.team_group(team_id), batch)
+    return len(wanted)
+
+
+def _record_deadline_risks(changed: list[tuple], index: SnapshotIndex) -> None:
+    """A ``deadline_at_risk`` event on each job whose why now says it will miss its deadline and
+    did not before, so the timeline (and whoever watches it) hears it once, early."""
+    now = timezone.now()
+    events = [
+        JobEvent(job_id=pk, time=now, kind="deadline_at_risk", message=why.split(";", 1)[0])
+        for pk, why, *_ in changed
+        if why.startswith(DEADLINE_MISS)
+        and not (index.pending_shown[pk][3] or "").startswith(DEADLINE_MISS)
+    ]
+    if events:
+        JobEvent.objects.bulk_create(events)
+
+
+_ENGINE_TIME = re.compile(r"\bt=(\d+(?:\.\d+)?)")
+# Estimates past this are shown as unknown: a queue of year-long jobs can put the last
+# reservation beyond the calendar ``datetime`` can hold (year 9999).
+LATEST_ESTIMATE = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _estimate_datetime(epoch_s: float) -> datetime | None:
+    """An engine time (epoch seconds) rounded to the minute, or None when it is not a date."""
+    try:
+        if not epoch_s < LATEST_ESTIMATE.timestamp():
+            return None
+        return datetime.fromtimestamp(round(epoch_s / 60) * 60, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _humanize_times(why: str) -> str:
+    """The engine speaks in clock seconds (``t=1764685234``); people read ``14:05 UTC``."""
+
+    def shown(match: re.Match) -> str:
+        at = _estimate_datetime(float(match.group(1)))
+        return "an unknown time" if at is None else at.strftime("%Y-%m-%d %H:%M UTC")
+
+    return _ENGINE_TIME.sub(shown, why)
+
+
+def _write_pending_reasons(rows: list[tuple[int, str, datetime | None]]) -> None:
+    """One UPDATE … FROM unnest(arrays) on PostgreSQL (bulk_update's CASE chains dominated the
+    cycle at 10,000 pending jobs); bulk_update elsewhere."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        Job.objects.bulk_update(
+            [Job(pk=pk, why_pending=why, estimated_start=est) for pk, why, est in rows],
+            ["why_pending", "estimated_start"],
+            batch_size=500,
+        )
+        return
+    table = Job._meta.db_table
+    ids, whys, estimates = zip(*rows, strict=True)
+    # Three array parameters whatever the row count: cheap to bind and to plan.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS j SET why_pending = v.why, estimated_start = v.est "
+            "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS v(id, why, est) "
+            "WHERE j.id = v.id AND j.state = 'pending'",
+            [list(ids), list(whys), list(estimates)],
+        )

@@ -1,0 +1,146 @@
+"""Enforce: after the apply stage's commit, make each backend match the database.
+
+Reads state rather than remembering what the decide step did, and every backend call is
+idempotent by our job id, so a crash between commit and backend call is healed by the next
+cycle, which re-issues the call:
+
+- runs that are RUNNING in the database but not yet on their backend are submitted;
+- preemption victims are asked to checkpoint, then stopped and requeued when their grace ends;
+- jobs that opted in are asked to checkpoint on the advised schedule.
+
+Isolation: a backend refusal or error about one job fails that job alone
+(``transitions.job_fail``, the reason in its events) and the next job is still handled; an
+outage marks its cluster (``services.cluster_backend_mark``) and changes no job.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.utils import timezone
+
+from ..backends import backend_run_id, get_backend
+from ..backends.base import BackendError, BackendJobSpec, BackendRejected
+from ..checkpoint_advice import advice_env, request_due_checkpoints
+from ..models import Allocation, Job
+from ..reproducibility import attempt_record_write
+from ..services import cluster_backend_mark
+from ..snapshot import policy_config
+from ..states import JobState
+from ..transitions import job_fail, job_requeue
+
+log = logging.getLogger(__name__)
+
+
+def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
+    """What the backend runs for the job's current attempt. The checkpoint grace a run gets
+    when it is stopped is the policy's ``preemption_grace_s``, the time the engine waits before
+    handing a victim's GPUs on, so the run's final checkpoint fits inside it."""
+    env = {str(k): str(v) for k, v in (job.env or {}).items()}
+    if job.checkpoint_interval_s:
+        env.setdefault("CHECKPOINT_INTERVAL_S", str(job.checkpoint_interval_s))
+    for name, value in advice_env(job, placement, now=timezone.now()).items():
+        env.setdefault(name, value)
+    return BackendJobSpec(
+        job_id=backend_run_id(job),
+        attempt=job.attempts,
+        name=job.name,
+        team=job.team.slug,
+        image=job.image,
+        command=job.command,
+        workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        placement={n: tuple(g) for n, g in sorted(placement.items())},
+        env=env,
+        runtime_limit_s=job.runtime_limit_s,
+        checkpoint_grace_s=max(1, round(policy_config().preemption_grace_s)),
+        # Simulated clusters only; without it the simulated backend's default amount of work.
+        service_time_s=job.simulated_duration_s,
+        resume_from_s=job.checkpointed_progress_s,
+    )
+
+
+def reconcile(*, now: datetime) -> None:
+    """Make each backend match the database. Safe to run any number of times. A refusal or an
+    error about one job fails that job alone; an outage marks its cluster and changes no job."""
+    # Runs that are RUNNING in the database but not yet submitted (or whose submit was lost).
+    to_submit = list(
+        Job.objects.filter(state=JobState.RUNNING, backend_ref="").select_related("team", "cluster")
+    )
+    placements: dict[int, dict[str, list[int]]] = {}
+    for job_pk, name, gpu in (
+        Allocation.objects.filter(job__in=to_submit, ended_at__isnull=True)
+        .order_by("job_id", "node__name", "gpu_index")
+        .values_list("job_id", "node__name", "gpu_index")
+    ):
+        placements.setdefault(job_pk, {}).setdefault(name, []).append(gpu)
+    submitted: list[tuple[int, int, str]] = []
+    for job in to_submit:
+        if job.cluster is None:
+            continue
+        try:
+            backend = get_backend(job.cluster)
+        except Exception as exc:  # a misconfigured cluster; the sync reports it on the cluster
+            log.warning("cluster %s: no backend to submit to: %s", job.cluster.name, exc)
+            continue
+        try:
+            spec = job_spec(job, placements.get(job.pk, {}))
+            ref = backend.submit(spec)
+        except BackendRejected as exc:
+            # The cluster refuses this job; retrying it every cycle will not help.
+            job_fail(job=job, now=now, reason=f"cluster {job.cluster.name} refused the job: {exc}")
+            continue
+        except BackendError as exc:
+            cluster_backend_mark(cluster=job.cluster, error=f"submit failed: {exc}")
+            continue
+        except Exception as exc:
+            # One job the backend chokes on must not keep every later job from starting.
+            log.exception("submitting job %s to cluster %s raised", job.pk, job.cluster.name)
+            job_fail(
+                job=job,
+                now=now,
+                reason=f"could not be started on cluster {job.cluster.name} "
+                f"({type(exc).__name__}: {exc})",
+            )
+            continue
+        cluster_backend_mark(cluster=job.cluster)
+        submitted.append((job.pk, job.attempts, ref))
+        _record_attempt(job, spec, backend, ref, now)
+    for job_pk, attempts, ref in submitted:
+        Job.objects.filter(pk=job_pk, state=JobState.RUNNING, attempts=attempts).update(
+            backend_ref=ref
+        )
+    # Preemption victims: ask for a checkpoint, then stop and requeue when the grace is over.
+    for job in Job.objects.filter(state=JobState.PREEMPTED).select_related("team", "cluster"):
+        backend = get_backend(job.cluster) if job.cluster else None
+        try:
+            if backend is not None and job.backend_ref:
+                backend.checkpoint(backend_run_id(job), job.attempts)
+            if job.preempt_deadline and job.preempt_deadline <= now:
+                progress = None
+                if backend is not None and job.backend_ref:
+                    (status,) = backend.poll_jobs([(backend_run_id(job), job.attempts)])
+                    progress = status.checkpointed_progress_s
+                    backend.cancel(backend_run_id(job), job.attempts)
+                job_requeue(job=job, now=now, reason="preempted", checkpointed_progress_s=progress)
+        except BackendError as exc:
+            if job.cluster:
+                cluster_backend_mark(cluster=job.cluster, error=f"preemption failed: {exc}")
+        except Exception as exc:
+            log.exception("preempting job %s raised", job.pk)
+            job_fail(
+                job=job,
+                now=now,
+                reason=f"could not be stopped for preemption ({type(exc).__name__}: {exc})",
+            )
+    # Jobs that opted in are asked to checkpoint on the advised schedule.
+    request_due_checkpoints(now=now)
+
+
+def _record_attempt(job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime) -> None:
+    # A record that cannot be written must not stop the run the cluster already accepted.
+    try:
+        attempt_record_write(job=job, spec=spec, backend=backend, ref=ref, now=now)
+    except Exception:
+        log.exception("job %s: the reproducibility record was not written", job.pk)

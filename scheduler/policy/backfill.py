@@ -1,0 +1,190 @@
+"""Rule 5 of docs/policy.md: EASY backfill with GPU-granular reservations.
+
+The highest-ranked blocked jobs of each GPU model (``reservations_per_model``) get a reservation
+at the earliest time the running jobs' expected ends (and the ends of jobs started this cycle)
+free enough GPUs for their gang; the GPUs it counts on are held (``protect``) so lower-ranked
+jobs start only on other GPUs or if they end before it. Releases come from one heap built in
+O(running) and popped only as far as needed. With LAS queues, a job that has waited less than
+``las.reserve_after_s`` while preemptible work could make room gets no reservation yet.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from scheduler.policy.model import PendingJob, Reserve
+from scheduler.policy.state import _INF, _Model
+
+# A GPU model gets at most ``Config.reservations_per_model`` EASY reservations; blocked jobs that
+# cannot get one (their GPUs are held by jobs without an expected end) may cost this many extra
+# tries in all.
+_EXTRA_RESERVATION_TRIES = 3
+
+
+class _Backfill:
+    """Reservations of one cycle (a part of ``_Cycle``)."""
+
+    # ------------------------------------------------------------------ reservations
+
+    def release_heap(self) -> list[tuple[float, int]]:
+        """A heap of ``(expected release time, index into snapshot.running)``, built once.
+
+        The time is ``expected_end`` (or ``releasing_at`` if sooner), never before ``now``.
+        Building it is O(running) with a tiny constant; reservations then pop only the
+        releases they need, in time order.
+        """
+        if self._release_heap is None:
+            now = self.now
+            heap = []
+            unknown = []
+            for k, r in enumerate(self.snap.running):
+                end = r.expected_end
+                rel = r.releasing_at
+                if rel is not None and (end is None or rel < end):
+                    end = rel
+                if end is None:
+                    unknown.append(k)
+                else:
+                    heap.append((end if end > now else now, k))
+            heapq.heapify(heap)
+            self._release_heap = heap
+            self._unknown_runs = unknown
+        return self._release_heap
+
+    def unknown_gpus(self, ms: _Model) -> int:
+        """GPUs of the model's eligible nodes held by jobs without an expected end."""
+        self.release_heap()
+        running = self.snap.running
+        id_of = self.id_of
+        node_model = self.node_model
+        n = ms.unknown_started
+        for k in self._unknown_runs:
+            r = running[k]
+            if r.id in self.gone or r.id in self.shrunk:
+                continue
+            for name, idxs in r.placement.items():
+                i = id_of.get(name)
+                if i is not None and node_model[i] == ms.name:
+                    n += len(idxs)
+        return n
+
+    def reserve_later(self, job: PendingJob, ms: _Model, need: int) -> bool:
+        """LAS: no reservation (which would hold GPUs idle) yet for ``job``: it has waited less
+        than ``las.reserve_after_s`` and preemptible jobs of its class or lower hold enough GPUs
+        of the model for it. Those GPUs change hands by attained service anyway (the job may
+        preempt them once they have run longer than it), so holding GPUs idle for it mostly
+        delays others; a cluster of non-preemptible work keeps its reservations."""
+        las = self.las
+        if las is None or not self.cfg.preemption:
+            return False
+        after = las.reserve_after_s
+        if after is None or after <= 0:
+            return False
+        if self.now - job.submitted_at - job.attained_service_s >= after:
+            return False
+        levels = self.levels
+        top = self.classes.get(job.priority_class, 0) * levels + levels - 1
+        held = self.victim_gpus_upto.get((ms.name, top))
+        if held is None:
+            held = 0
+            for key in (ms.name, None):
+                for p, n in self.victim_gpus.get(key, {}).items():
+                    if p <= top:
+                        held += n
+            self.victim_gpus_upto[(ms.name, top)] = held
+        return held >= need
+
+    def reserve(
+        self, job: PendingJob, ms: _Model, w: int, g: int, hold: bool = True
+    ) -> float | None:
+        """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
+
+        With ``hold=False`` only the start time is computed: nothing is held or emitted."""
+        if hold and ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
+            return None
+        if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
+            return None
+        if hold:
+            ms.easy_tries += 1
+        long_view = (ms.long or ms.now)["all"]
+        base = long_view.cnt
+        cap = ms.pools["all"].cap
+        model = ms.name
+        id_of = self.id_of
+        node_model = self.node_model
+        gone = self.gone
+        shrunk = self.shrunk
+        running = self.snap.running
+        # Walk the releases in time order (running jobs from a heap copy, jobs started this
+        # cycle from a sorted list), keeping the worker-slot count up to date in O(1) per
+        # release; the gang fits at the first time slots >= w. Jobs preempted or shrunk this
+        # cycle are skipped: their GPUs are promised to a preemptor.
+        heap = list(self.release_heap())
+        started = sorted(ms.started_ends)
+        si = 0
+        cnt: dict[int, int] = {}
+        slots = long_view.slots(g)
+        found = None
+        # Releases an earlier reservation of this cycle already counts on are not available
+        # again (conservative: they stay claimed whatever the time), so reservations never
+        # promise the same GPUs twice.
+        debt = dict(ms.claimed)
+
+        def release(i: int, k: int) -> None:
+            nonlocal slots
+            d = debt.get(i)
+            if d:
+                used = d if d < k else k
+                debt[i] = d - used
+                k -= used
+                if not k:
+                    return
+            old = cnt.get(i)
+            if old is None:
+                old = base[i]
+            new = old + k
+            cnt[i] = new
+            slots += min(new, cap) // g - min(old, cap) // g
+
+        while slots < w and (heap or si < len(started)):
+            t_run = heap[0][0] if heap else _INF
+            t_new = started[si][0] if si < len(started) else _INF
+            t = t_run if t_run < t_new else t_new
+            while heap and heap[0][0] == t:
+                r = running[heapq.heappop(heap)[1]]
+                if r.id in gone or r.id in shrunk:
+                    continue
+                for name, idxs in r.placement.items():
+                    i = id_of.get(name)
+                    if i is not None and idxs and node_model[i] == model:
+                        release(i, len(idxs))
+            while si < len(started) and started[si][0] == t:
+                release(started[si][1], started[si][2])
+                si += 1
+            if slots >= w:
+                found = t
+        if not hold:
+            return found
+        if found is None:
+            ms.easy_failed.append((w, g))
+            return None
+        hyp = long_view.clone()
+        for node, c in cnt.items():
+            hyp.set(node, min(c, cap))
+        prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
+        plan = hyp.place(w, g, prefer)
+        assert plan is not None
+        claimed = ms.claimed
+        for node, workers in plan:
+            k = workers * g
+            released = hyp.cnt[node] - long_view.cnt[node]
+            self.protect(ms, node, k - released)
+            if released > 0:
+                claimed[node] = claimed.get(node, 0) + (k if k < released else released)
+            ms.reserved_nodes.add(node)
+        ms.res_count += 1
+        self.epoch += 1
+        ms.min_res_at = min(ms.min_res_at, found)
+        ms.reservations.append((job.id, found))
+        self.reserves.append(Reserve(job.id, found, tuple(sorted(self.names[n] for n, _ in plan))))
+        return found

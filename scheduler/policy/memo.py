@@ -1,0 +1,209 @@
+"""What ``decide`` carries from one call to the next, and why it never changes a decision.
+
+Consecutive cycles (the live loop, the simulator) nearly always see the same nodes, teams and
+running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across calls:
+
+- the static topology of recently seen eligible-node sets (:class:`_Topology`: pools per GPU
+  model, dataset caches, node sizes), keyed by value, checked by node identity first;
+- the fair-share standings of recently seen team lists, keyed by value;
+- per pool, the capacity index of the last call's free counts, updated for changed nodes only;
+- per running job, its LAS rank and the time until which it holds (``ranking._rank_span``), and
+  its placement view (see ``preemption``), checked by the identity of the objects passed.
+
+Every hit is exactly what a rebuild would give (keys hold every field read), so decisions never
+depend on the memos; :func:`clear` forgets them all, as a new process would. Racing threads only
+cost each other rebuilds: entries are replaced whole.
+"""
+
+from __future__ import annotations
+
+from scheduler.policy.capacity import Index, Pool
+from scheduler.policy.fairshare import standings
+from scheduler.policy.model import Node, RunningJob
+
+_MEMO_SIZE = 8
+
+
+def _memo_put(memo: dict, key: tuple, value: object) -> None:
+    """Insert into a small memo, evicting the oldest entry; safe if threads race (a lost
+    eviction or insertion only costs a rebuild later, never a wrong answer)."""
+    while len(memo) >= _MEMO_SIZE:
+        try:
+            memo.pop(next(iter(memo)), None)
+        except (RuntimeError, StopIteration):
+            break
+    memo[key] = value
+
+
+_STANDINGS_MEMO: dict[tuple, tuple[dict[str, int], int]] = {}
+
+
+def _standings(teams, band: float) -> tuple[dict[str, int], int]:
+    # Memoised by value (the fields fair share reads): teams rarely change between cycles.
+    key = (band, tuple((t.name, t.parent, t.weight, t.usage_gpu_s) for t in teams))
+    out = _STANDINGS_MEMO.get(key)
+    if out is None:
+        out = standings(teams, band)
+        _memo_put(_STANDINGS_MEMO, key, out)
+    return out
+
+
+class _Topology:
+    """Static facts about a set of eligible nodes: topology order, pools per GPU model
+    (all / spot / on-demand), dataset caches, node sizes. Immutable once built."""
+
+    __slots__ = ("order", "names", "id_of", "rack", "node_model", "models")
+
+    def __init__(self, eligible: list[Node]) -> None:
+        self.order = sorted(
+            range(len(eligible)),
+            key=lambda p: (
+                eligible[p].gpu_model,
+                eligible[p].fabric,
+                eligible[p].rack,
+                eligible[p].nvlink_domain,
+                eligible[p].name,
+            ),
+        )
+        elig = [eligible[p] for p in self.order]
+        self.names = [n.name for n in elig]
+        self.id_of = {n.name: i for i, n in enumerate(elig)}
+        self.rack = [n.rack for n in elig]
+        self.node_model = [n.gpu_model for n in elig]
+        gpus = [n.gpus for n in elig]
+        domain = [n.nvlink_domain for n in elig]
+        fabric = [n.fabric for n in elig]
+        groups: dict[str, list[int]] = {}
+        for i, n in enumerate(elig):
+            groups.setdefault(n.gpu_model, []).append(i)
+        self.models = []
+        for model in sorted(groups):
+            ids = groups[model]
+            sizes: dict[int, int] = {}
+            for i in ids:
+                sizes[gpus[i]] = sizes.get(gpus[i], 0) + 1
+            spot = [i for i in ids if elig[i].spot]
+            ondemand = [i for i in ids if not elig[i].spot]
+            subsets = {"all": ids}
+            if spot and ondemand:
+                subsets["spot"] = spot
+                subsets["ondemand"] = ondemand
+            pools = {
+                key: Pool(sub, gpus, domain, self.rack, fabric) for key, sub in subsets.items()
+            }
+            ds: dict[str, list[int]] = {}
+            for i in ids:
+                for d in elig[i].datasets:
+                    ds.setdefault(d, []).append(i)
+            ds_nodes = {d: frozenset(v) for d, v in ds.items()}
+            self.models.append((model, pools, ds_nodes, sizes))
+
+
+# Memo of the static topology of recently seen eligible-node sets. Building pools is most of the
+# cost of a small cycle, and consecutive cycles (live loop, simulator) nearly always see the same
+# nodes; only free GPUs change. Keyed by value (every static field of every eligible node, in
+# order), so a hit is exactly what a rebuild would produce: decisions do not depend on the memo.
+_TOPOLOGY_MEMO: dict[tuple, _Topology] = {}
+
+
+def _static(n: Node) -> tuple:
+    return (
+        n.name,
+        n.gpu_model,
+        n.gpus,
+        n.fabric,
+        n.rack,
+        n.nvlink_domain,
+        n.spot,
+        tuple(n.datasets),
+    )
+
+
+# The eligible nodes of the last call and their topology. Callers (live loop, simulator) pass
+# the same Node objects for unchanged nodes, so comparing identities first and the static fields
+# of changed nodes only is O(changed) instead of building the whole value key; the hit is still
+# by value, so it is exactly what a rebuild would give. One tuple, replaced atomically.
+_LAST_TOPOLOGY: list[tuple[list[Node], _Topology] | None] = [None]
+
+
+def _topology(eligible: list[Node]) -> _Topology:
+    last = _LAST_TOPOLOGY[0]
+    if last is not None:
+        prev, topo = last
+        if len(prev) == len(eligible) and all(
+            a is b or _static(a) == _static(b) for a, b in zip(prev, eligible, strict=True)
+        ):
+            _LAST_TOPOLOGY[0] = (eligible, topo)
+            return topo
+    key = tuple(_static(n) for n in eligible)
+    topo = _TOPOLOGY_MEMO.get(key)
+    if topo is None:
+        topo = _Topology(eligible)
+        _memo_put(_TOPOLOGY_MEMO, key, topo)
+    _LAST_TOPOLOGY[0] = (eligible, topo)
+    return topo
+
+
+# Per running job, facts of the previous call that stay true while the caller passes the same
+# RunningJob object (the simulator and the live loop rebuild a job's object only when one of its
+# fields changes). A hit is checked by identity and gives exactly what a rebuild gives; each
+# call keeps only the entries of its own running jobs, so the memo holds one call's worth.
+# Both are replaced atomically; concurrent callers only cost each other rebuilds.
+#
+# LAS rank: (job, valid_from, valid_until, rank), with ``classes`` and thresholds it holds for.
+_LAST_RANKS: list[tuple[dict, tuple, dict[str, tuple]]] = [({}, ((), 0.0), {})]
+
+
+def _same_service(a: RunningJob, b: RunningJob) -> bool:
+    """Whether the two have the same LAS rank at every time (the fields it is computed from)."""
+    return (
+        a.started_at == b.started_at
+        and a.attained_service_s == b.attained_service_s
+        and a.workers == b.workers
+        and a.gpus_per_worker == b.gpus_per_worker
+        and a.priority_class == b.priority_class
+    )
+
+
+# The planner's view of a placement: (placement, topology, model, GPUs, GPUs per eligible node
+# id), by job id; checked by the identity of the placement mapping, which callers keep while a
+# job's placement is unchanged.
+_LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
+
+
+# Per pool, the index of the last call's free counts (never mutated once stored). Between calls
+# only a few nodes' counts change, so updating a copy of it costs O(pool groups + changed nodes)
+# instead of indexing every node again.
+_LAST_INDEX: dict[int, tuple[Pool, Index]] = {}
+
+
+def _fresh_index(pool: Pool, free: list[list[int]]) -> Index:
+    """An index of ``pool`` with each node's free GPUs: the same state as
+    ``Index(pool, {i: len(free[i]) for i in pool.nodes})`` (counts, buckets, histograms, empty
+    slot memo, version 0), built from the last call's index when there is one."""
+    last = _LAST_INDEX.get(id(pool))
+    if last is None or last[0] is not pool:
+        index = Index(pool, {i: len(free[i]) for i in pool.nodes})
+    else:
+        index = last[1].clone()
+        cnt = index.cnt
+        for i in pool.nodes:
+            c = len(free[i])
+            if cnt[i] != c:
+                index.set(i, c)
+        index._slots = {}
+        index.version = 0
+    if len(_LAST_INDEX) >= 4 * _MEMO_SIZE and id(pool) not in _LAST_INDEX:
+        _LAST_INDEX.clear()
+    _LAST_INDEX[id(pool)] = (pool, index)
+    return index.clone()  # the cycle's own, which it mutates
+
+
+def clear() -> None:
+    """Forget everything earlier calls left behind (benchmarks and tests of a cold cycle)."""
+    _TOPOLOGY_MEMO.clear()
+    _STANDINGS_MEMO.clear()
+    _LAST_INDEX.clear()
+    _LAST_TOPOLOGY[0] = None
+    _LAST_RANKS[0] = ({}, ((), 0.0), {})
+    _LAST_PLACEMENTS[0] = {}

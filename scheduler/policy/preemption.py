@@ -1,0 +1,517 @@
+"""Rules 4 and 4a of docs/policy.md: checkpoint-aware preemption when a job does not fit.
+
+:meth:`_Preemption.plan_preemption` picks, for one blocked job, what to take: GPUs already
+being released (free), elastic jobs' spare workers, then victims of a lower rank (or borrowers
+of GPUs the job's team reclaims, or with LAS later-submitted jobs of its own queue / class), the
+least lost work first; a victim of the job's own class must have saved a checkpoint in its
+current run and runs on to just past its next one (the minimum quantum). It emits the
+preemptions, shrinks and a reservation at the end of the grace period. Its view of the running
+jobs (victims by rank, cheapest first) comes from ``victims``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+from operator import itemgetter
+
+from scheduler.policy.capacity import Index
+from scheduler.policy.model import PendingJob, Preempt, Reserve, Resize
+from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run
+
+# Preemption planning looks at no more than this many candidate victims per blocked job; it
+# bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
+_MAX_VICTIM_CANDIDATES = 128
+# ... and for a one-node job this many, grouped by node (see _Cycle.cheapest_node): the cheapest
+# few victims are usually spread over many nodes, and none of those nodes would be complete.
+_MAX_NODE_CANDIDATES = 1024
+# A victim preempted by a job of its own class stops this long after its next checkpoint is due:
+# time for the checkpoint to be written before the job is told to stop.
+_AFTER_CHECKPOINT_S = 30.0
+# Preemption candidates sort by (kind, cost, job id); never by the rest (unorderable).
+_KIND_COST_ID = itemgetter(0, 1, 2)
+
+
+class _Attempt:
+    """One blocked job's preemption attempt: the job, its GPU model and gang shape, its rank,
+    and which rules apply to it (reclaim of its team's guarantee, FIFO within a queue,
+    defragmenting); ``mine`` and ``fail_key`` file a failure for later jobs of the cycle."""
+
+    __slots__ = (
+        "job",
+        "ms",
+        "w",
+        "g",
+        "prio",
+        "need",
+        "reclaim_team",
+        "fifo",
+        "defrag",
+        "mine",
+        "fail_key",
+    )
+
+    def __init__(self, job, ms, w, g, prio, need, reclaim_team, fifo, defrag, mine, fail_key):
+        self.job = job
+        self.ms = ms
+        self.w = w
+        self.g = g
+        self.prio = prio
+        self.need = need
+        self.reclaim_team = reclaim_team
+        self.fifo = fifo
+        self.defrag = defrag
+        self.mine = mine
+        self.fail_key = fail_key
+
+
+class _Preemption:
+    """The preemption planner of one cycle (a part of ``_Cycle``)."""
+
+    def plan_preemption(self, job: PendingJob, ms: _Model, w: int, g: int):
+        """Shrink elastic jobs, then preempt the cheapest eligible victims, so ``job`` fits.
+
+        Returns ``(why, estimated_start)`` after emitting the decisions, or ``None``. In steps:
+        which rules may apply (here, with the cheap checks that rule a plan out before any
+        running job is looked at), who could give up GPUs (:meth:`_candidates`), the fewest of
+        them that make the gang fit (:meth:`_choose`), and the decisions (:meth:`_emit`).
+        """
+        now = self.now
+        model = ms.name
+        prio = self.pending_rank(job)
+        need = w * g
+        chain = self.quota_chain(job.team, model)
+        reclaim_team = None
+        if chain:
+            t, q = chain[0]
+            if self.used.get((t, model), 0) + need <= q.guaranteed:
+                reclaim_team = (t, q)
+        # FIFO within a queue (LAS): a one-node job that has waited las.fifo_one_node_after_s
+        # may also preempt jobs of its own queue submitted after it. Gangs do not: on the ITP
+        # trace that more than doubled lost work.
+        las = self.las
+        fifo_after = las.fifo_one_node_after_s if las is not None else None
+        fifo = (
+            fifo_after is not None
+            and w == 1
+            and reclaim_team is None
+            and now - job.submitted_at - job.attained_service_s >= fifo_after
+        )
+        # Defragmenting (LAS): a gang blocked only by fragmentation (enough GPUs free in total)
+        # may move jobs of its class submitted after it, in any queue, if they fit in the GPUs
+        # left free elsewhere: they restart at once there and whole nodes drain for the gang.
+        base_view = (ms.long or ms.now)["all"]
+        defrag = (
+            las is not None
+            and las.defragment
+            and w > 1
+            and reclaim_team is None
+            and base_view.group_free(0) >= w * g
+        )
+        fail_key = (prio, reclaim_team is not None, fifo, defrag)
+        # A job of the same or a smaller shape failed, so this one fails too; with FIFO within
+        # a queue or defragmenting, only if that job was submitted no later (fewer jobs came
+        # after it).
+        mine = (job.submitted_at, job.id) if fifo or defrag else ()
+        failed = ms.pre_failed.get(fail_key, ())
+        if any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
+            return None
+        lowest = min(
+            (p for m, p in self.min_victim.items() if m is None or m == model), default=None
+        )
+        if (
+            reclaim_team is None
+            and not self.has_elastic
+            and not self.has_releasing
+            and (lowest is None or lowest > prio or (lowest == prio and not fifo))
+            and not defrag
+        ):
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
+            return None
+        self.ensure_runs()
+        if (
+            reclaim_team is None
+            and not ms.releasing
+            and not ms.elastic
+            and not any(p < prio or (fifo and p == prio) for p in ms.victims)
+            and not defrag
+        ):
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
+            return None
+        attempt = _Attempt(job, ms, w, g, prio, need, reclaim_team, fifo, defrag, mine, fail_key)
+        cands, later = self._candidates(attempt)
+        if not cands:
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
+            return None
+        self.preempt_attempts += 1
+        chosen = self._choose(attempt, cands, later)
+        if chosen is None:
+            return None
+        return self._emit(attempt, later, *chosen)
+
+    def _candidates(self, a: _Attempt) -> tuple[list[tuple], set[str]]:
+        """Who could give up GPUs for the attempt's job, and which of them were submitted after
+        it (moved by the submission-order rules)."""
+        job, ms, w, prio, mine = a.job, a.ms, a.w, a.prio, a.mine
+        model, fifo, defrag, reclaim_team = ms.name, a.fifo, a.defrag, a.reclaim_team
+        own = set(self.ancestry(job.team))
+        gone = self.gone
+        # Minimum quantum: a job of the same class that has not saved a checkpoint since it
+        # (re)started is no victim (preempting it would throw away the whole run).
+        classes = self.classes
+        job_class = classes.get(job.priority_class, 0)
+
+        def peer(run: _Run) -> bool:
+            return classes.get(run.job.priority_class, 0) == job_class
+
+        def unsaved_peer(run: _Run) -> bool:
+            return not run.saved and peer(run)
+
+        def borrower(run: _Run) -> str | None:
+            if reclaim_team is None:
+                return None
+            for t, q in self.quota_chain(run.job.team, model):
+                if t in own:
+                    return None
+                if self.used.get((t, model), 0) - self.reclaimed.get((t, model), 0) > q.guaranteed:
+                    return t
+            return None
+
+        # Candidates: (kind, cost, tiebreak, run, on, units, reason_team). Kind 0: already
+        # being preempted (free of further cost); 1: an elastic job's spare worker; 2: a victim.
+        # ``on`` is read-only: for kinds 0 and 2 it is the run's own map, which later calls reuse.
+        cands = []
+        for run in ms.releasing:
+            if run.job.id not in gone:
+                cands.append((0, 0.0, run.job.id, run, run.on, None, None))
+        for run in ms.elastic:
+            rid = run.job.id
+            if rid in gone or rid in self.shrunk:
+                continue
+            bt = None if run.prio < prio else borrower(run)
+            if run.prio >= prio and bt is None:
+                continue
+            for u in self.shrink_units(run):
+                cands.append((1, 0.0, rid, run, {u[0]: len(u[1])}, [u], bt))
+        reserved = ms.reserved_nodes
+        lower = [lst for p, lst in sorted(ms.victims.items()) if p < prio]
+        found = 0
+        limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
+        if len(lower) <= 1 or self.cfg.victims_lowest_rank_first:
+            # under the candidate cap, the lowest ranks (each cheapest first) as they are tried
+            source = itertools.chain.from_iterable(lower)
+        elif self.runs_unique and sum(map(len, lower)) <= limit:
+            # all of them are taken, and candidates are sorted by (kind, cost, id) below, which
+            # orders them as the merge would (ids are unique): skip the merge
+            source = itertools.chain.from_iterable(lower)
+        else:
+            source = heapq.merge(*lower)
+        for cost, rid, run in source:
+            if rid in gone or not reserved.isdisjoint(run.on) or unsaved_peer(run):
+                continue
+            cands.append((2, cost, rid, run, run.on, None, None))
+            found += 1
+            if found >= limit:
+                break
+        later: set[str] = set()  # victims submitted after the job (submission-order rules)
+
+        def add_submitted_later(victims) -> None:
+            for cost, rid, run in victims:
+                sub = run.job.submitted_at
+                if sub is None or (sub, rid) <= mine or rid in gone or unsaved_peer(run):
+                    continue
+                if not reserved.isdisjoint(run.on):
+                    continue
+                cands.append((2, cost, rid, run, run.on, None, None))
+                later.add(rid)
+
+        if fifo and prio in ms.victims:
+            add_submitted_later(ms.victims[prio])
+        if defrag:
+            levels = self.levels
+            top = self.classes.get(job.priority_class, 0) * levels + levels - 1
+            for p in sorted(ms.victims):
+                if p < prio or p > top:
+                    continue  # lower queues are ordinary victims; higher classes are not moved
+                add_submitted_later(ms.victims[p])
+        if reclaim_team is not None:
+            for p in sorted(ms.victims):
+                if p < prio:
+                    continue
+                for cost, rid, run in ms.victims[p]:
+                    if rid in gone or not reserved.isdisjoint(run.on):
+                        continue
+                    bt = borrower(run)
+                    if bt is not None:
+                        cands.append((2, cost, rid, run, run.on, None, bt))
+        return cands, later
+
+    def _choose(self, a: _Attempt, cands: list[tuple], later: set[str]):
+        """The fewest candidates, in preference order, whose GPUs make the gang fit, and where
+        it would go: ``(chosen, take, base)``, or None (recorded as failed for this shape)."""
+        job, ms, w, g, prio = a.job, a.ms, a.w, a.g, a.prio
+        defrag, fail_key, mine = a.defrag, a.fail_key, a.mine
+        tier = None
+        if self.cfg.victims_lowest_rank_first:
+            # Moves (later-submitted jobs under submission order or defragmenting, borrowed GPUs
+            # under reclaim) first; then victims of lower ranks, the lowest rank first: a lower
+            # class, then the LAS queue with the most attained service.
+            def tier(c: tuple) -> int:
+                rank = c[3].prio
+                return -1 if rank >= prio or c[2] in later else rank
+
+            cands.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
+        else:
+            cands.sort(key=_KIND_COST_ID)
+        picked = None
+        if w == 1 and all(c[0] != 1 for c in cands):
+            picked = self.cheapest_node(cands, (ms.long or ms.now)["all"], g, tier)
+        cands = picked if picked is not None else cands[:_MAX_VICTIM_CANDIDATES]
+        base = (ms.long or ms.now)["all"]
+        bcnt = base.cnt
+        cap = ms.pools["all"].cap
+        # What-if counts of touched nodes and the resulting worker slots, updated in O(1) per
+        # node: fitting is "slots >= w" (the tiered placement always succeeds then).
+        cnt: dict[int, int] = {}
+        slots = base.slots(g)
+
+        def add(on: dict[int, int], sign: int) -> None:
+            nonlocal slots
+            for i, k in on.items():
+                old = cnt.get(i)
+                if old is None:
+                    old = bcnt[i]
+                new = old + sign * k
+                cnt[i] = new
+                slots += min(new, cap) // g - min(old, cap) // g
+
+        chosen = []
+        units_on: dict[str, dict[int, int]] = {}
+        fits = False
+        for c in cands:
+            if c[0] == 1:
+                d = units_on.setdefault(c[2], {})
+                for i, k in c[4].items():
+                    d[i] = d.get(i, 0) + k
+            elif c[0] == 2 and c[2] in units_on:
+                # A fully preempted elastic job also frees the units already counted.
+                d = units_on[c[2]]
+                on = {i: k - d.get(i, 0) for i, k in c[4].items() if k > d.get(i, 0)}
+                c = c[:4] + (on,) + c[5:]
+            add(c[4], 1)
+            chosen.append(c)
+            if slots >= w:
+                fits = True
+                break
+        if not fits:
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
+            return None
+        # Drop what is not needed, most expensive first (victims before elastic shrinks).
+        kept = []
+        for c in reversed(chosen):
+            add(c[4], -1)
+            if slots < w:
+                add(c[4], 1)
+                kept.append(c)
+        chosen = kept[::-1]
+        hyp = base.clone()
+        for i, c in cnt.items():
+            hyp.set(i, min(max(c, 0), cap))
+        prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
+        plan = hyp.place(w, g, prefer)
+        assert plan is not None
+        take = {i: workers * g for i, workers in plan}
+        freed: dict[int, int] = {}
+        for c in chosen:
+            for i, k in c[4].items():
+                freed[i] = freed.get(i, 0) + k
+        for c in list(reversed(chosen)):
+            if all(take.get(i, 0) <= base.cnt[i] + freed[i] - k for i, k in c[4].items()):
+                chosen.remove(c)
+                for i, k in c[4].items():
+                    freed[i] -= k
+        if defrag and not self.moves_fit(chosen, later, base, take, cap):
+            ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
+            return None
+        return chosen, take, base
+
+    def _emit(self, a: _Attempt, later: set[str], chosen: list, take: dict[int, int], base: Index):
+        """The preemptions, shrinks and the reservation at the end of the grace period for the
+        chosen candidates; returns the job's ``(why, estimated_start)``."""
+        now = self.now
+        job, ms, w, g, prio, need = a.job, a.ms, a.w, a.g, a.prio, a.need
+        model, defrag, reclaim_team = ms.name, a.defrag, a.reclaim_team
+        job_class = self.classes.get(job.priority_class, 0)
+
+        def peer(run: _Run) -> bool:
+            return self.classes.get(run.job.priority_class, 0) == job_class
+
+        # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
+        grace = self.cfg.preemption_grace_s
+
+        def grace_of(c: tuple) -> float:
+            # A victim of the job's own class runs on to just past its next checkpoint, so it
+            # loses no work (the GPUs come a little later; the job keeps its reservation).
+            if c[0] != 2 or not peer(c[3]):
+                return grace
+            r = c[3].job
+            interval = r.checkpoint_interval_s
+            base = r.last_checkpoint_at
+            if not interval or base is None:
+                return grace
+            due = base + interval * max(1, math.ceil((now - base) / interval))
+            return max(grace, due - now + _AFTER_CHECKPOINT_S)
+
+        at = now
+        n_gpus = 0
+        for c in chosen:
+            if c[0] == 0:
+                self.gone.add(c[2])
+                n_gpus += sum(c[4].values())
+                at = max(at, c[3].job.releasing_at)
+            else:
+                at = max(at, now + grace_of(c))
+        victims = [c for c in chosen if c[0] == 2]
+        victim_ids = {c[2] for c in victims}
+        by_job: dict[str, list] = {}
+        for c in chosen:
+            if c[0] == 1 and c[2] not in victim_ids:
+                by_job.setdefault(c[2], []).extend(c[5])
+        for c in victims:
+            run = c[3]
+            self.gone.add(c[2])
+            n_gpus += sum(c[4].values())
+            if run.prio % self.levels < self.fifo_queues:
+                basis = "was submitted last of the jobs in its queue (served oldest first)"
+            else:
+                basis = "loses the least work since its last checkpoint"
+            if run.prio < prio and self.classes.get(run.job.priority_class, 0) == self.classes.get(
+                job.priority_class, 0
+            ):
+                # Same class: only the attained-service queue separates them (LAS).
+                reason = (
+                    f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
+                    f"GPUs and has received less GPU service than {c[2]}, which {basis}"
+                )
+            elif c[2] in later and defrag:
+                reason = (
+                    f"defragment: {job.id} needs {w}x{g} {model} GPUs, as many are free but "
+                    f"spread across nodes; {c[2]}, submitted after it, can restart on the GPUs "
+                    "left free on other nodes"
+                )
+            elif c[2] in later:
+                reason = (
+                    f"submission order: {job.id} needs {g} {model} GPUs on one node and was "
+                    f"submitted before {c[2]}, in the same attained-service queue; {c[2]} {basis}"
+                )
+            elif run.prio < prio:
+                reason = (
+                    f"priority: {job.id} ({job.priority_class}) needs {need} {model} GPUs; "
+                    f"{c[2]} ({run.job.priority_class}) {basis}"
+                )
+            else:
+                t, q = reclaim_team
+                reason = (
+                    f"reclaim: team {t} is within its guarantee of {q.guaranteed} {model} GPUs "
+                    f"and reclaims GPUs borrowed by team {c[6]}"
+                )
+                for bt in self.ancestry(run.job.team):
+                    self.reclaimed[(bt, model)] = self.reclaimed.get((bt, model), 0) + run.gpus
+            self.preempts.append(Preempt(c[2], reason, grace_of(c)))
+        shrink_gpus = 0
+        for rid in sorted(by_job):
+            run = self.runs[rid]
+            units = by_job[rid]
+            self.shrunk[rid] = units
+            removed: dict[str, set[int]] = {}
+            for i, idxs in units:
+                removed.setdefault(self.names[i], set()).update(idxs)
+                shrink_gpus += len(idxs)
+            kept = {}
+            for name in sorted(run.job.placement):
+                left = tuple(x for x in run.job.placement[name] if x not in removed.get(name, ()))
+                if left:
+                    kept[name] = left
+            self.resizes.append(Resize(rid, run.job.workers - len(units), kept))
+        for i, k in take.items():
+            self.protect(ms, i, min(k, base.cnt[i]))
+            ms.reserved_nodes.add(i)
+        self.epoch += 1
+        ms.min_res_at = min(ms.min_res_at, at)
+        ms.reservations.append((job.id, at))
+        self.reserves.append(Reserve(job.id, at, tuple(sorted(self.names[i] for i in take))))
+        parts = []
+        if n_gpus:
+            parts.append(f"waiting for {n_gpus} preempted GPUs to be released")
+        if shrink_gpus:
+            parts.append(f"waiting for {shrink_gpus} GPUs released by shrinking elastic jobs")
+        if victims or by_job:
+            when = f"grace {_fmt_s(max([grace] + [grace_of(c) for c in victims]))} s"
+        else:
+            when = f"expected at t={_fmt_t(at)}"
+        return f"{'; '.join(parts)} ({when})", at
+
+    @staticmethod
+    def moves_fit(chosen: list, later: set[str], base: Index, take: dict[int, int], cap: int):
+        """Defragmenting: every moved job's workers fit, node by node, in the GPUs that stay
+        free outside the gang's nodes (largest workers first, into the largest holes)."""
+        workers = []
+        for c in chosen:
+            if c[2] in later:
+                job = c[3].job
+                workers.extend([job.gpus_per_worker] * job.workers)
+        if not workers:
+            return True
+        holes = sorted(
+            (min(k, cap) for i, k in base.cnt.items() if k and i not in take), reverse=True
+        )
+        for need in sorted(workers, reverse=True):
+            for h, room in enumerate(holes):
+                if room >= need:
+                    holes[h] = room - need
+                    break
+            else:
+                return False
+            holes.sort(reverse=True)
+        return True
+
+    @staticmethod
+    def cheapest_node(
+        cands: list, base: Index, g: int, tier: Callable[[tuple], int] | None = None
+    ) -> list | None:
+        """For a one-node job of ``g`` GPUs: the candidates that complete one node for the
+        least lost work (each node's cheapest candidates first), or None if no node completes.
+        With ``tier`` (the candidates are sorted by it first), a node's highest tier counts
+        before its lost work.
+
+        Adding candidates cheapest-first over the whole cluster would scatter them, and on a
+        busy, fragmented cluster no node completes before the candidate cap."""
+        bcnt = base.cnt
+        have: dict[int, int] = {}
+        top: dict[int, int] = {}
+        cost: dict[int, float] = {}
+        picks: dict[int, list] = {}
+        best = None
+        for c in cands:  # sorted: by tier, then cheapest first
+            t = tier(c) if tier is not None else 0
+            if best is not None and (t, c[1]) > best[0][:2]:
+                # candidates ascend by (tier, cost) and costs are >= 0: a node completed from
+                # here on has at least this tier and costs at least c[1]; it cannot win
+                break
+            for i, k in c[4].items():
+                h = have.get(i)
+                if h is None:
+                    h = bcnt[i]
+                if h >= g:
+                    continue  # this node is complete already
+                have[i] = h + k
+                top[i] = max(top.get(i, t), t)
+                cost[i] = cost.get(i, 0.0) + c[1]
+                picks.setdefault(i, []).append(c)
+                if h + k >= g:
+                    key = (top[i], cost[i], len(picks[i]), i)
+                    if best is None or key < best[0]:
+                        best = (key, picks[i])
+        return None if best is None else list(best[1])

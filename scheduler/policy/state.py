@@ -1,0 +1,111 @@
+"""The per-cycle views the rules share: a running job as the planner sees it (:class:`_Run`)
+and one GPU model's state during a cycle (:class:`_Model`), plus the number formats of the
+``why`` texts. Package-internal (names with a leading underscore are the policy package's own).
+"""
+
+from __future__ import annotations
+
+import math
+
+from scheduler.policy.capacity import Index, Pool
+from scheduler.policy.model import Quota, RunningJob
+
+_INF = math.inf
+
+
+def _fmt_t(t: float) -> str:
+    return f"{t:.0f}" if abs(t) >= 1 or t == 0 else f"{t:g}"
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s:.0f}" if float(s).is_integer() or s >= 10 else f"{s:g}"
+
+
+class _Run:
+    """A running job as the planner sees it (GPUs per eligible node id)."""
+
+    __slots__ = ("job", "model", "gpus", "on", "prio", "end", "protected", "saved")
+
+    def __init__(
+        self,
+        job: RunningJob,
+        model: str,
+        gpus: int,
+        on: dict[int, int],
+        prio: int,
+        end: float | None,
+        protected: bool,
+    ) -> None:
+        self.job = job
+        self.model = model
+        self.gpus = gpus
+        self.on = on
+        self.prio = prio
+        self.end = end
+        self.protected = protected
+        # Whether the job has saved a checkpoint since it (re)started: only then may a job of
+        # its own priority class preempt it (the minimum quantum, docs/policy.md).
+        lca = job.last_checkpoint_at
+        self.saved = lca is not None and lca > job.started_at
+
+
+class _Model:
+    """Per-GPU-model cycle state: pools (all / spot / on-demand), their views, reservations."""
+
+    __slots__ = (
+        "name",
+        "pools",
+        "now",
+        "long",
+        "initial",
+        "ds_nodes",
+        "static_slots",
+        "min_res_at",
+        "reservations",
+        "reserved_nodes",
+        "res_count",
+        "claimed",
+        "easy_tries",
+        "easy_failed",
+        "blocked_by",
+        "capacity_wait",
+        "started_ends",
+        "unknown_started",
+        "pre_failed",
+        "victims",
+        "elastic",
+        "releasing",
+        "chains",
+        "sizes",
+        "soft_estimated",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pools: dict[str, Pool] = {}
+        self.now: dict[str, Index] = {}
+        self.long: dict[str, Index] | None = None  # None: same as ``now`` (nothing protected)
+        self.initial: dict[int, int] = {}  # g -> worker slots free at the start of the cycle
+        self.ds_nodes: dict[str, frozenset[int]] = {}
+        self.static_slots: dict[int, int] = {}
+        self.min_res_at = _INF
+        self.reservations: list[tuple[str, float]] = []
+        self.reserved_nodes: set[int] = set()
+        self.res_count = 0  # EASY reservations made this cycle
+        self.claimed: dict[int, int] = {}  # node -> future releases a reservation counts on
+        self.easy_tries = 0
+        self.easy_failed: list[tuple[int, int]] = []
+        self.blocked_by: str | None = None
+        self.capacity_wait = False
+        self.started_ends: list[tuple[float, int, int]] = []
+        self.unknown_started = 0
+        self.pre_failed: dict[tuple[int, bool, bool], list[tuple[int, int, tuple]]] = {}
+        # Planner view of running jobs (built lazily): preemptible, unprotected victims by
+        # rank, cheapest first (cost = lost work; with las.bottom_fifo_queues, age in the queues a
+        # class serves in submission order); elastic jobs; jobs already being preempted.
+        self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
+        self.elastic: list[_Run] = []
+        self.releasing: list[_Run] = []
+        self.chains: dict[str, tuple[tuple[str, Quota], ...]] = {}
+        self.sizes: dict[int, int] = {}  # node size (GPUs) -> number of eligible nodes
+        self.soft_estimated = False  # a gated job got a start estimate this cycle

@@ -1,0 +1,121 @@
+"""The preemption planner's view of the running jobs (rules 4 and 4a of docs/policy.md).
+
+:meth:`_Victims.ensure_runs` builds it once per cycle, and only when a rule needs it: per GPU
+model, the preemptible victims outside their checkpoint protection window by rank, cheapest
+first (lost work, or with ``las.bottom_fifo_queues`` age in the queues served in submission
+order), elastic jobs and jobs already releasing. A running job's placement view is carried over
+from the previous call while the caller passes the same placement mapping (``memo``).
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+from scheduler.policy.memo import _LAST_PLACEMENTS
+from scheduler.policy.ranking import _running_rank
+from scheduler.policy.state import _Run
+
+# Victims sort by (lost work, job id); never by the run (unorderable).
+_COST_ID = itemgetter(0, 1)
+
+
+class _Victims:
+    """The planner's view of running jobs for one cycle (a part of ``_Cycle``)."""
+
+    def ensure_runs(self) -> None:
+        """Build the planner's view of running jobs (victim lists, timeline inputs) once."""
+        if self._runs_built:
+            return
+        self._runs_built = True
+        now = self.now
+        protect = self.cfg.checkpoint_protect_s
+        id_of = self.id_of
+        node_model = self.node_model
+        classes = self.classes
+        models = self.models
+        topo = self.topo
+        memo = _LAST_PLACEMENTS[0]
+        placements: dict[str, tuple] = {}
+        node_by_name = self.node_by_name
+        run_rank = self.run_rank
+        runs = self.runs
+        built = 0
+        levels = self.levels
+        fifo_queues = self.fifo_queues
+        for r in self.snap.running:
+            # Only jobs the planner may touch: already releasing, elastic, or preemptible and
+            # outside their checkpoint protection window.
+            base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
+            interval = r.checkpoint_interval_s
+            protected = interval is not None and now <= base + interval <= now + protect
+            if r.releasing_at is None and r.elastic is None and (not r.preemptible or protected):
+                seen = memo.get(r.id)
+                if seen is not None and seen[0] is r.placement:
+                    placements[r.id] = seen  # protected only for now: keep it for later calls
+                continue
+            model = r.gpu_model
+            if not model:
+                model = None
+                for name in r.placement:  # model_of_placement, inlined (hot loop)
+                    node = node_by_name.get(name)
+                    if node is not None:
+                        model = node.gpu_model
+                        break
+                if model is None:
+                    continue
+            seen = memo.get(r.id)
+            if seen is not None and seen[0] is r.placement and seen[1] is topo and seen[2] == model:
+                total, on = seen[3], seen[4]
+                placements[r.id] = seen
+            else:
+                pl = r.placement
+                if len(pl) == 1:
+                    for name, idxs in pl.items():
+                        total = len(idxs)
+                        i = id_of.get(name)
+                        on = (
+                            {i: total} if i is not None and total and node_model[i] == model else {}
+                        )
+                else:
+                    on = {}
+                    total = 0
+                    for name, idxs in pl.items():
+                        total += len(idxs)
+                        i = id_of.get(name)
+                        if i is not None and idxs and node_model[i] == model:
+                            on[i] = on.get(i, 0) + len(idxs)
+                placements[r.id] = (pl, topo, model, total, on)
+            end = r.expected_end
+            if r.releasing_at is not None and (end is None or r.releasing_at < end):
+                end = r.releasing_at
+            rank = run_rank.get(r.id)
+            if rank is None:
+                rank = _running_rank(r, classes, self.th, self.long_run, now)
+            lost = total * (now - base) if now > base else 0.0
+            run = _Run(r, model, total, on, rank, end, protected)
+            runs[r.id] = run
+            built += 1
+            ms = models.get(model)
+            if ms is None or not on:
+                continue
+            if r.releasing_at is not None:
+                ms.releasing.append(run)
+                continue
+            if r.elastic is not None:
+                ms.elastic.append(run)
+            if r.preemptible and not protected:
+                cost = lost
+                if rank % levels < fifo_queues:
+                    # the reverse of the order the queue is served in
+                    sub = r.submitted_at if r.submitted_at is not None else r.started_at
+                    cost = now - sub if now > sub else 0.0
+                ms.victims.setdefault(rank, []).append((cost, r.id, run))
+        _LAST_PLACEMENTS[0] = placements
+        self.runs_unique = built == len(runs)
+        for ms in self.models.values():
+            for lst in ms.victims.values():
+                lst.sort(key=_COST_ID)
+            ms.elastic.sort(key=lambda run: (run.prio, run.job.id))
+            ms.releasing.sort(key=lambda run: run.job.id)
+
+    # ------------------------------------------------------------------ preemption

@@ -1,0 +1,252 @@
+"""Reproducibility records: what exactly ran in each attempt of a job, and "resubmit exactly this".
+
+A record is written once per attempt, when the backend has accepted the run (``reconcile``),
+and never changed after: it is what the platform knew when the attempt started. It holds
+
+- the image reference and its digest: a digest pinned in the reference (``name@sha256:...``) is
+  the digest; otherwise the backend says what it resolved or, when it resolves nothing (Slurm
+  without a container plugin runs the command on the nodes' own software), what it records
+  instead (Slurm: the sha256 of the exact batch script submitted and the Slurm version);
+- the command and the environment the run got, with secrets redacted (values of variables whose
+  name says password, secret, token, key, credential or authorization; passwords in URLs;
+  ``--token=...`` style arguments; platform API tokens anywhere);
+- the code reference (``code_ref``, e.g. a git commit) and the dataset name and version, as the
+  submitter declared them;
+- the cluster, nodes, GPU indices and GPU models the attempt was placed on;
+- the scheduling policy in force (the engine's configuration and its sha256), until policies
+  are versioned.
+
+The stored record never holds a secret, so exporting it is safe; resubmitting takes the secret
+values from the job itself (readable only by those who may submit to its team).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from core.errors import NotFound
+from tenants.audit import redact
+
+from .backends.base import BackendJobSpec
+from .models import AttemptRecord, Job, Node
+from .services import JobRequest, job_submit
+from .transitions import event_record
+
+log = logging.getLogger(__name__)
+
+RECORD_FORMAT = "gpuplatform.attempt-record/v1"
+REDACTED = "[redacted]"
+_DIGEST_IN_REFERENCE = re.compile(r"@(?P<digest>sha256:[0-9a-f]{64})$")
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@")
+_SECRET_ARGUMENT = re.compile(
+    r"(?P<flag>--?[A-Za-z0-9_-]*(?:pass(?:word)?|secret|token|key|credential)[A-Za-z0-9_-]*"
+    r"(?:=|\s+))(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
+    re.I,
+)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with passwords in URLs, values of secret-named ``--flags`` and platform API
+    tokens replaced by ``[redacted]``."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    text = _SECRET_ARGUMENT.sub(lambda m: f"{m['flag']}{REDACTED}", text)
+    return str(redact(text))
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment with the values of secret-named variables redacted and every other
+    value passed through :func:`redact_text`."""
+    named = redact({str(k): str(v) for k, v in env.items()})
+    return {k: v if v == REDACTED else redact_text(v) for k, v in named.items()}
+
+
+def image_digest_in(reference: str) -> str | None:
+    """The digest pinned in an image reference (``repo/name@sha256:<64 hex>``), else None."""
+    match = _DIGEST_IN_REFERENCE.search(reference or "")
+    return match["digest"] if match else None
+
+
+def policy_in_force() -> dict[str, Any]:
+    """The policy version in force (``settings.SCHEDULER_POLICY_VERSION_SOURCE``, a dotted path
+    to a callable; None without versions), the engine configuration the loop schedules with, and
+    the sha256 of its canonical JSON (equal hashes: the same engine configuration)."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    from .snapshot import policy_config
+
+    source = getattr(settings, "SCHEDULER_POLICY_VERSION_SOURCE", "")
+    config = dataclasses.asdict(policy_config())
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return {
+        "version": import_string(source)() if source else None,
+        "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+        "config": json.loads(canonical),
+    }
+
+
+def _placement(job: Job, spec: BackendJobSpec) -> list[dict[str, Any]]:
+    models = dict(
+        Node.objects.filter(cluster_id=job.cluster_id, name__in=list(spec.placement)).values_list(
+            "name", "gpu_model__name"
+        )
+    )
+    return [
+        {"node": name, "gpu_indices": list(gpus), "gpu_model": models.get(name, "")}
+        for name, gpus in sorted(spec.placement.items())
+    ]
+
+
+def record_build(
+    *, job: Job, spec: BackendJobSpec, provenance: dict[str, Any], now: datetime
+) -> dict[str, Any]:
+    """The record of ``job``'s attempt ``spec.attempt`` (JSON-safe, secrets redacted)."""
+    placement = _placement(job, spec)
+    gpu_models = sorted({p["gpu_model"] for p in placement if p["gpu_model"]})
+    pinned = image_digest_in(spec.image)
+    resolved = provenance.get("image_digest")
+    image = {
+        "reference": spec.image,
+        "digest": pinned or resolved,
+        "resolved_by": "reference" if pinned else (provenance.get("kind") if resolved else None),
+        "note": "" if (pinned or resolved) else provenance.get("image_note", ""),
+    }
+    elastic = job.elastic
+    resubmit = {
+        "name": job.name,
+        "team": job.team.slug,
+        "image": spec.image if pinned or not resolved else f"{_repository(spec.image)}@{resolved}",
+        "command": redact_text(spec.command),
+        "env": redact_env(dict(job.env or {})),
+        "workers": spec.workers,
+        "gpus_per_worker": spec.gpus_per_worker,
+        # The model the attempt ran on, so the resubmission gets the same hardware.
+        "gpu_model": job.gpu_model.name
+        if job.gpu_model_id
+        else (gpu_models[0] if len(gpu_models) == 1 else None),
+        "priority_class": job.priority_class.name,
+        "preemptible": job.preemptible,
+        "checkpoint_interval_s": job.checkpoint_interval_s,
+        "runtime_limit_s": job.runtime_limit_s,
+        "dataset": job.dataset,
+        "dataset_version": job.dataset_version,
+        "code_ref": job.code_ref,
+        "elastic": elastic,
+        "simulated_duration_s": job.simulated_duration_s,
+    }
+    return {
+        "format": RECORD_FORMAT,
+        "job": job.pk,
+        "attempt": spec.attempt,
+        "recorded_at": now.isoformat(),
+        "team": job.team.slug,
+        "submitter": job.submitter.get_username(),
+        "image": image,
+        "command": redact_text(spec.command),
+        "env": redact_env(dict(spec.env)),
+        "code_ref": job.code_ref,
+        "dataset": {"name": job.dataset, "version": job.dataset_version},
+        "cluster": {
+            "name": job.cluster.name if job.cluster else "",
+            "backend": provenance.get("kind", ""),
+        },
+        "backend_ref": provenance.get("backend_ref", ""),
+        "runtime": provenance.get("runtime", {}),
+        "workers": spec.workers,
+        "gpus_per_worker": spec.gpus_per_worker,
+        "placement": placement,
+        "gpu_models": gpu_models,
+        "policy": policy_in_force(),
+        "resubmit": resubmit,
+    }
+
+
+def _repository(reference: str) -> str:
+    """The image reference without its tag or digest (``reg:5000/a/b:1.2`` -> ``reg:5000/a/b``)."""
+    name = reference.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def attempt_record_write(*, job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime):
+    """Write the record of the attempt the backend just accepted. Idempotent: an attempt that
+    already has a record keeps it (a record is what was known when the attempt started). Asks
+    the backend's optional ``run_provenance(spec)`` what it can say about the run; a backend
+    that cannot answer leaves the image digest unresolved, never the record unwritten."""
+    existing = AttemptRecord.objects.filter(job=job, attempt=spec.attempt).first()
+    if existing is not None:
+        return existing
+    provenance: dict[str, Any] = {"kind": getattr(backend, "kind", "")}
+    describe = getattr(backend, "run_provenance", None)
+    if describe is not None:
+        try:
+            provenance.update(describe(spec))
+        except Exception as exc:  # the record matters more than the backend's extra details
+            log.warning("job %s: run provenance failed: %s", job.pk, exc)
+            provenance["image_note"] = f"the cluster could not describe the run: {exc}"
+    provenance["backend_ref"] = ref
+    record = record_build(job=job, spec=spec, provenance=provenance, now=now)
+    try:
+        with transaction.atomic():
+            return AttemptRecord.objects.create(
+                job=job, attempt=spec.attempt, recorded_at=now, record=record
+            )
+    except IntegrityError:  # a racing cycle wrote it first
+        return AttemptRecord.objects.get(job=job, attempt=spec.attempt)
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+def attempt_records(*, user, job_id: int) -> list[AttemptRecord]:
+    """The records of a job of the caller's teams, first attempt first (NotFound otherwise)."""
+    from .selectors import job_get
+
+    job = job_get(user=user, job_id=job_id)
+    return list(AttemptRecord.objects.filter(job=job).order_by("attempt"))
+
+
+def attempt_record_get(*, user, job_id: int, attempt: int | None = None) -> AttemptRecord:
+    """One attempt's record (the latest when ``attempt`` is None); NotFound when the job is not
+    the caller's or the attempt has no record."""
+    records = attempt_records(user=user, job_id=job_id)
+    chosen = [r for r in records if attempt is None or r.attempt == attempt]
+    if not chosen:
+        raise NotFound("no record of that attempt", field="attempt")
+    return chosen[-1]
+
+
+# --- "resubmit exactly this" -------------------------------------------------------------------
+
+
+def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
+    """Submit a new job that runs exactly what the given attempt ran: its record's submission
+    (image pinned to the digest when one was known, the GPU model it ran on, the code reference
+    and dataset version), with the secret env values taken from the original job. Checked like
+    any submission (the caller must be able to submit to the team). Raises NotFound for a job
+    outside the caller's teams or an attempt without a record."""
+    chosen = attempt_record_get(user=user, job_id=job_id, attempt=attempt)
+    original = chosen.job
+    body = dict(chosen.record.get("resubmit") or {})
+    # The record's command and env are redacted; the job's own values are the ones that ran.
+    body["command"] = original.command
+    body["env"] = {str(k): str(v) for k, v in (original.env or {}).items()}
+    known = {f.name for f in dataclasses.fields(JobRequest)}
+    request = JobRequest(**{k: v for k, v in body.items() if k in known})
+    new_job = job_submit(user=user, request=request)
+    event_record(
+        job=new_job,
+        kind="resubmitted",
+        message=f"resubmission of job {original.pk} attempt {chosen.attempt}",
+        data={"job": original.pk, "attempt": chosen.attempt},
+    )
+    return new_job

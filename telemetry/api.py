@@ -1,0 +1,133 @@
+"""HTTP endpoints: the node agents' ingest (``POST /api/v1/telemetry/samples``, node token) and
+Prometheus' ``GET /metrics`` (platform admins, or the scrape token ``METRICS_BEARER_TOKEN``).
+
+The ingest answers 202 with the count stored, or 400 naming each bad field
+(``{"samples[3].utilization": ["must be between 0 and 100"]}``) with nothing stored.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import authentication, exceptions, permissions, serializers, status
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.auth import BearerTokenAuthentication
+from tenants.authentication import ApiTokenAuthentication
+from tenants.permissions import is_platform_admin
+
+from . import conf
+from .ingest import BatchInvalid
+from .metrics import render_latest
+from .models import NodeAgentToken
+from .services import TOKEN_PREFIX, node_token_for, samples_ingest
+
+
+class NodeTokenAuthentication(BearerTokenAuthentication):
+    """``Authorization: Bearer gpn_…``: a node agent. ``request.auth`` is its token row; there
+    is no user (agents are not people and reach nothing else)."""
+
+    prefix = TOKEN_PREFIX
+
+    def authenticate_token(self, raw: str):
+        token = node_token_for(raw)
+        if token is None:
+            raise exceptions.AuthenticationFailed("invalid or revoked node token")
+        return AnonymousUser(), token
+
+
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "telemetry.api.NodeTokenAuthentication"
+    name = "nodeTokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "a node agent token (gpn_…)"}
+
+
+class IsNodeAgent(permissions.BasePermission):
+    def has_permission(self, request, view):
+        return isinstance(request.auth, NodeAgentToken)
+
+
+class SampleBatchView(APIView):
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes: list = []
+
+    @extend_schema(
+        summary="Ingest a batch of GPU samples from a node agent",
+        request=inline_serializer(
+            "SampleBatch",
+            {
+                "agent": serializers.DictField(required=False),
+                "samples": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
+        responses={
+            202: inline_serializer(
+                "SampleBatchAccepted",
+                {
+                    "accepted": serializers.IntegerField(),
+                    "errors": serializers.IntegerField(),
+                    "duplicate": serializers.BooleanField(),
+                },
+            )
+        },
+    )
+    def post(self, request, *args, **kwargs):
+        try:
+            result = samples_ingest(node=request.auth.node, body=request.data)
+        except BatchInvalid as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"accepted": result.accepted, "errors": result.errors, "duplicate": result.duplicate},
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+class MetricsTokenAuthentication(BearerTokenAuthentication):
+    """The Prometheus scrape token (``METRICS_BEARER_TOKEN``), compared in constant time."""
+
+    def authenticate_token(self, raw: str):
+        expected = conf.get("METRICS_BEARER_TOKEN")
+        if expected and hmac.compare_digest(raw.encode(), expected.encode()):
+            return AnonymousUser(), "metrics-scrape"
+        return None  # maybe a user's API token: the next authenticator decides
+
+
+class CanScrapeMetrics(permissions.BasePermission):
+    def has_permission(self, request, view):
+        return request.auth == "metrics-scrape" or is_platform_admin(request.user)
+
+
+class AnyAcceptNegotiation(BaseContentNegotiation):
+    """/metrics picks its own format from Accept (Prometheus text or OpenMetrics); DRF's
+    negotiation must not refuse a scraper's Accept header with a 406."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+@extend_schema(exclude=True)
+class MetricsView(APIView):
+    content_negotiation_class = AnyAcceptNegotiation
+    authentication_classes = [
+        MetricsTokenAuthentication,
+        ApiTokenAuthentication,
+        authentication.SessionAuthentication,
+    ]
+    permission_classes = [CanScrapeMetrics]
+    throttle_classes: list = []
+
+    def get(self, request, *args, **kwargs):
+        body, content_type = render_latest(request.headers.get("Accept", ""))
+        return HttpResponse(body, content_type=content_type)

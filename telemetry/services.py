@@ -1,0 +1,784 @@
+"""Writes of the telemetry app: agent tokens, batch ingest, rollups, retention, health scoring with
+automatic quarantine, and idle-job flagging.
+
+- ``samples_ingest`` stores a whole batch or nothing (validation first, then one transaction: a
+  COPY on PostgreSQL, a multi-row insert elsewhere).
+- ``rollup_build``, ``telemetry_prune``, ``health_evaluate`` and ``idle_evaluate`` are idempotent:
+  re-running them with the same ``now`` changes nothing more. ``telemetry_tick`` runs them at most
+  every ``TELEMETRY_EVALUATE_SECONDS`` (claimed through the cache, so one process does it).
+- Quarantine and every later step is a conditional UPDATE plus a ``NodeEvent`` published to the
+  admin group after commit, like the loop's own failure quarantine (``scheduler.loop.observe``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, TypedDict
+
+from django.core.cache import cache
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, Count, F, Max, Q, Sum, When
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from core import streams
+from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent, NodeState
+from scheduler.services import node_event_record, publish_node_status
+from scheduler.states import JobState
+
+from . import conf
+from .health import NodeEvidence, Verdict, evaluate
+from .ingest import ParsedBatch, parse_batch
+from .models import (
+    GpuErrorEvent,
+    GpuErrorKind,
+    GpuRollup,
+    GpuSample,
+    JobIdleFlag,
+    NodeAgentToken,
+    NodeTelemetry,
+    hash_node_token,
+)
+
+log = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "gpn_"
+SAMPLE_COLUMNS = (
+    "node_id",
+    "gpu_index",
+    "time",
+    "utilization",
+    "memory_used_mib",
+    "memory_total_mib",
+    "temperature_c",
+    "power_w",
+    "throttle_thermal",
+)
+
+
+class JobIdlePayload(TypedDict):
+    """Published to the job's team group when a job is flagged idle or busy again."""
+
+    type: Literal["job.idle"]
+    job: int
+    team: str
+    name: str
+    idle: bool
+    since: str | None
+    utilization: float | None
+    time: str
+
+
+# ---------------------------------------------------------------------------------- tokens
+
+
+def node_token_issue(*, node: Node, created_by=None) -> tuple[NodeAgentToken, str]:
+    """Create a token for ``node``'s agent; returns the row and the plain token (shown once,
+    never stored). Earlier tokens stay valid until revoked (rotation without a gap)."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = NodeAgentToken.objects.create(
+        node=node,
+        key_hash=hash_node_token(raw),
+        key_prefix=raw[:12],
+        created_at=timezone.now(),
+        created_by=created_by,
+    )
+    return token, raw
+
+
+# token hash -> (valid until (monotonic), token row with its node). Agents post every few
+# seconds; looking their token up once per TOKEN_CACHE_SECONDS instead of on every batch takes a
+# query off the hot path. The price: a revoked token keeps working for up to that long in a
+# process that cached it.
+TOKEN_CACHE_SECONDS = 30.0
+_token_cache: dict[str, tuple[float, NodeAgentToken]] = {}
+
+
+def node_token_for(raw: str) -> NodeAgentToken | None:
+    """The live token row (with its node) whose secret is ``raw``, else None; cached per process
+    for ``TOKEN_CACHE_SECONDS``; ``last_used_at`` written at most once a minute."""
+    key = hash_node_token(raw)
+    now = time.monotonic()
+    hit = _token_cache.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    token = (
+        NodeAgentToken.objects.select_related("node")
+        .filter(key_hash=key, revoked_at__isnull=True)
+        .first()
+    )
+    if token is None:
+        _token_cache.pop(key, None)
+        return None
+    if len(_token_cache) > 50_000:  # bounded: a flood of distinct tokens cannot grow it forever
+        _token_cache.clear()
+    _token_cache[key] = (now + TOKEN_CACHE_SECONDS, token)
+    wall = timezone.now()
+    # At most one write a minute per token: batches must not all become writes.
+    if token.last_used_at is None or (wall - token.last_used_at).total_seconds() > 60:
+        NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=wall)
+        token.last_used_at = wall
+    return token
+
+
+def forget_cached_tokens() -> None:
+    """Drop this process's token cache (tests; an emergency revocation from a shell)."""
+    _token_cache.clear()
+
+
+def node_token_revoke(*, token: NodeAgentToken) -> bool:
+    """Revoke ``token``; False when it was already revoked. Idempotent. Processes that cached
+    the token (``TOKEN_CACHE_SECONDS``) accept it until their cache entry expires; this
+    process forgets it at once."""
+    revoked = NodeAgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    forget_cached_tokens()
+    return bool(revoked)
+
+
+# ---------------------------------------------------------------------------------- ingest
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    accepted: int
+    errors: int
+    # True when the very same batch was already stored (an agent retrying after a lost answer).
+    duplicate: bool = False
+
+
+# A batch seen within this long is a retry of the same batch, not new readings.
+DUPLICATE_WINDOW_S = 3600
+
+
+def _batch_key(node: Node, parsed: ParsedBatch) -> str:
+    digest = hashlib.sha256(repr((parsed.samples, parsed.errors)).encode()).hexdigest()[:32]
+    return f"telemetry:batch:{node.pk}:{digest}"
+
+
+def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestResult:
+    """Validate and store one agent batch for ``node``. All or nothing, and once: the same
+    batch sent again within ``DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not stored.
+
+    Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad. After commit, the
+    newest utilization of each GPU is published to the cluster group, and a batch carrying ECC
+    double-bit errors or XIDs re-scores the node at once (quarantine need not wait a tick).
+    """
+    now = now or timezone.now()
+    parsed = parse_batch(
+        body,
+        gpu_count=node.gpu_count,
+        now=now.timestamp(),
+        max_samples=conf.get("TELEMETRY_MAX_BATCH_SAMPLES"),
+        max_future_s=conf.get("TELEMETRY_MAX_FUTURE_SECONDS"),
+        max_age_s=conf.get("TELEMETRY_RAW_RETENTION_SECONDS"),
+    )
+    # An agent that did not hear our answer sends the batch again: store it once. The claim is
+    # an atomic cache "add"; it is given back when storing fails, so a retry is not lost.
+    key = _batch_key(node, parsed)
+    try:
+        first_time = cache.add(key, 1, timeout=DUPLICATE_WINDOW_S)
+    except Exception:  # no cache: store it (a duplicate is better than a loss)
+        log.warning("telemetry duplicate check skipped: cache unavailable")
+        first_time, key = True, None
+    if not first_time:
+        return IngestResult(accepted=0, errors=0, duplicate=True)
+    try:
+        _store_batch(node, parsed, now)
+    except BaseException:
+        if key is not None:
+            cache.delete(key)
+        raise
+    urgent = any(kind != GpuErrorKind.ECC_SBE for _, _, kind, _, _ in parsed.errors)
+    if urgent:
+        health_evaluate(now=now, node_ids=[node.pk])
+    return IngestResult(accepted=len(parsed.samples), errors=len(parsed.errors))
+
+
+def _store_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
+    with transaction.atomic():
+        _insert_samples(node.pk, parsed.samples, durable=bool(parsed.errors))
+        if parsed.errors:
+            GpuErrorEvent.objects.bulk_create(
+                GpuErrorEvent(
+                    node_id=node.pk,
+                    gpu_index=gpu,
+                    time=datetime.fromtimestamp(ts, UTC),
+                    kind=kind,
+                    code=code,
+                    count=count,
+                )
+                for gpu, ts, kind, code, count in parsed.errors
+            )
+        _record_batch(node, parsed, now)
+        _publish_utilization(node, parsed)
+
+
+def _insert_samples(node_id: int, samples: list[tuple], *, durable: bool) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            if not durable:
+                # Routine samples: skip waiting for the WAL flush at commit. A database crash
+                # may lose the last fraction of a second of utilization readings (never an
+                # inconsistent row); batches carrying ECC/XID errors always commit durably.
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            _copy_samples(cursor.cursor, node_id, samples)
+        return
+    GpuSample.objects.bulk_create(
+        (
+            GpuSample(
+                node_id=node_id,
+                gpu_index=gpu,
+                time=datetime.fromtimestamp(ts, UTC),
+                utilization=util,
+                memory_used_mib=used,
+                memory_total_mib=total,
+                temperature_c=temp,
+                power_w=power,
+                throttle_thermal=thr,
+            )
+            for gpu, ts, util, used, total, temp, power, thr in samples
+        ),
+        batch_size=500,
+    )
+
+
+def _copy_samples(raw_cursor, node_id: int, samples: list[tuple]) -> None:
+    """COPY in PostgreSQL's text format, built in one string: every value is a number, a boolean
+    or NULL (validated), so nothing needs escaping, and one write beats a call per row."""
+    table = GpuSample._meta.db_table
+    lines = []
+    for gpu, ts, util, used, total, temp, power, thr in samples:
+        when = datetime.fromtimestamp(ts, UTC).isoformat()
+        watts = "\\N" if power is None else repr(float(power))
+        lines.append(
+            f"{node_id}\t{gpu}\t{when}\t{util!r}\t{used}\t{total}\t{temp}\t{watts}\t"
+            f"{'t' if thr else 'f'}\n"
+        )
+    with raw_cursor.copy(f"COPY {table} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN") as copy:
+        copy.write("".join(lines))
+
+
+def _record_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
+    """Bump the node's bookkeeping row. Plain SQL: it runs on every batch, and compiling the
+    equivalent ORM update costs more than executing it."""
+    newest = datetime.fromtimestamp(max(ts for ts, _ in parsed.latest.values()), UTC)
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {NodeTelemetry._meta.db_table} SET last_batch_at = %s, "
+            "last_sample_at = %s, samples_received = samples_received + %s, "
+            "agent_version = CASE WHEN %s <> '' THEN %s ELSE agent_version END, "
+            "agent_dropped = COALESCE(%s, agent_dropped) WHERE node_id = %s",
+            [
+                at(now),
+                at(newest),
+                len(parsed.samples),
+                parsed.agent_version,
+                parsed.agent_version,
+                parsed.agent_dropped,
+                node.pk,
+            ],
+        )
+        if cursor.rowcount:
+            return
+    try:
+        with transaction.atomic():
+            NodeTelemetry.objects.create(
+                node=node,
+                last_batch_at=now,
+                last_sample_at=newest,
+                samples_received=len(parsed.samples),
+                agent_version=parsed.agent_version,
+                agent_dropped=parsed.agent_dropped or 0,
+            )
+    except IntegrityError:  # a concurrent first batch created it: count this one too
+        NodeTelemetry.objects.filter(pk=node.pk).update(
+            samples_received=F("samples_received") + len(parsed.samples)
+        )
+
+
+def _publish_utilization(node: Node, parsed: ParsedBatch) -> None:
+    # Per batch (one node), but only to the sockets showing the cluster view.
+    payload: streams.ClusterUtilizationPayload = {
+        "type": "cluster.utilization",
+        # The stream's unit is a 0..1 fraction (the simulated backend's too).
+        "nodes": {node.name: {str(g): round(u / 100, 3) for g, (_, u) in parsed.latest.items()}},
+        "time": timezone.now().isoformat(),
+    }
+    streams.publish(streams.UTILIZATION_GROUP, dict(payload))
+
+
+# --------------------------------------------------------------------- rollups and pruning
+
+
+def _minute(t: datetime) -> datetime:
+    return t.replace(second=0, microsecond=0)
+
+
+def rollup_build(*, now: datetime, max_minutes: int = 60) -> int:
+    """Roll complete minutes of raw samples into ``GpuRollup`` (upserts; returns rows written).
+
+    Starts at the first sample newer than the newest rollup, re-rolling the two minutes before
+    it when contiguous (late samples get counted); stops at the last minute that ended
+    ``TELEMETRY_ROLLUP_SETTLE_SECONDS`` ago; covers at most ``max_minutes`` per call (a backlog
+    is caught up over several calls). Returns 0 when there is nothing new.
+    """
+    end = _minute(now - timedelta(seconds=conf.get("TELEMETRY_ROLLUP_SETTLE_SECONDS")))
+    floor = _minute(now - timedelta(seconds=conf.get("TELEMETRY_RAW_RETENTION_SECONDS")))
+    newest = GpuRollup.objects.aggregate(m=Max("bucket"))["m"]
+    unrolled = max(floor, newest + timedelta(minutes=1)) if newest is not None else floor
+    # Start at the first sample not yet rolled up: a stretch without any (agents down) is
+    # skipped rather than scanned, so the range can never get stuck on it.
+    first = (
+        GpuSample.objects.filter(time__gte=unrolled, time__lt=end)
+        .order_by("time")
+        .values_list("time", flat=True)
+        .first()
+    )
+    if first is None:
+        return 0
+    start = _minute(first)
+    if newest is not None and start - newest <= timedelta(minutes=3):
+        start = max(floor, newest - timedelta(minutes=2))  # re-roll: count late samples
+    end = min(end, start + timedelta(minutes=max_minutes))
+    hot = conf.health_rules()["thermal"]["temperature_c"]
+    groups = (
+        GpuSample.objects.filter(time__gte=start, time__lt=end)
+        .annotate(bucket=TruncMinute("time"))
+        .values("node_id", "gpu_index", "bucket")
+        .annotate(
+            n=Count("id"),
+            u_avg=Sum("utilization") / Count("id"),
+            u_max=Max("utilization"),
+            m_max=Max("memory_used_mib"),
+            m_total=Max("memory_total_mib"),
+            t_max=Max("temperature_c"),
+            p_sum=Sum("power_w"),
+            p_n=Count("power_w"),
+            hot=Sum(
+                Case(When(Q(throttle_thermal=True) | Q(temperature_c__gte=hot), then=1), default=0)
+            ),
+        )
+    )
+    rows = [
+        GpuRollup(
+            node_id=g["node_id"],
+            gpu_index=g["gpu_index"],
+            bucket=g["bucket"],
+            samples=g["n"],
+            util_avg=round(g["u_avg"], 3),
+            util_max=g["u_max"],
+            memory_used_max_mib=g["m_max"],
+            memory_total_mib=g["m_total"],
+            temperature_max_c=g["t_max"],
+            power_avg_w=(g["p_sum"] / g["p_n"]) if g["p_n"] else None,
+            throttled=g["hot"] or 0,
+        )
+        for g in groups
+    ]
+    GpuRollup.objects.bulk_create(
+        rows,
+        batch_size=2000,
+        update_conflicts=True,
+        unique_fields=["node", "gpu_index", "bucket"],
+        update_fields=[
+            "samples",
+            "util_avg",
+            "util_max",
+            "memory_used_max_mib",
+            "memory_total_mib",
+            "temperature_max_c",
+            "power_avg_w",
+            "throttled",
+        ],
+    )
+    return len(rows)
+
+
+def telemetry_prune(*, now: datetime, chunk: int = 50_000) -> dict[str, int]:
+    """Delete raw samples, rollups and error events older than their retention windows, in
+    chunks (short transactions, no long lock on the hot table). Returns rows deleted per table.
+    """
+    deleted = {}
+    for model, field, setting in (
+        (GpuSample, "time", "TELEMETRY_RAW_RETENTION_SECONDS"),
+        (GpuRollup, "bucket", "TELEMETRY_ROLLUP_RETENTION_SECONDS"),
+        (GpuErrorEvent, "time", "TELEMETRY_ERROR_RETENTION_SECONDS"),
+    ):
+        cutoff = now - timedelta(seconds=conf.get(setting))
+        total = 0
+        while True:
+            ids = list(
+                model.objects.filter(**{f"{field}__lt": cutoff}).values_list("pk", flat=True)[
+                    :chunk
+                ]
+            )
+            if not ids:
+                break
+            total += model.objects.filter(pk__in=ids).delete()[0]
+        deleted[model._meta.model_name] = total
+    return deleted
+
+
+# ------------------------------------------------------------------------------ health
+
+
+def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
+    node_event_record(node=node, kind=kind, message=message, now=now)
+
+
+def node_quarantine_health(*, node: Node, reason: str, now: datetime) -> bool:
+    """Quarantine a ready or draining node on a health rule, with a probation of
+    ``SCHEDULER_PROBATION_SECONDS``; the loop releases it after probation once its health is
+    back above ``SCHEDULER_RELEASE_MIN_HEALTH``. Returns False (and does nothing) if the node
+    was not ready/draining any more (another worker got there first, or it is down)."""
+    from django.conf import settings
+
+    from scheduler.backends import get_backend
+    from scheduler.backends.base import BackendError
+
+    until = now + timedelta(seconds=settings.SCHEDULER_PROBATION_SECONDS)
+    message = f"health rule: {reason}"[:300]
+    with transaction.atomic():
+        moved = Node.objects.filter(
+            pk=node.pk, state__in=[NodeState.READY, NodeState.DRAINING]
+        ).update(state=NodeState.QUARANTINED, state_reason=message, probation_until=until)
+        if not moved:
+            return False
+        node.state, node.state_reason, node.probation_until = NodeState.QUARANTINED, message, until
+        _node_event(node, NodeEvent.Kind.QUARANTINED, message, now)
+        _node_event(
+            node, NodeEvent.Kind.PROBATION, f"probation until {until:%Y-%m-%d %H:%M:%S} UTC", now
+        )
+
+        def drain() -> None:
+            try:
+                get_backend(node.cluster).drain_node(node.name, message)
+            except BackendError:
+                log.warning("could not drain %s on the backend; next sync retries", node.name)
+
+        transaction.on_commit(drain)
+    return True
+
+
+def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int, NodeEvidence]:
+    window = now - timedelta(seconds=rules["window_seconds"])
+    thermal_window = now - timedelta(seconds=rules["thermal"]["window_seconds"])
+    ids = [n.pk for n in nodes]
+    # A quarantine and a release each start a clean slate: a quarantined node is judged on what
+    # happened since (the release check asks whether it stayed clean), and a node an admin or
+    # the loop released is not re-quarantined for the errors that had it quarantined.
+    since: dict[int, datetime] = dict(
+        NodeEvent.objects.filter(
+            node_id__in=ids,
+            kind__in=[NodeEvent.Kind.QUARANTINED, NodeEvent.Kind.RELEASED],
+            time__gte=window,
+        )
+        .values("node_id")
+        .annotate(t=Max("time"))
+        .values_list("node_id", "t")
+    )
+
+    def counts(node_id: int, at: datetime, floor: datetime) -> bool:
+        return at >= max(floor, since.get(node_id, floor))
+
+    sbe: dict[int, int] = defaultdict(int)
+    dbe: dict[int, int] = defaultdict(int)
+    xids: dict[int, list[int]] = defaultdict(list)
+    for node_id, kind, code, n, events in (
+        GpuErrorEvent.objects.filter(node_id__in=ids, time__gte=window)
+        .values("node_id", "kind", "code")
+        .annotate(n=Sum("count"), events=Count("id"))
+        .values_list("node_id", "kind", "code", "n", "events")
+        .order_by()
+    ):
+        if node_id in since:
+            continue  # re-read below, event by event after the quarantine
+        if kind == GpuErrorKind.ECC_SBE:
+            sbe[node_id] += n
+        elif kind == GpuErrorKind.ECC_DBE:
+            dbe[node_id] += n
+        else:
+            xids[node_id].extend([code] * events)
+    if since:
+        for node_id, kind, code, t, n in GpuErrorEvent.objects.filter(
+            node_id__in=list(since), time__gte=window
+        ).values_list("node_id", "kind", "code", "time", "count"):
+            if not t > since[node_id]:
+                continue
+            if kind == GpuErrorKind.ECC_SBE:
+                sbe[node_id] += n
+            elif kind == GpuErrorKind.ECC_DBE:
+                dbe[node_id] += n
+            else:
+                xids[node_id].append(code)
+
+    samples: dict[int, int] = defaultdict(int)
+    throttled: dict[int, int] = defaultdict(int)
+    for node_id, bucket, n, hot in (
+        GpuRollup.objects.filter(node_id__in=ids, bucket__gte=thermal_window)
+        .values("node_id", "bucket")
+        .annotate(n=Sum("samples"), hot=Sum("throttled"))
+        .values_list("node_id", "bucket", "n", "hot")
+        .order_by()
+    ):
+        if counts(node_id, bucket, thermal_window):
+            samples[node_id] += n
+            throttled[node_id] += hot
+
+    submitters: dict[int, set[int]] = defaultdict(set)
+    for node_id, submitter, finished in (
+        Allocation.objects.filter(
+            node_id__in=ids,
+            job__state=JobState.FAILED,
+            job__finished_at__gte=window,
+            attempt=F("job__attempts"),
+        )
+        .values_list("node_id", "job__submitter_id", "job__finished_at")
+        .distinct()
+    ):
+        if counts(node_id, finished, window):
+            submitters[node_id].add(submitter)
+
+    return {
+        n.pk: NodeEvidence(
+            ecc_sbe=sbe[n.pk],
+            ecc_dbe=dbe[n.pk],
+            xid_codes=tuple(xids[n.pk]),
+            samples=samples[n.pk],
+            throttled=throttled[n.pk],
+            failed_job_submitters=len(submitters[n.pk]),
+        )
+        for n in nodes
+    }
+
+
+def health_evaluate(*, now: datetime, node_ids: list[int] | None = None) -> dict[int, Verdict]:
+    """Score every node (or ``node_ids``) from its telemetry and job failures, write the score
+    to ``Node.health`` and the reasons to ``NodeTelemetry``, quarantine a ready or draining
+    node a rule condemns, and announce (once per probation) a quarantined node whose health
+    check fails at the end of its probation. A fixed number of queries plus one small
+    transaction per quarantined node. Idempotent for a given ``now``."""
+    rules = conf.health_rules()
+    nodes = Node.objects.select_related("cluster").order_by("pk")
+    if node_ids is not None:
+        nodes = nodes.filter(pk__in=node_ids)
+    nodes = list(nodes)
+    if not nodes:
+        return {}
+    evidence = _gather_evidence(nodes, rules, now)
+    verdicts = {n.pk: evaluate(evidence[n.pk], rules) for n in nodes}
+    telemetry = {t.pk: t for t in NodeTelemetry.objects.filter(pk__in=[n.pk for n in nodes])}
+
+    changed = []
+    for node in nodes:
+        verdict = verdicts[node.pk]
+        if abs(node.health - verdict.score) > 1e-6:
+            moved_far = abs(node.health - verdict.score) >= 0.05
+            node.health = verdict.score
+            changed.append(node)
+            if moved_far:
+                publish_node_status(node=node, now=now)
+    with transaction.atomic():
+        if changed:
+            Node.objects.bulk_update(changed, ["health"])
+        NodeTelemetry.objects.bulk_create(
+            [
+                NodeTelemetry(
+                    node=n, health_reasons=list(verdicts[n.pk].reasons), health_evaluated_at=now
+                )
+                for n in nodes
+            ],
+            update_conflicts=True,
+            unique_fields=["node"],
+            update_fields=["health_reasons", "health_evaluated_at"],
+        )
+
+    min_health = rules["release_min_health"]
+    for node in nodes:
+        verdict = verdicts[node.pk]
+        if verdict.quarantine and node.state in (NodeState.READY, NodeState.DRAINING):
+            try:
+                node_quarantine_health(node=node, reason=verdict.quarantine, now=now)
+            except Exception:  # the other condemned nodes are still quarantined
+                log.exception("quarantine of node %s failed; retried next tick", node.name)
+        elif (
+            node.state == NodeState.QUARANTINED
+            and node.probation_until is not None
+            and node.probation_until <= now
+            and verdict.score < min_health
+        ):
+            seen = telemetry.get(node.pk)
+            if seen is not None and seen.release_blocked_for == node.probation_until:
+                continue
+            with transaction.atomic():
+                NodeTelemetry.objects.filter(pk=node.pk).update(
+                    release_blocked_for=node.probation_until
+                )
+                why = "; ".join(verdict.reasons) or "low health"
+                _node_event(
+                    node,
+                    NodeEvent.Kind.PROBATION,
+                    f"health check failed ({verdict.score:.2f} < {min_health:.2f}: {why}); "
+                    "stays quarantined",
+                    now,
+                )
+    return verdicts
+
+
+# -------------------------------------------------------------------------------- idle jobs
+
+
+def _idle_candidates(now: datetime) -> dict[int, tuple[int, float | None, float | None]]:
+    """job id -> (minutes with telemetry, max per-GPU-minute utilization, average) over the idle
+    window, for running jobs holding GPUs, read from the rollups in one query."""
+    window = timedelta(seconds=conf.get("TELEMETRY_IDLE_WINDOW_SECONDS"))
+    alloc, rollup, job = (
+        Allocation._meta.db_table,
+        GpuRollup._meta.db_table,
+        Job._meta.db_table,
+    )
+    sql = f"""
+        SELECT a.job_id, COUNT(DISTINCT r.bucket), MAX(r.util_avg), AVG(r.util_avg),
+               MIN(a.started_at)
+        FROM {alloc} a
+        JOIN {job} j ON j.id = a.job_id
+        LEFT JOIN {rollup} r ON r.node_id = a.node_id AND r.gpu_index = a.gpu_index
+             AND r.bucket >= %s AND r.bucket < %s AND r.bucket >= a.started_at
+        WHERE a.ended_at IS NULL AND j.state = %s
+        GROUP BY a.job_id
+    """
+    with connection.cursor() as cursor:
+        at = connection.ops.adapt_datetimefield_value  # as the ORM stores them (SQLite: text)
+        cursor.execute(sql, [at(now - window), at(now), JobState.RUNNING.value])
+        rows = cursor.fetchall()
+    out = {}
+    for job_id, minutes, peak, avg, started in rows:
+        if isinstance(started, str):  # SQLite hands back text for an aggregate of datetimes
+            started = datetime.fromisoformat(started)
+            if started.tzinfo is None:
+                started = started.replace(tzinfo=UTC)
+        if started > now - window:
+            continue  # not running long enough to judge
+        out[job_id] = (minutes, peak, avg)
+    return out
+
+
+def idle_evaluate(*, now: datetime) -> tuple[list[int], list[int]]:
+    """Flag running jobs whose every GPU stayed below ``TELEMETRY_IDLE_UTILIZATION_PCT`` in
+    every minute of the last ``TELEMETRY_IDLE_WINDOW_SECONDS`` (with telemetry for at least
+    ``TELEMETRY_IDLE_MIN_COVERAGE`` of those minutes); clear flags of jobs busy again or ended.
+    Each change is a ``JobEvent`` (``idle`` / ``idle_cleared``) published to the job's team.
+    Returns (flagged job ids, cleared job ids). Idempotent."""
+    threshold = conf.get("TELEMETRY_IDLE_UTILIZATION_PCT")
+    window_s = conf.get("TELEMETRY_IDLE_WINDOW_SECONDS")
+    need = max(1, int(conf.get("TELEMETRY_IDLE_MIN_COVERAGE") * window_s / 60))
+    candidates = _idle_candidates(now)
+    idle = {
+        job_id: avg
+        for job_id, (minutes, peak, avg) in candidates.items()
+        if minutes >= need and peak is not None and peak < threshold
+    }
+    flagged_now = set(
+        JobIdleFlag.objects.filter(cleared_at__isnull=True).values_list("job_id", flat=True)
+    )
+    new = sorted(set(idle) - flagged_now)
+    gone = sorted(flagged_now - set(idle))
+    jobs = Job.objects.select_related("team").in_bulk(new + gone)
+    since = now - timedelta(seconds=window_s)
+    for job_id in new:
+        job = jobs.get(job_id)
+        if job is None:
+            continue
+        with transaction.atomic():
+            JobIdleFlag.objects.update_or_create(
+                job=job,
+                defaults={
+                    "idle_since": since,
+                    "flagged_at": now,
+                    "utilization": round(idle[job_id], 2),
+                    "cleared_at": None,
+                },
+            )
+            message = (
+                f"GPUs below {threshold:g}% utilization for {window_s / 60:.0f} min "
+                f"(average {idle[job_id]:.1f}%)"
+            )
+            JobEvent.objects.create(
+                job=job,
+                kind="idle",
+                time=now,
+                message=message,
+                data={"utilization_pct": round(idle[job_id], 2), "since": since.isoformat()},
+            )
+            _publish_idle(job, True, since, idle[job_id], now)
+    for job_id in gone:
+        job = jobs.get(job_id)
+        if job is None:
+            continue
+        with transaction.atomic():
+            if not JobIdleFlag.objects.filter(job_id=job_id, cleared_at__isnull=True).update(
+                cleared_at=now
+            ):
+                continue
+            if job.state == JobState.RUNNING and job_id in candidates:
+                JobEvent.objects.create(
+                    job=job,
+                    kind="idle_cleared",
+                    time=now,
+                    message=f"GPU utilization back above {threshold:g}%",
+                )
+            _publish_idle(job, False, None, None, now)
+    return new, gone
+
+
+def _publish_idle(job: Job, idle: bool, since, utilization, now: datetime) -> None:
+    payload: JobIdlePayload = {
+        "type": "job.idle",
+        "job": job.pk,
+        "team": job.team.slug,
+        "name": job.name,
+        "idle": idle,
+        "since": since.isoformat() if since else None,
+        "utilization": round(utilization, 2) if utilization is not None else None,
+        "time": now.isoformat(),
+    }
+    streams.publish(streams.team_group(job.team_id), payload)
+
+
+# ------------------------------------------------------------------------------- the tick
+
+TICK_CACHE_KEY = "telemetry:tick"
+PRUNE_CACHE_KEY = "telemetry:prune"
+
+
+def telemetry_tick(*, now: datetime | None = None, force: bool = False) -> bool:
+    """Rollups, then health scoring, then idle flagging; pruning once per
+    ``TELEMETRY_PRUNE_SECONDS``. Runs at most once per ``TELEMETRY_EVALUATE_SECONDS`` across
+    processes (a cache ``add`` claims the slot); returns whether it ran. Never raises: a
+    telemetry fault must not stop the scheduling loop that calls it."""
+    now = now or timezone.now()
+    period = conf.get("TELEMETRY_EVALUATE_SECONDS")
+    if not force and not cache.add(TICK_CACHE_KEY, now.isoformat(), timeout=period):
+        return False
+    # Each stage on its own: a fault in one (say, rollups) must not skip the others (health
+    # scoring and quarantine, idle flags).
+    for stage in (rollup_build, health_evaluate, idle_evaluate):
+        try:
+            stage(now=now)
+        except Exception:
+            log.exception("telemetry %s failed; the next tick retries", stage.__name__)
+    try:
+        if force or cache.add(PRUNE_CACHE_KEY, 1, timeout=conf.get("TELEMETRY_PRUNE_SECONDS")):
+            telemetry_prune(now=now)
+    except Exception:
+        log.exception("telemetry pruning failed; the next tick retries")
+    return True

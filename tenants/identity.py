@@ -1,0 +1,214 @@
+"""Writes of single sign-on: the group rules platform admins edit, and what a login does.
+
+``sso_login`` is called by the OpenID Connect backend (``tenants.sso``) once the provider's
+tokens are verified. It finds the user by (issuer, subject), creating one on first login, and
+re-evaluates the group rules: memberships the rules give are created or moved to the rule's role,
+memberships an earlier login gave (``source=sso``) that no rule gives any more are removed.
+Memberships added by hand in the portal (``source=manual``) are never touched. Every change is
+an audit entry. All in one transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import DomainError, FieldErrors, Forbidden, NotFound
+
+from . import permissions
+from .audit import audit_record
+from .models import Membership, MembershipSource, Role, SsoGroupRule, SsoIdentity, Team
+
+# Strongest first: a user in two groups mapped to one team gets the stronger role.
+ROLE_RANK = {Role.OWNER: 4, Role.ADMIN: 3, Role.MEMBER: 2, Role.VIEWER: 1}
+_USERNAME_BAD = re.compile(r"[^\w.@+-]")
+
+
+class SsoRefused(Exception):
+    """The provider's claims cannot sign anyone in (no subject, say)."""
+
+
+def groups_from(claims: dict, claim: str) -> list[str]:
+    """The provider's groups: a list of strings, one string, or nothing."""
+    value = claims.get(claim)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return sorted({v for v in value if isinstance(v, str) and v})
+    return []
+
+
+def desired_roles(groups: list[str]) -> dict[int, str]:
+    """team id -> the strongest role the rules give for ``groups``."""
+    out: dict[int, str] = {}
+    for team_id, role in SsoGroupRule.objects.filter(group__in=groups).values_list(
+        "team_id", "role"
+    ):
+        if ROLE_RANK[role] > ROLE_RANK.get(out.get(team_id), 0):
+            out[team_id] = role
+    return out
+
+
+def _free_username(wanted: str) -> str:
+    user_model = get_user_model()
+    base = (_USERNAME_BAD.sub("-", wanted) or "user")[:140]
+    name, n = base, 1
+    while user_model.objects.filter(username__iexact=name).exists():
+        n += 1
+        name = f"{base}-sso" if n == 2 else f"{base}-sso{n - 1}"
+    return name
+
+
+@transaction.atomic
+def sso_login(
+    *,
+    claims: dict,
+    issuer: str,
+    groups_claim: str,
+    username_claim: str,
+    now: datetime | None = None,
+):
+    """The user the verified ``claims`` sign in (created on first login), with memberships
+    matching the group rules. Raises :class:`SsoRefused` without a subject; returns None for a
+    deactivated user."""
+    now = now or timezone.now()
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject:
+        raise SsoRefused("the provider sent no subject")
+    groups = groups_from(claims, groups_claim)
+    email = claims.get("email") if isinstance(claims.get("email"), str) else ""
+    identity = (
+        SsoIdentity.objects.select_for_update()
+        .select_related("user")
+        .filter(issuer=issuer, subject=subject)
+        .first()
+    )
+    if identity is None:
+        wanted = claims.get(username_claim) or (email.split("@")[0] if email else subject)
+        user = get_user_model().objects.create_user(
+            username=_free_username(str(wanted)), email=email or ""
+        )
+        user.set_unusable_password()
+        user.first_name = str(claims.get("given_name") or "")[:150]
+        user.last_name = str(claims.get("family_name") or "")[:150]
+        user.save()
+        identity = SsoIdentity.objects.create(
+            user=user, issuer=issuer, subject=subject, groups=groups, last_login_at=now
+        )
+        audit_record(
+            actor=user,
+            action="user.sso_create",
+            target=user,
+            after={"username": user.username, "email": email, "issuer": issuer},
+            comment="created at first single sign-on login",
+        )
+    else:
+        user = identity.user
+        if not user.is_active:
+            return None
+        if email and user.email != email:
+            user.email = email
+            user.save(update_fields=["email"])
+        identity.groups = groups
+        identity.last_login_at = now
+        identity.save(update_fields=["groups", "last_login_at"])
+    memberships_sync(user=user, groups=groups)
+    return user
+
+
+def memberships_sync(*, user, groups: list[str]) -> list[str]:
+    """Make ``user``'s SSO memberships match the rules for ``groups``; returns what changed (also
+    in the audit log). Manual memberships are left as they are."""
+    wanted = desired_roles(groups)
+    current = {m.team_id: m for m in Membership.objects.filter(user=user).select_related("team")}
+    teams = Team.objects.in_bulk(set(wanted) | set(current))
+    changes: list[str] = []
+    comment = f"identity provider groups at login: {', '.join(groups) or 'none'}"
+    for team_id, role in sorted(wanted.items()):
+        membership = current.get(team_id)
+        team = teams[team_id]
+        if membership is None:
+            Membership.objects.create(user=user, team=team, role=role, source=MembershipSource.SSO)
+            changes.append(f"+{team.slug}:{role}")
+            _audit_change(user, team, "membership.sso_add", None, role, comment)
+        elif membership.source == MembershipSource.SSO and membership.role != role:
+            Membership.objects.filter(pk=membership.pk).update(role=role)
+            changes.append(f"~{team.slug}:{membership.role}->{role}")
+            _audit_change(user, team, "membership.sso_role", membership.role, role, comment)
+    for team_id, membership in sorted(current.items()):
+        if membership.source != MembershipSource.SSO or team_id in wanted:
+            continue
+        team = teams[team_id]
+        membership.delete()
+        changes.append(f"-{team.slug}")
+        _audit_change(user, team, "membership.sso_remove", membership.role, None, comment)
+    return changes
+
+
+def _audit_change(user, team: Team, action: str, before: str | None, after: str | None, comment):
+    """One audited membership change made by a login (the user is the actor)."""
+    audit_record(
+        actor=user,
+        action=action,
+        target_type="membership",
+        target_id=f"{team.slug}/{user.username}",
+        team=team,
+        before=None if before is None else {"user": user.username, "role": before},
+        after=None if after is None else {"user": user.username, "role": after},
+        comment=comment,
+    )
+
+
+def _rule_state(rule: SsoGroupRule) -> dict:
+    return {"group": rule.group, "team": rule.team.slug, "role": rule.role}
+
+
+@transaction.atomic
+def sso_rule_create(*, user, group: str, team: str, role: str) -> SsoGroupRule:
+    """Map provider group ``group`` to ``role`` in ``team`` (platform admins). Takes effect at
+    each member's next login. Audited."""
+    if not permissions.is_platform_admin(user):
+        raise Forbidden("only platform admins edit single sign-on rules", field="group")
+    errors: dict[str, list[str]] = {}
+    if not isinstance(group, str) or not group.strip():
+        errors["group"] = ["must not be blank"]
+    elif len(group.strip()) > 200:
+        errors["group"] = ["must be at most 200 characters"]
+    team_row = Team.objects.filter(slug=team).first() if isinstance(team, str) else None
+    if team_row is None:
+        errors["team"] = [f"no team '{team}'"]
+    if role not in Role.values:
+        errors["role"] = [f"must be one of {', '.join(Role.values)}"]
+    if errors:
+        raise FieldErrors(errors)
+    if SsoGroupRule.objects.filter(group=group.strip(), team=team_row).exists():
+        raise DomainError(f"group '{group.strip()}' already maps to team {team}", field="group")
+    rule = SsoGroupRule.objects.create(
+        group=group.strip(), team=team_row, role=role, created_by=user
+    )
+    audit_record(
+        actor=user, action="sso_rule.create", target=rule, team=team_row, after=_rule_state(rule)
+    )
+    return rule
+
+
+@transaction.atomic
+def sso_rule_delete(*, user, rule_id: int) -> None:
+    """Remove a rule (platform admins); members lose what it gave at their next login."""
+    if not permissions.is_platform_admin(user):
+        raise NotFound("no such rule", field="id")
+    rule = SsoGroupRule.objects.select_related("team").filter(pk=rule_id).first()
+    if rule is None:
+        raise NotFound("no such rule", field="id")
+    audit_record(
+        actor=user,
+        action="sso_rule.delete",
+        target=rule,
+        team=rule.team,
+        before=_rule_state(rule),
+    )
+    rule.delete()

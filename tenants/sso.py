@@ -1,0 +1,132 @@
+"""Django glue of sign-in: the password backend that honours ``LOCAL_LOGIN_ENABLED``, the OpenID
+Connect backend (mozilla-django-oidc: authorization code flow with PKCE and nonce, ID token
+signature checked against the provider's JWKS), the views that 404 while single sign-on is not
+configured, RP-initiated logout, and the login page's options.
+
+What a login does to the user and their teams is in ``tenants.identity``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import cached_property
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.backends import ModelBackend
+from django.http import Http404, HttpResponseRedirect
+from django.urls import reverse
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.middleware import SessionRefresh as _SessionRefresh
+from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
+
+from .identity import SsoRefused, sso_login
+
+log = logging.getLogger(__name__)
+
+
+class LocalPasswordBackend(ModelBackend):
+    """Django's password check, limited to platform admins (break-glass) while local password
+    login is turned off. Applies everywhere a password is accepted: the login page, the
+    break-glass page, the admin site and the API's token exchange."""
+
+    def user_can_authenticate(self, user) -> bool:
+        if not super().user_can_authenticate(user):
+            return False
+        return settings.LOCAL_LOGIN_ENABLED or bool(user.is_superuser)
+
+
+class SsoBackend(OIDCAuthenticationBackend):
+    """Verified claims (ID token merged with userinfo: some providers put groups only in the
+    token) become a user and memberships through ``tenants.identity.sso_login``."""
+
+    def get_or_create_user(self, access_token, id_token, payload):
+        userinfo = self.get_userinfo(access_token, id_token, payload)
+        if userinfo.get("sub") not in (None, payload.get("sub")):
+            log.warning("single sign-on refused: userinfo subject differs from the ID token's")
+            return None
+        claims = {**payload, **userinfo}
+        try:
+            return sso_login(
+                claims=claims,
+                issuer=str(payload.get("iss", "")),
+                groups_claim=settings.OIDC_GROUPS_CLAIM,
+                username_claim=settings.OIDC_USERNAME_CLAIM,
+            )
+        except SsoRefused as exc:
+            log.warning("single sign-on refused: %s", exc)
+            return None
+
+
+class _OnlyWhenConfigured:
+    def dispatch(self, request, *args, **kwargs):
+        if not settings.SSO_ENABLED:
+            raise Http404("single sign-on is not configured")
+        return super().dispatch(request, *args, **kwargs)
+
+
+class SsoStartView(_OnlyWhenConfigured, OIDCAuthenticationRequestView):
+    """Redirects to the provider (state, nonce and a PKCE S256 challenge kept in the session)."""
+
+
+class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
+    """The provider's redirect back: exchanges the code (with the PKCE verifier) and signs in."""
+
+
+class SessionRefresh(_SessionRefresh):
+    """The library's silent re-check of single sign-on sessions (``prompt=none`` once the last
+    check is older than ``OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS``; each re-check is a login, so
+    group rules are applied again), with our routes exempt: the sign-in views, logout, and what
+    cannot follow a redirect to the provider (``SSO_REFRESH_EXEMPT_PATTERNS``, matched at the
+    start of the path)."""
+
+    @cached_property
+    def exempt_urls(self):
+        return {
+            reverse("oidc_authentication_init"),
+            reverse("oidc_authentication_callback"),
+            reverse("logout"),
+        }
+
+    @cached_property
+    def exempt_url_patterns(self):
+        return {re.compile(p) for p in settings.SSO_REFRESH_EXEMPT_PATTERNS}
+
+
+def provider_logout_url(request) -> str:
+    """Where logout sends the browser: the provider's end-session endpoint (ending its session
+    too) for a user who signed in with it, else the login page."""
+    local = settings.LOGOUT_REDIRECT_URL
+    id_token = request.session.get("oidc_id_token")
+    if not (settings.SSO_ENABLED and settings.OIDC_OP_LOGOUT_ENDPOINT and id_token):
+        return local
+    query = urlencode(
+        {
+            "id_token_hint": id_token,
+            "client_id": settings.OIDC_RP_CLIENT_ID,
+            "post_logout_redirect_uri": request.build_absolute_uri(local),
+        }
+    )
+    return f"{settings.OIDC_OP_LOGOUT_ENDPOINT}?{query}"
+
+
+class LogoutView(auth_views.LogoutView):
+    """Django's logout; for a single sign-on session it then goes on to the provider's logout."""
+
+    def post(self, request, *args, **kwargs):
+        provider = provider_logout_url(request)
+        response = super().post(request, *args, **kwargs)
+        if provider != settings.LOGOUT_REDIRECT_URL:
+            return HttpResponseRedirect(provider)
+        return response
+
+
+def login_options(request) -> dict:
+    """Template context: whether to show the single sign-on button and the password form."""
+    return {
+        "sso_enabled": settings.SSO_ENABLED,
+        "sso_provider_name": settings.SSO_PROVIDER_NAME,
+        "local_login_enabled": settings.LOCAL_LOGIN_ENABLED,
+    }

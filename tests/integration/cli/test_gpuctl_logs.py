@@ -1,0 +1,125 @@
+"""``gpuctl logs``: the tail of a job's output, and ``-f`` following a running job on the
+simulated cluster to its end (through a requeue), against a live server; scoping and bad usage."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from gpuctl.main import main
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Job
+from scheduler.transitions import job_requeue
+from tests.simclock import SimulatedClock
+
+
+@pytest.fixture(autouse=True)
+def _simulated_minutes(sim_clock):
+    return sim_clock
+
+
+advance = SimulatedClock.advance
+
+
+class Follower:
+    """``gpuctl logs -f`` running in a thread (it blocks until the job ends)."""
+
+    def __init__(self, monkeypatch, *args: str) -> None:
+        self.out = io.StringIO()
+        self.code: int | None = None
+        monkeypatch.setattr("gpuctl.main._out", lambda: self.out)
+        self.thread = threading.Thread(target=self._run, args=(args,), daemon=True)
+        self.thread.start()
+
+    def _run(self, args) -> None:
+        self.code = main(["logs", "-f", "--interval", "0.1", *args])
+
+    def wait(self, timeout: float = 30.0) -> str:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"gpuctl logs -f still running: {self.out.getvalue()}"
+        return self.out.getvalue()
+
+
+def drive_until(job_id: int, state: str, timeout: float = 30.0) -> None:
+    """The scheduling loop's part: a simulated minute per step, a cycle after each."""
+    deadline = time.monotonic() + timeout
+    while Job.objects.get(pk=job_id).state != state:
+        assert time.monotonic() < deadline, f"job {job_id} never reached {state}"
+        advance(1)
+        run_cycle()
+        time.sleep(0.3)
+
+
+def test_logs_prints_the_tail(as_alice, platform, submit):
+    job_id = submit(platform["alice"], gpus_per_worker=1, simulated_duration_s=600).json()["id"]
+    pending = as_alice("logs", str(job_id))
+    assert (pending.code, pending.out) == (0, "")
+    run_cycle()
+    advance(3)
+    result = as_alice("logs", str(job_id))
+    assert result.code == 0, result.err
+    assert result.out.startswith("[gpuplatform] attempt 1 on n")
+    assert "step      3  loss" in result.out
+    as_json = json.loads(as_alice("logs", str(job_id), "--json").out)
+    assert as_json["attempt"] == 1 and as_json["cursor"] and "step      3" in as_json["text"]
+
+
+def test_follow_reads_a_running_job_to_its_end_through_a_requeue(
+    as_alice, platform, submit, monkeypatch
+):
+    job_id = submit(
+        platform["alice"], gpus_per_worker=1, simulated_duration_s=420, checkpoint_interval_s=120
+    ).json()["id"]
+    run_cycle()
+    follower = Follower(monkeypatch, str(job_id))
+    drive_until(job_id, "running", timeout=5)
+    advance(3)
+    run_cycle()  # records the checkpoint at minute 2
+    time.sleep(0.5)
+    job = Job.objects.get(pk=job_id)
+    assert job_requeue(job=job, now=timezone.now(), reason="preempted")
+    run_cycle()  # attempt 2 starts, resuming from minute 2
+    drive_until(job_id, "succeeded")
+    out = follower.wait()
+    assert follower.code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("[gpuplatform] attempt 1 on ")
+    assert "--- attempt 2 ---" in lines
+    second = lines.index("--- attempt 2 ---")
+    assert lines[second + 1].startswith("[gpuplatform] attempt 2 on ")
+    assert lines[-1] == "[gpuplatform] training finished"
+    steps = [int(line.split()[1]) for line in lines[second:] if line.startswith("step ")]
+    assert steps == list(range(3, 8))  # resumed after step 2; 7 minutes of work in all
+    first_steps = [int(line.split()[1]) for line in lines[:second] if line.startswith("step ")]
+    assert first_steps[:3] == [1, 2, 3] and len(first_steps) == len(set(first_steps))
+
+
+def test_follow_with_attempt_stops_at_that_attempts_end(as_alice, platform, submit):
+    job_id = submit(platform["alice"], gpus_per_worker=1, simulated_duration_s=600).json()["id"]
+    run_cycle()
+    advance(2)
+    assert job_requeue(job=Job.objects.get(pk=job_id), now=timezone.now(), reason="test")
+    result = as_alice("logs", str(job_id), "-f", "--attempt", "1", "--interval", "0.05")
+    assert result.code == 0, result.err
+    assert result.out.startswith("[gpuplatform] attempt 1") and "step      2" in result.out
+
+
+def test_another_teams_job_and_bad_usage(as_alice, platform, submit):
+    theirs = submit(platform["bob"], team="nlp", gpus_per_worker=1).json()["id"]
+    result = as_alice("logs", str(theirs))
+    assert result.code == 1 and "no such job" in result.err
+    mine = submit(platform["alice"], gpus_per_worker=1).json()["id"]
+    for flags, needle in (
+        (["--attempt", "x"], "--attempt: must be a number"),
+        (["--attempt", "0"], "--attempt: must be >= 1"),
+        (["--interval", "0"], "--interval: must be >= 0.05"),
+    ):
+        bad = as_alice("logs", str(mine), *flags)
+        assert bad.code == 2 and needle in bad.err, bad.err
+    too_far = as_alice("logs", str(mine), "--attempt", "3")
+    assert too_far.code == 1 and "attempt: the job has 0 attempts" in too_far.err

@@ -1,0 +1,203 @@
+"""The job page's live output over /ws/jobs/<id>/log/, through the real ASGI stack (origin check,
+session auth, the consumer) on the simulated backend: the tail then new output as it is written,
+following a requeued job to its next attempt, the end of a finished job; another team's job, an
+anonymous socket and a bad attempt are refused without a word about the job."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.test import Client
+from django.utils import timezone
+
+from frontend import log_consumer
+from gpuplatform.asgi import application
+from scheduler import services
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Job
+from scheduler.transitions import job_requeue
+from tests.simclock import SimulatedClock
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fast(sim_clock, monkeypatch):
+    monkeypatch.setattr(log_consumer, "POLL_S", 0.1)
+
+
+def headers(user=None):
+    result = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if user is not None:
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+        result.append((b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    return result
+
+
+def started_job(user, seconds=600.0) -> Job:
+    job = services.job_submit(
+        user=user,
+        request=services.JobRequest(
+            name="live-log",
+            team="vision",
+            workers=1,
+            gpus_per_worker=1,
+            simulated_duration_s=seconds,
+        ),
+    )
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "running"
+    return job
+
+
+advance = SimulatedClock.advance
+
+
+async def frames_until(socket, predicate, timeout=5.0) -> list[dict]:
+    """Frames received until one satisfies ``predicate`` (included)."""
+    seen = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        remaining = deadline - loop.time()
+        assert remaining > 0, f"no matching frame; got {seen}"
+        frame = await socket.receive_json_from(timeout=remaining)
+        seen.append(frame)
+        if predicate(frame):
+            return seen
+
+
+def test_tail_then_live_output_then_the_next_attempt(platform):
+    alice = platform["alice"]
+    job = started_job(alice)
+    advance(2)
+    cookie = headers(alice)
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
+        connected, _ = await socket.connect()
+        assert connected
+        first = await frames_until(socket, lambda f: f["type"] == "log")
+        assert first[0] == {"type": "log.attempt", "attempt": 1, "attempts": 1}
+        assert first[-1]["text"].startswith("[gpuplatform] attempt 1 on ")
+        assert "step      2" in first[-1]["text"]
+        await sync_to_async(advance)(2)
+        more = await frames_until(socket, lambda f: "step      4" in f.get("text", ""))
+        text = "".join(f["text"] for f in more if f["type"] == "log")
+        assert text.startswith("step      3") and "[gpuplatform]" not in text  # nothing twice
+
+        def requeue_and_restart():
+            assert job_requeue(job=Job.objects.get(pk=job.pk), now=timezone.now(), reason="x")
+            run_cycle()
+
+        await sync_to_async(requeue_and_restart)()
+        moved = await frames_until(socket, lambda f: f["type"] == "log.attempt")
+        assert moved[-1] == {"type": "log.attempt", "attempt": 2, "attempts": 2}
+        second = await frames_until(socket, lambda f: f["type"] == "log")
+        assert second[-1]["text"].startswith("[gpuplatform] attempt 2 on ")
+        await socket.send_json_to({"type": "cancel"})  # read-only
+        assert (await socket.receive_json_from(timeout=2))["type"] == "error"
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_finished_job_sends_its_output_and_ends(platform):
+    alice = platform["alice"]
+    job = started_job(alice, seconds=120)
+    advance(5)
+    run_cycle()
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    cookie = headers(alice)
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
+        assert (await socket.connect())[0]
+        frames = await frames_until(socket, lambda f: f["type"] == "log.end")
+        assert frames[-1] == {"type": "log.end", "state": "succeeded"}
+        text = "".join(f["text"] for f in frames if f["type"] == "log")
+        assert text.rstrip().endswith("[gpuplatform] training finished")
+        assert (await socket.receive_output(timeout=2))["type"] == "websocket.close"
+
+    async_to_sync(scenario)()
+
+
+def test_a_pinned_attempt_ends_with_that_attempt(platform):
+    alice = platform["alice"]
+    job = started_job(alice)
+    advance(2)
+    assert job_requeue(job=Job.objects.get(pk=job.pk), now=timezone.now(), reason="x")
+    run_cycle()
+    cookie = headers(alice)
+
+    async def scenario():
+        socket = WebsocketCommunicator(
+            application, f"/ws/jobs/{job.pk}/log/?attempt=1", headers=cookie
+        )
+        assert (await socket.connect())[0]
+        frames = await frames_until(socket, lambda f: f["type"] == "log.end")
+        assert frames[0]["attempt"] == 1
+        assert "[gpuplatform] attempt 1" in "".join(f.get("text", "") for f in frames)
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize("who", ["bob", None])
+def test_another_team_or_anonymous_hears_nothing(platform, who):
+    job = started_job(platform["alice"])
+    cookie = headers(platform[who] if who else None)
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
+        connected, code = await socket.connect()
+        if connected:  # accepted then closed at once, nothing sent
+            output = await socket.receive_output(timeout=2)
+            assert output["type"] == "websocket.close"
+        else:
+            assert code in (4401, 4404)
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_bad_attempt_is_refused(platform):
+    job = started_job(platform["alice"])
+    cookie = headers(platform["alice"])
+
+    async def scenario():
+        socket = WebsocketCommunicator(
+            application, f"/ws/jobs/{job.pk}/log/?attempt=x", headers=cookie
+        )
+        connected, code = await socket.connect()
+        assert not connected and code == 4400
+
+    async_to_sync(scenario)()
+
+
+def test_one_user_holds_a_bounded_number_of_log_sockets(platform, monkeypatch):
+    monkeypatch.setattr(log_consumer, "MAX_SOCKETS_PER_USER", 2)
+    job = started_job(platform["alice"])
+    cookie = headers(platform["alice"])
+
+    async def scenario():
+        path = f"/ws/jobs/{job.pk}/log/"
+        first = WebsocketCommunicator(application, path, headers=cookie)
+        second = WebsocketCommunicator(application, path, headers=cookie)
+        assert (await first.connect())[0] and (await second.connect())[0]
+        third = WebsocketCommunicator(application, path, headers=cookie)
+        connected, code = await third.connect()
+        assert not connected and code == 4429
+        await first.disconnect()
+        fourth = WebsocketCommunicator(application, path, headers=cookie)
+        assert (await fourth.connect())[0]  # a closed socket frees its place
+        await second.disconnect()
+        await fourth.disconnect()
+
+    async_to_sync(scenario)()

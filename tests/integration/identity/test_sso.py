@@ -1,0 +1,257 @@
+"""Single sign-on without a browser: what a verified login does to the user and their teams
+(created on first login, matched by issuer and subject, memberships re-evaluated at each login,
+manual ones untouched, every change audited); the group rules (platform admins only); local
+password login turned off (passwords only from platform admins: break-glass); RP-initiated
+logout; API tokens and ``gpuctl login --token-stdin`` for single sign-on users.
+
+The browser flow against a real OpenID provider is tests/e2e/test_sso.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client, RequestFactory
+
+from core.errors import DomainError, FieldErrors, Forbidden
+from tenants import identity
+from tenants.models import AuditEntry, Membership, SsoIdentity, Team
+from tenants.services import token_create, token_exchange
+from tenants.sso import provider_logout_url
+
+pytestmark = pytest.mark.django_db
+
+ISSUER = "https://idp.example.com/realms/gpus"
+
+
+def _login(groups, sub="u-123", **claims):
+    return identity.sso_login(
+        claims={
+            "sub": sub,
+            "preferred_username": "dora",
+            "email": "dora@example.com",
+            "groups": groups,
+            **claims,
+        },
+        issuer=ISSUER,
+        groups_claim="groups",
+        username_claim="preferred_username",
+    )
+
+
+def _roles(user) -> dict[str, tuple[str, str]]:
+    return {
+        m.team.slug: (m.role, m.source)
+        for m in Membership.objects.filter(user=user).select_related("team")
+    }
+
+
+@pytest.fixture
+def rules(platform, teams):
+    admin = platform["admin"]
+    identity.sso_rule_create(user=admin, group="ml-vision", team="vision", role="member")
+    identity.sso_rule_create(user=admin, group="ml-leads", team="vision", role="admin")
+    identity.sso_rule_create(user=admin, group="ml-nlp", team="nlp", role="viewer")
+
+
+def test_first_login_creates_the_user_with_the_teams_its_groups_map_to(rules):
+    dora = _login(["ml-vision", "unmapped"])
+    assert dora.username == "dora" and dora.email == "dora@example.com"
+    assert not dora.has_usable_password()
+    assert SsoIdentity.objects.get(user=dora).groups == ["ml-vision", "unmapped"]
+    assert _roles(dora) == {"vision": ("member", "sso")}
+    actions = list(AuditEntry.objects.filter(actor=dora).values_list("action", flat=True))
+    assert sorted(actions) == ["membership.sso_add", "user.sso_create"]
+
+
+def test_each_login_re_evaluates_the_rules_and_audits_every_change(rules):
+    dora = _login(["ml-vision"])
+    # Strongest role wins when two groups map to one team.
+    assert _login(["ml-vision", "ml-leads", "ml-nlp"]) == dora
+    assert _roles(dora) == {"vision": ("admin", "sso"), "nlp": ("viewer", "sso")}
+    # Groups removed at the provider: the memberships go at the next login.
+    _login(["ml-nlp"])
+    assert _roles(dora) == {"nlp": ("viewer", "sso")}
+    entries = list(
+        AuditEntry.objects.filter(actor=dora)
+        .order_by("id")
+        .values_list("action", "team__slug", "before", "after")
+    )
+    assert entries[2:] == [
+        (
+            "membership.sso_role",
+            "vision",
+            {"user": "dora", "role": "member"},
+            {"user": "dora", "role": "admin"},
+        ),
+        ("membership.sso_add", "nlp", None, {"user": "dora", "role": "viewer"}),
+        ("membership.sso_remove", "vision", {"user": "dora", "role": "admin"}, None),
+    ]
+    assert "ml-nlp" in AuditEntry.objects.filter(actor=dora).order_by("id").last().comment
+
+
+def test_manual_memberships_are_left_alone(rules, teams):
+    dora = _login([])
+    Membership.objects.create(user=dora, team=teams["nlp"], role="member")
+    _login(["ml-nlp"])  # a rule for a team she was added to by hand: hers stays as it was
+    _login([])
+    assert _roles(dora) == {"nlp": ("member", "manual")}
+
+
+def test_a_provider_account_never_takes_over_a_local_one(rules, platform):
+    alice = platform["alice"]
+    alice.email = "dora@example.com"
+    alice.save()
+    user = _login(["ml-vision"], sub="other", preferred_username="alice")
+    assert user != alice and user.username == "alice-sso"
+    assert _roles(alice) == {"vision": ("member", "manual")}
+
+
+def test_a_deactivated_user_cannot_sign_in(rules):
+    dora = _login(["ml-vision"])
+    get_user_model().objects.filter(pk=dora.pk).update(is_active=False)
+    assert _login(["ml-vision"]) is None
+
+
+def test_no_subject_no_login(rules):
+    with pytest.raises(identity.SsoRefused):
+        identity.sso_login(
+            claims={"email": "x@example.com"},
+            issuer=ISSUER,
+            groups_claim="groups",
+            username_claim="preferred_username",
+        )
+
+
+def test_rules_are_for_platform_admins_and_checked(platform, teams, api_as):
+    admin = platform["admin"]
+    with pytest.raises(Forbidden):
+        identity.sso_rule_create(user=platform["alice"], group="g", team="vision", role="member")
+    with pytest.raises(FieldErrors) as bad:
+        identity.sso_rule_create(user=admin, group=" ", team="nope", role="king")
+    assert set(bad.value.errors) == {"group", "team", "role"}
+    identity.sso_rule_create(user=admin, group="g", team="vision", role="member")
+    with pytest.raises(DomainError, match="already maps"):
+        identity.sso_rule_create(user=admin, group="g", team="vision", role="admin")
+    # The portal page: 403 for others, the form for admins (400 with the field on bad input).
+    alice, root = Client(), Client()
+    alice.force_login(platform["alice"])
+    root.force_login(admin)
+    assert alice.get("/teams/manage/sso/").status_code == 403
+    response = root.post("/teams/manage/sso/", {"group": "x", "team": "vision", "role": "owner"})
+    assert response.status_code == 302
+    response = root.post("/teams/manage/sso/", {"group": "", "team": "vision", "role": "owner"})
+    assert response.status_code == 400 and 'data-errors-for="group"' in response.content.decode()
+    rule = teams["vision"].sso_rules.get(group="x")
+    assert root.post(f"/teams/manage/sso/{rule.pk}/delete/").status_code == 302
+    assert list(
+        AuditEntry.objects.filter(action__startswith="sso_rule")
+        .values_list("action", flat=True)
+        .order_by("id")
+    ) == ["sso_rule.create", "sso_rule.create", "sso_rule.delete"]
+
+
+def test_local_login_off_keeps_passwords_for_platform_admins_only(platform, settings):
+    settings.LOCAL_LOGIN_ENABLED = False
+    client = Client()
+    page = client.get("/login/").content.decode()
+    assert 'id="id_password"' not in page
+    assert client.post("/login/", {"username": "alice", "password": "pw-alice"}).status_code == 200
+    assert "_auth_user_id" not in client.session
+    with pytest.raises(DomainError, match="invalid username or password"):
+        token_exchange(username="alice", password="pw-alice")
+    # Break-glass: the admin's password still works there.
+    assert 'id="id_password"' in client.get("/login/break-glass/").content.decode()
+    response = client.post("/login/break-glass/", {"username": "root", "password": "pw-root"})
+    assert response.status_code == 302 and client.session["_auth_user_id"] == str(
+        platform["admin"].pk
+    )
+    settings.LOCAL_LOGIN_ENABLED = True
+    assert token_exchange(username="alice", password="pw-alice")[1].startswith("gpt_")
+
+
+def test_sso_button_only_when_configured(platform, settings):
+    client = Client()
+    assert "Sign in with" not in client.get("/login/").content.decode()
+    assert client.get("/oidc/authenticate/").status_code == 404
+    settings.SSO_ENABLED = True
+    settings.SSO_PROVIDER_NAME = "Keycloak"
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = "https://idp.example.com/auth"
+    page = client.get("/login/").content.decode()
+    assert "Sign in with Keycloak" in page and 'id="id_password"' in page
+    start = client.get("/oidc/authenticate/")
+    assert start.status_code == 302
+    location = start["Location"]
+    assert location.startswith("https://idp.example.com/auth?")
+    assert "code_challenge_method=S256" in location and "code_challenge=" in location
+    assert "nonce=" in location and "state=" in location
+
+
+def test_logout_ends_the_providers_session(platform, settings):
+    settings.SSO_ENABLED = True
+    settings.OIDC_OP_LOGOUT_ENDPOINT = "https://idp.example.com/logout"
+    settings.OIDC_RP_CLIENT_ID = "gpuplatform"
+    request = RequestFactory().post("/logout/")
+    request.session = {"oidc_id_token": "eyJ.token"}
+    url = provider_logout_url(request)
+    assert url.startswith("https://idp.example.com/logout?id_token_hint=eyJ.token")
+    assert "post_logout_redirect_uri=http%3A%2F%2Ftestserver%2Flogin%2F" in url
+    request.session = {}
+    assert provider_logout_url(request) == "/login/"  # a local session: no provider involved
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sso_users_use_api_tokens_and_gpuctl(rules, live_server, cli_config, gpuctl):
+    dora = _login(["ml-vision"])
+    _token, raw = token_create(user=dora, name="laptop")
+    me = Client().get("/api/v1/auth/me", HTTP_AUTHORIZATION=f"Bearer {raw}").json()
+    assert me == {
+        "username": "dora",
+        "email": "dora@example.com",
+        "platform_admin": False,
+        "sso": True,
+        "teams": [{"team": "vision", "role": "member", "source": "sso"}],
+    }
+    result = gpuctl("login", "--url", live_server.url, "--token-stdin", stdin=raw + "\n")
+    assert result.code == 0, result.err
+    assert json.loads(cli_config.read_text())["username"] == "dora"
+    assert raw not in result.out + result.err
+    assert gpuctl("ls").code == 0
+    bad = gpuctl("login", "--url", live_server.url, "--token-stdin", stdin="gpt_wrong\n")
+    assert bad.code == 1
+    assert gpuctl("login", "--token-stdin", "-u", "x", stdin=raw).code == 2
+    assert Team.objects.count() == 3
+
+
+def test_sso_sessions_are_rechecked_silently_with_the_provider(rules, settings):
+    """After OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS a page load of a single sign-on session goes
+    back to the provider with prompt=none (a login: the rules apply again); JSON state
+    endpoints and the API are not redirected; password sessions are never sent there."""
+    settings.SSO_ENABLED = True
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = "https://idp.example.com/auth"
+    settings.OIDC_OP_JWKS_ENDPOINT = "https://idp.example.com/jwks"
+    settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, "tenants.sso.SsoBackend"]
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE[
+            : settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+            + 1
+        ],
+        "tenants.sso.SessionRefresh",
+        *settings.MIDDLEWARE[
+            settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+            + 1 :
+        ],
+    ]
+    dora = _login(["ml-vision"])
+    client = Client()
+    client.force_login(dora, backend="tenants.sso.SsoBackend")
+    page = client.get("/jobs/")
+    assert page.status_code == 302
+    assert page["Location"].startswith("https://idp.example.com/auth?")
+    assert "prompt=none" in page["Location"] and "code_challenge=" in page["Location"]
+    assert client.get("/jobs/states/").status_code != 302
+    assert client.get("/api/v1/auth/me").status_code == 200
+    local = Client()
+    local.force_login(get_user_model().objects.get(username="alice"))
+    assert local.get("/jobs/").status_code == 200

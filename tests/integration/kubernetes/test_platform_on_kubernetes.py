@@ -1,0 +1,103 @@
+"""The whole platform on the Kubernetes backend, over real HTTP against the test API server
+(``fake_apiserver.py``): a job submitted through the REST API becomes bound pods whose workers
+carry the launcher variables (with the policy's grace as their termination grace), its pod log
+reaches the logs API (tail, then follow by cursor; another team's job is a 404), and once it has
+finished and its retention has passed the sync deletes its pods and Service."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from scheduler.backends import reset_backends
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Cluster, Job
+from scheduler.services import cluster_import_nodes
+from tests.integration.kubernetes.fake_apiserver import FakeKubeApiServer
+
+pytestmark = pytest.mark.django_db
+NS = "gpuplatform-jobs"
+
+
+@pytest.fixture
+def kube(priorities, teams, settings):
+    settings.SCHEDULER_POLICY = {"preemption_grace_s": 45}
+    with FakeKubeApiServer(watch_hold_s=0.05) as server:
+        server.add_node("gpu-a", rack="r1")
+        server.add_node("gpu-b", rack="r1")
+        reset_backends()
+        cluster = Cluster.objects.create(
+            name="kube",
+            backend_kind="kubernetes",
+            backend_config={"host": server.url, "retry_base_s": 0.05, "finished_run_ttl_s": 0},
+        )
+        assert cluster_import_nodes(cluster=cluster) == (2, 0)
+        yield server
+        reset_backends()
+
+
+def env_of(server, pod: str) -> dict[str, str]:
+    container = server.pods[(NS, pod)]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_job_runs_as_pods_with_launcher_variables_logs_and_is_purged(
+    kube, alice, bob, submit, api_as
+):
+    job_id = submit(
+        alice,
+        name="torchrun",
+        workers=2,
+        gpus_per_worker=8,
+        image="registry.example/train:1",
+        command="torchrun --nproc-per-node=8 train.py",
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "running" and job.backend_ref == f"{NS}/gp-{job_id}-a1"
+    run = f"gp-{job_id}-a1"
+    w0, w1 = f"{run}-w0", f"{run}-w1"
+    assert {kube.pods[(NS, w)]["spec"]["nodeName"] for w in (w0, w1)} == {"gpu-a", "gpu-b"}
+    env = env_of(kube, w1)
+    assert {k: env[k] for k in ("RANK", "NODE_RANK", "WORLD_SIZE", "PET_NNODES")} == {
+        "RANK": "1",
+        "NODE_RANK": "1",
+        "WORLD_SIZE": "2",
+        "PET_NNODES": "2",
+    }
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == f"w0.{run}"
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29500"
+    assert env["PET_NODE_RANK"] == env["GPUPLATFORM_WORKER"] == "1"
+    assert env["GPUPLATFORM_CHECKPOINT_GRACE_S"] == "45"  # the policy's preemption grace
+    assert kube.pods[(NS, w1)]["spec"]["terminationGracePeriodSeconds"] == 45
+
+    for pod in (w0, w1):
+        kube.set_pod_phase(pod, "Running")
+    kube.write_log(w0, "step 1 loss 0.91\nstep 2 loss 0.84\n")
+    alice_api = api_as(alice)
+    tail = alice_api.get(f"/api/v1/jobs/{job_id}/logs/").json()
+    assert (tail["attempt"], tail["finished"], tail["text"]) == (
+        1,
+        False,
+        "step 1 loss 0.91\nstep 2 loss 0.84\n",
+    )
+    kube.write_log(w0, "step 3 loss 0.77\n")
+    more = alice_api.get(f"/api/v1/jobs/{job_id}/logs/", {"cursor": tail["cursor"]}).json()
+    assert more["text"] == "step 3 loss 0.77\n"
+    assert api_as(bob).get(f"/api/v1/jobs/{job_id}/logs/").status_code == 404
+
+    for pod in (w0, w1):
+        kube.set_pod_phase(pod, "Succeeded")
+    deadline = time.monotonic() + 10
+    while (NS, w0) in kube.pods or (NS, run) in kube.services:
+        assert time.monotonic() < deadline, "the finished run was never purged"
+        run_cycle()
+        time.sleep(0.2)
+    job.refresh_from_db()
+    assert job.state == "succeeded" and job.exit_code == 0
+    assert kube.pods == {} and kube.services == {}
+    # Its final state stays known from the pod watch's tombstones: nothing is requeued.
+    run_cycle()
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("succeeded", 1)

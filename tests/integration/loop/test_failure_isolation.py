@@ -1,0 +1,148 @@
+"""One bad job never fails the scheduling cycle for everyone (issue 26, finding 2 and the loop's
+isolation rule), on the real simulated backend and the real loop:
+
+- a job the backend refuses at submission is failed alone, with a reason its owner reads, while
+  the other jobs of the same cycle start;
+- a run whose status the backend cannot compute fails its job alone while the others are
+  observed and new jobs start;
+- a job row whose numbers break the model's bounds (written before they existed) is failed with
+  the field named, before it reaches the engine or a backend;
+- estimates too far in the future to be dates do not break the apply step.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from scheduler.backends import reset_backends
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Allocation, Job, JobEvent, SimulatedRun
+from scheduler.states import JobState
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_simulation(settings):
+    settings.SIMULATED_TIME_SCALE = 3600.0
+    reset_backends()
+    yield
+    reset_backends()
+
+
+def _failure_reason(job: Job) -> str:
+    event = JobEvent.objects.filter(job=job, kind="failed").last()
+    assert event is not None, list(JobEvent.objects.filter(job=job).values_list("kind", "message"))
+    return event.message
+
+
+def test_a_job_the_backend_refuses_fails_alone_while_the_others_start(platform, submit, api_as):
+    # A value the simulated backend cannot read: it refuses the run (the real backend code).
+    bad = submit(platform["alice"], name="bad", env={"CHECKPOINT_INTERVAL_S": "soon"}).json()
+    good = [submit(platform["bob"], team="nlp", name=f"good-{i}").json() for i in range(2)]
+    result = run_cycle()  # before the fix: the backend's ValueError ended the cycle here
+    assert result.ran
+    bad_job = Job.objects.get(pk=bad["id"])
+    assert bad_job.state == JobState.FAILED
+    assert not Allocation.objects.filter(job=bad_job, ended_at__isnull=True).exists()
+    assert "CHECKPOINT_INTERVAL_S" in _failure_reason(bad_job)
+    for item in good:
+        job = Job.objects.get(pk=item["id"])
+        assert job.state == JobState.RUNNING and job.backend_ref == f"gp-{job.pk}-a1"
+        assert SimulatedRun.objects.filter(job_id=str(job.pk)).exists()
+    # The owner reads why, through the API.
+    events = api_as(platform["alice"]).get(f"/api/v1/jobs/{bad['id']}/events/").json()
+    assert events[-1]["kind"] == "failed" and "CHECKPOINT_INTERVAL_S" in events[-1]["message"]
+    # And the next cycle runs clean.
+    assert run_cycle().ran
+
+
+def test_a_run_the_backend_cannot_report_fails_its_job_alone(platform, submit):
+    victim = submit(platform["alice"], name="victim").json()
+    done = submit(platform["bob"], team="nlp", name="done", simulated_duration_s=60).json()
+    run_cycle()
+    # The victim's run carries a service time from before the bounds existed: computing its
+    # status overflows Python's date arithmetic (OverflowError) inside the backend.
+    SimulatedRun.objects.filter(job_id=str(victim["id"])).update(service_time_s=1e308)
+    waiting = submit(platform["bob"], team="nlp", name="waiting", gpus_per_worker=8).json()
+    SimulatedRun.objects.filter(job_id=str(done["id"])).update(
+        started_at=timezone.now() - timedelta(minutes=5)
+    )
+    run_cycle()
+    assert Job.objects.get(pk=victim["id"]).state == JobState.FAILED
+    assert "status" in _failure_reason(Job.objects.get(pk=victim["id"]))
+    assert Job.objects.get(pk=done["id"]).state == JobState.SUCCEEDED
+    assert Job.objects.get(pk=waiting["id"]).state == JobState.RUNNING
+    assert run_cycle().ran
+
+
+def _legacy_job(platform, priorities, **fields) -> Job:
+    """A job row as it could be written before the bounds existed (no service, no validation)."""
+    base = {
+        "team": platform["alice"].memberships.first().team,
+        "submitter": platform["alice"],
+        "name": "legacy",
+        "workers": 1,
+        "gpus_per_worker": 1,
+        "priority_class": priorities["research"],
+        "submitted_at": timezone.now(),
+    }
+    return Job.objects.create(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"simulated_duration_s": 1e308},
+        {"simulated_duration_s": float("inf")},
+        {"runtime_limit_s": 2_000_000_000},
+        {"checkpoint_interval_s": 2_000_000_000},
+        {"elastic_min_workers": 1, "elastic_max_workers": 1_000_000, "workers": 1},
+    ],
+)
+def test_a_legacy_row_out_of_bounds_is_failed_with_the_field_named(
+    platform, priorities, submit, fields
+):
+    if connection.vendor == "sqlite" and fields.get("simulated_duration_s") == float("inf"):
+        pytest.skip("SQLite stores an infinite float as NULL")
+    legacy = _legacy_job(platform, priorities, **fields)
+    others = [submit(platform["bob"], team="nlp", name=f"ok-{i}").json()["id"] for i in range(2)]
+    for _ in range(3):  # before the fix the second cycle overflowed on the legacy run
+        assert run_cycle().ran
+    legacy.refresh_from_db()
+    assert legacy.state == JobState.FAILED
+    field = next(iter(fields)) if "elastic_max_workers" not in fields else "elastic_max_workers"
+    assert field in _failure_reason(legacy)
+    assert all(Job.objects.get(pk=pk).state == JobState.RUNNING for pk in others)
+
+
+def test_a_running_legacy_row_is_stopped_and_its_gpus_freed(
+    platform, priorities, submit, django_capture_on_commit_callbacks
+):
+    job_id = submit(platform["alice"], name="was-fine").json()["id"]
+    run_cycle()
+    # Its limit changed behind the services' back (a manual UPDATE, an old version).
+    Job.objects.filter(pk=job_id).update(runtime_limit_s=2_000_000_000)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_cycle().ran
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.FAILED
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    run = SimulatedRun.objects.get(job_id=str(job_id))
+    assert run.cancelled_at is not None  # the backend was told to stop it
+
+
+def test_estimates_beyond_the_calendar_do_not_break_the_cycle(platform, priorities, submit):
+    """A queue of year-long jobs puts the last reservation thousands of years ahead: the apply
+    step shows "unknown" rather than overflowing ``datetime``."""
+    from scheduler.loop.apply import _estimate_datetime, _humanize_times
+
+    assert _estimate_datetime(1e15) is None
+    assert _estimate_datetime(timezone.now().timestamp() + 3600) is not None
+    assert _humanize_times("waits until t=1764685234") == "waits until 2025-12-02 14:21 UTC"
+    assert _humanize_times("until t=100000000000000000000") == "until an unknown time"
+    assert _humanize_times("until t=100000000000000") == "until an unknown time"

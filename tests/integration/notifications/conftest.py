@@ -1,0 +1,149 @@
+"""Real counterparts for notification tests: an SMTP server (aiosmtpd) and an HTTP receiver
+that checks each webhook's Standard Webhooks signature with the `standardwebhooks` library
+(not our own code), both started by the test on free local ports.
+
+The dispatcher and the delivery are driven here the way the Celery tasks drive them
+(``notifications.tasks``): one dispatch pass, then one delivery per claimed message, with the
+clock passed in so retries and grouping windows can be walked through without sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from datetime import timedelta
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.utils import timezone
+
+from tests.integration.roles import vera  # noqa: F401
+
+
+class SmtpInbox:
+    """Messages a real SMTP server (aiosmtpd) accepted."""
+
+    def __init__(self):
+        self.messages: list = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's API)
+        message = message_from_bytes(envelope.content)
+        self.messages.append(
+            {
+                "from": envelope.mail_from,
+                "to": list(envelope.rcpt_tos),
+                "subject": message["Subject"],
+                "body": message.get_payload(decode=True).decode(),
+            }
+        )
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp(settings):
+    from aiosmtpd.controller import Controller
+
+    inbox = SmtpInbox()
+    with socket.socket() as probe:  # aiosmtpd checks readiness by connecting: no port 0
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_PORT = port
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+    yield inbox
+    controller.stop()
+
+
+class Receiver:
+    """A local HTTP endpoint: answers each POST with the next scripted status (200 when the
+    script is used up), records it, and verifies its signature with ``secret``."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.script: list[int] = []
+        self.secret = ""
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _handler(self):
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's API)
+                from standardwebhooks import Webhook, WebhookVerificationError
+
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                verified = None  # no secret given: a Slack or Teams endpoint does not check
+                if receiver.secret:
+                    try:
+                        Webhook(receiver.secret).verify(body, headers)
+                        verified = True
+                    except WebhookVerificationError:
+                        verified = False
+                status = receiver.script.pop(0) if receiver.script else 200
+                receiver.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": headers,
+                        "json": json.loads(body),
+                        "verified": verified,
+                        "answered": status,
+                    }
+                )
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.write(b"ok" if status < 300 else b"receiver is down")
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def notify_settings(settings):
+    settings.NOTIFY_GROUP_WINDOW_SECONDS = 60
+    settings.NOTIFY_RETRY_BASE_SECONDS = 30
+    settings.NOTIFY_MAX_ATTEMPTS = 5
+    settings.NOTIFY_WEBHOOK_DISABLE_AFTER = 5
+    settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS = 5
+    settings.PORTAL_URL = "https://gpus.example.com"
+    return settings
+
+
+def run_dispatch(now=None) -> list[str]:
+    """One dispatcher pass, then each claimed message delivered (what the Celery tasks do);
+    returns the messages' new statuses."""
+    from notifications.delivery import message_deliver
+    from notifications.dispatch import notifications_dispatch
+
+    now = now or timezone.now()
+    result = notifications_dispatch(now=now)
+    assert result.ran
+    return [message_deliver(message_id=pk, now=now) for pk in result.claimed]
+
+
+def after_window(seconds: float = 61):
+    return timezone.now() + timedelta(seconds=seconds)

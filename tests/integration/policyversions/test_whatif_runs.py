@@ -1,0 +1,483 @@
+"""What-if runs (kept, listed, run off the request): a run's replay gives the metrics of
+``python -m scheduler.simulation compare`` on the same export, progress is published to the
+admins' what-if group only, a cancelled run stops and says so, one live run per cluster, the
+window limit and bad candidates are refused by field with nothing written, a failed replay says
+why, a candidate is applied as the next version; everyone but platform admins gets a 404.
+
+The Celery path itself (a real worker process taking the run from the broker) is in
+``test_whatif_worker.py``; here the task is called in the test's process."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from core import streams
+from core.errors import Conflict, FieldErrors
+from policyversions import services, whatif_runs
+from policyversions.models import PolicyVersion, WhatIfRun
+from policyversions.tasks import run_whatif
+from policyversions.whatif import compare_arguments
+from tenants.models import AuditEntry
+
+# Wall-clock costs of the replay itself, and the file names it was given.
+TIMING = {"wall_s", "decide_p50_ms", "decide_p99_ms", "params"}
+
+
+def comparable(results: dict) -> dict:
+    return {name: {k: v for k, v in m.items() if k not in TIMING} for name, m in results.items()}
+
+
+def cli_results(run: WhatIfRun, tmp_path) -> dict:
+    """What the two commands give by hand on the run's window and candidates."""
+    trace, out = tmp_path / "history.json", tmp_path / "results.json"
+    call_command(
+        "export_trace", out=str(trace), since=run.since.isoformat(), until=run.until.isoformat(),
+        cluster=run.cluster.name, stdout=io.StringIO(), stderr=io.StringIO(),
+    )  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.simulation",
+            *compare_arguments(trace, out, run.candidates),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())["results"]
+
+
+@pytest.fixture
+def demo(db, settings):
+    from demo.seed import seed
+
+    settings.DEBUG = True
+    seed(jobs=0, history_days=3)
+    return {u.username: u for u in get_user_model().objects.all()}
+
+
+@pytest.fixture
+def heard():
+    """The what-if group's messages, as the channel layer gets them (after commit)."""
+    messages: list[dict] = []
+
+    def listener(batch):
+        messages.extend(p for g, p in batch if g == streams.WHATIF_GROUP)
+
+    streams.subscribe(listener)
+    yield messages
+    streams._listeners.remove(listener)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_replays_on_the_task_like_the_simulation_command(demo, api_as, heard, tmp_path):
+    admin = demo["admin"]
+    response = api_as(admin).post(
+        "/api/v1/policy/whatif",
+        {"window_days": 2, "candidates": {"faster_aging": {"queue_aging_s": 3600}}},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+    # The request only queued it (the broker has it; no worker runs in this test).
+    assert WhatIfRun.objects.get(pk=run_id).status == "queued"
+    run_whatif(run_id)
+    run = WhatIfRun.objects.get(pk=run_id)
+    assert run.status == "succeeded", run.error
+    assert run.progress_fraction == 1.0 and run.finished_at is not None
+    assert set(run.results) == {"gpuplatform", "faster_aging"}
+    assert run.results["gpuplatform"]["jobs"] > 50
+    assert comparable(run.results) == comparable(cli_results(run, tmp_path))
+    # Chart data per policy: wait quantiles, utilization over time, per-team shares.
+    for name in ("gpuplatform", "faster_aging"):
+        details = run.details[name]
+        assert len(details["wait_quantiles_s"]) == 51
+        assert details["wait_quantiles_s"] == sorted(details["wait_quantiles_s"])
+        assert details["utilization"]["hours"] and max(details["utilization"]["fraction"]) <= 1
+        teams = details["teams"]
+        assert teams and abs(sum(t["gpu_share"] for t in teams.values()) - 1) < 1e-3
+        assert sum(t["jobs"] for t in teams.values()) == run.results[name]["jobs"]
+        assert all(0 < t["fair_share"] <= 1 for t in teams.values())
+    # Progress went out to the admins' group, rising, and ended with the result.
+    mine = [m for m in heard if m["run"] == run_id]
+    fractions = [m["fraction"] for m in mine if m["status"] == "running"]
+    assert len(fractions) > 20 and fractions == sorted(fractions)
+    assert mine[-1]["status"] == "succeeded" and mine[-1]["fraction"] == 1.0
+    shown = api_as(admin).get(f"/api/v1/policy/whatif/{run_id}").json()
+    assert shown["results"] == run.results and shown["policies"] == ["gpuplatform", "faster_aging"]
+    listed = api_as(admin).get("/api/v1/policy/whatif").json()
+    assert [r["id"] for r in listed] == [run_id] and "results" not in listed[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_run_stops_and_says_so(demo, heard):
+    admin = demo["admin"]
+    run = whatif_runs.whatif_run_start(
+        user=admin, window_days=3, candidates={"a": {"queue_aging_s": 600}}
+    )
+
+    def cancel_at_ten_percent(batch):
+        for _, payload in batch:
+            if payload.get("status") == "running" and payload.get("fraction", 0) >= 0.1:
+                whatif_runs.whatif_run_cancel(user=admin, run_id=run.pk)
+
+    streams.subscribe(cancel_at_ten_percent)
+    try:
+        run_whatif(run.pk)
+    finally:
+        streams._listeners.remove(cancel_at_ten_percent)
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert run.results == {} and run.progress_fraction < 0.2
+    assert "cancelled" in run.progress_text
+    assert heard[-1]["status"] == "cancelled"
+    # The cluster is free again.
+    again = whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+    assert again.status == "queued"
+
+
+@pytest.mark.django_db
+def test_one_live_run_per_cluster(demo, api_as):
+    admin = demo["admin"]
+    first = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    response = api_as(admin).post("/api/v1/policy/whatif", {"candidates": {"b": {}}}, format="json")
+    assert response.status_code == 409
+    message = response.json()["cluster"][0]
+    assert f"run {first.pk}" in message and "one replay per cluster" in message
+    assert WhatIfRun.objects.count() == 1
+    # A queued run is cancelled at once; then a new one may start.
+    whatif_runs.whatif_run_cancel(user=admin, run_id=first.pk)
+    assert WhatIfRun.objects.get(pk=first.pk).status == "cancelled"
+    assert (
+        api_as(admin)
+        .post("/api/v1/policy/whatif", {"candidates": {"b": {}}}, format="json")
+        .status_code
+        == 201
+    )
+    # A finished run cannot be cancelled.
+    response = api_as(admin).post(f"/api/v1/policy/whatif/{first.pk}/cancel")
+    assert response.status_code == 409 and "already cancelled" in response.json()["run"][0]
+
+
+@pytest.mark.django_db
+def test_a_run_whose_worker_died_no_longer_holds_the_cluster(demo):
+    admin = demo["admin"]
+    stuck = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    long_ago = timezone.now() - timedelta(hours=1)
+    WhatIfRun.objects.filter(pk=stuck.pk).update(
+        status="running", started_at=long_ago, heartbeat_at=long_ago
+    )
+    whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    stuck.refresh_from_db()
+    assert stuck.status == "failed" and "stopped answering" in stuck.error
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"window_days": 120, "candidates": {"c": {}}}, "window_days"),
+        ({"window_days": 0, "candidates": {"c": {}}}, "window_days"),
+        ({"window_days": "x", "candidates": {"c": {}}}, "window_days"),
+        ({"candidates": {}}, "candidates"),
+        ({"candidates": {f"c{i}": {} for i in range(5)}}, "candidates"),
+        ({"candidates": {"gpuplatform": {}}}, "candidates.gpuplatform"),
+        ({"candidates": {"fifo": {}}}, "candidates.fifo"),
+        ({"candidates": {"c": {"queue_aging_s": -1}}}, "candidates.c.queue_aging_s"),
+        ({"candidates": {"c": {"no_such_knob": 1}}}, "candidates.c.no_such_knob"),
+        ({"cluster": "nowhere", "candidates": {"c": {}}}, "cluster"),
+        ({"candidate_versions": {"old": 99}}, "candidate_versions.old"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(demo, api_as, body, field):
+    response = api_as(demo["admin"]).post("/api/v1/policy/whatif", body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json(), response.json()
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_window_limit_says_what_it_is(demo, api_as):
+    response = api_as(demo["admin"]).post(
+        "/api/v1/policy/whatif", {"window_days": 91, "candidates": {"c": {}}}, format="json"
+    )
+    assert "at most 90 days" in response.json()["window_days"][0]
+
+
+@pytest.mark.django_db
+def test_an_earlier_version_is_a_candidate(demo):
+    admin = demo["admin"]
+    services.policy_version_seed()
+    services.policy_apply(user=admin, reason="faster", engine_config={"queue_aging_s": 900})
+    run = whatif_runs.whatif_run_start(user=admin, window_days=3, candidate_versions={"v1": 1})
+    assert run.candidates == {"v1": PolicyVersion.objects.get(number=1).engine_config}
+    assert run.baseline_version == 2 and run.candidate_versions == {"v1": 1}
+
+
+@pytest.mark.django_db
+def test_an_earlier_version_with_other_team_weights_is_refused_not_half_replayed(demo):
+    admin = demo["admin"]
+    services.policy_version_seed()
+    weights = PolicyVersion.objects.get(number=1).team_weights
+    team = next(iter(weights))
+    services.policy_apply(user=admin, reason="favour one", team_weights={team: 7})
+    with pytest.raises(FieldErrors) as refused:
+        whatif_runs.whatif_run_start(user=admin, window_days=3, candidate_versions={"v1": 1})
+    assert "team weights or priority classes" in refused.value.errors["candidate_versions.v1"][0]
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_replay_that_fails_says_why(demo):
+    admin = demo["admin"]
+    # A window with no finished job in it: nothing to replay.
+    run = whatif_runs.whatif_run_start(
+        user=admin,
+        window_days=1,
+        until=timezone.now() - timedelta(days=60),
+        candidates={"a": {}},
+    )
+    run_whatif(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert "no finished job was submitted in this window" in run.error, run.error
+    assert run.results == {}
+
+
+@pytest.mark.django_db
+def test_a_candidate_is_applied_as_the_next_version(demo, api_as):
+    admin = demo["admin"]
+    run = whatif_runs.whatif_run_start(
+        user=admin, window_days=1, candidates={"calm": {"queue_aging_s": 7777}}
+    )
+    response = api_as(admin).post(
+        f"/api/v1/policy/whatif/{run.pk}/apply", {"candidate": "calm", "reason": "r"}, format="json"
+    )
+    assert response.status_code == 400 and "finished" in response.json()["candidate"][0]
+    WhatIfRun.objects.filter(pk=run.pk).update(status="succeeded")
+    response = api_as(admin).post(
+        f"/api/v1/policy/whatif/{run.pk}/apply", {"candidate": "nope", "reason": "r"}, format="json"
+    )
+    assert response.status_code == 400 and "candidate" in response.json()
+    before = PolicyVersion.objects.count()
+    response = api_as(admin).post(
+        f"/api/v1/policy/whatif/{run.pk}/apply",
+        {"candidate": "calm", "reason": "the replay says so"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert PolicyVersion.objects.count() == before + 1
+    newest = PolicyVersion.objects.order_by("-number").first()
+    assert newest.engine_config == {"queue_aging_s": 7777}
+    assert newest.reason == "the replay says so"
+    # The audit log says which replay the version came from.
+    entry = AuditEntry.objects.get(action="policy.whatif.apply")
+    assert entry.target_id == str(run.pk)
+    assert entry.after == {"candidate": "calm", "version": newest.number}
+
+
+@pytest.mark.django_db
+def test_members_get_a_404_on_every_whatif_route(demo, api_as):
+    run = whatif_runs.whatif_run_start(user=demo["admin"], window_days=1, candidates={"a": {}})
+    alice = demo["alice"]
+    for method, url in [
+        ("get", "/api/v1/policy/whatif"),
+        ("post", "/api/v1/policy/whatif"),
+        ("get", f"/api/v1/policy/whatif/{run.pk}"),
+        ("post", f"/api/v1/policy/whatif/{run.pk}/cancel"),
+        ("post", f"/api/v1/policy/whatif/{run.pk}/apply"),
+    ]:
+        response = getattr(api_as(alice), method)(url, {}, format="json")
+        assert response.status_code == 404, (method, url)
+    assert WhatIfRun.objects.get(pk=run.pk).status == "queued"
+
+
+def test_only_admin_sockets_join_the_whatif_group(demo):
+    assert streams.WHATIF_GROUP in streams.groups_for(topics=["whatif"], team_ids=[], is_admin=True)
+    assert streams.groups_for(topics=["whatif"], team_ids=[1], is_admin=False) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_after_the_last_progress_report_still_cancels(demo, heard):
+    admin = demo["admin"]
+    run = whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+
+    def cancel_at_the_end(batch):
+        for _, payload in batch:
+            if (
+                payload.get("status") == "running" and payload.get("fraction", 0) >= 1.0
+            ):  # the very last report
+                whatif_runs.whatif_run_cancel(user=admin, run_id=run.pk)
+
+    streams.subscribe(cancel_at_the_end)
+    try:
+        run_whatif(run.pk)
+    finally:
+        streams._listeners.remove(cancel_at_the_end)
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.results == {}
+    assert heard[-1]["status"] == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_candidate_is_not_applied_over_a_policy_changed_since_the_run(demo, api_as, client):
+    """The replay measured the candidate against the version then in force; applying it over a
+    later version would also undo that version's changes, which nobody compared."""
+    admin = demo["admin"]
+    run = whatif_runs.whatif_run_start(
+        user=admin, window_days=1, candidates={"calm": {"queue_aging_s": 7777}}
+    )
+    WhatIfRun.objects.filter(pk=run.pk).update(status="succeeded")
+    services.policy_apply(user=admin, reason="meanwhile", engine_config={"queue_aging_s": 900})
+    versions = PolicyVersion.objects.count()
+    response = api_as(admin).post(
+        f"/api/v1/policy/whatif/{run.pk}/apply",
+        {"candidate": "calm", "reason": "the replay says so"},
+        format="json",
+    )
+    assert response.status_code == 409, response.content
+    assert "v2 is in force now" in response.json()["candidate"][0]
+    client.force_login(admin)
+    page = client.get(f"/policy/whatif/{run.pk}/apply/?candidate=calm")
+    assert page.status_code == 200 and b"whatif-apply-stale" in page.content
+    assert b"whatif-apply-form" not in page.content
+    posted = client.post(
+        f"/policy/whatif/{run.pk}/apply/", {"candidate": "calm", "reason": "the replay says so"}
+    )
+    assert posted.status_code == 409 and b"is in force now" in posted.content
+    assert PolicyVersion.objects.count() == versions
+    newest = PolicyVersion.objects.order_by("-number").first()
+    assert newest.engine_config == {"queue_aging_s": 900}
+
+
+@pytest.mark.django_db
+def test_a_name_both_edited_and_taken_from_a_version_is_refused(demo, api_as):
+    services.policy_version_seed()
+    response = api_as(demo["admin"]).post(
+        "/api/v1/policy/whatif",
+        {"candidates": {"v1": {"queue_aging_s": 60}}, "candidate_versions": {"v1": 1}},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert "also given in candidates" in response.json()["candidate_versions.v1"][0]
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"window": 7, "candidates": {"c": {}}}, "window"),
+        ({"window_days": -3, "candidates": {"c": {}}}, "window_days"),
+        ({"window_days": 1e300, "candidates": {"c": {}}}, "window_days"),
+        ({"window_days": None, "candidates": {"c": {}}}, "window_days"),
+        ({"candidates": "c"}, "candidates"),
+        ({"candidates": {"c": []}}, "candidates.c"),
+        ({"candidates": {"c": {}}, "candidate_versions": {"old": 10**30}}, "candidate_versions"),
+        ({"candidates": {"c": {}}, "cluster": ["x"]}, "cluster"),
+    ],
+)
+def test_more_bad_input_is_a_400_naming_the_field(demo, api_as, body, field):
+    response = api_as(demo["admin"]).post("/api/v1/policy/whatif", body, format="json")
+    assert response.status_code == 400, response.content
+    assert any(k == field or k.startswith(field + ".") for k in response.json()), response.json()
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_garbage_json_is_a_400(demo, api_as):
+    response = api_as(demo["admin"]).post(
+        "/api/v1/policy/whatif", b'{"candidates": {', content_type="application/json"
+    )
+    assert response.status_code == 400, response.content
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_run_no_worker_took_no_longer_holds_the_cluster(demo):
+    admin = demo["admin"]
+    lost = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    WhatIfRun.objects.filter(pk=lost.pk).update(created_at=timezone.now() - timedelta(hours=2))
+    again = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    lost.refresh_from_db()
+    assert lost.status == "failed" and "no worker took the replay" in lost.error
+    assert again.status == "queued"
+    # A late delivery of the lost run's task does nothing.
+    run_whatif(lost.pk)
+    lost.refresh_from_db()
+    assert lost.status == "failed" and lost.started_at is None
+
+
+@pytest.mark.django_db
+def test_cancelling_a_run_whose_worker_died_ends_it(demo):
+    admin = demo["admin"]
+    stuck = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    long_ago = timezone.now() - timedelta(hours=1)
+    WhatIfRun.objects.filter(pk=stuck.pk).update(
+        status="running", started_at=long_ago, heartbeat_at=long_ago
+    )
+    whatif_runs.whatif_run_cancel(user=admin, run_id=stuck.pk)
+    stuck.refresh_from_db()
+    assert stuck.status == "cancelled" and stuck.finished_at is not None
+    # A live worker is only asked to stop: its run stays running until it reads the flag.
+    live = WhatIfRun.objects.create(
+        cluster=stuck.cluster, created_at=timezone.now(), created_by_name="admin",
+        since=stuck.since, until=stuck.until, candidates={"a": {}}, status="running",
+        started_at=timezone.now(), heartbeat_at=timezone.now(),
+    )  # fmt: skip
+    whatif_runs.whatif_run_cancel(user=admin, run_id=live.pk)
+    live.refresh_from_db()
+    assert live.status == "running" and live.cancel_requested
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_starts_at_once_give_one_run_and_one_conflict(demo, monkeypatch):
+    """Both pass the Python check before either commits: the named constraint decides."""
+    if connection.vendor != "postgresql":
+        pytest.skip("two writers at once need PostgreSQL (SQLite serialises them)")
+    admin = demo["admin"]
+    services.policy_version_seed()
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+    original = WhatIfRun.objects.create
+
+    def create_after_both_checked(**fields):
+        barrier.wait(timeout=10)
+        return original(**fields)
+
+    def start() -> None:
+        try:
+            whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+            outcomes.append("started")
+        except Conflict as exc:
+            outcomes.append(f"conflict {exc.field}")
+        finally:
+            connection.close()
+
+    monkeypatch.setattr(WhatIfRun.objects, "create", create_after_both_checked)
+    # Not the broker from these threads: Celery's current app is per thread, and a thread
+    # without one makes a default app that later tests' enqueues would go to.
+    enqueued: list[int] = []
+    monkeypatch.setattr(whatif_runs, "_enqueue_whatif", enqueued.append)
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(outcomes) == ["conflict cluster", "started"]
+    assert WhatIfRun.objects.count() == 1
+    assert enqueued == [WhatIfRun.objects.get().pk]
+    assert AuditEntry.objects.filter(action="policy.whatif").count() == 1

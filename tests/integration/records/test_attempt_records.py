@@ -1,0 +1,156 @@
+"""Reproducibility records on the simulated cluster: written when an attempt starts, secrets
+redacted, per attempt across a requeue, exported through the API and the portal, scoped to the
+caller's teams, and "resubmit exactly this" through the API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.utils import timezone
+
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import AttemptRecord, Job
+from scheduler.transitions import job_requeue
+
+pytestmark = pytest.mark.django_db
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _run(platform, submit, **fields):
+    body = {
+        "name": "repro",
+        "image": f"registry.example.com/vision/train@{DIGEST}",
+        "command": "python train.py --wandb-token=hunter2 --lr 0.1",
+        "env": {"HF_TOKEN": "hf_secret", "LR": "0.1", "DB": "postgres://u:pw@db/x"},
+        "code_ref": "git:4f2c9e1",
+        "dataset": "imagenet-1k",
+        "dataset_version": "2012-v2",
+        "gpus_per_worker": 2,
+        "checkpoint_interval_s": 600,
+        "simulated_duration_s": 10_000,
+    }
+    body.update(fields)
+    response = submit(platform["alice"], **body)
+    assert response.status_code == 201, response.json()
+    run_cycle()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.state == "running"
+    return job
+
+
+def test_a_started_attempt_has_a_record_with_secrets_redacted(platform, submit, api_as):
+    job = _run(platform, submit)
+    record = api_as(platform["alice"]).get(f"/api/v1/jobs/{job.pk}/records/1/").json()
+    assert record["format"] == "gpuplatform.attempt-record/v1"
+    assert (record["job"], record["attempt"], record["team"]) == (job.pk, 1, "vision")
+    assert record["image"]["digest"] == DIGEST and record["image"]["resolved_by"] == "reference"
+    assert record["code_ref"] == "git:4f2c9e1"
+    assert record["dataset"] == {"name": "imagenet-1k", "version": "2012-v2"}
+    assert record["command"] == "python train.py --wandb-token=[redacted] --lr 0.1"
+    assert record["env"]["HF_TOKEN"] == "[redacted]"
+    assert record["env"]["DB"] == "postgres://u:[redacted]@db/x"
+    assert record["env"]["LR"] == "0.1" and record["env"]["CHECKPOINT_INTERVAL_S"] == "600"
+    placed = {a.node.name for a in job.allocations.all()}
+    assert {p["node"] for p in record["placement"]} == placed
+    assert record["gpu_models"] and all(p["gpu_model"] for p in record["placement"])
+    assert len(record["policy"]["sha256"]) == 64 and "backfill" in record["policy"]["config"]
+    assert record["policy"]["version"] is None  # no policy version stored yet
+    assert record["cluster"] == {"name": "test", "backend": "simulated"}
+    # No secret anywhere in what is stored or exported.
+    stored = json.dumps(AttemptRecord.objects.get(job=job).record)
+    assert "hunter2" not in stored and "hf_secret" not in stored and ":pw@" not in stored
+
+
+def test_the_record_names_the_policy_version_in_force(platform, submit, api_as):
+    from policyversions.services import policy_version_seed
+
+    assert policy_version_seed().number == 1
+    job = _run(platform, submit)
+    record = api_as(platform["alice"]).get(f"/api/v1/jobs/{job.pk}/records/1/").json()
+    assert record["policy"]["version"] == 1
+
+
+def test_each_attempt_gets_its_own_record_and_the_first_is_kept(platform, submit, api_as):
+    job = _run(platform, submit)
+    first = AttemptRecord.objects.get(job=job, attempt=1).record
+    run_cycle()  # a second cycle changes nothing: a record is written once
+    assert AttemptRecord.objects.get(job=job, attempt=1).record == first
+    assert job_requeue(job=job, now=timezone.now(), reason="node failure (test)")
+    run_cycle()
+    body = api_as(platform["alice"]).get(f"/api/v1/jobs/{job.pk}/records/").json()
+    assert [r["attempt"] for r in body["records"]] == [1, 2]
+
+
+def test_records_of_another_team_are_404_and_viewers_may_read(platform, submit, api_as, client):
+    job = _run(platform, submit)
+    bob = api_as(platform["bob"])
+    assert bob.get(f"/api/v1/jobs/{job.pk}/records/").status_code == 404
+    assert bob.get(f"/api/v1/jobs/{job.pk}/records/1/").status_code == 404
+    assert bob.post(f"/api/v1/jobs/{job.pk}/resubmit/", {}, format="json").status_code == 404
+    assert api_as(platform["alice"]).get(f"/api/v1/jobs/{job.pk}/records/9/").status_code == 404
+    assert api_as(platform["charlie"]).get(f"/api/v1/jobs/{job.pk}/records/1/").status_code == 200
+    client.force_login(platform["bob"])
+    assert client.get(f"/jobs/{job.pk}/records/1.json").status_code == 404
+    assert client.post(f"/jobs/{job.pk}/resubmit/", {"attempt": "1"}).status_code == 404
+    assert Job.objects.count() == 1
+
+
+def test_resubmit_runs_exactly_what_the_attempt_ran(platform, submit, api_as):
+    job = _run(platform, submit, image="registry.example.com/vision/train:1.4")
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", {"attempt": 1}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    again = Job.objects.get(pk=response.json()["id"])
+    assert again.pk != job.pk and again.state == "pending"
+    same = ["team_id", "image", "command", "env", "workers", "gpus_per_worker", "code_ref"]
+    same += ["dataset", "dataset_version", "checkpoint_interval_s", "priority_class_id"]
+    assert {f: getattr(again, f) for f in same} == {f: getattr(job, f) for f in same}
+    # The secret values that ran, not the redacted ones the record shows.
+    assert again.env["HF_TOKEN"] == "hf_secret"
+    # Pinned to the GPU model the attempt ran on (the original asked for any).
+    assert job.gpu_model is None
+    ran_on = AttemptRecord.objects.get(job=job).record["gpu_models"]
+    assert again.gpu_model.name == ran_on[0]
+    assert again.events.filter(kind="resubmitted").exists()
+
+
+def test_viewer_cannot_resubmit_and_nothing_is_written(platform, submit, api_as):
+    job = _run(platform, submit)
+    response = api_as(platform["charlie"]).post(f"/api/v1/jobs/{job.pk}/resubmit/", {})
+    assert response.status_code in (400, 403)
+    assert Job.objects.count() == 1
+
+
+def test_resubmit_of_a_job_that_never_started_is_404_naming_the_attempt(platform, submit, api_as):
+    pending = submit(platform["alice"]).json()["id"]  # no cycle ran: no attempt yet
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{pending}/resubmit/", {}, format="json"
+    )
+    assert response.status_code == 404
+    assert "attempt" in json.dumps(response.json())
+    assert Job.objects.count() == 1
+
+
+def test_bad_attempt_is_400_naming_it(platform, submit, api_as):
+    job = _run(platform, submit)
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", {"attempt": "first"}, format="json"
+    )
+    assert response.status_code == 400 and "attempt" in response.json()
+
+
+def test_job_page_shows_the_record_and_links_its_export(platform, submit, client):
+    job = _run(platform, submit)
+    client.force_login(platform["alice"])
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Reproducibility record" in page and DIGEST in page and "git:4f2c9e1" in page
+    assert "hf_secret" not in page and "Resubmit exactly this" in page
+    export = client.get(f"/jobs/{job.pk}/records/1.json")
+    assert export.status_code == 200 and "attachment" in export["Content-Disposition"]
+    assert json.loads(export.content)["attempt"] == 1
+    client.force_login(platform["charlie"])  # a viewer sees the record, not the button
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Reproducibility record" in page and "Resubmit exactly this" not in page

@@ -1,0 +1,44 @@
+"""Deadlines end to end: a submitted deadline is stored, shown, handed to the engine, and a job
+that will miss it says so in its why."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Job
+from scheduler.snapshot import build_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def test_deadline_is_stored_shown_and_handed_to_the_engine(platform, submit):
+    due = (timezone.now() + timedelta(hours=6)).replace(microsecond=0)
+    response = submit(platform["alice"], name="due", deadline=due.isoformat())
+    assert response.status_code == 201, response.json()
+    assert response.json()["deadline"].startswith(due.strftime("%Y-%m-%dT%H:%M:%S"))
+    snapshot, _ = build_snapshot(now=timezone.now())
+    (pending,) = snapshot.pending
+    assert pending.deadline == due.timestamp()
+
+
+def test_a_job_that_cannot_make_its_deadline_says_so(platform, submit):
+    # Needs 3 h, due in 1 h: whatever the cluster does, it finishes late.
+    due = timezone.now() + timedelta(hours=1)
+    job_id = submit(
+        platform["alice"],
+        name="late",
+        gpus_per_worker=8,
+        workers=8,
+        runtime_limit_s=3 * 3600,
+        deadline=due.isoformat(),
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "pending"
+    assert job.why_pending.startswith("will miss its deadline: expected to finish")
+    # the timeline hears it once, not every cycle
+    run_cycle()
+    risks = list(job.events.filter(kind="deadline_at_risk").values_list("message", flat=True))
+    assert len(risks) == 1 and risks[0].startswith("will miss its deadline: expected to finish")

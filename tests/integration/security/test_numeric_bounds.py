@@ -1,0 +1,296 @@
+"""Numbers, months and ids a hostile or careless user can type (issue 26, findings 1, 2 and 8).
+
+One form entry must never stop the platform for everyone: a budget of ``1e100`` (or NaN,
+Infinity) made every team's submissions and the meter fail, ``month=9999-12`` made the budget list
+a 500 for everyone, a job's ``simulated_duration_s: 1e308`` or ``runtime_limit_s: 10**15`` stopped
+the scheduling loop. Every numeric field of every API serializer and portal form is bounded from
+the model (``core.bounds``), every month goes through ``calc.parse_month`` and every id is
+range-checked; these tests hold each door shut and check the platform still works afterwards.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+from django import forms
+from django.test import Client
+from rest_framework import serializers
+
+from billing.models import Budget
+from billing.services import meter_run
+from scheduler.models import Job, JobArray
+from tenants.models import Quota
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE_AMOUNTS = ["1e100", "NaN", "Infinity", "-Infinity", "1e15", "-5", "0", "sNaN", "1e-30"]
+HOSTILE_MONTHS = ["9999-12", "0001-01", "2026-13", "2026-00", "１２３４-05", "10000-01"]
+
+
+def _portal(user) -> Client:
+    client = Client(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+def _platform_still_works(platform, submit):
+    """What finding 1 broke: every team's submissions, the budget list, metering."""
+    response = submit(platform["bob"], team="nlp")
+    assert response.status_code == 201, response.content
+    listed = _portal(platform["admin"]).get("/api/v1/billing/budgets/")
+    assert listed.status_code == 200, listed.content
+    meter_run()
+    page = _portal(platform["alice"]).get("/jobs/new/")
+    assert page.status_code == 200
+
+
+def test_budget_form_refuses_amounts_that_are_not_finite_money(platform, vera, submit):
+    client = _portal(vera)
+    for amount in HOSTILE_AMOUNTS:
+        response = client.post(
+            "/billing/teams/vision/budget", {"month": "2026-12", "amount": amount}
+        )
+        assert response.status_code < 500, (amount, response.status_code)
+        assert not Budget.objects.exists(), amount
+    # A sane amount (with a thousands separator) still works.
+    client.post("/billing/teams/vision/budget", {"month": "2026-12", "amount": "12,500"})
+    assert Budget.objects.get().amount == 12500
+    _platform_still_works(platform, submit)
+
+
+def test_budget_months_outside_the_served_range_are_refused(platform, vera, api_as, submit):
+    client = _portal(vera)
+    for month in HOSTILE_MONTHS:
+        response = client.post("/billing/teams/vision/budget", {"month": month, "amount": "10"})
+        assert response.status_code == 400, (month, response.status_code)
+        api = api_as(vera).post(
+            "/api/v1/billing/budgets/",
+            {"team": "vision", "month": month, "amount": "10"},
+            format="json",
+        )
+        assert api.status_code == 400 and "month" in api.json(), (month, api.content)
+    assert not Budget.objects.exists()
+    _platform_still_works(platform, submit)
+
+
+@pytest.mark.parametrize("month", ["9999-12", "0001-01", "2026-13"])
+def test_cost_pages_and_api_answer_a_bad_month_with_400(platform, vera, month):
+    for user, path in (
+        (vera, f"/billing/teams/vision/?month={month}"),
+        (platform["admin"], f"/billing/overview/?month={month}"),
+        (vera, f"/api/v1/billing/costs/?team=vision&month={month}"),
+    ):
+        response = _portal(user).get(path)
+        assert response.status_code == 400, (path, response.status_code)
+    body = _portal(vera).get(f"/api/v1/billing/costs/?team=vision&month={month}").json()
+    assert "month" in body
+
+
+def test_the_first_and_last_months_served_render_without_links_beyond(platform, vera):
+    for month, missing in (("2000-01", 'rel="prev"'), ("2199-12", 'rel="next"')):
+        page = _portal(vera).get(f"/billing/teams/vision/?month={month}")
+        assert page.status_code == 200
+        assert missing not in page.content.decode()
+
+
+GIANT_JOB_FIELDS = [
+    ("simulated_duration_s", 1e308),
+    ("runtime_limit_s", 10**15),
+    ("checkpoint_interval_s", 2**63),
+    ("workers", 2**70),
+    ("gpus_per_worker", 10**6),
+    ("elastic", {"min_workers": 1, "max_workers": 2**70}),
+    ("runtime_limit_s", -1),
+    ("simulated_duration_s", 0.5),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), GIANT_JOB_FIELDS)
+def test_api_refuses_job_numbers_outside_the_model_bounds(platform, submit, field, value):
+    response = submit(platform["alice"], **{field: value})
+    assert response.status_code == 400, response.content
+    assert field in json.dumps(response.json())
+    assert not Job.objects.exists()
+
+
+def test_array_submissions_bound_every_index(platform, api_as):
+    api = api_as(platform["alice"])
+    body = {
+        "name": "sweep",
+        "team": "vision",
+        "template": {"workers": 1, "gpus_per_worker": 1},
+        "items": [{"simulated_duration_s": 60}, {"simulated_duration_s": 1e308}],
+    }
+    response = api.post("/api/v1/job-arrays/", body, format="json")
+    assert response.status_code == 400
+    assert "items[1].simulated_duration_s" in response.json()
+    body["items"] = [{}, {}]
+    body["template"]["runtime_limit_s"] = 10**15
+    response = api.post("/api/v1/job-arrays/", body, format="json")
+    assert response.status_code == 400 and "template.runtime_limit_s" in response.json()
+    assert not Job.objects.exists() and not JobArray.objects.exists()
+
+
+def _job_form(**fields) -> dict:
+    data = {"name": "train", "team": "vision", "workers": "1", "gpus_per_worker": "1"}
+    data.update(fields)
+    return data
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"simulated_duration_s": "1e308"},
+        {"simulated_duration_s": "Infinity"},
+        {"simulated_duration_s": "NaN"},
+        {"runtime_limit_s": str(10**15)},
+        {"checkpoint_interval_s": str(2**63)},
+        {"elastic_min_workers": "1", "elastic_max_workers": str(2**70)},
+        {"workers": str(2**70)},
+        {"array_count": "2", "array_params": "simulated_duration_s=60,1e308"},
+        {"array_count": "2", "array_params": "runtime_limit_s=60,1000000000000000"},
+        {"array_count": "2", "array_params": "simulated_duration_s=nan,inf"},
+    ],
+)
+def test_portal_job_form_refuses_numbers_outside_the_model_bounds(platform, fields):
+    response = _portal(platform["alice"]).post("/jobs/new/", _job_form(**fields))
+    assert response.status_code == 400, response.status_code
+    assert 'aria-invalid="true"' in response.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_portal_quota_and_team_forms_refuse_giant_numbers(platform, teams, gpu_models):
+    admin = _portal(platform["admin"])
+    response = admin.post(
+        "/teams/manage/quota/",
+        {"team": "vision", "gpu_model": "h100-80gb", "guaranteed_gpus": str(2**63)},
+    )
+    assert response.status_code == 400 and not Quota.objects.exists()
+    for weight in ("1e308", "Infinity", "NaN"):
+        response = admin.post("/teams/manage/teams/vision/weight/", {"fair_share_weight": weight})
+        assert response.status_code == 400, weight
+    teams["vision"].refresh_from_db()
+    assert teams["vision"].fair_share_weight == 2.0
+
+
+@pytest.mark.parametrize(
+    "ids", ["99999999999999999999999999", "1,99999999999999999999", "²,³", "-1", "1" * 5000]
+)
+def test_job_states_ignores_ids_out_of_range(platform, submit, ids):
+    job_id = submit(platform["alice"]).json()["id"]
+    response = _portal(platform["alice"]).get(f"/jobs/states/?ids={ids},{job_id}")
+    assert response.status_code == 200
+    assert list(response.json()["jobs"]) == [str(job_id)]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/jobs/{huge}/",
+        "/api/v1/jobs/{huge}/events/",
+        "/api/v1/job-arrays/{huge}/",
+        "/api/v1/billing/statements/{huge}/",
+        "/api/v1/quota-requests/{huge}/",
+        "/api/v1/tokens/{huge}/",
+        "/api/v1/audit/{huge}/",
+        "/jobs/{huge}/",
+        "/jobs/{huge}/status/",
+        "/arrays/{huge}/",
+        "/billing/statements/{huge}/",
+    ],
+)
+def test_ids_beyond_64_bits_are_not_found(platform, path):
+    response = _portal(platform["admin"]).get(path.format(huge="9" * 30))
+    assert response.status_code == 404, (path, response.status_code)
+
+
+# --- one mechanism: every numeric field of every serializer and form is bounded ----------------
+
+NUMERIC_API_FIELDS = (serializers.IntegerField, serializers.FloatField, serializers.DecimalField)
+NUMERIC_FORM_FIELDS = (forms.IntegerField, forms.FloatField, forms.DecimalField)
+OUR_APPS = ("scheduler", "tenants", "billing", "frontend", "gpuplatform", "notifications")
+
+
+def _ours(cls) -> bool:
+    return cls.__module__.split(".")[0] in OUR_APPS
+
+
+def _all_subclasses(base):
+    seen, stack = set(), [base]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+    return seen
+
+
+def _serializer_fields(serializer, prefix=""):
+    for name, field in serializer.fields.items():
+        path = f"{prefix}{name}"
+        if isinstance(field, serializers.ListSerializer):
+            field = field.child
+        if isinstance(field, serializers.BaseSerializer):
+            yield from _serializer_fields(field, path + ".")
+        elif isinstance(field, serializers.ListField | serializers.DictField):
+            yield path + "[]", field.child
+        else:
+            yield path, field
+
+
+def test_every_numeric_api_field_has_finite_bounds():
+    import billing.api  # noqa: F401  (the modules that define the serializers)
+    import notifications.api  # noqa: F401
+    import scheduler.api.arrays  # noqa: F401
+    import scheduler.api.views  # noqa: F401
+    import telemetry.api  # noqa: F401
+    import tenants.api  # noqa: F401
+
+    checked, unbounded = 0, []
+    for cls in _all_subclasses(serializers.BaseSerializer):
+        if not _ours(cls) or inspect.isabstract(cls):
+            continue
+        for path, field in _serializer_fields(cls()):
+            if not isinstance(field, NUMERIC_API_FIELDS) or field.read_only:
+                continue
+            checked += 1
+            if field.min_value is None or field.max_value is None:
+                unbounded.append(f"{cls.__module__}.{cls.__name__}.{path}")
+    assert not unbounded, "numeric API fields without finite bounds:\n" + "\n".join(unbounded)
+    assert checked >= 15, checked
+
+
+def test_every_numeric_portal_form_field_has_finite_bounds():
+    import billing.forms  # noqa: F401
+    import frontend.forms  # noqa: F401
+    import notifications.forms  # noqa: F401
+    import tenants.forms  # noqa: F401
+
+    checked, unbounded = 0, []
+    for cls in _all_subclasses(forms.BaseForm):
+        if not _ours(cls):
+            continue
+        for name, field in cls.base_fields.items():
+            if not isinstance(field, NUMERIC_FORM_FIELDS):
+                continue
+            checked += 1
+            if field.min_value is None or field.max_value is None:
+                unbounded.append(f"{cls.__module__}.{cls.__name__}.{name}")
+    assert not unbounded, "numeric form fields without finite bounds:\n" + "\n".join(unbounded)
+    assert checked >= 12, checked
+
+
+def test_every_id_in_a_url_is_bounded():
+    """Routes take ids through ``<id:...>`` or the API router's bounded lookup, never a bare
+    ``<int:...>`` (which accepts any number of digits)."""
+    from .routes import iter_routes
+
+    unbounded = [
+        f"{route.regex} <{name}>"
+        for route in iter_routes()
+        for name, sub in route.groups.items()
+        if (name in ("pk", "id") and sub in ("[0-9]+", "\\d+", "[^/.]+")) or sub == "[0-9]+"
+    ]
+    assert not unbounded, "use <id:…> for ids:\n" + "\n".join(unbounded)

@@ -1,0 +1,65 @@
+"""Speed work on the engine keeps its decisions: on the cold-cycle snapshots of
+``benchmarks/cold_cycle.py`` (1,000 nodes, 5,000 running, 10,000 pending, ~900 starts) and the
+``large`` snapshot of ``benchmarks/policy_cycle.py``, ``decide`` gives exactly the decisions
+(why texts included) the engine gave before the speed work (main at 122e409), for every queue
+order and with the attained-service queues off; with or without the engine's cross-call memos.
+
+A rule change that is meant to change decisions re-records the digests below (print them with
+``benchmarks/cold_cycle.py --runs 1 --cli-runs 0`` or this module's ``_digest``) and says so in
+its commit message."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from scheduler.policy import decide
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+import cold_cycle  # noqa: E402
+import policy_cycle  # noqa: E402
+
+DIGESTS = {
+    "cold-1": "881de7eefb9f7db3c200ac45dd9f791d8f45367cd7d9db67afe5f7841ebc071b",  # 857 starts
+    "cold-2": "77effd2557f3c30b579bfe7891486ad2ca2b3146dbca7fd6868b955424f66724",  # 918 starts
+    "cold-3": "288c740c9a211d96436ff85d7a648e93292cfe294eab87113cc25fb4c39076c7",  # 955 starts
+    "large-1": "8edced70515c9ffe6f4a031733f26413932b33f5c5a09bf3655fb3420503591d",  # 687 starts
+    "cold-2-no-las": "d13dbafc7cd6b237ed7efeb168ece66a60d1a5fb96d7ba1b9268da55894673d5",
+    "cold-2-fifo": "9917b45bec49e8a7d99ba5d8fb8f73ddc57e60aa577eb2ec5cbd8a6f8801651b",
+    "cold-2-las": "9917b45bec49e8a7d99ba5d8fb8f73ddc57e60aa577eb2ec5cbd8a6f8801651b",
+    "cold-2-sjf": "8e0b3d1dda64e306275d09548bc3c19a33b7090e8eef3953094767b26896b29e",
+}
+
+
+@functools.cache
+def _snapshot(case: str):
+    if case == "large-1":
+        return policy_cycle.build(**policy_cycle.SIZES["large"])
+    name, seed, *variant = case.split("-", 2)
+    snap = cold_cycle.build_cold(int(seed))
+    if not variant:
+        return snap
+    if variant[0] == "no-las":
+        return replace(snap, config=replace(snap.config, las=None))
+    return replace(snap, config=replace(snap.config, queue_order=variant[0]))
+
+
+def _digest(case: str, cold: bool = True) -> str:
+    if cold:
+        cold_cycle.clear_memos()
+    return cold_cycle.fingerprint(decide(_snapshot(case)))
+
+
+@pytest.mark.parametrize("case", sorted(DIGESTS))
+def test_decisions_are_the_engines_before_the_speed_work(case):
+    assert _digest(case) == DIGESTS[case]
+
+
+def test_a_second_call_with_the_memos_of_the_first_decides_the_same():
+    assert _digest("cold-1") == DIGESTS["cold-1"]
+    assert _digest("cold-1", cold=False) == DIGESTS["cold-1"]

@@ -1,0 +1,132 @@
+"""The run-time model: it learns what a user's jobs of one name take, stays within its bounds,
+is deterministic, and says nothing before it has seen enough jobs."""
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.prediction import JobDescription, RuntimeModel, accuracy
+from scheduler.prediction.runtime import MAX_PREDICTION_S, MIN_PREDICTION_S, name_stem
+
+
+def _history(n: int) -> tuple[list[JobDescription], list[float]]:
+    """alice's `eval-*` jobs take ~10 minutes, her `pretrain-*` jobs ~10 hours."""
+    jobs, runs = [], []
+    for i in range(n):
+        short = i % 2 == 0
+        jobs.append(
+            JobDescription(
+                team="vision",
+                user="alice",
+                name=f"{'eval' if short else 'pretrain'}-run{i}",
+                image="pytorch:24.05",
+                workers=1 if short else 2,
+                gpus_per_worker=8,
+            )
+        )
+        runs.append((600.0 if short else 36000.0) * (1 + 0.1 * math.sin(i)))
+    return jobs, runs
+
+
+def test_learns_each_kind_of_job_within_twice_its_run_time():
+    model = RuntimeModel()
+    jobs, runs = _history(200)
+    for k in range(0, 200, 10):
+        model.learn(jobs[k : k + 10], runs[k : k + 10])
+    short, long = model.predict_s(
+        [
+            JobDescription(
+                team="vision",
+                user="alice",
+                name="eval-run999",
+                image="pytorch:24.05",
+                workers=1,
+                gpus_per_worker=8,
+            ),
+            JobDescription(
+                team="vision",
+                user="alice",
+                name="pretrain-run999",
+                image="pytorch:24.05",
+                workers=2,
+                gpus_per_worker=8,
+            ),
+        ]
+    )
+    assert 300 <= short <= 1200
+    assert 18000 <= long <= 72000
+
+
+def test_says_nothing_before_min_samples():
+    model = RuntimeModel(min_samples=20)
+    jobs, runs = _history(19)
+    model.learn(jobs, runs)
+    assert model.predict_s(jobs[:3]) == [None, None, None]
+    model.learn(*_history(1))
+    assert all(p is not None for p in model.predict_s(jobs[:3]))
+
+
+def test_same_jobs_in_same_order_give_same_predictions():
+    a, b = RuntimeModel(), RuntimeModel()
+    jobs, runs = _history(60)
+    for m in (a, b):
+        m.learn(jobs[:30], runs[:30])
+        m.learn(jobs[30:], runs[30:])
+    assert a.predict_s(jobs) == b.predict_s(jobs)
+
+
+def test_name_stem_drops_numbers():
+    assert name_stem("BERT-ft-lr3-run12") == "bert-ft-lr#-run#"
+    assert name_stem("bert-ft-lr5-run13") == name_stem("bert-ft-lr3-run12")
+
+
+def test_accuracy_by_hand():
+    # ratios 2, 1, 4 -> median 2, two of three within 2x; abs errors 100, 0, 300 -> median 100
+    a = accuracy([200.0, 50.0, 400.0], [100.0, 50.0, 100.0])
+    assert a["median_ratio"] == 2.0
+    assert a["median_abs_error_s"] == 100.0
+    assert a["within_2x"] == 2 / 3
+
+
+_desc = st.builds(
+    JobDescription,
+    team=st.sampled_from(["a", "b"]),
+    user=st.sampled_from(["", "u1", "u2"]),
+    name=st.text(max_size=12),
+    image=st.sampled_from(["", "img:1"]),
+    workers=st.integers(1, 8),
+    gpus_per_worker=st.integers(1, 8),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(_desc, st.floats(1.0, 1e8)), min_size=1, max_size=40),
+    st.lists(_desc, min_size=1, max_size=5),
+)
+def test_predictions_stay_within_bounds(history, queries):
+    model = RuntimeModel(min_samples=1)
+    model.learn([d for d, _ in history], [r for _, r in history])
+    for p in model.predict_s(queries):
+        assert p is not None and MIN_PREDICTION_S <= p <= MAX_PREDICTION_S
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 1e6), st.floats(1.0, 1e6)), min_size=1, max_size=30))
+def test_accuracy_is_perfect_only_when_predictions_are(pairs):
+    predicted, actual = [p for p, _ in pairs], [a for _, a in pairs]
+    a = accuracy(predicted, actual)
+    assert 0.0 <= a["within_2x"] <= 1.0 and a["median_ratio"] >= 1.0
+    assert accuracy(actual, actual)["median_ratio"] == 1.0
+
+
+def test_jobs_differing_only_in_name_numbers_get_one_prediction():
+    model = RuntimeModel(min_samples=1)
+    jobs, runs = _history(40)
+    model.learn(jobs, runs)
+    sweep = [JobDescription(team="vision", user="alice", name=f"eval-lr{i}") for i in range(50)]
+    other = JobDescription(team="vision", user="alice", name="pretrain-x")
+    out = model.predict_s([*sweep, other])
+    assert len(set(out[:50])) == 1 and out[50] != out[0]
+    assert out == [*model.predict_s(sweep), *model.predict_s([other])]
