@@ -18,9 +18,12 @@ from scheduler.policy.engine import decide, queue_order
 from scheduler.policy.model import (
     NODE_STATES,
     QUEUE_ORDERS,
+    Cluster,
     Config,
+    Dataset,
     Decisions,
     Elastic,
+    JobRouting,
     Las,
     Node,
     Pending,
@@ -38,7 +41,10 @@ from scheduler.policy.model import (
 __all__ = [
     "NODE_STATES",
     "QUEUE_ORDERS",
+    "Cluster",
     "Config",
+    "Dataset",
+    "JobRouting",
     "config_deprecations",
     "config_from_dict",
     "config_to_dict",

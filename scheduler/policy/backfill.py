@@ -84,14 +84,14 @@ class _Backfill:
             return False
         levels = self.levels
         top = self.classes.get(job.priority_class, 0) * levels + levels - 1
-        held = self.victim_gpus_upto.get((ms.name, top))
+        held = self.victim_gpus_upto.get((ms.gpu, top))
         if held is None:
             held = 0
-            for key in (ms.name, None):
+            for key in (ms.gpu, None):
                 for p, n in self.victim_gpus.get(key, {}).items():
                     if p <= top:
                         held += n
-            self.victim_gpus_upto[(ms.name, top)] = held
+            self.victim_gpus_upto[(ms.gpu, top)] = held
         return held >= need
 
     def reserve(

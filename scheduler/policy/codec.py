@@ -25,11 +25,16 @@ from typing import Any
 
 from scheduler.policy.fields import FIELDS, LEGACY, Field
 from scheduler.policy.model import (
+    CAPACITY_TYPES,
+    INTERCONNECTS,
     NODE_STATES,
     QUEUE_ORDERS,
+    Cluster,
     Config,
+    Dataset,
     Decisions,
     Elastic,
+    JobRouting,
     Las,
     Node,
     Pending,
@@ -367,6 +372,109 @@ def _team(value: Any, path: str) -> Team:
         weight=weight,
         quota=quota,
         usage_gpu_s=_num(_get(d, "usage_gpu_s", path, 0.0), _join(path, "usage_gpu_s"), minimum=0),
+        clusters=_opt_names(_get(d, "clusters", path, None), _join(path, "clusters")),
+    )
+
+
+def _names(value: Any, path: str) -> tuple[str, ...]:
+    """A list of distinct non-empty strings (cluster or region names)."""
+    items = _list(value, path)
+    out = []
+    for i, x in enumerate(items):
+        name = _str(x, f"{path}[{i}]")
+        if name in out:
+            raise SnapshotError(f"{path}[{i}]", f"{name!r} listed twice")
+        out.append(name)
+    return tuple(out)
+
+
+def _opt_names(value: Any, path: str) -> tuple[str, ...] | None:
+    return None if value is None else _names(value, path)
+
+
+def _cluster(value: Any, path: str) -> Cluster:
+    d = _obj(value, path)
+    interconnect = _str(_get(d, "interconnect", path, "ethernet"), _join(path, "interconnect"))
+    if interconnect not in INTERCONNECTS:
+        raise SnapshotError(
+            _join(path, "interconnect"), f"must be one of {', '.join(INTERCONNECTS)}"
+        )
+    pp = _join(path, "prices")
+    prices_raw = _obj(_get(d, "prices", path, {}), pp)
+    prices: dict[str, dict[str, float]] = {}
+    for model in sorted(prices_raw):
+        mp = f"{pp}.{model}"
+        by_type = _obj(prices_raw[model], mp)
+        prices[model] = {}
+        for kind in sorted(by_type):
+            if kind not in CAPACITY_TYPES:
+                raise SnapshotError(
+                    f"{mp}.{kind}", f"unknown capacity type (one of {', '.join(CAPACITY_TYPES)})"
+                )
+            prices[model][kind] = _num(by_type[kind], f"{mp}.{kind}", minimum=0)
+    dp = _join(path, "datasets")
+    ds_raw = _obj(_get(d, "datasets", path, {}), dp)
+    datasets = {}
+    for name in sorted(ds_raw):
+        _str(name, dp)
+        datasets[name] = _num(ds_raw[name], f"{dp}.{name}", minimum=0)
+    rate_path = _join(path, "spot_interruption_rate")
+    rate = _num(_get(d, "spot_interruption_rate", path, 0.0), rate_path, minimum=0)
+    if rate >= 1:
+        raise SnapshotError(rate_path, "must be < 1 (the fraction of spot run time lost)")
+    return Cluster(
+        name=_str(_get(d, "name", path), _join(path, "name")),
+        region=_str(_get(d, "region", path, ""), _join(path, "region"), allow_empty=True),
+        interconnect=interconnect,
+        prices=prices,
+        datasets=datasets,
+        reachable=_bool(_get(d, "reachable", path, True), _join(path, "reachable")),
+        spot_interruption_rate=rate,
+    )
+
+
+def _dataset(value: Any, path: str) -> Dataset:
+    d = _obj(value, path)
+    return Dataset(
+        name=_str(_get(d, "name", path), _join(path, "name")),
+        regions=_opt_names(_get(d, "regions", path, None), _join(path, "regions")),
+    )
+
+
+_ROUTING_KEYS = (
+    "clusters",
+    "regions",
+    "prefer_clusters",
+    "prefer_regions",
+    "max_price_per_gpu_h",
+    "spot",
+    "comm_heavy",
+)
+
+
+def _routing(value: Any, path: str) -> JobRouting | None:
+    if value is None:
+        return None
+    d = _obj(value, path)
+    # Unlike elsewhere, unknown keys are refused: a misspelt constraint must not vanish.
+    for key in sorted(d):
+        if key not in _ROUTING_KEYS:
+            raise SnapshotError(_join(path, key), "unknown routing field")
+
+    def opt_bool(key: str) -> bool | None:
+        v = d.get(key)
+        return None if v is None else _bool(v, _join(path, key))
+
+    return JobRouting(
+        clusters=_opt_names(d.get("clusters"), _join(path, "clusters")),
+        regions=_opt_names(d.get("regions"), _join(path, "regions")),
+        prefer_clusters=_names(d.get("prefer_clusters", []), _join(path, "prefer_clusters")),
+        prefer_regions=_names(d.get("prefer_regions", []), _join(path, "prefer_regions")),
+        max_price_per_gpu_h=_opt_num(
+            d.get("max_price_per_gpu_h"), _join(path, "max_price_per_gpu_h"), minimum=0
+        ),
+        spot=opt_bool("spot"),
+        comm_heavy=opt_bool("comm_heavy"),
     )
 
 
@@ -395,6 +503,7 @@ def _node(value: Any, path: str) -> Node:
         health=health,
         state=state,
         datasets=tuple(_str(x, f"{path}.datasets[{i}]") for i, x in enumerate(datasets)),
+        cluster=_str(_get(d, "cluster", path, ""), _join(path, "cluster"), allow_empty=True),
     )
 
 
@@ -474,6 +583,10 @@ def _pending(value: Any, path: str, classes: Mapping[str, int]) -> PendingJob:
         ),
         requeued=_bool(_get(d, "requeued", path, False), _join(path, "requeued")),
         deadline=_opt_num(_get(d, "deadline", path, None), _join(path, "deadline")),
+        routing=_routing(_get(d, "routing", path, None), _join(path, "routing")),
+        dataset_size_gb=_opt_num(
+            _get(d, "dataset_size_gb", path, None), _join(path, "dataset_size_gb"), minimum=0
+        ),
     )
 
 
@@ -603,6 +716,8 @@ def _fast_pending(d: Any, classes: Mapping[str, int]) -> PendingJob:
     workers, gpus_per_worker = get("workers", 1), get("gpus_per_worker", 1)
     preemptible, dataset = get("preemptible", False), get("dataset")
     ready, requeued = get("dataset_ready", True), get("requeued", False)
+    if "routing" in d or "dataset_size_gb" in d:
+        raise _Unusual  # routing fields (rule 3b) are read by the validator only
     if not (
         type(job_id) is str
         and job_id
@@ -691,6 +806,25 @@ def snapshot_from_dict(data: Any) -> Snapshot:
             seen.add(p)
             p = names[p].parent
 
+    clusters = tuple(
+        _cluster(c, f"clusters[{i}]")
+        for i, c in enumerate(_list(_get(d, "clusters", "", []), "clusters"))
+    )
+    cluster_names: set[str] = set()
+    for i, c in enumerate(clusters):
+        if c.name in cluster_names:
+            raise SnapshotError(f"clusters[{i}].name", f"duplicate cluster {c.name!r}")
+        cluster_names.add(c.name)
+    datasets = tuple(
+        _dataset(x, f"datasets[{i}]")
+        for i, x in enumerate(_list(_get(d, "datasets", "", []), "datasets"))
+    )
+    dataset_names: set[str] = set()
+    for i, x in enumerate(datasets):
+        if x.name in dataset_names:
+            raise SnapshotError(f"datasets[{i}].name", f"duplicate dataset {x.name!r}")
+        dataset_names.add(x.name)
+
     nodes = tuple(
         _node(n, f"nodes[{i}]") for i, n in enumerate(_list(_get(d, "nodes", "", []), "nodes"))
     )
@@ -699,6 +833,17 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         if n.name in by_name:
             raise SnapshotError(f"nodes[{i}].name", f"duplicate node {n.name!r}")
         by_name[n.name] = n
+        if clusters and n.cluster not in cluster_names:
+            raise SnapshotError(
+                f"nodes[{i}].cluster",
+                "is required when the snapshot lists clusters"
+                if not n.cluster
+                else f"unknown cluster {n.cluster!r}",
+            )
+        if not clusters and n.cluster:
+            raise SnapshotError(
+                f"nodes[{i}].cluster", f"unknown cluster {n.cluster!r} (the snapshot lists none)"
+            )
 
     running = tuple(
         _read_running(r, i, classes)
@@ -738,6 +883,8 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         nodes=nodes,
         running=running,
         pending=pending,
+        clusters=clusters,
+        datasets=datasets,
     )
 
 
@@ -752,7 +899,7 @@ def _elastic_out(e: Elastic | None) -> dict[str, int] | None:
 def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     """The contract's JSON shape of ``snapshot`` (all fields, extensions included)."""
     c = snapshot.config
-    return {
+    out: dict[str, Any] = {
         "now": snapshot.now,
         "config": config_to_dict(c),
         "priority_classes": dict(snapshot.priority_classes),
@@ -766,6 +913,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                     for m, q in sorted(t.quota.items())
                 },
                 "usage_gpu_s": t.usage_gpu_s,
+                **({"clusters": list(t.clusters)} if t.clusters is not None else {}),
             }
             for t in snapshot.teams
         ],
@@ -783,6 +931,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 "health": n.health,
                 "state": n.state,
                 "datasets": list(n.datasets),
+                **({"cluster": n.cluster} if n.cluster else {}),
             }
             for n in snapshot.nodes
         ],
@@ -825,9 +974,43 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 "requeued": p.requeued,
                 # only when set: snapshots without deadlines keep their shape
                 **({"deadline": p.deadline} if p.deadline is not None else {}),
+                **({"routing": _routing_out(p.routing)} if p.routing is not None else {}),
+                **({"dataset_size_gb": p.dataset_size_gb} if p.dataset_size_gb is not None else {}),
             }
             for p in snapshot.pending
         ],
+    }
+    # routing (rule 3b), only when present: snapshots without clusters keep their shape
+    if snapshot.clusters:
+        out["clusters"] = [
+            {
+                "name": c.name,
+                "region": c.region,
+                "interconnect": c.interconnect,
+                "prices": {m: dict(sorted(p.items())) for m, p in sorted(c.prices.items())},
+                "datasets": dict(sorted(c.datasets.items())),
+                "reachable": c.reachable,
+                "spot_interruption_rate": c.spot_interruption_rate,
+            }
+            for c in snapshot.clusters
+        ]
+    if snapshot.datasets:
+        out["datasets"] = [
+            {"name": x.name, "regions": None if x.regions is None else list(x.regions)}
+            for x in snapshot.datasets
+        ]
+    return out
+
+
+def _routing_out(r: JobRouting) -> dict[str, Any]:
+    return {
+        "clusters": None if r.clusters is None else list(r.clusters),
+        "regions": None if r.regions is None else list(r.regions),
+        "prefer_clusters": list(r.prefer_clusters),
+        "prefer_regions": list(r.prefer_regions),
+        "max_price_per_gpu_h": r.max_price_per_gpu_h,
+        "spot": r.spot,
+        "comm_heavy": r.comm_heavy,
     }
 
 

@@ -53,8 +53,8 @@ class _Elastic:
             ms = self.models[run.model]
             g = job.gpus_per_worker
             extra = job.elastic.max_workers - job.workers
-            for t, q in self.quota_chain(job.team, run.model):
-                room = q.guaranteed + q.borrow_limit - self.used.get((t, run.model), 0)
+            for t, q in self.quota_chain(job.team, ms.gpu):
+                room = q.guaranteed + q.borrow_limit - self.used.get((t, ms.gpu), 0)
                 extra = min(extra, room // g)
             if extra <= 0:
                 continue
@@ -79,7 +79,7 @@ class _Elastic:
                 merged[name] = tuple(sorted(merged.get(name, ()) + idx))
             grown = extra - left
             for t in self.ancestry(job.team):
-                self.used[(t, run.model)] = self.used.get((t, run.model), 0) + grown * g
+                self.used[(t, ms.gpu)] = self.used.get((t, ms.gpu), 0) + grown * g
             self.resizes.append(
                 Resize(job.id, job.workers + grown, {n: merged[n] for n in sorted(merged)})
             )

@@ -92,6 +92,7 @@ from scheduler.policy.ranking import (
     deadline_warning,
     queue_order,
 )
+from scheduler.policy.routing import Router
 from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run
 from scheduler.policy.victims import _Victims
 
@@ -130,7 +131,13 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         eligible = [
             n for n in snap.nodes if n.state == "ready" and n.health >= min_health and n.gpus > 0
         ]
-        topo = self.topo = _topology(eligible)
+        # Routing (rule 3b): with clusters, nodes of an unknown or unreachable cluster get no
+        # new work, and every (GPU model, cluster, capacity type) is a pool of its own.
+        self.routed = bool(snap.clusters)
+        if self.routed:
+            reachable = {c.name for c in snap.clusters if c.reachable}
+            eligible = [n for n in eligible if n.cluster in reachable]
+        topo = self.topo = _topology(eligible, self.routed)
         elig = [eligible[p] for p in topo.order]
         self.names = topo.names
         self.id_of = topo.id_of
@@ -150,7 +157,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self._pools_of: list[list[tuple[_Model, str]]] | None = None  # see refresh
         free = self.free
         for model, pools, ds_nodes, sizes in topo.models:
-            ms = _Model(model)
+            ms = _Model(model, topo.gpu_of[model])
             ms.pools = pools
             ms.ds_nodes = ds_nodes
             ms.sizes = sizes
@@ -158,6 +165,17 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 ms.now[key] = _fresh_index(pool, free)
             self.models[model] = ms
         self.model_names = sorted(self.models)
+        self.router: Router | None = None
+        self.keys_of: dict[str, list[str]] = {}  # GPU model -> its pools (routed)
+        self.routes: dict[int, tuple[list[str], list[str]]] = {}  # id(job) -> route (routed)
+        if self.routed:
+            for key in self.model_names:
+                self.keys_of.setdefault(topo.gpu_of[key], []).append(key)
+            pools = {}
+            for key, ms in self.models.items():
+                first = elig[ms.pools["all"].nodes[0]]
+                pools[key] = (first.cluster, first.gpu_model, first.spot, ms.pools["all"].cap)
+            self.router = Router(snap, pools)
 
         # ---- teams and quotas
         self.teams = {t.name: t for t in snap.teams}
@@ -244,6 +262,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
         self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
+        self.hold_out = False  # see place_or_plan (held out for a cheaper pool, rule 3b)
         self._release_heap: list[tuple[float, int]] | None = None
         self._unknown_runs: list[int] = []
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
@@ -251,6 +270,18 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
     def pending_rank(self, job: PendingJob) -> int:
         r = self.pending_ranks.get(id(job))  # filled by queue_order
         return r if r is not None else _pending_rank(job, self.classes, self.th, self.long_run)
+
+    def route_of(self, job: PendingJob) -> tuple[list[str], list[str]]:
+        """Routing (rule 3b): the pools ``job`` may use in the order to try them, and why the
+        others are excluded; computed once per job and cycle."""
+        r = self.routes.get(id(job))
+        if r is None:
+            if job.gpu_model is not None:
+                keys = self.keys_of.get(job.gpu_model, [])
+            else:
+                keys = self.model_names
+            r = self.routes[id(job)] = self.router.route(job, keys)
+        return r
 
     def model_of_placement(self, r: RunningJob) -> str | None:
         for name in r.placement:
@@ -310,7 +341,22 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 if rank is None:
                     rank = self.pending_rank(job)
             est = job.runtime_estimate_s
-            if job.gpu_model is not None:
+            if self.routed:
+                # the job's own pools, in its order; its constraints and costs are in the key
+                keys = self.route_of(job)[0]
+                short = (
+                    tuple(keys),
+                    job.routing,
+                    job.dataset,
+                    job.dataset_size_gb,
+                    tuple(
+                        [
+                            est is not None and self.now + est <= self.models[k].min_res_at
+                            for k in keys
+                        ]
+                    ),
+                )
+            elif job.gpu_model is not None:
                 ms = self.models.get(job.gpu_model)
                 short = ms is not None and est is not None and self.now + est <= ms.min_res_at
             else:
@@ -342,7 +388,14 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             return
         why, at = out
         soft_plain, self.soft_plain = self.soft_plain, None
-        if key is not None and self.epoch == epoch and (at is None or soft_plain is not None):
+        # a job that held out for a cheaper pool (rule 3b) did so for its own wait and costs
+        hold_out, self.hold_out = self.hold_out, False
+        if (
+            key is not None
+            and not hold_out
+            and self.epoch == epoch
+            and (at is None or soft_plain is not None)
+        ):
             # a start estimate without held GPUs is the first job's only: the next
             # same-shaped job is told the rest
             cached = why if at is None else soft_plain
@@ -363,20 +416,36 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         wmin = w
         if job.elastic is not None:
             wmin = max(1, min(w, job.elastic.min_workers))
-        models = (job.gpu_model,) if job.gpu_model is not None else tuple(self.model_names)
+        router = self.router
+        excluded: list[str] = []
+        if router is not None:
+            # Routing (rule 3b): only the pools the job may use, preferred then cheapest first.
+            models, excluded = self.route_of(job)
+            if not models:
+                if not excluded:
+                    return f"no ready, healthy nodes with {job.gpu_model} GPUs", None
+                return "no allowed cluster can ever hold it: " + "; ".join(excluded), None
+        else:
+            models = [job.gpu_model] if job.gpu_model is not None else self.model_names
         if not models:
             return "no ready, healthy GPU nodes in the cluster", None
         reasons: list[str] = []
-        blocked: list[tuple[_Model, bool, int]] = []  # capacity-blocked: model, short, workers
+        # capacity-blocked: model, short, workers, GPUs per worker (a gang that must go on one
+        # node of a slow interconnect, rule 3b, is one worker of all its GPUs)
+        blocked: list[tuple[_Model, bool, int, int]] = []
+        ever = False  # a pool that could hold the job some day (quota and capacity allowing)
         est = job.runtime_estimate_s
         for model in models:
             ms = self.models.get(model)
             if ms is None:
                 reasons.append(f"no ready, healthy nodes with {model} GPUs")
                 continue
-            if self.static_slots(ms, g) < wmin:
-                reasons.append(self.never_fits(ms, wmin, g))
+            one = router is not None and router.one_block(job, model)
+            gs, ws = (wmin * g, 1) if one else (g, wmin)
+            if self.static_slots(ms, gs) < ws:
+                reasons.append(self.never_fits(ms, ws, gs))
                 continue
+            ever = True
             q = self.quota_block(job, model, wmin * g)
             if q is not None:
                 reasons.append(q)
@@ -392,35 +461,55 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             order = self.pool_order(ms, job.preemptible)
             prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
             k = w
+            held_out = None
             while k >= wmin:
                 if k > wmin and self.quota_block(job, model, k * g) is not None:
                     k -= 1
                     continue
                 for key in order:
-                    plan = views[key].place(k, g, prefer)
+                    plan = (
+                        views[key].place(1, k * g, prefer)
+                        if one
+                        else views[key].place(k, g, prefer)
+                    )
                     if plan is not None:
-                        self.start(job, ms, plan, g, k)
+                        if router is not None and blocked:
+                            held_out = router.holds_out(
+                                job, model, [b[0].name for b in blocked], self.now
+                            )
+                            if held_out is not None:
+                                break
+                        self.start(job, ms, [(plan[0][0], k)] if one else plan, g, k)
                         return None
+                if held_out is not None:
+                    break
                 k -= 1
-            blocked.append((ms, short, wmin))
-            reasons.append(self.capacity_why(ms, views["all"], short, wmin, g))
+            if held_out is not None:
+                # a cheaper pool is busy and worth waiting for: wait for it (below)
+                self.hold_out = True
+                reasons.append(held_out)
+                break
+            blocked.append((ms, short, ws, gs))
+            reasons.append(self.capacity_why(ms, views["all"], short, ws, gs))
         if not blocked:
+            if router is not None and not ever:
+                return "no allowed cluster can ever hold it: " + "; ".join(reasons + excluded), None
             return "; ".join(reasons), None
-        for ms, _, _ in blocked:
+        for ms, _, _, _ in blocked:
             ms.capacity_wait = True
             if not self.cfg.backfill and ms.blocked_by is None:
                 ms.blocked_by = job.id
                 self.epoch += 1  # later jobs now wait behind this one, not for capacity
         # Capacity-blocked: preempt (priority or reclaim), else an EASY reservation.
         if self.cfg.preemption and self.preempt_attempts < self.cfg.max_preemption_attempts:
-            for ms, _, wneed in blocked:
+            for ms, _, wneed, g in blocked:
                 plan = self.plan_preemption(job, ms, wneed, g)
                 if plan is not None:
                     return plan
         suffix = ""
         at = None
         if self.cfg.backfill:
-            for ms, _, wneed in blocked:
+            for ms, _, wneed, g in blocked:
                 if ms.res_count >= self.cfg.reservations_per_model:
                     continue
                 if self.reserve_later(job, ms, wneed * g):

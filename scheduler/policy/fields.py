@@ -121,6 +121,21 @@ FIELDS: tuple[Field, ...] = (
         "all lower ranks",
     ),
     Field(
+        "route_by_cost",
+        "bool",
+        "with clusters: try a job's allowed pools cheapest expected total first (rule 3b); "
+        "`false` = cost-blind, pools in name order (the replays' baseline)",
+    ),
+    Field(
+        "wait_price_per_gpu_h",
+        "number",
+        "with clusters: what a GPU-hour of waiting is worth; a job holds out for a cheaper busy "
+        "pool while the saving exceeds this x its GPUs x the hours it has waited (rule 3b); "
+        "`null` = never while an allowed pool can start it now",
+        low=0,
+        nullable=True,
+    ),
+    Field(
         "las",
         "section",
         "the least-attained-service queues inside a class and their rules (rule 1a, the "

@@ -52,13 +52,17 @@ class _Topology:
     """Static facts about a set of eligible nodes: topology order, pools per GPU model
     (all / spot / on-demand), dataset caches, node sizes. Immutable once built."""
 
-    __slots__ = ("order", "names", "id_of", "rack", "node_model", "models")
+    __slots__ = ("order", "names", "id_of", "rack", "node_model", "models", "gpu_of")
 
-    def __init__(self, eligible: list[Node]) -> None:
+    def __init__(self, eligible: list[Node], routed: bool = False) -> None:
+        # With clusters (routing, rule 3b) each (GPU model, cluster, capacity type) is a model
+        # of its own to every rule, so no gang, reservation or preemption plan spans two
+        # clusters or two prices; ``gpu_of`` maps it back to the GPU model quotas count.
+        key_of = [pool_key(n) if routed else n.gpu_model for n in eligible]
         self.order = sorted(
             range(len(eligible)),
             key=lambda p: (
-                eligible[p].gpu_model,
+                key_of[p],
                 eligible[p].fabric,
                 eligible[p].rack,
                 eligible[p].nvlink_domain,
@@ -69,13 +73,14 @@ class _Topology:
         self.names = [n.name for n in elig]
         self.id_of = {n.name: i for i, n in enumerate(elig)}
         self.rack = [n.rack for n in elig]
-        self.node_model = [n.gpu_model for n in elig]
+        self.node_model = [key_of[p] for p in self.order]
+        self.gpu_of = {key_of[p]: eligible[p].gpu_model for p in self.order}
         gpus = [n.gpus for n in elig]
         domain = [n.nvlink_domain for n in elig]
         fabric = [n.fabric for n in elig]
         groups: dict[str, list[int]] = {}
-        for i, n in enumerate(elig):
-            groups.setdefault(n.gpu_model, []).append(i)
+        for i in range(len(elig)):
+            groups.setdefault(self.node_model[i], []).append(i)
         self.models = []
         for model in sorted(groups):
             ids = groups[model]
@@ -116,6 +121,7 @@ def _static(n: Node) -> tuple:
         n.nvlink_domain,
         n.spot,
         tuple(n.datasets),
+        n.cluster,
     )
 
 
@@ -123,24 +129,31 @@ def _static(n: Node) -> tuple:
 # the same Node objects for unchanged nodes, so comparing identities first and the static fields
 # of changed nodes only is O(changed) instead of building the whole value key; the hit is still
 # by value, so it is exactly what a rebuild would give. One tuple, replaced atomically.
-_LAST_TOPOLOGY: list[tuple[list[Node], _Topology] | None] = [None]
+_LAST_TOPOLOGY: list[tuple[list[Node], _Topology, bool] | None] = [None]
 
 
-def _topology(eligible: list[Node]) -> _Topology:
+def pool_key(n: Node) -> str:
+    """With clusters, the pool a node belongs to: ``model@cluster``, ``/spot`` for spot."""
+    return f"{n.gpu_model}@{n.cluster}/spot" if n.spot else f"{n.gpu_model}@{n.cluster}"
+
+
+def _topology(eligible: list[Node], routed: bool = False) -> _Topology:
     last = _LAST_TOPOLOGY[0]
     if last is not None:
-        prev, topo = last
-        if len(prev) == len(eligible) and all(
-            a is b or _static(a) == _static(b) for a, b in zip(prev, eligible, strict=True)
+        prev, topo, was_routed = last
+        if (
+            was_routed == routed
+            and len(prev) == len(eligible)
+            and all(a is b or _static(a) == _static(b) for a, b in zip(prev, eligible, strict=True))
         ):
-            _LAST_TOPOLOGY[0] = (eligible, topo)
+            _LAST_TOPOLOGY[0] = (eligible, topo, routed)
             return topo
-    key = tuple(_static(n) for n in eligible)
+    key = (routed, *(_static(n) for n in eligible))
     topo = _TOPOLOGY_MEMO.get(key)
     if topo is None:
-        topo = _Topology(eligible)
+        topo = _Topology(eligible, routed)
         _memo_put(_TOPOLOGY_MEMO, key, topo)
-    _LAST_TOPOLOGY[0] = (eligible, topo)
+    _LAST_TOPOLOGY[0] = (eligible, topo, routed)
     return topo
 
 

@@ -20,8 +20,13 @@ from dataclasses import dataclass, field
 __all__ = [
     "QUEUE_ORDERS",
     "NODE_STATES",
+    "INTERCONNECTS",
+    "CAPACITY_TYPES",
     "Config",
     "Las",
+    "Cluster",
+    "Dataset",
+    "JobRouting",
     "Quota",
     "Team",
     "Node",
@@ -44,6 +49,13 @@ __all__ = [
 QUEUE_ORDERS = ("fair", "fifo", "las", "sjf")
 
 NODE_STATES = ("ready", "draining", "quarantined", "down")
+
+# Interconnect classes of a cluster (docs/policy.md, rule 3b), fastest first; the first two
+# carry a communication-heavy gang across nodes.
+INTERCONNECTS = ("nvlink", "infiniband", "ethernet")
+FAST_INTERCONNECTS = ("nvlink", "infiniband")
+# Capacity types a cluster prices a GPU model at; a node's ``spot`` flag says which it is.
+CAPACITY_TYPES = ("on_demand", "spot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +146,15 @@ class Config:
     victims_lowest_rank_first: bool = True
     # The attained-service queues and their rules; None turns them off.
     las: Las | None = Las()
+    # --- routing across clusters (rule 3b; only read when the snapshot lists clusters) ---
+    # Order the allowed pools by expected cost (GPU price x expected run + data movement);
+    # false = cost-blind: pools in name order (the baseline the replays compare against).
+    route_by_cost: bool = True
+    # What one GPU-hour of waiting is worth, in the price book's currency: a job holds out for a
+    # cheaper pool that is busy only while the money it saves exceeds this x its GPUs x the
+    # hours it has waited. None: never wait for a cheaper pool while an allowed one can start
+    # the job now.
+    wait_price_per_gpu_h: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +174,8 @@ class Team:
     weight: float = 1.0
     quota: Mapping[str, Quota] = field(default_factory=dict)
     usage_gpu_s: float = 0.0
+    # The clusters the team may use (and, for its subteams, the most they may use); None = any.
+    clusters: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +194,57 @@ class Node:
     health: float = 1.0
     state: str = "ready"
     datasets: tuple[str, ...] = ()
+    # The cluster the node belongs to (one of ``Snapshot.clusters``); "" when there are none.
+    cluster: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """What routing knows about one cluster (docs/policy.md, "Contract extensions: clusters").
+
+    ``prices``: GPU model -> capacity type (``CAPACITY_TYPES``) -> price per GPU-hour; a pool
+    without a price costs 0 in the comparison and is never chosen under a job's price cap.
+    ``datasets``: the datasets the cluster holds -> the egress price per GB of moving one out.
+    ``reachable``: false when the backend does not answer; the cluster then gets no new work.
+    ``spot_interruption_rate``: the observed fraction of spot run time lost to interruptions
+    (0 <= x < 1); a spot run is expected to take ``estimate / (1 - rate)``.
+    """
+
+    name: str
+    region: str = ""
+    interconnect: str = "ethernet"
+    prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    datasets: Mapping[str, float] = field(default_factory=dict)
+    reachable: bool = True
+    spot_interruption_rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """Residency of a dataset: the regions it may be read in (``None``: anywhere)."""
+
+    name: str
+    regions: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRouting:
+    """Where a pending job may run and what it prefers (docs/policy.md, rule 3b).
+
+    ``clusters`` / ``regions``: allowed (``None``: any); ``prefer_clusters`` /
+    ``prefer_regions``: tried first among the allowed; ``max_price_per_gpu_h``: a cap on the
+    pool's price; ``spot``: whether it tolerates spot capacity (``None``: if preemptible);
+    ``comm_heavy``: whether a gang of it spread over nodes needs a fast interconnect (``None``:
+    yes when it has more than one worker).
+    """
+
+    clusters: tuple[str, ...] | None = None
+    regions: tuple[str, ...] | None = None
+    prefer_clusters: tuple[str, ...] = ()
+    prefer_regions: tuple[str, ...] = ()
+    max_price_per_gpu_h: float | None = None
+    spot: bool | None = None
+    comm_heavy: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +311,10 @@ class PendingJob:
     requeued: bool = False
     # When the user needs it finished (epoch seconds), or None. See ranking.deadline_slack_s.
     deadline: float | None = None
+    # Routing across clusters (rule 3b): the job's constraints and preferences, and the size of
+    # its dataset (what moving it to a cluster that does not hold it costs).
+    routing: JobRouting | None = None
+    dataset_size_gb: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +328,9 @@ class Snapshot:
     nodes: tuple[Node, ...] = ()
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
+    # Routing across clusters (rule 3b). Without clusters every node is one pool, as before.
+    clusters: tuple[Cluster, ...] = ()
+    datasets: tuple[Dataset, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

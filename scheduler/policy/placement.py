@@ -55,6 +55,7 @@ class _Placement:
         if not self.any_quota:
             return None
         ms = self.models[model]
+        model = ms.gpu  # quotas count GPU models over all clusters (one ledger, rule 3b)
         chain = ms.chains.get(job.team)
         if chain is None:
             chain = ms.chains[job.team] = self.quota_chain(job.team, model)
@@ -142,7 +143,7 @@ class _Placement:
         self.starts.append(Start(job.id, placement, k))
         need = k * g
         for t in self.ancestry(job.team):
-            self.used[(t, ms.name)] = self.used.get((t, ms.name), 0) + need
+            self.used[(t, ms.gpu)] = self.used.get((t, ms.gpu), 0) + need
         if job.runtime_estimate_s is not None:
             end = self.now + job.runtime_estimate_s
             for (i, workers), own in zip(plan, unheld, strict=True):

@@ -79,7 +79,7 @@ class _Preemption:
         them that make the gang fit (:meth:`_choose`), and the decisions (:meth:`_emit`).
         """
         now = self.now
-        model = ms.name
+        model = ms.gpu  # quotas and victims' models count GPU models (one ledger, rule 3b)
         prio = self.pending_rank(job)
         need = w * g
         chain = self.quota_chain(job.team, model)
@@ -155,7 +155,7 @@ class _Preemption:
         """Who could give up GPUs for the attempt's job, and which of them were submitted after
         it (moved by the submission-order rules)."""
         job, ms, w, prio, mine = a.job, a.ms, a.w, a.prio, a.mine
-        model, fifo, defrag, reclaim_team = ms.name, a.fifo, a.defrag, a.reclaim_team
+        model, fifo, defrag, reclaim_team = ms.gpu, a.fifo, a.defrag, a.reclaim_team
         own = set(self.ancestry(job.team))
         gone = self.gone
         # Minimum quantum: a job of the same class that has not saved a checkpoint since it
@@ -342,7 +342,7 @@ class _Preemption:
         chosen candidates; returns the job's ``(why, estimated_start)``."""
         now = self.now
         job, ms, w, g, prio, need = a.job, a.ms, a.w, a.g, a.prio, a.need
-        model, defrag, reclaim_team = ms.name, a.defrag, a.reclaim_team
+        model, defrag, reclaim_team = ms.gpu, a.defrag, a.reclaim_team
         job_class = self.classes.get(job.priority_class, 0)
 
         def peer(run: _Run) -> bool:

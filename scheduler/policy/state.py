@@ -54,6 +54,7 @@ class _Model:
 
     __slots__ = (
         "name",
+        "gpu",
         "pools",
         "now",
         "long",
@@ -80,8 +81,11 @@ class _Model:
         "soft_estimated",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, gpu: str | None = None) -> None:
         self.name = name
+        # The GPU model quotas and the ledger count (``name`` is ``model@cluster`` with
+        # clusters: a pool of its own, rule 3b).
+        self.gpu = gpu if gpu is not None else name
         self.pools: dict[str, Pool] = {}
         self.now: dict[str, Index] = {}
         self.long: dict[str, Index] | None = None  # None: same as ``now`` (nothing protected)

@@ -54,7 +54,17 @@ class _Victims:
                     placements[r.id] = seen  # protected only for now: keep it for later calls
                 continue
             model = r.gpu_model
-            if not model:
+            if self.routed:
+                # with clusters a model is a pool (rule 3b): the one its eligible nodes are in
+                model = None
+                for name in r.placement:
+                    i = id_of.get(name)
+                    if i is not None:
+                        model = node_model[i]
+                        break
+                if model is None:
+                    continue
+            elif not model:
                 model = None
                 for name in r.placement:  # model_of_placement, inlined (hot loop)
                     node = node_by_name.get(name)
