@@ -487,7 +487,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             if held_out is not None:
                 # a cheaper pool is busy and worth waiting for: wait for it (below)
                 self.hold_out = True
-                reasons.append(held_out)
+                reasons.insert(0, held_out)
                 break
             blocked.append((ms, short, ws, gs))
             reasons.append(self.capacity_why(ms, views["all"], short, ws, gs))
@@ -501,7 +501,13 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 ms.blocked_by = job.id
                 self.epoch += 1  # later jobs now wait behind this one, not for capacity
         # Capacity-blocked: preempt (priority or reclaim), else an EASY reservation.
-        if self.cfg.preemption and self.preempt_attempts < self.cfg.max_preemption_attempts:
+        # A job holding out for a cheaper pool (rule 3b) could start now elsewhere: money saved
+        # does not justify lost work, so it preempts nobody (it may still get a reservation).
+        if (
+            self.cfg.preemption
+            and not self.hold_out
+            and self.preempt_attempts < self.cfg.max_preemption_attempts
+        ):
             for ms, _, wneed, g in blocked:
                 plan = self.plan_preemption(job, ms, wneed, g)
                 if plan is not None:

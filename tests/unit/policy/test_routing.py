@@ -1,0 +1,391 @@
+"""Routing across clusters (rule 3b, docs/routing.md): one scenario per constraint and per part
+of the rule, on small snapshots with clusters.
+
+The clusters of most tests: ``onprem`` (eu, InfiniBand, H100 on demand at 2.0 per GPU-hour,
+holds dataset c4 with egress 0.05 per GB), ``cloud`` (us, InfiniBand, H100 on demand at 3.0 and
+spot at 1.0) and ``edge`` (eu, Ethernet, H100 on demand at 1.5); two nodes of 8 H100s each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scheduler.policy import Cluster, Dataset, JobRouting, Snapshot, decide
+from scheduler.policy.codec import SnapshotError, snapshot_from_dict, snapshot_to_dict
+from scheduler.policy.routing import start_violations
+
+from .helpers import check_invariants, job, node, run, snap, started, team, why
+
+ONPREM = Cluster("onprem", "eu", "infiniband", {"h100": {"on_demand": 2.0}}, datasets={"c4": 0.05})
+CLOUD = Cluster("cloud", "us", "infiniband", {"h100": {"on_demand": 3.0, "spot": 1.0}})
+EDGE = Cluster("edge", "eu", "ethernet", {"h100": {"on_demand": 1.5}})
+CLUSTERS = (ONPREM, CLOUD, EDGE)
+
+
+def nodes(cluster: str, n: int = 2, *, free: int | None = None, spot: bool = False, gpus=8):
+    prefix = cluster + ("-spot" if spot else "")
+    return [
+        replace(node(f"{prefix}-{i}", free, gpus=gpus, spot=spot, rack=prefix), cluster=cluster)
+        for i in range(n)
+    ]
+
+
+def world(
+    pending,
+    *,
+    running=(),
+    teams=(),
+    clusters=CLUSTERS,
+    datasets=(),
+    node_list=None,
+    **config,
+) -> Snapshot:
+    if node_list is None:
+        node_list = nodes("onprem") + nodes("cloud") + nodes("cloud", spot=True) + nodes("edge")
+    s = snap(node_list, pending, running, teams, **config)
+    return replace(s, clusters=tuple(clusters), datasets=tuple(datasets))
+
+
+def decide_checked(s: Snapshot):
+    d = decide(s)
+    check_invariants(s, d)
+    for st in d.start:
+        assert start_violations(s, st) == []
+    return d
+
+
+def cluster_of(d, job_id: str) -> str:
+    placement = started(d)[job_id]
+    clusters = {name.split("-")[0] for name in placement}
+    assert len(clusters) == 1
+    return clusters.pop()
+
+
+def routed(id: str, workers=1, gpw=8, **routing) -> object:
+    extra = {
+        k: routing.pop(k)
+        for k in ("est", "preemptible", "team", "dataset", "submitted")
+        if k in routing
+    }
+    size = routing.pop("size_gb", None)
+    r = JobRouting(**routing) if routing else None
+    return replace(job(id, workers, gpw, **extra), routing=r, dataset_size_gb=size)
+
+
+# ---------------------------------------------------------------- the cost rule
+
+
+def test_a_job_starts_on_the_cheapest_pool_that_can_start_it():
+    # edge (1.5) is the cheapest on-demand pool; a one-node job needs no fast interconnect
+    d = decide_checked(world([routed("a", est=3600)]))
+    assert cluster_of(d, "a") == "edge"
+
+
+def test_data_movement_counts_in_the_expected_total():
+    # 8 GPUs x 1 h: edge 12.0 + 1000 GB x 0.05 egress = 62.0, onprem 16.0 (holds c4)
+    d = decide_checked(world([routed("a", est=3600, dataset="c4", size_gb=1000.0)]))
+    assert cluster_of(d, "a") == "onprem"
+
+
+def test_spot_is_cheapest_for_a_job_that_tolerates_it_and_interruptions_make_it_dearer():
+    d = decide_checked(world([routed("a", est=3600, preemptible=True)]))
+    assert started(d)["a"].keys() <= {"cloud-spot-0", "cloud-spot-1"}
+    lossy = replace(CLOUD, spot_interruption_rate=0.9)  # 1.0 / 0.1 = 10 per useful GPU-hour
+    d = decide_checked(
+        world([routed("a", est=3600, preemptible=True)], clusters=(ONPREM, lossy, EDGE))
+    )
+    assert cluster_of(d, "a") == "edge"
+
+
+def test_a_preferred_cluster_comes_before_a_cheaper_one():
+    d = decide_checked(world([routed("a", prefer_clusters=("onprem",))]))
+    assert cluster_of(d, "a") == "onprem"
+    d = decide_checked(world([routed("a", prefer_regions=("us",))]))
+    assert cluster_of(d, "a") == "cloud"
+
+
+def test_cost_blind_routing_takes_the_pools_in_name_order():
+    d = decide_checked(world([routed("a", est=3600)], route_by_cost=False))
+    assert cluster_of(d, "a") == "cloud"  # h100@cloud sorts first
+
+
+def test_a_job_never_waits_on_a_busy_cheap_cluster_while_another_can_start_it():
+    busy_edge = nodes("onprem") + nodes("cloud") + nodes("edge", free=0)
+    running = [run("r", {"edge-0": range(8)}, end=2000.0), run("s", {"edge-1": range(8)})]
+    d = decide_checked(world([routed("a", est=3600)], running=running, node_list=busy_edge))
+    assert cluster_of(d, "a") == "onprem"
+
+
+def test_a_price_of_waiting_holds_a_job_for_the_cheaper_cluster_only_while_it_pays():
+    busy_edge = nodes("onprem") + nodes("cloud") + nodes("edge", free=0)
+    running = [run("r", {"edge-0": range(8)}, end=2000.0), run("s", {"edge-1": range(8)})]
+    # saving onprem - edge: (2.0 - 1.5) x 8 GPUs x 10 h = 40; at 1.0 per GPU-hour of waiting
+    # it is worth 8 x waited hours: it holds out for 5 h, then starts where it can
+    fresh = routed("a", est=36000, submitted=1000.0 - 3600)  # waited 1 h: 8 < 40
+    d = decide_checked(
+        world([fresh], running=running, node_list=busy_edge, wait_price_per_gpu_h=1.0)
+    )
+    assert "a" not in started(d)
+    assert why(d, "a").startswith("holding out for h100@edge")
+    assert d.preempt == ()  # saving money does not justify lost work
+    old = routed("a", est=36000, submitted=1000.0 - 6 * 3600)  # waited 6 h: 48 > 40
+    d = decide_checked(world([old], running=running, node_list=busy_edge, wait_price_per_gpu_h=1.0))
+    assert cluster_of(d, "a") == "onprem"
+
+
+# ---------------------------------------------------------------- hard constraints
+
+
+def test_allowed_clusters_are_kept_even_when_dearer():
+    d = decide_checked(world([routed("a", clusters=("cloud",))]))
+    assert cluster_of(d, "a") == "cloud"
+    assert set(started(d)["a"]) <= {"cloud-0", "cloud-1"}  # not spot: not preemptible
+
+
+def test_allowed_regions_are_kept():
+    d = decide_checked(world([routed("a", regions=("us",))]))
+    assert cluster_of(d, "a") == "cloud"
+
+
+def test_team_clusters_and_their_ancestors_restrict_where_it_runs():
+    teams = [
+        replace(team("org"), clusters=("onprem", "cloud")),
+        replace(team("t", "org"), clusters=("cloud", "edge")),
+    ]
+    d = decide_checked(world([routed("a")], teams=teams))
+    assert cluster_of(d, "a") == "cloud"  # edge: the parent forbids it; onprem: the team
+
+
+def test_dataset_residency_is_never_broken():
+    d = decide_checked(
+        world([routed("a", dataset="c4", size_gb=10.0)], datasets=[Dataset("c4", ("us",))])
+    )
+    assert cluster_of(d, "a") == "cloud"
+
+
+def test_a_price_cap_excludes_dearer_and_unpriced_pools():
+    d = decide_checked(world([routed("a", max_price_per_gpu_h=2.5, prefer_clusters=("cloud",))]))
+    assert cluster_of(d, "a") in {"onprem", "edge"}
+    unpriced = replace(EDGE, prices={})
+    s = world([routed("a", max_price_per_gpu_h=1.6)], clusters=(ONPREM, CLOUD, unpriced))
+    d = decide_checked(s)
+    assert "a" not in started(d)
+    assert "h100@edge has no price, above the job's cap of 1.6" in why(d, "a")
+
+
+def test_spot_only_for_jobs_that_tolerate_it():
+    only_spot = nodes("cloud", spot=True)
+    d = decide_checked(world([routed("a")], node_list=only_spot))  # not preemptible
+    assert why(d, "a").startswith("no allowed cluster can ever hold it: ")
+    assert "spot capacity and the job does not tolerate spot" in why(d, "a")
+    d = decide_checked(world([routed("b", preemptible=True, spot=False)], node_list=only_spot))
+    assert "b" not in started(d)
+    d = decide_checked(world([routed("c", spot=True)], node_list=only_spot))
+    assert cluster_of(d, "c") == "cloud"
+
+
+def test_communication_heavy_gangs_span_nodes_only_on_fast_interconnect():
+    # edge is cheapest, but Ethernet: a 2x8 gang goes to onprem (InfiniBand)
+    d = decide_checked(world([routed("a", workers=2, gpw=8)]))
+    assert cluster_of(d, "a") == "onprem"
+    assert len(started(d)["a"]) == 2
+    # a light gang may use Ethernet
+    d = decide_checked(world([routed("b", workers=2, gpw=8, comm_heavy=False)]))
+    assert cluster_of(d, "b") == "edge"
+    # a heavy gang that fits one node goes on one node of the Ethernet cluster
+    d = decide_checked(world([routed("c", workers=2, gpw=4)]))
+    assert list(started(d)["c"]) == ["edge-0"]
+    # ... and one that cannot, only on Ethernet, can never start
+    d = decide_checked(world([routed("e", workers=2, gpw=8, clusters=("edge",))]))
+    assert why(d, "e") == (
+        "no allowed cluster can ever hold it: cluster cloud is not among the job's clusters; "
+        "cluster edge has ethernet interconnect: a communication-heavy gang of 2x8 must fit one "
+        "node there, and its largest has 8 GPUs; cluster onprem is not among the job's clusters"
+    )
+
+
+def test_a_gang_never_spans_two_clusters():
+    # one free node in onprem, one in cloud: 16 GPUs free, but no cluster has both
+    split = nodes("onprem", 1) + nodes("cloud", 1)
+    d = decide_checked(world([routed("a", workers=2, gpw=8)], node_list=split))
+    assert "a" not in started(d)
+    assert why(d, "a").startswith("no allowed cluster can ever hold it: gang of 2x8")
+
+
+def test_an_unreachable_cluster_gets_no_new_work():
+    down = replace(EDGE, reachable=False)
+    d = decide_checked(world([routed("a")], clusters=(ONPREM, CLOUD, down)))
+    assert cluster_of(d, "a") == "onprem"
+    d = decide_checked(world([routed("b", clusters=("edge",))], clusters=(ONPREM, CLOUD, down)))
+    assert why(d, "b").startswith("no allowed cluster can ever hold it")
+
+
+def test_preemption_for_a_job_stays_inside_the_clusters_it_may_use():
+    # onprem is full of a preemptible low job; cloud is full of another. A high job allowed
+    # only on onprem preempts the onprem one, never the cloud one.
+    full = nodes("onprem", 1, free=0) + nodes("cloud", 1, free=0)
+    running = [
+        run("op", {"onprem-0": range(8)}, pc="low", ckpt=900.0),
+        run("cl", {"cloud-0": range(8)}, pc="low", ckpt=990.0),  # less lost work
+    ]
+    d = decide_checked(
+        world(
+            [replace(routed("a", clusters=("onprem",)), priority_class="high")],
+            running=running,
+            node_list=full,
+        )
+    )
+    assert [p.job for p in d.preempt] == ["op"]
+
+
+# ---------------------------------------------------------------- one ledger
+
+
+def test_quotas_count_a_gpu_model_over_all_clusters():
+    teams = [team("t", quota={"h100": (8, 0)})]
+    running = [run("r", {"onprem-0": range(8)}, team="t")]
+    node_list = nodes("onprem", 1, free=0) + nodes("cloud")
+    d = decide_checked(world([routed("a")], running=running, teams=teams, node_list=node_list))
+    assert "a" not in started(d)
+    assert why(d, "a").startswith("quota: team t would use 16 h100 GPUs")
+
+
+def test_priority_is_global_across_clusters():
+    # one free node in all; the high job gets it, wherever the low job would have gone
+    one = nodes("cloud", 1)
+    low = replace(routed("low"), priority_class="low", submitted_at=0.0)
+    high = replace(routed("high"), priority_class="high", submitted_at=500.0)
+    d = decide_checked(world([low, high], node_list=one))
+    assert list(started(d)) == ["high"]
+
+
+# ---------------------------------------------------------------- old snapshots and codec
+
+
+def test_without_clusters_nothing_of_routing_is_read():
+    plain = snap(nodes("onprem"), [job("a", 1, 8)])
+    with_fields = replace(
+        plain,
+        pending=(
+            replace(plain.pending[0], routing=JobRouting(clusters=("x",)), dataset_size_gb=5.0),
+        ),
+    )
+    assert decide(with_fields) == decide(plain)
+
+
+def test_the_codec_reads_and_writes_every_routing_field():
+    s = world(
+        [
+            routed(
+                "a",
+                clusters=("cloud",),
+                regions=("us",),
+                prefer_clusters=("cloud",),
+                prefer_regions=("us",),
+                max_price_per_gpu_h=3.0,
+                spot=True,
+                comm_heavy=False,
+                dataset="c4",
+                size_gb=12.5,
+            )
+        ],
+        teams=[replace(team("t"), clusters=("cloud",))],
+        datasets=[Dataset("c4", ("us", "eu")), Dataset("free")],
+        wait_price_per_gpu_h=0.5,
+        route_by_cost=False,
+    )
+    data = snapshot_to_dict(s)
+    assert snapshot_from_dict(data) == s
+    assert data["clusters"][1]["prices"] == {"h100": {"on_demand": 3.0, "spot": 1.0}}
+    assert data["config"]["wait_price_per_gpu_h"] == 0.5
+    assert "clusters" not in snapshot_to_dict(snap(nodes("onprem"), [job("a")]))
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            lambda d: d["clusters"][0].update(interconnect="roce"),
+            "clusters[0].interconnect: must be one of nvlink, infiniband, ethernet",
+        ),
+        (
+            lambda d: d["clusters"][0]["prices"]["h100"].update(reserved=1.0),
+            "clusters[0].prices.h100.reserved: unknown capacity type (one of on_demand, spot)",
+        ),
+        (
+            lambda d: d["clusters"][1]["prices"]["h100"].update(spot=-1),
+            "clusters[1].prices.h100.spot: must be >= 0",
+        ),
+        (
+            lambda d: d["clusters"][0].update(datasets={"c4": "cheap"}),
+            "clusters[0].datasets.c4: must be a number",
+        ),
+        (
+            lambda d: d["clusters"][1].update(spot_interruption_rate=1.0),
+            "clusters[1].spot_interruption_rate: must be < 1 (the fraction of spot run time lost)",
+        ),
+        (
+            lambda d: d["clusters"][2].update(reachable="yes"),
+            "clusters[2].reachable: must be true or false",
+        ),
+        (
+            lambda d: d["clusters"].append(dict(d["clusters"][0])),
+            "clusters[3].name: duplicate cluster 'onprem'",
+        ),
+        (
+            lambda d: d["nodes"][0].update(cluster="mars"),
+            "nodes[0].cluster: unknown cluster 'mars'",
+        ),
+        (
+            lambda d: d["nodes"][0].pop("cluster"),
+            "nodes[0].cluster: is required when the snapshot lists clusters",
+        ),
+        (
+            lambda d: d.update(datasets=[{"name": "c4", "regions": "eu"}]),
+            "datasets[0].regions: must be a list",
+        ),
+        (
+            lambda d: d["teams"].append({"name": "u", "clusters": ["onprem", "onprem"]}),
+            "teams[1].clusters[1]: 'onprem' listed twice",
+        ),
+        (
+            lambda d: d["pending"][0].update(routing={"cluster": ["onprem"]}),
+            "pending[0].routing.cluster: unknown routing field",
+        ),
+        (
+            lambda d: d["pending"][0].update(routing={"max_price_per_gpu_h": -2}),
+            "pending[0].routing.max_price_per_gpu_h: must be >= 0",
+        ),
+        (
+            lambda d: d["pending"][0].update(routing={"spot": "maybe"}),
+            "pending[0].routing.spot: must be true or false",
+        ),
+        (
+            lambda d: d["pending"][0].update(routing={"regions": [""]}),
+            "pending[0].routing.regions[0]: must not be empty",
+        ),
+        (
+            lambda d: d["pending"][0].update(dataset_size_gb=-1),
+            "pending[0].dataset_size_gb: must be >= 0",
+        ),
+        (
+            lambda d: d["config"].update(wait_price_per_gpu_h=-1),
+            "config.wait_price_per_gpu_h: must be >= 0",
+        ),
+    ],
+)
+def test_bad_routing_fields_are_named(change, error):
+    data = snapshot_to_dict(world([routed("a")], teams=[team("t")]))
+    change(data)
+    with pytest.raises(SnapshotError) as e:
+        snapshot_from_dict(data)
+    assert str(e.value) == error
+
+
+def test_a_node_cluster_without_clusters_is_refused():
+    data = snapshot_to_dict(snap([replace(node("n1"), cluster="onprem")], [job("a")]))
+    with pytest.raises(SnapshotError) as e:
+        snapshot_from_dict(data)
+    assert str(e.value) == "nodes[0].cluster: unknown cluster 'onprem' (the snapshot lists none)"
