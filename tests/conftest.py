@@ -206,3 +206,38 @@ def sim_clock(settings):
     reset_backends()
     yield SimulatedClock()
     reset_backends()
+
+
+_last_test_seen = {"nodeid": "(none)"}
+
+
+@pytest.fixture(autouse=True)
+def _no_advisory_lock_left_held(request, django_db_blocker):
+    """A test that ends with this process holding a session-level advisory lock (the loop's
+    single-flight lock, the notification dispatcher's) would keep every later Celery worker of the
+    run from ever running a cycle. Checked before each test, when no test transaction is open (so
+    a transaction-level lock, which the test's rollback frees, is never mistaken for one): the
+    error names the test that left it, and the lock is freed for the rest of the run."""
+    from django.db import connection
+
+    previous, _last_test_seen["nodeid"] = _last_test_seen["nodeid"], request.node.nodeid
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return
+    from django.db import DatabaseError
+
+    with django_db_blocker.unblock():
+        if connection.in_atomic_block:
+            return
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT objid FROM pg_locks"
+                    " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                )
+                held = [row[0] for row in cursor.fetchall()]
+                if held:
+                    cursor.execute("SELECT pg_advisory_unlock_all()")
+        except DatabaseError:  # a connection the server closed holds nothing
+            return
+    if held:
+        pytest.fail(f"{previous} left advisory locks {held} held by this process")

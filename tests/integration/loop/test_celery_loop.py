@@ -139,7 +139,7 @@ def infra(tmp_path, settings, private_redis):
                 "--pool",
                 "prefork",
                 "--loglevel",
-                "WARNING",
+                "INFO",
                 "-s",
                 str(tmp_path / "beat-schedule"),
             ],
@@ -194,7 +194,29 @@ def wait_for(predicate, timeout: float, what: str, log: Path | None = None):
             return
         time.sleep(0.25)
     tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{tail}")
+    raise AssertionError(
+        f"timed out after {timeout} s waiting for {what}\n{_lock_holders()}\n{tail}"
+    )
+
+
+def _lock_holders() -> str:
+    """Who holds an advisory lock on this database, and whether it is this test process: a
+    worker that never runs a cycle is most often one that never gets the loop's lock."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        own_pid = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT l.objid, l.pid, a.application_name, a.state, a.backend_start,"
+            " left(a.query, 200) FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.database ="
+            " (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        return "advisory locks: none held"
+    lines = [f"advisory locks (this test process is backend {own_pid}):"]
+    lines += [f"  key {row[0]} held by backend {row[1]}: {row[2:]!r}" for row in rows]
+    return "\n".join(lines)
 
 
 def test_submit_through_api_runs_to_success_on_a_real_worker(platform, submit, infra):
