@@ -288,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except ApiError as exc:
         _report(json_mode, "api", exc.message, exc.fields, status=exc.status)
-        return EXIT_API
+        # A 400 is bad input named by the server: the same exit as bad input named here.
+        return EXIT_USAGE if exc.status == 400 else EXIT_API
     except KeyboardInterrupt:
         return 130
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import yaml
 
 from . import output
-from .client import ApiError, Client
+from .client import Client
 from .common import UsageError
 from .common import client as _client
 from .common import err as _err
@@ -226,12 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.cluster:
         body["cluster"] = args.cluster
     with _client(args) as api:
-        try:
-            run = api.post("/api/v1/policy/whatif", body)
-        except ApiError as exc:
-            if exc.status == 400:  # bad input, named by the API: a usage error here
-                raise UsageError(exc.message, exc.fields) from None
-            raise
+        run = api.post("/api/v1/policy/whatif", body)
         if args.no_wait:
             if args.json:
                 output.print_json(run, _out())

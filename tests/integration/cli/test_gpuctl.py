@@ -93,13 +93,13 @@ def test_login_show_token_prints_the_token_once(platform, live_server, gpuctl, c
     assert token not in gpuctl("ls").out
 
 
-def test_login_with_a_wrong_password_is_an_api_error_and_saves_nothing(
+def test_login_with_a_wrong_password_exits_2_and_saves_nothing(
     platform, live_server, gpuctl, cli_config
 ):
     result = gpuctl(
         "login", "--url", live_server.url, "-u", "alice", "--password-stdin", stdin="wrong\n"
     )
-    assert result.code == 1
+    assert result.code == 2
     assert result.err.startswith("error:")
     assert not cli_config.exists()
     assert not ApiToken.objects.exists()
@@ -189,17 +189,17 @@ def test_bad_spec_in_json_mode_reports_fields_as_json(gpuctl, tmp_path):
     assert {"apiVersion", "kind", "metadata", "spec"} <= set(error["fields"])
 
 
-def test_server_rejection_exits_1_naming_the_spec_field(as_alice, tmp_path):
+def test_server_rejection_exits_2_naming_the_spec_field(as_alice, tmp_path):
     spec = GOOD_SPEC.replace("gpuModel: h100-80gb", "gpuModel: tpu-v5")
     result = as_alice("submit", "-f", write(tmp_path, spec))
-    assert result.code == 1
+    assert result.code == 2
     assert "error: spec.gpuModel: unknown GPU model 'tpu-v5'" in result.err
     assert Job.objects.count() == 0
 
 
 def test_server_rejection_of_a_flag_names_the_flag(as_alice):
     result = as_alice("submit", "-J", "x", "-N", "1", "--gpus-per-worker", "1", "--team", "nlp")
-    assert result.code == 1
+    assert result.code == 2
     assert "error: --team: " in result.err and "not a member" in result.err
     assert Job.objects.count() == 0
 
@@ -483,12 +483,12 @@ def test_spec_deadline_is_sent_and_a_bad_one_exits_2(as_alice, tmp_path):
     shown = as_alice("show", str(json.loads(result.out)["id"])).out
     assert f"{due:%Y-%m-%d %H:%M} UTC (in 1d" in shown, shown
 
-    # format errors are gpuctl's (exit 2); "in the future" is the server's (exit 1, as every
-    # server rejection), both naming the spec field
+    # format errors are gpuctl's, "in the future" is the server's (a 400): both exit 2, naming
+    # the spec field
     for value, code, message in (
         ("friday", 2, "spec.deadline: 'friday' is not a time"),
         ("2030-01-31T18:00:00", 2, "spec.deadline: must include a time zone"),
-        ("2001-01-31T18:00:00Z", 1, "spec.deadline: must be in the future"),
+        ("2001-01-31T18:00:00Z", 2, "spec.deadline: must be in the future"),
     ):
         result = as_alice("submit", "-f", write(tmp_path, GOOD_SPEC + f"  deadline: '{value}'\n"))
         assert result.code == code and message in result.err, (value, result.err)

@@ -122,7 +122,7 @@ def test_bad_count_flag_names_the_flag_without_a_server(gpuctl):
 def test_server_rejection_of_one_index_names_it_and_creates_nothing(as_alice, tmp_path):
     spec = SPEC + "array:\n  items: [{}, {gpuModel: tpu-v5}, {}]\n"
     result = as_alice("submit", "-f", write(tmp_path, spec))
-    assert result.code == 1
+    assert result.code == 2
     assert "error: array.items[1].gpuModel: unknown GPU model 'tpu-v5'" in result.err
     assert not Job.objects.exists() and not JobArray.objects.exists()
 
@@ -130,7 +130,7 @@ def test_server_rejection_of_one_index_names_it_and_creates_nothing(as_alice, tm
 def test_server_rejection_of_the_template_names_the_spec_field(as_alice, tmp_path):
     spec = SPEC.replace("gpusPerWorker: 1", "gpusPerWorker: 16") + "array:\n  count: 2\n"
     result = as_alice("submit", "-f", write(tmp_path, spec))
-    assert result.code == 1
+    assert result.code == 2
     assert "error: spec.gpusPerWorker: 16 GPUs per worker is more than" in result.err
     assert not Job.objects.exists()
 

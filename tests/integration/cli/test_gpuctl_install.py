@@ -68,4 +68,4 @@ def test_gpuctl_installs_alone_and_logs_in(platform, live_server, tmp_path):
         stdin="wrong\n",
         env={"GPUCTL_CONFIG": str(tmp_path / "other.json")},
     )
-    assert refused.returncode == 1 and refused.stderr.startswith("error:")
+    assert refused.returncode == 2 and refused.stderr.startswith("error:")

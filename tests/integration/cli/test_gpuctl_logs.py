@@ -122,4 +122,4 @@ def test_another_teams_job_and_bad_usage(as_alice, platform, submit):
         bad = as_alice("logs", str(mine), *flags)
         assert bad.code == 2 and needle in bad.err, bad.err
     too_far = as_alice("logs", str(mine), "--attempt", "3")
-    assert too_far.code == 1 and "attempt: the job has 0 attempts" in too_far.err
+    assert too_far.code == 2 and "attempt: the job has 0 attempts" in too_far.err

@@ -46,7 +46,7 @@ def test_an_admin_applies_diffs_and_rolls_back(as_admin, tmp_path):
 
     candidate.write_text("engine_config:\n  queue_aging_s: -1\n")
     refused = as_admin("policy", "apply", str(candidate), "-m", "bad")
-    assert refused.code == 1
+    assert refused.code == 2
     assert "engine_config.queue_aging_s" in refused.err
     candidate.write_text("team_weight:\n  nlp: 1\n")
     assert as_admin("policy", "apply", str(candidate), "-m", "typo").code == 2
