@@ -17,15 +17,13 @@ def _register_beat(sender, **_kwargs):
     from django.conf import settings
 
     period = settings.SCHEDULER_CYCLE_SECONDS
+    # The cycle observes the backends first, under the loop's single-flight lock. Nothing else
+    # that takes that lock may be on the beat: an entry of the same period is sent just before
+    # each cycle, holds the lock through it, and the cycle is skipped (14 of 15 were).
     sender.add_periodic_task(
         period,
         sender.signature("scheduler.tasks.run_cycle", options={"expires": period * 0.9}),
         name="scheduling cycle",
-    )
-    sender.add_periodic_task(
-        period,
-        sender.signature("scheduler.tasks.sync_backends", options={"expires": period * 0.9}),
-        name="backend sync",
     )
     for task_name, every in settings.PERIODIC_TASKS:
         sender.add_periodic_task(

@@ -27,7 +27,9 @@ def run_cycle() -> dict:
 
 @shared_task(name="scheduler.tasks.sync_backends", ignore_result=True)
 def sync_backends() -> bool:
-    """Observe the backends only (job finishes, node failures); skipped during a cycle."""
+    """Observe the backends only (job finishes, node failures); skipped during a cycle. Not on
+    the beat (every cycle observes first; see gpuplatform/celery.py): for operators, and for
+    messages of this name still queued by an older release."""
     with scheduler_lock() as acquired:
         if acquired:
             sync_all()
