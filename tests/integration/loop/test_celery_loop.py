@@ -4,6 +4,7 @@ required in CI."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -168,11 +169,14 @@ def infra(tmp_path, settings, private_redis):
     }
     worker = state["worker"]
     os.killpg(worker.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         worker.wait(15)
-    except subprocess.TimeoutExpired:
+    # The pool and beat processes can outlive the main one; one left mid-cycle would hold the
+    # loop's lock into the next test, whose worker would then never run a cycle.
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.pid, signal.SIGKILL)
     worker_log.close()
+    _wait_until_no_other_session_holds_an_advisory_lock()
     app.conf.broker_url, app.conf.task_always_eager = saved
     _swap_broker_pools(app, saved_pools)
 
@@ -194,9 +198,29 @@ def wait_for(predicate, timeout: float, what: str, log: Path | None = None):
             return
         time.sleep(0.25)
     tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise AssertionError(
-        f"timed out after {timeout} s waiting for {what}\n{_lock_holders()}\n{tail}"
+    jobs = "\n".join(
+        f"  job {pk} {state}: {why[:200]}"
+        for pk, state, why in Job.objects.order_by("pk").values_list("pk", "state", "why_pending")[
+            :20
+        ]
     )
+    raise AssertionError(
+        f"timed out after {timeout} s waiting for {what}\njobs:\n{jobs}\n{_lock_holders()}\n{tail}"
+    )
+
+
+def _wait_until_no_other_session_holds_an_advisory_lock(timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            if cursor.fetchone()[0] == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"a killed worker's session still holds a lock\n{_lock_holders()}")
 
 
 def _lock_holders() -> str:
