@@ -241,3 +241,29 @@ def _no_advisory_lock_left_held(request, django_db_blocker):
             return
     if held:
         pytest.fail(f"{previous} left advisory locks {held} held by this process")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_by_delete():
+    """Empty the tables after each transactional test with DELETE instead of PostgreSQL's TRUNCATE.
+
+    A TRUNCATE of the ~60 tables costs about 3 s on this machine (it replaces every table's
+    files), a DELETE of the few rows a test wrote 0.1 s; with ~100 transactional tests that is
+    minutes of every CI run. Foreign keys are deferred to the flush's commit, as TRUNCATE's single
+    statement made them irrelevant. A flush that resets sequences keeps Django's statement."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    original = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or not tables:
+            return original(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        return ["SET CONSTRAINTS ALL DEFERRED;"] + [
+            f"DELETE FROM {self.quote_name(table)};" for table in tables
+        ]
+
+    DatabaseOperations.sql_flush = sql_flush
+    yield
+    DatabaseOperations.sql_flush = original
