@@ -10,6 +10,9 @@ simulator core gets the clock injected. Exit status: 0 on success, 2 on bad argu
 `--engine-config NAME=JSON` (repeatable) names a variant of `gpuplatform`: the engine with those
 `Config` fields changed, usable as a policy name; a trace of the platform's own history
 (`manage.py export_trace`) brings its cluster, teams, priority classes and engine configuration.
+`--team-weights NAME=JSON` and `--priority-classes NAME=JSON` give a variant (the same NAME, or a
+new one) other fair-share weights for the history's teams and other values for its priority
+classes: a whole candidate policy, replayed on the same jobs and nodes.
 
 `--trace synthetic:N` generates a seeded synthetic trace of N jobs instead of reading a file.
 `--fidelity` reproduces the published reference simulator's model (fifo and sjf only): exclusive
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .cluster import ClusterSpec, parse_cluster, sample_nodes, uniform_cluster
-from .history import History, load_history
+from .history import History, PolicyChangeError, load_history, with_policy
 from .metrics import compute_metrics
 from .runner import POLICIES, VARIANT_FIELDS, VARIANTS, make_policy
 from .simulator import SimConfig, SimulationError, Simulator
@@ -125,6 +128,22 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         metavar="NAME=JSON",
         help="a gpuplatform variant NAME: these engine Config fields changed (JSON or @file)",
     )
+    p.add_argument(
+        "--team-weights",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a gpuplatform variant NAME: these teams' fair-share weights changed, "
+        '{"team": weight} (JSON or @file; a gpuplatform-trace\'s teams)',
+    )
+    p.add_argument(
+        "--priority-classes",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a gpuplatform variant NAME: these priority classes' values changed, "
+        '{"class": value} (JSON or @file; a gpuplatform-trace\'s classes)',
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,34 +202,68 @@ def _load(
     return trace, cluster, fmt, history
 
 
-def _engine_variants(specs: list[str]) -> dict[str, dict[str, Any]]:
-    """`NAME=JSON` (or `NAME=@file.json`) options as name -> Config fields; ValueError for a
-    malformed one (the fields themselves are checked when the policy is built)."""
-    variants: dict[str, dict[str, Any]] = {}
+def _named_objects(specs: list[str], option: str, what: str) -> dict[str, dict[str, Any]]:
+    """`NAME=JSON` (or `NAME=@file.json`) options as name -> JSON object; ValueError for a
+    malformed one (the object's contents are checked where they are used)."""
+    named: dict[str, dict[str, Any]] = {}
     for spec in specs:
         name, sep, text = spec.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise ValueError(f"--engine-config {spec!r}: expected NAME=JSON")
-        if name in POLICIES + VARIANTS or name in variants:
-            raise ValueError(f"--engine-config {name}: the name is taken; choose another")
+            raise ValueError(f"{option} {spec!r}: expected NAME=JSON")
+        if name in POLICIES + VARIANTS or name in named:
+            raise ValueError(f"{option} {name}: the name is taken; choose another")
         if text.startswith("@"):
             text = Path(text[1:]).read_text()
         try:
             fields = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--engine-config {name}: not JSON ({exc.msg})") from None
+            raise ValueError(f"{option} {name}: not JSON ({exc.msg})") from None
         if not isinstance(fields, dict):
-            raise ValueError(f"--engine-config {name}: expected a JSON object of Config fields")
-        variants[name] = fields
-    return variants
+            raise ValueError(f"{option} {name}: expected a JSON object of {what}")
+        named[name] = fields
+    return named
 
 
-def _policy(name: str, variants: dict[str, dict[str, Any]], history: History | None):
+def _engine_variants(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """`--engine-config` options as name -> Config fields (checked when the policy is built)."""
+    return _named_objects(specs, "--engine-config", "Config fields")
+
+
+# The options that change a variant's tables, and the `with_policy` argument each fills.
+TABLE_OPTIONS = (
+    ("--team-weights", "team_weights", "team weights"),
+    ("--priority-classes", "priority_classes", "priority class values"),
+)
+
+
+def _table_variants(args: argparse.Namespace) -> dict[str, dict[str, dict[str, Any]]]:
+    """`--team-weights` / `--priority-classes` options as name -> {with_policy argument: the
+    JSON object}."""
+    tables: dict[str, dict[str, dict[str, Any]]] = {}
+    for option, key, what in TABLE_OPTIONS:
+        specs = getattr(args, key)
+        for name, fields in _named_objects(specs, option, what).items():
+            tables.setdefault(name, {})[key] = fields
+    return tables
+
+
+def _policy(
+    name: str,
+    variants: dict[str, dict[str, Any]],
+    history: History | None,
+    tables: dict[str, dict[str, dict[str, Any]]] | None = None,
+):
     """The policy object for `name`: a baseline or labelled variant by name, or the engine
-    (`gpuplatform` or an `--engine-config` variant) configured as the history's platform was,
-    plus the variant's changes."""
-    if name not in variants and (history is None or not name.startswith("gpuplatform")):
+    (`gpuplatform` or a variant) configured as the history's platform was, plus the variant's
+    changes: `variants` its engine Config fields, `tables` its team weights and priority class
+    values (which need a history: only its header names the teams)."""
+    changes = (tables or {}).get(name, {})
+    if (
+        name not in variants
+        and not changes
+        and (history is None or not name.startswith("gpuplatform"))
+    ):
         return make_policy(name)
     from scheduler.policy import Config, SnapshotError, config_deprecations, config_from_dict
 
@@ -223,6 +276,18 @@ def _policy(name: str, variants: dict[str, dict[str, Any]], history: History | N
         except SnapshotError as exc:
             raise ValueError(f"{history.cluster.name}: header {exc}") from None
         _deprecated(config_deprecations(history.config, f"{history.cluster.name}: header config"))
+    for option, key, _ in TABLE_OPTIONS:
+        if key not in changes:
+            continue
+        if history is None:
+            raise ValueError(
+                f"{option} {name}: needs a gpuplatform-trace (manage.py export_trace), whose "
+                "header names the teams and priority classes"
+            )
+        try:
+            history = with_policy(history, **{key: changes[key]})
+        except PolicyChangeError as exc:
+            raise ValueError(f"{option} {name}: {exc}") from None
     config = config_from_dict(VARIANT_FIELDS.get(name, {}), base=base, path=name)
     try:
         config = config_from_dict(variants.get(name, {}), base=config, path=name)
@@ -314,16 +379,18 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, ClusterSpec, History | None
     """(trace, cluster, history, policy name -> policy object) of parsed arguments; ValueError
     (or OSError, KeyError, SimulationError) for bad input."""
     variants = _engine_variants(args.engine_config)
+    tables = _table_variants(args)
+    named = tuple(dict.fromkeys([*variants, *tables]))
     trace, cluster, _, history = _load(args)
     policies = [args.policy] if args.command == "replay" else args.policies.split(",")
     objects = {}
     for p in policies:
-        if p not in POLICIES + VARIANTS and p not in variants:
-            names = ", ".join(POLICIES + VARIANTS + tuple(variants))
+        if p not in POLICIES + VARIANTS and p not in named:
+            names = ", ".join(POLICIES + VARIANTS + named)
             raise ValueError(f"unknown policy {p!r}; expected one of {names}")
         if args.fidelity and p not in FIDELITY_POLICIES:
             raise ValueError(f"--fidelity models only {FIDELITY_POLICIES}, not {p!r}")
-        objects[p] = _policy(p, variants, history)
+        objects[p] = _policy(p, variants, history, tables)
     return trace, cluster, history, objects
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cluster import ClusterSpec, NodeSpec
@@ -149,6 +149,67 @@ def _teams(head: _Line) -> dict[str, dict[str, Any]]:
         if team["parent"] is not None and team["parent"] not in teams:
             raise head.fail("teams", f"team {name!r} has an unknown parent {team['parent']!r}")
     return teams
+
+
+class PolicyChangeError(ValueError):
+    """A candidate's team weights or priority classes that the history cannot take: ``errors``
+    maps each field (``team_weights.<team>``, ``priority_classes.<class>``) to its reason."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in sorted(self.errors.items())))
+
+
+def _known(names: Iterable[str]) -> str:
+    listed = sorted(names)
+    return ", ".join(listed[:12]) + (", ..." if len(listed) > 12 else "")
+
+
+def with_policy(
+    history: History,
+    *,
+    team_weights: Mapping[str, Any] | None = None,
+    priority_classes: Mapping[str, Any] | None = None,
+) -> History:
+    """The same history (jobs, nodes, quotas, engine configuration) with the named teams'
+    fair-share weights and the named priority classes' values changed: what a candidate policy
+    replays. Teams and classes not named keep the header's. A name the header does not have,
+    or a value that is not a finite weight >= 0 or an integer class value, raises
+    ``PolicyChangeError`` naming every such field, so a misspelt team never replays the policy
+    in force under the candidate's label."""
+    errors: dict[str, str] = {}
+    teams = {name: dict(spec) for name, spec in history.teams.items()}
+    if team_weights is not None and not isinstance(team_weights, Mapping):
+        errors["team_weights"] = "expected an object of team name to weight"
+        team_weights = None
+    for name, weight in (team_weights or {}).items():
+        where = f"team_weights.{name}"
+        if name not in teams:
+            errors[where] = f"no such team in the history (teams: {_known(teams)})"
+        elif (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight < 0
+        ):
+            errors[where] = "must be a finite number >= 0"
+        else:
+            teams[name]["weight"] = float(weight)
+    classes = dict(history.priority_classes)
+    if priority_classes is not None and not isinstance(priority_classes, Mapping):
+        errors["priority_classes"] = "expected an object of class name to integer value"
+        priority_classes = None
+    for name, value in (priority_classes or {}).items():
+        where = f"priority_classes.{name}"
+        if name not in classes:
+            errors[where] = f"no such priority class in the history (classes: {_known(classes)})"
+        elif isinstance(value, bool) or not isinstance(value, int):
+            errors[where] = "must be an integer"
+        else:
+            classes[name] = value
+    if errors:
+        raise PolicyChangeError(errors)
+    return replace(history, teams=teams, priority_classes=classes)
 
 
 def load_history(
