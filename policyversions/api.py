@@ -227,12 +227,16 @@ class WhatIfStartSerializer(serializers.Serializer):
     candidates = serializers.DictField(
         child=serializers.JSONField(),
         required=False,
-        help_text="candidate name -> engine configuration (fields that differ from the defaults)",
+        help_text="candidate name -> a policy: any of engine_config (fields that differ from "
+        "the defaults; replaces the one in force), team_weights (slug -> weight) and "
+        "priority_classes (name -> {value, preemptible_by_default, restricted}), the named "
+        "teams and classes changing; an object with none of the three is an engine_config",
     )
     candidate_versions = serializers.DictField(
         child=serializers.IntegerField(),
         required=False,
-        help_text="candidate name -> an earlier policy version whose engine configuration to try",
+        help_text="candidate name -> an earlier policy version to try whole (its engine "
+        "configuration, team weights and priority classes)",
     )
 
     def validate(self, attrs):
@@ -295,7 +299,8 @@ class WhatIfApplyView(APIView):
         request=WhatIfApplySerializer,
         responses={201: PolicyVersionSerializer},
         operation_id="whatif_apply",
-        description="Put a candidate of a finished replay in force as the next policy version.",
+        description="Put a candidate of a finished replay in force as the next policy version, "
+        "as it was replayed: its engine configuration, team weights and priority classes.",
     )
     def post(self, request, run_id: int):
         selectors.whatif_run_get(user=request.user, run_id=run_id)

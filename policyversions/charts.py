@@ -85,15 +85,23 @@ def team_share_figure(policies: list[str], team_rows: list[dict]) -> dict:
                 x=teams, y=[row["policies"][i]["gpu_share"] or 0 for row in team_rows], name=name
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=teams,
-            y=[row["fair_share"] or 0 for row in team_rows],
-            mode="markers",
-            marker={"symbol": "line-ew-open", "size": 30, "line": {"width": 3}},
-            name="fair share",
+    # One marker per distinct set of fair shares: the one in force, and a candidate's only
+    # when its weights change them.
+    shown: list[list[float]] = []
+    for i, name in enumerate(policies):
+        fair = [row["policies"][i].get("fair_share") or 0 for row in team_rows]
+        if fair in shown:
+            continue
+        shown.append(fair)
+        fig.add_trace(
+            go.Scatter(
+                x=teams,
+                y=fair,
+                mode="markers",
+                marker={"symbol": "line-ew-open", "size": 30, "line": {"width": 3}},
+                name="fair share" if i == 0 else f"fair share ({name})",
+            )
         )
-    )
     _layout(fig, "GPU share per team against its fair share", "team", "share", barmode="group")
     return _dict(fig)
 

@@ -23,31 +23,31 @@ def _class_name(name: str, key: str) -> str:
     return f"class__{name}__{key}"
 
 
-class PolicyForm(forms.Form):
-    engine_config = forms.CharField(
-        label="Engine configuration (JSON: fields that differ from the defaults)",
-        widget=forms.Textarea(attrs={"rows": 8, "class": "mono", "spellcheck": "false"}),
-        max_length=MAX_CONFIG_CHARS,
-        required=False,
-    )
-    reason = forms.CharField(label="Why", max_length=500)
+class PolicyTablesMixin:
+    """One weight field per team and the three fields of each priority class, filled with
+    what the loop reads now; for a form that edits a whole policy."""
 
-    def __init__(self, *args, version, weights: dict, classes: dict, **kwargs):
-        super().__init__(*args, **kwargs)
+    fields: dict
+    cleaned_data: dict
+
+    def add_table_fields(self, weights: dict, classes: dict, *, required: bool = True) -> None:
+        """``required=False``: a weight or a class value left out stays as it is now."""
+        self.weights_now = dict(weights)
+        self.classes_now = {name: dict(spec) for name, spec in classes.items()}
         self.team_slugs = sorted(weights)
         self.class_names = sorted(classes, key=lambda n: -classes[n]["value"])
-        if not self.is_bound:
-            self.initial["engine_config"] = json.dumps(
-                version.engine_config if version else {}, indent=2, sort_keys=True
-            )
         for slug in self.team_slugs:
             self.fields[_weight_name(slug)] = forms.FloatField(
-                label=f"Weight of {slug}", initial=weights[slug], min_value=0, max_value=1e6
+                label=f"Weight of {slug}",
+                initial=weights[slug],
+                min_value=0,
+                max_value=1e6,
+                required=required,
             )
         for name in self.class_names:
             spec = classes[name]
             self.fields[_class_name(name, "value")] = forms.IntegerField(
-                label=f"Value of {name}", initial=spec["value"]
+                label=f"Value of {name}", initial=spec["value"], required=required
             )
             self.fields[_class_name(name, "preemptible_by_default")] = forms.BooleanField(
                 label=f"{name}: preemptible by default",
@@ -59,18 +59,61 @@ class PolicyForm(forms.Form):
             )
 
     def weight_fields(self):
-        return [self[_weight_name(slug)] for slug in self.team_slugs]
+        return [self[_weight_name(slug)] for slug in self.team_slugs]  # type: ignore[index]
 
     def class_rows(self):
         return [
             (
                 name,
-                self[_class_name(name, "value")],
-                self[_class_name(name, "preemptible_by_default")],
-                self[_class_name(name, "restricted")],
+                self[_class_name(name, "value")],  # type: ignore[index]
+                self[_class_name(name, "preemptible_by_default")],  # type: ignore[index]
+                self[_class_name(name, "restricted")],  # type: ignore[index]
             )
             for name in self.class_names
         ]
+
+    def table_values(self) -> tuple[dict[str, float], dict[str, dict]]:
+        """Every team's weight and every class's settings as submitted."""
+        data = self.cleaned_data
+        return (
+            {slug: data[_weight_name(slug)] for slug in self.team_slugs},
+            {
+                name: {
+                    "value": data[_class_name(name, "value")],
+                    "preemptible_by_default": data[_class_name(name, "preemptible_by_default")],
+                    "restricted": data[_class_name(name, "restricted")],
+                }
+                for name in self.class_names
+            },
+        )
+
+    def table_error_target(self, parts: list[str]) -> str | None:
+        """The form field a ``team_weights.<slug>`` / ``priority_classes.<name>.<key>`` error
+        is about, or None."""
+        target = None
+        if parts[0] == "team_weights" and len(parts) > 1:
+            target = _weight_name(parts[1])
+        elif parts[0] == "priority_classes" and len(parts) > 2:
+            target = _class_name(parts[1], parts[2])
+        return target if target in self.fields else None
+
+
+class PolicyForm(PolicyTablesMixin, forms.Form):
+    engine_config = forms.CharField(
+        label="Engine configuration (JSON: fields that differ from the defaults)",
+        widget=forms.Textarea(attrs={"rows": 8, "class": "mono", "spellcheck": "false"}),
+        max_length=MAX_CONFIG_CHARS,
+        required=False,
+    )
+    reason = forms.CharField(label="Why", max_length=500)
+
+    def __init__(self, *args, version, weights: dict, classes: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial["engine_config"] = json.dumps(
+                version.engine_config if version else {}, indent=2, sort_keys=True
+            )
+        self.add_table_fields(weights, classes)
 
     def clean_engine_config(self):
         text = self.cleaned_data["engine_config"].strip() or "{}"
@@ -80,43 +123,30 @@ class PolicyForm(forms.Form):
             raise forms.ValidationError(f"engine_config: not JSON ({exc})") from None
 
     def service_arguments(self) -> dict:
-        data = self.cleaned_data
+        weights, classes = self.table_values()
         return {
-            "engine_config": data["engine_config"],
-            "team_weights": {slug: data[_weight_name(slug)] for slug in self.team_slugs},
-            "priority_classes": {
-                name: {
-                    "value": data[_class_name(name, "value")],
-                    "preemptible_by_default": data[_class_name(name, "preemptible_by_default")],
-                    "restricted": data[_class_name(name, "restricted")],
-                }
-                for name in self.class_names
-            },
-            "reason": data["reason"],
+            "engine_config": self.cleaned_data["engine_config"],
+            "team_weights": weights,
+            "priority_classes": classes,
+            "reason": self.cleaned_data["reason"],
         }
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
         """Each ``field: reason`` from the service on the form field it is about."""
         for field, messages in errors.items():
             parts = field.split(".")
-            if parts[0] == "team_weights" and len(parts) > 1:
-                target = _weight_name(parts[1])
-            elif parts[0] == "priority_classes" and len(parts) > 2:
-                target = _class_name(parts[1], parts[2])
-            elif parts[0] in ("engine_config", "reason"):
+            target = self.table_error_target(parts)
+            if target is None and parts[0] in ("engine_config", "reason"):
                 target = parts[0]
-            else:
-                target = None
-            if target not in self.fields:
-                target = None
             for message in messages:
                 self.add_error(target, f"{field}: {message}")
 
 
-class WhatIfForm(forms.Form):
-    """Start a what-if replay: the window, the cluster, a candidate edited as JSON and/or earlier
-    versions as candidates. Validation of the window and candidates is the service's; its
-    ``field: reason`` errors come back on the matching form field."""
+class WhatIfForm(PolicyTablesMixin, forms.Form):
+    """Start a what-if replay: the window, the cluster, a candidate policy edited here (its
+    engine configuration as JSON, team weights, priority classes) and/or earlier versions as
+    candidates. Validation of the window and candidates is the service's; its ``field: reason``
+    errors come back on the matching form field."""
 
     cluster = forms.ChoiceField(label="Cluster")
     window_days = forms.FloatField(
@@ -129,7 +159,7 @@ class WhatIfForm(forms.Form):
     )
     candidate_config = forms.CharField(
         label="Candidate engine configuration (JSON: fields that differ from the defaults; "
-        "empty: no edited candidate)",
+        "empty: the one in force)",
         widget=forms.Textarea(attrs={"rows": 8, "class": "mono", "spellcheck": "false"}),
         max_length=MAX_CONFIG_CHARS,
         required=False,
@@ -140,7 +170,16 @@ class WhatIfForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
     )
 
-    def __init__(self, *args, clusters: list[str], versions: list, in_force, **kwargs):
+    def __init__(
+        self,
+        *args,
+        clusters: list[str],
+        versions: list,
+        in_force,
+        weights: dict,
+        classes: dict,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.fields["cluster"].choices = [(c, c) for c in clusters]
         self.fields["versions"].choices = [
@@ -148,10 +187,12 @@ class WhatIfForm(forms.Form):
             for v in versions
             if in_force is None or v.number != in_force.number
         ]
+        self.in_force_config = in_force.engine_config if in_force else {}
         if not self.is_bound:
             self.initial["candidate_config"] = json.dumps(
-                in_force.engine_config if in_force else {}, indent=2, sort_keys=True
+                self.in_force_config, indent=2, sort_keys=True
             )
+        self.add_table_fields(weights, classes, required=False)
 
     def clean_candidate_config(self):
         text = self.cleaned_data["candidate_config"].strip()
@@ -162,11 +203,40 @@ class WhatIfForm(forms.Form):
         except (JsonRefused, ValueError) as exc:
             raise forms.ValidationError(f"candidate_config: not JSON ({exc})") from None
 
+    def edited_candidate(self) -> dict | None:
+        """The candidate edited here as a policy (the weights and classes it changes from
+        what the loop reads now), or None when nothing was edited: no engine configuration
+        and every weight and class as it is."""
+        config = self.cleaned_data["candidate_config"]
+        weights, classes = self.table_values()
+        changed_weights = {
+            slug: w
+            for slug, w in weights.items()
+            if w is not None and w != self.weights_now.get(slug)
+        }
+        # A class whose value was not sent was not edited (its checkboxes cannot say so: an
+        # unticked box is not sent either).
+        changed_classes = {
+            name: spec
+            for name, spec in classes.items()
+            if spec["value"] is not None and spec != self.classes_now.get(name)
+        }
+        if config is None and not changed_weights and not changed_classes:
+            return None
+        policy: dict = {"team_weights": changed_weights, "priority_classes": changed_classes}
+        if config is not None:
+            policy["engine_config"] = config
+        return policy
+
+    def _edited_name(self) -> str:
+        return (self.cleaned_data.get("candidate_name") or "").strip() or "candidate"
+
     def service_arguments(self) -> dict:
         data = self.cleaned_data
         candidates = {}
-        if data["candidate_config"] is not None:
-            candidates[data["candidate_name"].strip() or "candidate"] = data["candidate_config"]
+        policy = self.edited_candidate()
+        if policy is not None:
+            candidates[self._edited_name()] = policy
         return {
             "cluster": data["cluster"],
             "window_days": data["window_days"],
@@ -175,9 +245,7 @@ class WhatIfForm(forms.Form):
         }
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        edited = (
-            f"candidates.{(self.cleaned_data.get('candidate_name') or '').strip() or 'candidate'}"
-        )
+        edited = f"candidates.{self._edited_name()}"
         for field, messages in errors.items():
             head = field.split(".")[0]
             target = {
@@ -189,6 +257,7 @@ class WhatIfForm(forms.Form):
             if field == edited:
                 target = "candidate_name"
             elif field.startswith(edited + "."):
-                target = "candidate_config"
+                parts = field[len(edited) + 1 :].split(".")
+                target = self.table_error_target(parts) or "candidate_config"
             for message in messages:
                 self.add_error(target, f"{field}: {message}")

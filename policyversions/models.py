@@ -66,8 +66,8 @@ LIVE_WHATIF_STATUSES = (WhatIfStatus.QUEUED, WhatIfStatus.RUNNING)
 
 
 class WhatIfRun(models.Model):
-    """One what-if replay of a cluster's history: the window, the candidates (name -> engine
-    configuration), where it is, and once done every policy's metrics and chart data. Kept, so
+    """One what-if replay of a cluster's history: the window, the candidates (name -> policy),
+    where it is, and once done every policy's metrics and chart data. Kept, so
     results can be listed and compared later. At most one live (queued or running) run per
     cluster: a named constraint, not only a check in Python."""
 
@@ -81,7 +81,9 @@ class WhatIfRun(models.Model):
     until = models.DateTimeField()
     # The policy version in force when the run was asked for: the baseline replayed.
     baseline_version = models.PositiveIntegerField(null=True, blank=True)
-    candidates = models.JSONField(default=dict)  # name -> engine configuration (codec JSON)
+    # name -> a policy: {"engine_config" (absent: the one in force), "team_weights",
+    # "priority_classes"}, in the shape ``policy_apply`` takes (``whatif.whatif_candidates``).
+    candidates = models.JSONField(default=dict)
     # name -> policy version number, for candidates taken from an earlier version.
     candidate_versions = models.JSONField(default=dict, blank=True)
     status = models.CharField(

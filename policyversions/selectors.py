@@ -220,8 +220,8 @@ def whatif_side_by_side(run) -> list[SideBySideRow]:
 
 
 def whatif_team_rows(run) -> list[dict]:
-    """Per team: for each policy its average and p95 wait and its GPU share, with the team's
-    fair share."""
+    """Per team: for each policy its average and p95 wait, its GPU share and its fair share
+    under that policy's weights (a candidate may change them), and the fair share in force."""
     names = whatif_policies(run)
     teams = sorted({t for n in names for t in run.details.get(n, {}).get("teams", {})})
     rows = []
@@ -236,9 +236,20 @@ def whatif_team_rows(run) -> list[dict]:
                         "avg_wait_s": p.get("avg_wait_s"),
                         "p95_wait_s": p.get("p95_wait_s"),
                         "gpu_share": p.get("gpu_share"),
+                        "fair_share": p.get("fair_share"),
                     }
                     for p in per
                 ],
             }
         )
     return rows
+
+
+def whatif_candidate_notes(run) -> list[tuple[str, list[str]]]:
+    """Per candidate, its changes the replay could not show (``not_replayed`` of its details):
+    (candidate, fields), only for candidates with any."""
+    return [
+        (name, run.details[name]["not_replayed"])
+        for name in whatif_policies(run)[1:]
+        if run.details.get(name, {}).get("not_replayed")
+    ]

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 MAX_REASON = 500
 MAX_WEIGHT = 1_000_000.0
 CLASS_FIELDS = ("value", "preemptible_by_default", "restricted")
+# The three parts of a policy, as a version stores them and ``policy_apply`` takes them.
+POLICY_PARTS = ("engine_config", "team_weights", "priority_classes")
 
 
 def current_tables() -> tuple[dict[str, float], dict[str, dict]]:
@@ -54,6 +56,23 @@ def version_content(version: PolicyVersion) -> dict:
         "engine_config": version.engine_config,
         "team_weights": version.team_weights,
         "priority_classes": version.priority_classes,
+    }
+
+
+def policy_content_with(
+    base: dict,
+    *,
+    engine_config: dict | None = None,
+    team_weights: dict | None = None,
+    priority_classes: dict | None = None,
+) -> dict:
+    """The policy ``base`` (a ``version_content``) with a change: ``engine_config`` replaces
+    (None keeps base's), the named teams' weights and classes change and the others keep
+    base's. What ``policy_apply`` puts in force, and what the what-if apply page shows first."""
+    return {
+        "engine_config": base["engine_config"] if engine_config is None else engine_config,
+        "team_weights": {**base["team_weights"], **(team_weights or {})},
+        "priority_classes": {**base["priority_classes"], **(priority_classes or {})},
     }
 
 
@@ -98,7 +117,9 @@ def validate_engine_config(data: Any) -> dict:
     return data
 
 
-def _validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, float]:
+def validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, float]:
+    """``data`` (team slug -> weight) with each weight as a float; each problem added to
+    ``errors`` (``team_weights``, ``team_weights.<slug>``)."""
     if not isinstance(data, dict):
         errors["team_weights"] = ["must be an object of team slug to weight"]
         return {}
@@ -120,7 +141,9 @@ def _validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, floa
     return out
 
 
-def _validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict]:
+def validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict]:
+    """``data`` (class name -> {value, preemptible_by_default, restricted}); each problem added
+    to ``errors`` (``priority_classes``, ``priority_classes.<name>.<field>``)."""
     if not isinstance(data, dict):
         errors["priority_classes"] = ["must be an object of class name to settings"]
         return {}
@@ -235,15 +258,16 @@ def policy_apply(
             config = validate_engine_config(engine_config)
         except FieldErrors as exc:
             errors.update(exc.errors)
-    weights = dict(base.team_weights)
-    if team_weights is not None:
-        weights.update(_validate_weights(team_weights, errors))
-    classes = dict(base.priority_classes)
-    if priority_classes is not None:
-        classes.update(_validate_classes(priority_classes, errors))
+    weights = None if team_weights is None else validate_weights(team_weights, errors)
+    classes = None if priority_classes is None else validate_classes(priority_classes, errors)
     if errors:
         raise FieldErrors(errors)
-    content = {"engine_config": config, "team_weights": weights, "priority_classes": classes}
+    content = policy_content_with(
+        version_content(base),
+        engine_config=config,
+        team_weights=weights,
+        priority_classes=classes,
+    )
     if content == version_content(base):
         raise FieldErrors({"engine_config": ["nothing changed from the version in force"]})
     with transaction.atomic():

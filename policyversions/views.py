@@ -152,9 +152,13 @@ def whatif_index(request):
         Cluster.objects.filter(enabled=True).order_by("name").values_list("name", flat=True)
     )
     versions = list(selectors.policy_version_list(user=request.user)[:50])
+    weights, classes = services.current_tables()
+    tables = {"weights": weights, "classes": classes}
     status = 200
     if request.method == "POST":
-        form = WhatIfForm(request.POST, clusters=clusters, versions=versions, in_force=in_force)
+        form = WhatIfForm(
+            request.POST, clusters=clusters, versions=versions, in_force=in_force, **tables
+        )
         if form.is_valid():
             try:
                 run = whatif_runs.whatif_run_start(user=request.user, **form.service_arguments())
@@ -164,7 +168,7 @@ def whatif_index(request):
                 return redirect("policy:whatif-run", run_id=run.pk)
         status = 400
     else:
-        form = WhatIfForm(clusters=clusters, versions=versions, in_force=in_force)
+        form = WhatIfForm(clusters=clusters, versions=versions, in_force=in_force, **tables)
     return render(
         request,
         "policyversions/whatif_index.html",
@@ -198,6 +202,7 @@ def whatif_run(request, run_id: int):
         context.update(
             rows=selectors.whatif_side_by_side(run),
             teams=teams,
+            notes=selectors.whatif_candidate_notes(run),
             figures=[
                 ("whatif-wait", charts.wait_distribution_figure(policies, run.details)),
                 ("whatif-team-wait", charts.team_wait_figure(policies, teams)),
@@ -235,7 +240,17 @@ def whatif_apply(request, run_id: int):
         raise Http404("no such candidate in this run")
     in_force = selectors.policy_in_force(user=request.user)
     current = services.version_content(in_force) if in_force else {}
-    proposed = {**current, "engine_config": run.candidates[name]}
+    policy = run.candidates[name]
+    proposed = (
+        services.policy_content_with(
+            current,
+            engine_config=policy.get("engine_config"),
+            team_weights=policy.get("team_weights"),
+            priority_classes=policy.get("priority_classes"),
+        )
+        if current
+        else {}
+    )
     error = ""
     changed_since = in_force is not None and in_force.number != run.baseline_version
     if request.method == "POST":

@@ -1,5 +1,13 @@
 """What-if replay of the cluster's own finished history: the policy in force against candidate
-engine configurations, with the metrics of ``python -m scheduler.simulation compare``.
+policies, with the metrics of ``python -m scheduler.simulation compare``.
+
+A candidate is a whole policy, in the shape ``policy_apply`` takes: ``engine_config`` (replaces
+the one in force; absent: the one in force), ``team_weights`` and ``priority_classes`` (the
+named teams and classes change, the others keep what the loop reads now). The replay gives the
+simulator the candidate's full engine configuration (every field, so the result does not
+depend on the configuration in force) and its weights and class values; a class's
+``preemptible_by_default`` and ``restricted`` act when a job is submitted, so the history's
+jobs keep what they were submitted with and the result says such a change was not replayed.
 
 The history is exported exactly as ``manage.py export_trace`` writes it (the cluster, its teams,
 priority classes and the configuration in force) and replayed by the simulation's own
@@ -26,11 +34,20 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.errors import FieldErrors
+from scheduler.policy import config_from_dict, config_to_dict
 from scheduler.simulation import SimulationError
 from scheduler.simulation.cli import replay_policies
+from scheduler.simulation.history import with_policy
 from scheduler.simulation.runner import POLICIES, VARIANTS
 
-from .services import validate_engine_config
+from .services import (
+    CLASS_FIELDS,
+    POLICY_PARTS,
+    current_tables,
+    validate_classes,
+    validate_engine_config,
+    validate_weights,
+)
 
 MAX_WINDOW = timedelta(days=90)
 MAX_CANDIDATES = 4
@@ -48,17 +65,90 @@ class ReplayFailed(Exception):
 
 def compare_arguments(trace: Path, out: Path, candidates: dict[str, dict]) -> list[str]:
     """The ``scheduler.simulation`` command line that replays ``trace`` under the policy in
-    force (``gpuplatform``: the trace's own configuration) and each candidate."""
+    force (``gpuplatform``: the trace's own configuration, weights and classes) and each
+    candidate (a policy as ``whatif_candidates`` returns it)."""
     args = ["compare", "--trace", str(trace), "--out", str(out), "--quiet"]
     args += ["--policies", ",".join([BASELINE, *candidates])]
-    for name, config in candidates.items():
-        args += ["--engine-config", f"{name}={json.dumps(config, sort_keys=True)}"]
+    for name, policy in candidates.items():
+        if "engine_config" in policy:
+            # Every field, so the candidate runs as it would be put in force (its configuration
+            # replaces the one in force) rather than as a change on top of the trace's.
+            full = config_to_dict(config_from_dict(policy["engine_config"]))
+            args += ["--engine-config", f"{name}={json.dumps(full, sort_keys=True)}"]
+        if policy.get("team_weights"):
+            weights = json.dumps(policy["team_weights"], sort_keys=True)
+            args += ["--team-weights", f"{name}={weights}"]
+        if policy.get("priority_classes"):
+            values = {c: spec["value"] for c, spec in policy["priority_classes"].items()}
+            args += ["--priority-classes", f"{name}={json.dumps(values, sort_keys=True)}"]
     return args
 
 
-def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> None:
-    """FieldErrors (``window``, ``candidates``, ``candidates.<name>.<field>``) unless the window
-    and the candidates can be replayed."""
+def _candidate(name: str, raw: Any, errors: dict[str, list[str]]) -> dict[str, Any]:
+    """One candidate as a policy (``engine_config`` if given, ``team_weights``,
+    ``priority_classes``), its problems added to ``errors`` under ``candidates.<name>...``.
+    An object with none of the three parts is read as an engine configuration alone."""
+    where = f"candidates.{name}"
+    if not isinstance(raw, dict):
+        errors[where] = [
+            "must be an object: a policy (engine_config, team_weights, priority_classes) "
+            "or engine configuration fields"
+        ]
+        return {}
+    if not set(raw) & set(POLICY_PARTS):
+        raw, engine_where = {"engine_config": raw}, where
+    else:
+        engine_where = f"{where}.engine_config"
+        for key in sorted(set(raw) - set(POLICY_PARTS)):
+            errors[f"{where}.{key}"] = [f"unknown part (expected {', '.join(POLICY_PARTS)})"]
+    policy: dict[str, Any] = {}
+    if raw.get("engine_config") is not None:
+        try:
+            policy["engine_config"] = validate_engine_config(raw["engine_config"])
+        except FieldErrors as exc:
+            for field, problems in exc.errors.items():
+                errors[field.replace("engine_config", engine_where, 1)] = problems
+    found: dict[str, list[str]] = {}
+    weights, classes = raw.get("team_weights"), raw.get("priority_classes")
+    policy["team_weights"] = {} if weights is None else validate_weights(weights, found)
+    policy["priority_classes"] = {} if classes is None else validate_classes(classes, found)
+    errors.update({f"{where}.{field}": problems for field, problems in found.items()})
+    return policy
+
+
+def whatif_candidates(candidates: Any) -> dict[str, dict[str, Any]]:
+    """``candidates`` (name -> a policy, or engine configuration fields alone) as name -> policy
+    (``engine_config`` when given, ``team_weights``, ``priority_classes``: what
+    ``policy_apply`` takes); FieldErrors naming every bad field (``candidates``,
+    ``candidates.<name>``, ``candidates.<name>.team_weights.<slug>``, ...)."""
+    errors: dict[str, list[str]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    taken = set(POLICIES + VARIANTS)
+    if not isinstance(candidates, dict) or not 1 <= len(candidates) <= MAX_CANDIDATES:
+        raise FieldErrors({"candidates": [f"1 to {MAX_CANDIDATES} named candidate policies"]})
+    for name, raw in candidates.items():
+        if (
+            not isinstance(name, str)
+            or not name.isidentifier()
+            or len(name) > MAX_NAME
+            or name.startswith(BASELINE)
+            or name in taken
+        ):
+            errors[f"candidates.{name}"] = [
+                f"a name of letters, digits and _ (at most {MAX_NAME}, "
+                f"not starting with {BASELINE}, not a baseline policy's name)"
+            ]
+            continue
+        out[name] = _candidate(name, raw, errors)
+    if errors:
+        raise FieldErrors(errors)
+    return out
+
+
+def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> dict[str, dict]:
+    """The candidates as policies (``whatif_candidates``) if the window and they can be
+    replayed; FieldErrors (``window``, ``candidates``, ``candidates.<name>.<field>``)
+    otherwise."""
     errors: dict[str, list[str]] = {}
     if not since < until:
         errors["window"] = ["must end after it starts"]
@@ -67,30 +157,26 @@ def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> Non
             f"at most {MAX_WINDOW.days} days of history per replay "
             f"(asked for {(until - since) / timedelta(days=1):.0f}); choose a shorter window"
         ]
-    taken = set(POLICIES + VARIANTS)
-    if not isinstance(candidates, dict) or not 1 <= len(candidates) <= MAX_CANDIDATES:
-        errors["candidates"] = [f"1 to {MAX_CANDIDATES} named engine configurations"]
-    else:
-        for name, config in candidates.items():
-            if (
-                not isinstance(name, str)
-                or not name.isidentifier()
-                or len(name) > MAX_NAME
-                or name.startswith(BASELINE)
-                or name in taken
-            ):
-                errors[f"candidates.{name}"] = [
-                    f"a name of letters, digits and _ (at most {MAX_NAME}, "
-                    f"not starting with {BASELINE}, not a baseline policy's name)"
-                ]
-                continue
-            try:
-                validate_engine_config(config)
-            except FieldErrors as exc:
-                for field, problems in exc.errors.items():
-                    errors[field.replace("engine_config", f"candidates.{name}", 1)] = problems
+    policies: dict[str, dict] = {}
+    try:
+        policies = whatif_candidates(candidates)
+    except FieldErrors as exc:
+        errors.update(exc.errors)
     if errors:
         raise FieldErrors(errors)
+    return policies
+
+
+def not_replayed(policy: dict[str, Any], classes_now: dict[str, dict]) -> list[str]:
+    """The candidate's changes a replay of finished jobs cannot show: a priority class's
+    ``preemptible_by_default`` and ``restricted`` act when a job is submitted, and the
+    history's jobs keep what they were submitted with."""
+    return [
+        f"priority_classes.{name}.{key}"
+        for name, spec in sorted(policy.get("priority_classes", {}).items())
+        for key in CLASS_FIELDS
+        if key != "value" and name in classes_now and spec.get(key) != classes_now[name][key]
+    ]
 
 
 def _quantiles(sorted_values: list[float], count: int) -> list[float]:
@@ -186,7 +272,7 @@ def whatif_replay(
     submitted on ``cluster`` in [since, until). Bad input is FieldErrors; a history that cannot
     be replayed is ReplayFailed. ``watch(policy, policy_index, policies, jobs_done, jobs)`` hears
     progress (about 200 times per policy) and may raise to stop the replay."""
-    whatif_validate(since=since, until=until, candidates=candidates)
+    candidates = whatif_validate(since=since, until=until, candidates=candidates)
     names = [BASELINE, *candidates]
     meters = {name: _ShareMeter() for name in names}
 
@@ -217,11 +303,17 @@ def whatif_replay(
             raise ReplayFailed(f"the replay failed: {exc}") from None
     if not any(m.get("jobs") for m in results.values()):
         raise ReplayFailed("no finished job was submitted in this window; choose a longer one")
-    fair = _fair_shares(dict(history.teams) if history is not None else {})
-    return {
-        "results": results,
-        "details": {name: _details(sims[name], meters[name], fair) for name in names},
-    }
+    _, classes_now = current_tables()
+    details = {}
+    for name in names:
+        policy = candidates.get(name, {})
+        teams = {}
+        if history is not None:
+            teams = dict(with_policy(history, team_weights=policy.get("team_weights")).teams)
+        details[name] = _details(sims[name], meters[name], _fair_shares(teams))
+        if name != BASELINE:
+            details[name]["not_replayed"] = not_replayed(policy, classes_now)
+    return {"results": results, "details": details}
 
 
 def whatif_compare(

@@ -28,7 +28,7 @@ from scheduler.models import Cluster
 from tenants.audit import audit_record
 
 from .models import LIVE_WHATIF_STATUSES, PolicyVersion, WhatIfRun, WhatIfStatus
-from .services import policy_apply, policy_version_seed, require_admin
+from .services import current_tables, policy_apply, policy_version_seed, require_admin
 from .whatif import MAX_WINDOW, ReplayFailed, whatif_replay, whatif_validate
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,17 @@ def _enqueue_whatif(run_id: int) -> None:
     threading.Thread(target=replay, name=f"whatif-{run_id}", daemon=True).start()
 
 
+def _version_candidate(source: PolicyVersion) -> dict[str, Any]:
+    """An earlier version as a candidate: its whole policy, as a rollback to it would put it in
+    force (teams and classes deleted since are left out; those created since keep theirs)."""
+    weights, classes = current_tables()
+    return {
+        "engine_config": source.engine_config,
+        "team_weights": {k: v for k, v in source.team_weights.items() if k in weights},
+        "priority_classes": {k: v for k, v in source.priority_classes.items() if k in classes},
+    }
+
+
 def whatif_run_start(
     *,
     user,
@@ -170,7 +181,6 @@ def whatif_run_start(
     if candidates is None:
         candidates = {}
     candidates = dict(candidates) if isinstance(candidates, dict) else candidates
-    newest = PolicyVersion.objects.order_by("-number").first()
     for name, number in versions.items():
         source = PolicyVersion.objects.filter(number=number).first()
         if isinstance(candidates, dict) and name in candidates:
@@ -180,23 +190,14 @@ def whatif_run_start(
             ]
         elif source is None:
             errors[f"candidate_versions.{name}"] = ["no such policy version"]
-        elif newest is not None and (
-            source.team_weights != newest.team_weights
-            or source.priority_classes != newest.priority_classes
-        ):
-            # The replay varies the engine configuration only: the history's teams and classes
-            # are those in force, so such a candidate's result would silently ignore its change.
-            errors[f"candidate_versions.{name}"] = [
-                f"version {number} differs from the policy in force in its team weights or "
-                "priority classes, which a what-if does not replay yet (it compares engine "
-                "configurations only)"
-            ]
         elif isinstance(candidates, dict):
-            candidates.setdefault(name, source.engine_config)
+            candidates[name] = _version_candidate(source)
     end = until or timezone.now()
     if days is not None:
         try:
-            whatif_validate(since=end - timedelta(days=days), until=end, candidates=candidates)
+            candidates = whatif_validate(
+                since=end - timedelta(days=days), until=end, candidates=candidates
+            )
         except FieldErrors as exc:
             errors.update(exc.errors)
     if errors:
@@ -361,8 +362,9 @@ def whatif_run_execute(*, run_id: int) -> None:
 
 
 def whatif_candidate_apply(*, user, run_id: int, candidate: str, reason: Any) -> PolicyVersion:
-    """Put a candidate of a finished run in force as the next policy version (its engine
-    configuration; the teams' weights and priority classes stay those in force)."""
+    """Put a candidate of a finished run in force as the next policy version: the policy it
+    replayed (its engine configuration, and its team weights and priority classes merged into
+    those in force, as ``policy_apply`` merges them)."""
     require_admin(user)
     run = WhatIfRun.objects.filter(pk=run_id).first()
     if run is None:
@@ -377,13 +379,20 @@ def whatif_candidate_apply(*, user, run_id: int, candidate: str, reason: Any) ->
         in_force = PolicyVersion.objects.select_for_update().order_by("-number").first()
         if in_force is not None and in_force.number != run.baseline_version:
             # The run measured the candidate against another policy; applying it now would
-            # also undo the engine changes made since, which the replay never compared.
+            # also undo the changes made since, which the replay never compared.
             raise Conflict(
                 f"the replay compared against policy v{run.baseline_version}, but "
                 f"v{in_force.number} is in force now; run the what-if again",
                 field="candidate",
             )
-        version = policy_apply(user=user, reason=reason, engine_config=run.candidates[candidate])
+        policy = run.candidates[candidate]
+        version = policy_apply(
+            user=user,
+            reason=reason,
+            engine_config=policy.get("engine_config"),
+            team_weights=policy.get("team_weights") or None,
+            priority_classes=policy.get("priority_classes") or None,
+        )
         # The version's own audit entry says what changed; this one says on what evidence.
         audit_record(
             actor=user,

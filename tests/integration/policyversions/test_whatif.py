@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.errors import FieldErrors
-from policyversions.whatif import compare_arguments, whatif_compare
+from policyversions.whatif import compare_arguments, whatif_candidates, whatif_compare
 
 pytestmark = pytest.mark.django_db
 
@@ -42,8 +42,9 @@ def test_the_replay_matches_the_simulation_command_on_the_same_history(settings,
         "export_trace", out=str(trace), since=since.isoformat(), until=until.isoformat(),
         cluster="demo", stdout=io.StringIO(), stderr=io.StringIO(),
     )  # fmt: skip
+    args = compare_arguments(trace, out, whatif_candidates(candidates))
     done = subprocess.run(
-        [sys.executable, "-m", "scheduler.simulation", *compare_arguments(trace, out, candidates)],
+        [sys.executable, "-m", "scheduler.simulation", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -61,6 +62,15 @@ def test_the_replay_matches_the_simulation_command_on_the_same_history(settings,
         (3, {}, "candidates"),
         (3, {"gpuplatform": {}}, "candidates.gpuplatform"),
         (3, {"c": {"queue_aging_s": -1}}, "candidates.c.queue_aging_s"),
+        (
+            3,
+            {"c": {"engine_config": {"queue_aging_s": -1}}},
+            "candidates.c.engine_config.queue_aging_s",
+        ),
+        (3, {"c": {"team_weights": {"ghost": 2}}}, "candidates.c.team_weights.ghost"),
+        (3, {"c": {"team_weights": {"nlp": -2}}}, "candidates.c.team_weights.nlp"),
+        (3, {"c": {"priority_classes": {"urgent": {}}}}, "candidates.c.priority_classes.urgent"),
+        (3, {"c": {"team_weights": {}, "las": None}}, "candidates.c.las"),
     ],
 )
 def test_bad_windows_and_candidates_name_the_field(db, window_days, candidates, field):

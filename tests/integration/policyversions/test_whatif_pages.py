@@ -87,7 +87,12 @@ def test_an_admin_runs_a_whatif_and_applies_its_candidate(admin_client):
     ("fields", "message"),
     [
         ({"window_days": "120"}, "window_days: must be more than 0 and at most 90 days"),
-        ({"candidate_config": '{"queue_aging_s": -1}'}, "candidates.candidate.queue_aging_s"),
+        (
+            {"candidate_config": '{"queue_aging_s": -1}'},
+            "candidates.candidate.engine_config.queue_aging_s",
+        ),
+        ({"weight__nlp": "-2"}, "Ensure this value is greater than or equal to 0"),
+        ({"class__research__value": "1.5"}, "Enter a whole number"),
         ({"candidate_config": "{nope"}, "candidate_config: not JSON"),
         ({"candidate_name": "gpuplatform2"}, "candidates.gpuplatform2: a name"),
     ],
@@ -113,3 +118,69 @@ def test_a_second_run_of_a_busy_cluster_is_refused_and_the_first_can_be_cancelle
     assert first.status == "cancelled"
     page = admin_client.get(f"/policy/whatif/{first.pk}/").content.decode()
     assert 'id="whatif-cancelled"' in page and 'id="whatif-cancel"' not in page
+
+
+def test_a_candidate_edited_in_the_form_carries_its_weights_and_classes(admin_client):
+    """The form starts from what the loop reads; what the admin changes is the candidate: a
+    team's weight and a class, with the engine configuration in force. The run page shows the
+    candidate whole and says which class change a replay cannot show; applying it puts all of
+    it in force after the diff."""
+    form = admin_client.get("/policy/whatif/").context["form"]
+    assert form["weight__nlp"].initial == 1.0 and form["class__research__value"].initial == 500
+    response = admin_client.post(
+        "/policy/whatif/",
+        {
+            "cluster": "demo",
+            "window_days": "2",
+            "candidate_name": "nlp_first",
+            "candidate_config": "",
+            "weight__nlp": "5",
+            "weight__vision": "2",
+            "class__research__value": "600",
+            "class__research__preemptible_by_default": "on",
+            "class__research__restricted": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    run = WhatIfRun.objects.get()
+    assert run.candidates == {
+        "nlp_first": {
+            "team_weights": {"nlp": 5.0},
+            "priority_classes": {
+                "research": {"value": 600, "preemptible_by_default": True, "restricted": True}
+            },
+        }
+    }
+    run_whatif(run.pk)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    page = admin_client.get(f"/policy/whatif/{run.pk}/")
+    html = page.content.decode()
+    assert 'data-team-weight="nlp"' in html and "research: 600" in html
+    assert page.context["notes"] == [("nlp_first", ["priority_classes.research.restricted"])]
+    assert 'data-not-replayed="nlp_first"' in html
+    nlp = next(t for t in page.context["teams"] if t["team"] == "nlp")
+    assert nlp["policies"][1]["fair_share"] > nlp["policies"][0]["fair_share"]
+
+    confirm = admin_client.get(f"/policy/whatif/{run.pk}/apply/?candidate=nlp_first")
+    assert [(r.section, r.key) for r in confirm.context["changes"]] == [
+        ("team weight", "nlp"),
+        ("priority class", "research"),
+    ]
+    applied = admin_client.post(
+        f"/policy/whatif/{run.pk}/apply/", {"candidate": "nlp_first", "reason": "nlp first"}
+    )
+    assert applied.status_code == 302
+    newest = PolicyVersion.objects.order_by("-number").first()
+    assert newest.team_weights["nlp"] == 5.0 and newest.team_weights["vision"] == 2.0
+    assert newest.priority_classes["research"]["value"] == 600
+    assert newest.engine_config == PolicyVersion.objects.get(number=newest.number - 1).engine_config
+
+
+def test_a_form_without_any_change_is_no_candidate(admin_client):
+    response = admin_client.post(
+        "/policy/whatif/", {"cluster": "demo", "window_days": "2", "candidate_config": ""}
+    )
+    assert response.status_code == 400
+    assert "candidates: 1 to 4 named candidate policies" in response.content.decode()
+    assert not WhatIfRun.objects.exists()

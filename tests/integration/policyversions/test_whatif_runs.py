@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from core import streams
-from core.errors import Conflict, FieldErrors
+from core.errors import Conflict
 from policyversions import services, whatif_runs
 from policyversions.models import PolicyVersion, WhatIfRun
 from policyversions.tasks import run_whatif
@@ -122,6 +122,80 @@ def test_a_run_replays_on_the_task_like_the_simulation_command(demo, api_as, hea
     assert [r["id"] for r in listed] == [run_id] and "results" not in listed[0]
 
 
+def add_a_sweep_of_both_teams(*, hours_ago: float) -> None:
+    """48 finished whole-node jobs of vision and nlp submitted at one instant: more than the
+    H100s and both teams' quotas hold, so the replay has a queue in which fair share decides
+    (the demo's own history is too light for weights to matter at some hours of the day)."""
+    from catalogue.models import GpuModel
+    from scheduler.models import Cluster, Job
+    from tenants.models import PriorityClass, Team
+
+    at = timezone.now() - timedelta(hours=hours_ago)
+    users = {u.username: u for u in get_user_model().objects.filter(username__in=["alice", "bob"])}
+    teams = {t.slug: t for t in Team.objects.filter(slug__in=["vision", "nlp"])}
+    shared = {
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "command": "python sweep.py",
+        "workers": 1,
+        "gpus_per_worker": 8,
+        "gpu_model": GpuModel.objects.get(name="h100-80gb"),
+        "priority_class": PriorityClass.objects.get(name="research"),
+        "checkpoint_interval_s": 1800,
+        "state": "succeeded",
+        "submitted_at": at,
+        "started_at": at,
+        "attempts": 1,
+        "exit_code": 0,
+        "cluster": Cluster.objects.get(name="demo"),
+    }
+    Job.objects.bulk_create(
+        Job(
+            team=teams["vision" if i % 2 else "nlp"],
+            submitter=users["alice" if i % 2 else "bob"],
+            name=f"sweep-{i}",
+            finished_at=at + timedelta(hours=2 + i % 4),
+            runtime_limit_s=4 * 3600 * 2,
+            **shared,
+        )
+        for i in range(48)
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_candidate_with_another_team_weight_changes_that_teams_wait(demo, api_as, tmp_path):
+    """The issue's first example, a team's weight: the candidate weighs nlp 20 times less. The
+    replay (through the task, as the portal runs it) equals the simulation command on the same
+    export; nlp's fair share falls and it waits longer than under the policy in force, whose
+    numbers are those of a run without the candidate."""
+    admin = demo["admin"]
+    add_a_sweep_of_both_teams(hours_ago=30)
+    services.policy_version_seed()
+    weights, _ = services.current_tables()
+    response = api_as(admin).post(
+        "/api/v1/policy/whatif",
+        {
+            "window_days": 2,
+            "candidates": {"nlp_light": {"team_weights": {"nlp": weights["nlp"] / 20}}},
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+    run_whatif(run_id)
+    run = WhatIfRun.objects.get(pk=run_id)
+    assert run.status == "succeeded", run.error
+    assert run.candidates["nlp_light"] == {
+        "team_weights": {"nlp": weights["nlp"] / 20},
+        "priority_classes": {},
+    }
+    assert comparable(run.results) == comparable(cli_results(run, tmp_path))
+    now, light = (run.details[n]["teams"] for n in ("gpuplatform", "nlp_light"))
+    assert light["nlp"]["fair_share"] < now["nlp"]["fair_share"]
+    assert light["vision"]["fair_share"] > now["vision"]["fair_share"]
+    assert light["nlp"]["avg_wait_s"] > 1.1 * now["nlp"]["avg_wait_s"]
+    assert run.results["nlp_light"]["jobs"] == run.results["gpuplatform"]["jobs"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_cancelled_run_stops_and_says_so(demo, heard):
     admin = demo["admin"]
@@ -200,6 +274,21 @@ def test_a_run_whose_worker_died_no_longer_holds_the_cluster(demo):
         ({"candidates": {"c": {"no_such_knob": 1}}}, "candidates.c.no_such_knob"),
         ({"cluster": "nowhere", "candidates": {"c": {}}}, "cluster"),
         ({"candidate_versions": {"old": 99}}, "candidate_versions.old"),
+        ({"candidates": {"c": {"team_weights": {"ghost": 2}}}}, "candidates.c.team_weights.ghost"),
+        ({"candidates": {"c": {"team_weights": {"nlp": -1}}}}, "candidates.c.team_weights.nlp"),
+        (
+            {"candidates": {"c": {"priority_classes": {"research": {"value": "x"}}}}},
+            "candidates.c.priority_classes.research.value",
+        ),
+        (
+            {"candidates": {"c": {"priority_classes": {"urgent": {"value": 1}}}}},
+            "candidates.c.priority_classes.urgent",
+        ),
+        (
+            {"candidates": {"c": {"engine_config": {"queue_aging_s": -1}}}},
+            "candidates.c.engine_config.queue_aging_s",
+        ),
+        ({"candidates": {"c": {"team_weights": {}, "weights": {}}}}, "candidates.c.weights"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(demo, api_as, body, field):
@@ -223,21 +312,39 @@ def test_an_earlier_version_is_a_candidate(demo):
     services.policy_version_seed()
     services.policy_apply(user=admin, reason="faster", engine_config={"queue_aging_s": 900})
     run = whatif_runs.whatif_run_start(user=admin, window_days=3, candidate_versions={"v1": 1})
-    assert run.candidates == {"v1": PolicyVersion.objects.get(number=1).engine_config}
+    v1 = PolicyVersion.objects.get(number=1)
+    assert run.candidates == {"v1": services.version_content(v1)}
     assert run.baseline_version == 2 and run.candidate_versions == {"v1": 1}
 
 
-@pytest.mark.django_db
-def test_an_earlier_version_with_other_team_weights_is_refused_not_half_replayed(demo):
+@pytest.mark.django_db(transaction=True)
+def test_an_earlier_version_is_replayed_whole_engine_weights_and_classes(demo, tmp_path):
+    """v1 differs from the version in force in its engine configuration, a team's weight and a
+    class's value: the replay runs v1 as a rollback would put it in force, not the policy in
+    force with v1's engine configuration on top."""
     admin = demo["admin"]
     services.policy_version_seed()
-    weights = PolicyVersion.objects.get(number=1).team_weights
-    team = next(iter(weights))
-    services.policy_apply(user=admin, reason="favour one", team_weights={team: 7})
-    with pytest.raises(FieldErrors) as refused:
-        whatif_runs.whatif_run_start(user=admin, window_days=3, candidate_versions={"v1": 1})
-    assert "team weights or priority classes" in refused.value.errors["candidate_versions.v1"][0]
-    assert not WhatIfRun.objects.exists()
+    services.policy_apply(
+        user=admin,
+        reason="favour nlp, age faster",
+        engine_config={"queue_aging_s": 900},
+        team_weights={"nlp": 8},
+        priority_classes={
+            "research": {"value": 50, "preemptible_by_default": True, "restricted": False}
+        },
+    )
+    run = whatif_runs.whatif_run_start(user=admin, window_days=2, candidate_versions={"v1": 1})
+    v1 = run.candidates["v1"]
+    assert v1["team_weights"]["nlp"] != 8 and v1["priority_classes"]["research"]["value"] != 50
+    args = compare_arguments(tmp_path / "t", tmp_path / "o", run.candidates)
+    assert "--team-weights" in args and "--priority-classes" in args
+    run_whatif(run.pk)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    assert comparable(run.results) == comparable(cli_results(run, tmp_path))
+    teams_now, teams_v1 = run.details["gpuplatform"]["teams"], run.details["v1"]["teams"]
+    assert teams_v1["nlp"]["fair_share"] < teams_now["nlp"]["fair_share"]
+    assert run.details["v1"]["not_replayed"] == []
 
 
 @pytest.mark.django_db
@@ -287,6 +394,47 @@ def test_a_candidate_is_applied_as_the_next_version(demo, api_as):
     entry = AuditEntry.objects.get(action="policy.whatif.apply")
     assert entry.target_id == str(run.pk)
     assert entry.after == {"candidate": "calm", "version": newest.number}
+
+
+@pytest.mark.django_db
+def test_a_whole_candidate_is_applied_with_its_weights_and_classes(demo, api_as, client):
+    admin = demo["admin"]
+    services.policy_version_seed()
+    _, classes = services.current_tables()
+    research = {**classes["research"], "value": classes["research"]["value"] + 7}
+    run = whatif_runs.whatif_run_start(
+        user=admin,
+        window_days=1,
+        candidates={
+            "whole": {
+                "engine_config": {"queue_aging_s": 7777},
+                "team_weights": {"nlp": 6},
+                "priority_classes": {"research": research},
+            }
+        },
+    )
+    WhatIfRun.objects.filter(pk=run.pk).update(status="succeeded")
+    client.force_login(admin)
+    page = client.get(f"/policy/whatif/{run.pk}/apply/?candidate=whole")
+    assert page.status_code == 200
+    shown = {(r.section, r.key) for r in page.context["changes"]}
+    assert shown == {
+        ("engine", "queue_aging_s"),
+        ("team weight", "nlp"),
+        ("priority class", "research"),
+    }
+    response = api_as(admin).post(
+        f"/api/v1/policy/whatif/{run.pk}/apply",
+        {"candidate": "whole", "reason": "all three"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    newest = PolicyVersion.objects.order_by("-number").first()
+    assert newest.engine_config == {"queue_aging_s": 7777}
+    assert newest.team_weights["nlp"] == 6.0 and newest.priority_classes["research"] == research
+    # What the loop reads now is the candidate too.
+    weights, classes = services.current_tables()
+    assert weights["nlp"] == 6.0 and classes["research"] == research
 
 
 @pytest.mark.django_db
