@@ -24,6 +24,9 @@ from .common import err as _err
 from .common import out as _out
 
 LIVE = ("queued", "running")
+# A candidate file holding any of these is a whole policy (``gpuctl policy apply``'s format);
+# otherwise it is engine configuration fields alone.
+POLICY_PARTS = ("engine_config", "team_weights", "priority_classes")
 POLL_S = 1.0
 WINDOW_UNITS_DAYS = {"d": 1.0, "w": 7.0, "h": 1 / 24}
 # The side-by-side rows: (metric key, label, format).
@@ -58,8 +61,10 @@ def register(
         action="append",
         default=[],
         metavar="[NAME=]FILE",
-        help="a JSON/YAML file of engine configuration fields (or {engine_config: ...}); "
-        "the name defaults to the file's stem; repeatable",
+        help="a JSON/YAML candidate policy: any of engine_config (replaces the one in force), "
+        "team_weights and priority_classes (the named ones change), as `gpuctl policy apply` "
+        "takes; a file of engine configuration fields alone also works. The name defaults to "
+        "the file's stem; repeatable",
     )
     run.add_argument(
         "--version",
@@ -109,13 +114,20 @@ def _candidate(spec: str) -> tuple[str, dict[str, Any]]:
         data = yaml.safe_load(sys.stdin.read() if path == "-" else Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"{flag}: cannot read {path} ({exc})", {flag: [str(exc)]}) from None
-    if isinstance(data, dict) and set(data) == {"engine_config"}:
-        data = data["engine_config"]
     if not isinstance(data, dict):
         raise UsageError(
-            f"{flag}: must be a mapping of engine configuration fields",
-            {flag: ["must be a mapping of engine configuration fields"]},
+            f"{flag}: must be a mapping: a policy ({', '.join(POLICY_PARTS)}) or engine "
+            "configuration fields",
+            {flag: ["must be a mapping"]},
         )
+    if set(data) & set(POLICY_PARTS):
+        # A whole policy: a stray key beside its parts is a typo, not an engine field.
+        unknown = sorted(set(data) - set(POLICY_PARTS))
+        if unknown:
+            raise UsageError(
+                f"{flag}: unknown key {unknown[0]!r} (expected {', '.join(POLICY_PARTS)})",
+                {f"{flag}.{k}": ["unknown key"] for k in unknown},
+            )
     return name, data
 
 
@@ -173,18 +185,28 @@ def print_run(run: dict[str, Any], out: TextIO) -> None:
     if not teams:
         return
     out.write("\n")
-    headers = ["TEAM", "FAIR SHARE"]
+    headers = ["TEAM"]
     for p in policies:
-        headers += [f"{p} AVG WAIT S", f"{p} GPU SHARE"]
+        headers += [f"{p} AVG WAIT S", f"{p} GPU SHARE", f"{p} FAIR SHARE"]
     rows = []
     for team in teams:
-        per = [details.get(p, {}).get("teams", {}).get(team, {}) for p in policies]
-        fair = next((d["fair_share"] for d in per if "fair_share" in d), None)
-        row = [team, _fmt(fair, "{:.3f}")]
-        for d in per:
-            row += [_fmt(d.get("avg_wait_s"), "{:.0f}"), _fmt(d.get("gpu_share"), "{:.3f}")]
+        row = [team]
+        for p in policies:
+            d = details.get(p, {}).get("teams", {}).get(team, {})
+            row += [
+                _fmt(d.get("avg_wait_s"), "{:.0f}"),
+                _fmt(d.get("gpu_share"), "{:.3f}"),
+                _fmt(d.get("fair_share"), "{:.3f}"),
+            ]
         rows.append(row)
     output.table(headers, rows, out)
+    for p in policies[1:]:
+        skipped = details.get(p, {}).get("not_replayed") or []
+        if skipped:
+            out.write(
+                f"\nnote: {p} also changes {', '.join(skipped)}, which act when a job is "
+                "submitted: the replay cannot show them\n"
+            )
 
 
 def _fmt(value: Any, fmt: str) -> str:

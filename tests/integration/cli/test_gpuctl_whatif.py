@@ -67,6 +67,36 @@ def test_an_admin_runs_a_whatif_and_sees_it_side_by_side(demo_admin, tmp_path):
     assert again.code == 1 and "already succeeded" in again.err
 
 
+def test_a_candidate_file_holds_a_whole_policy(demo_admin, tmp_path):
+    """The same three parts as ``gpuctl policy apply FILE``: the engine configuration, team
+    weights and priority classes; the tables show each policy's fair share."""
+    gpuctl = demo_admin("admin")
+    candidate = tmp_path / "whole.yaml"
+    candidate.write_text(
+        "engine_config:\n  queue_aging_s: 86400\n"
+        "team_weights:\n  nlp: 4\n"
+        "priority_classes:\n"
+        "  research: {value: 600, preemptible_by_default: true, restricted: false}\n"
+    )
+    done = gpuctl("whatif", "run", "--window", "2d", "--candidate", str(candidate))
+    assert done.code == 0, done.err
+    run = WhatIfRun.objects.get()
+    assert run.status == "succeeded"
+    assert run.candidates["whole"] == {
+        "engine_config": {"queue_aging_s": 86400},
+        "team_weights": {"nlp": 4.0},
+        "priority_classes": {
+            "research": {"value": 600, "preemptible_by_default": True, "restricted": False}
+        },
+    }
+    lines = done.out.splitlines()
+    header = next(line for line in lines if line.startswith("TEAM"))
+    assert "gpuplatform FAIR SHARE" in header and "whole FAIR SHARE" in header
+    nlp = next(line for line in lines if line.startswith("nlp ")).split()
+    fair_now, fair_whole = float(nlp[3]), float(nlp[6])
+    assert fair_whole > fair_now
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -76,16 +106,23 @@ def test_an_admin_runs_a_whatif_and_sees_it_side_by_side(demo_admin, tmp_path):
         (["--candidate", "BAD"], "No such file"),
         (["--candidate", "BADCONFIG"], "candidates.bad.queue_aging_s"),
         (["--version", "x"], "--version: must be a version number"),
+        (["--candidate", "GHOSTTEAM"], "candidates.ghost.team_weights.nobody: no such team"),
+        (["--candidate", "STRAYKEY"], "stray.json.queue_aging_s: unknown key"),
     ],
 )
 def test_bad_input_is_exit_2_naming_the_field(demo_admin, tmp_path, args, message):
     gpuctl = demo_admin("admin")
     bad = tmp_path / "bad.json"
     bad.write_text('{"queue_aging_s": -3}')
-    args = [
-        str(bad) if a == "BADCONFIG" else str(tmp_path / "missing") if a == "BAD" else a
-        for a in args
-    ]
+    (tmp_path / "ghost.json").write_text('{"team_weights": {"nobody": 2}}')
+    (tmp_path / "stray.json").write_text('{"team_weights": {}, "queue_aging_s": 5}')
+    files = {
+        "BADCONFIG": str(bad),
+        "BAD": str(tmp_path / "missing"),
+        "GHOSTTEAM": str(tmp_path / "ghost.json"),
+        "STRAYKEY": str(tmp_path / "stray.json"),
+    }
+    args = [files.get(a, a) for a in args]
     if "--candidate" not in args and args != []:
         args += ["--candidate", str(bad).replace("bad.json", "ok.json")]
         (tmp_path / "ok.json").write_text("{}")
