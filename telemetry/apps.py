@@ -12,6 +12,12 @@ class TelemetryConfig(AppConfig):
     def ready(self) -> None:
         from scheduler.loop.cycle import cycle_finished
 
-        from .metrics import observe_cycle
+        cycle_finished.connect(_observe_cycle, dispatch_uid="telemetry.metrics.observe_cycle")
 
-        cycle_finished.connect(observe_cycle, dispatch_uid="telemetry.metrics.observe_cycle")
+
+def _observe_cycle(sender, **kwargs) -> None:
+    # prometheus_client takes about 0.2 s to import: a process pays it at its first cycle (or
+    # its first /metrics scrape), not every manage.py command at start-up.
+    from .metrics import observe_cycle
+
+    observe_cycle(sender, **kwargs)
