@@ -1,6 +1,6 @@
 """What-if in a real browser, over a server seeded with the demo's 30 days of history: an admin
-opens the policy page from the navigation, goes to What-if, edits a candidate, runs it over the
-last 30 days, watches the progress bar move (progress frames over the websocket), sees both
+opens the policy page from the navigation, goes to What-if, edits a candidate (its engine
+configuration and a team's weight), runs it over the last 30 days, watches the progress bar move (progress frames over the websocket), sees both
 policies side by side with the per-team table and four charts, applies the candidate after
 seeing its diff, sees the new version in the history and rolls back; a second run is cancelled
 from its page and says so; alice gets a 404 on the what-if pages. The same server gives the
@@ -80,9 +80,12 @@ def test_an_admin_tries_a_candidate_applies_it_and_rolls_back(sign_in):
     page.fill("#id_candidate_config", '{"queue_aging_s": -5}')
     page.click("#whatif-run")
     expect(page.locator("[data-errors-for=candidate_config]")).to_contain_text(
-        "candidates.patient.queue_aging_s: "
+        "candidates.patient.engine_config.queue_aging_s: "
     )
+    # A whole policy: the engine configuration and a team's weight (from what the loop reads).
+    expect(page.locator("#id_weight__nlp")).to_have_value("1.0")
     page.fill("#id_candidate_config", '{"queue_aging_s": 86400}')
+    page.fill("#id_weight__nlp", "3")
     page.click("#whatif-run")
     expect(page).to_have_url(re.compile(r"/policy/whatif/\d+/$"))
     run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
@@ -106,17 +109,25 @@ def test_an_admin_tries_a_candidate_applies_it_and_rolls_back(sign_in):
     for metric in ("avg_queue_s", "p95_queue_s", "p99_jct_s", "preemptions", "gpu_utilization"):
         expect(page.locator(f"#whatif-results tr[data-metric={metric}] td")).to_have_count(2)
     expect(page.locator("#whatif-teams tr[data-team=vision]")).to_be_visible()
+    # nlp's fair share under the candidate's weights is its own, larger than in force.
+    shares = page.locator("#whatif-teams tr[data-team=nlp] td[data-cell=fair_share]")
+    expect(shares).to_have_count(2)
+    in_force, candidate = (float(t.rstrip(" %")) for t in shares.all_inner_texts())
+    assert candidate > in_force, (in_force, candidate)
+    expect(page.locator("#whatif-candidates [data-team-weight=nlp]")).to_have_text("nlp: 3.0")
     for figure in ("whatif-wait", "whatif-team-wait", "whatif-team-share", "whatif-utilization"):
         page.wait_for_selector(f"#{figure}-chart .main-svg")
     shot(page, "whatif-result")
 
     page.locator("#whatif-apply a[data-candidate=patient]").click()
     expect(page.locator("#whatif-apply-diff tr[data-key=queue_aging_s]")).to_contain_text("86400")
+    expect(page.locator("#whatif-apply-diff tr[data-key=nlp]")).to_contain_text("3.0")
     page.fill("#whatif-apply-reason", "the replay waits less for vision")
     page.click("#whatif-apply-confirm")
     expect(page).to_have_url(re.compile(r"/policy/versions/2/$"))
     expect(page.locator("#in-force")).to_be_visible()
     expect(page.locator("#policy-diff tr[data-key=queue_aging_s]")).to_contain_text("86400")
+    expect(page.locator("#policy-diff tr[data-key=nlp]")).to_contain_text("3.0")
 
     page.goto("/policy/")
     rows = page.locator("#policy-history tbody tr")
