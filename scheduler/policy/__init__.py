@@ -37,6 +37,7 @@ from scheduler.policy.model import (
     Start,
     Team,
 )
+from scheduler.policy.routing import start_violations
 
 __all__ = [
     "NODE_STATES",
@@ -69,4 +70,5 @@ __all__ = [
     "decisions_to_dict",
     "snapshot_from_dict",
     "snapshot_to_dict",
+    "start_violations",
 ]
