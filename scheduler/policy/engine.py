@@ -168,6 +168,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.router: Router | None = None
         self.keys_of: dict[str, list[str]] = {}  # GPU model -> its pools (routed)
         self.routes: dict[int, tuple[list[str], list[str]]] = {}  # id(job) -> route (routed)
+        self.exclusive: set[str] = set()  # pools some pending job can use alone (routed)
         if self.routed:
             for key in self.model_names:
                 self.keys_of.setdefault(topo.gpu_of[key], []).append(key)
@@ -294,6 +295,13 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
 
     def run(self) -> Decisions:
         consider = self.consider
+        if self.router is not None:
+            # pools that some waiting job can use alone (see place_or_plan)
+            for job in self.snap.pending:
+                if job.dataset_ready:
+                    keys = self.route_of(job)[0]
+                    if len(keys) == 1:
+                        self.exclusive.add(keys[0])
         for job in queue_order(self.snap, self.pending_ranks):
             consider(job)
         self.grow_elastic()
@@ -425,6 +433,12 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 if not excluded:
                     return f"no ready, healthy nodes with {job.gpu_model} GPUs", None
                 return "no allowed cluster can ever hold it: " + "; ".join(excluded), None
+            # Pools where a higher-ranked job already waits for capacity come last: a job that
+            # can start elsewhere does not take the GPUs that job waits for (the cheap pool's
+            # queue is not starved to save cents).
+            waited = [m for m in models if self.models[m].capacity_wait or m in self.exclusive]
+            if waited and len(waited) < len(models):
+                models = [m for m in models if m not in waited] + waited
         else:
             models = [job.gpu_model] if job.gpu_model is not None else self.model_names
         if not models:

@@ -2,8 +2,9 @@
 
 The rule, in one sentence: *among the pools that satisfy a job's constraints, the job starts on
 the preferred, then the cheapest by expected total (GPU price x expected run time + data
-movement) that can start it now, and holds out for a cheaper busy pool only while the money
-saved exceeds ``wait_price_per_gpu_h`` x its GPUs x the hours it has waited.*
+movement) that can start it now, trying last the pools that a higher-ranked job waits for or
+that another waiting job can use alone, and it holds out for a cheaper busy pool only while the
+money saved exceeds ``wait_price_per_gpu_h`` x its GPUs x the hours it has waited.*
 
 A pool is one (GPU model, cluster, capacity type); with ``Snapshot.clusters`` the engine treats
 each pool as a GPU model of its own (``memo.pool_key``), so a gang, a reservation or a

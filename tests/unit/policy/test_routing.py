@@ -135,6 +135,34 @@ def test_a_price_of_waiting_holds_a_job_for_the_cheaper_cluster_only_while_it_pa
     assert cluster_of(d, "a") == "onprem"
 
 
+def test_a_job_with_a_choice_leaves_the_pool_another_waiting_job_can_only_use():
+    # onprem is the cheapest on-demand pool, but "eu" may only run there: "flex", ranked
+    # higher and able to start elsewhere, leaves onprem to it
+    one_each = nodes("onprem", 1) + nodes("cloud", 1)
+    flex = replace(routed("flex", est=3600), priority_class="high")
+    eu = routed("eu", clusters=("onprem",))
+    d = decide_checked(world([flex, eu], node_list=one_each))
+    assert cluster_of(d, "flex") == "cloud"
+    assert cluster_of(d, "eu") == "onprem"
+    # alone, flex takes the cheapest
+    d = decide_checked(world([flex], node_list=one_each))
+    assert cluster_of(d, "flex") == "onprem"
+
+
+def test_a_job_does_not_take_gpus_a_higher_ranked_job_waits_for_when_it_can_start_elsewhere():
+    # "big" (2x8) is blocked on onprem (one of its two nodes is busy) and can never fit
+    # cloud's one node; "small" could start on onprem's free node for less, but starts on
+    # cloud and leaves that node to big
+    node_list = [*nodes("onprem", 2), *nodes("cloud", 1)]
+    node_list[1] = replace(node_list[1], free_gpus=())
+    running = [run("r", {"onprem-1": range(8)}, end=5000.0, preemptible=False)]
+    big = replace(routed("big", workers=2, gpw=8), priority_class="high")
+    small = routed("small", gpw=1, est=600)
+    d = decide_checked(world([big, small], running=running, node_list=node_list))
+    assert "big" not in started(d)
+    assert cluster_of(d, "small") == "cloud"
+
+
 # ---------------------------------------------------------------- hard constraints
 
 

@@ -169,3 +169,23 @@ def _probe():
 def test_routed_snapshots_round_trip_through_json(s):
     data = json.loads(json.dumps(snapshot_to_dict(s)))
     assert snapshot_from_dict(data) == s
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(routed(), st.randoms(use_true_random=False))
+def test_routed_decisions_do_not_depend_on_the_order_of_any_list(s, rnd):
+    d = decide(s)
+
+    def shuffled(items):
+        return tuple(rnd.sample(items, len(items)))
+
+    other = replace(
+        s,
+        teams=shuffled(s.teams),
+        nodes=shuffled(s.nodes),
+        running=shuffled(s.running),
+        pending=shuffled(s.pending),
+        clusters=shuffled(s.clusters),
+        datasets=shuffled(s.datasets),
+    )
+    assert decide(other) == d
