@@ -5,7 +5,8 @@ at the earliest time the running jobs' expected ends (and the ends of jobs start
 free enough GPUs for their gang; the GPUs it counts on are held (``protect``) so lower-ranked
 jobs start only on other GPUs or if they end before it. Releases come from one heap built in
 O(running) and popped only as far as needed. With LAS queues, a job that has waited less than
-``las.reserve_after_s`` while preemptible work could make room gets no reservation yet.
+``las.reserve_after_s`` while preemptible work could make room gets no reservation yet (with
+clusters, unless it may use one pool only, rule 3b).
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ class _Backfill:
             return False
         after = las.reserve_after_s
         if after is None or after <= 0:
+            return False
+        if self.router is not None and len(self.route_of(job)[0]) == 1:
+            # With clusters, a job that may use one pool only (an EU-only gang on the on-prem
+            # cluster) is held GPUs at once: the small jobs that fill that pool for its price
+            # have barely run, so attained-service preemption would not make room for it.
             return False
         if self.now - job.submitted_at - job.attained_service_s >= after:
             return False

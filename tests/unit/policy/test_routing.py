@@ -163,6 +163,24 @@ def test_a_job_does_not_take_gpus_a_higher_ranked_job_waits_for_when_it_can_star
     assert cluster_of(d, "small") == "cloud"
 
 
+def test_a_job_that_may_use_one_pool_only_gets_its_reservation_without_the_las_gate():
+    # onprem is full of preemptible work of the job's own class and queue: a job that could go
+    # elsewhere waits for attained-service preemption (no GPUs held for a day, rule 1a); one
+    # that may use onprem only gets GPUs held for it at the earliest release
+    full = nodes("onprem", 1, free=0) + nodes("cloud", 1, free=0)
+    running = [
+        run("op", {"onprem-0": range(8)}, pc="normal", started=900.0, end=4000.0),
+        run("cl", {"cloud-0": range(8)}, pc="normal", started=900.0, end=3000.0),
+    ]
+    only = routed("only", clusters=("onprem",), submitted=900.0)
+    d = decide_checked(world([only], running=running, node_list=full))
+    assert [(r.job, r.at, r.nodes) for r in d.reserve] == [("only", 4000.0, ("onprem-0",))]
+    free = routed("free", submitted=900.0)
+    d = decide_checked(world([free], running=running, node_list=full))
+    assert d.reserve == ()
+    assert "no GPUs held for it before it has waited 86400 s" in why(d, "free")
+
+
 # ---------------------------------------------------------------- hard constraints
 
 
