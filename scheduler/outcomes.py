@@ -17,9 +17,13 @@ loop's ``job_fail`` reason, both written by this codebase): :func:`failure_cause
 place that maps them. Lost work is the GPU-hours since the last checkpoint that requeues threw
 away (the ``requeued`` events' ``lost_gpu_s``), by what interrupted the run.
 
-Deadlines: a job with a deadline that ended in the window met it when it succeeded by then, and
-missed it when it succeeded later or failed; a cancelled job counts neither way (as for the
-success rate). The hit rate is met / (met + missed).
+Deadlines: each job with a deadline counts once, on the day its outcome became certain. It met
+its deadline when it succeeded by then (counted on the day it ended). It missed it when it failed
+before its deadline (counted on the day it failed), or when the deadline passed and the job had not
+succeeded: still waiting, running, or ended later in any way, cancelled included (counted on the
+deadline's day, so a job still waiting past its deadline is a miss at once, not only once it ends,
+and a day's count never changes afterwards). A job cancelled before its deadline counts neither
+way (as for the success rate). The hit rate is met / (met + missed).
 
 Reads are scoped like every other read: a member sees their teams, a platform admin every team;
 naming a team the caller does not belong to is NotFound.
@@ -30,6 +34,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+
+from django.db.models import F, Q
 
 from core.errors import FieldErrors, NotFound
 from tenants.models import Membership, Team
@@ -176,8 +182,8 @@ def outcome_report(
     *, user, now: datetime, days: int = 30, team: str | None = None
 ) -> OutcomeReport:
     """Jobs that ended, by outcome and cause, and work lost to requeues, per UTC day over the
-    last ``days`` days (1..366) for the caller's teams (one team with ``team``). Two queries for
-    the jobs and events of the window, whatever its size."""
+    last ``days`` days (1..366) for the caller's teams (one team with ``team``). A fixed number of
+    queries (jobs ended, deadlines passed, failure and requeue events), whatever the window."""
     if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= MAX_DAYS:
         raise FieldErrors({"days": [f"must be a whole number of days from 1 to {MAX_DAYS}"]})
     teams = _teams_for(user, team)
@@ -203,8 +209,9 @@ def outcome_report(
         day = finished_at.astimezone(now.tzinfo).date()
         if day not in by_day:
             continue
-        if deadline is not None and state != JobState.CANCELLED:
-            if state == JobState.SUCCEEDED and finished_at <= deadline:
+        # Ended after its deadline: missed on the deadline's day (counted below).
+        if deadline is not None and finished_at <= deadline and state != JobState.CANCELLED:
+            if state == JobState.SUCCEEDED:
                 by_day[day].deadline_met += 1
             else:
                 by_day[day].deadline_missed += 1
@@ -213,6 +220,15 @@ def outcome_report(
             finished_day[job_id] = day
         else:
             by_day[day].counts[str(state)] += 1
+    # Deadlines that passed in the window with the job not done by then, whatever it did after.
+    for (deadline,) in (
+        Job.objects.filter(team_id__in=team_ids, deadline__gte=since, deadline__lte=now)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=F("deadline")))
+        .values_list("deadline")
+    ):
+        day = deadline.astimezone(now.tzinfo).date()
+        if day in by_day:
+            by_day[day].deadline_missed += 1
     messages: dict[int, str] = defaultdict(str)
     for job_id, message in (
         JobEvent.objects.filter(job_id__in=failed_ids, kind="failed")

@@ -121,3 +121,38 @@ def test_deadline_hit_rate(platform, submit, api_as, client):
     assert body["deadline_hit_rate"] == round(1 / 3, 4)
     client.force_login(platform["alice"])
     assert '33 % <span class="muted">(1 met, 2 missed' in client.get("/outcomes/").content.decode()
+
+
+def test_a_deadline_that_passes_while_the_job_waits_or_runs_is_a_miss_at_once(
+    platform, submit, api_as
+):
+    due = (timezone.now() + timedelta(hours=6)).isoformat()
+    # Larger than the cluster's free GPUs: it waits through every cycle.
+    big = {"workers": 8, "gpus_per_worker": 8, "deadline": due}
+    waiting = Job.objects.get(pk=submit(platform["alice"], **big).json()["id"])
+    running = _running(platform, submit, deadline=due)
+    cancelled_late = _running(platform, submit, deadline=due)
+    cancelled_early = _running(platform, submit, deadline=due)
+    still_due = _running(platform, submit, deadline=due)
+    now = timezone.now()
+    passed = now - timedelta(minutes=5)
+    Job.objects.filter(pk__in=[waiting.pk, running.pk, cancelled_late.pk]).update(deadline=passed)
+    # Cancelled after its deadline had passed: the miss had already happened.
+    cancelled_late.refresh_from_db()
+    job_finish(job=cancelled_late, target=JobState.CANCELLED, now=now)
+    job_finish(job=cancelled_early, target=JobState.CANCELLED, now=now)
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.PENDING and waiting.finished_at is None
+    body = api_as(platform["alice"]).get("/api/v1/outcomes/").json()
+    assert (body["totals"]["deadline_met"], body["totals"]["deadline_missed"]) == (0, 3)
+    assert body["deadline_hit_rate"] == 0.0
+    today = next(d for d in body["days"] if d["day"] == passed.date().isoformat())
+    assert today["deadline_missed"] == 3
+
+    # Once the running one ends late, it is still one miss, on its deadline's day: not two.
+    running.refresh_from_db()
+    job_finish(job=running, target=JobState.SUCCEEDED, now=timezone.now(), exit_code=0)
+    body = api_as(platform["alice"]).get("/api/v1/outcomes/").json()
+    assert (body["totals"]["deadline_met"], body["totals"]["deadline_missed"]) == (0, 3)
+    # still_due has not reached its deadline: it counts neither way yet.
+    assert Job.objects.get(pk=still_due.pk).deadline > timezone.now()
