@@ -18,8 +18,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core import streams
-from scheduler.policy import Decisions
-from scheduler.policy.ranking import DEADLINE_MISS
+from scheduler.policy import Decisions, Snapshot
+from scheduler.policy.ranking import DEADLINE_MISS, deadline_warning
 
 from ..models import Allocation, Job, JobEvent
 from ..snapshot import SnapshotIndex
@@ -39,11 +39,22 @@ class Applied:
     pending: int = 0
 
 
-def apply_decisions(decisions: Decisions, *, index: SnapshotIndex, now: datetime) -> Applied:
-    """Write the decisions in one transaction. Idempotent: re-applying changes nothing."""
+def apply_decisions(
+    decisions: Decisions,
+    *,
+    index: SnapshotIndex,
+    now: datetime,
+    snapshot: Snapshot | None = None,
+) -> Applied:
+    """Write the decisions in one transaction. Idempotent: re-applying changes nothing.
+
+    ``snapshot`` (the one the decisions came from) lets a job that starts too late for its
+    deadline say so as it starts (``_record_late_starts``)."""
     result = Applied()
     with transaction.atomic():
         result.started = _apply_starts(decisions.start, index, now)
+        if snapshot is not None:
+            _record_late_starts(decisions.start, result.started, snapshot, index, now)
         for preempt in decisions.preempt:
             job_pk = index.job_pk.get(preempt.job)
             if job_pk is not None and job_preempt(
@@ -78,6 +89,32 @@ def _apply_starts(starts, index: SnapshotIndex, now: datetime) -> list[int]:
             )
         )
     return job_start_many(starts=resolved, nodes=index.node_by_name, now=now)
+
+
+def _record_late_starts(
+    starts, started: list[int], snapshot: Snapshot, index: SnapshotIndex, now: datetime
+) -> None:
+    """A ``deadline_at_risk`` event on each job started now whose planned run time (its limit,
+    else the prediction, else the engine's default) ends after its deadline. A job that starts at
+    once never waits, so its why never says it will miss; this is where it says so, early. A job
+    whose wait already said so (and recorded the event) is not told twice."""
+    due = {p.id: p for p in snapshot.pending if p.deadline is not None}
+    if not due or not started:
+        return
+    started_pks = set(started)
+    events = []
+    for start in starts:
+        job, pk = due.get(start.job), index.job_pk.get(start.job)
+        if job is None or pk not in started_pks:
+            continue
+        shown = index.pending_shown.get(pk)
+        if shown is not None and (shown[3] or "").startswith(DEADLINE_MISS):
+            continue
+        note = deadline_warning(job, snapshot.now, snapshot.now, snapshot.config.default_runtime_s)
+        if note:
+            events.append(JobEvent(job_id=pk, time=now, kind="deadline_at_risk", message=note))
+    if events:
+        JobEvent.objects.bulk_create(events)
 
 
 def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> None:

@@ -57,7 +57,9 @@ def run_cycle(*, now: datetime | None = None, sync: bool = True) -> CycleResult:
         now = now or timezone.now()
         fail_jobs_out_of_bounds(now=now)
         decided = decide_now(now=now)
-        applied = apply_decisions(decided.decisions, index=decided.index, now=now)
+        applied = apply_decisions(
+            decided.decisions, index=decided.index, now=now, snapshot=decided.snapshot
+        )
         remember_cycle(decided)
         reconcile(now=timezone.now())
         result = CycleResult(

@@ -42,3 +42,23 @@ def test_a_job_that_cannot_make_its_deadline_says_so(platform, submit):
     run_cycle()
     risks = list(job.events.filter(kind="deadline_at_risk").values_list("message", flat=True))
     assert len(risks) == 1 and risks[0].startswith("will miss its deadline: expected to finish")
+
+
+def test_a_job_that_starts_at_once_but_will_finish_late_says_so_as_it_starts(platform, submit):
+    # Room for it now, but 3 h of run time against a deadline 1 h away: it never waits, so its
+    # why never speaks; the timeline does, at the start.
+    due = timezone.now() + timedelta(hours=1)
+    late = submit(
+        platform["alice"], name="late", runtime_limit_s=3 * 3600, deadline=due.isoformat()
+    ).json()["id"]
+    fine = submit(
+        platform["alice"], name="fine", runtime_limit_s=1800, deadline=due.isoformat()
+    ).json()["id"]
+    run_cycle()
+    late_job, fine_job = Job.objects.get(pk=late), Job.objects.get(pk=fine)
+    assert late_job.state == fine_job.state == "running"
+    risks = list(late_job.events.filter(kind="deadline_at_risk").values_list("message", flat=True))
+    assert risks == ["will miss its deadline: expected to finish 2 h after it"]
+    assert not fine_job.events.filter(kind="deadline_at_risk").exists()
+    run_cycle()
+    assert late_job.events.filter(kind="deadline_at_risk").count() == 1
