@@ -89,6 +89,12 @@ class RuntimePredictor:
             self._base[key] = ordered[len(ordered) // 2] if ordered else None
         return self._base[key]
 
+    def observe_job(self, job: SimJob) -> None:
+        self.observe(job.tenant, job.gpus, job.duration)
+
+    def estimate_job(self, job: SimJob, attained_s: float = 0.0) -> float | None:
+        return self.estimate(job.tenant, job.gpus, attained_s)
+
     def estimate(self, tenant: str, gpus: int, attained_s: float = 0.0) -> float | None:
         """Predicted total run time of a job, given `attained_s` seconds already done."""
         est = self.base_estimate(tenant, gpus)
@@ -105,28 +111,39 @@ class ModelPredictor:
     """`RuntimePredictor`'s interface over the live loop's learned model
     (`scheduler.prediction.RuntimeModel`): finished jobs are learned in a batch at the next
     estimate; a job that has run longer than its prediction is expected to run as long again as
-    it has run, as the live snapshot expects. The traces know a job's tenant, GPUs and class
-    only, so that is all it learns from."""
+    it has run, as the live snapshot expects. It learns from what the trace knows of a job: its
+    tenant, shape, GPU model and class, and the user, name and image where the trace has them
+    (the platform's own history does; the public traces do not)."""
 
     def __init__(self) -> None:
         from scheduler.prediction import RuntimeModel
 
         self.model = RuntimeModel()
-        self._batch: list[tuple[str, int, float]] = []
-        self._cache: dict[tuple[str, int], float | None] = {}
+        self._batch: list[tuple[Any, float]] = []
+        self._cache: dict[tuple, float | None] = {}
         self.version = 0
 
-    def observe(self, tenant: str, gpus: int, duration: float) -> None:
-        self._batch.append((tenant, gpus, duration))
-
-    def _learn(self) -> None:
+    @staticmethod
+    def describe(job: SimJob) -> Any:
         from scheduler.prediction import JobDescription
 
-        batch, self._batch = self._batch, []
-        self.model.learn(
-            [JobDescription(team=t, gpus_per_worker=g) for t, g, _ in batch],
-            [max(d, 1.0) for _, _, d in batch],
+        return JobDescription(
+            team=job.tenant,
+            user=job.user,
+            name=job.name,
+            image=job.image,
+            workers=job.workers,
+            gpus_per_worker=job.gpus_per_worker,
+            gpu_model=job.models[0] if job.models else None,
+            priority_class=job.priority_class,
         )
+
+    def observe_job(self, job: SimJob) -> None:
+        self._batch.append((self.describe(job), max(job.duration, 1.0)))
+
+    def _learn(self) -> None:
+        batch, self._batch = self._batch, []
+        self.model.learn([d for d, _ in batch], [r for _, r in batch])
         self._cache.clear()
         self.version += 1
 
@@ -136,14 +153,22 @@ class ModelPredictor:
     BATCH = 16
     GRID = math.log(1.05)
 
-    def estimate(self, tenant: str, gpus: int, attained_s: float = 0.0) -> float | None:
+    def estimate_job(self, job: SimJob, attained_s: float = 0.0) -> float | None:
         if len(self._batch) >= self.BATCH or (self._batch and not self.model.ready):
             self._learn()
-        key = (tenant, gpus)
+        desc = self.describe(job)
+        key = (
+            desc.team,
+            desc.user,
+            desc.name,
+            desc.image,
+            desc.workers,
+            desc.gpus_per_worker,
+            desc.gpu_model,
+            desc.priority_class,
+        )
         if key not in self._cache:
-            from scheduler.prediction import JobDescription
-
-            (raw,) = self.model.predict_s([JobDescription(team=tenant, gpus_per_worker=gpus)])
+            (raw,) = self.model.predict_s([desc])
             self._cache[key] = (
                 None if raw is None else math.exp(round(math.log(raw) / self.GRID) * self.GRID)
             )
@@ -254,8 +279,7 @@ class GpuPlatformPolicy:
         # feed the predictor with jobs that finished since the last call (finish order)
         finished = sim.finished
         for k in range(self._finished_seen, len(finished)):
-            job = sim.jobs[finished[k]]
-            self.predictor.observe(job.tenant, job.gpus, job.duration)
+            self.predictor.observe_job(sim.jobs[finished[k]])
         self._finished_seen = len(finished)
 
     def _crossing(self, job: SimJob, k: int) -> float:
@@ -319,7 +343,7 @@ class GpuPlatformPolicy:
         if expected_end is not None and expected_end <= now:
             # it has outrun its estimate: re-estimate given how far it got
             reached = job.progress + max(0.0, now - job.run_start - job.overhead)
-            est = self.predictor.estimate(job.tenant, job.gpus, reached)
+            est = self.predictor.estimate_job(job, reached)
             expected_end = now + max(60.0, (est or 0.0) - reached)
         lca = sim.last_checkpoint_at(job)
         ci = job.checkpoint_interval_s
@@ -353,7 +377,7 @@ class GpuPlatformPolicy:
         # limit too), else the predictor over finished jobs.
         if job.runtime_limit_s is not None and not self.runtime_model:
             return job.runtime_limit_s
-        return self.predictor.estimate(job.tenant, job.gpus, progress)
+        return self.predictor.estimate_job(job, progress)
 
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
         # The estimate depends only on the predictor's samples and the job's progress: while

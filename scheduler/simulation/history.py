@@ -271,6 +271,10 @@ def load_history(
                 # a zero interval checkpoints never, as in the live platform's job spec
                 checkpoint_interval_s=interval or None,
                 runtime_limit_s=j.number("runtime_limit_s", minimum=0.0, optional=True) or None,
+                # optional: files written before they were exported have none
+                user=j.get("user", str, optional=True) or "",
+                name=j.get("name", str, optional=True) or "",
+                image=j.get("image", str, optional=True) or "",
             )
         )
     skipped = head.get("skipped", dict, optional=True) or {}

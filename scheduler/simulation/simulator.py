@@ -96,6 +96,9 @@ class SimJob:
     requeued: bool = False
     runtime_limit_s: float | None = None  # the user's limit, from the trace (None: unknown)
     deadline: float | None = None  # from the trace (None: none)
+    user: str = ""  # from the trace: what the run-time model learns from
+    name: str = ""
+    image: str = ""
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service received so far (all segments, lost work included)."""
@@ -215,6 +218,9 @@ class Simulator:
                     ),
                     runtime_limit_s=tj.runtime_limit_s,
                     deadline=tj.deadline,
+                    user=tj.user,
+                    name=tj.name,
+                    image=tj.image,
                 )
             )
         self.by_id = {j.id: j for j in self.jobs}

@@ -28,6 +28,11 @@ class TraceJob:
     checkpoint_interval_s: float | None = SIM_DEFAULT_CHECKPOINTS  # None: never checkpoints
     runtime_limit_s: float | None = None  # the user's limit: a real scheduler knows it
     deadline: float | None = None  # when the user needs it finished (same clock as submit)
+    # Who asked and what it is: the run-time model learns from them. Only the platform's own
+    # history has them; no public trace here records a user, a job name or an image.
+    user: str = ""
+    name: str = ""
+    image: str = ""
 
 
 def default_traces_dir() -> Path:

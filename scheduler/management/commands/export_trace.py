@@ -43,6 +43,9 @@ JOB_FIELDS = (
     "preemptible",
     "checkpoint_interval_s",
     "runtime_limit_s",
+    "submitter__username",
+    "name",
+    "image",
 )
 
 
@@ -107,6 +110,10 @@ def job_line(row: dict[str, Any], *, origin: datetime, duration_s: float) -> dic
         "preemptible": row["preemptible"],
         "checkpoint_interval_s": row["checkpoint_interval_s"],
         "runtime_limit_s": row["runtime_limit_s"],
+        # what the run-time model learns from in a replay, as the live loop's does
+        "user": row["submitter__username"] or "",
+        "name": row["name"] or "",
+        "image": row["image"] or "",
     }
 
 

@@ -248,6 +248,9 @@ def test_header_and_jobs_are_exact(history, tmp_path):
             "preemptible": True,
             "checkpoint_interval_s": 900,
             "runtime_limit_s": None,
+            "user": "alice",
+            "name": "requeued",
+            "image": "",
         },
         {
             "id": str(history["one-shot"].pk),
@@ -261,6 +264,9 @@ def test_header_and_jobs_are_exact(history, tmp_path):
             "preemptible": False,
             "checkpoint_interval_s": 600,
             "runtime_limit_s": 7200,
+            "user": "alice",
+            "name": "one-shot",
+            "image": "",
         },
         {
             "id": str(history["elsewhere"].pk),
@@ -274,6 +280,9 @@ def test_header_and_jobs_are_exact(history, tmp_path):
             "preemptible": True,
             "checkpoint_interval_s": None,
             "runtime_limit_s": None,
+            "user": "alice",
+            "name": "elsewhere",
+            "image": "",
         },
     ]
     out = tmp_path / "history.jsonl"
@@ -292,6 +301,12 @@ def test_the_simulator_loads_the_file(history, tmp_path):
         "parent": "research",
         "weight": 2.0,
         "quota": {"a100-40gb": (2, 0), "h100-80gb": (8, 4)},
+    }
+    # who asked and what it is come through, for the run-time model of a replay
+    assert {(j.user, j.name) for j in loaded.jobs} == {
+        ("alice", "requeued"),
+        ("alice", "one-shot"),
+        ("alice", "elsewhere"),
     }
     assert [n.name for n in loaded.cluster.nodes] == ["m1", "n1", "n2", "n3", "n4"]
     assert loaded.skipped == {"never_ran": 1, "unfinished": 2}

@@ -86,12 +86,22 @@ def test_header_and_jobs_load_as_written(tmp_path):
     assert [j.id for j in load_history(path, max_jobs=1).jobs] == ["1"]
 
 
+def test_who_asked_and_what_it_is_load_when_exported(tmp_path):
+    # user, name and image are what the run-time model learns from; files exported before they
+    # were written have none, and load with empty strings.
+    jobs = [job(1, user="alice", name="bert-ft-3", image="pytorch:24.05"), job(2)]
+    first, second = load_history(write(tmp_path, jobs)).jobs
+    assert (first.user, first.name, first.image) == ("alice", "bert-ft-3", "pytorch:24.05")
+    assert (second.user, second.name, second.image) == ("", "", "")
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
         (lambda h, js: js[0].update(duration_s=0), r":2: duration_s: must be > 0"),
         (lambda h, js: js.append({**js[0]}), r":3: id: job '1' listed twice"),
         (lambda h, js: js[0].update(workers=True), r":2: workers: expected an integer"),
+        (lambda h, js: js[0].update(user=7), r":2: user: expected a string"),
         (lambda h, js: js[0].pop("team"), r":2: team: missing"),
         (lambda h, js: js[0].update(priority_class="vip"), r":2: priority_class: 'vip' is not"),
         (lambda h, js: js[0].update(submit_s=-1), r":2: submit_s: must be a finite number >= 0"),
