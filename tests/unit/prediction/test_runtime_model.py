@@ -1,13 +1,14 @@
-"""The run-time model: it learns what a user's jobs of one name take, stays within its bounds,
-is deterministic, and says nothing before it has seen enough jobs."""
+"""The run-time model: it learns what a user's jobs of one name take, picks up a new experiment
+from its first runs, stays within its bounds and its memory, is deterministic, and says nothing
+before it has seen enough jobs."""
 
 import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.prediction import JobDescription, RuntimeModel, accuracy
-from scheduler.prediction.runtime import MAX_PREDICTION_S, MIN_PREDICTION_S, name_stem
+from scheduler.prediction import JobDescription, RuntimeModel, accuracy, runtime
+from scheduler.prediction.runtime import MAX_PREDICTION_S, MIN_PREDICTION_S, groups, name_stem
 
 
 def _history(n: int) -> tuple[list[JobDescription], list[float]]:
@@ -130,3 +131,71 @@ def test_jobs_differing_only_in_name_numbers_get_one_prediction():
     out = model.predict_s([*sweep, other])
     assert len(set(out[:50])) == 1 and out[50] != out[0]
     assert out == [*model.predict_s(sweep), *model.predict_s([other])]
+
+
+def _alice(name: str) -> JobDescription:
+    return JobDescription(team="vision", user="alice", name=name, image="pytorch:24.05")
+
+
+def test_a_new_experiment_is_predicted_from_its_first_runs():
+    # alice's usual jobs take 10 min or 10 h (same shape: only the name tells them apart); then
+    # she starts a new experiment whose runs take 20 h. After three of them, the next is
+    # predicted from those three (its group's median), not from her other jobs.
+    model = RuntimeModel()
+    for k in range(0, 200, 10):
+        model.learn(
+            [_alice(f"{'eval' if i % 2 == 0 else 'pretrain'}-run{i}") for i in range(k, k + 10)],
+            [600.0 if i % 2 == 0 else 36000.0 for i in range(k, k + 10)],
+        )
+    model.learn([_alice(f"bigsweep-{i}") for i in range(3)], [72000.0] * 3)
+    sweep, short, long = model.predict_s(
+        [_alice("bigsweep-9"), _alice("eval-run999"), _alice("pretrain-run999")]
+    )
+    assert 36000 <= sweep <= 144000
+    assert 300 <= short <= 1200 and 18000 <= long <= 72000
+
+
+def test_a_job_is_never_its_own_history():
+    # Three jobs of one group learned in one batch: none of them is described by a group median
+    # that includes its own run, so the first two (fewer than 3 earlier runs) start from the
+    # centre and only the next job of the group gets the group's median as its base.
+    model = RuntimeModel(min_samples=1)
+    model.learn([_alice("x-1"), _alice("x-2"), _alice("x-3")], [100.0, 100.0, 100.0])
+    level, base = model._base(_alice("x-4"), 0.0)
+    assert level == "user+name" and math.isclose(base, math.log(100.0))
+    fresh = RuntimeModel(min_samples=1)
+    fresh.learn([_alice("x-1"), _alice("x-2")], [100.0, 100.0])
+    assert fresh._base(_alice("x-3"), -1.0) == ("", -1.0)
+
+
+def test_groups_run_from_most_to_least_specific():
+    job = JobDescription(
+        team="vision", user="alice", name="bert-ft-3", image="img", workers=2, gpus_per_worker=8
+    )
+    assert [level for level, _ in groups(job)] == [
+        "user+name",
+        "team+name",
+        "name",
+        "user+image",
+        "user+shape",
+        "team+shape",
+        "user",
+        "team",
+        "shape",
+    ]
+    # a trace with neither users, names nor images: only the team and the shape
+    bare = JobDescription(team="t", workers=1, gpus_per_worker=4)
+    assert [level for level, _ in groups(bare)] == ["team+shape", "team", "shape"]
+
+
+def test_memory_is_bounded(monkeypatch):
+    monkeypatch.setattr(runtime, "MAX_GROUPS", 50)
+    model = RuntimeModel(min_samples=1)
+    for k in range(20):
+        model.learn(
+            [JobDescription(team="t", user=f"u{k}-{i}", name=f"n{k}x{i}") for i in range(10)],
+            [600.0] * 10,
+        )
+    assert len(model._groups) == 50
+    # the most recently learned groups are the ones kept
+    assert "user=u19-9" in model._groups and "user=u0-0" not in model._groups
