@@ -219,6 +219,10 @@ def job_detail(request, job_id: int):
             "attempts": scheduler_selectors.job_attempts(user=request.user, job_id=job.pk),
             "log_tail": page_selectors.job_log_tail(job=job),
             "can_cancel": job.state in LIVE_STATES and can_submit_to(request.user, job.team),
+            # missed as soon as it passes unfinished, as the outcomes page counts it
+            "deadline_passed": job.deadline is not None
+            and job.finished_at is None
+            and job.deadline <= timezone.now(),
             "page": "job",
             **record_context(request, job),
             **job_advice_context(job),

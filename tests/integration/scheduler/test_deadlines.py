@@ -62,3 +62,15 @@ def test_a_job_that_starts_at_once_but_will_finish_late_says_so_as_it_starts(pla
     assert not fine_job.events.filter(kind="deadline_at_risk").exists()
     run_cycle()
     assert late_job.events.filter(kind="deadline_at_risk").count() == 1
+
+
+def test_the_job_page_says_missed_once_the_deadline_passes_while_it_waits(platform, submit, client):
+    due = timezone.now() + timedelta(hours=6)
+    job_id = submit(
+        platform["alice"], name="big", workers=8, gpus_per_worker=8, deadline=due.isoformat()
+    ).json()["id"]
+    client.force_login(platform["alice"])
+    assert "missed" not in client.get(f"/jobs/{job_id}/").content.decode()
+    Job.objects.filter(pk=job_id).update(deadline=timezone.now() - timedelta(minutes=1))
+    page = client.get(f"/jobs/{job_id}/").content.decode()
+    assert '<span data-field="deadline-missed">missed: not finished by then</span>' in page
