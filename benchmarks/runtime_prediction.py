@@ -13,7 +13,7 @@ first teaches the model every job that finished before its submission). Compared
   where the user has fewer than 3, of all jobs before that);
 - the simulator's hand-written per-(team, GPU count) median of recent jobs
   (``scheduler.simulation.gpuplatform_policy.RuntimePredictor``);
-- the model without its history features (one-hots only: the model as first landed).
+- the model as first landed (``RuntimeModel(history=False)``: one-hots only, no group median).
 
 Data: the demo's history (``demo.history.seed_history`` into a scratch SQLite database, read back
 with ``scheduler.runtime_prediction.finished_history``: the live code path); any
@@ -119,8 +119,8 @@ def prequential(jobs: list[tuple[float, float, JobDescription, float]]) -> dict[
 
 
 LABELS = (
-    ("model", "model (history + one-hots)"),
-    ("onehot", "model, one-hots only (before)"),
+    ("model", "model (group-median base + one-hots)"),
+    ("onehot", "model before (one-hots only)"),
     ("user_median", "per-user median"),
     ("team_median", "per-team/GPU median"),
 )

@@ -4,17 +4,18 @@ scikit-learn's ``SGDRegressor`` on hashed features.
 What is predicted is ``log(run seconds)``: run times span four orders of magnitude, and an error
 of "twice as long" should cost the same for a ten-minute job as for a two-day one.
 
-- **Base:** the median log run time of the last ``HISTORY_RUNS`` finished jobs of the most
-  specific group of the job that has at least ``MIN_GROUP_RUNS`` (the same user and name, the
-  same team and name, the same name, user and image, user and shape, team and shape, user, team,
-  shape; the model's centre when none has). A median gets a group's level right after three jobs;
-  a linear model over one-hots learns it weight by weight with a small step, and the first landed
-  model, which had only the one-hots, did no better than a median.
+- **Base:** the median log run time of the last ``HISTORY_RUNS`` finished jobs of the job's most
+  specific group with at least ``MIN_GROUP_RUNS`` (the same user and name, team and name, name,
+  user and image, user and shape, team and shape, user, team, shape); the centre (the log-mean
+  of the first batch learned) when no group has that many.
 - **Correction:** ``SGDRegressor`` (``partial_fit`` on each batch) learns ``log(run) - base``
   from one-hot features through ``FeatureHasher``: team, user, the job's name with its numbers
   taken out, the name's words, image, shape, GPU model, their pairs (user and name, team and
-  name, user and image, ...), and which group the base came from. With nothing learned the
-  prediction is the base.
+  name, user and image, ...), and which group the base came from.
+
+``history=False`` drops the base (the centre for every job): the model as first landed, which
+had to learn each group's level weight by weight with a small step and fell far below a median on
+some traces (docs/prediction.md); kept for comparison.
 
 A job's own run time never takes part in its own prediction: each job of a batch gets its base
 before its run joins its groups, as it would have at submission. Training costs the same per job
@@ -127,13 +128,12 @@ def _median(ordered: list[float]) -> float:
 
 
 class RuntimeModel:
-    """The group-median base plus ``SGDRegressor`` (squared loss, averaged weights, small L2)
-    over ``FeatureHasher`` features, in log run seconds.
+    """``SGDRegressor`` (squared loss, averaged weights, small L2) over ``FeatureHasher``
+    features, in log run seconds relative to a base: the centre (the log-mean of the first batch
+    learned), or with ``history=True`` the job's group median where a group has one.
 
-    The centre (the log-mean of the first batch learned) is the base of a job no group knows yet;
-    it keeps the intercept, which SGD learns slowly, near zero from the start, and is fixed after
-    the first batch so later batches do not shift what earlier ones taught. ``history=False``
-    leaves the group medians out: the one-hot model alone (as first landed), for comparison.
+    The centre keeps the intercept, which SGD learns slowly, near zero from the start, and is
+    fixed after the first batch so later batches do not shift what earlier ones taught.
     """
 
     def __init__(

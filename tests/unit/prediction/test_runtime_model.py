@@ -107,10 +107,11 @@ _desc = st.builds(
     st.lists(_desc, min_size=1, max_size=5),
 )
 def test_predictions_stay_within_bounds(history, queries):
-    model = RuntimeModel(min_samples=1)
-    model.learn([d for d, _ in history], [r for _, r in history])
-    for p in model.predict_s(queries):
-        assert p is not None and MIN_PREDICTION_S <= p <= MAX_PREDICTION_S
+    for with_groups in (False, True):
+        model = RuntimeModel(min_samples=1, history=with_groups)
+        model.learn([d for d, _ in history], [r for _, r in history])
+        for p in model.predict_s(queries):
+            assert p is not None and MIN_PREDICTION_S <= p <= MAX_PREDICTION_S
 
 
 @settings(max_examples=50, deadline=None)
@@ -141,7 +142,7 @@ def test_a_new_experiment_is_predicted_from_its_first_runs():
     # alice's usual jobs take 10 min or 10 h (same shape: only the name tells them apart); then
     # she starts a new experiment whose runs take 20 h. After three of them, the next is
     # predicted from those three (its group's median), not from her other jobs.
-    model = RuntimeModel()
+    model = RuntimeModel(history=True)
     for k in range(0, 200, 10):
         model.learn(
             [_alice(f"{'eval' if i % 2 == 0 else 'pretrain'}-run{i}") for i in range(k, k + 10)],
@@ -159,11 +160,11 @@ def test_a_job_is_never_its_own_history():
     # Three jobs of one group learned in one batch: none of them is described by a group median
     # that includes its own run, so the first two (fewer than 3 earlier runs) start from the
     # centre and only the next job of the group gets the group's median as its base.
-    model = RuntimeModel(min_samples=1)
+    model = RuntimeModel(min_samples=1, history=True)
     model.learn([_alice("x-1"), _alice("x-2"), _alice("x-3")], [100.0, 100.0, 100.0])
     level, base = model._base(_alice("x-4"), 0.0)
     assert level == "user+name" and math.isclose(base, math.log(100.0))
-    fresh = RuntimeModel(min_samples=1)
+    fresh = RuntimeModel(min_samples=1, history=True)
     fresh.learn([_alice("x-1"), _alice("x-2")], [100.0, 100.0])
     assert fresh._base(_alice("x-3"), -1.0) == ("", -1.0)
 
@@ -190,7 +191,7 @@ def test_groups_run_from_most_to_least_specific():
 
 def test_memory_is_bounded(monkeypatch):
     monkeypatch.setattr(runtime, "MAX_GROUPS", 50)
-    model = RuntimeModel(min_samples=1)
+    model = RuntimeModel(min_samples=1, history=True)
     for k in range(20):
         model.learn(
             [JobDescription(team="t", user=f"u{k}-{i}", name=f"n{k}x{i}") for i in range(10)],
