@@ -12,29 +12,41 @@ Guarantees:
 - :func:`decisions_to_dict` produces the contract's decision shape; ``Pending`` carries
   ``estimated_start`` only when known, ``Start`` carries ``workers`` only when set, ``Resize``
   carries ``placement`` only when set.
+
+The readers by JSON path are in ``jsonread``; clusters, datasets and jobs' routing constraints in
+``routing_codec``.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from scheduler.policy.fields import FIELDS, LEGACY, Field
+from scheduler.policy.jsonread import (
+    SnapshotError,
+    _bool,
+    _fmt,
+    _get,
+    _indices,
+    _int,
+    _join,
+    _list,
+    _num,
+    _obj,
+    _opt_num,
+    _opt_str,
+    _str,
+)
 from scheduler.policy.model import (
-    CAPACITY_TYPES,
-    INTERCONNECTS,
     NODE_STATES,
     QUEUE_ORDERS,
-    Cluster,
     Config,
-    Dataset,
     Decisions,
     Elastic,
-    JobRouting,
     Las,
     Node,
     Pending,
@@ -48,6 +60,7 @@ from scheduler.policy.model import (
     Start,
     Team,
 )
+from scheduler.policy.routing_codec import _cluster, _dataset, _opt_names, _routing, _routing_out
 
 __all__ = [
     "SnapshotError",
@@ -59,109 +72,6 @@ __all__ = [
     "decisions_to_dict",
     "decisions_from_dict",
 ]
-
-
-class SnapshotError(ValueError):
-    """A snapshot (or decisions) document is malformed; ``str(e)`` is ``"field: reason"``."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-
-_MISSING = object()
-
-
-def _get(obj: Mapping[str, Any], key: str, path: str, default: Any = _MISSING) -> Any:
-    if key in obj:
-        return obj[key]
-    if default is _MISSING:
-        raise SnapshotError(_join(path, key), "is required")
-    return default
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _obj(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SnapshotError(path or "snapshot", "must be an object")
-    return value
-
-
-def _list(value: Any, path: str) -> list[Any]:
-    if not isinstance(value, list | tuple):
-        raise SnapshotError(path, "must be a list")
-    return list(value)
-
-
-def _str(value: Any, path: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise SnapshotError(path, "must be a string")
-    if not allow_empty and not value:
-        raise SnapshotError(path, "must not be empty")
-    return value
-
-
-def _opt_str(value: Any, path: str) -> str | None:
-    return None if value is None else _str(value, path)
-
-
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise SnapshotError(path, "must be true or false")
-    return value
-
-
-def _num(value: Any, path: str, *, minimum: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SnapshotError(path, "must be a number")
-    try:
-        value = float(value)
-    except OverflowError:  # an int beyond the float range (JSON allows any length)
-        raise SnapshotError(path, "must be finite") from None
-    if not math.isfinite(value):
-        raise SnapshotError(path, "must be finite")
-    if minimum is not None and value < minimum:
-        raise SnapshotError(path, f"must be >= {_fmt(minimum)}")
-    return value
-
-
-def _opt_num(value: Any, path: str, *, minimum: float | None = None) -> float | None:
-    return None if value is None else _num(value, path, minimum=minimum)
-
-
-def _int(value: Any, path: str, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool):
-        raise SnapshotError(path, "must be an integer")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        raise SnapshotError(path, "must be an integer")
-    if minimum is not None and value < minimum:
-        raise SnapshotError(path, f"must be >= {minimum}")
-    return value
-
-
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
-
-
-def _indices(value: Any, path: str, gpus: int | None = None) -> tuple[int, ...]:
-    items = _list(value, path)
-    out = []
-    seen = set()
-    for i, item in enumerate(items):
-        idx = _int(item, f"{path}[{i}]", minimum=0)
-        if gpus is not None and idx >= gpus:
-            raise SnapshotError(f"{path}[{i}]", f"GPU index {idx} out of range for {gpus} GPUs")
-        if idx in seen:
-            raise SnapshotError(f"{path}[{i}]", f"GPU index {idx} listed twice")
-        seen.add(idx)
-        out.append(idx)
-    return tuple(sorted(out))
 
 
 def config_from_dict(data: Any, *, base: Config | None = None, path: str = "config") -> Config:
@@ -373,108 +283,6 @@ def _team(value: Any, path: str) -> Team:
         quota=quota,
         usage_gpu_s=_num(_get(d, "usage_gpu_s", path, 0.0), _join(path, "usage_gpu_s"), minimum=0),
         clusters=_opt_names(_get(d, "clusters", path, None), _join(path, "clusters")),
-    )
-
-
-def _names(value: Any, path: str) -> tuple[str, ...]:
-    """A list of distinct non-empty strings (cluster or region names)."""
-    items = _list(value, path)
-    out = []
-    for i, x in enumerate(items):
-        name = _str(x, f"{path}[{i}]")
-        if name in out:
-            raise SnapshotError(f"{path}[{i}]", f"{name!r} listed twice")
-        out.append(name)
-    return tuple(out)
-
-
-def _opt_names(value: Any, path: str) -> tuple[str, ...] | None:
-    return None if value is None else _names(value, path)
-
-
-def _cluster(value: Any, path: str) -> Cluster:
-    d = _obj(value, path)
-    interconnect = _str(_get(d, "interconnect", path, "ethernet"), _join(path, "interconnect"))
-    if interconnect not in INTERCONNECTS:
-        raise SnapshotError(
-            _join(path, "interconnect"), f"must be one of {', '.join(INTERCONNECTS)}"
-        )
-    pp = _join(path, "prices")
-    prices_raw = _obj(_get(d, "prices", path, {}), pp)
-    prices: dict[str, dict[str, float]] = {}
-    for model in sorted(prices_raw):
-        mp = f"{pp}.{model}"
-        by_type = _obj(prices_raw[model], mp)
-        prices[model] = {}
-        for kind in sorted(by_type):
-            if kind not in CAPACITY_TYPES:
-                raise SnapshotError(
-                    f"{mp}.{kind}", f"unknown capacity type (one of {', '.join(CAPACITY_TYPES)})"
-                )
-            prices[model][kind] = _num(by_type[kind], f"{mp}.{kind}", minimum=0)
-    dp = _join(path, "datasets")
-    ds_raw = _obj(_get(d, "datasets", path, {}), dp)
-    datasets = {}
-    for name in sorted(ds_raw):
-        _str(name, dp)
-        datasets[name] = _num(ds_raw[name], f"{dp}.{name}", minimum=0)
-    rate_path = _join(path, "spot_interruption_rate")
-    rate = _num(_get(d, "spot_interruption_rate", path, 0.0), rate_path, minimum=0)
-    if rate >= 1:
-        raise SnapshotError(rate_path, "must be < 1 (the fraction of spot run time lost)")
-    return Cluster(
-        name=_str(_get(d, "name", path), _join(path, "name")),
-        region=_str(_get(d, "region", path, ""), _join(path, "region"), allow_empty=True),
-        interconnect=interconnect,
-        prices=prices,
-        datasets=datasets,
-        reachable=_bool(_get(d, "reachable", path, True), _join(path, "reachable")),
-        spot_interruption_rate=rate,
-    )
-
-
-def _dataset(value: Any, path: str) -> Dataset:
-    d = _obj(value, path)
-    return Dataset(
-        name=_str(_get(d, "name", path), _join(path, "name")),
-        regions=_opt_names(_get(d, "regions", path, None), _join(path, "regions")),
-    )
-
-
-_ROUTING_KEYS = (
-    "clusters",
-    "regions",
-    "prefer_clusters",
-    "prefer_regions",
-    "max_price_per_gpu_h",
-    "spot",
-    "comm_heavy",
-)
-
-
-def _routing(value: Any, path: str) -> JobRouting | None:
-    if value is None:
-        return None
-    d = _obj(value, path)
-    # Unlike elsewhere, unknown keys are refused: a misspelt constraint must not vanish.
-    for key in sorted(d):
-        if key not in _ROUTING_KEYS:
-            raise SnapshotError(_join(path, key), "unknown routing field")
-
-    def opt_bool(key: str) -> bool | None:
-        v = d.get(key)
-        return None if v is None else _bool(v, _join(path, key))
-
-    return JobRouting(
-        clusters=_opt_names(d.get("clusters"), _join(path, "clusters")),
-        regions=_opt_names(d.get("regions"), _join(path, "regions")),
-        prefer_clusters=_names(d.get("prefer_clusters", []), _join(path, "prefer_clusters")),
-        prefer_regions=_names(d.get("prefer_regions", []), _join(path, "prefer_regions")),
-        max_price_per_gpu_h=_opt_num(
-            d.get("max_price_per_gpu_h"), _join(path, "max_price_per_gpu_h"), minimum=0
-        ),
-        spot=opt_bool("spot"),
-        comm_heavy=opt_bool("comm_heavy"),
     )
 
 
@@ -1000,18 +808,6 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
             for x in snapshot.datasets
         ]
     return out
-
-
-def _routing_out(r: JobRouting) -> dict[str, Any]:
-    return {
-        "clusters": None if r.clusters is None else list(r.clusters),
-        "regions": None if r.regions is None else list(r.regions),
-        "prefer_clusters": list(r.prefer_clusters),
-        "prefer_regions": list(r.prefer_regions),
-        "max_price_per_gpu_h": r.max_price_per_gpu_h,
-        "spot": r.spot,
-        "comm_heavy": r.comm_heavy,
-    }
 
 
 def decisions_to_dict(decisions: Decisions) -> dict[str, Any]:
