@@ -178,6 +178,16 @@ def slurm_cluster(slurm_version: str) -> LocalSlurm:
         node, _, reason = line.partition("|")
         if reason.strip() == "Kill task failed":
             cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    # Jobs still queued or running on this test Slurm belong to an earlier run that was stopped
+    # half-way (its fixtures never cancelled them); they would hold nodes this run's tests need.
+    leftovers = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+    if leftovers:
+        cluster.run("scancel", *leftovers, check=False)
+        wait_for(
+            lambda: not cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split(),
+            60,
+            f"an earlier run's Slurm jobs {leftovers} to leave",
+        )
     _started[slurm_version] = cluster
     return cluster
 
