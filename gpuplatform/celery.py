@@ -19,7 +19,8 @@ def _register_beat(sender, **_kwargs):
     period = settings.SCHEDULER_CYCLE_SECONDS
     # The cycle observes the backends first, under the loop's single-flight lock. Nothing else
     # that takes that lock may be on the beat: an entry of the same period is sent just before
-    # each cycle, holds the lock through it, and the cycle is skipped (14 of 15 were).
+    # each cycle, holds the lock through it, and the cycle is skipped (14 of 15 were, when a
+    # backend-sync task had its own entry).
     sender.add_periodic_task(
         period,
         sender.signature("scheduler.tasks.run_cycle", options={"expires": period * 0.9}),

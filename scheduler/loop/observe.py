@@ -1,7 +1,6 @@
 """Observe: what the backends report, and live rows no engine can read, written to the database.
 
-Runs inside the scheduling lock (``cycle.run_cycle`` calls it first; the ``sync_backends`` task
-takes the lock itself). Every step is a conditional update, so a sync repeated after a crash is
+Runs inside the scheduling lock (``cycle.run_cycle`` calls it first). Every step is a conditional update, so a sync repeated after a crash is
 safe.
 
 Fault tolerance:
