@@ -626,3 +626,17 @@ def alert_list(*, user) -> QuerySet[BudgetAlert]:
     return BudgetAlert.objects.filter(budget__team__in=visible_teams(user)).select_related(
         "budget__team"
     )
+
+
+def price_book_in_force(*, at: datetime, cluster_names: list[str]) -> dict:
+    """What the scheduler routes by (``settings.SCHEDULER_PRICE_BOOK_SOURCE``): per cluster,
+    GPU model -> capacity type -> USD per GPU-hour in force at ``at``. The book's rates apply to
+    every cluster."""
+    in_force: dict[str, dict[str, float]] = {}
+    for model, capacity, rate in (
+        PriceRate.objects.filter(effective_from__lte=at)
+        .order_by("gpu_model__name", "capacity", "effective_from")
+        .values_list("gpu_model__name", "capacity", "rate_per_gpu_hour")
+    ):
+        in_force.setdefault(model, {})[capacity] = float(rate)  # the latest step wins
+    return {name: in_force for name in cluster_names}

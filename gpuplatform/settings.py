@@ -345,6 +345,8 @@ except SnapshotError as exc:
 # The configuration in force comes from the policy history (policyversions, docs/policy.md
 # "Versions"); SCHEDULER_POLICY seeds its first version and is the fallback while none is stored.
 SCHEDULER_POLICY_SOURCE = "policyversions.selectors.engine_config_in_force"
+# Routing across clusters reads the price book in force through this (scheduler.routing_facts).
+SCHEDULER_PRICE_BOOK_SOURCE = "billing.selectors.price_book_in_force"
 # The policy version number an attempt's reproducibility record names (scheduler.reproducibility).
 SCHEDULER_POLICY_VERSION_SOURCE = "policyversions.selectors.version_in_force_number"
 SIMULATED_TIME_SCALE = env.float("SIMULATED_TIME_SCALE", default=60.0)

@@ -33,8 +33,23 @@ class BackendKind(models.TextChoices):
     KUBERNETES = "kubernetes", "Kubernetes"
 
 
+class Interconnect(models.TextChoices):
+    """How a cluster's nodes talk to each other (docs/routing.md)."""
+
+    NVLINK = "nvlink", "NVLink"
+    INFINIBAND = "infiniband", "InfiniBand"
+    ETHERNET = "ethernet", "Ethernet"
+
+
 class Cluster(models.Model):
     name = models.SlugField(unique=True, max_length=64)
+    # Routing facts (docs/routing.md): where the cluster is, and how its nodes are linked.
+    region = models.CharField(max_length=64, blank=True)
+    # InfiniBand by default: clusters that predate routing spread gangs over nodes, and keep doing
+    # so; an admin who says "ethernet" keeps communication-heavy gangs on one node there.
+    interconnect = models.CharField(
+        max_length=16, choices=Interconnect.choices, default=Interconnect.INFINIBAND
+    )
     backend_kind = models.CharField(
         max_length=16, choices=BackendKind.choices, default=BackendKind.SIMULATED
     )
@@ -47,9 +62,81 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(interconnect__in=[c.value for c in Interconnect]),
+                name="cluster_interconnect_valid",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+
+class Dataset(models.Model):
+    """A dataset jobs name (``Job.dataset``): its size, for the cost of moving it to a cluster
+    that lacks it, and where it may be read (residency). A name no row describes has no size and
+    no residency: it may be read anywhere and moving it is free."""
+
+    name = models.CharField(max_length=200, unique=True)
+    size_gb = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
+    # The regions the dataset may be read in (a list of region names); null: anywhere.
+    residency_regions = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(size_gb__isnull=True) | Q(size_gb__gte=0), name="dataset_size_gte_0"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterDataset(models.Model):
+    """``cluster`` holds a copy of ``dataset``; moving it out costs ``egress_price_per_gb``."""
+
+    cluster = models.ForeignKey(Cluster, related_name="dataset_copies", on_delete=models.CASCADE)
+    dataset = models.ForeignKey(Dataset, related_name="copies", on_delete=models.CASCADE)
+    egress_price_per_gb = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        default=0,
+        validators=[MinValueValidator(0), MaxValueValidator(1000)],
+    )
+
+    class Meta:
+        ordering = ["dataset__name", "cluster__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "dataset"], name="clusterdataset_unique_pair"
+            ),
+            models.CheckConstraint(
+                condition=Q(egress_price_per_gb__gte=0), name="clusterdataset_egress_gte_0"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset} on {self.cluster}"
+
+
+class TeamClusterAccess(models.Model):
+    """``team`` may use ``cluster``. A team without rows may use every cluster; a subteam is
+    also held to each ancestor's list (the engine intersects them)."""
+
+    team = models.ForeignKey(Team, related_name="cluster_access", on_delete=models.CASCADE)
+    cluster = models.ForeignKey(Cluster, related_name="team_access", on_delete=models.CASCADE)
+
+    class Meta:
+        ordering = ["team__slug", "cluster__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "cluster"], name="teamcluster_unique_pair"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} may use {self.cluster}"
 
 
 class NodeState(models.TextChoices):
@@ -161,6 +248,10 @@ class Job(models.Model):
     dataset = models.CharField(max_length=200, blank=True)
     # What the job says it ran, for its reproducibility record (scheduler.reproducibility).
     dataset_version = models.CharField(max_length=100, blank=True)
+    # Where the job may and would rather run (docs/routing.md: clusters, regions, preferences,
+    # a price cap, spot, communication-heavy), as the policy contract's ``routing`` object;
+    # null: no constraints of its own.
+    routing = models.JSONField(null=True, blank=True)
     code_ref = models.CharField(max_length=200, blank=True)
     elastic_min_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)
     elastic_max_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)

@@ -25,7 +25,7 @@ def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
     queries."""
     qs = (
         Job.objects.visible_to(user)
-        .select_related("team", "submitter", "gpu_model", "priority_class")
+        .select_related("team", "submitter", "gpu_model", "priority_class", "cluster")
         .prefetch_related(
             Prefetch(
                 "allocations",

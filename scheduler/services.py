@@ -21,6 +21,8 @@ from core.errors import Conflict, DomainError, FieldErrors, NotFound
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
 from tenants.permissions import is_platform_admin, submission_target
 
+from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
+
 from . import reference
 from .admission import check_submission
 from .backends import get_backend
@@ -56,6 +58,8 @@ class JobRequest:
     dataset_version: str = ""
     code_ref: str = ""
     checkpoint_on_advice: bool = False
+    # The contract's routing object (docs/routing.md); None: no constraints of its own.
+    routing: dict[str, Any] | None = None
 
 
 # JobRequest's numeric fields and the Job field whose declared bounds apply to each.
@@ -125,6 +129,10 @@ def _validate_request(
         if problem:
             err("deadline", problem)
 
+    if req.routing is not None:
+        for field, message in routing_errors(req.routing):
+            err(field, message)
+
     if target is not None and target[0] == req.team:
         team, role = target[1], target[2]
     else:
@@ -176,6 +184,32 @@ def _validate_request(
     if errors:
         raise FieldErrors(errors)
     return team, gpu_model, priority
+
+
+def routing_errors(value: Any) -> list[tuple[str, str]]:
+    """What is wrong with a submitted routing object, as ``(field, reason)`` pairs: its shape
+    (the policy contract's own reader) and the cluster and region names no cluster has, which
+    would otherwise make the job wait forever for a typo."""
+    try:
+        routing = routing_from_dict(value, "routing")
+    except SnapshotError as exc:
+        return [(exc.field, exc.reason)]
+    if routing is None:
+        return []
+    names, regions = set(), set()
+    for name, region in Cluster.objects.values_list("name", "region"):
+        names.add(name)
+        regions.add(region)
+    problems = []
+    for key in ("clusters", "prefer_clusters"):
+        for i, name in enumerate(getattr(routing, key) or ()):
+            if name not in names:
+                problems.append((f"routing.{key}[{i}]", f"no cluster is named {name!r}"))
+    for key in ("regions", "prefer_regions"):
+        for i, region in enumerate(getattr(routing, key) or ()):
+            if region not in regions:
+                problems.append((f"routing.{key}[{i}]", f"no cluster is in region {region!r}"))
+    return problems
 
 
 def _check_entitlements(req: JobRequest, *, team: Team, priority: PriorityClass, err) -> None:
@@ -286,6 +320,9 @@ def job_fields(
         "dataset_version": request.dataset_version,
         "code_ref": request.code_ref,
         "checkpoint_on_advice": bool(request.checkpoint_on_advice),
+        "routing": (
+            None if request.routing is None else routing_to_dict(routing_from_dict(request.routing))
+        ),
         "elastic_min_workers": (request.elastic or {}).get("min_workers"),
         "elastic_max_workers": (request.elastic or {}).get("max_workers"),
         "simulated_duration_s": request.simulated_duration_s,

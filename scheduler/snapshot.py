@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -34,6 +34,7 @@ from tenants.models import Team as TeamRow
 
 from .models import Allocation, Job
 from .models import Node as NodeRow
+from .routing_facts import job_routing, routing_facts, routing_in_force
 from .runtime_prediction import describe, predict_runtime_s
 from .states import JobState
 
@@ -126,7 +127,8 @@ def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
 def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     """Read everything the engine needs. Queries: priority classes, teams, quotas, usage, nodes,
     live allocations, running jobs, pending jobs — eight, whatever the cluster's size — plus the
-    run-time model's read of the jobs finished since its last one."""
+    run-time model's read of the jobs finished since its last one, and, when routing is in force
+    (``scheduler.routing_facts``), a fixed few for the clusters' facts."""
     config = policy_config()
     index = SnapshotIndex()
     priorities = dict(PriorityClass.objects.values_list("name", "value"))
@@ -212,7 +214,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
             preempt_deadline_s=_seconds_of("preempt_deadline"),
         )
     )
-    pending_fields = (*job_fields, "team_id", "why_pending", "estimated_start")
+    pending_fields = (*job_fields, "team_id", "why_pending", "estimated_start", "routing")
     pending_rows = list(
         Job.objects.filter(state=JobState.PENDING)
         .values(
@@ -224,6 +226,18 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     )
     estimates = _runtime_estimates(running_rows + pending_rows)
     t_now = now.timestamp()
+
+    cluster_rows = list({row.cluster_id: row.cluster for row in node_rows}.values())
+    routed = routing_in_force(
+        enabled_clusters=len(cluster_rows),
+        pending_routed=any(row["routing"] is not None for row in pending_rows),
+    )
+    facts = routing_facts(now=now, cluster_rows=cluster_rows) if routed else None
+    if facts is not None:
+        teams = tuple(
+            replace(t, clusters=facts.team_clusters.get(pk)) for t, (pk, *_) in zip(teams, team_rows)
+        )
+        nodes = [replace(n, cluster=row.cluster.name) for n, row in zip(nodes, node_rows)]
 
     running = []
     for row in running_rows:
@@ -290,6 +304,14 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 attained_service_s=row["earlier_runs_s"],
                 requeued=row["requeued"],
                 deadline=_ts(row["deadline_s"]),
+                **(
+                    {
+                        "routing": job_routing(row["routing"], job_id=row["id"]),
+                        "dataset_size_gb": facts.dataset_size_gb.get(row["dataset"]),
+                    }
+                    if facts is not None
+                    else {}
+                ),
             )
         )
 
@@ -301,6 +323,8 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         nodes=tuple(nodes),
         running=tuple(running),
         pending=tuple(pending),
+        clusters=facts.clusters if facts is not None else (),
+        datasets=facts.datasets if facts is not None else (),
     )
     return snapshot, index
 

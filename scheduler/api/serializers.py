@@ -74,6 +74,13 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=200, help_text="The code that runs, e.g. a git commit; kept in the record."
     )
     elastic = ElasticSerializer(required=False, allow_null=True, default=None)
+    routing = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Where the job may and would rather run (docs/routing.md): clusters, regions, "
+        "prefer_clusters, prefer_regions, max_price_per_gpu_h, spot, comm_heavy.",
+    )
     simulated_duration_s = api_number(
         Job,
         "simulated_duration_s",
@@ -93,6 +100,7 @@ class JobSerializer(serializers.ModelSerializer):
     why = serializers.CharField(source="why_pending", read_only=True)
     placement = serializers.SerializerMethodField()
     total_gpus = serializers.IntegerField(read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = Job
@@ -117,6 +125,8 @@ class JobSerializer(serializers.ModelSerializer):
             "dataset_version",
             "code_ref",
             "elastic",
+            "routing",
+            "cluster",
             "state",
             "why",
             "estimated_start",

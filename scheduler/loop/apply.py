@@ -20,6 +20,7 @@ from django.utils import timezone
 from core import streams
 from scheduler.policy import Decisions, Snapshot
 from scheduler.policy.ranking import DEADLINE_MISS, deadline_warning
+from scheduler.policy.routing import explain_starts
 
 from ..models import Allocation, Job, JobEvent
 from ..snapshot import SnapshotIndex
@@ -55,6 +56,7 @@ def apply_decisions(
         result.started = _apply_starts(decisions.start, index, now)
         if snapshot is not None:
             _record_late_starts(decisions.start, result.started, snapshot, index, now)
+            _record_routes(decisions.start, result.started, snapshot, index, now)
         for preempt in decisions.preempt:
             job_pk = index.job_pk.get(preempt.job)
             if job_pk is not None and job_preempt(
@@ -115,6 +117,44 @@ def _record_late_starts(
             events.append(JobEvent(job_id=pk, time=now, kind="deadline_at_risk", message=note))
     if events:
         JobEvent.objects.bulk_create(events)
+
+
+def _record_routes(
+    starts, started: list[int], snapshot: Snapshot, index: SnapshotIndex, now: datetime
+) -> None:
+    """A ``routed`` event on each job started now on a routed snapshot: where it runs and why
+    there (the expected total the placement weighed against the other pools), for its page."""
+    if not snapshot.clusters or not started:
+        return
+    started_pks = set(started)
+    chosen = [s for s in starts if index.job_pk.get(s.job) in started_pks]
+    events = []
+    for job_id, route in explain_starts(snapshot, chosen).items():
+        events.append(
+            JobEvent(
+                job_id=index.job_pk[job_id],
+                time=now,
+                kind="routed",
+                message=route_summary(route),
+                data=route,
+            )
+        )
+    JobEvent.objects.bulk_create(events)
+
+
+def route_summary(route: dict) -> str:
+    """One line for a ``routed`` event: the pool, its expected total and why it won."""
+    usable = [a for a in route["alternatives"] if a["excluded"] is None]
+    if route["preferred"]:
+        why = "the job prefers it"
+    elif not usable:
+        why = "the only pool its constraints allow"
+    elif all(a["expected_cost"] >= route["expected_cost"] for a in usable):
+        why = f"the cheapest of {len(usable) + 1} allowed pools"
+    else:
+        why = "the cheapest allowed pool that could start it now"
+    egress = f", {route['egress_cost']:.2f} of it data movement" if route["egress_cost"] else ""
+    return f"runs on {route['pool']}: expected {route['expected_cost']:.2f}{egress}; {why}"
 
 
 def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> None:

@@ -38,6 +38,7 @@ from scheduler.policy.model import (
     Team,
 )
 from scheduler.policy.routing import start_violations
+from scheduler.policy.routing_codec import routing_from_dict, routing_to_dict
 
 __all__ = [
     "NODE_STATES",
@@ -66,6 +67,8 @@ __all__ = [
     "Team",
     "decide",
     "queue_order",
+    "routing_from_dict",
+    "routing_to_dict",
     "decisions_from_dict",
     "decisions_to_dict",
     "snapshot_from_dict",

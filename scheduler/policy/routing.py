@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from scheduler.policy.memo import pool_key
 from scheduler.policy.model import (
     FAST_INTERCONNECTS,
     Cluster,
@@ -48,6 +49,7 @@ __all__ = [
     "comm_heavy",
     "egress_cost",
     "expected_cost",
+    "explain_starts",
     "start_violations",
     "tolerates_spot",
 ]
@@ -289,3 +291,50 @@ def start_violations(snap: Snapshot, start: Start) -> list[str]:
     if len(used) > 1 and c.interconnect not in FAST_INTERCONNECTS and comm_heavy(job):
         out.append("communication-heavy gang over nodes on a slow interconnect")
     return [f"{job.id}: {v}" for v in out]
+
+
+def explain_starts(snap: Snapshot, starts: list[Start]) -> dict[str, dict]:
+    """Where each of ``starts`` runs and why there, for the job's page: its pool, price and
+    expected total (GPU time plus data movement), whether it was preferred, and every other pool
+    of its GPU model with its expected total or the constraint that excluded it. Empty without
+    clusters."""
+    if not snap.clusters or not starts:
+        return {}
+    nodes = {n.name: n for n in snap.nodes}
+    pools: dict[str, tuple[str, str, bool, int]] = {}
+    for n in snap.nodes:
+        key = pool_key(n)
+        cap = pools[key][3] if key in pools else 0
+        pools[key] = (n.cluster, n.gpu_model, n.spot, max(cap, n.gpus))
+    router = Router(snap, pools)
+    jobs = {p.id: p for p in snap.pending}
+    out = {}
+    for start in starts:
+        job = jobs.get(start.job)
+        first = nodes.get(next(iter(start.placement), ""))
+        if job is None or first is None:
+            continue
+        key = pool_key(first)
+        pool = router.pools[key]
+        others = []
+        for other in sorted(k for k, p in router.pools.items() if p.gpu == pool.gpu and k != key):
+            excluded = router.exclusion(job, other)
+            others.append(
+                {
+                    "pool": other,
+                    "expected_cost": None if excluded else round(router.cost(job, other), 2),
+                    "excluded": excluded,
+                }
+            )
+        out[start.job] = {
+            "cluster": pool.cluster.name,
+            "region": pool.cluster.region,
+            "pool": key,
+            "spot": pool.spot,
+            "price_per_gpu_h": pool.price,
+            "expected_cost": round(router.cost(job, key), 2),
+            "egress_cost": round(egress_cost(job, pool.cluster, router.clusters), 2),
+            "preferred": router.preferred(job, key),
+            "alternatives": others,
+        }
+    return out

@@ -131,3 +131,14 @@ def _routing_out(r: JobRouting) -> dict[str, Any]:
         "spot": r.spot,
         "comm_heavy": r.comm_heavy,
     }
+
+
+def routing_from_dict(value: Any, path: str = "routing") -> JobRouting | None:
+    """A job's ``routing`` object (``None`` for none), with ``field: reason`` errors: the one
+    reader for the snapshot, the API, the portal and ``gpuctl``."""
+    return _routing(value, path)
+
+
+def routing_to_dict(routing: JobRouting) -> dict[str, Any]:
+    """``routing`` as the contract's JSON object (every key, defaults included)."""
+    return _routing_out(routing)

@@ -1,0 +1,145 @@
+"""Routing across clusters, database side: the snapshot carries the clusters' facts only when
+there is something to route, the price book in force reaches the engine per cluster, and a job
+started on a routed snapshot records where it runs and why there."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import PriceRate
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Cluster, ClusterDataset, Dataset, Job, Node, TeamClusterAccess
+from scheduler.policy import snapshot_from_dict, snapshot_to_dict
+from scheduler.snapshot import build_snapshot
+from tenants.models import Team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two_clusters(platform, gpu_models):
+    """The ``test`` cluster (on-prem, eu-west) plus a cloud of two H100 nodes in us-east, one of
+    them spot; the book prices H100 at 2.00 on demand and 0.80 spot."""
+    onprem = platform["cluster"]
+    Cluster.objects.filter(pk=onprem.pk).update(region="eu-west", interconnect="infiniband")
+    cloud = Cluster.objects.create(
+        name="cloud", backend_kind="simulated", region="us-east", interconnect="ethernet"
+    )
+    for i, spot in ((1, False), (2, True)):
+        Node.objects.create(
+            cluster=cloud, name=f"c{i}", gpu_model=gpu_models["h100"], gpu_count=8, spot=spot
+        )
+    start = timezone.now() - timedelta(days=1)
+    for capacity, rate in (("on_demand", "2.00"), ("spot", "0.80")):
+        PriceRate.objects.create(
+            gpu_model=gpu_models["h100"],
+            capacity=capacity,
+            effective_from=start,
+            rate_per_gpu_hour=Decimal(rate),
+        )
+    return {**platform, "cloud": cloud}
+
+
+def test_one_cluster_without_constraints_lists_no_clusters(platform, submit):
+    submit(platform["alice"], gpu_model="h100-80gb")
+    snapshot, _ = build_snapshot(now=timezone.now())
+    assert snapshot.clusters == () and snapshot.datasets == ()
+    assert {n.cluster for n in snapshot.nodes} == {""}
+
+
+def test_one_cluster_with_a_job_routing_constraint_is_routed(platform, submit):
+    # The book has no price: a job with a price cap may run nowhere, and says so.
+    response = submit(
+        platform["alice"], gpu_model="h100-80gb", routing={"max_price_per_gpu_h": 1.0}
+    )
+    assert response.status_code == 201, response.json()
+    run_cycle()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.state == "pending"
+    assert job.why_pending.startswith("no allowed cluster can ever hold it")
+    assert "has no price, above the job's cap of 1" in job.why_pending
+
+
+def test_a_routing_typo_is_a_400_naming_the_field(platform, submit):
+    for routing, field, reason in (
+        ({"regions": ["mars"]}, "routing.regions[0]", "no cluster is in region 'mars'"),
+        ({"clusters": ["tset"]}, "routing.clusters[0]", "no cluster is named 'tset'"),
+        ({"spto": True}, "routing.spto", "unknown routing field"),
+        ({"max_price_per_gpu_h": -1}, "routing.max_price_per_gpu_h", "must be >= 0"),
+        ([], "routing", "must be an object"),
+    ):
+        response = submit(platform["alice"], routing=routing)
+        assert response.status_code == 400, routing
+        assert response.json()[field] == [reason], response.json()
+    assert not Job.objects.exists()
+
+
+def test_two_clusters_carry_prices_regions_datasets_and_team_clusters(two_clusters, submit):
+    dataset = Dataset.objects.create(name="c4", size_gb=500, residency_regions=["eu-west"])
+    ClusterDataset.objects.create(
+        cluster=two_clusters["cluster"], dataset=dataset, egress_price_per_gb=Decimal("0.05")
+    )
+    vision = Team.objects.get(slug="vision")
+    TeamClusterAccess.objects.create(team=vision, cluster=two_clusters["cloud"])
+    TeamClusterAccess.objects.create(team=vision, cluster=two_clusters["cluster"])
+    submit(two_clusters["alice"], gpu_model="h100-80gb", dataset="c4", routing={"spot": False})
+
+    snapshot, _ = build_snapshot(now=timezone.now())
+    clusters = {c.name: c for c in snapshot.clusters}
+    assert set(clusters) == {"test", "cloud"}
+    assert clusters["cloud"].prices == {"h100-80gb": {"on_demand": 2.0, "spot": 0.8}}
+    assert clusters["cloud"].interconnect == "ethernet" and clusters["cloud"].region == "us-east"
+    assert clusters["test"].datasets == {"c4": 0.05} and clusters["cloud"].datasets == {}
+    assert [(d.name, d.regions) for d in snapshot.datasets] == [("c4", ("eu-west",))]
+    assert {t.name: t.clusters for t in snapshot.teams}["vision"] == ("cloud", "test")
+    (pending,) = snapshot.pending
+    assert pending.dataset_size_gb == 500 and pending.routing.spot is False
+    assert {n.name: n.cluster for n in snapshot.nodes}["c2"] == "cloud"
+    # what the loop keeps for dump_snapshot reads back as the same snapshot
+    assert snapshot_from_dict(snapshot_to_dict(snapshot)) == snapshot
+
+
+def test_residency_keeps_the_job_home_and_the_start_says_why_there(two_clusters, submit):
+    dataset = Dataset.objects.create(name="c4", size_gb=500, residency_regions=["eu-west"])
+    ClusterDataset.objects.create(cluster=two_clusters["cluster"], dataset=dataset)
+    pinned = submit(two_clusters["alice"], gpu_model="h100-80gb", dataset="c4").json()["id"]
+    free = submit(two_clusters["alice"], gpu_model="h100-80gb", routing={"spot": True}).json()["id"]
+    run_cycle()
+
+    pinned_job, free_job = Job.objects.get(pk=pinned), Job.objects.get(pk=free)
+    assert pinned_job.state == free_job.state == "running"
+    assert pinned_job.cluster.name == "test"
+    (route,) = pinned_job.events.filter(kind="routed")
+    assert route.data["cluster"] == "test"
+    excluded = {a["pool"]: a["excluded"] for a in route.data["alternatives"]}
+    assert "dataset c4 must stay in eu-west" in excluded["h100-80gb@cloud"]
+    # the cheapest allowed pool: spot in the cloud at 0.80 (on-prem has no price here: 0)
+    (free_route,) = free_job.events.filter(kind="routed")
+    assert free_route.message.startswith(f"runs on {free_route.data['pool']}: expected")
+    assert free_job.cluster.name == free_route.data["cluster"]
+
+
+def test_a_cheaper_cluster_wins_and_the_event_names_the_alternatives(two_clusters, submit):
+    # Price on-prem H100 above the cloud: a job that tolerates no spot goes to the cloud's
+    # on-demand node, the cheapest pool it may use.
+    onprem_book = PriceRate.objects.get(capacity="on_demand")
+    PriceRate.objects.create(
+        gpu_model=onprem_book.gpu_model,
+        capacity="on_demand",
+        effective_from=onprem_book.effective_from + timedelta(minutes=1),
+        rate_per_gpu_hour=Decimal("1.50"),
+    )
+    job_id = submit(
+        two_clusters["alice"], gpu_model="h100-80gb", runtime_limit_s=3600, routing={"spot": False}
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    (route,) = job.events.filter(kind="routed")
+    # one book for every cluster: both on-demand pools cost 1.50; name order breaks the tie
+    assert route.data["expected_cost"] == 1.5
+    assert route.data["price_per_gpu_h"] == 1.5
+    spot = {a["pool"]: a for a in route.data["alternatives"]}["h100-80gb@cloud/spot"]
+    assert spot["excluded"] == "h100-80gb@cloud/spot is spot capacity and the job does not tolerate spot"
+    assert job.cluster.name == route.data["cluster"]
