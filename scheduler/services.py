@@ -18,10 +18,9 @@ from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
 from tenants.permissions import is_platform_admin, submission_target
-
-from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
 
 from . import reference
 from .admission import check_submission

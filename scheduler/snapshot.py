@@ -235,9 +235,12 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     facts = routing_facts(now=now, cluster_rows=cluster_rows) if routed else None
     if facts is not None:
         teams = tuple(
-            replace(t, clusters=facts.team_clusters.get(pk)) for t, (pk, *_) in zip(teams, team_rows)
+            replace(t, clusters=facts.team_clusters.get(pk))
+            for t, (pk, *_) in zip(teams, team_rows, strict=True)
         )
-        nodes = [replace(n, cluster=row.cluster.name) for n, row in zip(nodes, node_rows)]
+        nodes = [
+            replace(n, cluster=row.cluster.name) for n, row in zip(nodes, node_rows, strict=True)
+        ]
 
     running = []
     for row in running_rows:

@@ -462,7 +462,9 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             ever = True
             q = self.quota_block(job, model, wmin * g)
             if q is not None:
-                reasons.append(q)
+                # one ledger: every pool of a GPU model gives the same quota reason; say it once
+                if q not in reasons:
+                    reasons.append(q)
                 continue
             if not self.cfg.backfill and ms.blocked_by is not None:
                 reasons.append(

@@ -141,5 +141,8 @@ def test_a_cheaper_cluster_wins_and_the_event_names_the_alternatives(two_cluster
     assert route.data["expected_cost"] == 1.5
     assert route.data["price_per_gpu_h"] == 1.5
     spot = {a["pool"]: a for a in route.data["alternatives"]}["h100-80gb@cloud/spot"]
-    assert spot["excluded"] == "h100-80gb@cloud/spot is spot capacity and the job does not tolerate spot"
+    assert (
+        spot["excluded"]
+        == "h100-80gb@cloud/spot is spot capacity and the job does not tolerate spot"
+    )
     assert job.cluster.name == route.data["cluster"]

@@ -296,6 +296,8 @@ def test_quotas_count_a_gpu_model_over_all_clusters():
     d = decide_checked(world([routed("a")], running=running, teams=teams, node_list=node_list))
     assert "a" not in started(d)
     assert why(d, "a").startswith("quota: team t would use 16 h100 GPUs")
+    # one ledger, one reason: the cloud pools say the same, and it is said once
+    assert why(d, "a").count("quota:") == 1, why(d, "a")
 
 
 def test_priority_is_global_across_clusters():
