@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from scheduler.policy import PendingJob, decide
+from scheduler.policy import PendingJob, decide, routing_from_dict
 
+from .models import Dataset
 from .runtime_prediction import predict_runtime_s
 from .services import JobRequest, _validate_request
 from .snapshot import build_snapshot
@@ -77,7 +78,16 @@ def job_feasibility(*, user, request: JobRequest, now: datetime) -> Feasibility:
             priority.preemptible_by_default if request.preemptible is None else request.preemptible
         ),
         deadline=request.deadline.timestamp() if request.deadline else None,
+        dataset=request.dataset or None,
     )
+    if snapshot.clusters:
+        # Routed: the estimate honours where the job may run, as the cycle would.
+        size_gb = Dataset.objects.filter(name=request.dataset).values_list("size_gb", flat=True)
+        candidate = replace(
+            candidate,
+            routing=routing_from_dict(request.routing),
+            dataset_size_gb=next(iter(size_gb), None) if request.dataset else None,
+        )
     decisions = decide(replace(snapshot, pending=(*snapshot.pending, candidate)))
     start: datetime | None = None
     if any(s.job == CANDIDATE_ID for s in decisions.start):

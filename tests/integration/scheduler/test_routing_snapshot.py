@@ -146,3 +146,35 @@ def test_a_cheaper_cluster_wins_and_the_event_names_the_alternatives(two_cluster
         == "h100-80gb@cloud/spot is spot capacity and the job does not tolerate spot"
     )
     assert job.cluster.name == route.data["cluster"]
+
+
+def test_the_finish_estimate_honours_where_the_job_may_run(two_clusters, submit):
+    from scheduler.feasibility import job_feasibility
+    from scheduler.services import JobRequest
+
+    only_cloud_on_demand = {"clusters": ["cloud"], "spot": False}
+    first = submit(
+        two_clusters["alice"],
+        gpu_model="h100-80gb",
+        gpus_per_worker=8,
+        runtime_limit_s=3600,
+        routing=only_cloud_on_demand,
+    ).json()["id"]
+    run_cycle()
+    assert Job.objects.get(pk=first).state == "running"
+
+    def estimate(routing):
+        request = JobRequest(
+            name="next",
+            team="vision",
+            workers=1,
+            gpus_per_worker=8,
+            gpu_model="h100-80gb",
+            runtime_limit_s=3600,
+            routing=routing,
+        )
+        return job_feasibility(user=two_clusters["alice"], request=request, now=timezone.now())
+
+    # the cloud's only on-demand node is taken: it would wait; anywhere, it starts at once
+    assert not estimate(only_cloud_on_demand).starts_now
+    assert estimate(None).starts_now
