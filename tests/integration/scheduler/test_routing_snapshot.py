@@ -178,3 +178,34 @@ def test_the_finish_estimate_honours_where_the_job_may_run(two_clusters, submit)
     # the cloud's only on-demand node is taken: it would wait; anywhere, it starts at once
     assert not estimate(only_cloud_on_demand).starts_now
     assert estimate(None).starts_now
+
+
+def test_the_observed_spot_interruption_rate_is_the_share_of_spot_time_lost(two_clusters, submit):
+    from django.core.cache import cache
+
+    from scheduler.models import Allocation
+    from scheduler.transitions import job_requeue
+
+    cache.clear()
+    job_id = submit(
+        two_clusters["alice"],
+        gpu_model="h100-80gb",
+        gpus_per_worker=8,
+        routing={"clusters": ["cloud"], "spot": True},
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    assert {a.node.name for a in job.allocations.all()} == {"c2"}  # spot: the cheapest
+    now = timezone.now()
+    # An hour on the spot node, the last checkpoint half an hour ago, then reclaimed: half of
+    # the 8 GPU-hours run there were lost.
+    Job.objects.filter(pk=job_id).update(
+        started_at=now - timedelta(hours=1), last_checkpoint_at=now - timedelta(minutes=30)
+    )
+    Allocation.objects.filter(job_id=job_id).update(started_at=now - timedelta(hours=1))
+    assert job_requeue(job=job, now=now, reason="spot capacity reclaimed")
+    cache.clear()
+    snapshot, _ = build_snapshot(now=now)
+    rates = {c.name: c.spot_interruption_rate for c in snapshot.clusters}
+    assert rates["test"] == 0.0
+    assert rates["cloud"] == pytest.approx(0.5, rel=1e-6)
