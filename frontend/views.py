@@ -48,6 +48,7 @@ from .advice import job_advice_context, submit_advice_context
 from .cluster_history import cluster_usage_history
 from .forms import JobSubmitForm
 from .records import record_context
+from .where import where_context
 
 csp_log = logging.getLogger("gpuplatform.csp")
 
@@ -226,6 +227,7 @@ def job_detail(request, job_id: int):
             "page": "job",
             **record_context(request, job),
             **job_advice_context(job),
+            **where_context(job, events),
         },
     )
 

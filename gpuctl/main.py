@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -101,6 +102,51 @@ def _submit_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--env", "-e", action="append", default=[], metavar="NAME=VALUE", help="repeatable"
     )
+    routing = cmd.add_argument_group(
+        "routing", "where the job may and would rather run (spec.routing; docs/routing.md)"
+    )
+    routing.add_argument(
+        "--cluster",
+        action="append",
+        metavar="NAME",
+        help="a cluster the job may run on; repeatable (spec.routing.clusters; default: any)",
+    )
+    routing.add_argument(
+        "--region",
+        action="append",
+        metavar="REGION",
+        help="a region the job may run in; repeatable (spec.routing.regions; default: any)",
+    )
+    routing.add_argument(
+        "--prefer-cluster",
+        action="append",
+        metavar="NAME",
+        help="try this cluster first; repeatable (spec.routing.preferClusters)",
+    )
+    routing.add_argument(
+        "--prefer-region",
+        action="append",
+        metavar="REGION",
+        help="try clusters in this region first; repeatable (spec.routing.preferRegions)",
+    )
+    routing.add_argument(
+        "--max-price",
+        metavar="USD_PER_GPU_H",
+        help="the most the job pays per GPU-hour (spec.routing.maxPricePerGpuHour)",
+    )
+    routing.add_argument(
+        "--spot",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="may run on spot capacity (spec.routing.spot; default: if preemptible)",
+    )
+    routing.add_argument(
+        "--comm-heavy",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="needs a fast interconnect across nodes (spec.routing.commHeavy; default: if it has "
+        "more than one worker)",
+    )
     cmd.add_argument(
         "--dry-run", action="store_true", help="validate and print the request; send nothing"
     )
@@ -119,8 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _common()
 
-    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+    def add(
+        name: str, handler: Handler, help_text: str, aliases: Sequence[str] = ()
+    ) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(
+            name, parents=[common], help=help_text, description=help_text, aliases=list(aliases)
+        )
         cmd.set_defaults(handler=handler)
         return cmd
 
@@ -156,7 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--mine", action="store_true", help="only my jobs")
     ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
 
-    show = add("show", cmd_show, "a job's details and its event timeline")
+    show = add(
+        "show",
+        cmd_show,
+        "a job's details, where it runs and why there, and its event timeline",
+        aliases=["get"],
+    )
     show.add_argument("job_id", metavar="JOB_ID")
     why = add("why", cmd_why, "why a job is pending and when it should start")
     why.add_argument("job_id", metavar="JOB_ID")
@@ -449,8 +504,28 @@ _SUBMIT_FLAGS: dict[str, str] = {
     "code_ref": "spec.codeRef",
     "min_workers": "spec.elastic.minWorkers",
     "max_workers": "spec.elastic.maxWorkers",
+    "cluster": "spec.routing.clusters",
+    "region": "spec.routing.regions",
+    "prefer_cluster": "spec.routing.preferClusters",
+    "prefer_region": "spec.routing.preferRegions",
+    "max_price": "spec.routing.maxPricePerGpuHour",
+    "spot": "spec.routing.spot",
+    "comm_heavy": "spec.routing.commHeavy",
 }
 _INTEGER_FLAGS = {"workers", "gpus_per_worker", "min_workers", "max_workers"}
+_NUMBER_FLAGS = {"max_price"}
+_INDEXED_PATH = re.compile(r"^(.+?)\[\d+\]$")
+
+
+def _flag_for(path: str, from_flags: dict[str, str]) -> str:
+    """The flag that set ``path`` (or the list it indexes: ``spec.routing.clusters[1]`` was
+    given by ``--cluster``), else ``path`` itself."""
+    if path in from_flags:
+        return from_flags[path]
+    match = _INDEXED_PATH.match(path)
+    if match and match.group(1) in from_flags:
+        return from_flags[match.group(1)]
+    return path
 
 
 def _flag_name(dest: str) -> str:
@@ -492,6 +567,22 @@ def build_submission(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
                 flag_errors[_flag_name(dest)] = [f"must be an integer, not {value!r}"]
                 failed_paths.add(path)
                 continue
+        if dest in _NUMBER_FLAGS:
+            try:
+                value = float(value)
+            except ValueError:
+                flag_errors[_flag_name(dest)] = [f"must be a number, not {value!r}"]
+                failed_paths.add(path)
+                continue
+        spec = document.get("spec")
+        if (
+            path.startswith("spec.routing.")
+            and isinstance(spec, dict)
+            and spec.get("routing") is not None
+            and not isinstance(spec["routing"], dict)
+        ):
+            flag_errors[_flag_name(dest)] = ["cannot be combined with a non-mapping spec.routing"]
+            continue
         _set_path(document, path, value)
         from_flags[path] = _flag_name(dest)
     if args.env:
@@ -525,11 +616,10 @@ def build_submission(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     try:
         body = validate_array_spec(document) if array else validate_spec(document)
     except SpecError as exc:
-        renamed = {
-            from_flags.get(path, path): reasons
-            for path, reasons in exc.errors.items()
-            if path not in failed_paths
-        }
+        renamed: dict[str, list[str]] = {}
+        for path, reasons in exc.errors.items():
+            if path not in failed_paths:
+                renamed.setdefault(_flag_for(path, from_flags), []).extend(reasons)
         raise SpecError({**flag_errors, **renamed}) from None
     if flag_errors:
         raise SpecError(flag_errors)
@@ -587,9 +677,10 @@ def _send_submission(
             created = api.post("/api/v1/job-arrays/" if array else "/api/v1/jobs/", body)
         except ApiError as exc:
             # Name the user's own field (spec path or flag), not the wire name.
-            exc.fields = {
-                from_flags.get(path_for(f), path_for(f)): r for f, r in exc.fields.items()
-            }
+            named: dict[str, list[str]] = {}
+            for wire, reasons in exc.fields.items():
+                named.setdefault(_flag_for(path_for(wire), from_flags), []).extend(reasons)
+            exc.fields = named
             if exc.fields:
                 first_path, first_reasons = next(iter(exc.fields.items()))
                 exc.message = f"{first_path}: {first_reasons[0]}"
@@ -663,6 +754,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         output.print_json({**job, "events": events}, _out())
         return EXIT_OK
     now = _now()
+    route = latest_route(events)
     elastic = job.get("elastic")
     pairs = [
         ("ID", job["id"]),
@@ -688,6 +780,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("Finished", output.when(job.get("finished_at"), now)),
         ("Attempts", job.get("attempts")),
         ("Last checkpoint", output.when(job.get("last_checkpoint_at"), now)),
+        ("Routing", routing_text(job.get("routing"))),
+        ("Cluster", _cluster_text(job, route)),
         ("Placement", _placement(job)),
         ("Exit code", job.get("exit_code")),
     ]
@@ -697,6 +791,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             ("Estimated start", output.when(job.get("estimated_start"), now)),
         ]
     output.key_values(pairs, _out())
+    if route is not None:
+        _write_route(route, _out())
     if events:
         _out().write("\nEvents:\n")
         output.table(
@@ -706,6 +802,59 @@ def cmd_show(args: argparse.Namespace) -> int:
             max_width=80,
         )
     return EXIT_OK
+
+
+def routing_text(routing: dict[str, Any] | None) -> str | None:
+    """``clusters=a,b regions=eu-west max_price_per_gpu_h=3.0 spot=no``: the constraints the job
+    set (its defaults left out), or None for a job without routing."""
+    if not routing:
+        return None
+    parts = []
+    for key in ("clusters", "regions", "prefer_clusters", "prefer_regions"):
+        if routing.get(key):
+            parts.append(f"{key}={','.join(routing[key])}")
+    if routing.get("max_price_per_gpu_h") is not None:
+        parts.append(f"max_price_per_gpu_h={routing['max_price_per_gpu_h']}")
+    for key in ("spot", "comm_heavy"):
+        if routing.get(key) is not None:
+            parts.append(f"{key}={'yes' if routing[key] else 'no'}")
+    return " ".join(parts) or None
+
+
+def latest_route(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest ``routed`` event (where the job's latest start went, and why there)."""
+    routes = [e for e in events if e.get("kind") == "routed"]
+    return routes[-1] if routes else None
+
+
+def _cluster_text(job: dict[str, Any], route: dict[str, Any] | None) -> str | None:
+    region = ((route or {}).get("data") or {}).get("region")
+    if not job.get("cluster"):
+        return None
+    return f"{job['cluster']} ({region})" if region else job["cluster"]
+
+
+def _write_route(route: dict[str, Any], out: TextIO) -> None:
+    """The latest start's route: the pool, its expected cost and the alternatives weighed."""
+    data = route.get("data") or {}
+    out.write(f"\nWhere and why: {route.get('message')}\n")
+    rows = [
+        [
+            data.get("pool"),
+            _money(data.get("expected_cost")),
+            _money(data.get("egress_cost")),
+            "chosen",
+        ]
+    ]
+    for alt in data.get("alternatives") or []:
+        rows.append(
+            [alt.get("pool"), _money(alt.get("expected_cost")), None, alt.get("excluded") or "-"]
+        )
+    output.table(["POOL", "EXPECTED COST", "DATA MOVEMENT", "NOTE"], rows, out, max_width=80)
+
+
+def _money(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f}"
 
 
 def _seconds(value: int | None) -> str | None:
@@ -733,6 +882,8 @@ def cmd_why(args: argparse.Namespace) -> int:
             out.write("estimated start: unknown (no reservation yet)\n")
     elif state == "running":
         out.write(f"{head} is running since {output.when(job.get('started_at'), now)}\n")
+        if job.get("cluster"):
+            out.write(f"cluster: {job['cluster']}\n")
         if job.get("placement"):
             out.write(f"on: {_placement(job)}\n")
     elif state == "preempted":

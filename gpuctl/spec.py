@@ -49,6 +49,14 @@ SPEC_TO_API: dict[str, str] = {
     "spec.elastic": "elastic",
     "spec.elastic.minWorkers": "elastic.min_workers",
     "spec.elastic.maxWorkers": "elastic.max_workers",
+    "spec.routing": "routing",
+    "spec.routing.clusters": "routing.clusters",
+    "spec.routing.regions": "routing.regions",
+    "spec.routing.preferClusters": "routing.prefer_clusters",
+    "spec.routing.preferRegions": "routing.prefer_regions",
+    "spec.routing.maxPricePerGpuHour": "routing.max_price_per_gpu_h",
+    "spec.routing.spot": "routing.spot",
+    "spec.routing.commHeavy": "routing.comm_heavy",
 }
 API_TO_SPEC: dict[str, str] = {api: path for path, api in SPEC_TO_API.items()}
 
@@ -57,11 +65,17 @@ _ARRAY_FIELDS = {"count", "env", "items"}
 # Mirrors the API's limit on indices per array (scheduler.arrays.MAX_ARRAY_SIZE).
 MAX_ARRAY_SIZE = 10_000
 _METADATA_FIELDS = {"name", "team", "labels", "annotations"}
-_SPEC_FIELDS = {p.split(".", 1)[1] for p in SPEC_TO_API if p.startswith("spec.")} - {
-    "elastic.minWorkers",
-    "elastic.maxWorkers",
+_SPEC_FIELDS = {
+    p.split(".", 1)[1] for p in SPEC_TO_API if p.startswith("spec.") and p.count(".") == 1
 }
 _ELASTIC_FIELDS = {"minWorkers", "maxWorkers"}
+# spec.routing's fields (docs/routing.md) -> the API's routing object's keys.
+ROUTING_FIELDS: dict[str, str] = {
+    p.removeprefix("spec.routing."): api.removeprefix("routing.")
+    for p, api in SPEC_TO_API.items()
+    if p.startswith("spec.routing.")
+}
+_ROUTING_NAME_LISTS = ("clusters", "regions", "preferClusters", "preferRegions")
 _REQUIRED = frozenset({"workers", "gpusPerWorker"})
 
 # Bounds mirror the API serializer so most mistakes are caught before a round trip.
@@ -355,7 +369,69 @@ def _validate_spec_fields(
                     workers = body.get("workers")
                     if workers is not None and not low <= workers <= high:
                         fail(f"{prefix}.workers", f"must lie in the elastic range {low}..{high}")
+
+    if "routing" in spec and spec["routing"] is not None:
+        body["routing"] = _validate_routing(spec["routing"], fail, f"{prefix}.routing")
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _validate_routing(routing: Any, fail: Fail, path: str) -> dict[str, Any] | None:
+    """``spec.routing`` as the API's routing object (docs/routing.md). Names of clusters and
+    regions are the server's to check (it knows them); shapes are checked here."""
+    if not isinstance(routing, Mapping):
+        fail(
+            path,
+            "must be a mapping (clusters, regions, preferClusters, preferRegions, "
+            "maxPricePerGpuHour, spot, commHeavy)",
+        )
+        return None
+    body: dict[str, Any] = {}
+    api_names = {api: field for field, api in ROUTING_FIELDS.items()}
+    for key, value in routing.items():
+        if key not in ROUTING_FIELDS:
+            if key in api_names:  # the API's spelling, in a file that uses camelCase
+                fail(f"{path}.{key}", f"unknown field (did you mean {api_names[key]}?)")
+            else:
+                fail(f"{path}.{key}", _unknown(key, set(ROUTING_FIELDS)))
+            continue
+        if value is None:
+            continue
+        field_path = f"{path}.{key}"
+        if key in _ROUTING_NAME_LISTS:
+            names = _routing_names(value, fail, field_path)
+            if names is not None:
+                body[ROUTING_FIELDS[key]] = names
+        elif key == "maxPricePerGpuHour":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                fail(field_path, "must be a number (USD per GPU-hour)")
+            elif not value >= 0 or value == float("inf"):
+                fail(field_path, "must be >= 0")
+            else:
+                body["max_price_per_gpu_h"] = value
+        elif not isinstance(value, bool):
+            fail(field_path, "must be true or false")
+        else:
+            body[ROUTING_FIELDS[key]] = value
+    return body
+
+
+def _routing_names(value: Any, fail: Fail, path: str) -> list[str] | None:
+    """A list of distinct non-empty names."""
+    if not isinstance(value, list):
+        fail(path, "must be a list of names")
+        return None
+    names: list[str] = []
+    ok = True
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name.strip():
+            fail(f"{path}[{i}]", "must be a non-empty string")
+            ok = False
+        elif name.strip() in names:
+            fail(f"{path}[{i}]", f"{name.strip()!r} listed twice")
+            ok = False
+        else:
+            names.append(name.strip())
+    return names if ok else None
 
 
 def _validate_env(env: Any, fail: Fail, prefix: str = "spec") -> dict[str, str] | None:
@@ -520,6 +596,14 @@ def array_path_for(api_field: str) -> str:
     return spec_path_for(api_field)
 
 
+_INDEXED = re.compile(r"^(.+?)(\[\d+\])$")
+
+
 def spec_path_for(api_field: str) -> str:
-    """The spec path that feeds an API field (``gpus_per_worker`` → ``spec.gpusPerWorker``)."""
-    return API_TO_SPEC.get(api_field, api_field)
+    """The spec path that feeds an API field (``gpus_per_worker`` → ``spec.gpusPerWorker``,
+    ``routing.prefer_clusters[1]`` → ``spec.routing.preferClusters[1]``)."""
+    if api_field in API_TO_SPEC:
+        return API_TO_SPEC[api_field]
+    if (match := _INDEXED.match(api_field)) and match.group(1) in API_TO_SPEC:
+        return API_TO_SPEC[match.group(1)] + match.group(2)
+    return api_field

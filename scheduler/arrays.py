@@ -19,6 +19,7 @@ Reads (:func:`array_list`, :func:`array_get`) start from the caller's teams, lik
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -62,6 +63,7 @@ _RULE_FIELDS = (
     "checkpoint_interval_s",
     "runtime_limit_s",
     "elastic",
+    "routing",
 )
 # Numeric fields outside the rule key (sweeps vary them per index): bounded index by index.
 _PER_INDEX_NUMBERS = frozenset({"simulated_duration_s"})
@@ -94,6 +96,9 @@ def _rule_key(job_request: JobRequest) -> tuple:
     return tuple(
         tuple(sorted(elastic.items()))
         if name == "elastic" and elastic
+        # a routing object (a dict of lists) as text: indices with the same one share a check
+        else json.dumps(job_request.routing, sort_keys=True, default=str)
+        if name == "routing"
         else getattr(job_request, name)
         for name in _RULE_FIELDS
     )

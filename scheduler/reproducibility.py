@@ -140,6 +140,8 @@ def record_build(
         "dataset_version": job.dataset_version,
         "code_ref": job.code_ref,
         "elastic": elastic,
+        # Where it may and would rather run: a resubmission keeps the same constraints.
+        "routing": job.routing,
         "simulated_duration_s": job.simulated_duration_s,
     }
     return {
@@ -240,6 +242,8 @@ def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
     # The record's command and env are redacted; the job's own values are the ones that ran.
     body["command"] = original.command
     body["env"] = {str(k): str(v) for k, v in (original.env or {}).items()}
+    # Records written before jobs had routing lack the key: the job's own routing is what held.
+    body.setdefault("routing", original.routing)
     known = {f.name for f in dataclasses.fields(JobRequest)}
     request = JobRequest(**{k: v for k, v in body.items() if k in known})
     new_job = job_submit(user=user, request=request)
