@@ -4,7 +4,10 @@ in one transaction + backend reconcile) at 1,000 nodes × 8 GPUs and 10,000 pend
 Usage (PostgreSQL on 127.0.0.1:5432 with trust auth; a scratch database is created and dropped):
 
     .venv/bin/python benchmarks/loop_cycle.py [--nodes 1000] [--pending 10000] [--running 3000]
-        [--cycles 7]
+        [--cycles 7] [--clusters 1]
+
+``--clusters N`` (N > 1) spreads the nodes over N clusters in two regions with a price book, so
+routing is in force (docs/routing.md) and a tenth of the pending jobs carry routing constraints.
 
 It prints the median and p95 of each phase and of the whole cycle. The machine is shared and
 noisy: compare medians from one run.
@@ -39,6 +42,7 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10000)
     parser.add_argument("--running", type=int, default=3000)
     parser.add_argument("--cycles", type=int, default=7)
+    parser.add_argument("--clusters", type=int, default=1, help="routing across N clusters")
     parser.add_argument("--profile", action="store_true", help="cProfile the last cycle")
     args = parser.parse_args()
 
@@ -96,10 +100,31 @@ def run(args) -> None:
         Quota.objects.create(
             team=team, gpu_model=models[0], guaranteed_gpus=300, borrow_limit_gpus=100
         )
-    cluster = Cluster.objects.create(name="bench", backend_kind="simulated")
+    clusters = [
+        Cluster.objects.create(
+            name="bench" if c == 0 else f"bench-{c}",
+            backend_kind="simulated",
+            region="eu-west" if c % 2 == 0 else "us-east",
+        )
+        for c in range(max(args.clusters, 1))
+    ]
+    if args.clusters > 1:
+        from billing.models import PriceRate
+
+        for model, capacity, rate in (
+            (models[0], "on_demand", "2.50"),
+            (models[1], "on_demand", "1.60"),
+            (models[0], "spot", "1.10"),
+        ):
+            PriceRate.objects.create(
+                gpu_model=model,
+                capacity=capacity,
+                effective_from=now - timedelta(days=1),
+                rate_per_gpu_hour=rate,
+            )
     nodes = Node.objects.bulk_create(
         Node(
-            cluster=cluster,
+            cluster=clusters[i % len(clusters)],
             name=f"r{i // 20:02d}-n{i % 20:02d}",
             gpu_model=models[i % 2],
             gpu_count=8,
@@ -136,12 +161,12 @@ def run(args) -> None:
             started_at=now - timedelta(seconds=rng.random() * 7200),
             attempts=1,
             backend_ref="ref",
-            cluster=cluster,
         )
         node = next((n for n in order if len(free[n.pk]) >= j.gpus_per_worker), None)
         if node is None:
             break
         j.gpu_model = node.gpu_model
+        j.cluster_id = node.cluster_id
         running.append((j, node, [free[node.pk].pop() for _ in range(j.gpus_per_worker)]))
     Job.objects.bulk_create([r[0] for r in running], batch_size=2000)
     for j, node, gpus in running:
@@ -155,6 +180,10 @@ def run(args) -> None:
         if rng.random() < 0.1:
             j.workers, j.gpus_per_worker = rng.choice([2, 4, 8]), 8
         j.gpu_model = rng.choice(models + [None])
+        if args.clusters > 1 and rng.random() < 0.1:
+            j.routing = rng.choice(
+                [{"regions": ["eu-west"]}, {"clusters": ["bench"]}, {"max_price_per_gpu_h": 2.0}]
+            )
         pending.append(j)
     Job.objects.bulk_create(pending, batch_size=2000)
     busy = len(allocations)
@@ -189,7 +218,7 @@ def run(args) -> None:
         t1 = time.perf_counter()
         decisions = decide(snapshot)
         t2 = time.perf_counter()
-        result = apply_decisions(decisions, index=index, now=timezone.now())
+        result = apply_decisions(decisions, index=index, now=timezone.now(), snapshot=snapshot)
         t3 = time.perf_counter()
         reconcile(now=timezone.now())
         t4 = time.perf_counter()
