@@ -97,6 +97,21 @@ class PriceSchedule:
         self._steps = sorted(steps, key=lambda s: s.effective_from)
         self._starts = [s.effective_from for s in self._steps]
 
+    @property
+    def steps(self) -> tuple[RateStep, ...]:
+        return tuple(self._steps)
+
+    def overridden_by(self, override: PriceSchedule) -> PriceSchedule:
+        """This (platform-wide) schedule with a cluster's own steps taking over from the first
+        of them on: before it, this schedule's rates; from it, only the override's (a later
+        platform-wide step no longer applies). No override: this schedule unchanged."""
+        if not override._steps:
+            return self
+        first = override._steps[0].effective_from
+        return PriceSchedule(
+            [s for s in self._steps if s.effective_from < first] + list(override._steps)
+        )
+
     def rate_at(self, at: datetime) -> Decimal | None:
         """The rate in force at ``at``, or None before the first step."""
         i = bisect.bisect_right(self._starts, at) - 1

@@ -79,6 +79,34 @@ def test_splitting_an_interval_never_changes_its_price(steps, a, length, cut):
     )
 
 
+def test_a_clusters_override_takes_over_from_its_first_step():
+    platform = calc.PriceSchedule(
+        [calc.RateStep(T0, Decimal("2")), calc.RateStep(utc(2026, 12, 1, 2), Decimal("4"))]
+    )
+    own = calc.PriceSchedule([calc.RateStep(utc(2026, 12, 1, 1), Decimal("5"))])
+    merged = platform.overridden_by(own)
+    assert merged.rate_at(utc(2026, 12, 1, 0, 59)) == Decimal("2")  # the platform's, before
+    assert merged.rate_at(utc(2026, 12, 1, 1)) == Decimal("5")
+    assert merged.rate_at(utc(2026, 12, 1, 3)) == Decimal("5")  # a later platform step: not here
+    assert platform.overridden_by(calc.PriceSchedule([])) is platform
+    # An override before any platform rate prices the time the platform left unpriced.
+    early = calc.PriceSchedule([calc.RateStep(T0 - timedelta(hours=1), Decimal("1"))])
+    cost, unpriced = platform.overridden_by(early).price(T0 - timedelta(hours=1), T0)
+    assert (cost, unpriced) == (Decimal("1.000000"), 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=STEPS, own=STEPS, at=st.integers(-3600, 50 * 3600))
+def test_an_overridden_rate_is_the_clusters_once_it_has_one(base, own, at):
+    platform = calc.PriceSchedule([calc.RateStep(T0 + timedelta(seconds=s), r) for s, r in base])
+    cluster = calc.PriceSchedule([calc.RateStep(T0 + timedelta(seconds=s), r) for s, r in own])
+    instant = T0 + timedelta(seconds=at)
+    expected = cluster.rate_at(instant)
+    if expected is None:
+        expected = platform.rate_at(instant)
+    assert platform.overridden_by(cluster).rate_at(instant) == expected
+
+
 def test_forecast_window_is_clipped_to_the_month():
     assert calc.forecast_window(utc(2026, 12, 1, 2), date(2026, 12, 1)) == (
         utc(2026, 12, 1),
