@@ -1,5 +1,5 @@
-"""REST endpoints of billing: the price book, budgets, budget alerts and statements (with close,
-CSV export and adjustments). Views translate HTTP into selector and service calls; every queryset
+"""REST endpoints of billing: the price book (platform-wide and per-cluster rates), budgets,
+budget alerts, statements (with close, CSV export and adjustments) and the cost dashboard. Views translate HTTP into selector and service calls; every queryset
 comes from a selector scoped to the caller's teams, so another team's statement is a 404 and a
 ``team`` in a body is looked up among the caller's teams only."""
 
@@ -20,6 +20,7 @@ from catalogue.models import GpuModel
 from core.bounds import api_number
 from core.errors import DomainError, NotFound
 from core.ids import parse_id
+from scheduler.models import Cluster
 from tenants.permissions import visible_teams
 
 from . import calc, selectors, services
@@ -38,15 +39,34 @@ class PriceRateSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     capacity = serializers.ChoiceField(choices=Capacity.choices)
     rate_per_gpu_hour = api_number(PriceRate, "rate_per_gpu_hour")
+    # A cluster's name: the rate overrides the platform-wide one there. Null or absent: the
+    # platform-wide rate. An unknown name is a 400 on this field.
+    cluster = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Cluster.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+    )
 
     class Meta:
         model = PriceRate
-        fields = ["id", "gpu_model", "capacity", "effective_from", "rate_per_gpu_hour", "note"]
+        fields = [
+            "id",
+            "gpu_model",
+            "capacity",
+            "effective_from",
+            "rate_per_gpu_hour",
+            "note",
+            "cluster",
+        ]
 
 
 class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
-    """The price book: USD per GPU-hour by GPU model and capacity type, with effective dates.
-    Everyone signed in reads it; platform admins add rates (from now on, never backdated)."""
+    """The price book: USD per GPU-hour by GPU model and capacity type, with effective dates,
+    platform-wide (``cluster`` null) or for one cluster, where it overrides the platform-wide
+    rate. Everyone signed in reads it; platform admins add rates (from now on, never
+    backdated)."""
 
     serializer_class = PriceRateSerializer
     filterset_fields = ["capacity"]
@@ -64,6 +84,7 @@ class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
             capacity=data["capacity"],
             rate_per_gpu_hour=data["rate_per_gpu_hour"],
             effective_from=data["effective_from"],
+            cluster=data.get("cluster"),
             note=data.get("note", ""),
         )
         return Response(PriceRateSerializer(rate).data, status=status.HTTP_201_CREATED)
@@ -167,6 +188,7 @@ class StatementLineSerializer(serializers.Serializer):
     capacity = serializers.CharField(read_only=True)
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True)
     cost = serializers.DecimalField(max_digits=14, decimal_places=2, read_only=True)
+    cluster = serializers.CharField(read_only=True, help_text='the cluster\'s name; "" if unknown')
 
 
 class AdjustmentSerializer(serializers.Serializer):
@@ -363,6 +385,36 @@ class CostViewSet(viewsets.ViewSet):
                 {"user": u, "gpu_hours": round(h, 3), "cost": str(c.quantize(calc.CENT))}
                 for u, h, c in d.by_user
             ],
+            # The same GPU spend split by cluster ("(unknown)": usage metered before clusters
+            # were recorded whose allocation was gone); the costs add up to "spend".
+            "by_cluster": [
+                {
+                    "cluster": c.cluster,
+                    "gpu_hours": round(c.gpu_hours, 3),
+                    "cost": str(c.cost.quantize(calc.CENT)),
+                }
+                for c in d.by_cluster()
+            ],
+            # Data movement to clusters without a copy of a job's dataset (not in "spend").
+            "egress": {
+                "cost": str(d.egress_cost.quantize(calc.CENT)),
+                "gb": round(d.egress_gb, 3),
+                "charges": [
+                    {
+                        "job": e.job_id,
+                        "attempt": e.attempt,
+                        "team": e.team,
+                        "dataset": e.dataset,
+                        "from_cluster": e.from_cluster,
+                        "to_cluster": e.to_cluster,
+                        "size_gb": e.size_gb,
+                        "price_per_gb": str(e.price_per_gb),
+                        "cost": str(e.cost.quantize(calc.CENT)),
+                        "time": e.time.isoformat(),
+                    }
+                    for e in d.egress
+                ],
+            },
             "lost_work": {
                 "gpu_hours": round(d.lost_gpu_hours, 3),
                 "cost": str(d.lost_cost.quantize(calc.CENT)),

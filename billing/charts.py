@@ -76,6 +76,26 @@ def spend_over_time(d: CostDashboard) -> go.Figure:
     return fig
 
 
+def spend_by_cluster(d: CostDashboard) -> go.Figure:
+    """Daily spend stacked by cluster (the same spend as the GPU-model chart, split by where
+    it ran)."""
+    fig = go.Figure(layout={**_LAYOUT, "title": "Spend per day by cluster (USD)"})
+    by_cluster = d.daily_by_cluster()
+    for cluster, days in by_cluster.items():
+        xs = sorted(days)
+        fig.add_bar(
+            name=cluster,
+            x=[x.isoformat() for x in xs],
+            y=[float(days[x]) for x in xs],
+            width=_DAY_MS * 0.8,
+        )
+    fig.update_layout(barmode="stack")
+    _month_axis(fig, d)
+    if not by_cluster:
+        _empty_note(fig, "no usage metered this month")
+    return fig
+
+
 def budget_and_forecast(d: CostDashboard) -> go.Figure:
     """Cumulative spend, the straight-line forecast to month end, and the budget line."""
     fig = go.Figure(layout={**_LAYOUT, "title": "Spend to date, forecast and budget (USD)"})
@@ -156,9 +176,10 @@ def waste(d: CostDashboard) -> go.Figure:
 
 
 def all_figures(d: CostDashboard) -> dict[str, go.Figure]:
-    """The dashboard's four figures by id."""
+    """The dashboard's figures by id."""
     return {
         "spend": spend_over_time(d),
+        "clusters": spend_by_cluster(d),
         "budget": budget_and_forecast(d),
         "top-jobs": top_jobs(d),
         "waste": waste(d),

@@ -4,7 +4,8 @@ Invariants the database enforces (named constraints), so a re-run, a racing work
 shell cannot break them:
 - one usage row per (allocation, hour bucket): re-running the meter overwrites, never adds;
 - one lost-work row per (job, cumulative lost GPU-seconds): a loss is metered once;
-- one price per (GPU model, capacity type, effective instant);
+- one price per (cluster or the platform, GPU model, capacity type, effective instant);
+- one egress charge per job attempt;
 - one budget per (team, month), one alert per (budget, threshold): an alert fires once;
 - one statement per (team, month); a closed statement carries its closing time and total.
 
@@ -21,7 +22,7 @@ from django.db import models
 from django.db.models import Q
 
 from catalogue.models import GpuModel
-from scheduler.models import Allocation, Job
+from scheduler.models import Allocation, Cluster, Job
 from tenants.models import Team
 
 from . import calc
@@ -45,8 +46,17 @@ class Capacity(models.TextChoices):
 
 class PriceRate(models.Model):
     """USD per GPU-hour for one GPU model and capacity type, valid from ``effective_from`` until
-    the next rate of the same pair. Rows are append-only: a change is a new row."""
+    the next rate of the same pair. Rows are append-only: a change is a new row.
 
+    ``cluster`` null: the platform-wide rate, for every cluster. A cluster's own rows override
+    the platform-wide ones for that cluster, GPU model and capacity from the first override's
+    effective date on (``calc.PriceSchedule.overridden_by``): later platform-wide changes no
+    longer reach that pair on that cluster."""
+
+    # PROTECT: the rates explain what usage already cost; a cluster with prices is not deleted.
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, related_name="price_rates", on_delete=models.PROTECT
+    )
     gpu_model = models.ForeignKey(GpuModel, related_name="price_rates", on_delete=models.PROTECT)
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
     effective_from = models.DateTimeField()
@@ -60,11 +70,19 @@ class PriceRate(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["gpu_model__name", "capacity", "effective_from"]
+        ordering = ["cluster__name", "gpu_model__name", "capacity", "effective_from"]
         constraints = [
+            # Two conditional constraints, not one over a nullable column: NULLs are distinct in
+            # a unique index, so one constraint would let two platform-wide rates start at once.
             models.UniqueConstraint(
                 fields=["gpu_model", "capacity", "effective_from"],
+                condition=Q(cluster__isnull=True),
                 name="price_unique_model_cap_from",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "gpu_model", "capacity", "effective_from"],
+                condition=Q(cluster__isnull=False),
+                name="price_unique_cluster_model_cap_from",
             ),
             models.CheckConstraint(condition=Q(rate_per_gpu_hour__gte=0), name="price_rate_gte_0"),
             # Also refuses NaN (PostgreSQL sorts it above every number), which broke pricing.
@@ -77,7 +95,8 @@ class PriceRate(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.gpu_model} {self.capacity} ${self.rate_per_gpu_hour}/GPU-h from {self.effective_from:%Y-%m-%d %H:%M}"
+        where = f" on {self.cluster}" if self.cluster_id else ""
+        return f"{self.gpu_model} {self.capacity}{where} ${self.rate_per_gpu_hour}/GPU-h from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
 class UsageRecord(models.Model):
@@ -102,6 +121,18 @@ class UsageRecord(models.Model):
     )
     gpu_model = models.ForeignKey(
         GpuModel, related_name="usage", on_delete=models.PROTECT, db_index=False
+    )
+    # The cluster of the allocation's node (priced by that cluster's rates). A plain id like
+    # job's: usage outlives a removed cluster. NULL: metered before clusters were recorded and
+    # the allocation was gone by then (never guessed).
+    cluster = models.ForeignKey(
+        Cluster,
+        null=True,
+        blank=True,
+        related_name="+",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
     )
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
     gpu_seconds = models.FloatField()
@@ -137,7 +168,7 @@ class UsageRecord(models.Model):
 
 
 class UsageDaily(models.Model):
-    """Usage rolled up per (team, UTC day, GPU model, capacity): what dashboards and budget
+    """Usage rolled up per (team, UTC day, GPU model, capacity, cluster): what dashboards and budget
     checks read, so they cost the same whatever the number of allocations. Rebuilt from
     ``UsageRecord`` for every (team, day) the meter touches, in the same transaction (absolute
     values again, so the rollup is idempotent too)."""
@@ -146,6 +177,16 @@ class UsageDaily(models.Model):
     day = models.DateField()
     gpu_model = models.ForeignKey(GpuModel, related_name="+", on_delete=models.PROTECT)
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    # As on UsageRecord: a plain id, NULL for usage whose cluster is unknown.
+    cluster = models.ForeignKey(
+        Cluster,
+        null=True,
+        blank=True,
+        related_name="+",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+    )
     gpu_seconds = models.FloatField()
     cost = models.DecimalField(**MONEY)
     unpriced_gpu_seconds = models.FloatField(default=0.0)
@@ -155,16 +196,24 @@ class UsageDaily(models.Model):
     idle_cost = models.DecimalField(**MONEY, default=0)
 
     class Meta:
-        ordering = ["day", "team_id", "gpu_model_id", "capacity"]
+        ordering = ["day", "team_id", "gpu_model_id", "capacity", "cluster_id"]
         constraints = [
+            # Conditional pair: NULLs are distinct in a unique index (see PriceRate).
             models.UniqueConstraint(
-                fields=["team", "day", "gpu_model", "capacity"], name="usagedaily_unique_key"
+                fields=["team", "day", "gpu_model", "capacity", "cluster"],
+                condition=Q(cluster__isnull=False),
+                name="usagedaily_unique_key",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "day", "gpu_model", "capacity"],
+                condition=Q(cluster__isnull=True),
+                name="usagedaily_unique_key_no_cluster",
             ),
         ]
         indexes = [models.Index(fields=["day"], name="usagedaily_day")]
 
     def __str__(self) -> str:
-        return f"{self.team_id} {self.day} {self.gpu_model_id} {self.capacity}: ${self.cost}"
+        return f"{self.team_id} {self.day} {self.gpu_model_id} {self.capacity} @{self.cluster_id}: ${self.cost}"
 
 
 class UsageJobMonth(models.Model):
@@ -187,6 +236,45 @@ class UsageJobMonth(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} {self.month:%Y-%m}: ${self.cost}"
+
+
+class EgressCharge(models.Model):
+    """Moving a job's dataset to the cluster an attempt started on, when that cluster holds no
+    copy and another does: ``size_gb`` x the cheapest holder's egress price per GB (the rule of
+    ``scheduler.policy.routing.egress_cost``), charged to the job's team once per attempt.
+
+    Facts are copied, not referenced: the dataset, its size and the price are what they were
+    when the meter saw the attempt start, whatever the catalogue says later."""
+
+    job = models.ForeignKey(
+        Job, related_name="egress_charges", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    attempt = models.PositiveIntegerField()
+    team = models.ForeignKey(Team, related_name="egress_charges", on_delete=models.PROTECT)
+    dataset = models.CharField(max_length=200)
+    from_cluster = models.ForeignKey(
+        Cluster, related_name="+", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    to_cluster = models.ForeignKey(
+        Cluster, related_name="+", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    size_gb = models.FloatField()
+    price_per_gb = models.DecimalField(max_digits=10, decimal_places=4)
+    cost = models.DecimalField(**MONEY)
+    # When the attempt started: the month the charge belongs to.
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ["time", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="egress_unique_job_attempt"),
+            models.CheckConstraint(condition=Q(size_gb__gt=0), name="egress_size_positive"),
+            models.CheckConstraint(condition=Q(cost__gte=0), name="egress_cost_gte_0"),
+        ]
+        indexes = [models.Index(fields=["team", "time"], name="egress_team_time")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: {self.size_gb:g} GB ${self.cost}"
 
 
 class AllocationMeter(models.Model):
@@ -350,20 +438,25 @@ class Statement(models.Model):
 
 
 class StatementLine(models.Model):
-    """One frozen line of a closed statement: a (sub-)team's usage of one GPU model and capacity."""
+    """One frozen line of a closed statement: a (sub-)team's usage of one GPU model and capacity
+    on one cluster."""
 
     statement = models.ForeignKey(Statement, related_name="lines", on_delete=models.PROTECT)
     team = models.ForeignKey(Team, related_name="+", on_delete=models.PROTECT)
     gpu_model = models.ForeignKey(GpuModel, related_name="+", on_delete=models.PROTECT)
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
+    # The cluster's name when the statement closed (frozen text, like the rest of the line);
+    # "" for usage whose cluster is unknown and for lines closed before clusters were recorded.
+    cluster = models.CharField(max_length=64, blank=True, default="")
     gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)
     cost = models.DecimalField(max_digits=14, decimal_places=2)
 
     class Meta:
-        ordering = ["team__slug", "gpu_model__name", "capacity"]
+        ordering = ["team__slug", "gpu_model__name", "capacity", "cluster"]
         constraints = [
             models.UniqueConstraint(
-                fields=["statement", "team", "gpu_model", "capacity"], name="stmtline_unique_key"
+                fields=["statement", "team", "gpu_model", "capacity", "cluster"],
+                name="stmtline_unique_key",
             ),
         ]
 

@@ -3,7 +3,8 @@ another team's statement, budget or dashboard is NotFound (never "forbidden": na
 
 Dashboard selectors return plain dataclasses of series (no ORM objects), which the chart code
 turns into figures. A dashboard costs a fixed number of small queries whatever the data size:
-daily spend and idle sums from the ``UsageDaily`` rollup, top jobs from ``UsageJobMonth``, the
+daily spend and idle sums (by GPU model, and by cluster) from the ``UsageDaily`` rollup, top jobs
+from ``UsageJobMonth``, egress charges (one row per job attempt that moved data), the
 forecast's trailing-day spend from raw usage (24 hours of rows at most), and small reads of lost
 work, budget, alerts and names. Statements read raw usage (authoritative, rarely opened).
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay
 
 from catalogue.models import GpuModel
@@ -29,6 +30,7 @@ from . import calc
 from .models import (
     Budget,
     BudgetAlert,
+    EgressCharge,
     LostWork,
     PriceRate,
     Statement,
@@ -37,7 +39,7 @@ from .models import (
     UsageJobMonth,
     UsageRecord,
 )
-from .services import statement_live_lines
+from .services import cluster_labels, statement_live_lines
 from .tree import TeamTree
 
 # ----------------------------------------------------------------------------- series
@@ -50,6 +52,44 @@ class DaySpend:
     capacity: str
     gpu_hours: float
     cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDaySpend:
+    """One day's GPU spend on one cluster (``cluster``: its name, or ``UNKNOWN_CLUSTER_LABEL``)."""
+
+    day: date
+    cluster: str
+    gpu_hours: float
+    cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpend:
+    cluster: str
+    gpu_hours: float
+    cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class EgressLine:
+    """One egress charge: a job attempt's dataset moved from ``from_cluster`` to ``to_cluster``."""
+
+    time: datetime
+    job_id: int
+    attempt: int
+    team: str
+    dataset: str
+    from_cluster: str
+    to_cluster: str
+    size_gb: float
+    price_per_gb: Decimal
+    cost: Decimal
+
+
+# How dashboards name usage whose cluster is unknown (metered before clusters were recorded, its
+# allocation gone): a bucket of its own, so the split by cluster still adds up to the spend.
+UNKNOWN_CLUSTER_LABEL = "(unknown)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +156,36 @@ class CostDashboard:
     team_slug: str | None = None
     # (username, GPU-hours, cost), largest cost first.
     by_user: list[tuple[str, float, Decimal]] = field(default_factory=list)
+    # GPU spend per day and cluster (the same usage as ``days``, split the other way).
+    cluster_days: list[ClusterDaySpend] = field(default_factory=list)
+    # Data movement charged this month (not part of ``spend``, which is GPU time).
+    egress: list[EgressLine] = field(default_factory=list)
+
+    def by_cluster(self) -> list[ClusterSpend]:
+        """The month's GPU spend per cluster, largest first (sums to ``spend`` before rounding)."""
+        hours: dict[str, float] = defaultdict(float)
+        cost: dict[str, Decimal] = defaultdict(Decimal)
+        for d in self.cluster_days:
+            hours[d.cluster] += d.gpu_hours
+            cost[d.cluster] += d.cost
+        return sorted(
+            (ClusterSpend(c, hours[c], cost[c]) for c in cost), key=lambda x: (-x.cost, x.cluster)
+        )
+
+    def daily_by_cluster(self) -> dict[str, dict[date, Decimal]]:
+        """Cluster -> day -> spend."""
+        out: dict[str, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        for d in self.cluster_days:
+            out[d.cluster][d.day] += d.cost
+        return {c: dict(days) for c, days in sorted(out.items())}
+
+    @property
+    def egress_cost(self) -> Decimal:
+        return sum((e.cost for e in self.egress), Decimal(0))
+
+    @property
+    def egress_gb(self) -> float:
+        return sum(e.size_gb for e in self.egress)
 
     @property
     def spend(self) -> Decimal:
@@ -226,6 +296,58 @@ def _daily_series(team_ids: list[int] | None, month: date):
         idle_cost=idle_cost.quantize(calc.CENT),
     )
     return days, idle, unpriced / 3600
+
+
+def _cluster_names(ids) -> dict[int | None, str]:
+    return {i: name or UNKNOWN_CLUSTER_LABEL for i, name in cluster_labels(ids).items()}
+
+
+def _cluster_series(team_ids: list[int] | None, month: date) -> list[ClusterDaySpend]:
+    """Daily spend by cluster, from the daily rollup (one query, plus one for the names)."""
+    first, after = _month_days(month)
+    qs = UsageDaily.objects.filter(day__gte=first, day__lt=after)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    rows = list(
+        qs.values("day", "cluster_id")
+        .annotate(s_secs=Sum("gpu_seconds"), s_cost=Sum("cost"))
+        .order_by("day", "cluster_id")
+    )
+    names = _cluster_names({r["cluster_id"] for r in rows})
+    return [
+        ClusterDaySpend(
+            r["day"],
+            names[r["cluster_id"]],
+            (r["s_secs"] or 0.0) / 3600,
+            r["s_cost"] or Decimal(0),
+        )
+        for r in rows
+    ]
+
+
+def _egress_series(team_ids: list[int] | None, month: date) -> list[EgressLine]:
+    """The month's egress charges, oldest first."""
+    start, end = calc.month_bounds(month)
+    qs = EgressCharge.objects.filter(time__gte=start, time__lt=end)
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    rows = list(qs.select_related("team").order_by("time", "id"))
+    names = _cluster_names({r.from_cluster_id for r in rows} | {r.to_cluster_id for r in rows})
+    return [
+        EgressLine(
+            time=r.time,
+            job_id=r.job_id,
+            attempt=r.attempt,
+            team=r.team.slug,
+            dataset=r.dataset,
+            from_cluster=names[r.from_cluster_id],
+            to_cluster=names[r.to_cluster_id],
+            size_gb=r.size_gb,
+            price_per_gb=r.price_per_gb,
+            cost=r.cost,
+        )
+        for r in rows
+    ]
 
 
 def _top_jobs(team_ids: list[int] | None, month: date, limit: int) -> list[JobCost]:
@@ -345,6 +467,8 @@ def team_cost_dashboard(
         days=days,
         top_jobs=_top_jobs(team_ids, month, top),
         by_user=_by_user(team_ids, month),
+        cluster_days=_cluster_series(team_ids, month),
+        egress=_egress_series(team_ids, month),
         lost=_lost_series(team_ids, month),
         idle=idle,
         budget=_budget_summary(team, team_ids, days, month, now),
@@ -472,6 +596,8 @@ def admin_cost_overview(
         days=days,
         top_jobs=_top_jobs(None, month, 10),
         by_user=_by_user(None, month),
+        cluster_days=_cluster_series(None, month),
+        egress=_egress_series(None, month),
         lost=_lost_series(None, month),
         idle=idle,
         budget=_budget_summary(None, None, days, month, now),
@@ -506,6 +632,8 @@ class StatementLineView:
     capacity: str
     gpu_hours: Decimal
     cost: Decimal
+    # The cluster's name; "" when unknown.
+    cluster: str = ""
 
 
 @dataclass
@@ -542,6 +670,7 @@ def statement_view(*, statement: Statement) -> StatementView:
                 line.capacity,
                 line.gpu_hours,
                 line.cost,
+                line.cluster,
             )
             for line in statement.lines.all()
         ]
@@ -555,6 +684,8 @@ def statement_view(*, statement: Statement) -> StatementView:
             adjustments,
             metered_after_close=live_total - statement.total,
         )
+    live = statement_live_lines(statement=statement)
+    clusters = cluster_labels({row["cluster_id"] for row in live})
     lines = [
         StatementLineView(
             teams.get(row["team_id"], "?"),
@@ -562,20 +693,23 @@ def statement_view(*, statement: Statement) -> StatementView:
             row["capacity"],
             (Decimal(repr(row["gpu_seconds"])) / 3600).quantize(Decimal("0.0001")),
             row["cost"].quantize(calc.CENT),
+            clusters[row["cluster_id"]],
         )
-        for row in statement_live_lines(statement=statement)
+        for row in live
     ]
-    lines.sort(key=lambda x: (x.team, x.gpu_model, x.capacity))
+    lines.sort(key=lambda x: (x.team, x.gpu_model, x.capacity, x.cluster))
     return StatementView(statement, lines, sum((x.cost for x in lines), Decimal(0)), adjustments)
 
 
 def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
     """The statement as CSV rows: a header, one row per line, adjustments, totals; every cell
-    safe to open in a spreadsheet (``tenants.csvcells``)."""
+    safe to open in a spreadsheet (``tenants.csvcells``). ``cluster`` is the last column
+    (appended, so readers of the earlier columns by position keep working); empty on the
+    total and adjustment rows and for usage whose cluster is unknown."""
     s = view.statement
     month = f"{s.month:%Y-%m}"
     header = ["month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd"]
-    rows = [[*header, "note"]]
+    rows = [[*header, "note", "cluster"]]
     for line in view.lines:
         rows.append(
             [
@@ -587,12 +721,13 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
                 str(line.gpu_hours),
                 str(line.cost),
                 "",
+                line.cluster,
             ]
         )
-    rows.append([month, s.team.slug, "", "", "total", "", str(view.total), ""])
+    rows.append([month, s.team.slug, "", "", "total", "", str(view.total), "", ""])
     for adj in view.adjustments:
         # The reason in a column of its own (an admin's free text: escaped like any cell).
-        rows.append([month, s.team.slug, "", "", "adjustment", "", str(adj.amount), adj.reason])
+        rows.append([month, s.team.slug, "", "", "adjustment", "", str(adj.amount), adj.reason, ""])
     rows.append(
         [
             month,
@@ -603,6 +738,7 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
             "",
             str(view.adjusted_total),
             "",
+            "",
         ]
     )
     return safe_rows(rows)
@@ -612,9 +748,10 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
 
 
 def price_list() -> QuerySet[PriceRate]:
-    """The whole price book (public to every signed-in user: prices are not secret)."""
-    return PriceRate.objects.select_related("gpu_model").order_by(
-        "gpu_model__name", "capacity", "effective_from"
+    """The whole price book (public to every signed-in user: prices are not secret), the
+    platform-wide rates first, then each cluster's overrides."""
+    return PriceRate.objects.select_related("gpu_model", "cluster").order_by(
+        F("cluster__name").asc(nulls_first=True), "gpu_model__name", "capacity", "effective_from"
     )
 
 
@@ -630,13 +767,23 @@ def alert_list(*, user) -> QuerySet[BudgetAlert]:
 
 def price_book_in_force(*, at: datetime, cluster_names: list[str]) -> dict:
     """What the scheduler routes by (``settings.SCHEDULER_PRICE_BOOK_SOURCE``): per cluster,
-    GPU model -> capacity type -> USD per GPU-hour in force at ``at``. The book's rates apply to
-    every cluster."""
-    in_force: dict[str, dict[str, float]] = {}
-    for model, capacity, rate in (
+    GPU model -> capacity type -> USD per GPU-hour in force at ``at``: the cluster's own rate
+    where it has one in force, else the platform-wide rate (the meter's rule,
+    ``calc.PriceSchedule.overridden_by``). One query."""
+    platform: dict[str, dict[str, float]] = {}
+    own: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for cluster, model, capacity, rate in (
         PriceRate.objects.filter(effective_from__lte=at)
-        .order_by("gpu_model__name", "capacity", "effective_from")
-        .values_list("gpu_model__name", "capacity", "rate_per_gpu_hour")
+        .filter(Q(cluster__isnull=True) | Q(cluster__name__in=cluster_names))
+        .order_by("effective_from", "id")
+        .values_list("cluster__name", "gpu_model__name", "capacity", "rate_per_gpu_hour")
     ):
-        in_force.setdefault(model, {})[capacity] = float(rate)  # the latest step wins
-    return {name: in_force for name in cluster_names}
+        book = platform if cluster is None else own[cluster]
+        book.setdefault(model, {})[capacity] = float(rate)  # the latest step wins
+    out = {}
+    for name in cluster_names:
+        prices = {model: dict(rates) for model, rates in platform.items()}
+        for model, rates in own.get(name, {}).items():
+            prices.setdefault(model, {}).update(rates)
+        out[name] = prices
+    return out

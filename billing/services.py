@@ -26,7 +26,7 @@ from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound
-from scheduler.models import Allocation, Job, JobEvent
+from scheduler.models import Allocation, Cluster, ClusterDataset, Dataset, Job, JobEvent
 from tenants.models import Team
 from tenants.permissions import can_manage_team, is_platform_admin
 
@@ -38,6 +38,7 @@ from .models import (
     Budget,
     BudgetAlert,
     Capacity,
+    EgressCharge,
     LostKind,
     LostWork,
     PriceRate,
@@ -59,13 +60,35 @@ LOSS_EVENT_KINDS = (LostKind.PREEMPTED.value, LostKind.NODE_FAILED.value)
 # --------------------------------------------------------------------------- price book
 
 
-def _price_schedules() -> dict[tuple[int, str], calc.PriceSchedule]:
-    steps: dict[tuple[int, str], list[calc.RateStep]] = defaultdict(list)
-    for gpu_model_id, capacity, start, rate in PriceRate.objects.values_list(
-        "gpu_model_id", "capacity", "effective_from", "rate_per_gpu_hour"
-    ):
-        steps[(gpu_model_id, capacity)].append(calc.RateStep(start, rate))
-    return {key: calc.PriceSchedule(value) for key, value in steps.items()}
+class PriceBook:
+    """The whole price book as schedules, loaded in one query: per (cluster, GPU model,
+    capacity) the platform-wide schedule with that cluster's own rates taking over from their
+    first effective date (``calc.PriceSchedule.overridden_by``)."""
+
+    def __init__(self, rows: Iterable[tuple[int | None, int, str, datetime, Decimal]]):
+        steps: dict[tuple[int | None, int, str], list[calc.RateStep]] = defaultdict(list)
+        for cluster_id, gpu_model_id, capacity, start, rate in rows:
+            steps[(cluster_id, gpu_model_id, capacity)].append(calc.RateStep(start, rate))
+        self._own = {key: calc.PriceSchedule(value) for key, value in steps.items()}
+        self._merged: dict[tuple[int | None, int, str], calc.PriceSchedule] = {}
+
+    @classmethod
+    def load(cls) -> PriceBook:
+        return cls(
+            PriceRate.objects.values_list(
+                "cluster_id", "gpu_model_id", "capacity", "effective_from", "rate_per_gpu_hour"
+            )
+        )
+
+    def schedule(self, *, cluster_id: int | None, gpu_model_id: int, capacity: str):
+        """The rates a GPU of ``gpu_model_id`` on ``cluster_id`` is priced at (no cluster: the
+        platform-wide rates only)."""
+        key = (cluster_id, gpu_model_id, capacity)
+        if key not in self._merged:
+            platform = self._own.get((None, gpu_model_id, capacity), _NO_PRICES)
+            own = self._own.get(key, _NO_PRICES) if cluster_id is not None else _NO_PRICES
+            self._merged[key] = platform.overridden_by(own)
+        return self._merged[key]
 
 
 _NO_PRICES = calc.PriceSchedule([])
@@ -79,15 +102,23 @@ def price_set(
     capacity: str,
     rate_per_gpu_hour: Decimal,
     effective_from: datetime,
+    cluster: Cluster | str | None = None,
     note: str = "",
     now: datetime | None = None,
 ) -> PriceRate:
-    """Add a rate to the price book (platform admins only). It applies from ``effective_from``
-    on; it may not start in the past, so time already metered is never repriced."""
+    """Add a rate to the price book (platform admins only): platform-wide, or for one
+    ``cluster`` (a row or its name; an unknown name is an error on field "cluster"), where it
+    overrides the platform-wide rate of that GPU model and capacity from ``effective_from`` on.
+    It may not start in the past, so time already metered is never repriced."""
     now = now or timezone.now()
     errors: dict[str, list[str]] = {}
     if not is_platform_admin(user):
         raise DomainError("only platform admins change the price book", field="gpu_model")
+    if isinstance(cluster, str):
+        name = cluster
+        cluster = Cluster.objects.filter(name=name).first()
+        if cluster is None:
+            errors["cluster"] = [f"no cluster named {name[:64]!r}"]
     if capacity not in Capacity.values:
         errors["capacity"] = [f"must be one of {', '.join(Capacity.values)}"]
     if not isinstance(rate_per_gpu_hour, Decimal):
@@ -98,13 +129,20 @@ def price_set(
         errors["effective_from"] = [
             "must not be in the past: a price change applies from its date only"
         ]
-    elif PriceRate.objects.filter(
-        gpu_model=gpu_model, capacity=capacity, effective_from=effective_from
-    ).exists():
-        errors["effective_from"] = ["a rate for this GPU model and capacity starts then already"]
+    elif (
+        "cluster" not in errors
+        and PriceRate.objects.filter(
+            cluster=cluster, gpu_model=gpu_model, capacity=capacity, effective_from=effective_from
+        ).exists()
+    ):
+        where = f"on cluster {cluster.name}" if cluster else "platform-wide"
+        errors["effective_from"] = [
+            f"a rate for this GPU model and capacity {where} starts then already"
+        ]
     if errors:
         raise FieldErrors(errors)
     return PriceRate.objects.create(
+        cluster=cluster,
         gpu_model=gpu_model,
         capacity=capacity,
         rate_per_gpu_hour=rate_per_gpu_hour,
@@ -147,6 +185,7 @@ class MeterResult:
     usage_rows: int = 0
     finalized_allocations: int = 0
     lost_rows: int = 0
+    egress_rows: int = 0
     alerts: list[BudgetAlert] = field(default_factory=list)
     months: set[date] = field(default_factory=set)
     # True when another meter run held the lock: this one did nothing (that run covers it).
@@ -192,13 +231,16 @@ def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = N
     return result
 
 
-def _price_allocation(alloc, cursor, end, now, schedules):
+def _price_allocation(alloc, cursor, end, now, book: PriceBook):
     """The usage rows (and idle-source slices) of one allocation from ``cursor`` to ``end``.
     Raises ArithmeticError when a cost does not fit the money column."""
     rows, slices = [], []
     is_final = alloc.ended_at is not None and alloc.ended_at <= now
     capacity = Capacity.SPOT if alloc.node.spot else Capacity.ON_DEMAND
-    schedule = schedules.get((alloc.node.gpu_model_id, capacity), _NO_PRICES)
+    # The rates of the node's cluster: its own where it has them, else the platform's.
+    schedule = book.schedule(
+        cluster_id=alloc.node.cluster_id, gpu_model_id=alloc.node.gpu_model_id, capacity=capacity
+    )
     # Hours before the cursor's hour are complete; only that hour and later can still grow.
     since = max(alloc.started_at, calc.floor_hour(cursor)) if cursor else alloc.started_at
     for hour, _piece_start, stop in calc.hour_buckets(since, end):
@@ -215,6 +257,7 @@ def _price_allocation(alloc, cursor, end, now, schedules):
                 team_id=alloc.job.team_id,
                 user_id=alloc.job.submitter_id,
                 gpu_model_id=alloc.node.gpu_model_id,
+                cluster_id=alloc.node.cluster_id,
                 capacity=capacity,
                 gpu_seconds=(stop - lo).total_seconds(),
                 cost=cost,
@@ -251,8 +294,10 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
             "ended_at",
             "node__gpu_model_id",
             "node__spot",
+            "node__cluster_id",
             "job__team_id",
             "job__submitter_id",
+            "job__dataset",
         )
         .order_by("pk")
     )
@@ -263,7 +308,8 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
             "allocation_id", "metered_until"
         )
     )
-    schedules = _price_schedules()
+    _meter_egress(allocations=allocations, result=result)
+    book = PriceBook.load()
     slices: list[UsageSlice] = []
     rows: list[UsageRecord] = []
     meters: list[AllocationMeter] = []
@@ -274,7 +320,7 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         if cursor is not None and end < cursor:
             continue  # an older clock than the last run: keep what is recorded
         try:
-            alloc_rows, alloc_slices = _price_allocation(alloc, cursor, end, now, schedules)
+            alloc_rows, alloc_slices = _price_allocation(alloc, cursor, end, now, book)
         except (ArithmeticError, ValueError) as exc:
             # One allocation that cannot be priced is left for the next run (and logged); the
             # rest of the cluster is metered.
@@ -310,6 +356,7 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
             "finalized",
             "capacity",
             "gpu_model",
+            "cluster",
         ],
     )
     AllocationMeter.objects.bulk_create(
@@ -331,6 +378,72 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
     result.finalized_allocations += len(done_ids)
 
 
+def _meter_egress(*, allocations: list[Allocation], result: MeterResult) -> None:
+    """Charge the data movement of each job attempt the meter sees for the first time: when the
+    attempt's cluster holds no copy of the job's dataset and some cluster does, the dataset's
+    size x the cheapest holder's egress price per GB (``scheduler.policy.routing.egress_cost``'s
+    rule; ties go to the holder first by name). Unknown size, no holder, or a copy on the
+    attempt's cluster: no charge.
+
+    Decided once per attempt, with the facts of the first run that meters it (an attempt some of
+    whose allocations were metered before is left alone, so a fact changed later never charges
+    it after the fact); written once (unique (job, attempt), conflicts ignored)."""
+    attempts: dict[tuple[int, int], Allocation] = {}
+    for alloc in sorted(allocations, key=lambda a: (a.started_at, a.pk)):
+        if alloc.job.dataset:
+            attempts.setdefault((alloc.job_id, alloc.attempt), alloc)
+    if not attempts:
+        return
+    job_ids = {job_id for job_id, _ in attempts}
+    seen = set(
+        AllocationMeter.objects.filter(allocation__job_id__in=job_ids).values_list(
+            "allocation__job_id", "allocation__attempt"
+        )
+    )
+    seen |= set(EgressCharge.objects.filter(job_id__in=job_ids).values_list("job_id", "attempt"))
+    fresh = {key: alloc for key, alloc in attempts.items() if key not in seen}
+    if not fresh:
+        return
+    names = {alloc.job.dataset for alloc in fresh.values()}
+    sizes = dict(Dataset.objects.filter(name__in=names).values_list("name", "size_gb"))
+    holders: dict[str, list[tuple[Decimal, str, int]]] = defaultdict(list)
+    for name, cluster_id, cluster_name, price in ClusterDataset.objects.filter(
+        dataset__name__in=names
+    ).values_list("dataset__name", "cluster_id", "cluster__name", "egress_price_per_gb"):
+        holders[name].append((price, cluster_name, cluster_id))
+    charges = []
+    for (job_id, attempt), alloc in sorted(fresh.items()):
+        dataset = alloc.job.dataset
+        size = sizes.get(dataset)
+        held = holders.get(dataset, [])
+        if not size or not held or alloc.node.cluster_id in {c for _, _, c in held}:
+            continue
+        price, _, from_cluster_id = min(held)
+        try:
+            cost = (Decimal(repr(float(size))) * price).quantize(calc.COST_QUANTUM)
+            _check_cost(cost)
+        except (ArithmeticError, ValueError) as exc:
+            log.error("egress of job %s attempt %s not charged: %r", job_id, attempt, exc)
+            continue
+        charges.append(
+            EgressCharge(
+                job_id=job_id,
+                attempt=attempt,
+                team_id=alloc.job.team_id,
+                dataset=dataset,
+                from_cluster_id=from_cluster_id,
+                to_cluster_id=alloc.node.cluster_id,
+                size_gb=float(size),
+                price_per_gb=price,
+                cost=cost,
+                time=alloc.started_at,
+            )
+        )
+        result.months.add(calc.month_start(alloc.started_at))
+    EgressCharge.objects.bulk_create(charges, ignore_conflicts=True)
+    result.egress_rows += len(charges)
+
+
 _TELEMETERED = Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0)
 _DAILY_SUMS = {
     "s_secs": Sum("gpu_seconds"),
@@ -348,6 +461,7 @@ def _daily_row(team_id: int, day: date, r: dict) -> UsageDaily:
         day=day,
         gpu_model_id=r["gpu_model_id"],
         capacity=r["capacity"],
+        cluster_id=r["cluster_id"],
         gpu_seconds=r["s_secs"] or 0.0,
         cost=r["s_cost"] or Decimal(0),
         unpriced_gpu_seconds=r["s_unpriced"] or 0.0,
@@ -373,7 +487,7 @@ def _refresh_rollups(*, daily_keys: set[tuple[int, date]], job_keys: set[tuple[i
         fresh = [
             _daily_row(r["team_id"], day, r)
             for r in UsageRecord.objects.filter(team_id__in=team_ids, hour__gte=start, hour__lt=end)
-            .values("team_id", "gpu_model_id", "capacity")
+            .values("team_id", "gpu_model_id", "capacity", "cluster_id")
             .annotate(**_DAILY_SUMS)
         ]
         UsageDaily.objects.filter(team_id__in=team_ids, day=day).delete()
@@ -413,7 +527,7 @@ def usage_rollup_rebuild(*, month: date) -> tuple[int, int]:
     daily = [
         _daily_row(r["team_id"], r["day"].date(), r)
         for r in usage.annotate(day=TruncDay("hour"))
-        .values("team_id", "day", "gpu_model_id", "capacity")
+        .values("team_id", "day", "gpu_model_id", "capacity", "cluster_id")
         .annotate(**_DAILY_SUMS)
     ]
     UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date()).delete()
@@ -454,23 +568,27 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
         .values_list("job_id", "kind", "time")
     ):
         last_loss[job_id] = (kind, time)
-    last_node: dict[int, tuple[int, bool]] = {}
-    for job_id, gpu_model_id, spot in (
+    last_node: dict[int, tuple[int, bool, int | None]] = {}
+    for job_id, gpu_model_id, spot, cluster_id in (
         Allocation.objects.filter(job_id__in=job_ids, started_at__lt=now)
         .order_by("job_id", "started_at", "id")
-        .values_list("job_id", "node__gpu_model_id", "node__spot")
+        .values_list("job_id", "node__gpu_model_id", "node__spot", "node__cluster_id")
     ):
-        last_node[job_id] = (gpu_model_id, spot)
-    schedules = _price_schedules()
+        last_node[job_id] = (gpu_model_id, spot, cluster_id)
+    book = PriceBook.load()
     rows = []
     for job in jobs:
         delta = job.lost_gpu_seconds - (job.metered or 0.0)
         kind, occurred_at = last_loss.get(job.pk, (LostKind.OTHER, now))
-        gpu_model_id, spot = last_node.get(job.pk, (job.gpu_model_id, False))
+        gpu_model_id, spot, cluster_id = last_node.get(job.pk, (job.gpu_model_id, False, None))
         capacity = Capacity.SPOT if spot else Capacity.ON_DEMAND
         cost = Decimal(0)
-        schedule = schedules.get((gpu_model_id, capacity))
-        rate = schedule.rate_at(occurred_at) if schedule else None
+        rate = None
+        if gpu_model_id is not None:
+            schedule = book.schedule(
+                cluster_id=cluster_id, gpu_model_id=gpu_model_id, capacity=capacity
+            )
+            rate = schedule.rate_at(occurred_at)
         try:
             if rate is not None:
                 cost = (rate * Decimal(repr(delta)) / Decimal(3600)).quantize(calc.COST_QUANTUM)
@@ -663,18 +781,31 @@ def budget_check_submission(*, team: Team, now: datetime | None = None) -> None:
 
 # --------------------------------------------------------------------------- statements
 
+UNKNOWN_CLUSTER = ""
+
+
+def cluster_labels(cluster_ids: Iterable[int | None]) -> dict[int | None, str]:
+    """What a bill calls each cluster id of usage: its name; ``UNKNOWN_CLUSTER`` ("") for usage
+    whose cluster was never known; ``removed-<id>`` for a cluster deleted since."""
+    ids = set(cluster_ids)
+    names = dict(
+        Cluster.objects.filter(pk__in=[i for i in ids if i is not None]).values_list("id", "name")
+    )
+    return {i: UNKNOWN_CLUSTER if i is None else names.get(i, f"removed-{i}") for i in ids}
+
 
 def statement_live_lines(*, statement: Statement) -> list[dict]:
-    """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity)."""
+    """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity,
+    cluster id; None when unknown)."""
     start, end = calc.month_bounds(statement.month)
     tree = TeamTree.load()
     return list(
         UsageRecord.objects.filter(
             team_id__in=tree.subtree(statement.team_id), hour__gte=start, hour__lt=end
         )
-        .values("team_id", "gpu_model_id", "capacity")
+        .values("team_id", "gpu_model_id", "capacity", "cluster_id")
         .annotate(gpu_seconds=Sum("gpu_seconds"), cost=Sum("cost"))
-        .order_by("team_id", "gpu_model_id", "capacity")
+        .order_by("team_id", "gpu_model_id", "capacity", "cluster_id")
     )
 
 
@@ -698,12 +829,14 @@ def statement_close(
         if now < month_end:
             raise Conflict(f"{statement.month:%Y-%m} is not over yet", field="status")
         lines = statement_live_lines(statement=statement)
+        cluster_names = cluster_labels({line["cluster_id"] for line in lines})
         frozen = [
             StatementLine(
                 statement=statement,
                 team_id=line["team_id"],
                 gpu_model_id=line["gpu_model_id"],
                 capacity=line["capacity"],
+                cluster=cluster_names[line["cluster_id"]],
                 gpu_hours=(Decimal(repr(line["gpu_seconds"])) / 3600).quantize(Decimal("0.0001")),
                 cost=line["cost"].quantize(calc.CENT),
             )

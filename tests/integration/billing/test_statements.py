@@ -106,6 +106,7 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
             "capacity": "on_demand",
             "gpu_hours": "2.0000",
             "cost": "4.00",
+            "cluster": "test",
         }
     ]
     response = as_alice.get(f"/api/v1/billing/statements/{vision.pk}/csv/")
@@ -120,6 +121,7 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "gpu_hours",
         "cost_usd",
         "note",
+        "cluster",
     ]
     assert rows[1] == [
         "2026-11",
@@ -130,8 +132,9 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "2.0000",
         "4.00",
         "",
+        "test",
     ]
-    assert rows[-1][-2] == "4.00"
+    assert rows[-1][6] == "4.00"  # cost_usd keeps its place; cluster is appended
 
     # Members cannot close; admins can, and the detail then shows the frozen lines.
     assert as_alice.post(f"/api/v1/billing/statements/{vision.pk}/close/").status_code == 400

@@ -8,6 +8,7 @@ from decimal import Decimal
 from billing import charts
 from billing.selectors import (
     BudgetSummary,
+    ClusterDaySpend,
     CostDashboard,
     DaySpend,
     IdleSummary,
@@ -46,6 +47,25 @@ def test_spend_is_stacked_by_gpu_model_per_day():
     }
 
 
+def test_spend_is_stacked_by_cluster_per_day():
+    d = _dashboard(
+        cluster_days=[
+            ClusterDaySpend(date(2026, 12, 1), "onprem", 2.0, Decimal(4)),
+            ClusterDaySpend(date(2026, 12, 2), "cloud-a", 1.0, Decimal(1)),
+            ClusterDaySpend(date(2026, 12, 2), "onprem", 1.0, Decimal("0.5")),
+        ]
+    )
+    fig = charts.spend_by_cluster(d)
+    assert {t.name: (list(t.x), list(t.y)) for t in fig.data} == {
+        "cloud-a": (["2026-12-02"], [1.0]),
+        "onprem": (["2026-12-01", "2026-12-02"], [4.0, 0.5]),
+    }
+    assert [(c.cluster, c.cost) for c in d.by_cluster()] == [
+        ("onprem", Decimal("4.5")),
+        ("cloud-a", Decimal(1)),
+    ]
+
+
 def test_budget_chart_has_spend_forecast_and_hard_budget():
     fig = charts.budget_and_forecast(_dashboard())
     names = [t.name for t in fig.data]
@@ -66,4 +86,5 @@ def test_empty_month_gives_notes_not_blank_frames():
     empty = _dashboard(days=[], top_jobs=[], lost=[])
     assert "no usage metered this month" in _texts(charts.spend_over_time(empty))
     assert "no jobs metered this month" in _texts(charts.top_jobs(empty))
-    assert set(charts.all_figures(empty)) == {"spend", "budget", "top-jobs", "waste"}
+    assert "no usage metered this month" in _texts(charts.spend_by_cluster(empty))
+    assert set(charts.all_figures(empty)) == {"spend", "clusters", "budget", "top-jobs", "waste"}
