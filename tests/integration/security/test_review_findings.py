@@ -144,8 +144,9 @@ def test_statement_csv_cells_never_run_as_formulas(platform, teams):
         cells = [cell for row in rows for cell in row]
         assert not any(c.startswith(("=", "+", "@")) for c in cells), path
         adjustment = next(row for row in rows if row[4] == "adjustment")
-        assert adjustment[-1] == '\'=HYPERLINK("https://evil.example","refund")'
-        assert adjustment[-2] == "-12.50"  # numbers stay numbers
+        # By header, not from the end: columns are appended (cluster, issue 25).
+        assert adjustment[rows[0].index("note")] == '\'=HYPERLINK("https://evil.example","refund")'
+        assert adjustment[rows[0].index("cost_usd")] == "-12.50"  # numbers stay numbers
 
 
 @pytest.mark.parametrize("field", ["dataset", "image", "command", "env", "gpu_model", "elastic"])
