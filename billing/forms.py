@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from django import forms
 
+from catalogue.models import GpuModel
 from core.bounds import form_number
+from scheduler.models import Cluster
 
 from . import calc
-from .models import Budget
+from .models import Budget, Capacity, PriceRate
 
 
 class MonthField(forms.Field):
@@ -34,3 +36,21 @@ class BudgetForm(forms.Form):
             data = data.copy()
             data["amount"] = str(data["amount"]).replace(",", "").strip()
         super().__init__(data, **kwargs)
+
+
+class PriceForm(forms.Form):
+    """A rate for the price book: platform-wide (no cluster) or one cluster's override."""
+
+    gpu_model = forms.ModelChoiceField(
+        queryset=GpuModel.objects.order_by("name"), to_field_name="name", label="GPU model"
+    )
+    capacity = forms.ChoiceField(choices=Capacity.choices)
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        empty_label="all clusters (platform-wide)",
+    )
+    rate_per_gpu_hour = form_number(PriceRate, "rate_per_gpu_hour", label="USD per GPU-hour")
+    effective_from = forms.DateTimeField(label="Effective from (UTC)")
+    note = forms.CharField(max_length=200, required=False)

@@ -10,6 +10,7 @@ urlpatterns = [
     path("overview/", views.overview, name="overview"),
     path("teams/<slug:slug>/", views.team_dashboard, name="team"),
     path("teams/<slug:slug>/budget", views.budget_set, name="budget-set"),
+    path("prices/", views.price_book, name="prices"),
     path("statements/", views.statement_list, name="statements"),
     path("statements/<id:pk>/", views.statement_detail, name="statement"),
     path("statements/<id:pk>/csv", views.statement_csv, name="statement-csv"),

@@ -22,7 +22,7 @@ from core.errors import DomainError, NotFound
 from tenants.permissions import can_manage_team, is_platform_admin, visible_teams
 
 from . import calc, charts, selectors, services
-from .forms import BudgetForm
+from .forms import BudgetForm, PriceForm
 
 
 def _month(request) -> date:
@@ -183,6 +183,51 @@ def overview(request):
         **_month_nav(month),
     }
     return render(request, "billing/overview.html", context)
+
+
+@login_required
+def price_book(request):
+    """The price book, platform-wide rates then each cluster's overrides (every signed-in user
+    reads it: prices are not secret); platform admins add rates here (``services.price_set``).
+    A refused rate is reported on the page and nothing is written."""
+    is_admin = is_platform_admin(request.user)
+    form = PriceForm()
+    status = 200
+    if request.method == "POST":
+        if not is_admin:
+            raise Http404("no such page")
+        form = PriceForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                rate = services.price_set(
+                    user=request.user,
+                    gpu_model=data["gpu_model"],
+                    capacity=data["capacity"],
+                    cluster=data["cluster"],
+                    rate_per_gpu_hour=data["rate_per_gpu_hour"],
+                    effective_from=data["effective_from"],
+                    note=data["note"],
+                )
+            except DomainError as exc:
+                for name, problems in exc.as_dict().items():
+                    for problem in problems:
+                        form.add_error(name if name in form.fields else None, problem)
+            else:
+                messages.success(request, f"Added: {rate}.")
+                return redirect("billing:prices")
+        status = 400
+    return render(
+        request,
+        "billing/prices.html",
+        {
+            "page": "billing",
+            "rates": selectors.price_list(),
+            "form": form if is_admin else None,
+            "is_admin": is_admin,
+        },
+        status=status,
+    )
 
 
 @login_required

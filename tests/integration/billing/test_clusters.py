@@ -381,3 +381,41 @@ def test_closing_freezes_the_cluster_names(split_month, platform_admin, teams):
         ("test", Decimal("20.00")),
     ]
     assert view.metered_after_close == Decimal(0)
+
+
+def test_price_book_page_lists_rates_and_lets_admins_add_cluster_rates(
+    clouds, client, alice, platform_admin, price
+):
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    later = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%d %H:%M")
+    form = {
+        "gpu_model": "h100-80gb",
+        "capacity": "on_demand",
+        "cluster": "cloud",
+        "rate_per_gpu_hour": "3.25",
+        "effective_from": later,
+        "note": "cloud list price",
+    }
+    client.force_login(alice)
+    page = client.get("/billing/prices/").content.decode()
+    assert "all clusters" in page and "Add a rate" not in page  # members read, never write
+    assert client.post("/billing/prices/", form).status_code == 404
+    assert PriceRate.objects.count() == 1
+
+    client.force_login(platform_admin)
+    added = client.post("/billing/prices/", form)
+    assert added.status_code == 302
+    rate = PriceRate.objects.get(cluster=clouds["cloud"])
+    assert (rate.rate_per_gpu_hour, rate.note) == (Decimal("3.2500"), "cloud list price")
+    page = client.get("/billing/prices/").content.decode()
+    assert 'data-cluster="cloud"' in page and "3.2500" in page
+
+    for field, bad in (("cluster", "mars"), ("rate_per_gpu_hour", "-1")):
+        refused = client.post("/billing/prices/", dict(form, **{field: bad}))
+        assert refused.status_code == 400
+        assert f'data-field="{field}"' in refused.content.decode()
+    backdated = client.post("/billing/prices/", dict(form, effective_from="2026-01-02 00:00"))
+    assert (
+        backdated.status_code == 400 and 'data-field="effective_from"' in backdated.content.decode()
+    )
+    assert PriceRate.objects.count() == 2  # the refusals wrote nothing
