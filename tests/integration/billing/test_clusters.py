@@ -419,3 +419,19 @@ def test_price_book_page_lists_rates_and_lets_admins_add_cluster_rates(
         backdated.status_code == 400 and 'data-field="effective_from"' in backdated.content.decode()
     )
     assert PriceRate.objects.count() == 2  # the refusals wrote nothing
+
+
+def test_lost_work_is_priced_at_its_clusters_rate(clouds, make_job, allocate, price, cluster_price):
+    from billing.models import LostWork
+
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    cluster_price(clouds["cloud"], "h100", "on_demand", "3.60", utc(2026, 1, 1))
+    job = make_job(name="preempted")
+    allocate(job, "c1", 0, utc(2026, 12, 1, 10), utc(2026, 12, 1, 11))
+    job.lost_gpu_seconds = 1000
+    job.save()
+    services.meter_run(now=utc(2026, 12, 1, 12))
+    services.meter_run(now=utc(2026, 12, 1, 12))
+    assert list(LostWork.objects.values_list("gpu_seconds", "cost")) == [
+        (1000.0, Decimal("1.000000"))  # 1000 GPU-s at the cloud's $3.60/h, not the book's $2
+    ]
