@@ -13,6 +13,7 @@ from core.ids import ID_REGEX
 from gpuplatform.apidocs import RedocView, redoc_bundle
 from notifications import api as notifications_api
 from scheduler.api import arrays as scheduler_arrays_api
+from scheduler.api import estimate as scheduler_estimate_api
 from scheduler.api import outcomes as scheduler_outcomes_api
 from scheduler.api import records as scheduler_records_api
 from scheduler.api import views as scheduler_views
@@ -69,6 +70,11 @@ urlpatterns = [
         name="notification-preferences",
     ),
     path("api/v1/admin/last-cycle", scheduler_views.LastCycleView.as_view(), name="last-cycle"),
+    path(
+        "api/v1/jobs/estimate/",
+        scheduler_estimate_api.JobEstimateView.as_view(),
+        name="job-estimate",
+    ),
     path(
         "api/v1/jobs/<id:job_id>/records/",
         scheduler_records_api.JobRecordsView.as_view(),
