@@ -420,6 +420,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
                 unpriced,
                 idle,
                 True,
+                cluster.pk,
             )
             for alloc_id in ids
             for hour_db, secs, cost, unpriced, idle in slices
@@ -440,6 +441,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
             "unpriced_gpu_seconds",
             "idle_fraction",
             "finalized",
+            "cluster",
         ],
         usage,
         prepared=True,
@@ -458,6 +460,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
                 day=day,
                 gpu_model_id=model_id,
                 capacity=capacity,
+                cluster_id=cluster.pk,
                 gpu_seconds=secs,
                 cost=cost,
                 unpriced_gpu_seconds=0.0,

@@ -79,6 +79,12 @@ def test_the_past_is_consistent_idempotent_and_left_alone_by_the_meter(seeded):
     daily = UsageDaily.objects.aggregate(s=Sum("gpu_seconds"), c=Sum("cost"))
     assert usage["s"] == pytest.approx(daily["s"])
     assert usage["c"] == daily["c"]
+    # the past ran on the demo cluster, and its spend says so (billing splits spend by cluster)
+    demo_cluster = Job.objects.values_list("cluster_id", flat=True).first()
+    assert set(UsageRecord.objects.values_list("cluster_id", flat=True).distinct()) == {
+        demo_cluster
+    }
+    assert set(UsageDaily.objects.values_list("cluster_id", flat=True).distinct()) == {demo_cluster}
     assert AllocationMeter.objects.filter(finalized=False).count() == 0
     assert jobs.filter(requeued=True).count() >= 3
     assert LostWork.objects.filter(kind="preempted").exists()
