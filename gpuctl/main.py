@@ -94,6 +94,11 @@ def _submit_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--runtime-limit", "--time", "-t", help="e.g. 2h, 90m, 02:00:00 (spec.runtimeLimit)"
     )
+    cmd.add_argument(
+        "--deadline",
+        help="when it must be done, ISO 8601 with a time zone, e.g. 2030-01-31T18:00:00Z "
+        "(spec.deadline)",
+    )
     cmd.add_argument("--dataset", help="dataset the job reads (spec.dataset)")
     cmd.add_argument("--dataset-version", help="the dataset's version (spec.datasetVersion)")
     cmd.add_argument("--code-ref", help="the code that runs, e.g. a git commit (spec.codeRef)")
@@ -197,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         "submit", cmd_submit, "submit a job (or a job array, if the spec has one) from YAML/flags"
     )
     _submit_arguments(submit)
+    estimate = add(
+        "estimate",
+        cmd_estimate,
+        "when a job would start and finish if submitted now, and whether it makes its deadline",
+    )
+    _submit_arguments(estimate)
 
     ls = add("ls", cmd_ls, "list jobs, newest first")
     ls.add_argument("--state", "-s", help="comma-separated states, e.g. pending,running")
@@ -499,6 +510,7 @@ _SUBMIT_FLAGS: dict[str, str] = {
     "preemptible": "spec.preemptible",
     "checkpoint_interval": "spec.checkpointIntervalSeconds",
     "runtime_limit": "spec.runtimeLimit",
+    "deadline": "spec.deadline",
     "dataset": "spec.dataset",
     "dataset_version": "spec.datasetVersion",
     "code_ref": "spec.codeRef",
@@ -673,18 +685,13 @@ def _send_submission(
     with _client(args) as api:
         if "team" not in body:
             body = {"team": _pick_team(api), **body}
-        try:
-            created = api.post("/api/v1/job-arrays/" if array else "/api/v1/jobs/", body)
-        except ApiError as exc:
-            # Name the user's own field (spec path or flag), not the wire name.
-            named: dict[str, list[str]] = {}
-            for wire, reasons in exc.fields.items():
-                named.setdefault(_flag_for(path_for(wire), from_flags), []).extend(reasons)
-            exc.fields = named
-            if exc.fields:
-                first_path, first_reasons = next(iter(exc.fields.items()))
-                exc.message = f"{first_path}: {first_reasons[0]}"
-            raise
+        created = _post_naming_fields(
+            api,
+            "/api/v1/job-arrays/" if array else "/api/v1/jobs/",
+            body,
+            from_flags,
+            path_for,
+        )
     if args.json:
         output.print_json(created, _out())
     elif array:
@@ -699,6 +706,62 @@ def _send_submission(
             f"job {created['id']} submitted ({created['name']}, team {created['team']}): "
             f"{created['state']}{why}\n"
         )
+    return EXIT_OK
+
+
+def _post_naming_fields(
+    api: Client,
+    url: str,
+    body: dict[str, Any],
+    from_flags: dict[str, str],
+    path_for: Callable[[str], str],
+) -> Any:
+    """POST ``body``; a 400 names the user's own fields (spec path or flag), not the wire's."""
+    try:
+        return api.post(url, body)
+    except ApiError as exc:
+        named: dict[str, list[str]] = {}
+        for wire, reasons in exc.fields.items():
+            named.setdefault(_flag_for(path_for(wire), from_flags), []).extend(reasons)
+        exc.fields = named
+        if exc.fields:
+            first_path, first_reasons = next(iter(exc.fields.items()))
+            exc.message = f"{first_path}: {first_reasons[0]}"
+        raise
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """When the job of this spec and flags would start and finish if submitted now, and whether
+    it would make its deadline (POST /api/v1/jobs/estimate/); nothing is submitted."""
+    body, from_flags, array = build_submission(args)
+    if array:
+        raise UsageError("estimate takes one job: this spec has an array section")
+    with _client(args) as api:
+        if "team" not in body:
+            body = {"team": _pick_team(api), **body}
+        estimate = _post_naming_fields(
+            api, "/api/v1/jobs/estimate/", body, from_flags, spec_path_for
+        )
+    if args.json:
+        output.print_json(estimate, _out())
+        return EXIT_OK
+    out = _out()
+    runs = f"runs about {estimate['runtime_s']:.0f} s by {estimate['runtime_source']}"
+    if estimate["finish"]:
+        starts = "now" if estimate["starts_now"] else f"about {estimate['start']}"
+        out.write(
+            f"likely done by {estimate['finish']} at current load (starts {starts}, {runs})\n"
+        )
+    else:
+        out.write(f"no finish estimate at current load: no start time for it yet ({runs})\n")
+    if estimate["meets_deadline"] is True:
+        out.write(f"that is before its deadline, {estimate['deadline']}\n")
+    elif estimate["meets_deadline"] is False:
+        out.write(
+            f"that is after its deadline, {estimate['deadline']}: it will likely miss it unless "
+            "the load drops\n"
+        )
+    out.write("(nothing was submitted)\n")
     return EXIT_OK
 
 
