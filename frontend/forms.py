@@ -45,6 +45,30 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ITEM_ERROR = re.compile(r"^items\[(\d+)\]\.(.+)$")
 
 PREEMPTIBLE_CHOICES = [("", "Priority class default"), ("yes", "Yes"), ("no", "No")]
+SPOT_CHOICES = [("", "If preemptible (default)"), ("yes", "Yes"), ("no", "No")]
+# The routing object's keys (docs/routing.md) -> the form field showing their errors.
+_ROUTING_ERROR_FIELDS = {
+    "clusters": "routing_clusters",
+    "regions": "routing_regions",
+    "prefer_clusters": "routing_prefer_cluster",
+    "max_price_per_gpu_h": "routing_max_price",
+    "spot": "routing_spot",
+}
+_ROUTING_ERROR = re.compile(r"^routing\.([a-z_]+)(?:\[\d+\])?$")
+
+
+class NamesField(forms.Field):
+    """Several names picked in a multi-select, as a list; which names exist is the service's to
+    say (``routing_errors``), as for the other fields that name objects."""
+
+    widget = forms.SelectMultiple
+
+    def to_python(self, value):
+        if not value:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        return [str(v).strip() for v in value if str(v).strip()]
 
 
 def _number(**attrs) -> forms.NumberInput:
@@ -111,6 +135,39 @@ class JobSubmitForm(forms.Form):
         help_text="Simulated clusters only: seconds of work the demo job takes.",
         widget=forms.NumberInput(attrs={"step": "any"}),
     )
+    routing_clusters = NamesField(
+        label="Routing: allowed clusters",
+        required=False,
+        help_text="Only these clusters; none picked: any your team may use.",
+    )
+    routing_regions = NamesField(
+        label="Routing: allowed regions",
+        required=False,
+        help_text="Only clusters in these regions; none picked: any region.",
+    )
+    routing_prefer_cluster = forms.CharField(
+        label="Routing: preferred cluster",
+        required=False,
+        widget=forms.Select,
+        help_text="Tried first among the allowed, whatever it costs.",
+    )
+    routing_max_price = forms.DecimalField(
+        label="Routing: max price per GPU-hour (USD)",
+        required=False,
+        max_digits=12,
+        decimal_places=4,
+        min_value=0,
+        # a bound as every numeric field has; no GPU-hour costs this much
+        max_value=100_000,
+        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+        help_text="A cluster priced above it (or not priced) is never used.",
+    )
+    routing_spot = forms.ChoiceField(
+        label="Routing: tolerate spot capacity",
+        choices=SPOT_CHOICES,
+        required=False,
+        help_text="Spot is cheaper and may be reclaimed.",
+    )
     array_count = form_number(
         JobArray,
         "size",
@@ -129,8 +186,15 @@ class JobSubmitForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
     )
 
-    def __init__(self, *args, teams=(), gpu_models=(), priority_classes=(), **kwargs):
+    def __init__(self, *args, teams=(), gpu_models=(), priority_classes=(), clusters=(), **kwargs):
         super().__init__(*args, **kwargs)
+        names = [c.name for c in clusters]
+        self.fields["routing_clusters"].widget.choices = [(n, n) for n in names]
+        self.fields["routing_prefer_cluster"].widget.choices = [("", "No preference")] + [
+            (n, n) for n in names
+        ]
+        regions = sorted({c.region for c in clusters if c.region})
+        self.fields["routing_regions"].widget.choices = [(r, r) for r in regions]
         self.fields["team"].widget.choices = [(t.slug, f"{t.name} ({t.slug})") for t in teams]
         self.fields["gpu_model"].widget.choices = [("", "Any model")] + [
             (m.name, m.name) for m in gpu_models
@@ -248,8 +312,27 @@ class JobSubmitForm(forms.Form):
             code_ref=(data.get("code_ref") or "").strip(),
             checkpoint_on_advice=bool(data.get("checkpoint_on_advice")),
             elastic=elastic,
+            routing=self._routing(),
             simulated_duration_s=data.get("simulated_duration_s"),
         )
+
+    def _routing(self) -> dict | None:
+        """The routing object from the routing fields, or None when none is set (the job then
+        has no constraints of its own)."""
+        data = self.cleaned_data
+        routing: dict = {}
+        if data.get("routing_clusters"):
+            routing["clusters"] = data["routing_clusters"]
+        if data.get("routing_regions"):
+            routing["regions"] = data["routing_regions"]
+        if data.get("routing_prefer_cluster"):
+            routing["prefer_clusters"] = [data["routing_prefer_cluster"]]
+        if data.get("routing_max_price") is not None:
+            routing["max_price_per_gpu_h"] = float(data["routing_max_price"])
+        spot = {"yes": True, "no": False}.get(data.get("routing_spot") or "")
+        if spot is not None:
+            routing["spot"] = spot
+        return routing or None
 
     def add_domain_error(self, error: DomainError) -> None:
         """Put a service error (one field or many) on the fields it names."""
@@ -260,6 +343,8 @@ class JobSubmitForm(forms.Form):
                 messages = [f"index {item.group(1)}: {item.group(2)}: {m}" for m in messages]
             elif key == "items":
                 field = "array_count"
+            elif routing := _ROUTING_ERROR.match(key.removeprefix("template.")):
+                field = _ROUTING_ERROR_FIELDS.get(routing.group(1))
             else:
                 key = key.removeprefix("template.")
                 field = _ERROR_FIELDS.get(key, key)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db.models import Count, F, QuerySet, Sum
 
 from catalogue.models import GpuModel
 from scheduler import selectors as scheduler_selectors
-from scheduler.models import Allocation, Job, Node, NodeEvent, NodeState
+from scheduler.models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from scheduler.states import HOLDING_STATES, JobState
 from tenants.models import SUBMIT_ROLES, Membership, PriorityClass, Quota, Team
 from tenants.permissions import is_platform_admin, team_ids_of, visible_teams
@@ -79,6 +80,12 @@ def filter_teams(*, user) -> QuerySet[Team]:
 def gpu_models() -> QuerySet[GpuModel]:
     """Every GPU model (a shared catalogue, like the API's /gpu-models/)."""
     return GpuModel.objects.order_by("name")
+
+
+def clusters() -> QuerySet[Cluster]:
+    """The enabled clusters a job may name in its routing (a shared catalogue, like the API's
+    /clusters/)."""
+    return Cluster.objects.filter(enabled=True).order_by("name")
 
 
 def priority_classes() -> QuerySet[PriorityClass]:
@@ -196,6 +203,8 @@ class ClusterCell:
     backend_kind: str
     backend_available: bool
     racks: list[RackCell] = field(default_factory=list)
+    # Routing facts (frontend.routing_admin.ClusterFacts), attached by the cluster page.
+    facts: Any = None
 
 
 def cluster_grid(*, user) -> list[ClusterCell]:

@@ -4,7 +4,7 @@ from django.urls import path
 
 from tenants import sso
 
-from . import outcomes, records, views
+from . import outcomes, records, routing_admin, views
 
 urlpatterns = [
     # Both password doors of the portal go through the failed-attempt limits (views.LoginView).
@@ -38,6 +38,32 @@ urlpatterns = [
     path("cluster/", views.cluster, name="cluster"),
     path("cluster/state/", views.cluster_state, name="cluster-state"),
     path("cluster/nodes/<id:node_id>/<slug:action>/", views.node_action, name="node-action"),
+    path("cluster/routing/", routing_admin.routing_facts_page, name="routing-facts"),
+    path(
+        "cluster/routing/clusters/<slug:name>/",
+        routing_admin.routing_cluster_set,
+        name="routing-cluster-set",
+    ),
+    path(
+        "cluster/routing/datasets/new/",
+        routing_admin.routing_dataset_new,
+        name="routing-dataset-new",
+    ),
+    path(
+        "cluster/routing/datasets/<id:dataset_id>/",
+        routing_admin.routing_dataset_edit,
+        name="routing-dataset-edit",
+    ),
+    path(
+        "cluster/routing/datasets/<id:dataset_id>/delete/",
+        routing_admin.routing_dataset_delete,
+        name="routing-dataset-delete",
+    ),
+    path(
+        "cluster/routing/teams/<slug:slug>/",
+        routing_admin.routing_team_set,
+        name="routing-team-set",
+    ),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),
     path("csp-report/", views.csp_report, name="csp-report"),
 ]

@@ -48,6 +48,7 @@ from .advice import job_advice_context, submit_advice_context
 from .cluster_history import cluster_usage_history
 from .forms import JobSubmitForm
 from .records import record_context
+from .routing_admin import cluster_facts
 from .where import where_context
 
 csp_log = logging.getLogger("gpuplatform.csp")
@@ -140,6 +141,7 @@ def _submit_form(request, data=None) -> JobSubmitForm:
         teams=page_selectors.submit_teams(user=request.user),
         gpu_models=page_selectors.gpu_models(),
         priority_classes=page_selectors.priority_classes(),
+        clusters=page_selectors.clusters(),
     )
 
 
@@ -363,6 +365,10 @@ def cluster(request):
     now on); admin actions and event feed."""
     grid = page_selectors.cluster_grid(user=request.user)
     totals = page_selectors.cluster_totals(grid)
+    is_admin = is_platform_admin(request.user)
+    facts = cluster_facts(with_teams=is_admin)
+    for cell in grid:
+        cell.facts = facts.get(cell.name)
     now = timezone.now()
     past = cluster_usage_history(now=now)
     figure = charts.usage_timeline_figure(
@@ -378,7 +384,7 @@ def cluster(request):
             "grid": grid,
             "totals": totals,
             "usage_figure": figure,
-            "is_admin": is_platform_admin(request.user),
+            "is_admin": is_admin,
             "node_events": page_selectors.node_events(user=request.user),
             "page": "cluster",
         },

@@ -16,6 +16,7 @@ from scheduler.api import arrays as scheduler_arrays_api
 from scheduler.api import estimate as scheduler_estimate_api
 from scheduler.api import outcomes as scheduler_outcomes_api
 from scheduler.api import records as scheduler_records_api
+from scheduler.api import routing_admin as scheduler_routing_admin_api
 from scheduler.api import views as scheduler_views
 from tenants import api as tenants_api
 
@@ -42,6 +43,19 @@ router.register("job-arrays", scheduler_arrays_api.JobArrayViewSet, basename="jo
 router.register("clusters", scheduler_views.ClusterViewSet, basename="cluster")
 router.register("nodes", scheduler_views.NodeViewSet, basename="node")
 router.register("admin/nodes", scheduler_views.NodeAdminViewSet, basename="node-admin")
+router.register(
+    "admin/clusters",
+    scheduler_routing_admin_api.ClusterRoutingAdminViewSet,
+    basename="cluster-admin",
+)
+router.register(
+    "admin/datasets", scheduler_routing_admin_api.DatasetAdminViewSet, basename="dataset-admin"
+)
+router.register(
+    "admin/team-clusters",
+    scheduler_routing_admin_api.TeamClustersAdminViewSet,
+    basename="team-clusters-admin",
+)
 router.register("gpu-models", scheduler_views.GpuModelViewSet, basename="gpu-model")
 router.register("teams", tenants_api.TeamViewSet, basename="team")
 router.register("quotas", tenants_api.QuotaViewSet, basename="quota")

@@ -214,6 +214,7 @@ def world(platform, teams, gpu_models, priorities, vera, nick):
         "username": "bob",
         "name": "research",
         "node_id": str(Node.objects.first().pk),
+        "dataset_id": str(B_PK),
         "action": "drain",
         "version": "0",
         "content_type_id": str(ContentType.objects.get_for_model(Job).pk),
@@ -430,6 +431,8 @@ def expected_rows(model, user) -> set:
 # Computed reports, not model lists: the route walk above checks they leak nothing across
 # teams, and their own tests check another team's report is a 404.
 REPORT_LISTS = {"cost-list"}
+# Lists for platform admins only (every row, shared facts): anyone else is refused whole.
+ADMIN_ONLY_LISTS = {"cluster-admin-list", "dataset-admin-list", "team-clusters-admin-list"}
 
 
 def test_every_rest_list_shows_exactly_the_callers_rows(world, capsys):
@@ -457,11 +460,19 @@ def test_every_rest_list_shows_exactly_the_callers_rows(world, capsys):
             client = Client()
             client.force_login(user)
             response = client.get(path, {"limit": 1000})
+            if route.name in ADMIN_ONLY_LISTS and user != world["admin"]:
+                assert response.status_code == 403, (user, path, response.status_code)
+                checked += 1
+                continue
             assert response.status_code == 200, (user, path, response.status_code)
             body = response.json()
             items = body["results"] if isinstance(body, dict) and "results" in body else body
             shown = {item[attr] for item in items}
-            expected_pks = expected_rows(model, user)
+            expected_pks = (
+                set(model.objects.values_list("pk", flat=True))
+                if route.name in ADMIN_ONLY_LISTS
+                else expected_rows(model, user)
+            )
             expected = set(model.objects.filter(pk__in=expected_pks).values_list(lookup, flat=True))
             assert shown == expected, (user.username, path, shown, expected)
             checked += 1

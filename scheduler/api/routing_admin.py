@@ -1,0 +1,227 @@
+"""Platform admins: the facts routing reads (docs/routing.md, "Admins: setting the facts").
+
+- ``GET /admin/clusters/``, ``GET|PATCH /admin/clusters/<name>/`` ``{"region", "interconnect"}``
+- ``GET|POST /admin/datasets/``, ``GET|PATCH|DELETE /admin/datasets/<id>/``
+  ``{"name", "size_gb", "residency_regions", "copies": [{"cluster", "egress_price_per_gb"}]}``
+  (``copies`` given replaces every copy)
+- ``GET /admin/team-clusters/``, ``GET|PUT /admin/team-clusters/<slug>/`` ``{"clusters": [...]}``
+  (``[]``: any cluster)
+
+Anyone but a platform admin gets a 403. Bad input is a 400 naming each field
+(``copies[1].egress_price_per_gb: must be >= 0``) and writes nothing; every change is audited.
+The views only shape HTTP; ``scheduler.routing_admin`` validates and writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.response import Response
+
+from core.errors import FieldErrors, NotFound
+from core.ids import parse_id
+from tenants.models import Team
+from tenants.permissions import IsPlatformAdmin
+
+from .. import routing_admin
+from ..models import Cluster, ClusterDataset, Dataset, TeamClusterAccess
+
+
+class CopySerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = ClusterDataset
+        fields = ["cluster", "egress_price_per_gb"]
+        read_only_fields = fields
+
+
+class HeldSerializer(serializers.ModelSerializer):
+    dataset = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = ClusterDataset
+        fields = ["dataset", "egress_price_per_gb"]
+        read_only_fields = fields
+
+
+class ClusterRoutingSerializer(serializers.ModelSerializer):
+    """A cluster's routing facts (output)."""
+
+    datasets = HeldSerializer(source="dataset_copies", many=True, read_only=True)
+    teams = serializers.SerializerMethodField(
+        help_text="Teams restricted to a list that includes this cluster."
+    )
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "region", "interconnect", "backend_kind", "enabled", "datasets", "teams"]
+        read_only_fields = fields
+
+    def get_teams(self, cluster: Cluster) -> list[str]:
+        return [access.team.slug for access in cluster.team_access.all()]
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    copies = CopySerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "name", "size_gb", "residency_regions", "copies"]
+        # Output only: writes go through scheduler.routing_admin, which bounds every number.
+        read_only_fields = fields
+
+
+class TeamClustersSerializer(serializers.ModelSerializer):
+    clusters = serializers.SerializerMethodField(help_text="[]: the team may use any cluster.")
+
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "clusters"]
+
+    def get_clusters(self, team: Team) -> list[str]:
+        return [access.cluster.name for access in team.cluster_access.all()]
+
+
+def _body(request, allowed: set[str], *, required: set[str] = frozenset()) -> dict[str, Any]:
+    """The JSON object sent, refusing unknown and missing keys (a misspelt fact must not be
+    dropped silently)."""
+    data = request.data
+    if not isinstance(data, dict):
+        raise FieldErrors({"non_field_errors": ["send a JSON object"]})
+    errors = {key: ["unknown field"] for key in data if key not in allowed}
+    errors |= {key: ["is required"] for key in required if key not in data}
+    if errors:
+        raise FieldErrors(errors)
+    return dict(data)
+
+
+def _clusters():
+    return Cluster.objects.order_by("name").prefetch_related(
+        Prefetch(
+            "dataset_copies",
+            queryset=ClusterDataset.objects.select_related("dataset").order_by("dataset__name"),
+        ),
+        Prefetch(
+            "team_access",
+            queryset=TeamClusterAccess.objects.select_related("team").order_by("team__slug"),
+        ),
+    )
+
+
+def _datasets():
+    return Dataset.objects.order_by("name").prefetch_related(
+        Prefetch(
+            "copies",
+            queryset=ClusterDataset.objects.select_related("cluster").order_by("cluster__name"),
+        )
+    )
+
+
+def _teams():
+    return Team.objects.order_by("slug").prefetch_related(
+        Prefetch(
+            "cluster_access",
+            queryset=TeamClusterAccess.objects.select_related("cluster").order_by("cluster__name"),
+        )
+    )
+
+
+class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
+    permission_classes = [IsPlatformAdmin]
+    serializer_class = ClusterRoutingSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+
+    def get_queryset(self):
+        return _clusters()
+
+    def list(self, request):
+        return Response(ClusterRoutingSerializer(self.get_queryset(), many=True).data)
+
+    def retrieve(self, request, name=None):
+        return Response(ClusterRoutingSerializer(self.get_object()).data)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: ClusterRoutingSerializer})
+    def partial_update(self, request, name=None):
+        self.get_object()  # 404 before 400
+        body = _body(request, {"region", "interconnect"})
+        routing_admin.cluster_routing_set(
+            user=request.user,
+            name=str(name),
+            region=body.get("region"),
+            interconnect=body.get("interconnect"),
+        )
+        return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
+
+
+_DATASET_FIELDS = {"name", "size_gb", "residency_regions", "copies"}
+
+
+class DatasetAdminViewSet(viewsets.GenericViewSet):
+    permission_classes = [IsPlatformAdmin]
+    serializer_class = DatasetSerializer
+
+    def get_queryset(self):
+        return _datasets()
+
+    def _id(self) -> int:
+        dataset_id = parse_id(self.kwargs.get("pk"))
+        if dataset_id is None:
+            raise NotFound("no such dataset", field="id")
+        return dataset_id
+
+    def list(self, request):
+        return Response(DatasetSerializer(self.get_queryset(), many=True).data)
+
+    def retrieve(self, request, pk=None):
+        return Response(DatasetSerializer(self.get_object()).data)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: DatasetSerializer})
+    def create(self, request):
+        body = _body(request, _DATASET_FIELDS, required={"name"})
+        dataset = routing_admin.dataset_create(user=request.user, **body)
+        return Response(
+            DatasetSerializer(self.get_queryset().get(pk=dataset.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: DatasetSerializer})
+    def partial_update(self, request, pk=None):
+        self.get_object()  # 404 before 400
+        body = _body(request, _DATASET_FIELDS)
+        dataset = routing_admin.dataset_update(user=request.user, dataset_id=self._id(), **body)
+        return Response(DatasetSerializer(self.get_queryset().get(pk=dataset.pk)).data)
+
+    def destroy(self, request, pk=None):
+        routing_admin.dataset_delete(user=request.user, dataset_id=self._id())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TeamClustersAdminViewSet(viewsets.GenericViewSet):
+    permission_classes = [IsPlatformAdmin]
+    serializer_class = TeamClustersSerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+
+    def get_queryset(self):
+        return _teams()
+
+    def list(self, request):
+        return Response(TeamClustersSerializer(self.get_queryset(), many=True).data)
+
+    def retrieve(self, request, slug=None):
+        return Response(TeamClustersSerializer(self.get_object()).data)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: TeamClustersSerializer})
+    def update(self, request, slug=None):
+        self.get_object()  # 404 before 400
+        body = _body(request, {"clusters"}, required={"clusters"})
+        routing_admin.team_clusters_set(
+            user=request.user, slug=str(slug), clusters=body["clusters"]
+        )
+        return Response(TeamClustersSerializer(self.get_queryset().get(slug=slug)).data)
