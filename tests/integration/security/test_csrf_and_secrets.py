@@ -30,6 +30,7 @@ VALUES = {
     "username": "alice",
     "name": "research",
     "node_id": "1",
+    "dataset_id": "1",
     "action": "drain",
     "version": "0",
     "object_id": "1",
