@@ -20,7 +20,9 @@ class JobEstimateSerializer(serializers.Serializer):
     starts_now = serializers.BooleanField()
     start = serializers.DateTimeField(allow_null=True, help_text="null: no start estimate yet")
     finish = serializers.DateTimeField(allow_null=True)
-    runtime_s = serializers.FloatField(help_text="the run time the scheduler plans with")
+    runtime_s = serializers.FloatField(
+        read_only=True, help_text="the run time the scheduler plans with"
+    )
     runtime_source = serializers.CharField(
         help_text="your runtime limit, similar past jobs, or the default"
     )
