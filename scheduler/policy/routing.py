@@ -1,10 +1,17 @@
 """Rule 3b of docs/policy.md: routing work across clusters by cost, capability and data location.
 
 The rule, in one sentence: *among the pools that satisfy a job's constraints, the job starts on
-the preferred, then the cheapest by expected total (GPU price x expected run time + data
+the preferred, then, outside the clusters that a dataset's residency or a team's clusters confine
+jobs to before inside them, the cheapest by expected total (GPU price x expected run time + data
 movement) that can start it now, trying last the pools that a higher-ranked job waits for or
 that another waiting job can use alone, and it holds out for a cheaper busy pool only while the
 money saved exceeds ``wait_price_per_gpu_h`` x its GPUs x the hours it has waited.*
+
+The confinement part alone: *a job that may run outside the clusters some jobs are confined to
+runs there whenever it can, leaving those clusters to the jobs that have no choice* (a job
+confined itself has all its pools inside them, so cost alone orders them). Without it, cost
+sends the jobs that could run anywhere to the cheap confined cluster, and the confined jobs
+wait and are preempted more there (docs/routing.md, "Why confinement comes before cost").
 
 A pool is one (GPU model, cluster, capacity type); with ``Snapshot.clusters`` the engine treats
 each pool as a GPU model of its own (``memo.pool_key``), so a gang, a reservation or a
@@ -147,6 +154,16 @@ class Router:
             for key, (c, gpu, spot, cap) in pools.items()
         }
         self._team_allowed: dict[str, frozenset[str] | None] = {}
+        # the clusters that some jobs are confined to: those of a team's list, those in a
+        # dataset's residency (a job that may run elsewhere tries them after the others)
+        confined: set[str] = set()
+        for t in snap.teams:
+            if t.clusters is not None:
+                confined.update(t.clusters)
+        for d in snap.datasets:
+            if d.regions is not None:
+                confined.update(c.name for c in snap.clusters if c.region in d.regions)
+        self.confined = frozenset(confined)
 
     def one_block(self, job: PendingJob, key: str) -> bool:
         """Whether ``job``'s gang must go on one node of the pool (communication-heavy, more
@@ -210,8 +227,9 @@ class Router:
 
     def route(self, job: PendingJob, keys: list[str]) -> tuple[list[str], list[str]]:
         """The pools of ``keys`` that ``job`` may use, in the order to try them (preferred
-        first, then cheapest expected total, then name; by name only with ``route_by_cost``
-        off), and the reasons the others are excluded (one per reason, in key order)."""
+        first, then those outside the confined clusters, then cheapest expected total, then
+        name; preferred then name only with ``route_by_cost`` off), and the reasons the others
+        are excluded (one per reason, in key order)."""
         allowed = []
         reasons: list[str] = []
         for key in keys:
@@ -221,7 +239,15 @@ class Router:
             elif why not in reasons:
                 reasons.append(why)
         if self.cfg.route_by_cost:
-            allowed.sort(key=lambda k: (not self.preferred(job, k), self.cost(job, k), k))
+            confined = self.confined
+            allowed.sort(
+                key=lambda k: (
+                    not self.preferred(job, k),
+                    self.pools[k].cluster.name in confined,
+                    self.cost(job, k),
+                    k,
+                )
+            )
         else:
             allowed.sort(key=lambda k: (not self.preferred(job, k), k))
         return allowed, reasons

@@ -163,6 +163,33 @@ def test_a_job_does_not_take_gpus_a_higher_ranked_job_waits_for_when_it_can_star
     assert cluster_of(d, "small") == "cloud"
 
 
+def test_a_job_that_may_run_anywhere_keeps_off_the_clusters_others_are_confined_to():
+    # dataset "gdpr" may only be read in the eu (onprem, edge): those clusters are what jobs
+    # reading it can use, so a job that may run anywhere starts on cloud, dearer, while cloud
+    # can start it; a job reading gdpr takes the cheapest of its own (edge)
+    gdpr = (Dataset("gdpr", ("eu",)),)
+    free = routed("free", est=3600)
+    eu = routed("eu", est=3600, dataset="gdpr")
+    d = decide_checked(world([free, eu], datasets=gdpr))
+    assert cluster_of(d, "free") == "cloud"
+    assert cluster_of(d, "eu") == "edge"
+    # when cloud cannot start it, it takes the cheapest of the others (edge), not wait
+    full_cloud = nodes("onprem") + nodes("cloud", free=0) + nodes("edge")
+    running = [run("r", {"cloud-0": range(8)}), run("s", {"cloud-1": range(8)})]
+    d = decide_checked(world([free], datasets=gdpr, running=running, node_list=full_cloud))
+    assert cluster_of(d, "free") == "edge"
+    # another team confined to edge makes edge such a cluster too: onprem is the cheapest of
+    # the rest; without any confinement (no residency, no team's clusters), cost alone decides
+    others = [team("t"), replace(team("other"), clusters=("edge",))]
+    d = decide_checked(world([free], teams=others))
+    assert cluster_of(d, "free") == "onprem"
+    d = decide_checked(world([free]))
+    assert cluster_of(d, "free") == "edge"
+    # the cost-blind order knows no confinement: name order
+    d = decide_checked(world([free], datasets=gdpr, route_by_cost=False))
+    assert cluster_of(d, "free") == "cloud"
+
+
 def test_a_job_that_may_use_one_pool_only_gets_its_reservation_without_the_las_gate():
     # onprem is full of preemptible work of the job's own class and queue: a job that could go
     # elsewhere waits for attained-service preemption (no GPUs held for a day, rule 1a); one
