@@ -10,10 +10,11 @@ from django.utils import timezone
 
 from billing.models import PriceRate
 from scheduler.loop.cycle import run_cycle
-from scheduler.models import Cluster, ClusterDataset, Dataset, Job, Node, TeamClusterAccess
+from scheduler.models import ClusterDataset, Dataset, Job, TeamClusterAccess
 from scheduler.policy import snapshot_from_dict, snapshot_to_dict
 from scheduler.snapshot import build_snapshot
 from tenants.models import Team
+from tests.integration.routing_setup import make_two_clusters
 
 pytestmark = pytest.mark.django_db
 
@@ -22,24 +23,7 @@ pytestmark = pytest.mark.django_db
 def two_clusters(platform, gpu_models):
     """The ``test`` cluster (on-prem, eu-west) plus a cloud of two H100 nodes in us-east, one of
     them spot; the book prices H100 at 2.00 on demand and 0.80 spot."""
-    onprem = platform["cluster"]
-    Cluster.objects.filter(pk=onprem.pk).update(region="eu-west", interconnect="infiniband")
-    cloud = Cluster.objects.create(
-        name="cloud", backend_kind="simulated", region="us-east", interconnect="ethernet"
-    )
-    for i, spot in ((1, False), (2, True)):
-        Node.objects.create(
-            cluster=cloud, name=f"c{i}", gpu_model=gpu_models["h100"], gpu_count=8, spot=spot
-        )
-    start = timezone.now() - timedelta(days=1)
-    for capacity, rate in (("on_demand", "2.00"), ("spot", "0.80")):
-        PriceRate.objects.create(
-            gpu_model=gpu_models["h100"],
-            capacity=capacity,
-            effective_from=start,
-            rate_per_gpu_hour=Decimal(rate),
-        )
-    return {**platform, "cloud": cloud}
+    return make_two_clusters(platform, gpu_models)
 
 
 def test_one_cluster_without_constraints_lists_no_clusters(platform, submit):
