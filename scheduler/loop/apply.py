@@ -145,12 +145,15 @@ def _record_routes(
 def route_summary(route: dict) -> str:
     """One line for a ``routed`` event: the pool, its expected total and why it won."""
     usable = [a for a in route["alternatives"] if a["excluded"] is None]
+    cheaper = [a for a in usable if a["expected_cost"] < route["expected_cost"]]
     if route["preferred"]:
         why = "the job prefers it"
     elif not usable:
         why = "the only pool its constraints allow"
-    elif all(a["expected_cost"] >= route["expected_cost"] for a in usable):
+    elif not cheaper:
         why = f"the cheapest of {len(usable) + 1} allowed pools"
+    elif not route.get("confined") and all(a.get("confined") for a in cheaper):
+        why = "the cheaper pools are on clusters some jobs may only use: it leaves them to those"
     else:
         why = "the cheapest allowed pool that could start it now"
     egress = f", {route['egress_cost']:.2f} of it data movement" if route["egress_cost"] else ""

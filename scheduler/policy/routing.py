@@ -350,6 +350,7 @@ def explain_starts(snap: Snapshot, starts: list[Start]) -> dict[str, dict]:
                     "pool": other,
                     "expected_cost": None if excluded else round(router.cost(job, other), 2),
                     "excluded": excluded,
+                    "confined": router.pools[other].cluster.name in router.confined,
                 }
             )
         out[start.job] = {
@@ -361,6 +362,7 @@ def explain_starts(snap: Snapshot, starts: list[Start]) -> dict[str, dict]:
             "expected_cost": round(router.cost(job, key), 2),
             "egress_cost": round(egress_cost(job, pool.cluster, router.clusters), 2),
             "preferred": router.preferred(job, key),
+            "confined": pool.cluster.name in router.confined,
             "alternatives": others,
         }
     return out

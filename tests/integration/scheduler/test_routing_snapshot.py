@@ -193,3 +193,29 @@ def test_the_observed_spot_interruption_rate_is_the_share_of_spot_time_lost(two_
     rates = {c.name: c.spot_interruption_rate for c in snapshot.clusters}
     assert rates["test"] == 0.0
     assert rates["cloud"] == pytest.approx(0.5, rel=1e-6)
+
+
+def test_a_job_with_a_choice_leaves_a_confined_cluster_and_says_why(two_clusters, submit):
+    # On-prem is cheaper (its own rate, 1.00) but dataset c4 may be read only in its region:
+    # a job that may run anywhere starts in the cloud and leaves on-prem to the c4 jobs.
+    PriceRate.objects.create(
+        cluster=two_clusters["cluster"],
+        gpu_model=PriceRate.objects.first().gpu_model,
+        capacity="on_demand",
+        effective_from=timezone.now() - timedelta(hours=1),
+        rate_per_gpu_hour=Decimal("1.00"),
+    )
+    Dataset.objects.create(name="c4", size_gb=100, residency_regions=["eu-west"])
+    job_id = submit(
+        two_clusters["alice"], gpu_model="h100-80gb", runtime_limit_s=3600, routing={"spot": False}
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    (route,) = job.events.filter(kind="routed")
+    assert (job.cluster.name, route.data["confined"]) == ("cloud", False)
+    onprem = {a["pool"]: a for a in route.data["alternatives"]}["h100-80gb@test"]
+    assert (onprem["expected_cost"], onprem["confined"]) == (1.0, True)
+    assert route.message == (
+        "runs on h100-80gb@cloud: expected 2.00; the cheaper pools are on clusters some jobs may "
+        "only use: it leaves them to those"
+    )
