@@ -101,7 +101,10 @@ def test_an_admin_tries_a_candidate_applies_it_and_rolls_back(sign_in):
         p for p in admin.payloads() if p.get("type") == "whatif.progress" and p.get("run") == run_id
     ]
     running = [p["fraction"] for p in progress if p["status"] == "running"]
-    assert len(running) >= 10 and running == sorted(running) and 0 < running[0] < 1
+    # The claim and the replay's first step report 0.0; whether the page's socket hears them
+    # depends on when it connected, so the test asks only that the bar moves forward.
+    assert len(running) >= 10 and running == sorted(running)
+    assert 0 <= running[0] < running[-1] <= 1
     assert progress[-1]["status"] == "succeeded"
 
     headers = page.locator("#whatif-results thead th").all_inner_texts()
