@@ -132,6 +132,10 @@ def test_bob_never_sees_alice_jobs_on_pages_or_in_frames(session_as):
     # Meanwhile alice submits and cancels a job, which the loop schedules and publishes.
     alice = session_as("alice")
     page = alice.login()
+    # Her job is published on submit and on cancel, both while the submitting tab is between
+    # pages (POST, redirect) with no socket open; a tab that only listens is sure to hear them.
+    listener = alice.page("/jobs/")
+    wait_live(listener)
     page.goto("/jobs/new/")
     _submit_form(
         page,
@@ -146,9 +150,8 @@ def test_bob_never_sees_alice_jobs_on_pages_or_in_frames(session_as):
     alice_job_url = page.url
     page.get_by_role("button", name="Cancel job").click()
     assert page.locator("#job-state").inner_text() == "Cancelled"
-    # alice hears her own job; by the time she has, the loop has published it everywhere.
-    # Frames reach the test only while Playwright's event loop runs (the waits), and under load
-    # the loop's publish may trail the cancel's redirect: poll, bounded.
+    # alice hears her own job; by the time she has, it has been published everywhere.
+    # Frames reach the test only while Playwright's event loop runs (the waits): poll, bounded.
     for _ in range(150):
         if any(p.get("name") == "vision-secret-hidden" for p in alice.payloads()):
             break
