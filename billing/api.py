@@ -340,8 +340,12 @@ class CostViewSet(viewsets.ViewSet):
                 {
                     "team": r.slug,
                     "parent": r.parent,
+                    # Spend is GPU time + egress; the parts are beside it.
                     "own_spend": str(r.own_spend),
+                    "own_egress": str(r.own_egress),
                     "spend": str(r.spend),
+                    "gpu_spend": str(r.gpu_spend),
+                    "egress": str(r.egress),
                     "gpu_hours": round(r.gpu_hours, 3),
                     "budget": None if r.budget is None else str(r.budget),
                     "forecast": str(r.forecast),
@@ -353,7 +357,10 @@ class CostViewSet(viewsets.ViewSet):
         body = {
             "team": d.team_slug,
             "month": f"{month:%Y-%m}",
+            # The team's spend is GPU time + egress ("gpu_spend" + "egress"."cost"): what the
+            # budget, its alerts, the hard stop and the forecast count.
             "spend": str(d.budget.spend),
+            "gpu_spend": str(d.budget.gpu_spend),
             "forecast": str(d.budget.forecast),
             "budget": None if d.budget.amount is None else str(d.budget.amount),
             "hard_stop": d.budget.hard_stop,
@@ -385,8 +392,8 @@ class CostViewSet(viewsets.ViewSet):
                 {"user": u, "gpu_hours": round(h, 3), "cost": str(c.quantize(calc.CENT))}
                 for u, h, c in d.by_user
             ],
-            # The same GPU spend split by cluster ("(unknown)": usage metered before clusters
-            # were recorded whose allocation was gone); the costs add up to "spend".
+            # The GPU spend split by cluster ("(unknown)": usage metered before clusters were
+            # recorded whose allocation was gone); the costs add up to "gpu_spend".
             "by_cluster": [
                 {
                     "cluster": c.cluster,
@@ -395,9 +402,9 @@ class CostViewSet(viewsets.ViewSet):
                 }
                 for c in d.by_cluster()
             ],
-            # Data movement to clusters without a copy of a job's dataset (not in "spend").
+            # Data movement to clusters without a copy of a job's dataset (part of "spend").
             "egress": {
-                "cost": str(d.egress_cost.quantize(calc.CENT)),
+                "cost": str(d.budget.egress),
                 "gb": round(d.egress_gb, 3),
                 "charges": [
                     {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import F, Q, QuerySet, Sum
@@ -123,11 +123,17 @@ class IdleSummary:
 
 @dataclass(frozen=True, slots=True)
 class BudgetSummary:
+    """A scope's month against its budget. ``spend`` is the team's spend: GPU time + egress
+    (``gpu_spend`` + ``egress``), what the budget, its alerts and hard stop and the forecast
+    count."""
+
     amount: Decimal | None
     hard_stop: bool
     spend: Decimal
     forecast: Decimal
     alerts: tuple[tuple[int, datetime], ...] = ()
+    gpu_spend: Decimal = Decimal(0)
+    egress: Decimal = Decimal(0)
 
     @property
     def percent_used(self) -> float | None:
@@ -158,7 +164,7 @@ class CostDashboard:
     by_user: list[tuple[str, float, Decimal]] = field(default_factory=list)
     # GPU spend per day and cluster (the same usage as ``days``, split the other way).
     cluster_days: list[ClusterDaySpend] = field(default_factory=list)
-    # Data movement charged this month (not part of ``spend``, which is GPU time).
+    # Data movement charged this month (part of ``spend``, shown apart from GPU time).
     egress: list[EgressLine] = field(default_factory=list)
 
     def by_cluster(self) -> list[ClusterSpend]:
@@ -189,7 +195,13 @@ class CostDashboard:
 
     @property
     def spend(self) -> Decimal:
+        """GPU spend + egress, to the cent."""
         return self.budget.spend
+
+    @property
+    def gpu_spend(self) -> Decimal:
+        """GPU time only, to the cent (what ``by_cluster`` and ``daily_by_model`` split)."""
+        return self.budget.gpu_spend
 
     @property
     def gpu_hours(self) -> float:
@@ -217,10 +229,13 @@ class CostDashboard:
         return dict(out)
 
     def cumulative_daily(self) -> list[tuple[date, Decimal]]:
-        """(day, spend to the end of that day), for the days of the month up to now."""
+        """(day, spend to the end of that day: GPU time + egress), for the days of the month up
+        to now. Egress counts on the day its attempt started, so the line meets the budget's."""
         per_day: dict[date, Decimal] = defaultdict(Decimal)
         for d in self.days:
             per_day[d.day] += d.cost
+        for e in self.egress:
+            per_day[e.time.astimezone(UTC).date()] += e.cost
         start, end = calc.month_bounds(self.month)
         last = min(end - timedelta(seconds=1), max(self.now, start)).date()
         out, running, day = [], Decimal(0), start.date()
@@ -405,14 +420,25 @@ def _trailing_spend(team_ids: list[int] | None, month: date, now: datetime) -> D
     return qs.aggregate(t=Sum("cost"))["t"] or Decimal(0)
 
 
-def _budget_summary(team: Team | None, team_ids, days, month, now) -> BudgetSummary:
-    spend = sum((d.cost for d in days), Decimal(0))
+def _budget_summary(
+    team: Team | None, team_ids, days, egress: list[EgressLine], month, now
+) -> BudgetSummary:
+    """Spend (GPU + egress) against the budget. The egress is the month's charges already loaded
+    for the page, so counting it costs no query."""
+    gpu = sum((d.cost for d in days), Decimal(0))
+    moved = sum((e.cost for e in egress), Decimal(0))
+    spend = gpu + moved
     lo, hi = _trailing_window(month, now)
+    trailing = Decimal(0)
+    if now < calc.month_bounds(month)[1]:
+        # Egress of the window is burn like GPU time: a team moving data now is assumed to go on
+        # moving it at that rate (docs/billing.md §4); a burst ages out of the window in a day.
+        trailing = _trailing_spend(team_ids, month, now) + sum(
+            (e.cost for e in egress if lo <= e.time < hi), Decimal(0)
+        )
     forecast = calc.forecast_month_end(
         spend_to_date=spend,
-        trailing_spend=_trailing_spend(team_ids, month, now)
-        if now < calc.month_bounds(month)[1]
-        else Decimal(0),
+        trailing_spend=trailing,
         trailing_window=hi - lo,
         now=now,
         month=month,
@@ -431,6 +457,8 @@ def _budget_summary(team: Team | None, team_ids, days, month, now) -> BudgetSumm
         spend=spend.quantize(calc.CENT),
         forecast=forecast,
         alerts=alerts,
+        gpu_spend=gpu.quantize(calc.CENT),
+        egress=moved.quantize(calc.CENT),
     )
 
 
@@ -459,6 +487,7 @@ def team_cost_dashboard(
     team = _team_for(user, team_slug)
     team_ids = TeamTree.load().subtree(team.pk)
     days, idle, unpriced = _daily_series(team_ids, month)
+    egress = _egress_series(team_ids, month)
     return CostDashboard(
         title=team.name,
         team_slug=team.slug,
@@ -468,16 +497,19 @@ def team_cost_dashboard(
         top_jobs=_top_jobs(team_ids, month, top),
         by_user=_by_user(team_ids, month),
         cluster_days=_cluster_series(team_ids, month),
-        egress=_egress_series(team_ids, month),
+        egress=egress,
         lost=_lost_series(team_ids, month),
         idle=idle,
-        budget=_budget_summary(team, team_ids, days, month, now),
+        budget=_budget_summary(team, team_ids, days, egress, month, now),
         unpriced_gpu_hours=unpriced,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class TeamRow:
+    """One team's month on the admin overview. ``own_spend`` and ``spend`` are GPU time + egress
+    (the budget's measure); ``own_egress`` and ``egress`` are the egress parts of each."""
+
     slug: str
     name: str
     parent: str | None
@@ -489,6 +521,13 @@ class TeamRow:
     forecast: Decimal
     idle_cost: Decimal | None  # None: no telemetry
     lost_cost: Decimal
+    own_egress: Decimal = Decimal(0)
+    egress: Decimal = Decimal(0)  # including sub-teams
+
+    @property
+    def gpu_spend(self) -> Decimal:
+        """GPU time including sub-teams."""
+        return self.spend - self.egress
 
     @property
     def percent_used(self) -> float | None:
@@ -499,6 +538,7 @@ SORT_KEYS = {
     "team": lambda r: r.slug,
     "spend": lambda r: r.spend,
     "own_spend": lambda r: r.own_spend,
+    "egress": lambda r: r.egress,
     "gpu_hours": lambda r: r.gpu_hours,
     "budget": lambda r: r.budget if r.budget is not None else Decimal(-1),
     "used": lambda r: r.percent_used if r.percent_used is not None else -1.0,
@@ -555,8 +595,22 @@ def admin_cost_overview(
         .annotate(cost=Sum("cost"))
         .values_list("team_id", "cost")
     )
+    # The month's egress per team and its share in the trailing window, in one query.
+    own_egress: dict[int, Decimal] = {}
+    for row in (
+        EgressCharge.objects.filter(time__gte=start, time__lt=end)
+        .values("team_id")
+        .annotate(total=Sum("cost"), recent=Sum("cost", filter=Q(time__gte=lo, time__lt=hi)))
+    ):
+        own_egress[row["team_id"]] = row["total"] or Decimal(0)
+        if now < end and row["recent"]:
+            trailing[row["team_id"]] = trailing.get(row["team_id"], Decimal(0)) + row["recent"]
     budgets = {b.team_id: b for b in Budget.objects.filter(month=month)}
-    rolled = tree.roll_up({t: r["s_cost"] or Decimal(0) for t, r in per_team.items()})
+    own_gpu = {t: r["s_cost"] or Decimal(0) for t, r in per_team.items()}
+    own_total = {t: own_gpu.get(t, Decimal(0)) + own_egress.get(t, Decimal(0)) for t in own_gpu}
+    own_total.update({t: own_gpu.get(t, Decimal(0)) + e for t, e in own_egress.items()})
+    rolled = tree.roll_up(own_total)
+    rolled_egress = tree.roll_up(own_egress)
     rolled_trailing = tree.roll_up(trailing)
     rows = []
     for team in Team.objects.select_related("parent").order_by("slug"):
@@ -568,8 +622,10 @@ def admin_cost_overview(
                 slug=team.slug,
                 name=team.name,
                 parent=team.parent.slug if team.parent else None,
-                own_spend=(r.get("s_cost") or Decimal(0)).quantize(calc.CENT),
+                own_spend=own_total.get(team.pk, Decimal(0)).quantize(calc.CENT),
                 spend=spend.quantize(calc.CENT),
+                own_egress=own_egress.get(team.pk, Decimal(0)).quantize(calc.CENT),
+                egress=rolled_egress.get(team.pk, Decimal(0)).quantize(calc.CENT),
                 gpu_hours=(r.get("s_secs") or 0.0) / 3600,
                 budget=budget.amount if budget else None,
                 hard_stop=bool(budget and budget.hard_stop),
@@ -589,6 +645,7 @@ def admin_cost_overview(
     if sort not in SORT_KEYS:
         sort = "spend"
     rows.sort(key=SORT_KEYS[sort], reverse=descending)
+    egress = _egress_series(None, month)
     dashboard = CostDashboard(
         title="All teams",
         month=month,
@@ -597,10 +654,10 @@ def admin_cost_overview(
         top_jobs=_top_jobs(None, month, 10),
         by_user=_by_user(None, month),
         cluster_days=_cluster_series(None, month),
-        egress=_egress_series(None, month),
+        egress=egress,
         lost=_lost_series(None, month),
         idle=idle,
-        budget=_budget_summary(None, None, days, month, now),
+        budget=_budget_summary(None, None, days, egress, month, now),
         unpriced_gpu_hours=unpriced,
     )
     return AdminOverview(rows=rows, dashboard=dashboard, sort=sort, descending=descending)

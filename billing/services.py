@@ -617,14 +617,22 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
 
 
 def _ensure_statements(*, months: Iterable[date]) -> None:
-    """An open statement exists for every team with usage in ``months`` and for its ancestors
-    (statements roll up the tree). Existing statements, open or closed, are left alone."""
+    """An open statement exists for every team with usage or egress in ``months`` and for its
+    ancestors (statements roll up the tree). Existing statements, open or closed, are left
+    alone."""
     tree = TeamTree.load()
     wanted: list[Statement] = []
     for month in months:
         start, end = calc.month_bounds(month)
         team_ids = set(
             UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date())
+            .order_by()
+            .values_list("team_id", flat=True)
+            .distinct()
+        )
+        # Egress is billed too: a month whose only charge is data movement still gets a statement.
+        team_ids |= set(
+            EgressCharge.objects.filter(time__gte=start, time__lt=end)
             .order_by()
             .values_list("team_id", flat=True)
             .distinct()
@@ -651,27 +659,47 @@ class BudgetAlertPayload(TypedDict):
     time: str
 
 
-def team_spends(*, month: date, tree: TeamTree | None = None) -> dict[int, Decimal]:
-    """Spend of the month per team id, each team including its sub-teams (one query)."""
-    tree = tree or TeamTree.load()
+def egress_by_team(*, month: date) -> dict[int, Decimal]:
+    """Egress charged in ``month`` per team id, the team's own charges only (one query)."""
     start, end = calc.month_bounds(month)
-    own = dict(
-        UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date())
+    return dict(
+        EgressCharge.objects.filter(time__gte=start, time__lt=end)
         .values("team_id")
         .annotate(total=Sum("cost"))
         .values_list("team_id", "total")
     )
+
+
+def team_spends(*, month: date, tree: TeamTree | None = None) -> dict[int, Decimal]:
+    """Spend of the month per team id (GPU time + egress), each team including its sub-teams
+    (two queries, whatever the number of teams)."""
+    tree = tree or TeamTree.load()
+    start, end = calc.month_bounds(month)
+    own: dict[int, Decimal] = defaultdict(Decimal)
+    for team_id, total in (
+        UsageDaily.objects.filter(day__gte=start.date(), day__lt=end.date())
+        .values("team_id")
+        .annotate(total=Sum("cost"))
+        .values_list("team_id", "total")
+    ):
+        own[team_id] += total or Decimal(0)
+    for team_id, total in egress_by_team(month=month).items():
+        own[team_id] += total or Decimal(0)
     return tree.roll_up(own)
 
 
 def team_spend(*, team: Team, month: date) -> Decimal:
-    """Metered spend of ``team`` and its sub-teams in ``month``."""
+    """Metered spend of ``team`` and its sub-teams in ``month``: GPU time (from the daily
+    rollup) + egress charges. What hard stops and alerts compare with the budget."""
     start, end = calc.month_bounds(month)
-    tree = TeamTree.load()
-    total = UsageDaily.objects.filter(
-        team_id__in=tree.subtree(team.pk), day__gte=start.date(), day__lt=end.date()
+    subtree = TeamTree.load().subtree(team.pk)
+    gpu = UsageDaily.objects.filter(
+        team_id__in=subtree, day__gte=start.date(), day__lt=end.date()
     ).aggregate(t=Sum("cost"))["t"]
-    return total or Decimal(0)
+    egress = EgressCharge.objects.filter(
+        team_id__in=subtree, time__gte=start, time__lt=end
+    ).aggregate(t=Sum("cost"))["t"]
+    return (gpu or Decimal(0)) + (egress or Decimal(0))
 
 
 @transaction.atomic
@@ -758,7 +786,8 @@ def _budget_alerts(budget, spent, fired_before, month, now) -> list[BudgetAlert]
 
 def budget_check_submission(*, team: Team, now: datetime | None = None) -> None:
     """Refuse a new submission to ``team`` when a hard-stop budget of the team or of an ancestor
-    is used up this month. Raises DomainError on field "team". Running jobs are not touched."""
+    is used up this month, spend being GPU time + egress (``team_spend``). Raises DomainError on
+    field "team". Running jobs are not touched."""
     now = now or timezone.now()
     month = calc.month_start(now)
     # One query in the common case: most months have no hard-stop budget anywhere, and the team

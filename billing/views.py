@@ -149,6 +149,7 @@ def overview(request):
         ("team", "Team"),
         ("own_spend", "Own spend"),
         ("spend", "Spend incl. sub-teams"),
+        ("egress", "of which egress"),
         ("gpu_hours", "GPU-hours"),
         ("budget", "Budget"),
         ("used", "Used"),

@@ -1,5 +1,7 @@
 """Billing test helpers: jobs with allocations written the way the scheduling loop writes them
-(Allocation rows with started_at / ended_at), a price book, and a capture of published payloads."""
+(Allocation rows with started_at / ended_at), a price book, and a capture of published payloads;
+a second cluster (``cloud``, node c1) with its own rates, and a dataset (``c4``) held elsewhere,
+so jobs on the cloud are charged egress."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from billing.models import Capacity, PriceRate
+from scheduler.models import Cluster, ClusterDataset, Dataset, Node
 
 
 def utc(*args) -> datetime:
@@ -80,3 +83,38 @@ def published(monkeypatch):
     sent: list[tuple[str, dict]] = []
     monkeypatch.setattr(streams, "_send_many", sent.extend)
     return sent
+
+
+@pytest.fixture
+def clouds(cluster, gpu_models):
+    cloud = Cluster.objects.create(name="cloud", region="us-east")
+    Node.objects.create(cluster=cloud, name="c1", gpu_model=gpu_models["h100"], gpu_count=8)
+    archive = Cluster.objects.create(name="archive", region="eu-west")
+    return {"test": cluster, "cloud": cloud, "archive": archive}
+
+
+@pytest.fixture
+def cluster_price(gpu_models):
+    def make(cluster, model, capacity, rate, effective_from):
+        return PriceRate.objects.create(
+            cluster=cluster,
+            gpu_model=gpu_models[model],
+            capacity=Capacity(capacity),
+            rate_per_gpu_hour=Decimal(rate),
+            effective_from=effective_from,
+        )
+
+    return make
+
+
+@pytest.fixture
+def c4(clouds):
+    """800 GB held by ``test`` ($0.05/GB out) and ``archive`` ($0.02/GB out), not by ``cloud``."""
+    dataset = Dataset.objects.create(name="c4", size_gb=800)
+    ClusterDataset.objects.create(
+        cluster=clouds["test"], dataset=dataset, egress_price_per_gb=Decimal("0.05")
+    )
+    ClusterDataset.objects.create(
+        cluster=clouds["archive"], dataset=dataset, egress_price_per_gb=Decimal("0.02")
+    )
+    return dataset

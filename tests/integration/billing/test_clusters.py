@@ -17,36 +17,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing import selectors, services
-from billing.models import Capacity, EgressCharge, PriceRate, UsageDaily, UsageRecord
-from scheduler.models import Cluster, ClusterDataset, Dataset, Node
+from billing.models import EgressCharge, PriceRate, UsageDaily, UsageRecord
+from scheduler.models import Cluster, Dataset
 
 from .conftest import utc
 
 pytestmark = pytest.mark.django_db
 
 DEC = utc(2026, 12, 1).date()
-
-
-@pytest.fixture
-def clouds(cluster, gpu_models):
-    cloud = Cluster.objects.create(name="cloud", region="us-east")
-    Node.objects.create(cluster=cloud, name="c1", gpu_model=gpu_models["h100"], gpu_count=8)
-    archive = Cluster.objects.create(name="archive", region="eu-west")
-    return {"test": cluster, "cloud": cloud, "archive": archive}
-
-
-@pytest.fixture
-def cluster_price(gpu_models):
-    def make(cluster, model, capacity, rate, effective_from):
-        return PriceRate.objects.create(
-            cluster=cluster,
-            gpu_model=gpu_models[model],
-            capacity=Capacity(capacity),
-            rate_per_gpu_hour=Decimal(rate),
-            effective_from=effective_from,
-        )
-
-    return make
 
 
 def _usage():
@@ -193,19 +171,6 @@ def test_price_set_service_refuses_an_unknown_cluster_by_name(clouds, platform_a
     assert rate.cluster == clouds["cloud"]
 
 
-@pytest.fixture
-def c4(clouds):
-    """800 GB held by ``test`` ($0.05/GB out) and ``archive`` ($0.02/GB out), not by ``cloud``."""
-    dataset = Dataset.objects.create(name="c4", size_gb=800)
-    ClusterDataset.objects.create(
-        cluster=clouds["test"], dataset=dataset, egress_price_per_gb=Decimal("0.05")
-    )
-    ClusterDataset.objects.create(
-        cluster=clouds["archive"], dataset=dataset, egress_price_per_gb=Decimal("0.02")
-    )
-    return dataset
-
-
 def test_egress_is_charged_once_per_attempt_that_moves_data(c4, clouds, make_job, allocate, price):
     price("h100", "on_demand", "2.00", utc(2026, 1, 1))
     moved = make_job(name="moved", dataset="c4")
@@ -293,7 +258,8 @@ def test_dashboard_splits_spend_by_cluster_and_shows_egress(split_month, alice, 
             ("test", 10.0, Decimal("20.000000")),
             ("cloud", 4.0, Decimal("12.000000")),
         ]
-        assert sum(c.cost for c in d.by_cluster()) == d.spend == Decimal("32.00")
+        assert sum(c.cost for c in d.by_cluster()) == d.gpu_spend == Decimal("32.00")
+        assert d.spend == d.gpu_spend + d.budget.egress == Decimal("48.00")
         assert [(e.job_id, e.to_cluster, e.cost) for e in d.egress] == [
             (split_month.pk, "cloud", Decimal("16.000000"))
         ]
@@ -304,7 +270,8 @@ def test_admin_overview_splits_every_teams_spend_by_cluster(split_month, platfor
     o = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=utc(2026, 12, 3))
     by_cluster = {c.cluster: c.cost for c in o.dashboard.by_cluster()}
     assert by_cluster == {"test": Decimal("20.000000"), "cloud": Decimal("18.000000")}
-    assert sum(by_cluster.values()) == o.dashboard.spend == Decimal("38.00")
+    assert sum(by_cluster.values()) == o.dashboard.gpu_spend == Decimal("38.00")
+    assert o.dashboard.spend == Decimal("70.00")  # + $32 of egress
     assert o.dashboard.egress_cost == Decimal("32.000000")
 
 
@@ -316,7 +283,8 @@ def test_cost_api_by_cluster_and_egress_are_team_scoped(
         {"cluster": "test", "gpu_hours": 10.0, "cost": "20.00"},
         {"cluster": "cloud", "gpu_hours": 4.0, "cost": "12.00"},
     ]
-    assert sum(Decimal(c["cost"]) for c in body["by_cluster"]) == Decimal(body["spend"])
+    assert sum(Decimal(c["cost"]) for c in body["by_cluster"]) == Decimal(body["gpu_spend"])
+    assert Decimal(body["spend"]) == Decimal(body["gpu_spend"]) + Decimal(body["egress"]["cost"])
     assert body["egress"]["cost"] == "16.00" and body["egress"]["gb"] == 800.0
     [charge] = body["egress"]["charges"]
     assert (charge["job"], charge["from_cluster"], charge["to_cluster"]) == (
