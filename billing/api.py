@@ -191,6 +191,15 @@ class StatementLineSerializer(serializers.Serializer):
     cluster = serializers.CharField(read_only=True, help_text='the cluster\'s name; "" if unknown')
 
 
+class StatementEgressLineSerializer(serializers.Serializer):
+    team = serializers.CharField(read_only=True)
+    from_cluster = serializers.CharField(read_only=True)
+    to_cluster = serializers.CharField(read_only=True)
+    charges = serializers.IntegerField(read_only=True, help_text="job attempts charged")
+    gb = serializers.DecimalField(max_digits=16, decimal_places=3, read_only=True)
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2, read_only=True)
+
+
 class AdjustmentSerializer(serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
     amount = api_number(Adjustment, "amount")
@@ -209,16 +218,25 @@ class StatementSerializer(serializers.ModelSerializer):
 
 
 class StatementDetailSerializer(StatementSerializer):
+    """A statement with its lines. ``computed_total`` = ``gpu_total`` + ``egress_total``: the GPU
+    lines (``lines``) plus the egress lines (``egress_lines``), each to the cent."""
+
     lines = serializers.SerializerMethodField()
+    egress_lines = serializers.SerializerMethodField()
     adjustments = serializers.SerializerMethodField()
     computed_total = serializers.SerializerMethodField()
+    gpu_total = serializers.SerializerMethodField()
+    egress_total = serializers.SerializerMethodField()
     adjusted_total = serializers.SerializerMethodField()
 
     class Meta(StatementSerializer.Meta):
         fields = StatementSerializer.Meta.fields + [
             "lines",
+            "egress_lines",
             "adjustments",
             "computed_total",
+            "gpu_total",
+            "egress_total",
             "adjusted_total",
         ]
 
@@ -231,6 +249,18 @@ class StatementDetailSerializer(StatementSerializer):
     @extend_schema_field(StatementLineSerializer(many=True))
     def get_lines(self, statement) -> list[dict]:
         return StatementLineSerializer(self._view(statement).lines, many=True).data
+
+    @extend_schema_field(StatementEgressLineSerializer(many=True))
+    def get_egress_lines(self, statement) -> list[dict]:
+        return StatementEgressLineSerializer(self._view(statement).egress_lines, many=True).data
+
+    @extend_schema_field(OpenApiTypes.DECIMAL)
+    def get_gpu_total(self, statement) -> str:
+        return str(self._view(statement).gpu_total)
+
+    @extend_schema_field(OpenApiTypes.DECIMAL)
+    def get_egress_total(self, statement) -> str:
+        return str(self._view(statement).egress_total)
 
     @extend_schema_field(AdjustmentSerializer(many=True))
     def get_adjustments(self, statement) -> list[dict]:

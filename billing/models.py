@@ -7,7 +7,9 @@ shell cannot break them:
 - one price per (cluster or the platform, GPU model, capacity type, effective instant);
 - one egress charge per job attempt;
 - one budget per (team, month), one alert per (budget, threshold): an alert fires once;
-- one statement per (team, month); a closed statement carries its closing time and total.
+- one statement per (team, month); a closed statement carries its closing time and total;
+- one frozen line per (statement, sub-team, GPU model, capacity, cluster) and one egress line
+  per (statement, sub-team, source cluster, destination cluster).
 
 Money is ``Decimal`` throughout (USD). Months are UTC calendar months, stored as their first day.
 """
@@ -462,6 +464,36 @@ class StatementLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.gpu_model} {self.capacity}: ${self.cost}"
+
+
+class StatementEgressLine(models.Model):
+    """One frozen egress line of a closed statement: what a (sub-)team's job attempts paid to move
+    datasets from one cluster to another in the month, summed over those charges. Per cluster
+    pair, like the GPU lines per cluster: a bill a finance reader can check line by line, as
+    long as the month's activity is varied; each charge stays an ``EgressCharge`` row (job,
+    attempt, dataset) for whoever needs the detail."""
+
+    statement = models.ForeignKey(Statement, related_name="egress_lines", on_delete=models.PROTECT)
+    team = models.ForeignKey(Team, related_name="+", on_delete=models.PROTECT)
+    # The clusters' names when the statement closed (frozen text, like StatementLine.cluster).
+    from_cluster = models.CharField(max_length=64)
+    to_cluster = models.CharField(max_length=64)
+    charges = models.PositiveIntegerField()
+    gb = models.DecimalField(max_digits=16, decimal_places=3)
+    cost = models.DecimalField(max_digits=14, decimal_places=2)
+
+    class Meta:
+        ordering = ["team__slug", "from_cluster", "to_cluster"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["statement", "team", "from_cluster", "to_cluster"],
+                name="stmtegress_unique_key",
+            ),
+            models.CheckConstraint(condition=Q(cost__gte=0), name="stmtegress_cost_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} egress {self.from_cluster}->{self.to_cluster}: ${self.cost}"
 
 
 class Adjustment(models.Model):

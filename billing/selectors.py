@@ -39,7 +39,12 @@ from .models import (
     UsageJobMonth,
     UsageRecord,
 )
-from .services import cluster_labels, statement_live_lines
+from .services import (
+    cluster_labels,
+    statement_egress_gb,
+    statement_live_egress_lines,
+    statement_live_lines,
+)
 from .tree import TeamTree
 
 # ----------------------------------------------------------------------------- series
@@ -693,14 +698,38 @@ class StatementLineView:
     cluster: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class StatementEgressLineView:
+    """A (sub-)team's data movement from one cluster to another in the statement's month."""
+
+    team: str
+    from_cluster: str
+    to_cluster: str
+    charges: int
+    gb: Decimal
+    cost: Decimal
+
+
 @dataclass
 class StatementView:
+    """What a statement bills: GPU lines + egress lines = ``total`` (each line to the cent)."""
+
     statement: Statement
     lines: list[StatementLineView]
     total: Decimal
     adjustments: list = field(default_factory=list)
-    # Closed statements only: usage metered for the month after it was closed (not billed here).
+    # Closed statements only: usage or egress recorded for the month after it was closed (not
+    # billed here). A statement closed before egress was billed shows that month's egress here.
     metered_after_close: Decimal = Decimal(0)
+    egress_lines: list[StatementEgressLineView] = field(default_factory=list)
+
+    @property
+    def gpu_total(self) -> Decimal:
+        return sum((x.cost for x in self.lines), Decimal(0))
+
+    @property
+    def egress_total(self) -> Decimal:
+        return sum((x.cost for x in self.egress_lines), Decimal(0))
 
     @property
     def adjusted_total(self) -> Decimal:
@@ -709,13 +738,34 @@ class StatementView:
     @property
     def by_team(self) -> list[tuple[str, Decimal]]:
         out: dict[str, Decimal] = defaultdict(Decimal)
-        for line in self.lines:
+        for line in [*self.lines, *self.egress_lines]:
             out[line.team] += line.cost
         return sorted(out.items())
 
 
+def _live_egress_lines(statement: Statement, teams: dict) -> list[StatementEgressLineView]:
+    live = statement_live_egress_lines(statement=statement)
+    names = cluster_labels(
+        {e["from_cluster_id"] for e in live} | {e["to_cluster_id"] for e in live}
+    )
+    lines = [
+        StatementEgressLineView(
+            teams.get(e["team_id"], "?"),
+            names[e["from_cluster_id"]],
+            names[e["to_cluster_id"]],
+            e["charges"],
+            statement_egress_gb(e["gb"]),
+            e["cost"].quantize(calc.CENT),
+        )
+        for e in live
+    ]
+    lines.sort(key=lambda x: (x.team, x.from_cluster, x.to_cluster))
+    return lines
+
+
 def statement_view(*, statement: Statement) -> StatementView:
-    """What a statement says: frozen lines when closed, live usage when open."""
+    """What a statement says: frozen GPU and egress lines when closed, live usage and egress
+    charges when open. The total is the GPU lines + the egress lines, to the cent."""
     teams = dict(Team.objects.values_list("id", "slug"))
     models_ = dict(GpuModel.objects.values_list("id", "name"))
     adjustments = list(statement.adjustments.select_related("created_by"))
@@ -731,8 +781,18 @@ def statement_view(*, statement: Statement) -> StatementView:
             )
             for line in statement.lines.all()
         ]
-        live_total = sum(
-            (row["cost"] for row in statement_live_lines(statement=statement)), Decimal(0)
+        egress_lines = [
+            StatementEgressLineView(
+                teams.get(e.team_id, "?"), e.from_cluster, e.to_cluster, e.charges, e.gb, e.cost
+            )
+            for e in statement.egress_lines.all()
+        ]
+        live_total = (
+            sum((row["cost"] for row in statement_live_lines(statement=statement)), Decimal(0))
+            + sum(
+                (row["cost"] for row in statement_live_egress_lines(statement=statement)),
+                Decimal(0),
+            )
         ).quantize(calc.CENT)
         return StatementView(
             statement,
@@ -740,6 +800,7 @@ def statement_view(*, statement: Statement) -> StatementView:
             statement.total,
             adjustments,
             metered_after_close=live_total - statement.total,
+            egress_lines=egress_lines,
         )
     live = statement_live_lines(statement=statement)
     clusters = cluster_labels({row["cluster_id"] for row in live})
@@ -755,18 +816,31 @@ def statement_view(*, statement: Statement) -> StatementView:
         for row in live
     ]
     lines.sort(key=lambda x: (x.team, x.gpu_model, x.capacity, x.cluster))
-    return StatementView(statement, lines, sum((x.cost for x in lines), Decimal(0)), adjustments)
+    egress_lines = _live_egress_lines(statement, teams)
+    total = sum((x.cost for x in lines), Decimal(0)) + sum(
+        (x.cost for x in egress_lines), Decimal(0)
+    )
+    return StatementView(statement, lines, total, adjustments, egress_lines=egress_lines)
 
 
 def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
-    """The statement as CSV rows: a header, one row per line, adjustments, totals; every cell
-    safe to open in a spreadsheet (``tenants.csvcells``). ``cluster`` is the last column
-    (appended, so readers of the earlier columns by position keep working); empty on the
-    total and adjustment rows and for usage whose cluster is unknown."""
+    """The statement as CSV rows: a header, one row per GPU line, one per egress line,
+    adjustments, totals; every cell safe to open in a spreadsheet (``tenants.csvcells``).
+
+    Columns are only ever appended, so readers of the earlier columns by position keep working:
+    ``cluster`` (where the GPU line ran, or where the egress line's data went; empty on the
+    total and adjustment rows and for usage whose cluster is unknown), then ``from_cluster``
+    and ``gb`` (egress lines only). An egress line says ``egress`` in the ``capacity`` column
+    (where the total and adjustment rows name themselves too) and its number of charges in
+    ``note``; its cost is in ``cost_usd`` like any line, and the total row is the sum of all."""
     s = view.statement
     month = f"{s.month:%Y-%m}"
     header = ["month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd"]
-    rows = [[*header, "note", "cluster"]]
+    rows = [[*header, "note", "cluster", "from_cluster", "gb"]]
+
+    def summary(label: str, amount: Decimal, note: str = "") -> list[str]:
+        return [month, s.team.slug, "", "", label, "", str(amount), note, "", "", ""]
+
     for line in view.lines:
         rows.append(
             [
@@ -779,25 +853,32 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
                 str(line.cost),
                 "",
                 line.cluster,
+                "",
+                "",
             ]
         )
-    rows.append([month, s.team.slug, "", "", "total", "", str(view.total), "", ""])
+    for e in view.egress_lines:
+        charges = f"{e.charges} charge" + ("" if e.charges == 1 else "s")
+        rows.append(
+            [
+                month,
+                s.team.slug,
+                e.team,
+                "",
+                "egress",
+                "",
+                str(e.cost),
+                charges,
+                e.to_cluster,
+                e.from_cluster,
+                str(e.gb),
+            ]
+        )
+    rows.append(summary("total", view.total))
     for adj in view.adjustments:
         # The reason in a column of its own (an admin's free text: escaped like any cell).
-        rows.append([month, s.team.slug, "", "", "adjustment", "", str(adj.amount), adj.reason, ""])
-    rows.append(
-        [
-            month,
-            s.team.slug,
-            "",
-            "",
-            f"adjusted total ({s.status})",
-            "",
-            str(view.adjusted_total),
-            "",
-            "",
-        ]
-    )
+        rows.append(summary("adjustment", adj.amount, adj.reason))
+    rows.append(summary(f"adjusted total ({s.status})", view.adjusted_total))
     return safe_rows(rows)
 
 

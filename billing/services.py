@@ -17,7 +17,7 @@ from typing import Literal, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
+from django.db.models import Case, Count, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -43,6 +43,7 @@ from .models import (
     LostWork,
     PriceRate,
     Statement,
+    StatementEgressLine,
     StatementLine,
     StatementMode,
     StatementStatus,
@@ -838,11 +839,32 @@ def statement_live_lines(*, statement: Statement) -> list[dict]:
     )
 
 
+def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
+    """Egress lines of a statement computed from the charges now: one per (sub-team, source
+    cluster id, destination cluster id) with the number of charges, GB and cost."""
+    start, end = calc.month_bounds(statement.month)
+    tree = TeamTree.load()
+    return list(
+        EgressCharge.objects.filter(
+            team_id__in=tree.subtree(statement.team_id), time__gte=start, time__lt=end
+        )
+        .values("team_id", "from_cluster_id", "to_cluster_id")
+        .annotate(charges=Count("id"), gb=Sum("size_gb"), cost=Sum("cost"))
+        .order_by("team_id", "from_cluster_id", "to_cluster_id")
+    )
+
+
+def statement_egress_gb(gb: float) -> Decimal:
+    """GB moved as a statement shows it (three decimals)."""
+    return Decimal(repr(gb)).quantize(Decimal("0.001"))
+
+
 def statement_close(
     *, user, statement_id: int, mode: str | None = None, now: datetime | None = None
 ) -> Statement:
-    """Freeze a past month's statement (platform admins): its lines and total are written once
-    and never change again. Closing twice is a Conflict; so is closing a month still running."""
+    """Freeze a past month's statement (platform admins): its GPU lines, egress lines and total
+    (the sum of both, each line rounded to the cent) are written once and never change again.
+    Closing twice is a Conflict and writes nothing; so is closing a month still running."""
     now = now or timezone.now()
     if not is_platform_admin(user):
         raise DomainError("only platform admins close statements", field="status")
@@ -872,7 +894,27 @@ def statement_close(
             for line in lines
         ]
         StatementLine.objects.bulk_create(frozen)
-        total = sum((line.cost for line in frozen), Decimal(0))
+        egress = statement_live_egress_lines(statement=statement)
+        names = cluster_labels(
+            {e["from_cluster_id"] for e in egress} | {e["to_cluster_id"] for e in egress}
+        )
+        frozen_egress = [
+            StatementEgressLine(
+                statement=statement,
+                team_id=e["team_id"],
+                from_cluster=names[e["from_cluster_id"]],
+                to_cluster=names[e["to_cluster_id"]],
+                charges=e["charges"],
+                gb=statement_egress_gb(e["gb"]),
+                cost=e["cost"].quantize(calc.CENT),
+            )
+            for e in egress
+        ]
+        StatementEgressLine.objects.bulk_create(frozen_egress)
+        # The bill is its lines: GPU lines + egress lines, each already to the cent.
+        total = sum((line.cost for line in frozen), Decimal(0)) + sum(
+            (line.cost for line in frozen_egress), Decimal(0)
+        )
         changed = Statement.objects.filter(pk=statement.pk, status=StatementStatus.OPEN).update(
             status=StatementStatus.CLOSED,
             total=total,

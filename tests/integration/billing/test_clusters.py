@@ -327,14 +327,14 @@ def test_statement_lines_carry_the_cluster_and_csv_appends_it(split_month, clien
     rows = selectors.statement_csv_rows(view=view)
     assert rows[0] == [
         "month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd",
-        "note", "cluster",
+        "note", "cluster", "from_cluster", "gb",
     ]  # fmt: skip
-    assert [r[-1] for r in rows[1:3]] == ["cloud", "test"]
+    assert [r[8] for r in rows[1:3]] == ["cloud", "test"]
     assert all(len(r) == len(rows[0]) for r in rows)
     client.force_login(alice)
     body = client.get(f"/billing/statements/{statement.pk}/csv").content.decode()
     parsed = list(csv.reader(io.StringIO(body)))
-    assert parsed[1][-1] == "cloud" and parsed[1][6] == "12.00"
+    assert parsed[1][8] == "cloud" and parsed[1][6] == "12.00"
 
 
 def test_closing_freezes_the_cluster_names(split_month, platform_admin, teams):

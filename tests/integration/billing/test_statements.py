@@ -122,6 +122,8 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "cost_usd",
         "note",
         "cluster",
+        "from_cluster",
+        "gb",
     ]
     assert rows[1] == [
         "2026-11",
@@ -133,8 +135,10 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "4.00",
         "",
         "test",
+        "",
+        "",
     ]
-    assert rows[-1][6] == "4.00"  # cost_usd keeps its place; cluster is appended
+    assert rows[-1][6] == "4.00"  # cost_usd keeps its place; later columns are appended
 
     # Members cannot close; admins can, and the detail then shows the frozen lines.
     assert as_alice.post(f"/api/v1/billing/statements/{vision.pk}/close/").status_code == 400
