@@ -57,21 +57,27 @@ def _empty_note(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
+# The egress trace's name: not a GPU model's (model names are slugs without spaces).
+EGRESS_TRACE = "egress (data movement)"
+
+
 def spend_over_time(d: CostDashboard) -> go.Figure:
-    """Daily spend stacked by GPU model."""
-    fig = go.Figure(layout={**_LAYOUT, "title": "Spend per day by GPU model (USD)"})
+    """Daily spend stacked by GPU model, with egress on top: each bar is the day's spend as the
+    budget counts it (GPU time + egress)."""
+    fig = go.Figure(layout={**_LAYOUT, "title": "Spend per day by GPU model and egress (USD)"})
     by_model = d.daily_by_model()
-    for model, days in by_model.items():
+    egress = d.daily_egress()
+    for name, days in [*by_model.items(), *([(EGRESS_TRACE, egress)] if egress else [])]:
         xs = sorted(days)
         fig.add_bar(
-            name=model,
+            name=name,
             x=[x.isoformat() for x in xs],
             y=[float(days[x]) for x in xs],
             width=_DAY_MS * 0.8,
         )
     fig.update_layout(barmode="stack")
     _month_axis(fig, d)
-    if not by_model:
+    if not by_model and not egress:
         _empty_note(fig, "no usage metered this month")
     return fig
 

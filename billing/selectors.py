@@ -227,6 +227,13 @@ class CostDashboard:
             out[d.gpu_model][d.day] += d.cost
         return {m: dict(days) for m, days in sorted(out.items())}
 
+    def daily_egress(self) -> dict[date, Decimal]:
+        """Day -> egress charged (on the day its attempt started)."""
+        out: dict[date, Decimal] = defaultdict(Decimal)
+        for e in self.egress:
+            out[e.time.astimezone(UTC).date()] += e.cost
+        return dict(out)
+
     def by_capacity(self) -> dict[str, Decimal]:
         out: dict[str, Decimal] = defaultdict(Decimal)
         for d in self.days:
@@ -239,8 +246,8 @@ class CostDashboard:
         per_day: dict[date, Decimal] = defaultdict(Decimal)
         for d in self.days:
             per_day[d.day] += d.cost
-        for e in self.egress:
-            per_day[e.time.astimezone(UTC).date()] += e.cost
+        for day, cost in self.daily_egress().items():
+            per_day[day] += cost
         start, end = calc.month_bounds(self.month)
         last = min(end - timedelta(seconds=1), max(self.now, start)).date()
         out, running, day = [], Decimal(0), start.date()

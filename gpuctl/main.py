@@ -167,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cost.add_argument("--team", help="only this team (its statement rolls up its sub-teams)")
     cost.add_argument("--month", help="YYYY-MM (default: the newest month with a statement)")
-    cost.add_argument("--lines", action="store_true", help="also list usage by team and GPU model")
+    cost.add_argument(
+        "--lines", action="store_true", help="also list usage by team and GPU model, and egress"
+    )
 
     array = add("array", cmd_array_help, "job arrays (sweeps): submit, list, get, cancel")
     array_sub = array.add_subparsers(dest="array_command", metavar="ACTION", parser_class=_Parser)

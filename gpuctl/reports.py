@@ -95,6 +95,20 @@ def cmd_cost(args: argparse.Namespace) -> int:
             for d in sorted(details, key=lambda d: d["team"])
             for line in d.get("lines", [])
         ]
+        # Egress is billed too: its lines follow the GPU lines, naming the clusters the data
+        # moved between (a server from before egress was billed sends none).
+        lines += [
+            [
+                d["team"],
+                line["team"],
+                "egress",
+                f"{line['from_cluster']}->{line['to_cluster']}",
+                "-",
+                line["cost"],
+            ]
+            for d in sorted(details, key=lambda d: d["team"])
+            for line in d.get("egress_lines", [])
+        ]
         _out().write("\n")
         output.table(
             ["STATEMENT", "TEAM", "GPU MODEL", "CAPACITY", "GPU-HOURS", "COST (USD)"], lines, _out()

@@ -378,7 +378,7 @@ def test_nodes_lists_the_cluster(as_alice):
 def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gpu_models):
     from datetime import date
 
-    from billing.models import Statement, StatementLine
+    from billing.models import Statement, StatementEgressLine, StatementLine
 
     now = timezone.now()
     Statement.objects.create(team=teams["vision"], month=date(2026, 10, 1))  # older, open
@@ -387,7 +387,7 @@ def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gp
         month=date(2026, 11, 1),
         status="closed",
         mode="chargeback",
-        total="1234.50",
+        total="1250.50",  # 1234.50 of GPU time + 16.00 of egress
         closed_at=now,
     )
     StatementLine.objects.create(
@@ -398,6 +398,15 @@ def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gp
         gpu_hours="411.5",
         cost="1234.50",
     )
+    StatementEgressLine.objects.create(
+        statement=closed,
+        team=teams["vision"],
+        from_cluster="archive",
+        to_cluster="cloud",
+        charges=1,
+        gb="800",
+        cost="16.00",
+    )
     Statement.objects.create(  # another team's: never shown
         team=teams["nlp"], month=date(2026, 11, 1), status="closed", total="9.00", closed_at=now
     )
@@ -405,7 +414,7 @@ def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gp
     assert result.code == 0, result.err
     table, lines = result.out.split("\n\n")
     assert [row.split() for row in table.splitlines()[1:]] == [
-        ["vision", "2026-11", "closed", "chargeback", "411.50", "1234.50"]
+        ["vision", "2026-11", "closed", "chargeback", "411.50", "1250.50"]
     ]
     assert lines.splitlines()[1].split() == [
         "vision",
@@ -414,6 +423,14 @@ def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gp
         "on_demand",
         "411.5000",
         "1234.50",
+    ]
+    assert lines.splitlines()[2].split() == [
+        "vision",
+        "vision",
+        "egress",
+        "archive->cloud",
+        "-",
+        "16.00",
     ]
     older = json.loads(as_alice("cost", "--month", "2026-10", "--json").out)
     assert [(s["team"], s["month"], s["status"]) for s in older] == [("vision", "2026-10", "open")]

@@ -11,6 +11,7 @@ from billing.selectors import (
     ClusterDaySpend,
     CostDashboard,
     DaySpend,
+    EgressLine,
     IdleSummary,
     JobCost,
     LostPoint,
@@ -45,6 +46,26 @@ def test_spend_is_stacked_by_gpu_model_per_day():
         "a100": (["2026-12-02"], [1.0]),
         "h100": (["2026-12-01"], [4.0]),
     }
+
+
+def test_egress_is_stacked_on_the_days_spend_and_in_the_cumulative_line():
+    egress = [
+        EgressLine(
+            datetime(2026, 12, 2, 23, 30, tzinfo=UTC), 7, 1, "vision", "c4", "archive", "cloud",
+            800.0, Decimal("0.02"), Decimal(16),
+        )
+    ]  # fmt: skip
+    d = _dashboard(egress=egress)
+    fig = charts.spend_over_time(d)
+    assert {t.name: (list(t.x), list(t.y)) for t in fig.data} == {
+        "a100": (["2026-12-02"], [1.0]),
+        "h100": (["2026-12-01"], [4.0]),
+        charts.EGRESS_TRACE: (["2026-12-02"], [16.0]),
+    }
+    assert d.cumulative_daily()[-1] == (date(2026, 12, 3), Decimal(21))
+    only_egress = charts.spend_over_time(_dashboard(days=[], egress=egress))
+    assert [t.name for t in only_egress.data] == [charts.EGRESS_TRACE]
+    assert "no usage metered this month" not in _texts(only_egress)
 
 
 def test_spend_is_stacked_by_cluster_per_day():
