@@ -9,8 +9,9 @@ torchrun sets them for the processes it starts from the platform's PET_* variabl
 - checkpoints when the platform asks: SIGUSR1 (Slurm: ``scancel --signal=USR1``, forwarded to
   every worker), a new ``gpuplatform.io/checkpoint-request`` value in
   ``$GPUPLATFORM_PODINFO_DIR/annotations`` (Kubernetes), and every ``$CHECKPOINT_INTERVAL_S``
-  seconds of training; all ranks agree on the step through the same all-reduce that averages
-  the loss, so the checkpoint is one consistent state;
+  seconds of training; all ranks agree on the step through an all-reduce, so the checkpoint is
+  one consistent state, and one request is one checkpoint even when the signal reaches the
+  ranks in different steps;
 - stops on SIGTERM, with a final checkpoint in a Kubernetes pod, whose contract that is (a pod
   deletion's SIGTERM is the only warning). On Slurm the platform asks with USR1 before it stops
   a run (preemption, the time-limit warning), so SIGTERM only stops it: the work done since that
@@ -46,25 +47,20 @@ CHECKPOINT_ANNOTATION = "gpuplatform.io/checkpoint-request"
 
 
 class Requests:
-    """What signals asked for since the last step (set by the handlers, read by the loop)."""
+    """What signals asked for (set by the handlers, read by the loop)."""
 
     def __init__(self) -> None:
-        # A count, not a flag: the loop compares it with what it has seen, so a signal arriving
-        # at any moment (during the all-reduce, between two bytecodes) is never lost.
+        # A count, not a flag: a signal arriving at any moment (during the all-reduce, between
+        # two bytecodes) is never lost, and the ranks compare counts, not "asked since my last
+        # step": Slurm signals each worker on its own, so one request can reach rank 0 in one
+        # step and rank 1 in the next, which as flags would be two checkpoints.
         self.checkpoints = 0
-        self.seen = 0
         self.stop = False
         signal.signal(signal.SIGUSR1, self._checkpoint)
         signal.signal(signal.SIGTERM, self._stop)
 
     def _checkpoint(self, _signum, _frame) -> None:
         self.checkpoints += 1
-
-    def take(self) -> bool:
-        """Whether a checkpoint was asked for since the last call."""
-        count = self.checkpoints
-        asked, self.seen = count != self.seen, count
-        return asked
 
     def _stop(self, _signum, _frame) -> None:
         self.stop = True
@@ -167,6 +163,8 @@ def main() -> int:
     interval = float(os.environ.get("CHECKPOINT_INTERVAL_S") or 0)
     checkpoint_on_stop = bool(os.environ.get("GPUPLATFORM_PODINFO_DIR"))  # Kubernetes
     last_checkpoint_work = work_s
+    handled_requests = 0  # the highest request count any rank had when we last checkpointed
+    annotation_requests = 0
     loss_fn = nn.MSELoss()
 
     for step in range(start, args.steps + 1):
@@ -176,20 +174,26 @@ def main() -> int:
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
-        asked = requests.take() or (rank == 0 and step % 20 == 0 and watch.changed())
+        if rank == 0 and step % 20 == 0 and watch.changed():
+            annotation_requests += 1  # its own count: a signal handler never races with it
         due = rank == 0 and interval > 0 and work_s - last_checkpoint_work >= interval
-        # One all-reduce: the mean loss, and whether any rank was asked to checkpoint or stop.
-        shared = torch.tensor([loss.item(), float(asked or due), float(requests.stop)])
-        dist.all_reduce(shared)
+        mean_loss = torch.tensor([loss.item()])
+        dist.all_reduce(mean_loss)  # a sum
+        # The most requests any rank has heard of, whether one is due, whether one must stop.
+        heard = requests.checkpoints + annotation_requests
+        agreed = torch.tensor([float(heard), float(due), float(requests.stop)])
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
         work_s += time.monotonic() - began
-        say(f"step {step} loss {shared[0].item() / world:.6f}", flush=True)
-        wanted = shared[1] > 0 or (shared[2] > 0 and checkpoint_on_stop)
-        if wanted and rank == 0:
-            save(path, net, opt, step, work_s)
+        say(f"step {step} loss {mean_loss[0].item() / world:.6f}", flush=True)
+        asked, stop = agreed[0].item() > handled_requests, agreed[2] > 0
+        handled_requests = max(handled_requests, int(agreed[0].item()))
+        if asked or agreed[1] > 0 or (stop and checkpoint_on_stop):
+            if rank == 0:
+                save(path, net, opt, step, work_s)
+                say(f"checkpoint step {step} work_s {work_s:.2f} at {time.time():.3f}", flush=True)
             last_checkpoint_work = work_s
-            say(f"checkpoint step {step} work_s {work_s:.2f} at {time.time():.3f}", flush=True)
-        if shared[2] > 0:
+        if stop:
             if checkpoint_on_stop:
                 _termination_message(work_s if rank == 0 else None)
             say(f"stopping after step {step}", flush=True)
