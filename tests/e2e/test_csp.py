@@ -47,7 +47,11 @@ def _crawl(session, page, extra=()) -> list[str]:
             policy = response.header_value("content-security-policy") or ""
             assert "default-src 'self'" in policy, (path, policy)
         page.wait_for_load_state("load")
-        page.wait_for_timeout(300)  # charts draw after the load event
+        if page.locator("[data-figure]").count():
+            # Charts draw after the load event, once plotly.js arrives (charts.js marks it).
+            page.wait_for_selector("html[data-charts=drawn]", state="attached")
+        else:
+            page.wait_for_timeout(100)  # what scripts do just after the load (the stream's socket)
         for href in page.eval_on_selector_all(
             "a[href]", "els => els.map(e => e.getAttribute('href'))"
         ):
