@@ -416,7 +416,7 @@ class Agent:
                 next_at += self.interval
                 self.stopping.wait(max(0.0, next_at - time.monotonic()))
         finally:
-            self.stopping.set()
+            self.stop()
             thread.join(timeout=self.sender.timeout + 1)
             # One last attempt, bounded by the request timeout: never hang a shutdown.
             self.sender.sleep = lambda _s: None
@@ -426,6 +426,9 @@ class Agent:
 
     def stop(self, *_args: object) -> None:
         self.stopping.set()
+        # The sender may be waiting for samples (up to the flush period): wake it, or a stop
+        # waits out the join's timeout (the request timeout plus one second).
+        self.sender.buffer.ready.set()
 
 
 def _read_token(args: argparse.Namespace) -> str:

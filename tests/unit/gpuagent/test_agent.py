@@ -162,3 +162,22 @@ def test_an_ecc_or_xid_sample_is_shipped_without_waiting_for_the_flush(platform)
     thread.join(timeout=10)
     assert first and first[0]["xid"] == [79]
     assert len(first) < 320  # shipped before the sampling finished, not at the end
+
+
+def test_stop_returns_without_waiting_out_the_flush_period(platform):
+    """A service manager's stop (SIGTERM) ends the agent promptly, even when the sender is
+    waiting an hour for a full batch."""
+    buffer = SampleBuffer(capacity=1000)
+    sender = Sender(platform.url, "gpn_t", buffer, batch_size=1000, timeout=10.0)
+    # Every sample is urgent (XID 79), so the sender ships each at once and then waits for the
+    # next one, which never comes once the sampling stops.
+    agent = Agent(SimulatedSource(gpus=8, xid_rate=1.0), sender, interval=0.5, flush_every=3600.0)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not platform.received and time.monotonic() < deadline:
+        time.sleep(0.02)
+    agent.stop()
+    thread.join(timeout=5)  # before the fix: the request timeout plus one second, 11 s
+    assert not thread.is_alive()
+    assert platform.received and sum(len(b["samples"]) for b in platform.received) >= 8
