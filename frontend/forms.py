@@ -46,13 +46,16 @@ _ITEM_ERROR = re.compile(r"^items\[(\d+)\]\.(.+)$")
 
 PREEMPTIBLE_CHOICES = [("", "Priority class default"), ("yes", "Yes"), ("no", "No")]
 SPOT_CHOICES = [("", "If preemptible (default)"), ("yes", "Yes"), ("no", "No")]
+COMM_HEAVY_CHOICES = [("", "Automatic (more than one worker)"), ("yes", "Yes"), ("no", "No")]
 # The routing object's keys (docs/routing.md) -> the form field showing their errors.
 _ROUTING_ERROR_FIELDS = {
     "clusters": "routing_clusters",
     "regions": "routing_regions",
     "prefer_clusters": "routing_prefer_cluster",
+    "prefer_regions": "routing_prefer_regions",
     "max_price_per_gpu_h": "routing_max_price",
     "spot": "routing_spot",
+    "comm_heavy": "routing_comm_heavy",
 }
 _ROUTING_ERROR = re.compile(r"^routing\.([a-z_]+)(?:\[\d+\])?$")
 
@@ -151,6 +154,12 @@ class JobSubmitForm(forms.Form):
         widget=forms.Select,
         help_text="Tried first among the allowed, whatever it costs.",
     )
+    routing_prefer_regions = NamesField(
+        label="Routing: preferred regions",
+        required=False,
+        help_text="Clusters in these regions are tried first among the allowed, whatever they "
+        "cost.",
+    )
     routing_max_price = forms.DecimalField(
         label="Routing: max price per GPU-hour (USD)",
         required=False,
@@ -167,6 +176,14 @@ class JobSubmitForm(forms.Form):
         choices=SPOT_CHOICES,
         required=False,
         help_text="Spot is cheaper and may be reclaimed.",
+    )
+    routing_comm_heavy = forms.ChoiceField(
+        label="Routing: communication-heavy",
+        choices=COMM_HEAVY_CHOICES,
+        required=False,
+        help_text="A communication-heavy job spread over several nodes runs only on clusters "
+        "with NVLink or InfiniBand between nodes; on an Ethernet cluster it must fit on one "
+        "node.",
     )
     array_count = form_number(
         JobArray,
@@ -195,6 +212,7 @@ class JobSubmitForm(forms.Form):
         ]
         regions = sorted({c.region for c in clusters if c.region})
         self.fields["routing_regions"].widget.choices = [(r, r) for r in regions]
+        self.fields["routing_prefer_regions"].widget.choices = [(r, r) for r in regions]
         self.fields["team"].widget.choices = [(t.slug, f"{t.name} ({t.slug})") for t in teams]
         self.fields["gpu_model"].widget.choices = [("", "Any model")] + [
             (m.name, m.name) for m in gpu_models
@@ -327,11 +345,17 @@ class JobSubmitForm(forms.Form):
             routing["regions"] = data["routing_regions"]
         if data.get("routing_prefer_cluster"):
             routing["prefer_clusters"] = [data["routing_prefer_cluster"]]
+        if data.get("routing_prefer_regions"):
+            routing["prefer_regions"] = data["routing_prefer_regions"]
         if data.get("routing_max_price") is not None:
             routing["max_price_per_gpu_h"] = float(data["routing_max_price"])
         spot = {"yes": True, "no": False}.get(data.get("routing_spot") or "")
         if spot is not None:
             routing["spot"] = spot
+        # Automatic is the contract's null (more than one worker): left out like any unset key.
+        comm_heavy = {"yes": True, "no": False}.get(data.get("routing_comm_heavy") or "")
+        if comm_heavy is not None:
+            routing["comm_heavy"] = comm_heavy
         return routing or None
 
     def add_domain_error(self, error: DomainError) -> None:

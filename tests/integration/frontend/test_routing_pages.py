@@ -1,5 +1,6 @@
 """Routing in the portal: the submit form's "Where to run" fields become the job's routing
-object and their refusals (from the same ``routing_errors`` as the API) show next to the field;
+object (and the finish estimate's; a resubmission keeps it) and their refusals (from the same
+``routing_errors`` as the API) show next to the field;
 the cluster page shows each cluster's routing facts; the platform admins' routing facts page
 sets them (audited), refuses bad input next to the field writing nothing, and is a 403 for
 everyone else."""
@@ -12,9 +13,10 @@ import re
 import pytest
 from django.test import Client
 
+from frontend.forms import JobSubmitForm
 from scheduler.models import Cluster, ClusterDataset, Dataset, Job, TeamClusterAccess
 from tenants.models import AuditEntry, Team
-from tests.integration.routing_setup import make_two_clusters
+from tests.integration.routing_setup import make_two_clusters, run_one_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +95,16 @@ def test_a_form_without_routing_sets_none(two_clusters):
             "no cluster is named 'nope'",
         ),
         (
+            {"routing_prefer_regions": ["eu-west", "mars"]},
+            "routing_prefer_regions",
+            "no cluster is in region 'mars'",
+        ),
+        (
+            {"routing_comm_heavy": "maybe"},
+            "routing_comm_heavy",
+            "Select a valid choice. maybe is not one of the available choices.",
+        ),
+        (
             {"routing_max_price": "-1"},
             "routing_max_price",
             "Ensure this value is greater than or equal to 0.",
@@ -106,6 +118,89 @@ def test_routing_refusals_show_next_to_the_field_and_write_nothing(
     assert response.status_code == 400
     assert errors_for(response.content.decode(), field) == [message]
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("choice, stored", [("yes", True), ("no", False), ("", None)])
+def test_the_form_sets_preferred_regions_and_comm_heavy(two_clusters, choice, stored):
+    alice = client_for(two_clusters["alice"])
+    page = alice.get("/jobs/new/").content.decode()
+    assert re.search(r'<select name="routing_prefer_regions"[^>]*multiple', page)
+    assert 'aria-describedby="id_routing_comm_heavy_help"' in page
+    assert '<option value="" selected>Automatic (more than one worker)</option>' in page
+    response = alice.post(
+        "/jobs/new/",
+        {**FORM, "routing_prefer_regions": ["us-east", "eu-west"], "routing_comm_heavy": choice},
+    )
+    assert response.status_code == 302, errors_for(response.content.decode(), "__all__")
+    routing = Job.objects.get().routing
+    assert routing["prefer_regions"] == ["us-east", "eu-west"]
+    assert routing["comm_heavy"] is stored
+
+
+def test_automatic_comm_heavy_is_left_out_of_the_routing_object(two_clusters):
+    # As the other fields do when unset: the request names only what the user chose.
+    clusters = Cluster.objects.all()
+    automatic = JobSubmitForm({**FORM, "routing_comm_heavy": ""}, clusters=clusters)
+    assert automatic.is_valid(), automatic.errors
+    assert automatic.to_request().routing is None
+    chosen = JobSubmitForm(
+        {**FORM, "routing_prefer_regions": ["us-east"], "routing_comm_heavy": "no"},
+        clusters=clusters,
+    )
+    assert chosen.is_valid(), chosen.errors
+    assert chosen.to_request().routing == {"prefer_regions": ["us-east"], "comm_heavy": False}
+
+
+def test_the_estimate_passes_preferred_regions_and_comm_heavy(two_clusters):
+    alice = client_for(two_clusters["alice"])
+    # An unknown preferred region is refused on the estimate too, next to its field.
+    response = alice.post(
+        "/jobs/new/", {**FORM, "estimate": "1", "routing_prefer_regions": ["mars"]}
+    )
+    assert response.status_code == 400
+    assert errors_for(response.content.decode(), "routing_prefer_regions") == [
+        "no cluster is in region 'mars'"
+    ]
+    # On Ethernet a communication-heavy gang must fit on one node: two workers of 8 H100s on
+    # the two 8-GPU H100 nodes start now only when the user says the job is not one.
+    Cluster.objects.filter(name="test").update(interconnect="ethernet")
+    gang = {
+        **FORM,
+        "estimate": "1",
+        "workers": "2",
+        "gpus_per_worker": "8",
+        "gpu_model": "h100-80gb",
+        "runtime_limit_s": "3600",
+        "routing_clusters": ["test"],
+    }
+    for choice, starts in (("no", True), ("yes", False), ("", False)):
+        response = alice.post("/jobs/new/", {**gang, "routing_comm_heavy": choice})
+        assert response.status_code == 200, choice
+        assert ("starts now" in text_of(response)) is starts, choice
+    assert not Job.objects.exists()
+
+
+def test_a_resubmission_keeps_preferred_regions_and_comm_heavy(two_clusters):
+    alice = client_for(two_clusters["alice"])
+    response = alice.post(
+        "/jobs/new/",
+        {
+            **FORM,
+            "simulated_duration_s": "10000",
+            "routing_prefer_regions": ["us-east"],
+            "routing_comm_heavy": "no",
+        },
+    )
+    assert response.status_code == 302
+    job = Job.objects.get()
+    run_one_cycle()
+    job.refresh_from_db()
+    assert job.state == "running"  # an attempt, so a record to resubmit from
+    response = alice.post(f"/jobs/{job.pk}/resubmit/", {"attempt": "1"})
+    assert response.status_code == 302
+    again = Job.objects.exclude(pk=job.pk).get()
+    assert again.routing == job.routing
+    assert (again.routing["prefer_regions"], again.routing["comm_heavy"]) == (["us-east"], False)
 
 
 # --- the cluster page -----------------------------------------------------------------------
