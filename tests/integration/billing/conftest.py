@@ -63,8 +63,9 @@ def price(gpu_models):
     """price("h100", "on_demand", "2.50", from_) writes a rate straight into the book (history
     set-up; the service refuses backdated rates, which is tested separately)."""
 
-    def make(model, capacity, rate, effective_from):
+    def make(model, capacity, rate, effective_from, cluster=None):
         return PriceRate.objects.create(
+            cluster=cluster,
             gpu_model=gpu_models[model],
             capacity=Capacity(capacity),
             rate_per_gpu_hour=Decimal(rate),
@@ -94,15 +95,11 @@ def clouds(cluster, gpu_models):
 
 
 @pytest.fixture
-def cluster_price(gpu_models):
+def cluster_price(price):
+    """cluster_price(cluster, "h100", "on_demand", "1.00", from_): a rate of one cluster only."""
+
     def make(cluster, model, capacity, rate, effective_from):
-        return PriceRate.objects.create(
-            cluster=cluster,
-            gpu_model=gpu_models[model],
-            capacity=Capacity(capacity),
-            rate_per_gpu_hour=Decimal(rate),
-            effective_from=effective_from,
-        )
+        return price(model, capacity, rate, effective_from, cluster=cluster)
 
     return make
 
