@@ -55,9 +55,9 @@ class CleanVenv:
     def pip(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
         words = [str(a) for a in args]
         if words[:1] == ["install"]:
-            # Byte-compiling what it installs is half of pip's time for the runtime set (44 s
-            # against 21 s); the commands run afterwards import and compile what they use, so
-            # every test still proves the same.
+            # Byte-compiling what it installs is about half of pip's time for the runtime set;
+            # the commands run afterwards import and compile what they use, so every test still
+            # proves the same.
             words.insert(1, "--no-compile")
         done = subprocess.run(
             [self.bin("python"), "-m", "pip", "--disable-pip-version-check", *words],
