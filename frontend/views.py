@@ -443,8 +443,9 @@ def node_action(request, node_id: int, action: str):
         else:
             raise Http404("no such action")
     except NotFound:
-        # Non-admins get the same 404 as for a node that does not exist.
         raise Http404("no such node") from None
+    except Forbidden as exc:
+        return HttpResponseForbidden(exc.message)
     except DomainError as exc:
         messages.error(request, f"{action.capitalize()} refused: {exc.message}")
     else:

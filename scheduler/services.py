@@ -17,7 +17,7 @@ from django.utils import timezone
 from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
-from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
 from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
 from tenants.permissions import is_platform_admin, submission_target
@@ -365,8 +365,10 @@ def job_submit(
 
 
 def _node_for_admin(*, user, node_id: int):
+    # Nodes belong to no team, so there is no existence to hide: an action for platform admins
+    # only is a 403 (docs/tenancy.md), as the API's permission class and routing admin answer.
     if not is_platform_admin(user):
-        raise NotFound("no such node", field="id")
+        raise Forbidden("node actions are for platform admins")
     node = Node.objects.select_related("cluster").filter(pk=node_id).first()
     if node is None:
         raise NotFound("no such node", field="id")
