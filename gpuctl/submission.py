@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,13 @@ _SUBMIT_FLAGS: dict[str, str] = {
     "spot": "spec.routing.spot",
     "comm_heavy": "spec.routing.commHeavy",
 }
-_INTEGER_FLAGS = {"workers", "gpus_per_worker", "min_workers", "max_workers"}
-_NUMBER_FLAGS = {"max_price"}
+# Flags whose text becomes a number before it goes into the spec: flag -> (type, its name).
+_NUMERIC_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
+    **dict.fromkeys(
+        ("workers", "gpus_per_worker", "min_workers", "max_workers"), (int, "an integer")
+    ),
+    "max_price": (float, "a number"),
+}
 _INDEXED_PATH = re.compile(r"^(.+?)\[\d+\]$")
 
 
@@ -179,18 +185,12 @@ def build_submission(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
         value = getattr(args, dest)
         if value is None:
             continue
-        if dest in _INTEGER_FLAGS:
+        if dest in _NUMERIC_FLAGS:
+            kind, noun = _NUMERIC_FLAGS[dest]
             try:
-                value = int(value)
+                value = kind(value)
             except ValueError:
-                flag_errors[_flag_name(dest)] = [f"must be an integer, not {value!r}"]
-                failed_paths.add(path)
-                continue
-        if dest in _NUMBER_FLAGS:
-            try:
-                value = float(value)
-            except ValueError:
-                flag_errors[_flag_name(dest)] = [f"must be a number, not {value!r}"]
+                flag_errors[_flag_name(dest)] = [f"must be {noun}, not {value!r}"]
                 failed_paths.add(path)
                 continue
         spec = document.get("spec")
