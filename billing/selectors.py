@@ -41,7 +41,6 @@ from .models import (
 )
 from .services import (
     cluster_labels,
-    statement_egress_gb,
     statement_live_egress_lines,
     statement_live_lines,
 )
@@ -619,8 +618,10 @@ def admin_cost_overview(
             trailing[row["team_id"]] = trailing.get(row["team_id"], Decimal(0)) + row["recent"]
     budgets = {b.team_id: b for b in Budget.objects.filter(month=month)}
     own_gpu = {t: r["s_cost"] or Decimal(0) for t, r in per_team.items()}
-    own_total = {t: own_gpu.get(t, Decimal(0)) + own_egress.get(t, Decimal(0)) for t in own_gpu}
-    own_total.update({t: own_gpu.get(t, Decimal(0)) + e for t, e in own_egress.items()})
+    own_total = {
+        t: own_gpu.get(t, Decimal(0)) + own_egress.get(t, Decimal(0))
+        for t in own_gpu.keys() | own_egress.keys()
+    }
     rolled = tree.roll_up(own_total)
     rolled_egress = tree.roll_up(own_egress)
     rolled_trailing = tree.roll_up(trailing)
@@ -751,20 +752,16 @@ class StatementView:
 
 
 def _live_egress_lines(statement: Statement, teams: dict) -> list[StatementEgressLineView]:
-    live = statement_live_egress_lines(statement=statement)
-    names = cluster_labels(
-        {e["from_cluster_id"] for e in live} | {e["to_cluster_id"] for e in live}
-    )
     lines = [
         StatementEgressLineView(
             teams.get(e["team_id"], "?"),
-            names[e["from_cluster_id"]],
-            names[e["to_cluster_id"]],
+            e["from_cluster"],
+            e["to_cluster"],
             e["charges"],
-            statement_egress_gb(e["gb"]),
-            e["cost"].quantize(calc.CENT),
+            e["gb"],
+            e["cost"],
         )
-        for e in live
+        for e in statement_live_egress_lines(statement=statement)
     ]
     lines.sort(key=lambda x: (x.team, x.from_cluster, x.to_cluster))
     return lines

@@ -840,11 +840,13 @@ def statement_live_lines(*, statement: Statement) -> list[dict]:
 
 
 def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
-    """Egress lines of a statement computed from the charges now: one per (sub-team, source
-    cluster id, destination cluster id) with the number of charges, GB and cost."""
+    """Egress lines of a statement computed from the charges now, as a bill shows them (what
+    closing freezes): one per (sub-team, source cluster, destination cluster) with
+    ``team_id``, the clusters' names, the number of charges, GB (three decimals) and the cost to
+    the cent."""
     start, end = calc.month_bounds(statement.month)
     tree = TeamTree.load()
-    return list(
+    rows = list(
         EgressCharge.objects.filter(
             team_id__in=tree.subtree(statement.team_id), time__gte=start, time__lt=end
         )
@@ -852,11 +854,20 @@ def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
         .annotate(charges=Count("id"), gb=Sum("size_gb"), cost=Sum("cost"))
         .order_by("team_id", "from_cluster_id", "to_cluster_id")
     )
-
-
-def statement_egress_gb(gb: float) -> Decimal:
-    """GB moved as a statement shows it (three decimals)."""
-    return Decimal(repr(gb)).quantize(Decimal("0.001"))
+    names = cluster_labels(
+        {r["from_cluster_id"] for r in rows} | {r["to_cluster_id"] for r in rows}
+    )
+    return [
+        {
+            "team_id": r["team_id"],
+            "from_cluster": names[r["from_cluster_id"]],
+            "to_cluster": names[r["to_cluster_id"]],
+            "charges": r["charges"],
+            "gb": Decimal(repr(r["gb"])).quantize(Decimal("0.001")),
+            "cost": r["cost"].quantize(calc.CENT),
+        }
+        for r in rows
+    ]
 
 
 def statement_close(
@@ -894,21 +905,9 @@ def statement_close(
             for line in lines
         ]
         StatementLine.objects.bulk_create(frozen)
-        egress = statement_live_egress_lines(statement=statement)
-        names = cluster_labels(
-            {e["from_cluster_id"] for e in egress} | {e["to_cluster_id"] for e in egress}
-        )
         frozen_egress = [
-            StatementEgressLine(
-                statement=statement,
-                team_id=e["team_id"],
-                from_cluster=names[e["from_cluster_id"]],
-                to_cluster=names[e["to_cluster_id"]],
-                charges=e["charges"],
-                gb=statement_egress_gb(e["gb"]),
-                cost=e["cost"].quantize(calc.CENT),
-            )
-            for e in egress
+            StatementEgressLine(statement=statement, **e)
+            for e in statement_live_egress_lines(statement=statement)
         ]
         StatementEgressLine.objects.bulk_create(frozen_egress)
         # The bill is its lines: GPU lines + egress lines, each already to the cent.
