@@ -73,10 +73,10 @@ class _Victims:
                         break
                 if model is None:
                     continue
-            seen = memo.get(r.id)
+            rid = r.id
+            seen = memo.get(rid)
             if seen is not None and seen[0] is r.placement and seen[1] is topo and seen[2] == model:
                 total, on = seen[3], seen[4]
-                placements[r.id] = seen
             else:
                 pl = r.placement
                 if len(pl) == 1:
@@ -94,16 +94,21 @@ class _Victims:
                         i = id_of.get(name)
                         if i is not None and idxs and node_model[i] == model:
                             on[i] = on.get(i, 0) + len(idxs)
-                placements[r.id] = (pl, topo, model, total, on)
-            end = r.expected_end
-            if r.releasing_at is not None and (end is None or r.releasing_at < end):
-                end = r.releasing_at
-            rank = run_rank.get(r.id)
+                seen = None
+            rank = run_rank.get(rid)
             if rank is None:
                 rank = _running_rank(r, classes, self.th, self.long_run, now)
-            lost = total * (now - base) if now > base else 0.0
-            run = _Run(r, model, total, on, rank, end, protected)
-            runs[r.id] = run
+            if seen is not None and seen[5] is r and seen[6] == rank and seen[7] == protected:
+                # the same job object, rank and protection: the run this view built last time
+                run = seen[8]
+                placements[rid] = seen
+            else:
+                end = r.expected_end
+                if r.releasing_at is not None and (end is None or r.releasing_at < end):
+                    end = r.releasing_at
+                run = _Run(r, model, total, on, rank, end, protected)
+                placements[rid] = (r.placement, topo, model, total, on, r, rank, protected, run)
+            runs[rid] = run
             built += 1
             ms = models.get(model)
             if ms is None or not on:
@@ -114,12 +119,13 @@ class _Victims:
             if r.elastic is not None:
                 ms.elastic.append(run)
             if r.preemptible and not protected:
-                cost = lost
                 if rank % levels < fifo_queues:
                     # the reverse of the order the queue is served in
                     sub = r.submitted_at if r.submitted_at is not None else r.started_at
                     cost = now - sub if now > sub else 0.0
-                ms.victims.setdefault(rank, []).append((cost, r.id, run))
+                else:
+                    cost = total * (now - base) if now > base else 0.0
+                ms.victims.setdefault(rank, []).append((cost, rid, run))
         _LAST_PLACEMENTS[0] = placements
         self.runs_unique = built == len(runs)
         for ms in self.models.values():
