@@ -93,6 +93,7 @@ from scheduler.policy.ranking import (
     queue_order,
 )
 from scheduler.policy.routing import Router
+from scheduler.policy.running import keep, running_summary
 from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run
 from scheduler.policy.victims import _Victims
 
@@ -208,49 +209,61 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
         any_quota = self.any_quota
         long_run = self.long_run
-        memo_classes, memo_th, memo_ranks = _LAST_RANKS[0]
-        if memo_th != (th, long_run) or memo_classes != classes:
-            memo_classes, memo_ranks = dict(classes), {}
-        ranks: dict[str, tuple] = {}
-        for r in snap.running:
-            model = r.gpu_model
-            if r.elastic is not None:
-                self.has_elastic = True
-            if r.releasing_at is not None:
-                self.has_releasing = True
-            elif r.preemptible:
-                if th:
-                    # this loop runs over every running job every call: reuse the last call's
-                    # rank while it provably still holds
-                    span = memo_ranks.get(r.id)
-                    if span is None or not span[1] <= now <= span[2]:
-                        span = _rank_span(r, classes.get(r.priority_class, 0), th, long_run, now)
-                    elif span[0] is not r:
-                        if _same_service(span[0], r):  # rebuilt for another field
-                            span = (r, span[1], span[2], span[3])
-                        else:
+        # Without quotas the summary is kept from the previous call and updated for the jobs
+        # that changed (``running``); with quotas, or where that cannot be exact, it is rebuilt.
+        summary = None if any_quota else running_summary(snap.running, classes, th, long_run, now)
+        self._summary: tuple | None = None
+        if summary is not None:
+            self.has_elastic, self.has_releasing, self.run_rank, min_victim, kept, state = summary
+            self._summary = state  # handed back when the cycle is done (run)
+            if gate:
+                victim_gpus = kept
+        else:
+            memo_classes, memo_th, memo_ranks = _LAST_RANKS[0]
+            if memo_th != (th, long_run) or memo_classes != classes:
+                memo_classes, memo_ranks = dict(classes), {}
+            ranks: dict[str, tuple] = {}
+            for r in snap.running:
+                model = r.gpu_model
+                if r.elastic is not None:
+                    self.has_elastic = True
+                if r.releasing_at is not None:
+                    self.has_releasing = True
+                elif r.preemptible:
+                    if th:
+                        # this loop runs over every running job every call: reuse the last call's
+                        # rank while it provably still holds
+                        span = memo_ranks.get(r.id)
+                        if span is None or not span[1] <= now <= span[2]:
                             span = _rank_span(
                                 r, classes.get(r.priority_class, 0), th, long_run, now
                             )
-                    ranks[r.id] = span
-                    p = run_rank[r.id] = span[3]
-                    if gate:
-                        vg = victim_gpus.setdefault(model, {})
-                        vg[p] = vg.get(p, 0) + r.workers * r.gpus_per_worker
-                else:
-                    p = classes.get(r.priority_class, 0)
-                m = min_victim.get(model)
-                if m is None or p < m:
-                    min_victim[model] = p
-            if any_quota:
-                if model is None:
-                    model = self.model_of_placement(r)
+                        elif span[0] is not r:
+                            if _same_service(span[0], r):  # rebuilt for another field
+                                span = (r, span[1], span[2], span[3])
+                            else:
+                                span = _rank_span(
+                                    r, classes.get(r.priority_class, 0), th, long_run, now
+                                )
+                        ranks[r.id] = span
+                        p = run_rank[r.id] = span[3]
+                        if gate:
+                            vg = victim_gpus.setdefault(model, {})
+                            vg[p] = vg.get(p, 0) + r.workers * r.gpus_per_worker
+                    else:
+                        p = classes.get(r.priority_class, 0)
+                    m = min_victim.get(model)
+                    if m is None or p < m:
+                        min_victim[model] = p
+                if any_quota:
                     if model is None:
-                        continue
-                key = (r.team, model)
-                per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
-        if th:
-            _LAST_RANKS[0] = (memo_classes, (th, long_run), ranks)
+                        model = self.model_of_placement(r)
+                        if model is None:
+                            continue
+                    key = (r.team, model)
+                    per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
+            if th:
+                _LAST_RANKS[0] = (memo_classes, (th, long_run), ranks)
         self.min_victim = min_victim
         self.victim_gpus = victim_gpus
         self.victim_gpus_upto: dict[tuple[str, int], int] = {}  # (model, rank) -> GPUs, memo
@@ -305,6 +318,8 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         for job in queue_order(self.snap, self.pending_ranks):
             consider(job)
         self.grow_elastic()
+        if self._summary is not None:
+            keep(self._summary)  # nothing reads it any more: the next call may update it
         return Decisions(
             start=tuple(self.starts),
             preempt=tuple(self.preempts),

@@ -178,6 +178,14 @@ def _same_service(a: RunningJob, b: RunningJob) -> bool:
     )
 
 
+# The cycle's summary of the running jobs (``running``): (key, now, job ids, job id -> job, job id ->
+# (rank span or None, model, rank or None, GPUs), job id -> rank, {(model, rank): preemptible
+# jobs}, {model: {rank: GPUs}}, heap of (span end, job id), elastic jobs, releasing jobs); ``key``
+# is what ranks depend on besides the job and the time: (classes, thresholds, long_run). At most
+# one entry: a call pops it (atomic), owns it while its cycle runs, and puts it back after.
+_LAST_SUMMARY: list[tuple] = []
+
+
 # The planner's view of a placement: (placement, topology, model, GPUs, GPUs per eligible node
 # id), by job id; checked by the identity of the placement mapping, which callers keep while a
 # job's placement is unchanged.
@@ -220,3 +228,4 @@ def clear() -> None:
     _LAST_TOPOLOGY[0] = None
     _LAST_RANKS[0] = ({}, ((), 0.0), {})
     _LAST_PLACEMENTS[0] = {}
+    _LAST_SUMMARY.clear()
