@@ -66,7 +66,13 @@ from __future__ import annotations
 
 from scheduler.policy.backfill import _Backfill
 from scheduler.policy.elastic import _Elastic
-from scheduler.policy.memo import _LAST_RANKS, _fresh_index, _same_service, _topology
+from scheduler.policy.memo import (
+    _LAST_RANKS,
+    _free_lists,
+    _fresh_index,
+    _same_service,
+    _topology,
+)
 from scheduler.policy.model import (
     Decisions,
     Pending,
@@ -144,14 +150,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.id_of = topo.id_of
         self.rack = topo.rack
         self.node_model = topo.node_model
-        self.free: list[list[int]] = []
-        for n in elig:
-            f = list(n.free_gpus)
-            # The codec guarantees distinct in-range indices; dataclasses built directly get a
-            # cheap check (a GPU listed twice must never be placed twice).
-            if f and (len(f) > n.gpus or len(set(f)) != len(f) or min(f) < 0 or max(f) >= n.gpus):
-                f = sorted({g for g in f if 0 <= g < n.gpus})
-            self.free.append(f)
+        self.free: list[list[int]] = _free_lists(elig)  # distinct, in range
         self.protected = [0] * len(elig)
         self.free0 = [len(f) for f in self.free]
         self.models: dict[str, _Model] = {}

@@ -7,6 +7,7 @@ running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across 
   model, dataset caches, node sizes), keyed by value, checked by node identity first;
 - the fair-share standings of recently seen team lists, keyed by value;
 - per pool, the capacity index of the last call's free counts, updated for changed nodes only;
+- the eligible nodes' checked free GPUs, checked again only for nodes passed as new objects;
 - per running job, its LAS rank and the time until which it holds (``ranking._rank_span``), and
   its placement view (see ``preemption``), checked by the identity of the objects passed.
 
@@ -16,6 +17,9 @@ cost each other rebuilds: entries are replaced whole.
 """
 
 from __future__ import annotations
+
+from itertools import compress
+from operator import is_, not_
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
@@ -157,6 +161,35 @@ def _topology(eligible: list[Node], routed: bool = False) -> _Topology:
     return topo
 
 
+# The eligible nodes of the last call (topology order) and each one's checked free GPUs (tuples,
+# never changed): a node passed as the same object has the same free GPUs. One tuple, replaced
+# atomically.
+_LAST_FREE: list[tuple[list[Node], list[tuple[int, ...]]] | None] = [None]
+
+
+def _checked_free(n: Node) -> tuple[int, ...]:
+    f = n.free_gpus
+    # The codec guarantees distinct in-range indices; dataclasses built directly get a cheap
+    # check (a GPU listed twice must never be placed twice).
+    if f and (len(f) > n.gpus or len(set(f)) != len(f) or min(f) < 0 or max(f) >= n.gpus):
+        return tuple(sorted({g for g in f if 0 <= g < n.gpus}))
+    return tuple(f)
+
+
+def _free_lists(elig: list[Node]) -> list[list[int]]:
+    """Each eligible node's free GPU indices, distinct and in range (a fresh list per node, the
+    cycle's own); only the nodes not passed as the same object as last call are checked."""
+    last = _LAST_FREE[0]
+    if last is not None and len(last[0]) == len(elig):
+        checked = list(last[1])
+        for i in compress(range(len(elig)), map(not_, map(is_, last[0], elig))):
+            checked[i] = _checked_free(elig[i])
+    else:
+        checked = [_checked_free(n) for n in elig]
+    _LAST_FREE[0] = (elig, checked)
+    return list(map(list, checked))
+
+
 # Per running job, facts of the previous call that stay true while the caller passes the same
 # RunningJob object (the simulator and the live loop rebuild a job's object only when one of its
 # fields changes). A hit is checked by identity and gives exactly what a rebuild gives; each
@@ -226,6 +259,7 @@ def clear() -> None:
     _STANDINGS_MEMO.clear()
     _LAST_INDEX.clear()
     _LAST_TOPOLOGY[0] = None
+    _LAST_FREE[0] = None
     _LAST_RANKS[0] = ({}, ((), 0.0), {})
     _LAST_PLACEMENTS[0] = {}
     _LAST_SUMMARY.clear()
