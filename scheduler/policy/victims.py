@@ -42,72 +42,127 @@ class _Victims:
         built = 0
         levels = self.levels
         fifo_queues = self.fifo_queues
+        routed = self.routed
+        th = self.th
+        long_run = self.long_run
         for r in self.snap.running:
-            # Only jobs the planner may touch: already releasing, elastic, or preemptible and
-            # outside their checkpoint protection window.
-            base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
-            interval = r.checkpoint_interval_s
-            protected = interval is not None and now <= base + interval <= now + protect
-            if r.releasing_at is None and r.elastic is None and (not r.preemptible or protected):
-                seen = memo.get(r.id)
-                if seen is not None and seen[0] is r.placement:
-                    placements[r.id] = seen  # protected only for now: keep it for later calls
-                continue
-            model = r.gpu_model
-            if self.routed:
-                # with clusters a model is a pool (rule 3b): the one its eligible nodes are in
-                model = None
-                for name in r.placement:
-                    i = id_of.get(name)
-                    if i is not None:
-                        model = node_model[i]
-                        break
-                if model is None:
-                    continue
-            elif not model:
-                model = None
-                for name in r.placement:  # model_of_placement, inlined (hot loop)
-                    node = node_by_name.get(name)
-                    if node is not None:
-                        model = node.gpu_model
-                        break
-                if model is None:
-                    continue
             rid = r.id
             seen = memo.get(rid)
-            if seen is not None and seen[0] is r.placement and seen[1] is topo and seen[2] == model:
-                total, on = seen[3], seen[4]
+            if seen is not None and seen[5] is r and seen[1] is topo and seen[11] is not None:
+                # The same job object as last call, same topology: its placement view, model
+                # and checkpoint time stand (a model read from a node is read again); what
+                # depends on the time (protection, rank) is recomputed.
+                ckpt = seen[9]
+                protected = ckpt is not None and now <= ckpt <= now + protect
+                if seen[10] and (not r.preemptible or protected):
+                    placements[rid] = seen  # protected only for now: keep it for later calls
+                    continue
+                model = seen[2]
+                name = seen[11]
+                if name:
+                    node = node_by_name.get(name)
+                    if node is None or node.gpu_model != model:
+                        seen = None
+                if seen is not None:
+                    total, on, base = seen[3], seen[4], seen[12]
+                    rank = run_rank.get(rid)
+                    if rank is None:
+                        rank = _running_rank(r, classes, th, long_run, now)
+                    if seen[6] == rank and seen[7] == protected:
+                        run = seen[8]
+                        placements[rid] = seen
+                    else:
+                        run = _Run(r, model, total, on, rank, seen[13], protected)
+                        placements[rid] = (*seen[:6], rank, protected, run, *seen[9:])
             else:
-                pl = r.placement
-                if len(pl) == 1:
-                    for name, idxs in pl.items():
-                        total = len(idxs)
-                        i = id_of.get(name)
-                        on = (
-                            {i: total} if i is not None and total and node_model[i] == model else {}
-                        )
-                else:
-                    on = {}
-                    total = 0
-                    for name, idxs in pl.items():
-                        total += len(idxs)
-                        i = id_of.get(name)
-                        if i is not None and idxs and node_model[i] == model:
-                            on[i] = on.get(i, 0) + len(idxs)
                 seen = None
-            rank = run_rank.get(rid)
-            if rank is None:
-                rank = _running_rank(r, classes, self.th, self.long_run, now)
-            if seen is not None and seen[5] is r and seen[6] == rank and seen[7] == protected:
-                # the same job object, rank and protection: the run this view built last time
-                run = seen[8]
-                placements[rid] = seen
-            else:
+            if seen is None:
+                # Only jobs the planner may touch: already releasing, elastic, or preemptible and
+                # outside their checkpoint protection window.
+                base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
+                interval = r.checkpoint_interval_s
+                ckpt = None if interval is None else base + interval
+                protected = ckpt is not None and now <= ckpt <= now + protect
+                quiet = r.releasing_at is None and r.elastic is None
+                if quiet and (not r.preemptible or protected):
+                    seen = memo.get(rid)
+                    if seen is not None and seen[0] is r.placement:
+                        placements[rid] = seen  # protected only for now: keep it for later calls
+                    continue
+                model = r.gpu_model
+                name = ""  # the node the model was read from (None: read it afresh next time)
+                if routed:
+                    # with clusters a model is a pool (rule 3b): the one its eligible nodes are in
+                    model = None
+                    for name in r.placement:
+                        i = id_of.get(name)
+                        if i is not None:
+                            model = node_model[i]
+                            break
+                    if model is None:
+                        continue
+                    name = ""
+                elif not model:
+                    model = None
+                    for k, name in enumerate(r.placement):  # model_of_placement, inlined
+                        node = node_by_name.get(name)
+                        if node is not None:
+                            model = node.gpu_model
+                            if k:
+                                name = None
+                            break
+                    if model is None:
+                        continue
+                seen = memo.get(rid)
+                if (
+                    seen is not None
+                    and seen[0] is r.placement
+                    and seen[1] is topo
+                    and seen[2] == model
+                ):
+                    total, on = seen[3], seen[4]
+                else:
+                    pl = r.placement
+                    if len(pl) == 1:
+                        for key, idxs in pl.items():
+                            total = len(idxs)
+                            i = id_of.get(key)
+                            on = (
+                                {i: total}
+                                if i is not None and total and node_model[i] == model
+                                else {}
+                            )
+                    else:
+                        on = {}
+                        total = 0
+                        for key, idxs in pl.items():
+                            total += len(idxs)
+                            i = id_of.get(key)
+                            if i is not None and idxs and node_model[i] == model:
+                                on[i] = on.get(i, 0) + len(idxs)
+                rank = run_rank.get(rid)
+                if rank is None:
+                    rank = _running_rank(r, classes, th, long_run, now)
                 end = r.expected_end
                 if r.releasing_at is not None and (end is None or r.releasing_at < end):
                     end = r.releasing_at
                 run = _Run(r, model, total, on, rank, end, protected)
-                placements[rid] = (r.placement, topo, model, total, on, r, rank, protected, run)
+                placements[rid] = (
+                    r.placement,
+                    topo,
+                    model,
+                    total,
+                    on,
+                    r,
+                    rank,
+                    protected,
+                    run,
+                    ckpt,
+                    quiet,
+                    name,
+                    base,
+                    end,
+                )
             runs[rid] = run
             built += 1
             ms = models.get(model)
@@ -127,10 +182,13 @@ class _Victims:
                     cost = total * (now - base) if now > base else 0.0
                 ms.victims.setdefault(rank, []).append((cost, rid, run))
         _LAST_PLACEMENTS[0] = placements
-        self.runs_unique = built == len(runs)
+        unique = self.runs_unique = built == len(runs)
         for ms in self.models.values():
             for lst in ms.victims.values():
-                lst.sort(key=_COST_ID)
+                if unique:
+                    lst.sort()  # (cost, id) pairs differ, so runs are never compared: no key needed
+                else:
+                    lst.sort(key=_COST_ID)
             ms.elastic.sort(key=lambda run: (run.prio, run.job.id))
             ms.releasing.sort(key=lambda run: run.job.id)
 
