@@ -18,9 +18,6 @@ cost each other rebuilds: entries are replaced whole.
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import is_, not_
-
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
 from scheduler.policy.model import Node, RunningJob
@@ -182,8 +179,10 @@ def _free_lists(elig: list[Node]) -> list[list[int]]:
     last = _LAST_FREE[0]
     if last is not None and len(last[0]) == len(elig):
         checked = list(last[1])
-        for i in compress(range(len(elig)), map(not_, map(is_, last[0], elig))):
-            checked[i] = _checked_free(elig[i])
+        prev = last[0]
+        for i in range(len(elig)):
+            if prev[i] is not elig[i]:
+                checked[i] = _checked_free(elig[i])
     else:
         checked = [_checked_free(n) for n in elig]
     _LAST_FREE[0] = (elig, checked)

@@ -22,15 +22,12 @@ nothing (a rebuild's cost, never a wrong answer).
 from __future__ import annotations
 
 import heapq
-from itertools import compress
-from operator import attrgetter, is_, not_
 
 from scheduler.policy.memo import _LAST_SUMMARY, _same_service
 from scheduler.policy.model import RunningJob
 from scheduler.policy.ranking import _rank_span
 
 _INF = float("inf")
-_ID = attrgetter("id")
 
 
 def running_summary(
@@ -45,7 +42,7 @@ def running_summary(
     None where the caller must rebuild (see the module docstring); last, the state to hand to
     :func:`keep` once the caller no longer reads those dicts (it is then the next call's to
     change). The returned dicts are the caller's to read, not to change."""
-    here = set(map(_ID, running))
+    here = {r.id for r in running}
     if len(here) != len(running):
         return None  # two running jobs share an id: a rebuild's ranks depend on their order
     try:
@@ -70,10 +67,8 @@ def running_summary(
         n_elastic = n_releasing = 0
     else:
         key, _, seen, objs, info, run_rank, count, vg, heap, n_elastic, n_releasing = last
-    # the jobs not passed as the same object as last time (new, or rebuilt), in C loops
-    changed = list(
-        compress(running, map(not_, map(is_, map(objs.get, map(_ID, running)), running)))
-    )
+    # the jobs not passed as the same object as last time (new, or rebuilt)
+    changed = [r for r in running if objs.get(r.id) is not r]
     old_spans: dict[str, tuple] = {}  # rank spans of the objects replaced, by job id (see add)
 
     def drop(rid: str) -> None:
