@@ -45,6 +45,7 @@ class _Victims:
         routed = self.routed
         th = self.th
         long_run = self.long_run
+        horizon = now + protect
         for r in self.snap.running:
             rid = r.id
             seen = memo.get(rid)
@@ -53,7 +54,7 @@ class _Victims:
                 # and checkpoint time stand (a model read from a node is read again); what
                 # depends on the time (protection, rank) is recomputed.
                 ckpt = seen[9]
-                protected = ckpt is not None and now <= ckpt <= now + protect
+                protected = ckpt is not None and now <= ckpt <= horizon
                 if seen[10] and (not r.preemptible or protected):
                     placements[rid] = seen  # protected only for now: keep it for later calls
                     continue
@@ -82,7 +83,7 @@ class _Victims:
                 base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
                 interval = r.checkpoint_interval_s
                 ckpt = None if interval is None else base + interval
-                protected = ckpt is not None and now <= ckpt <= now + protect
+                protected = ckpt is not None and now <= ckpt <= horizon
                 quiet = r.releasing_at is None and r.elastic is None
                 if quiet and (not r.preemptible or protected):
                     seen = memo.get(rid)
@@ -180,7 +181,10 @@ class _Victims:
                     cost = now - sub if now > sub else 0.0
                 else:
                     cost = total * (now - base) if now > base else 0.0
-                ms.victims.setdefault(rank, []).append((cost, rid, run))
+                lst = ms.victims.get(rank)
+                if lst is None:
+                    lst = ms.victims[rank] = []
+                lst.append((cost, rid, run))
         _LAST_PLACEMENTS[0] = placements
         unique = self.runs_unique = built == len(runs)
         for ms in self.models.values():
