@@ -57,12 +57,15 @@ reservations pop one heap of expected releases only as far as they need; preempt
 capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are memoised by
 value across calls (a hit equals a rebuild, so decisions never depend on the memo). Also carried
 over from the previous call, likewise exact: each pool's capacity index (updated for the nodes
-whose free count changed, O(N) compares plus O(changed nodes)), and per running job its LAS rank
-(until the time it can next change) and its placement view, while the caller passes the same
-RunningJob object or placement mapping.
+whose free count changed, O(N) compares plus O(changed nodes)), per running job its LAS rank
+(until the time it can next change) and its planner view, while the caller passes the same
+RunningJob object or placement mapping, and the summary of the running jobs the cycle starts
+from (``running``: O(R) set and identity checks plus O(changed jobs) updates).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from scheduler.policy.backfill import _Backfill
 from scheduler.policy.elastic import _Elastic
@@ -211,7 +214,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         # Without quotas the summary is kept from the previous call and updated for the jobs
         # that changed (``running``); with quotas, or where that cannot be exact, it is rebuilt.
         summary = None if any_quota else running_summary(snap.running, classes, th, long_run, now)
-        self._summary: tuple | None = None
+        self._summary: tuple[Any, ...] | None = None
         if summary is not None:
             self.has_elastic, self.has_releasing, self.run_rank, min_victim, kept, state = summary
             self._summary = state  # handed back when the cycle is done (run)

@@ -9,14 +9,18 @@ running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across 
 - per pool, the capacity index of the last call's free counts, updated for changed nodes only;
 - the eligible nodes' checked free GPUs, checked again only for nodes passed as new objects;
 - per running job, its LAS rank and the time until which it holds (``ranking._rank_span``), and
-  its placement view (see ``preemption``), checked by the identity of the objects passed.
+  its planner view (``victims``), checked by the identity of the objects passed;
+- the cycle's summary of the running jobs (``running``), updated for the jobs that changed.
 
 Every hit is exactly what a rebuild would give (keys hold every field read), so decisions never
 depend on the memos; :func:`clear` forgets them all, as a new process would. Racing threads only
-cost each other rebuilds: entries are replaced whole.
+cost each other rebuilds: entries are replaced whole (the running summary is taken by one call at
+a time, see ``running``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
@@ -215,12 +219,16 @@ def _same_service(a: RunningJob, b: RunningJob) -> bool:
 # jobs}, {model: {rank: GPUs}}, heap of (span end, job id), elastic jobs, releasing jobs); ``key``
 # is what ranks depend on besides the job and the time: (classes, thresholds, long_run). At most
 # one entry: a call pops it (atomic), owns it while its cycle runs, and puts it back after.
-_LAST_SUMMARY: list[tuple] = []
+_LAST_SUMMARY: list[tuple[Any, ...]] = []
 
 
-# The planner's view of a placement: (placement, topology, model, GPUs, GPUs per eligible node
-# id), by job id; checked by the identity of the placement mapping, which callers keep while a
-# job's placement is unchanged.
+# The planner's view of a running job, by job id: (placement, topology, model, GPUs, GPUs per
+# eligible node id, job, rank, protected, its _Run, checkpoint due time, quiet (neither releasing
+# nor elastic), the node its model was read from ("" if not read from a node, None if not from
+# the first node of its placement), base of its lost work, end). The placement view is checked
+# by the identity of the placement mapping, which callers keep while a job's placement is
+# unchanged; the rest by the identity of the job and the topology, and the _Run by its rank
+# and protection too (both recomputed every call).
 _LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
 
 

@@ -22,6 +22,8 @@ nothing (a rebuild's cost, never a wrong answer).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
+from typing import Any
 
 from scheduler.policy.memo import _LAST_SUMMARY, _same_service
 from scheduler.policy.model import RunningJob
@@ -29,14 +31,24 @@ from scheduler.policy.ranking import _rank_span
 
 _INF = float("inf")
 
+# (has_elastic, has_releasing, run_rank, min_victim, victim_gpus, the state to ``keep``)
+Summary = tuple[
+    bool,
+    bool,
+    dict[str, int],
+    dict[str | None, int],
+    dict[str | None, dict[int, int]],
+    tuple[Any, ...],
+]
+
 
 def running_summary(
     running: tuple[RunningJob, ...],
-    classes,
+    classes: Mapping[str, int],
     th: tuple[float, ...],
     long_run: float,
     now: float,
-) -> tuple[bool, bool, dict[str, int], dict[str | None, int], dict, tuple] | None:
+) -> Summary | None:
     """``(has_elastic, has_releasing, run_rank, min_victim, victim_gpus)`` for ``running`` at
     ``now``, as ``_Cycle`` defines them (``victim_gpus`` with LAS only, before the gate), or
     None where the caller must rebuild (see the module docstring); last, the state to hand to
@@ -59,17 +71,19 @@ def running_summary(
         key = (dict(classes), th, long_run)
         seen: set[str] | frozenset[str] = frozenset()
         objs: dict[str, RunningJob] = {}
-        info: dict[str, tuple] = {}
+        info: dict[str, tuple[Any, ...]] = {}
         run_rank: dict[str, int] = {}
-        count: dict[tuple, int] = {}
-        vg: dict = {}
+        count: dict[tuple[str | None, int], int] = {}
+        vg: dict[str | None, dict[int, int]] = {}
         heap: list[tuple[float, str]] = []
         n_elastic = n_releasing = 0
     else:
         key, _, seen, objs, info, run_rank, count, vg, heap, n_elastic, n_releasing = last
     # the jobs not passed as the same object as last time (new, or rebuilt)
     changed = [r for r in running if objs.get(r.id) is not r]
-    old_spans: dict[str, tuple] = {}  # rank spans of the objects replaced, by job id (see add)
+    old_spans: dict[
+        str, tuple[Any, ...]
+    ] = {}  # rank spans of the objects replaced, by job id (see add)
 
     def drop(rid: str) -> None:
         nonlocal n_elastic, n_releasing
@@ -171,6 +185,6 @@ def running_summary(
     return n_elastic > 0, n_releasing > 0, run_rank, min_victim, vg, state
 
 
-def keep(state: tuple) -> None:
+def keep(state: tuple[Any, ...]) -> None:
     """Hand the summary back for the next call, once the cycle that got it no longer reads it."""
     _LAST_SUMMARY[:] = [state]

@@ -4,12 +4,15 @@
 model, the preemptible victims outside their checkpoint protection window by rank, cheapest
 first (lost work, or with ``las.bottom_fifo_queues`` age in the queues served in submission
 order), elastic jobs and jobs already releasing. A running job's placement view is carried over
-from the previous call while the caller passes the same placement mapping (``memo``).
+from the previous call while the caller passes the same placement mapping, and its whole view
+(model, checkpoint time, its ``_Run`` while its rank and protection are unchanged) while the
+caller passes the same RunningJob object (``memo``); protection and rank are recomputed.
 """
 
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import Any
 
 from scheduler.policy.memo import _LAST_PLACEMENTS
 from scheduler.policy.ranking import _running_rank
@@ -34,7 +37,7 @@ class _Victims:
         classes = self.classes
         models = self.models
         topo = self.topo
-        memo = _LAST_PLACEMENTS[0]
+        memo: dict[str, Any] = _LAST_PLACEMENTS[0]
         placements: dict[str, tuple] = {}
         node_by_name = self.node_by_name
         run_rank = self.run_rank
@@ -46,38 +49,35 @@ class _Victims:
         th = self.th
         long_run = self.long_run
         horizon = now + protect
+        seen: Any  # a memo entry (see memo._LAST_PLACEMENTS) or None
         for r in self.snap.running:
             rid = r.id
             seen = memo.get(rid)
-            if seen is not None and seen[5] is r and seen[1] is topo and seen[11] is not None:
-                # The same job object as last call, same topology: its placement view, model
-                # and checkpoint time stand (a model read from a node is read again); what
-                # depends on the time (protection, rank) is recomputed.
+            fast = seen is not None and seen[5] is r and seen[1] is topo and seen[11] is not None
+            if fast and seen[11]:
+                # a model read from a node is read again
+                node = node_by_name.get(seen[11])
+                fast = node is not None and node.gpu_model == seen[2]
+            if fast:
+                # The same job object as last call, same topology and model: its placement
+                # view and checkpoint time stand; what depends on the time (protection, rank)
+                # is recomputed.
                 ckpt = seen[9]
                 protected = ckpt is not None and now <= ckpt <= horizon
                 if seen[10] and (not r.preemptible or protected):
                     placements[rid] = seen  # protected only for now: keep it for later calls
                     continue
-                model = seen[2]
-                name = seen[11]
-                if name:
-                    node = node_by_name.get(name)
-                    if node is None or node.gpu_model != model:
-                        seen = None
-                if seen is not None:
-                    total, on, base = seen[3], seen[4], seen[12]
-                    rank = run_rank.get(rid)
-                    if rank is None:
-                        rank = _running_rank(r, classes, th, long_run, now)
-                    if seen[6] == rank and seen[7] == protected:
-                        run = seen[8]
-                        placements[rid] = seen
-                    else:
-                        run = _Run(r, model, total, on, rank, seen[13], protected)
-                        placements[rid] = (*seen[:6], rank, protected, run, *seen[9:])
+                model, total, on, base = seen[2], seen[3], seen[4], seen[12]
+                rank = run_rank.get(rid)
+                if rank is None:
+                    rank = _running_rank(r, classes, th, long_run, now)
+                if seen[6] == rank and seen[7] == protected:
+                    run = seen[8]
+                    placements[rid] = seen
+                else:
+                    run = _Run(r, model, total, on, rank, seen[13], protected)
+                    placements[rid] = (*seen[:6], rank, protected, run, *seen[9:])
             else:
-                seen = None
-            if seen is None:
                 # Only jobs the planner may touch: already releasing, elastic, or preemptible and
                 # outside their checkpoint protection window.
                 base = r.last_checkpoint_at if r.last_checkpoint_at is not None else r.started_at
@@ -91,7 +91,9 @@ class _Victims:
                         placements[rid] = seen  # protected only for now: keep it for later calls
                     continue
                 model = r.gpu_model
-                name = ""  # the node the model was read from (None: read it afresh next time)
+                name: str | None = (
+                    ""  # the node the model was read from (None: read it afresh next time)
+                )
                 if routed:
                     # with clusters a model is a pool (rule 3b): the one its eligible nodes are in
                     model = None
