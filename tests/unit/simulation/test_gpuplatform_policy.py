@@ -151,15 +151,19 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
             memo._LAST_PLACEMENTS[0],
             dict(memo._LAST_INDEX),
             memo._LAST_TOPOLOGY[0],
+            list(memo._LAST_SUMMARY),
+            memo._LAST_FREE[0],
         )
 
     def restore(saved):
-        ranks, placements, index, topology = saved
+        ranks, placements, index, topology, summary, free = saved
         memo._LAST_RANKS[0] = ranks
         memo._LAST_PLACEMENTS[0] = placements
         memo._LAST_INDEX.clear()
         memo._LAST_INDEX.update(index)
         memo._LAST_TOPOLOGY[0] = topology
+        memo._LAST_SUMMARY[:] = summary
+        memo._LAST_FREE[0] = free
 
     class Checked(GpuPlatformPolicy):
         calls = 0
@@ -167,7 +171,7 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
         def schedule(self, sim, now):
             snap = self.snapshot(sim, now)
             saved = memos()
-            restore((({}, (), {}), {}, {}, None))
+            restore((({}, (), {}), {}, {}, None, [], None))
             fresh = decide(copy.deepcopy(snap))
             restore(saved)
             assert decide(snap) == fresh
