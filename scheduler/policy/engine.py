@@ -75,6 +75,7 @@ from scheduler.policy.memo import (
     _fresh_index,
     _same_service,
     _topology,
+    keep_index,
 )
 from scheduler.policy.model import (
     Decisions,
@@ -320,8 +321,12 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         for job in queue_order(self.snap, self.pending_ranks):
             consider(job)
         self.grow_elastic()
+        # nothing reads these any more: the next call may update them
         if self._summary is not None:
-            keep(self._summary)  # nothing reads it any more: the next call may update it
+            keep(self._summary)
+        for ms in self.models.values():
+            for key, pool in ms.pools.items():
+                keep_index(pool, ms.now[key])
         return Decisions(
             start=tuple(self.starts),
             preempt=tuple(self.preempts),

@@ -6,7 +6,7 @@ running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across 
 - the static topology of recently seen eligible-node sets (:class:`_Topology`: pools per GPU
   model, dataset caches, node sizes), keyed by value, checked by node identity first;
 - the fair-share standings of recently seen team lists, keyed by value;
-- per pool, the capacity index of the last call's free counts, updated for changed nodes only;
+- per pool, the capacity index the last cycle handed back, repaired where counts differ;
 - the eligible nodes' checked free GPUs, checked again only for nodes passed as new objects;
 - per running job, its LAS rank and the time until which it holds (``ranking._rank_span``), and
   its planner view (``victims``), checked by the identity of the objects passed;
@@ -14,8 +14,8 @@ running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across 
 
 Every hit is exactly what a rebuild would give (keys hold every field read), so decisions never
 depend on the memos; :func:`clear` forgets them all, as a new process would. Racing threads only
-cost each other rebuilds: entries are replaced whole (the running summary is taken by one call at
-a time, see ``running``).
+cost each other rebuilds: entries are replaced whole (the running summary and the capacity indexes
+are taken by one call at a time and handed back when its cycle is done).
 """
 
 from __future__ import annotations
@@ -232,32 +232,39 @@ _LAST_SUMMARY: list[tuple[Any, ...]] = []
 _LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
 
 
-# Per pool, the index of the last call's free counts (never mutated once stored). Between calls
-# only a few nodes' counts change, so updating a copy of it costs O(pool groups + changed nodes)
-# instead of indexing every node again.
+# Per pool, an index the last cycle handed back (``keep_index``). Between calls only a few nodes'
+# counts change, so repairing it costs O(pool nodes) compares plus O(changed nodes) updates
+# instead of indexing every node again, and nothing is copied. A call takes the entry out
+# (atomic ``dict.pop``) and owns it until its cycle hands it back, so no two calls ever change
+# the same index; a concurrent call finds none and builds its own.
 _LAST_INDEX: dict[int, tuple[Pool, Index]] = {}
 
 
 def _fresh_index(pool: Pool, free: list[list[int]]) -> Index:
-    """An index of ``pool`` with each node's free GPUs: the same state as
+    """An index of ``pool`` with each node's free GPUs, the cycle's own: the same state as
     ``Index(pool, {i: len(free[i]) for i in pool.nodes})`` (counts, buckets, histograms, empty
-    slot memo, version 0), built from the last call's index when there is one."""
-    last = _LAST_INDEX.get(id(pool))
+    slot memo, version 0), repaired from the index an earlier cycle handed back when there is
+    one (any state of it: every node's count is compared)."""
+    last = _LAST_INDEX.pop(id(pool), None)
     if last is None or last[0] is not pool:
-        index = Index(pool, {i: len(free[i]) for i in pool.nodes})
-    else:
-        index = last[1].clone()
-        cnt = index.cnt
-        for i in pool.nodes:
-            c = len(free[i])
-            if cnt[i] != c:
-                index.set(i, c)
-        index._slots = {}
-        index.version = 0
+        return Index(pool, {i: len(free[i]) for i in pool.nodes})
+    index = last[1]
+    cnt = index.cnt
+    for i in pool.nodes:
+        c = len(free[i])
+        if cnt[i] != c:
+            index.set(i, c)
+    index._slots = {}
+    index.version = 0
+    return index
+
+
+def keep_index(pool: Pool, index: Index) -> None:
+    """Hand ``index`` back for the next call's :func:`_fresh_index` of ``pool``, once the cycle
+    that got it no longer reads or changes it."""
     if len(_LAST_INDEX) >= 4 * _MEMO_SIZE and id(pool) not in _LAST_INDEX:
         _LAST_INDEX.clear()
     _LAST_INDEX[id(pool)] = (pool, index)
-    return index.clone()  # the cycle's own, which it mutates
 
 
 def clear() -> None:
