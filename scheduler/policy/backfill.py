@@ -101,11 +101,13 @@ class _Backfill:
         return held >= need
 
     def reserve(
-        self, job: PendingJob, ms: _Model, w: int, g: int, hold: bool = True
+        self, job: PendingJob, ms: _Model, w: int, g: int, hold: bool = True, overdue: bool = True
     ) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
 
-        With ``hold=False`` only the start time is computed: nothing is held or emitted."""
+        With ``hold=False`` only the start time is computed: nothing is held or emitted. With
+        ``overdue=False`` jobs already past their expected end are not counted on (they may run
+        on indefinitely)."""
         if hold and ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
             return None
         if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
@@ -126,6 +128,10 @@ class _Backfill:
         # release; the gang fits at the first time slots >= w. Jobs preempted or shrunk this
         # cycle are skipped: their GPUs are promised to a preemptor.
         heap = list(self.release_heap())
+        if not overdue:
+            now = self.now
+            heap = [e for e in heap if e[0] > now]
+            heapq.heapify(heap)
         started = sorted(ms.started_ends)
         si = 0
         cnt: dict[int, int] = {}

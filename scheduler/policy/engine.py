@@ -23,7 +23,8 @@ One cycle, in order (docs/policy.md explains each rule and default):
    is due within ``checkpoint_protect_s`` (a one-node job takes the node whose victims lose the
    least work in total; with LAS queues it may also preempt jobs of its own queue submitted
    after it). Inside a class, a victim must have saved a checkpoint in its current run and
-   runs on to just past its next one (the minimum quantum: no work lost, no storms).
+   runs on to just past its next one (the minimum quantum: no work lost, no storms). Nobody is
+   preempted when running jobs' expected ends free the GPUs no later: the job holds those.
    Freed GPUs come back only after ``preemption_grace_s``,
    so the job is reported pending ("waiting for N preempted GPUs ...") with a reservation at the
    end of the grace period; those GPUs are never handed to another job in the same cycle.

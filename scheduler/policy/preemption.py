@@ -149,6 +149,18 @@ class _Preemption:
         chosen = self._choose(attempt, cands, later)
         if chosen is None:
             return None
+        # Rule 4b: a job preempts (or shrinks, or waits for GPUs being released) only if that
+        # frees its GPUs sooner than running jobs' expected ends would; otherwise it holds the
+        # GPUs those ends free (jobs past their expected end are not counted on: they may run
+        # on).
+        if self._released_in_time(job, ms, w, g, chosen[0]):
+            at = self.reserve(job, ms, w, g)
+            if at is not None:
+                return (
+                    f"reserved to start at t={_fmt_t(at)} on GPUs running or preempted jobs are "
+                    "expected to release (no preemption frees them sooner)",
+                    at,
+                )
         return self._emit(attempt, later, *chosen)
 
     def _candidates(self, a: _Attempt) -> tuple[list[tuple], set[str]]:
@@ -337,42 +349,58 @@ class _Preemption:
             return None
         return chosen, take, base
 
+    def _grace_of(self, job: PendingJob, c: tuple) -> float:
+        """The grace a chosen candidate gets: a victim of the job's own class runs on to just
+        past its next checkpoint, so it loses no work (the GPUs come a little later; the job
+        keeps its reservation)."""
+        grace = self.cfg.preemption_grace_s
+        classes = self.classes
+        if c[0] != 2 or classes.get(c[3].job.priority_class, 0) != classes.get(
+            job.priority_class, 0
+        ):
+            return grace
+        r = c[3].job
+        interval = r.checkpoint_interval_s
+        base = r.last_checkpoint_at
+        if not interval or base is None:
+            return grace
+        now = self.now
+        due = base + interval * max(1, math.ceil((now - base) / interval))
+        return max(grace, due - now + _AFTER_CHECKPOINT_S)
+
+    def _released_in_time(self, job: PendingJob, ms: _Model, w: int, g: int, chosen: list) -> bool:
+        """Whether running jobs' expected ends (not those already past) free GPUs for ``job``'s
+        gang no later than the chosen candidates would."""
+        natural = self.reserve(job, ms, w, g, hold=False, overdue=False)
+        return natural is not None and natural <= self._freed_at(job, chosen)
+
+    def _freed_at(self, job: PendingJob, chosen: list) -> float:
+        """When the chosen candidates' GPUs are all free for ``job``."""
+        at = self.now
+        for c in chosen:
+            if c[0] == 0:
+                at = max(at, c[3].job.releasing_at)
+            else:
+                at = max(at, self.now + self._grace_of(job, c))
+        return at
+
     def _emit(self, a: _Attempt, later: set[str], chosen: list, take: dict[int, int], base: Index):
         """The preemptions, shrinks and the reservation at the end of the grace period for the
         chosen candidates; returns the job's ``(why, estimated_start)``."""
-        now = self.now
         job, ms, w, g, prio, need = a.job, a.ms, a.w, a.g, a.prio, a.need
         model, defrag, reclaim_team = ms.gpu, a.defrag, a.reclaim_team
-        job_class = self.classes.get(job.priority_class, 0)
-
-        def peer(run: _Run) -> bool:
-            return self.classes.get(run.job.priority_class, 0) == job_class
-
-        # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
         grace = self.cfg.preemption_grace_s
 
         def grace_of(c: tuple) -> float:
-            # A victim of the job's own class runs on to just past its next checkpoint, so it
-            # loses no work (the GPUs come a little later; the job keeps its reservation).
-            if c[0] != 2 or not peer(c[3]):
-                return grace
-            r = c[3].job
-            interval = r.checkpoint_interval_s
-            base = r.last_checkpoint_at
-            if not interval or base is None:
-                return grace
-            due = base + interval * max(1, math.ceil((now - base) / interval))
-            return max(grace, due - now + _AFTER_CHECKPOINT_S)
+            return self._grace_of(job, c)
 
-        at = now
+        # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
+        at = self._freed_at(job, chosen)
         n_gpus = 0
         for c in chosen:
             if c[0] == 0:
                 self.gone.add(c[2])
                 n_gpus += sum(c[4].values())
-                at = max(at, c[3].job.releasing_at)
-            else:
-                at = max(at, now + grace_of(c))
         victims = [c for c in chosen if c[0] == 2]
         victim_ids = {c[2] for c in victims}
         by_job: dict[str, list] = {}

@@ -79,7 +79,11 @@ def test_rule_7_victims_already_releasing_are_not_preempted_again():
     d = decide(s)
     check_invariants(s, d)
     assert not d.preempt
-    assert why(d, "urgent") == "waiting for 8 preempted GPUs to be released (expected at t=10060)"
+    # rule 4b: the release is on the timeline, so the job holds those GPUs like any release
+    assert why(d, "urgent") == (
+        "reserved to start at t=10060 on GPUs running or preempted jobs are expected to "
+        "release (no preemption frees them sooner)"
+    )
     assert d.reserve == (Reserve("urgent", NOW + 60, ("n2",)),)
 
 
