@@ -4,6 +4,9 @@ ends free (docs/policy.md)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduler.policy import Reserve, decide
 
 from .helpers import check_invariants, job, node, run, snap, why
@@ -93,3 +96,67 @@ def test_a_same_class_victim_that_runs_on_to_its_checkpoint_loses_to_an_earlier_
     d = decide(snap(nodes, [job("fresh", 1, 8, pc="normal")], running, now=NOW))
     assert [p.job for p in d.preempt] == ["served"]
     assert d.preempt[0].grace_s == 1800 + 30
+
+
+def _timeline_fit_at(s, gpus_per_worker: int, workers: int) -> float | None:
+    """Independently of the engine: the earliest time the gang fits on the GPUs free now plus
+    those released by running jobs' expected ends still ahead (one GPU model, 8-GPU nodes)."""
+    free = {n.name: len(n.free_gpus) for n in s.nodes}
+
+    def fits() -> bool:
+        return sum(c // gpus_per_worker for c in free.values()) >= workers
+
+    if fits():
+        return s.now
+    ends = sorted(
+        (r.expected_end, r.id, r) for r in s.running if r.expected_end and r.expected_end > s.now
+    )
+    for end, _, r in ends:
+        for name, idxs in r.placement.items():
+            free[name] += len(idxs)
+        if fits():
+            return end
+    return None
+
+
+@st.composite
+def contended(draw):
+    """Full 8-GPU nodes held by low-class preemptible jobs with random expected ends and
+    checkpoints, and one high-class job waiting (nothing else competes for a reservation)."""
+    nodes = draw(st.integers(1, 4))
+    running = []
+    for n in range(nodes):
+        first = 0
+        while first < 8:
+            size = min(draw(st.sampled_from([1, 2, 4, 8])), 8 - first)
+            running.append(
+                run(
+                    f"r{n}-{first}",
+                    {f"n{n}": range(first, first + size)},
+                    pc=draw(st.sampled_from(["low", "high"])),
+                    preemptible=draw(st.booleans()),
+                    started=NOW - 5000,
+                    ckpt=NOW - draw(st.sampled_from([60.0, 1000.0, 3500.0])),
+                    interval=3600.0,
+                    end=draw(
+                        st.sampled_from([None, NOW - 100.0, NOW + 30.0, NOW + 120.0, NOW + 600.0])
+                    ),
+                )
+            )
+            first += size
+    shape = draw(st.sampled_from([(1, 1), (1, 4), (1, 8), (2, 8)]))
+    pending = [job("urgent", shape[0], shape[1], pc="high")]
+    return snap([node(f"n{n}", 0) for n in range(nodes)], pending, running, now=NOW, las=None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(contended())
+def test_never_preempts_when_expected_ends_free_the_gpus_no_later(s):
+    d = decide(s)
+    check_invariants(s, d)
+    if not d.preempt:
+        return
+    job_ = s.pending[0]
+    (res,) = [r for r in d.reserve if r.job == job_.id]
+    natural = _timeline_fit_at(s, job_.gpus_per_worker, job_.workers)
+    assert natural is None or natural > res.at, (natural, res, d.preempt)
