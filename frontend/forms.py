@@ -51,7 +51,7 @@ COMM_HEAVY_CHOICES = [("", "Automatic (more than one worker)"), ("yes", "Yes"), 
 _ROUTING_ERROR_FIELDS = {
     "clusters": "routing_clusters",
     "regions": "routing_regions",
-    "prefer_clusters": "routing_prefer_cluster",
+    "prefer_clusters": "routing_prefer_clusters",
     "prefer_regions": "routing_prefer_regions",
     "max_price_per_gpu_h": "routing_max_price",
     "spot": "routing_spot",
@@ -148,11 +148,10 @@ class JobSubmitForm(forms.Form):
         required=False,
         help_text="Only clusters in these regions; none picked: any region.",
     )
-    routing_prefer_cluster = forms.CharField(
-        label="Routing: preferred cluster",
+    routing_prefer_clusters = NamesField(
+        label="Routing: preferred clusters",
         required=False,
-        widget=forms.Select,
-        help_text="Tried first among the allowed, whatever it costs.",
+        help_text="Tried first among the allowed, whatever they cost.",
     )
     routing_prefer_regions = NamesField(
         label="Routing: preferred regions",
@@ -207,9 +206,7 @@ class JobSubmitForm(forms.Form):
         super().__init__(*args, **kwargs)
         names = [c.name for c in clusters]
         self.fields["routing_clusters"].widget.choices = [(n, n) for n in names]
-        self.fields["routing_prefer_cluster"].widget.choices = [("", "No preference")] + [
-            (n, n) for n in names
-        ]
+        self.fields["routing_prefer_clusters"].widget.choices = [(n, n) for n in names]
         regions = sorted({c.region for c in clusters if c.region})
         self.fields["routing_regions"].widget.choices = [(r, r) for r in regions]
         self.fields["routing_prefer_regions"].widget.choices = [(r, r) for r in regions]
@@ -343,8 +340,8 @@ class JobSubmitForm(forms.Form):
             routing["clusters"] = data["routing_clusters"]
         if data.get("routing_regions"):
             routing["regions"] = data["routing_regions"]
-        if data.get("routing_prefer_cluster"):
-            routing["prefer_clusters"] = [data["routing_prefer_cluster"]]
+        if data.get("routing_prefer_clusters"):
+            routing["prefer_clusters"] = data["routing_prefer_clusters"]
         if data.get("routing_prefer_regions"):
             routing["prefer_regions"] = data["routing_prefer_regions"]
         if data.get("routing_max_price") is not None:

@@ -53,6 +53,7 @@ def test_the_form_offers_clusters_and_regions_and_stores_the_routing(two_cluster
     alice = client_for(two_clusters["alice"])
     page = alice.get("/jobs/new/").content.decode()
     assert re.search(r'<select name="routing_clusters"[^>]*multiple', page)
+    assert re.search(r'<select name="routing_prefer_clusters"[^>]*multiple', page)
     for option in ("cloud", "test", "eu-west", "us-east"):
         assert f'<option value="{option}">' in page
     response = alice.post(
@@ -61,7 +62,7 @@ def test_the_form_offers_clusters_and_regions_and_stores_the_routing(two_cluster
             **FORM,
             "routing_clusters": ["test", "cloud"],
             "routing_regions": ["eu-west"],
-            "routing_prefer_cluster": "test",
+            "routing_prefer_clusters": ["test", "cloud"],
             "routing_max_price": "2.5",
             "routing_spot": "no",
         },
@@ -70,7 +71,7 @@ def test_the_form_offers_clusters_and_regions_and_stores_the_routing(two_cluster
     assert Job.objects.get().routing == {
         "clusters": ["test", "cloud"],
         "regions": ["eu-west"],
-        "prefer_clusters": ["test"],
+        "prefer_clusters": ["test", "cloud"],
         "prefer_regions": [],
         "max_price_per_gpu_h": 2.5,
         "spot": False,
@@ -90,8 +91,8 @@ def test_a_form_without_routing_sets_none(two_clusters):
         ({"routing_clusters": ["tset"]}, "routing_clusters", "no cluster is named 'tset'"),
         ({"routing_regions": ["mars"]}, "routing_regions", "no cluster is in region 'mars'"),
         (
-            {"routing_prefer_cluster": "nope"},
-            "routing_prefer_cluster",
+            {"routing_prefer_clusters": ["test", "nope"]},
+            "routing_prefer_clusters",
             "no cluster is named 'nope'",
         ),
         (
