@@ -3,10 +3,10 @@
 The highest-ranked blocked jobs of each GPU model (``reservations_per_model``) get a reservation
 at the earliest time the running jobs' expected ends (and the ends of jobs started this cycle)
 free enough GPUs for their gang; the GPUs it counts on are held (``protect``) so lower-ranked
-jobs start only on other GPUs or if they end before it. Releases come from one heap built in
-O(running) and popped only as far as needed. With LAS queues, a job that has waited less than
-``las.reserve_after_s`` while preemptible work could make room gets no reservation yet (with
-clusters, unless it may use one pool only, rule 3b).
+jobs start only on other GPUs or if they end before it. Releases come from one list built in
+O(running log running) once per cycle and walked only as far as needed. With LAS queues, a job
+that has waited less than ``las.reserve_after_s`` while preemptible work could make room gets no
+reservation yet (with clusters, unless it may use one pool only, rule 3b).
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ class _Backfill:
             self._release_heap = heap
             self._unknown_runs = unknown
         return self._release_heap
+
+    def release_order(self) -> list[tuple[float, int]]:
+        """The release heap's entries in the order popping it would give them, sorted once per
+        cycle: reservations walk it by index instead of copying and popping the heap."""
+        if self._release_order is None:
+            self._release_order = sorted(self.release_heap())
+        return self._release_order
 
     def unknown_gpus(self, ms: _Model) -> int:
         """GPUs of the model's eligible nodes held by jobs without an expected end."""
@@ -123,17 +130,21 @@ class _Backfill:
         gone = self.gone
         shrunk = self.shrunk
         running = self.snap.running
-        # Walk the releases in time order (running jobs from a heap copy, jobs started this
-        # cycle from a sorted list), keeping the worker-slot count up to date in O(1) per
-        # release; the gang fits at the first time slots >= w. Jobs preempted or shrunk this
-        # cycle are skipped: their GPUs are promised to a preemptor.
-        heap = list(self.release_heap())
+        # Walk the releases in time order (running jobs from the cycle's sorted list of
+        # releases, jobs started this cycle from a sorted list), keeping the worker-slot count up
+        # to date in O(1) per release; the gang fits at the first time slots >= w. Jobs preempted
+        # or shrunk this cycle are skipped: their GPUs are promised to a preemptor.
+        rel = self.release_order()
+        ri = 0
+        n_rel = len(rel)
         if not overdue:
+            # releases are never before now: those at now (overdue jobs) are a prefix
             now = self.now
-            heap = [e for e in heap if e[0] > now]
-            heapq.heapify(heap)
+            while ri < n_rel and rel[ri][0] <= now:
+                ri += 1
         started = sorted(ms.started_ends)
         si = 0
+        n_started = len(started)
         cnt: dict[int, int] = {}
         slots = long_view.slots(g)
         found = None
@@ -158,19 +169,20 @@ class _Backfill:
             cnt[i] = new
             slots += min(new, cap) // g - min(old, cap) // g
 
-        while slots < w and (heap or si < len(started)):
-            t_run = heap[0][0] if heap else _INF
-            t_new = started[si][0] if si < len(started) else _INF
+        while slots < w and (ri < n_rel or si < n_started):
+            t_run = rel[ri][0] if ri < n_rel else _INF
+            t_new = started[si][0] if si < n_started else _INF
             t = t_run if t_run < t_new else t_new
-            while heap and heap[0][0] == t:
-                r = running[heapq.heappop(heap)[1]]
+            while ri < n_rel and rel[ri][0] == t:
+                r = running[rel[ri][1]]
+                ri += 1
                 if r.id in gone or r.id in shrunk:
                     continue
                 for name, idxs in r.placement.items():
                     i = id_of.get(name)
                     if i is not None and idxs and node_model[i] == model:
                         release(i, len(idxs))
-            while si < len(started) and started[si][0] == t:
+            while si < n_started and started[si][0] == t:
                 release(started[si][1], started[si][2])
                 si += 1
             if slots >= w:

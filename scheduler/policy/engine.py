@@ -54,7 +54,7 @@ non-preemptible jobs and jobs inside their checkpoint protection window are neve
 Cost: O(N + R) to index N nodes and R running jobs, O(P log P) to rank P pending jobs, O(1)-ish
 per job that cannot fit (memoised slot counts per request shape, and a job shaped like one that
 just waited reuses that outcome while nothing changed), O(nodes of the chosen group) per start;
-reservations pop one heap of expected releases only as far as they need; preemption planning is
+reservations walk one sorted list of expected releases only as far as they need; preemption planning is
 capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are memoised by
 value across calls (a hit equals a rebuild, so decisions never depend on the memo). Also carried
 over from the previous call, likewise exact: each pool's capacity index (updated for the nodes
@@ -282,6 +282,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
         self.hold_out = False  # see place_or_plan (held out for a cheaper pool, rule 3b)
         self._release_heap: list[tuple[float, int]] | None = None
+        self._release_order: list[tuple[float, int]] | None = None  # sorted release_heap
         self._unknown_runs: list[int] = []
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
 
