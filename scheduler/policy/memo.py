@@ -10,6 +10,7 @@ running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across 
 - the eligible nodes' checked free GPUs, checked again only for nodes passed as new objects;
 - per running job, its LAS rank and the time until which it holds (``ranking._rank_span``), and
   its planner view (``victims``), checked by the identity of the objects passed;
+- pending jobs' LAS ranks, keyed by the fields they are computed from;
 - the cycle's summary of the running jobs (``running``), updated for the jobs that changed.
 
 Every hit is exactly what a rebuild would give (keys hold every field read), so decisions never
@@ -214,6 +215,15 @@ def _same_service(a: RunningJob, b: RunningJob) -> bool:
     )
 
 
+# Pending jobs' LAS ranks by the fields a rank is computed from (class, attained service,
+# workers, GPUs per worker): (classes, (thresholds, long_run), {fields: rank}). A rank is a pure
+# function of those, so a hit is a rebuild; the entry is replaced whole when the classes or
+# thresholds differ, or emptied when large (attained service takes many values over time).
+# Concurrent callers write equal values for equal keys.
+_PENDING_RANKS: list[tuple[dict, tuple, dict[tuple, int]]] = [({}, ((), 0.0), {})]
+_PENDING_RANKS_MAX = 4096
+
+
 # The cycle's summary of the running jobs (``running``): (key, now, job ids, job id -> job, job id ->
 # (rank span or None, model, rank or None, GPUs), job id -> rank, {(model, rank): preemptible
 # jobs}, {model: {rank: GPUs}}, heap of (span end, job id), elastic jobs, releasing jobs); ``key``
@@ -275,5 +285,6 @@ def clear() -> None:
     _LAST_TOPOLOGY[0] = None
     _LAST_FREE[0] = None
     _LAST_RANKS[0] = ({}, ((), 0.0), {})
+    _PENDING_RANKS[0] = ({}, ((), 0.0), {})
     _LAST_PLACEMENTS[0] = {}
     _LAST_SUMMARY.clear()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-from scheduler.policy.memo import _standings
+from scheduler.policy.memo import _PENDING_RANKS, _PENDING_RANKS_MAX, _standings
 from scheduler.policy.model import Las, PendingJob, RunningJob, Snapshot
 
 _INF = math.inf
@@ -111,9 +111,17 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
     if ranks is None:
         ranks = {}
     if th:
-        # Most pending jobs share a class, a size and no attained service (never ran): compute
-        # each distinct rank once. The key holds every field _pending_rank reads.
-        rank_of: dict[tuple, int] = {}
+        # Most pending jobs share a class, a size and no attained service (never ran), and the
+        # queue changes little between calls: compute each distinct rank once, across calls
+        # (memo._PENDING_RANKS). The key holds every field _pending_rank reads.
+        memo_classes, memo_th, rank_of = _PENDING_RANKS[0]
+        if (
+            memo_th != (th, long_run)
+            or memo_classes != classes
+            or len(rank_of) > _PENDING_RANKS_MAX
+        ):
+            rank_of = {}
+            _PENDING_RANKS[0] = (dict(classes), (th, long_run), rank_of)
         for p in snapshot.pending:
             fields = (p.priority_class, p.attained_service_s, p.workers, p.gpus_per_worker)
             r = rank_of.get(fields)
