@@ -429,7 +429,23 @@ class GpuPlatformPolicy:
         if len(cache) > len(sim.running):
             for idx in [i for i in cache if i not in sim.running]:
                 del cache[idx]
-        pending = tuple(self._pending_job(j, now) for j in sim.pending.values())
+        prebuild = self._pending_job
+        if type(self)._pending_job is GpuPlatformPolicy._pending_job:
+            # The validity test of _pending_job, inlined likewise (not where a subclass builds
+            # its own jobs): the same PendingJob object while the predictor and the job's
+            # progress are unchanged.
+            pcache = self._pending
+            version = self.predictor.version
+            pending_list = []
+            for j in sim.pending.values():
+                c = pcache.get(j.idx)
+                if c is not None and c[2] == (version, j.progress, j.executed_s, j.requeued):
+                    pending_list.append(c[1])
+                else:
+                    pending_list.append(prebuild(j, now))
+            pending = tuple(pending_list)
+        else:
+            pending = tuple(prebuild(j, now) for j in sim.pending.values())
         if len(self._pending) > len(sim.pending):
             for idx in [i for i in self._pending if i not in sim.pending]:
                 del self._pending[idx]
