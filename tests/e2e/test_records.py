@@ -66,7 +66,8 @@ def test_bob_sees_the_record_exports_it_and_resubmits_exactly_this(session_as):
     expect(page.locator(".messages")).to_contain_text("Resubmitted as job")
     expect(page.locator("h1")).to_contain_text("nlp-repro")
     expect(page.locator("#timeline li[data-kind=resubmitted]")).to_have_count(1)
-    details = page.locator("dl.details").first
+    # the request's details: the "Where and why" card comes first once the job is placed
+    details = page.locator("#request-details")
     expect(details).to_contain_text("git:4f2c9e1")
     expect(details).to_contain_text("registry.example.com/nlp/train:1.4")
     expect(details).to_contain_text("a100-40gb")
