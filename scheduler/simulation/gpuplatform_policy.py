@@ -178,6 +178,12 @@ class ModelPredictor:
         return 2.0 * attained_s
 
 
+def _pending_inputs(predictor_version: int, job: SimJob) -> tuple:
+    """What a pending job's PendingJob is built from besides its fixed fields: while these are
+    equal, the cached object stands (one definition for both places that test it)."""
+    return (predictor_version, job.progress, job.executed_s, job.requeued)
+
+
 class GpuPlatformPolicy:
     """Adapter from the simulator to `scheduler.policy.decide` (engine defaults unless `config`
     is given)."""
@@ -382,7 +388,7 @@ class GpuPlatformPolicy:
     def _pending_job(self, job: SimJob, now: float) -> PendingJob:
         # The estimate depends only on the predictor's samples and the job's progress: while
         # neither changed, the entry stands without asking the predictor again.
-        inputs = (self.predictor.version, job.progress, job.executed_s, job.requeued)
+        inputs = _pending_inputs(self.predictor.version, job)
         cached = self._pending.get(job.idx)
         if cached is not None and cached[2] == inputs:
             return cached[1]
@@ -439,7 +445,7 @@ class GpuPlatformPolicy:
             pending_list = []
             for j in sim.pending.values():
                 c = pcache.get(j.idx)
-                if c is not None and c[2] == (version, j.progress, j.executed_s, j.requeued):
+                if c is not None and c[2] == _pending_inputs(version, j):
                     pending_list.append(c[1])
                 else:
                     pending_list.append(prebuild(j, now))
