@@ -153,7 +153,8 @@ class _Preemption:
         # frees its GPUs sooner than running jobs' expected ends would; otherwise it holds the
         # GPUs those ends free (jobs past their expected end are not counted on: they may run
         # on).
-        if self._released_in_time(job, ms, w, g, chosen[0]):
+        freed_at = self._freed_at(job, chosen[0])
+        if self._released_in_time(job, ms, w, g, freed_at):
             at = self.reserve(job, ms, w, g)
             if at is not None:
                 return (
@@ -161,7 +162,7 @@ class _Preemption:
                     "expected to release (no preemption frees them sooner)",
                     at,
                 )
-        return self._emit(attempt, later, *chosen)
+        return self._emit(attempt, later, *chosen, freed_at)
 
     def _candidates(self, a: _Attempt) -> tuple[list[tuple], set[str]]:
         """Who could give up GPUs for the attempt's job, and which of them were submitted after
@@ -368,11 +369,11 @@ class _Preemption:
         due = base + interval * max(1, math.ceil((now - base) / interval))
         return max(grace, due - now + _AFTER_CHECKPOINT_S)
 
-    def _released_in_time(self, job: PendingJob, ms: _Model, w: int, g: int, chosen: list) -> bool:
+    def _released_in_time(self, job: PendingJob, ms: _Model, w: int, g: int, at: float) -> bool:
         """Whether running jobs' expected ends (not those already past) free GPUs for ``job``'s
-        gang no later than the chosen candidates would."""
+        gang no later than ``at``, when the chosen candidates would."""
         natural = self.reserve(job, ms, w, g, hold=False, overdue=False)
-        return natural is not None and natural <= self._freed_at(job, chosen)
+        return natural is not None and natural <= at
 
     def _freed_at(self, job: PendingJob, chosen: list) -> float:
         """When the chosen candidates' GPUs are all free for ``job``."""
@@ -384,9 +385,18 @@ class _Preemption:
                 at = max(at, self.now + self._grace_of(job, c))
         return at
 
-    def _emit(self, a: _Attempt, later: set[str], chosen: list, take: dict[int, int], base: Index):
-        """The preemptions, shrinks and the reservation at the end of the grace period for the
-        chosen candidates; returns the job's ``(why, estimated_start)``."""
+    def _emit(
+        self,
+        a: _Attempt,
+        later: set[str],
+        chosen: list,
+        take: dict[int, int],
+        base: Index,
+        at: float,
+    ):
+        """The preemptions, shrinks and the reservation at ``at`` (the end of the grace period,
+        :meth:`_freed_at`) for the chosen candidates; returns the job's ``(why,
+        estimated_start)``."""
         job, ms, w, g, prio, need = a.job, a.ms, a.w, a.g, a.prio, a.need
         model, defrag, reclaim_team = ms.gpu, a.defrag, a.reclaim_team
         grace = self.cfg.preemption_grace_s
@@ -395,7 +405,6 @@ class _Preemption:
             return self._grace_of(job, c)
 
         # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
-        at = self._freed_at(job, chosen)
         n_gpus = 0
         for c in chosen:
             if c[0] == 0:
