@@ -389,7 +389,12 @@ def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluste
         backend.cancel(job_id, 1)
         assert backend.live_runs(job_id) == []
     finally:
+        # As after a machine restart, the dead slurmd's pid file names a live process that is
+        # not a slurmd (this test's own); start must see through it and start the slurmd.
+        pid_file = slurm_cluster.host_dir / "run" / "slurmd-node4.pid"
+        pid_file.write_text(f"{os.getpid()}\n")
         assert slurm_cluster.script("start").returncode == 0  # restarts the missing slurmd
+    assert Path(f"/proc/{slurm_cluster.pid('slurmd-node4')}/comm").read_text().strip() == "slurmd"
     assert {n.name: n for n in backend.list_nodes()}["node4"].state == "ready"
     # Back in service, the node does not get the old attempt again.
     time.sleep(3)
