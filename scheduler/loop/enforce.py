@@ -5,7 +5,8 @@ idempotent by our job id, so a crash between commit and backend call is healed b
 cycle, which re-issues the call:
 
 - runs that are RUNNING in the database but not yet on their backend are submitted;
-- preemption victims are asked to checkpoint, then stopped and requeued when their grace ends;
+- preemption victims are asked to checkpoint, then stopped and requeued once a checkpoint is
+  saved after the preemption, or when their grace ends;
 - jobs that opted in are asked to checkpoint on the advised schedule.
 
 Isolation: a backend refusal or error about one job fails that job alone
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..backends import backend_run_id, get_backend
@@ -111,13 +113,24 @@ def reconcile(*, now: datetime) -> None:
         Job.objects.filter(pk=job_pk, state=JobState.RUNNING, attempts=attempts).update(
             backend_ref=ref
         )
-    # Preemption victims: ask for a checkpoint, then stop and requeue when the grace is over.
-    for job in Job.objects.filter(state=JobState.PREEMPTED).select_related("team", "cluster"):
+    # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
+    # preemption (nothing more to save; the GPUs are wanted), else when the grace is over.
+    victims = (
+        Job.objects.filter(state=JobState.PREEMPTED)
+        .select_related("team", "cluster")
+        .annotate(preempted_at=Max("events__time", filter=Q(events__kind="preempted")))
+    )
+    for job in victims:
         backend = get_backend(job.cluster) if job.cluster else None
+        saved = (
+            job.last_checkpoint_at is not None
+            and job.preempted_at is not None
+            and job.last_checkpoint_at > job.preempted_at
+        )
         try:
-            if backend is not None and job.backend_ref:
+            if backend is not None and job.backend_ref and not saved:
                 backend.checkpoint(backend_run_id(job), job.attempts)
-            if job.preempt_deadline and job.preempt_deadline <= now:
+            if saved or (job.preempt_deadline and job.preempt_deadline <= now):
                 progress = None
                 if backend is not None and job.backend_ref:
                     (status,) = backend.poll_jobs([(backend_run_id(job), job.attempts)])

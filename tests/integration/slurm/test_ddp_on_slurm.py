@@ -1,8 +1,8 @@
 """The last link, for real: a PyTorch DDP job (examples/ddp/train.py under torchrun, CPU and
 gloo) submitted through the REST API as a 2-worker gang, placed by our engine on two nodes of the
 real local Slurm, where both ranks rendezvous and train; a higher-priority job preempts it; it
-checkpoints within the grace, is requeued, resumes on other nodes from its checkpoint and trains
-to the end. The loss curve continues from the checkpointed step (the same losses as the first
+checkpoints within the grace, is stopped and requeued as soon as the platform sees that
+checkpoint, resumes on other nodes from it and trains to the end. The loss curve continues from the checkpointed step (the same losses as the first
 attempt computed after it), the work the platform records as lost is at most the time since that
 checkpoint, and the API and the job page show both attempts.
 
@@ -122,6 +122,9 @@ def test_ddp_job_preempted_checkpoints_resumes_elsewhere_and_finishes(
     ddp.refresh_from_db()
     requeued = ddp.events.get(kind="requeued")
     assert ddp.attempts == 1 and ddp.checkpointed_progress_s > 0
+    # Stopped as soon as the platform saw the checkpoint it asked for, not when the grace ended.
+    seen = ddp.events.get(kind="checkpoint").time.timestamp()
+    assert preempted_at < seen <= requeued.time.timestamp() < preempted_at + GRACE_S
     urgent = cycle_until(
         lambda: (j := Job.objects.get(pk=urgent_id)).state == "running" and j, 30, "urgent"
     )
@@ -152,12 +155,13 @@ def test_ddp_job_preempted_checkpoints_resumes_elsewhere_and_finishes(
     assert all(before[s] == after[s] for s in overlap)
     assert re.search(rf"^done: {STEPS} steps, ", second, re.M)
     # Lost work: GPUs x (requeue - last checkpoint the platform saw), at most the true time
-    # since the checkpoint; and the run kept training through the grace, so some was lost.
+    # since the checkpoint: what it trained between the checkpoint and the stop.
     assert 0 < ddp.lost_gpu_seconds <= 16 * (requeued.time.timestamp() - saved_at) + 1e-6
 
     print(  # the numbers behind the assertions, for the record (pytest -s)
         f"\nddp: checkpoint at step {step} {saved_at - preempted_at:.2f} s after the preemption "
-        f"(grace {GRACE_S} s); attempt 1 ran to step {max(before)}; attempt 2 resumed at step "
+        f"(grace {GRACE_S} s), stopped {requeued.time.timestamp() - preempted_at:.2f} s after it; "
+        f"attempt 1 ran to step {max(before)}; attempt 2 resumed at step "
         f"{min(after)} with {len(overlap)} steps' losses identical; lost "
         f"{ddp.lost_gpu_seconds:.1f} GPU-s <= {16 * (requeued.time.timestamp() - saved_at):.1f}"
     )
