@@ -188,15 +188,17 @@ def summarize(m: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _replay(task: tuple[str, str, int, str]) -> tuple[str, str, int, dict[str, float]]:
-    case_name, policy, seed, traces = task
+def _replay(
+    task: tuple[str, str, int, str, float | None],
+) -> tuple[str, str, int, dict[str, float]]:
+    case_name, policy, seed, traces, on_request_s = task
     case = next(c for c in CASES if c.name == case_name)
     trace = case.trace(Path(traces), seed)
     metrics, _ = simulate(
         trace,
         case.cluster(Path(traces)),
         make_policy(policy),
-        SimConfig(seed=seed),
+        SimConfig(seed=seed, checkpoint_on_request_s=on_request_s),
         timer=time.perf_counter,
     )
     return case_name, policy, seed, summarize(metrics)
@@ -248,7 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
     ap.add_argument("--out", type=Path, default=Path("var/benchmarks/suite.json"))
     ap.add_argument("--loads", action="store_true", help="print each case's offered load, exit")
+    ap.add_argument(
+        "--checkpoint-on-request",
+        type=float,
+        default=None,
+        metavar="S",
+        help="every job saves a checkpoint S seconds after a preemption asks it to "
+        "(default: jobs save only their periodic checkpoints)",
+    )
     args = ap.parse_args(argv)
+    if args.checkpoint_on_request is not None and args.checkpoint_on_request < 0:
+        ap.error("--checkpoint-on-request: must be >= 0 seconds")
     names = {c.name for c in CASES}
     if args.cases:
         chosen = args.cases.split(",")
@@ -280,7 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     # longest replays first so the pool does not end on one straggler
     order = {"gpuplatform": 0, "tiresias": 1}
     tasks = sorted(
-        ((c, p, s, str(args.traces)) for c in chosen for p in policies for s in seeds),
+        (
+            (c, p, s, str(args.traces), args.checkpoint_on_request)
+            for c in chosen
+            for p in policies
+            for s in seeds
+        ),
         key=lambda t: (order.get(t[1].split("-")[0], 2), t[0], t[2]),
     )
     started = time.perf_counter()

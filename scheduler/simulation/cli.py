@@ -99,6 +99,20 @@ def _optional_seconds(value: str) -> float | None:
     return float(value)
 
 
+def _request_seconds(value: str) -> float | None:
+    if value.lower() in ("none", "off"):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of seconds or 'none'"
+        ) from None
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be >= 0 seconds")
+    return seconds
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace CSV path, or synthetic:N")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: from the header)")
@@ -114,6 +128,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fidelity", action="store_true", help="reference model (fifo, sjf only)")
     p.add_argument("--checkpoint-interval", type=_optional_seconds, default=1800.0)
     p.add_argument("--restart-overhead", type=float, default=60.0)
+    p.add_argument(
+        "--checkpoint-on-request",
+        type=_request_seconds,
+        default=None,
+        metavar="S|none",
+        help="jobs save a checkpoint S s after a preemption asks (default none: periodic only)",
+    )
     p.add_argument("--mtbf", type=_optional_seconds, default=None, help="per-node MTBF s")
     p.add_argument("--repair", type=float, default=4 * 3600.0, help="node repair time s")
     p.add_argument("--node-sample", type=int, default=1, help="keep every Nth node")
@@ -323,6 +344,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         checkpoint_interval_s=args.checkpoint_interval,
         restart_overhead_s=args.restart_overhead,
+        checkpoint_on_request_s=args.checkpoint_on_request,
         mtbf_s=args.mtbf,
         repair_s=args.repair,
         spot_mtbi_s=args.spot_mtbi,

@@ -56,6 +56,9 @@ class SimConfig:
     # decay of per-tenant usage handed to policies that have no half-life of their own
     fair_share_half_life_s: float = 604800.0
     record_series: bool = True
+    # Seconds every job takes to save a checkpoint when a preemption asks it to (as the live
+    # loop asks each victim when its grace starts); None: jobs save only their periodic ones.
+    checkpoint_on_request_s: float | None = None
 
 
 class SimulationError(RuntimeError):
@@ -85,7 +88,11 @@ class SimJob:
     run_id: int = 0
     placement: dict[int, tuple[int, ...]] = field(default_factory=dict)
     stopping: bool = False  # preempted, inside its grace period
-    stop_at: float | None = None  # end of that grace period
+    stop_at: float | None = None  # end of that grace period (it may stop sooner: preempt())
+    checkpoint_on_request_s: float | None = None  # see SimConfig
+    # The checkpoint a preempted job stops at: the progress it saves and when it is written.
+    stop_checkpoint_progress: float | None = None
+    stop_checkpoint_at: float | None = None
     pending_since: float = 0.0
     queue_s: float = 0.0
     first_start: float | None = None
@@ -216,6 +223,7 @@ class Simulator:
                         if tj.checkpoint_interval_s == SIM_DEFAULT_CHECKPOINTS
                         else tj.checkpoint_interval_s
                     ),
+                    checkpoint_on_request_s=self.config.checkpoint_on_request_s,
                     runtime_limit_s=tj.runtime_limit_s,
                     deadline=tj.deadline,
                     user=tj.user,
@@ -408,8 +416,26 @@ class Simulator:
         self.preemptions += 1
         if grace_s > 0:
             job.stopping = True
-            job.stop_at = self.now + grace_s
-            self._push(self.now + grace_s, _STOP, job.idx, job.run_id)
+            # As the live loop does, the job is stopped as soon as it has saved a checkpoint
+            # after the preemption (its next periodic one, or the one the preemption asks for
+            # when it checkpoints on request), else when the grace ends.
+            now = self.now
+            useful = max(0.0, now - job.run_start - job.overhead)
+            reached = min(job.duration, job.progress + useful)
+            saved_at, saved = now + grace_s, None
+            ci = job.checkpoint_interval_s
+            if ci:
+                periodic = (math.floor(reached / ci) + 1) * ci
+                at = job.run_start + job.overhead + (periodic - job.progress)
+                if at <= saved_at and periodic <= job.duration:
+                    saved_at, saved = at, periodic
+            c = job.checkpoint_on_request_s
+            if c is not None and now + c <= saved_at:
+                saved_at, saved = now + c, reached  # what it had reached when asked
+            # what policies see, as the loop's preemption deadline: the grace's end
+            job.stop_at = now + grace_s
+            job.stop_checkpoint_progress, job.stop_checkpoint_at = saved, saved_at
+            self._push(saved_at, _STOP, job.idx, job.run_id)
         else:
             self._interrupt(job)
             self._stopped_now += 1
@@ -455,6 +481,10 @@ class Simulator:
         reached = min(job.duration, job.progress + useful)
         ci = job.checkpoint_interval_s
         saved = max(job.progress, math.floor(reached / ci) * ci) if ci else 0.0
+        written_at, progress = job.stop_checkpoint_at, job.stop_checkpoint_progress
+        if written_at is not None and written_at <= self.now and progress is not None:
+            saved = max(saved, progress)
+        job.stop_checkpoint_progress = job.stop_checkpoint_at = None
         # lost: everything run in this segment beyond the checkpointed progress, including the
         # part of its restart overhead already spent
         self.lost_gpu_s += job.gpus * (elapsed - (saved - job.progress))

@@ -153,3 +153,21 @@ def test_usage_handed_to_the_engine_decays_with_the_engines_half_life():
         usage[half_life] = sim.tenant_usage["team-a"]
     # 8 GPU-h used, then about nine one-hour half-lives: well under 1 % left; a week: nearly all
     assert usage[3600.0] < 0.01 * 8 * 3600 < usage[604800.0]
+
+
+def test_checkpoint_on_request_is_validated_and_reaches_the_replay(tmp_path, capsys):
+    def replay(value: str) -> int:
+        out = tmp_path / f"{value}.json"
+        argv = ["replay", "--trace", "synthetic:300", "--nodes", "4", "--policy", "gpuplatform"]
+        return main([*argv, "--out", str(out), "--quiet", "--checkpoint-on-request", value])
+
+    with pytest.raises(SystemExit) as exc:
+        replay("-3")
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--checkpoint-on-request: '-3': must be >= 0 seconds" in err
+    assert not (tmp_path / "-3.json").exists()
+    assert replay("none") == 0 and replay("30") == 0
+    periodic = json.loads((tmp_path / "none.json").read_text())
+    on_request = json.loads((tmp_path / "30.json").read_text())
+    # victims now stop 30 s after they are asked, not at their periodic checkpoint or grace end
+    assert on_request["preemptions"] != periodic["preemptions"]

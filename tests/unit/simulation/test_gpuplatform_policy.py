@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from scheduler.simulation import SimConfig, Simulator, generate_synthetic, uniform_cluster
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy, RuntimePredictor
 from scheduler.simulation.runner import make_policy
@@ -184,3 +186,21 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
     assert_conserved(sim)
     assert policy.calls > 100
     assert sim.preemptions > 0  # the planner's views were exercised
+
+
+def test_a_victim_that_checkpoints_on_request_is_stopped_once_it_has():
+    # The same two jobs, but every job saves a checkpoint 10 s after a preemption asks it to
+    # (the loop asks every victim): old is stopped once it has, not at its next periodic
+    # checkpoint, and loses only those 10 s plus its restart overhead.
+    trace = [job("old", 0, 20000, 1), job("new", 5000, 100, 1)]
+    cfg = SimConfig(checkpoint_interval_s=600.0, restart_overhead_s=30.0)
+    asked = replace(cfg, checkpoint_on_request_s=10.0)
+    sim = Simulator(trace, uniform_cluster(1, 1), make_policy("gpuplatform"), asked).run()
+    old, new = sim.by_id["old"], sim.by_id["new"]
+    assert old.preemptions == 1
+    assert new.first_start == 5000 + 10
+    assert sim.lost_gpu_s == pytest.approx(10 + 30)
+    assert_conserved(sim)
+    # without requests, new waits for old's next periodic checkpoint
+    periodic = Simulator(trace, uniform_cluster(1, 1), make_policy("gpuplatform"), cfg).run()
+    assert periodic.by_id["new"].first_start > 5000 + 10

@@ -188,3 +188,51 @@ def test_jobs_restricted_to_a_gpu_model_only_land_on_it():
         # two T4 nodes: the third T4 job waits for one of them
         assert sorted(j.first_start for j in sim.jobs if j.id != "any") == [0.0, 0.0, 100.0]
         assert_conserved(sim)
+
+
+class _PreemptOnce:
+    """Starts pending jobs on node 0 in queue order; at ``at`` (the arrival of a job that needs
+    the node) preempts ``victim`` with a grace."""
+
+    name = "preempt-once"
+
+    def __init__(self, victim: str, at: float, grace_s: float) -> None:
+        self.victim, self.at, self.grace_s, self.done = victim, at, grace_s, False
+
+    def schedule(self, sim: Simulator, now: float) -> None:
+        if not self.done and now >= self.at:
+            self.done = sim.preempt(sim.by_id[self.victim], self.grace_s, "test")
+        for j in list(sim.pending.values()):
+            free = sim.node_free[0]
+            if len(free) >= j.gpus:
+                sim.start(j, {0: tuple(free[: j.gpus])})
+
+
+@pytest.mark.parametrize(
+    ("grace_s", "on_request_s", "stopped_at", "saved_s"),
+    [
+        # the grace ends first: what was saved is the periodic checkpoint at 600 s of progress
+        (100.0, None, 1100.0, 600.0),
+        # the next periodic checkpoint (1,200 s) comes within the grace: it stops there
+        (300.0, None, 1200.0, 1200.0),
+        # asked at t=1000, it saves the 1,000 s reached then 10 s later and stops
+        (100.0, 10.0, 1010.0, 1000.0),
+        # the requested checkpoint would come after the grace: not saved
+        (100.0, 200.0, 1100.0, 600.0),
+    ],
+)
+def test_a_preempted_job_stops_at_its_first_checkpoint_within_the_grace(
+    grace_s, on_request_s, stopped_at, saved_s
+):
+    cfg = SimConfig(checkpoint_interval_s=600.0, restart_overhead_s=0.0)
+    cfg = replace(cfg, checkpoint_on_request_s=on_request_s)
+    trace = [job("a", 0, 5000, 1), job("b", 1000, 10, 1)]
+    sim = Simulator(trace, uniform_cluster(1, 1), _PreemptOnce("a", 1000.0, grace_s), cfg).run()
+    a = sim.by_id["a"]
+    assert a.preemptions == 1
+    # what it ran past its saved progress until it stopped is lost
+    assert sim.lost_gpu_s == pytest.approx(stopped_at - saved_s)
+    # b runs from the stop for 10 s, then a resumes from what was saved
+    assert sim.by_id["b"].first_start == pytest.approx(stopped_at)
+    assert a.finish == pytest.approx(stopped_at + 10.0 + 5000.0 - saved_s)
+    assert_conserved(sim)
