@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.simulation import SimConfig, Simulator, generate_synthetic, uniform_cluster
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy, RuntimePredictor
@@ -204,3 +206,25 @@ def test_a_victim_that_checkpoints_on_request_is_stopped_once_it_has():
     # without requests, new waits for old's next periodic checkpoint
     periodic = Simulator(trace, uniform_cluster(1, 1), make_policy("gpuplatform"), cfg).run()
     assert periodic.by_id["new"].first_start > 5000 + 10
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    jobs=st.lists(
+        st.tuples(st.integers(0, 4000), st.integers(60, 4000), st.sampled_from([1, 2, 4, 8])),
+        min_size=2,
+        max_size=20,
+    ),
+    interval=st.sampled_from([None, 300.0, 900.0]),
+    on_request=st.sampled_from([None, 0.0, 10.0, 200.0]),
+)
+def test_victims_stopped_at_their_checkpoint_conserve_work(jobs, interval, on_request):
+    # Whatever stops a victim early (its periodic checkpoint or a requested one inside the
+    # grace), every job finishes once, work is conserved and no stop loses more than it ran.
+    trace = [job(f"j{i}", s, d, g) for i, (s, d, g) in enumerate(jobs)]
+    cfg = SimConfig(
+        checkpoint_interval_s=interval, restart_overhead_s=20.0, checkpoint_on_request_s=on_request
+    )
+    sim = Simulator(trace, uniform_cluster(1, 8), make_policy("gpuplatform"), cfg).run()
+    assert_conserved(sim)
+    assert 0.0 <= sim.lost_gpu_s <= sim.busy_gpu_s
