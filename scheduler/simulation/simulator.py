@@ -15,7 +15,8 @@ Job model: a job of `gpus` GPUs runs as `workers` x `gpus_per_worker` (each work
 its service time is the trace duration. When interrupted (preempted or its node fails) it keeps
 the progress of its last checkpoint (every `checkpoint_interval_s` of progress; none means it
 restarts from zero) and pays `restart_overhead_s` when it runs again. A preemption with a grace
-period keeps the GPUs busy until the grace ends (the job keeps running meanwhile).
+period keeps the job running (and its GPUs busy) until it has saved a checkpoint after the
+preemption, as the live loop stops it then, or until the grace ends.
 """
 
 from __future__ import annotations
