@@ -7,7 +7,7 @@ Guarantees:
 - Conservation: every job finishes exactly once; the GPU-seconds of work in the trace equal the
   busy GPU-seconds minus the GPU-seconds lost to preemptions and failures (checked in tests).
 - The policy is asked to schedule only when something changed (arrival, finish, failure, repair,
-  the end of a preemption grace period, or a wake-up the policy asked for), once per timestamp
+  a preempted job's stop, or a wake-up the policy asked for), once per timestamp
   after every event at that timestamp has been applied.
 - No clock reads: wall-clock measurement is injected by the caller (`timer`).
 
