@@ -1,10 +1,11 @@
-"""The last link, for real: a PyTorch DDP job (examples/ddp/train.py under torchrun, CPU and
-gloo) submitted through the REST API as a 2-worker gang, placed by our engine on two nodes of the
-real local Slurm, where both ranks rendezvous and train; a higher-priority job preempts it; it
-checkpoints within the grace, is stopped and requeued as soon as the platform sees that
-checkpoint, resumes on other nodes from it and trains to the end. The loss curve continues from the checkpointed step (the same losses as the first
-attempt computed after it), the work the platform records as lost is at most the time since that
-checkpoint, and the API and the job page show both attempts.
+"""The last link, for real: a PyTorch DDP job (examples/ddp/train.py under torchrun, CPU and gloo)
+submitted through the REST API as a 2-worker gang, placed by our engine on two nodes of the real
+local Slurm, where both ranks rendezvous and train; a higher-priority job preempts it; it
+checkpoints within the grace, is stopped and requeued as soon as the platform sees that checkpoint,
+resumes on other nodes from it and trains to the end. The loss curve continues from the
+checkpointed step (the same losses as the first attempt computed after it), the work the platform
+records as lost is at most the time since that checkpoint, and the API and the job page show both
+attempts.
 
 Runs on the host's Slurm 22.05: its jobs use this checkout's virtualenv, where ``make test``
 installed torch (the Debian 13 root of the 24.11 cluster has no Python). About a minute, most of
