@@ -21,7 +21,7 @@ are taken by one call at a time and handed back when its cycle is done).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
@@ -232,14 +232,32 @@ _PENDING_RANKS_MAX = 4096
 _LAST_SUMMARY: list[tuple[Any, ...]] = []
 
 
-# The planner's view of a running job, by job id: (placement, topology, model, GPUs, GPUs per
-# eligible node id, job, rank, protected, its _Run, checkpoint due time, quiet (neither releasing
-# nor elastic), the node its model was read from ("" if not read from a node, None if not from
-# the first node of its placement), base of its lost work, end). The placement view is checked
-# by the identity of the placement mapping, which callers keep while a job's placement is
-# unchanged; the rest by the identity of the job and the topology, and the _Run by its rank
-# and protection too (both recomputed every call).
-_LAST_PLACEMENTS: list[dict[str, tuple]] = [{}]
+class RunView(NamedTuple):
+    """The planner's view of a running job (``victims``), kept by job id between calls. The
+    placement part (``placement`` .. ``on``) is checked by the identity of the placement
+    mapping, which callers keep while a job's placement is unchanged; the rest by the identity
+    of the job and the topology, and ``run`` by its rank and protection too (both recomputed
+    every call)."""
+
+    placement: Any  # the job's placement mapping, as passed
+    topology: Any  # the _Topology its node indexes refer to
+    model: str | None  # GPU model (or pool, rule 3b) the job's GPUs count for
+    total: int  # GPUs the job holds
+    on: dict[int, int]  # GPUs per eligible node index, of that model
+    job: RunningJob
+    rank: int
+    protected: bool
+    run: Any  # its state._Run
+    checkpoint_due: float | None
+    quiet: bool  # neither releasing nor elastic
+    # the node the model was read from: "" if not read from a node, None if not from the first
+    # node of its placement (then it is read afresh next call)
+    model_node: str | None
+    lost_base: float  # the time its lost work counts from
+    end: float | None  # expected end, or the end of its grace if sooner
+
+
+_LAST_PLACEMENTS: list[dict[str, RunView]] = [{}]
 
 
 # Per pool, an index the last cycle handed back (``keep_index``). Between calls only a few nodes'

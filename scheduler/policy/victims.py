@@ -12,9 +12,8 @@ caller passes the same RunningJob object (``memo``); protection and rank are rec
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any
 
-from scheduler.policy.memo import _LAST_PLACEMENTS
+from scheduler.policy.memo import _LAST_PLACEMENTS, RunView
 from scheduler.policy.ranking import _running_rank
 from scheduler.policy.state import _Run
 
@@ -37,8 +36,8 @@ class _Victims:
         classes = self.classes
         models = self.models
         topo = self.topo
-        memo: dict[str, Any] = _LAST_PLACEMENTS[0]
-        placements: dict[str, tuple] = {}
+        memo: dict[str, RunView] = _LAST_PLACEMENTS[0]
+        placements: dict[str, RunView] = {}
         node_by_name = self.node_by_name
         run_rank = self.run_rank
         runs = self.runs
@@ -49,34 +48,37 @@ class _Victims:
         th = self.th
         long_run = self.long_run
         horizon = now + protect
-        seen: Any  # a memo entry (see memo._LAST_PLACEMENTS) or None
+        seen: RunView | None
         for r in self.snap.running:
             rid = r.id
             seen = memo.get(rid)
-            fast = seen is not None and seen[5] is r and seen[1] is topo and seen[11] is not None
-            if fast and seen[11]:
-                # a model read from a node is read again
-                node = node_by_name.get(seen[11])
-                fast = node is not None and node.gpu_model == seen[2]
+            fast = False
+            if seen is not None:
+                # unpacked once: cheaper than reading the fields by name in this loop
+                (_, vtopo, model, total, on, vjob, vrank, vprot, vrun, ckpt, quiet, model_node,
+                 base, end) = seen  # fmt: skip
+                fast = vjob is r and vtopo is topo and model_node is not None
+                if fast and model_node:
+                    # a model read from a node is read again
+                    node = node_by_name.get(model_node)
+                    fast = node is not None and node.gpu_model == model
             if fast:
                 # The same job object as last call, same topology and model: its placement
                 # view and checkpoint time stand; what depends on the time (protection, rank)
                 # is recomputed.
-                ckpt = seen[9]
                 protected = ckpt is not None and now <= ckpt <= horizon
-                if seen[10] and (not r.preemptible or protected):
+                if quiet and (not r.preemptible or protected):
                     placements[rid] = seen  # protected only for now: keep it for later calls
                     continue
-                model, total, on, base = seen[2], seen[3], seen[4], seen[12]
                 rank = run_rank.get(rid)
                 if rank is None:
                     rank = _running_rank(r, classes, th, long_run, now)
-                if seen[6] == rank and seen[7] == protected:
-                    run = seen[8]
+                if vrank == rank and vprot == protected:
+                    run = vrun
                     placements[rid] = seen
                 else:
-                    run = _Run(r, model, total, on, rank, seen[13], protected)
-                    placements[rid] = (*seen[:6], rank, protected, run, *seen[9:])
+                    run = _Run(r, model, total, on, rank, end, protected)
+                    placements[rid] = seen._replace(rank=rank, protected=protected, run=run)
             else:
                 # Only jobs the planner may touch: already releasing, elastic, or preemptible and
                 # outside their checkpoint protection window.
@@ -87,7 +89,7 @@ class _Victims:
                 quiet = r.releasing_at is None and r.elastic is None
                 if quiet and (not r.preemptible or protected):
                     seen = memo.get(rid)
-                    if seen is not None and seen[0] is r.placement:
+                    if seen is not None and seen.placement is r.placement:
                         placements[rid] = seen  # protected only for now: keep it for later calls
                     continue
                 model = r.gpu_model
@@ -119,11 +121,11 @@ class _Victims:
                 seen = memo.get(rid)
                 if (
                     seen is not None
-                    and seen[0] is r.placement
-                    and seen[1] is topo
-                    and seen[2] == model
+                    and seen.placement is r.placement
+                    and seen.topology is topo
+                    and seen.model == model
                 ):
-                    total, on = seen[3], seen[4]
+                    total, on = seen.total, seen.on
                 else:
                     pl = r.placement
                     if len(pl) == 1:
@@ -150,7 +152,7 @@ class _Victims:
                 if r.releasing_at is not None and (end is None or r.releasing_at < end):
                     end = r.releasing_at
                 run = _Run(r, model, total, on, rank, end, protected)
-                placements[rid] = (
+                placements[rid] = RunView(
                     r.placement,
                     topo,
                     model,
