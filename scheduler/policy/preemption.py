@@ -153,7 +153,7 @@ class _Preemption:
         # frees its GPUs sooner than running jobs' expected ends would; otherwise it holds the
         # GPUs those ends free (jobs past their expected end are not counted on: they may run
         # on).
-        freed_at = self._freed_at(job, chosen[0])
+        freed_at, graces = self._freed_at(job, chosen[0])
         if self._released_in_time(job, ms, w, g, freed_at):
             at = self.reserve(job, ms, w, g)
             if at is not None:
@@ -162,7 +162,7 @@ class _Preemption:
                     "expected to release (no preemption frees them sooner)",
                     at,
                 )
-        return self._emit(attempt, later, *chosen, freed_at)
+        return self._emit(attempt, later, *chosen, freed_at, graces)
 
     def _candidates(self, a: _Attempt) -> tuple[list[tuple], set[str]]:
         """Who could give up GPUs for the attempt's job, and which of them were submitted after
@@ -375,15 +375,22 @@ class _Preemption:
         natural = self.reserve(job, ms, w, g, hold=False, overdue=False)
         return natural is not None and natural <= at
 
-    def _freed_at(self, job: PendingJob, chosen: list) -> float:
-        """When the chosen candidates' GPUs are all free for ``job``."""
-        at = self.now
+    def _freed_at(self, job: PendingJob, chosen: list) -> tuple[float, dict[str, float]]:
+        """When the chosen candidates' GPUs are all free for ``job``, and each victim's grace
+        (:meth:`_grace_of`) by job id; shrinks get the ordinary grace."""
+        grace = self.cfg.preemption_grace_s
+        now = self.now
+        at = now
+        graces: dict[str, float] = {}
         for c in chosen:
             if c[0] == 0:
                 at = max(at, c[3].job.releasing_at)
+            elif c[0] == 2:
+                g = graces[c[2]] = self._grace_of(job, c)
+                at = max(at, now + g)
             else:
-                at = max(at, self.now + self._grace_of(job, c))
-        return at
+                at = max(at, now + grace)
+        return at, graces
 
     def _emit(
         self,
@@ -393,16 +400,14 @@ class _Preemption:
         take: dict[int, int],
         base: Index,
         at: float,
+        graces: dict[str, float],
     ):
-        """The preemptions, shrinks and the reservation at ``at`` (the end of the grace period,
-        :meth:`_freed_at`) for the chosen candidates; returns the job's ``(why,
-        estimated_start)``."""
+        """The preemptions (each victim with its grace from ``graces``), shrinks and the
+        reservation at ``at`` (the end of the grace period; both from :meth:`_freed_at`) for the
+        chosen candidates; returns the job's ``(why, estimated_start)``."""
         job, ms, w, g, prio, need = a.job, a.ms, a.w, a.g, a.prio, a.need
         model, defrag, reclaim_team = ms.gpu, a.defrag, a.reclaim_team
         grace = self.cfg.preemption_grace_s
-
-        def grace_of(c: tuple) -> float:
-            return self._grace_of(job, c)
 
         # Emit: preemptions, shrinks, and a reservation at the end of the grace period.
         n_gpus = 0
@@ -456,7 +461,7 @@ class _Preemption:
                 )
                 for bt in self.ancestry(run.job.team):
                     self.reclaimed[(bt, model)] = self.reclaimed.get((bt, model), 0) + run.gpus
-            self.preempts.append(Preempt(c[2], reason, grace_of(c)))
+            self.preempts.append(Preempt(c[2], reason, graces[c[2]]))
         shrink_gpus = 0
         for rid in sorted(by_job):
             run = self.runs[rid]
@@ -485,7 +490,7 @@ class _Preemption:
         if shrink_gpus:
             parts.append(f"waiting for {shrink_gpus} GPUs released by shrinking elastic jobs")
         if victims or by_job:
-            when = f"grace {_fmt_s(max([grace] + [grace_of(c) for c in victims]))} s"
+            when = f"grace {_fmt_s(max([grace, *graces.values()]))} s"
         else:
             when = f"expected at t={_fmt_t(at)}"
         return f"{'; '.join(parts)} ({when})", at
