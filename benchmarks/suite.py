@@ -43,6 +43,7 @@ from scheduler.simulation import (  # noqa: E402
     simulate,
     uniform_cluster,
 )
+from scheduler.simulation.cli import request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
 from scheduler.simulation.runner import make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
@@ -252,15 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", action="store_true", help="print each case's offered load, exit")
     ap.add_argument(
         "--checkpoint-on-request",
-        type=float,
+        type=request_seconds,
         default=None,
-        metavar="S",
+        metavar="S|none",
         help="every job saves a checkpoint S seconds after a preemption asks it to "
-        "(default: jobs save only their periodic checkpoints)",
+        "(default none: jobs save only their periodic checkpoints)",
     )
     args = ap.parse_args(argv)
-    if args.checkpoint_on_request is not None and args.checkpoint_on_request < 0:
-        ap.error("--checkpoint-on-request: must be >= 0 seconds")
     names = {c.name for c in CASES}
     if args.cases:
         chosen = args.cases.split(",")

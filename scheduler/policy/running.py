@@ -81,9 +81,8 @@ def running_summary(
         key, _, seen, objs, info, run_rank, count, vg, heap, n_elastic, n_releasing = last
     # the jobs not passed as the same object as last time (new, or rebuilt)
     changed = [r for r in running if objs.get(r.id) is not r]
-    old_spans: dict[
-        str, tuple[Any, ...]
-    ] = {}  # rank spans of the objects replaced, by job id (see add)
+    # rank spans of the objects replaced, by job id (see add)
+    old_spans: dict[str, tuple[Any, ...]] = {}
 
     def drop(rid: str) -> None:
         nonlocal n_elastic, n_releasing

@@ -99,7 +99,8 @@ def _optional_seconds(value: str) -> float | None:
     return float(value)
 
 
-def _request_seconds(value: str) -> float | None:
+def request_seconds(value: str) -> float | None:
+    """``--checkpoint-on-request``'s argparse type: seconds >= 0, or none/off."""
     if value.lower() in ("none", "off"):
         return None
     try:
@@ -130,7 +131,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart-overhead", type=float, default=60.0)
     p.add_argument(
         "--checkpoint-on-request",
-        type=_request_seconds,
+        type=request_seconds,
         default=None,
         metavar="S|none",
         help="jobs save a checkpoint S s after a preemption asks (default none: periodic only)",
