@@ -2,7 +2,10 @@
 
 ``loads_bounded`` refuses, with :class:`JsonRefused` (a ``ValueError``), a document larger than
 its byte limit, nested deeper than ``MAX_DEPTH``, not valid strict JSON (``NaN`` and
-``Infinity`` are not JSON), or with a number of more than Python's 4,300 digits. Python's own
+``Infinity`` are not JSON), with a number of more than Python's 4,300 digits, or with a string
+(a key or a value) holding a NUL character or half of a UTF-16 surrogate pair: PostgreSQL
+stores neither, and a lone surrogate cannot even be written back in an error message, so
+either ended as a 500 wherever a field did not check it. Python's own
 ``json.loads`` raised ``RecursionError`` on ``'[' * 5000``, which is not a ``ValueError``, so a
 five-kilobyte body ended as a 500 and a websocket frame killed its consumer. The API answers a
 refusal with a 400 (``gpuplatform.api.BoundedJSONParser``); the websocket closes cleanly.
@@ -19,7 +22,7 @@ MAX_DEPTH = 32
 
 
 class JsonRefused(ValueError):
-    """The document is refused; ``reason`` is "size", "depth" or "syntax"."""
+    """The document is refused; ``reason`` is "size", "depth", "syntax" or "text"."""
 
     def __init__(self, message: str, *, reason: str):
         super().__init__(message)
@@ -41,6 +44,50 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+def _unstorable(text: str) -> str | None:
+    """Why ``text`` cannot be stored or written back, or None."""
+    if "\x00" in text:
+        return "a NUL character (\\u0000)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "half of a UTF-16 surrogate pair"
+    return None
+
+
+def _where(path: tuple) -> str:
+    """``items[1].env["A\\u0000B"]``: keys that are not plain names are shown escaped."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier() and part.isascii():
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out or "the body"
+
+
+def _bad_text(value: Any) -> str | None:
+    """Where the first unstorable string of ``value`` is, and why, or None."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            why = _unstorable(item)
+            if why:
+                return f"the string at {_where(path)} holds {why}"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                why = _unstorable(key)
+                if why:
+                    return f"the key {_where((*path, key))} holds {why}"
+                stack.append((child, (*path, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (*path, i)) for i, child in enumerate(item))
+    return None
+
+
 def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """The value of the JSON document ``data``, or :class:`JsonRefused` saying why not."""
     size = len(data.encode() if isinstance(data, str) else data)
@@ -54,4 +101,11 @@ def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEP
         raise JsonRefused(f"not valid JSON: {exc}", reason="syntax") from None
     if isinstance(value, dict | list) and _deeper_than(value, max_depth):
         raise JsonRefused(f"JSON nested deeper than {max_depth} levels", reason="depth")
+    # Both can only come from a backslash-u escape (strict JSON has no raw control characters,
+    # and the bytes were decoded as UTF-8), so documents without one skip the walk.
+    text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    if "\\u" in text:
+        bad = _bad_text(value)
+        if bad:
+            raise JsonRefused(f"{bad}, which the platform cannot store", reason="text")
     return value

@@ -73,12 +73,19 @@ def test_the_parser_keeps_what_json_allows():
         "a": [1, 2.5, "x", None, True]
     }
     assert loads_bounded("[" * MAX_DEPTH + "]" * MAX_DEPTH, max_bytes=1000) is not None
+    # an escaped surrogate pair is one character; an escaped backslash before u0000 is text
+    assert loads_bounded('["\\ud83d\\ude00", "\\\\u0000"]', max_bytes=100) == [
+        "\U0001f600",
+        "\\u0000",
+    ]
     for text, reason in (
         (DEEP, "depth"),
         ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "depth"),
         ("x" * 101, "size"),
         ("[NaN]", "syntax"),
         ("[-Infinity]", "syntax"),
+        ('["a\\u0000"]', "text"),
+        ('{"\\udc00": 1}', "text"),
     ):
         with pytest.raises(JsonRefused) as refused:
             loads_bounded(text, max_bytes=100 if reason == "size" else 100_000)
