@@ -15,6 +15,7 @@ from dataclasses import asdict
 from django import forms
 
 from core.bounds import form_number
+from core.envvars import is_env_name
 from core.errors import DomainError
 from scheduler.arrays import MAX_ARRAY_SIZE, ArrayRequest
 from scheduler.models import Job, JobArray
@@ -41,7 +42,6 @@ ARRAY_FIELD_PARAMS: dict[str, type] = {
     "dataset": str,
     "image": str,
 }
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ITEM_ERROR = re.compile(r"^items\[(\d+)\]\.(.+)$")
 
 PREEMPTIBLE_CHOICES = [("", "Priority class default"), ("yes", "Yes"), ("no", "No")]
@@ -250,7 +250,7 @@ class JobSubmitForm(forms.Form):
             if not sep or not name:
                 errors.append(f"line {number}: write NAME=value0,value1,…")
                 continue
-            if name not in ARRAY_FIELD_PARAMS and not _ENV_NAME.match(name):
+            if name not in ARRAY_FIELD_PARAMS and not is_env_name(name):
                 errors.append(
                     f"line {number}: {name!r} is neither a job field nor a valid environment "
                     "variable name (letters, digits and _, not starting with a digit)"

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from core import streams
 from core.bounds import MAX_ARRAY_SIZE
+from core.envvars import env_name_errors
 from core.errors import Conflict, FieldErrors, Forbidden, NotFound
 from tenants.permissions import can_submit_to
 
@@ -145,13 +146,22 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
             resolved[key] = _validate_request(members[indices[0]], user=user)
         except FieldErrors as exc:
             for bad_field, messages in exc.errors.items():
-                if bad_field not in _PER_INDEX_NUMBERS:
+                # numbers and environments differ by index: checked for each, below
+                if bad_field not in _PER_INDEX_NUMBERS and bad_field != "env":
                     attribute(bad_field, messages, indices)
+    template_env = env_name_errors(req.template.get("env"))
+    if template_env:
+        errors["template.env"] = template_env
     for i, member in enumerate(members):
         if any(getattr(member, name) is not None for name in _PER_INDEX_NUMBERS):
             for bad_field, messages in request_number_errors(member).items():
                 if bad_field in _PER_INDEX_NUMBERS:
                     attribute(bad_field, messages, [i])
+        item_env = env_name_errors(req.items[i].get("env"))
+        if item_env:
+            if reported < MAX_REPORTED_ERRORS:
+                errors[f"items[{i}].env"] = item_env
+            reported += 1
     if errors:
         if reported > MAX_REPORTED_ERRORS:
             errors["items"] = [

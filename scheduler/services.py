@@ -17,6 +17,7 @@ from django.utils import timezone
 from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
+from core.envvars import env_name_errors
 from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
 from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
@@ -131,6 +132,9 @@ def _validate_request(
     if req.routing is not None:
         for field, message in routing_errors(req.routing):
             err(field, message)
+
+    for message in env_name_errors(req.env):
+        err("env", message)
 
     if target is not None and target[0] == req.team:
         team, role = target[1], target[2]

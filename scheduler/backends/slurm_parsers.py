@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from core.envvars import is_env_name
 from scheduler.backends.base import (
     DEFAULT_MASTER_PORT,
     BackendJobSpec,
@@ -130,9 +131,6 @@ def parse_sbatch_parsable(stdout: str) -> str:
             if job_id.isdigit():
                 return job_id
     raise SlurmQueryError(f"sbatch printed no job id: {stdout!r}")
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def format_time_limit(seconds: int) -> str:
@@ -246,7 +244,7 @@ def build_job_script(
     (see :func:`parse_checkpoint_progress`).
     """
     for key in spec.env:
-        if not _ENV_NAME.match(key):
+        if not is_env_name(key):
             raise ValueError(f"not a valid environment variable name: {key!r}")
     q = shlex.quote
     # The job's own variables first; the platform's win a clash (a wrong RANK breaks the gang).
