@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import FieldErrors, NotFound
+from core.errors import DomainError, FieldErrors, NotFound
 from tenants.pagination import BoundedLimitOffsetPagination
 
 from . import selectors, services
@@ -165,8 +165,11 @@ class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     def get_queryset(self):
         queryset = selectors.message_list(user=self.request.user)
-        webhook = self.request.query_params.get("webhook", "")
-        if webhook.isdigit():
+        webhook = self.request.query_params.get("webhook")
+        if webhook is not None:
+            # str.isdigit() also accepts "²", which int() refuses
+            if not (webhook.isascii() and webhook.isdigit()) or len(webhook) > 18:
+                raise DomainError("must be a webhook id (a whole number)", field="webhook")
             queryset = queryset.filter(webhook_id=int(webhook))
         return queryset
 

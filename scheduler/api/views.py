@@ -21,6 +21,7 @@ from tenants.permissions import IsPlatformAdmin
 from .. import selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
 from ..models import Cluster, Job, Node
+from ..states import JobState
 from .serializers import (
     ClusterSerializer,
     GpuModelSerializer,
@@ -44,7 +45,19 @@ class JobFilter(django_filters.FilterSet):
         fields = ["state", "team", "submitter"]
 
     def filter_state(self, queryset, _name, value):
-        return queryset.filter(state__in=[v.strip() for v in value.split(",") if v.strip()])
+        states = [v.strip() for v in value.split(",") if v.strip()]
+        unknown = [v for v in states if v not in JobState.values]
+        if unknown:
+            # a misspelt state would otherwise filter on the others, or on nothing at all
+            raise serializers.ValidationError(
+                {
+                    "state": [
+                        f"unknown state {', '.join(map(repr, unknown))} "
+                        f"(known: {', '.join(JobState.values)})"
+                    ]
+                }
+            )
+        return queryset.filter(state__in=states)
 
 
 class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):

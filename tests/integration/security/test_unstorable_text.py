@@ -1,0 +1,157 @@
+"""Text the platform cannot store, and names nobody checked (an audit of 5 December): a NUL
+character or half of a surrogate pair anywhere in a JSON body, in a key as much as in a value, is
+a 400 naming where it is, on every endpoint (before, a key of ``env`` or ``routing`` reached
+PostgreSQL, or the error message that repeated it could not be written, and the answer was a
+500); environment variable names, the jobs' ``state`` filter and the deliveries' ``webhook``
+filter are checked instead of failing later or being ignored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from notifications.models import Message
+from policyversions.models import PolicyVersion
+from scheduler.models import Job, JobArray
+
+pytestmark = pytest.mark.django_db
+
+JOB = {"name": "t", "team": "vision", "workers": 1, "gpus_per_worker": 1}
+
+# (who, method, path, body, where the bad text is, as the refusal names it)
+UNSTORABLE = [
+    ("alice", "post", "/api/v1/jobs/", {**JOB, "team": "vis\x00ion"}, "the string at team"),
+    ("alice", "post", "/api/v1/jobs/estimate/", {**JOB, "team": "v\ud800"}, "the string at team"),
+    ("alice", "post", "/api/v1/jobs/", {**JOB, "env": {"A\x00B": "x"}}, 'the key env["A\\u0000B"]'),
+    ("alice", "post", "/api/v1/jobs/", {**JOB, "env": {"\ud800": "x"}}, 'the key env["\\ud800"]'),
+    ("alice", "post", "/api/v1/jobs/", {**JOB, "routing": {"\ud800": 1}}, "the key routing"),
+    (
+        "alice",
+        "post",
+        "/api/v1/job-arrays/",
+        {
+            "name": "a",
+            "team": "vision",
+            "template": JOB | {"team": None},
+            "items": [{}, {"env": {"A\x00": "x"}}],
+        },
+        'the key items[1].env["A\\u0000"]',
+    ),
+    (
+        "alice",
+        "put",
+        "/api/v1/notifications/preferences",
+        [{"event": "\ud800", "channel": "email", "enabled": True}],
+        "the string at [0].event",
+    ),
+    ("admin", "post", "/api/v1/admin/datasets/", {"name": "d\x00"}, "the string at name"),
+    (
+        "admin",
+        "post",
+        "/api/v1/policy/versions",
+        {"reason": "x", "team_weights": {"vis\x00ion": 1}},
+        'the key team_weights["vis\\u0000ion"]',
+    ),
+    (
+        "admin",
+        "post",
+        "/api/v1/policy/whatif",
+        {"candidates": {"\ud800": {}}},
+        "the key candidates",
+    ),
+]
+
+
+@pytest.mark.parametrize(("who", "method", "path", "body", "where"), UNSTORABLE)
+def test_unstorable_text_is_a_400_naming_where_it_is(
+    platform, api_as, who, method, path, body, where
+):
+    versions = PolicyVersion.objects.count()
+    # sent as JSON text with escapes, as a client would: the test client cannot encode a lone
+    # surrogate itself
+    response = api_as(platform[who]).generic(
+        method.upper(), path, json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 400, (path, response.status_code)
+    detail = response.json()["detail"]
+    assert detail.startswith("JSON parse error - " + where), detail
+    assert "which the platform cannot store" in detail
+    assert not Job.objects.exists() and not JobArray.objects.exists()
+    assert PolicyVersion.objects.count() == versions
+
+
+def test_a_form_encoded_team_with_a_nul_is_a_400_on_team(platform, api_as):
+    response = api_as(platform["alice"]).post(
+        "/api/v1/jobs/", {"name": "t", "team": "vis\x00ion", "workers": 1, "gpus_per_worker": 1}
+    )
+    assert response.status_code == 400 and "team" in response.json()
+    assert not Job.objects.exists()
+
+
+def test_escaped_text_that_is_storable_is_kept(platform, api_as):
+    body = {**JOB, "name": "t \U0001f600 \\u0000", "env": {"GREETING": "\U0001f600"}}
+    response = api_as(platform["alice"]).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get()
+    assert job.name == "t \U0001f600 \\u0000" and job.env["GREETING"] == "\U0001f600"
+
+
+@pytest.mark.parametrize("name", ["1BAD", "BAD-NAME", "", "A\n", "A B"])
+def test_an_invalid_environment_variable_name_is_a_400_on_env(platform, api_as, name):
+    response = api_as(platform["alice"]).post(
+        "/api/v1/jobs/", {**JOB, "env": {name: "x", "GOOD": "y"}}, format="json"
+    )
+    assert response.status_code == 400, response.json()
+    (message,) = response.json()["env"]
+    rule = "letters, digits and _, not starting with a digit"
+    assert message == f"{name!r} is not a valid environment variable name ({rule})"
+    assert not Job.objects.exists()
+
+
+def test_an_array_names_the_template_or_the_index_with_the_bad_name(platform, api_as):
+    client = api_as(platform["alice"])
+    body = {
+        "name": "a",
+        "team": "vision",
+        "template": {"workers": 1, "gpus_per_worker": 1, "env": {"OK": "1"}},
+        "items": [{"env": {"GOOD": "1"}}, {"env": {"9LIVES": "1"}}, {}],
+    }
+    response = client.post("/api/v1/job-arrays/", body, format="json")
+    assert response.status_code == 400
+    assert list(response.json()) == ["items[1].env"], response.json()
+    body["template"]["env"] = {"BAD-ONE": "1"}
+    body["items"][1] = {}
+    response = client.post("/api/v1/job-arrays/", body, format="json")
+    assert response.status_code == 400 and list(response.json()) == ["template.env"], (
+        response.json()
+    )
+    assert not Job.objects.exists() and not JobArray.objects.exists()
+    body["template"]["env"] = {"OK": "1"}
+    assert client.post("/api/v1/job-arrays/", body, format="json").status_code == 201
+
+
+def test_an_unknown_job_state_filter_is_a_400(platform, api_as, submit):
+    assert submit(platform["alice"]).status_code == 201
+    client = api_as(platform["alice"])
+    for query in ("bogus", "pending,bogus"):
+        response = client.get(f"/api/v1/jobs/?state={query}")
+        assert response.status_code == 400, query
+        assert response.json()["state"][0].startswith("unknown state 'bogus' (known: pending,")
+    assert client.get("/api/v1/jobs/?state=pending,running").json()["count"] == 1
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "abc", "-1", "1.5", "9" * 30])
+def test_a_webhook_filter_that_is_not_an_id_is_a_400(platform, api_as, value):
+    response = api_as(platform["alice"]).get(
+        "/api/v1/notifications/deliveries/", {"webhook": value}
+    )
+    assert response.status_code == 400
+    assert response.json() == {"webhook": ["must be a webhook id (a whole number)"]}
+
+
+def test_a_webhook_filter_by_id_still_filters(platform, api_as):
+    client = api_as(platform["alice"])
+    response = client.get("/api/v1/notifications/deliveries/", {"webhook": "12345"})
+    assert response.status_code == 200 and response.json()["count"] == 0
+    assert Message.objects.count() == 0 or response.json()["results"] == []
