@@ -45,6 +45,8 @@ def read_file() -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read {path}: not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError:

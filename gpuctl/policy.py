@@ -149,9 +149,9 @@ def _candidate(path: str) -> dict[str, Any]:
     import sys
 
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"FILE: cannot read {path} ({exc})", {"FILE": [str(exc)]}) from None
     if not isinstance(data, dict):
         raise UsageError("FILE: must be a mapping", {"FILE": ["must be a mapping"]})

@@ -163,16 +163,16 @@ def build_submission(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     array's (the spec has an ``array`` section, or ``--count`` was given). Raises ``SpecError``.
     Flags set the template of an array, never one index."""
     if args.file:
-        if args.file == "-":
-            text, source = sys.stdin.read(), "<stdin>"
-        else:
-            try:
-                text = Path(args.file).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(
-                    f"cannot read {args.file}: {exc.strerror}", {"--file": [exc.strerror or ""]}
-                ) from None
-            source = args.file
+        source = "<stdin>" if args.file == "-" else args.file
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read {args.file}: {exc.strerror}", {"--file": [exc.strerror or ""]}
+            ) from None
+        except UnicodeDecodeError as exc:
+            why = f"not UTF-8 text (byte {exc.start} cannot be decoded)"
+            raise UsageError(f"cannot read {source}: {why}", {"--file": [why]}) from None
         document = load_spec_text(text, source=source)
         if not isinstance(document, dict):
             raise SpecError({source: ["must be a mapping with apiVersion, kind, metadata, spec"]})

@@ -111,8 +111,10 @@ def _candidate(spec: str) -> tuple[str, dict[str, Any]]:
             name = "c_" + name
     flag = f"--candidate {spec}"
     try:
-        data = yaml.safe_load(sys.stdin.read() if path == "-" else Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(
+            sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        )
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"{flag}: cannot read {path} ({exc})", {flag: [str(exc)]}) from None
     if not isinstance(data, dict):
         raise UsageError(

@@ -181,6 +181,16 @@ def test_bad_flag_exits_2_naming_the_flag(gpuctl):
     )
 
 
+def test_a_spec_that_is_not_utf8_exits_2_naming_the_file(gpuctl, tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(GOOD_SPEC.replace("vision", "vision\xe9").encode("latin-1"))
+    for command in (("submit",), ("array", "submit"), ("estimate",)):
+        result = gpuctl(*command, "-f", str(path))
+        assert result.code == 2, (command, result.err)
+        assert result.err.startswith("error: --file: not UTF-8 text (byte "), result.err
+        assert "Traceback" not in result.err
+
+
 def test_bad_spec_in_json_mode_reports_fields_as_json(gpuctl, tmp_path):
     result = gpuctl("submit", "--json", "-f", write(tmp_path, "apiVersion: v1\nkind: Pod\n"))
     assert result.code == 2
