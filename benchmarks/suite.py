@@ -43,7 +43,7 @@ from scheduler.simulation import (  # noqa: E402
     simulate,
     uniform_cluster,
 )
-from scheduler.simulation.cli import request_seconds  # noqa: E402
+from scheduler.simulation.cli import interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
 from scheduler.simulation.runner import make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
@@ -190,16 +190,18 @@ def summarize(m: dict[str, Any]) -> dict[str, float]:
 
 
 def _replay(
-    task: tuple[str, str, int, str, float | None],
+    task: tuple[str, str, int, str, float | None, float | None],
 ) -> tuple[str, str, int, dict[str, float]]:
-    case_name, policy, seed, traces, on_request_s = task
+    case_name, policy, seed, traces, on_request_s, interval_s = task
     case = next(c for c in CASES if c.name == case_name)
     trace = case.trace(Path(traces), seed)
     metrics, _ = simulate(
         trace,
         case.cluster(Path(traces)),
         make_policy(policy),
-        SimConfig(seed=seed, checkpoint_on_request_s=on_request_s),
+        SimConfig(
+            seed=seed, checkpoint_on_request_s=on_request_s, checkpoint_interval_s=interval_s
+        ),
         timer=time.perf_counter,
     )
     return case_name, policy, seed, summarize(metrics)
@@ -259,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
         help="every job saves a checkpoint S seconds after a preemption asks it to "
         "(default none: jobs save only their periodic checkpoints)",
     )
+    ap.add_argument(
+        "--checkpoint-interval",
+        type=interval_seconds,
+        default=SimConfig().checkpoint_interval_s,
+        metavar="S|none",
+        help="every trace job saves a checkpoint every S seconds of progress "
+        f"(default {SimConfig().checkpoint_interval_s:.0f}; none: jobs never checkpoint)",
+    )
     args = ap.parse_args(argv)
     names = {c.name for c in CASES}
     if args.cases:
@@ -292,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     order = {"gpuplatform": 0, "tiresias": 1}
     tasks = sorted(
         (
-            (c, p, s, str(args.traces), args.checkpoint_on_request)
+            (c, p, s, str(args.traces), args.checkpoint_on_request, args.checkpoint_interval)
             for c in chosen
             for p in policies
             for s in seeds

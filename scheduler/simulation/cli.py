@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -93,10 +94,50 @@ class Progress:
         sys.stderr.flush()
 
 
-def _optional_seconds(value: str) -> float | None:
+def _finite(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{value!r}: must be a finite number")
+    return number
+
+
+def interval_seconds(value: str) -> float | None:
+    """An interval in seconds > 0, or none/off/0 for never (checkpoints, failures, spot)."""
     if value.lower() in ("none", "off", "0"):
         return None
-    return float(value)
+    seconds = _finite(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be > 0 seconds, or none")
+    return seconds
+
+
+def _seconds(value: str) -> float:
+    """A duration in seconds >= 0 (restart overhead, repair time)."""
+    seconds = _finite(value)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be >= 0 seconds")
+    return seconds
+
+
+def _positive(value: str) -> float:
+    number = _finite(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be > 0")
+    return number
+
+
+def _count(value: str) -> int:
+    """A whole number >= 1 (nodes, GPUs per node, jobs, every Nth node)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be >= 1")
+    return number
 
 
 def request_seconds(value: str) -> float | None:
@@ -109,7 +150,7 @@ def request_seconds(value: str) -> float | None:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a number of seconds or 'none'"
         ) from None
-    if not seconds >= 0:
+    if not (seconds >= 0 and math.isfinite(seconds)):
         raise argparse.ArgumentTypeError(f"{value!r}: must be >= 0 seconds")
     return seconds
 
@@ -118,17 +159,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace CSV path, or synthetic:N")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: from the header)")
     p.add_argument("--cluster", help="NxG[:model], openb[:PATH] or a node-list CSV")
-    p.add_argument("--nodes", type=int, help="uniform cluster: number of nodes")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--max-jobs", type=int, help="replay only the first N jobs")
-    p.add_argument("--max-submit", type=float, help="replay jobs submitted at or before T s")
+    p.add_argument("--nodes", type=_count, help="uniform cluster: number of nodes")
+    p.add_argument("--gpus-per-node", type=_count, default=8)
+    p.add_argument("--max-jobs", type=_count, help="replay only the first N jobs")
+    p.add_argument("--max-submit", type=_finite, help="replay jobs submitted at or before T s")
     p.add_argument(
-        "--arrival-scale", type=float, default=1.0, help="multiply inter-arrival times (stress)"
+        "--arrival-scale", type=_positive, default=1.0, help="multiply inter-arrival times (stress)"
     )
     p.add_argument("--seed", type=int, default=0, help="tenants, failures, spot, synthetic")
     p.add_argument("--fidelity", action="store_true", help="reference model (fifo, sjf only)")
-    p.add_argument("--checkpoint-interval", type=_optional_seconds, default=1800.0)
-    p.add_argument("--restart-overhead", type=float, default=60.0)
+    p.add_argument("--checkpoint-interval", type=interval_seconds, default=1800.0)
+    p.add_argument("--restart-overhead", type=_seconds, default=60.0)
     p.add_argument(
         "--checkpoint-on-request",
         type=request_seconds,
@@ -136,11 +177,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         metavar="S|none",
         help="jobs save a checkpoint S s after a preemption asks (default none: periodic only)",
     )
-    p.add_argument("--mtbf", type=_optional_seconds, default=None, help="per-node MTBF s")
-    p.add_argument("--repair", type=float, default=4 * 3600.0, help="node repair time s")
-    p.add_argument("--node-sample", type=int, default=1, help="keep every Nth node")
+    p.add_argument("--mtbf", type=interval_seconds, default=None, help="per-node MTBF s")
+    p.add_argument("--repair", type=_seconds, default=4 * 3600.0, help="node repair time s")
+    p.add_argument("--node-sample", type=_count, default=1, help="keep every Nth node")
     p.add_argument("--spot-fraction", type=float, default=0.0)
-    p.add_argument("--spot-mtbi", type=_optional_seconds, default=None, help="per spot node s")
+    p.add_argument("--spot-mtbi", type=interval_seconds, default=None, help="per spot node s")
     p.add_argument("--html", help="write an offline HTML report here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

@@ -171,3 +171,46 @@ def test_checkpoint_on_request_is_validated_and_reaches_the_replay(tmp_path, cap
     on_request = json.loads((tmp_path / "30.json").read_text())
     # victims now stop 30 s after they are asked, not at their periodic checkpoint or grace end
     assert on_request["preemptions"] != periodic["preemptions"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--nodes", "0", "'0': must be >= 1"),
+        ("--max-jobs", "-1", "'-1': must be >= 1"),
+        ("--checkpoint-interval", "-5", "'-5': must be > 0 seconds, or none"),
+        ("--checkpoint-interval", "nan", "'nan': must be a finite number"),
+        ("--mtbf", "-5", "'-5': must be > 0 seconds, or none"),  # replayed forever before
+        ("--spot-mtbi", "inf", "'inf': must be a finite number"),
+        ("--restart-overhead", "-5", "'-5': must be >= 0 seconds"),
+        ("--repair", "nan", "'nan': must be a finite number"),
+        ("--arrival-scale", "nan", "'nan': must be a finite number"),  # replayed forever before
+        ("--max-submit", "soon", "'soon' is not a number"),
+        ("--checkpoint-on-request", "inf", "'inf': must be >= 0 seconds"),
+    ],
+)
+def test_numbers_out_of_range_exit_2_naming_the_flag(tmp_path, capsys, flag, value, message):
+    out = tmp_path / "out.json"
+    argv = ["replay", "--trace", "synthetic:20", "--policy", "fifo", "--out", str(out), "--quiet"]
+    if flag != "--nodes":
+        argv += ["--nodes", "2"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, flag, value])
+    assert exc.value.code == 2
+    assert f"argument {flag}: {message}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_suite_takes_the_checkpoint_interval_with_the_same_rule(capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite
+
+    with pytest.raises(SystemExit) as exc:
+        suite.main(["--checkpoint-interval", "-3"])
+    assert exc.value.code == 2
+    assert "argument --checkpoint-interval: '-3': must be > 0 seconds, or none" in (
+        capsys.readouterr().err
+    )
