@@ -3,6 +3,8 @@ Serializers validate types and shape; domain rules live in ``scheduler.services`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rest_framework import serializers
 
 from catalogue.models import GpuModel
@@ -89,6 +91,22 @@ class JobSubmitSerializer(serializers.Serializer):
         default=None,
         help_text="Simulated clusters only: seconds of work the job takes when run alone.",
     )
+
+    def to_internal_value(self, data):
+        # A misspelt field (runtime_limit for runtime_limit_s) would otherwise be dropped and the
+        # job submitted without it; an array's template refuses it the same way.
+        unknown = {}
+        if isinstance(data, Mapping):
+            unknown = {key: ["not a job field"] for key in data if key not in self.fields}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**unknown, **exc.detail}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
 class JobSerializer(serializers.ModelSerializer):

@@ -181,7 +181,12 @@ class LastCycleView(APIView):
 
 
 class NodeActionSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=Node._meta.get_field("state_reason").max_length,
+    )
 
 
 class NodeAdminViewSet(viewsets.GenericViewSet):

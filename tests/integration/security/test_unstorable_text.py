@@ -155,3 +155,35 @@ def test_a_webhook_filter_by_id_still_filters(platform, api_as):
     response = client.get("/api/v1/notifications/deliveries/", {"webhook": "12345"})
     assert response.status_code == 200 and response.json()["count"] == 0
     assert Message.objects.count() == 0 or response.json()["results"] == []
+
+
+def test_a_node_reason_longer_than_kept_is_a_400_not_cut_short(platform, api_as):
+    node = platform["cluster"].nodes.first()
+    client = api_as(platform["admin"])
+    for action in ("quarantine", "drain"):
+        response = client.post(
+            f"/api/v1/admin/nodes/{node.pk}/{action}/", {"reason": "x" * 301}, format="json"
+        )
+        assert response.status_code == 400, action
+        assert "reason" in response.json()
+    node.refresh_from_db()
+    assert node.state == "ready" and node.state_reason == ""
+    response = client.post(
+        f"/api/v1/admin/nodes/{node.pk}/quarantine/", {"reason": "x" * 300}, format="json"
+    )
+    assert response.status_code == 200
+    node.refresh_from_db()
+    assert node.state_reason == "x" * 300
+
+
+def test_a_misspelt_job_field_is_a_400_not_dropped(platform, api_as):
+    client = api_as(platform["alice"])
+    for path in ("/api/v1/jobs/", "/api/v1/jobs/estimate/"):
+        response = client.post(path, {**JOB, "runtime_limit": 7200}, format="json")
+        assert response.status_code == 400, path
+        assert response.json() == {"runtime_limit": ["not a job field"]}
+    both = client.post("/api/v1/jobs/", {**JOB, "workers": 0, "gpus": 1}, format="json")
+    assert both.status_code == 400 and {"gpus", "workers"} <= set(both.json())
+    assert not Job.objects.exists()
+    ok = client.post("/api/v1/jobs/", {**JOB, "runtime_limit_s": 7200}, format="json")
+    assert ok.status_code == 201 and ok.json()["runtime_limit_s"] == 7200
