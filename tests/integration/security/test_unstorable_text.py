@@ -187,3 +187,24 @@ def test_a_misspelt_job_field_is_a_400_not_dropped(platform, api_as):
     assert not Job.objects.exists()
     ok = client.post("/api/v1/jobs/", {**JOB, "runtime_limit_s": 7200}, format="json")
     assert ok.status_code == 201 and ok.json()["runtime_limit_s"] == 7200
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("limit=-1", "limit"), ("limit=abc", "limit"), ("limit=0", "limit"), ("offset=-5", "offset")]
+    + [("offset=abc", "offset"), ("offset=" + "9" * 5000, "offset"), ("limit=1.5", "limit")],
+)
+def test_a_page_parameter_that_is_not_a_whole_number_is_a_400(platform, api_as, query, field):
+    response = api_as(platform["alice"]).get(f"/api/v1/jobs/?{query}")
+    assert response.status_code == 400, query[:20]
+    assert field in response.json()
+
+
+def test_page_parameters_still_page(platform, api_as, submit):
+    for _ in range(3):
+        assert submit(platform["alice"]).status_code == 201
+    client = api_as(platform["alice"])
+    page = client.get("/api/v1/jobs/?limit=2&offset=1").json()
+    assert page["count"] == 3 and len(page["results"]) == 2
+    assert len(client.get("/api/v1/jobs/?limit=" + "9" * 40).json()["results"]) == 3
+    assert len(client.get("/api/v1/jobs/?limit=&offset=").json()["results"]) == 3
