@@ -97,7 +97,12 @@ class JobSubmitSerializer(serializers.Serializer):
         # job submitted without it; an array's template refuses it the same way.
         unknown = {}
         if isinstance(data, Mapping):
-            unknown = {key: ["not a job field"] for key in data if key not in self.fields}
+            unknown = {
+                key: ["not a job field"]
+                for key in data
+                # a form posted from a signed-in browser carries its CSRF token
+                if key not in self.fields and key != "csrfmiddlewaretoken"
+            }
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
