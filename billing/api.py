@@ -9,6 +9,7 @@ import csv
 import io
 from decimal import Decimal
 
+import django_filters
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
@@ -132,12 +133,27 @@ class BudgetWriteSerializer(serializers.Serializer):
     hard_stop = serializers.BooleanField(default=False)
 
 
+class BudgetFilter(django_filters.FilterSet):
+    # django-filter's own boolean filter reads "maybe" as "not given" and lists every budget
+    hard_stop = django_filters.CharFilter(method="filter_hard_stop", help_text="true or false")
+
+    class Meta:
+        model = Budget
+        fields = ["hard_stop"]
+
+    def filter_hard_stop(self, queryset, _name, value):
+        answer = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
+        if answer is None:
+            raise serializers.ValidationError({"hard_stop": ["must be true or false"]})
+        return queryset.filter(hard_stop=answer)
+
+
 class BudgetViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """Budgets of the caller's teams. POST sets (creates or changes) a team's budget for a month;
     team owners/admins and platform admins only."""
 
     serializer_class = BudgetSerializer
-    filterset_fields = ["hard_stop"]
+    filterset_class = BudgetFilter
 
     def get_queryset(self):
         return selectors.budget_list(user=self.request.user).order_by("-month", "team__slug")

@@ -25,7 +25,7 @@ from django.utils.module_loading import import_string
 from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
-from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
 from scheduler.models import Allocation, Cluster, ClusterDataset, Dataset, Job, JobEvent
 from tenants.models import Team
 from tenants.permissions import can_manage_team, is_platform_admin
@@ -114,7 +114,7 @@ def price_set(
     now = now or timezone.now()
     errors: dict[str, list[str]] = {}
     if not is_platform_admin(user):
-        raise DomainError("only platform admins change the price book", field="gpu_model")
+        raise Forbidden("only platform admins change the price book")
     if isinstance(cluster, str):
         name = cluster
         cluster = Cluster.objects.filter(name=name).first()

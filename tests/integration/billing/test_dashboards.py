@@ -119,7 +119,8 @@ def test_price_book_api(api_as, alice, platform_admin, gpu_models):
         "rate_per_gpu_hour": "1.25",
         "effective_from": later,
     }
-    assert api_as(alice).post("/api/v1/billing/prices/", body, format="json").status_code == 400
+    # an action for platform admins only is a 403 (docs/tenancy.md)
+    assert api_as(alice).post("/api/v1/billing/prices/", body, format="json").status_code == 403
     created = api_as(platform_admin).post("/api/v1/billing/prices/", body, format="json")
     assert created.status_code == 201 and created.json()["rate_per_gpu_hour"] == "1.2500"
     backdated = dict(body, effective_from=(timezone.now() - timedelta(days=1)).isoformat())

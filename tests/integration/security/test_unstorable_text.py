@@ -208,3 +208,12 @@ def test_page_parameters_still_page(platform, api_as, submit):
     assert page["count"] == 3 and len(page["results"]) == 2
     assert len(client.get("/api/v1/jobs/?limit=" + "9" * 40).json()["results"]) == 3
     assert len(client.get("/api/v1/jobs/?limit=&offset=").json()["results"]) == 3
+
+
+def test_a_budget_filter_that_is_not_true_or_false_is_a_400(platform, api_as):
+    client = api_as(platform["alice"])
+    response = client.get("/api/v1/billing/budgets/", {"hard_stop": "maybe"})
+    assert response.status_code == 400
+    assert response.json() == {"hard_stop": ["must be true or false"]}
+    for value in ("true", "False", "1", "0"):
+        assert client.get("/api/v1/billing/budgets/", {"hard_stop": value}).status_code == 200
