@@ -288,6 +288,10 @@ def _report(
 # --- helpers ---------------------------------------------------------------------------------
 
 
+# Job ids are 64-bit database keys (the platform's core.ids.MAX_ID, which gpuctl may not import).
+_MAX_JOB_ID = 2**63 - 1
+
+
 def _job_id(text: str) -> int:
     try:
         value = int(text)
@@ -296,8 +300,9 @@ def _job_id(text: str) -> int:
             f"job id must be a number, not {text!r}",
             {"JOB_ID": [f"must be a number, not {text!r}"]},
         ) from None
-    if value < 1:
-        raise UsageError("job id must be >= 1", {"JOB_ID": ["must be >= 1"]})
+    if not 1 <= value <= _MAX_JOB_ID:
+        message = f"must be between 1 and {_MAX_JOB_ID}"
+        raise UsageError(f"job id {message}", {"JOB_ID": [message]})
     return value
 
 

@@ -339,6 +339,14 @@ def test_cancel_with_a_non_numeric_id_is_bad_usage(gpuctl):
     assert result.code == 2 and "JOB_ID: must be a number, not 'abc'" in result.err
 
 
+@pytest.mark.parametrize("job_id", ["0", "9223372036854775808", "9" * 30])
+def test_an_id_no_job_can_have_is_bad_usage_before_any_request(gpuctl, job_id):
+    # no login and no server: the id is checked first
+    result = gpuctl("show", job_id)
+    assert result.code == 2
+    assert result.err == "error: JOB_ID: must be between 1 and 9223372036854775807\n"
+
+
 # --- quota, nodes, cost ------------------------------------------------------------------------
 
 
