@@ -5,7 +5,8 @@ its byte limit, nested deeper than ``MAX_DEPTH``, not valid strict JSON (``NaN``
 ``Infinity`` are not JSON), with a number of more than Python's 4,300 digits, or with a string
 (a key or a value) holding a NUL character or half of a UTF-16 surrogate pair: PostgreSQL
 stores neither, and a lone surrogate cannot even be written back in an error message, so
-either ended as a 500 wherever a field did not check it. Python's own
+either ended as a 500 wherever a field did not check it (form fields and query strings get the
+same NUL check from ``gpuplatform.middleware.RejectNulBytesMiddleware``). Python's own
 ``json.loads`` raised ``RecursionError`` on ``'[' * 5000``, which is not a ``ValueError``, so a
 five-kilobyte body ended as a 500 and a websocket frame killed its consumer. The API answers a
 refusal with a 400 (``gpuplatform.api.BoundedJSONParser``); the websocket closes cleanly.
