@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import DomainError, FieldErrors, NotFound
+from core.ids import parse_id
 from tenants.pagination import BoundedLimitOffsetPagination
 
 from . import selectors, services
@@ -167,10 +168,10 @@ class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         queryset = selectors.message_list(user=self.request.user)
         webhook = self.request.query_params.get("webhook")
         if webhook is not None:
-            # str.isdigit() also accepts "²", which int() refuses
-            if not (webhook.isascii() and webhook.isdigit()) or len(webhook) > 18:
+            webhook_id = parse_id(webhook)
+            if webhook_id is None:
                 raise DomainError("must be a webhook id (a whole number)", field="webhook")
-            queryset = queryset.filter(webhook_id=int(webhook))
+            queryset = queryset.filter(webhook_id=webhook_id)
         return queryset
 
     def get_object(self):
