@@ -85,7 +85,7 @@ _NAME_MAX = 200
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 # Records one error: the path of the field at fault and the reason.
 Fail = Callable[[str, str], None]
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole names only: fullmatch
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _SLURM_WITH_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
@@ -451,7 +451,7 @@ def _validate_env(env: Any, fail: Fail, prefix: str = "spec") -> dict[str, str] 
         return None
     result: dict[str, str] = {}
     for name, value, path in pairs:
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             fail(
                 path, "the variable name must be letters, digits and '_', not starting with a digit"
             )
@@ -534,7 +534,7 @@ def validate_array_spec(document: Any) -> dict[str, Any]:
         else:
             for name, values in raw_env.items():
                 path = f"array.env.{name}"
-                if not isinstance(name, str) or not _ENV_NAME.match(name):
+                if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
                     fail(
                         path,
                         "the variable name must be letters, digits and '_', not "

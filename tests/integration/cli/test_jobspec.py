@@ -140,6 +140,11 @@ def test_command_as_list_keeps_each_item_one_argument():
     }
 
 
+def test_an_env_name_with_a_trailing_newline_is_refused():
+    # the server refuses it too (core.envvars); a "$" anchor would have let it through
+    assert set(errors_of(doc(env={"A\n": "x"}))) == {"spec.env.A\n"}
+
+
 def test_env_as_kubernetes_list():
     body = validate_spec(doc(env=[{"name": "A", "value": "1"}, {"name": "B"}]))
     assert body["env"] == {"A": "1", "B": ""}
