@@ -151,7 +151,15 @@ def test_a_webhook_filter_that_is_not_an_id_is_a_400(platform, api_as, value):
 
 
 def test_a_webhook_filter_by_id_still_filters(platform, api_as):
+    from django.utils import timezone
+
     client = api_as(platform["alice"])
+    now = timezone.now()
+    # an email to alice: listed without the filter, and not a message of webhook 12345
+    Message.objects.create(
+        channel="email", user=platform["alice"], target="alice", created_at=now, send_after=now
+    )
+    assert client.get("/api/v1/notifications/deliveries/").json()["count"] == 1
     response = client.get("/api/v1/notifications/deliveries/", {"webhook": "12345"})
     assert response.status_code == 200 and response.json()["count"] == 0
     assert Message.objects.count() == 0 or response.json()["results"] == []
@@ -217,3 +225,16 @@ def test_a_budget_filter_that_is_not_true_or_false_is_a_400(platform, api_as):
     assert response.json() == {"hard_stop": ["must be true or false"]}
     for value in ("true", "False", "1", "0"):
         assert client.get("/api/v1/billing/budgets/", {"hard_stop": value}).status_code == 200
+    from datetime import date
+
+    from billing.models import Budget
+    from tenants.models import Team
+
+    Budget.objects.create(
+        team=Team.objects.get(slug="vision"), month=date(2026, 12, 1), amount=100, hard_stop=True
+    )
+    counts = {
+        value: client.get("/api/v1/billing/budgets/", {"hard_stop": value}).json()["count"]
+        for value in ("true", "1", "false", "0")
+    }
+    assert counts == {"true": 1, "1": 1, "false": 0, "0": 0}
