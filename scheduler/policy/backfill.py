@@ -108,13 +108,21 @@ class _Backfill:
         return held >= need
 
     def reserve(
-        self, job: PendingJob, ms: _Model, w: int, g: int, hold: bool = True, overdue: bool = True
+        self,
+        job: PendingJob,
+        ms: _Model,
+        w: int,
+        g: int,
+        hold: bool = True,
+        overdue: bool = True,
+        until: float = _INF,
     ) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
 
         With ``hold=False`` only the start time is computed: nothing is held or emitted. With
         ``overdue=False`` jobs already past their expected end are not counted on (they may run
-        on indefinitely)."""
+        on indefinitely). With ``until`` (only with ``hold=False``) a start later than ``until``
+        is not looked for: None then means "not by ``until``"."""
         if hold and ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
             return None
         if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
@@ -173,6 +181,8 @@ class _Backfill:
             t_run = rel[ri][0] if ri < n_rel else _INF
             t_new = started[si][0] if si < n_started else _INF
             t = t_run if t_run < t_new else t_new
+            if t > until:
+                break
             while ri < n_rel and rel[ri][0] == t:
                 r = running[rel[ri][1]]
                 ri += 1

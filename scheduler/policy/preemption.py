@@ -372,7 +372,7 @@ class _Preemption:
     def _released_in_time(self, job: PendingJob, ms: _Model, w: int, g: int, at: float) -> bool:
         """Whether running jobs' expected ends (not those already past) free GPUs for ``job``'s
         gang no later than ``at``, when the chosen candidates would."""
-        natural = self.reserve(job, ms, w, g, hold=False, overdue=False)
+        natural = self.reserve(job, ms, w, g, hold=False, overdue=False, until=at)
         return natural is not None and natural <= at
 
     def _freed_at(self, job: PendingJob, chosen: list) -> tuple[float, dict[str, float]]:
