@@ -3,16 +3,17 @@
 The highest-ranked blocked jobs of each GPU model (``reservations_per_model``) get a reservation
 at the earliest time the running jobs' expected ends (and the ends of jobs started this cycle)
 free enough GPUs for their gang; the GPUs it counts on are held (``protect``) so lower-ranked
-jobs start only on other GPUs or if they end before it. Releases come from one list built in
-O(running log running) once per cycle and walked only as far as needed. With LAS queues, a job
-that has waited less than ``las.reserve_after_s`` while preemptible work could make room gets no
-reservation yet (with clusters, unless it may use one pool only, rule 3b).
+jobs start only on other GPUs or if they end before it. Releases come from one list per GPU model,
+built in O(running log running) once per cycle and walked only as far as needed. With LAS
+queues, a job that has waited less than ``las.reserve_after_s`` while preemptible work could make
+room gets no reservation yet (with clusters, unless it may use one pool only, rule 3b).
 """
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Mapping, Sequence
 
+from scheduler.policy.memo import _LAST_RELEASE_NODES
 from scheduler.policy.model import PendingJob, Reserve
 from scheduler.policy.state import _INF, _Model
 
@@ -22,21 +23,45 @@ from scheduler.policy.state import _INF, _Model
 _EXTRA_RESERVATION_TRIES = 3
 
 
+def _release_nodes(
+    placement: Mapping[str, Sequence[int]], id_of: Mapping[str, int], node_model: Sequence[str]
+) -> dict[str, tuple[tuple[int, int], ...]]:
+    """The eligible nodes a placement frees GPUs on, with how many, by the nodes' GPU model."""
+    per: dict[str, list[tuple[int, int]]] = {}
+    for name, idxs in placement.items():
+        i = id_of.get(name)
+        if i is not None and idxs:
+            pairs = per.get(node_model[i])
+            if pairs is None:
+                pairs = per[node_model[i]] = []
+            pairs.append((i, len(idxs)))
+    return {m: tuple(pairs) for m, pairs in per.items()}
+
+
 class _Backfill:
     """Reservations of one cycle (a part of ``_Cycle``)."""
 
     # ------------------------------------------------------------------ reservations
 
-    def release_heap(self) -> list[tuple[float, int]]:
-        """A heap of ``(expected release time, index into snapshot.running)``, built once.
+    def release_order(
+        self, model: str
+    ) -> list[tuple[float, int, str, tuple[tuple[int, int], ...]]]:
+        """The GPU model's releases in time order: ``(expected release time, index into
+        snapshot.running, job id, ((node, GPUs), ...) on the model's eligible nodes)``.
 
         The time is ``expected_end`` (or ``releasing_at`` if sooner), never before ``now``.
-        Building it is O(running) with a tiny constant; reservations then pop only the
-        releases they need, in time order.
+        Built for every model in one pass over the running jobs and sorted once per cycle, so a
+        reservation's walk visits only the releases of its own model, each with its nodes
+        already resolved (a cluster of several models otherwise walked the others' releases
+        too).
         """
-        if self._release_heap is None:
+        by_model = self._release_order
+        if by_model is None:
             now = self.now
-            heap = []
+            topo = self.topo
+            memo = _LAST_RELEASE_NODES[0]
+            nodes_of = {}
+            by_model = {}
             unknown = []
             for k, r in enumerate(self.snap.running):
                 end = r.expected_end
@@ -45,23 +70,30 @@ class _Backfill:
                     end = rel
                 if end is None:
                     unknown.append(k)
+                    continue
+                t = end if end > now else now
+                seen = memo.get(r.id)
+                if seen is not None and seen[0] is r.placement and seen[1] is topo:
+                    nodes_of[r.id] = seen
+                    per = seen[2]
                 else:
-                    heap.append((end if end > now else now, k))
-            heapq.heapify(heap)
-            self._release_heap = heap
+                    per = _release_nodes(r.placement, topo.id_of, topo.node_model)
+                    nodes_of[r.id] = (r.placement, topo, per)
+                for m, pairs in per.items():
+                    lst = by_model.get(m)
+                    if lst is None:
+                        lst = by_model[m] = []
+                    lst.append((t, k, r.id, pairs))
+            _LAST_RELEASE_NODES[0] = nodes_of
+            for lst in by_model.values():
+                lst.sort()  # (time, index) pairs differ: the rest is never compared
+            self._release_order = by_model
             self._unknown_runs = unknown
-        return self._release_heap
-
-    def release_order(self) -> list[tuple[float, int]]:
-        """The release heap's entries in the order popping it would give them, sorted once per
-        cycle: reservations walk it by index instead of copying and popping the heap."""
-        if self._release_order is None:
-            self._release_order = sorted(self.release_heap())
-        return self._release_order
+        return by_model.get(model, [])
 
     def unknown_gpus(self, ms: _Model) -> int:
         """GPUs of the model's eligible nodes held by jobs without an expected end."""
-        self.release_heap()
+        self.release_order(ms.name)  # sorts out the jobs without one
         running = self.snap.running
         id_of = self.id_of
         node_model = self.node_model
@@ -133,16 +165,13 @@ class _Backfill:
         base = long_view.cnt
         cap = ms.pools["all"].cap
         model = ms.name
-        id_of = self.id_of
-        node_model = self.node_model
         gone = self.gone
         shrunk = self.shrunk
-        running = self.snap.running
         # Walk the releases in time order (running jobs from the cycle's sorted list of
         # releases, jobs started this cycle from a sorted list), keeping the worker-slot count up
         # to date in O(1) per release; the gang fits at the first time slots >= w. Jobs preempted
         # or shrunk this cycle are skipped: their GPUs are promised to a preemptor.
-        rel = self.release_order()
+        rel = self.release_order(model)
         ri = 0
         n_rel = len(rel)
         if not overdue:
@@ -184,14 +213,12 @@ class _Backfill:
             if t > until:
                 break
             while ri < n_rel and rel[ri][0] == t:
-                r = running[rel[ri][1]]
+                _, _, rid, pairs = rel[ri]
                 ri += 1
-                if r.id in gone or r.id in shrunk:
+                if rid in gone or rid in shrunk:
                     continue
-                for name, idxs in r.placement.items():
-                    i = id_of.get(name)
-                    if i is not None and idxs and node_model[i] == model:
-                        release(i, len(idxs))
+                for i, n in pairs:
+                    release(i, n)
             while si < n_started and started[si][0] == t:
                 release(started[si][1], started[si][2])
                 si += 1

@@ -281,8 +281,8 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
         self.hold_out = False  # see place_or_plan (held out for a cheaper pool, rule 3b)
-        self._release_heap: list[tuple[float, int]] | None = None
-        self._release_order: list[tuple[float, int]] | None = None  # sorted release_heap
+        # GPU model -> its releases in time order (see release_order)
+        self._release_order: dict[str, list[tuple[float, int, str, tuple]]] | None = None
         self._unknown_runs: list[int] = []
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
 

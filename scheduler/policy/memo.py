@@ -9,7 +9,8 @@ running jobs; only free GPUs and a few jobs change. So ``decide`` keeps, across 
 - per pool, the capacity index the last cycle handed back, repaired where counts differ;
 - the eligible nodes' checked free GPUs, checked again only for nodes passed as new objects;
 - per running job, its LAS rank and the time until which it holds (``ranking._rank_span``), and
-  its planner view (``victims``), checked by the identity of the objects passed;
+  its planner view (``victims``) and the nodes its end releases (``backfill``), checked by the
+  identity of the objects passed;
 - pending jobs' LAS ranks, keyed by the fields they are computed from;
 - the cycle's summary of the running jobs (``running``), updated for the jobs that changed.
 
@@ -259,6 +260,11 @@ class RunView(NamedTuple):
 
 _LAST_PLACEMENTS: list[dict[str, RunView]] = [{}]
 
+# Per running job, the eligible nodes its placement releases, by GPU model (``backfill``):
+# ``(placement mapping, topology, {model: ((node, GPUs), ...)})``, valid while the caller passes
+# the same mapping and the topology is the same object.
+_LAST_RELEASE_NODES: list[dict[str, tuple[Any, Any, dict[str, tuple[tuple[int, int], ...]]]]] = [{}]
+
 
 # Per pool, an index the last cycle handed back (``keep_index``). Between calls only a few nodes'
 # counts change, so repairing it costs O(pool nodes) compares plus O(changed nodes) updates
@@ -305,4 +311,5 @@ def clear() -> None:
     _LAST_RANKS[0] = ({}, ((), 0.0), {})
     _PENDING_RANKS[0] = ({}, ((), 0.0), {})
     _LAST_PLACEMENTS[0] = {}
+    _LAST_RELEASE_NODES[0] = {}
     _LAST_SUMMARY.clear()
