@@ -51,6 +51,7 @@ class _Attempt:
         "defrag",
         "mine",
         "fail_key",
+        "lower",
     )
 
     def __init__(self, job, ms, w, g, prio, need, reclaim_team, fifo, defrag, mine, fail_key):
@@ -65,6 +66,8 @@ class _Attempt:
         self.defrag = defrag
         self.mine = mine
         self.fail_key = fail_key
+        # where _candidates put the victims of lower ranks: cands[lower[0]:lower[1]]
+        self.lower = (0, 0)
 
 
 class _Preemption:
@@ -221,13 +224,17 @@ class _Preemption:
             source = itertools.chain.from_iterable(lower)
         else:
             source = heapq.merge(*lower)
+        lower_from = len(cands)
         for cost, rid, run in source:
-            if rid in gone or not reserved.isdisjoint(run.on) or unsaved_peer(run):
+            if rid in gone or not reserved.isdisjoint(run.on):
                 continue
+            if not run.saved and classes.get(run.job.priority_class, 0) == job_class:
+                continue  # unsaved_peer, inlined: this loop is the planner's longest
             cands.append((2, cost, rid, run, run.on, None, None))
             found += 1
             if found >= limit:
                 break
+        a.lower = (lower_from, len(cands))
         later: set[str] = set()  # victims submitted after the job (submission-order rules)
 
         def add_submitted_later(victims) -> None:
@@ -275,7 +282,17 @@ class _Preemption:
                 rank = c[3].prio
                 return -1 if rank >= prio or c[2] in later else rank
 
-            cands.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
+            lo, hi = a.lower
+            if lo < hi and self.runs_unique and cands[lo][3].prio >= 0:
+                # The victims of lower ranks came in that order already ((rank, cost, id), a
+                # chain of sorted lists), and everything else sorts before them (kinds 0 and 1,
+                # and moves of tier -1): only the rest is sorted.
+                rest = cands[:lo] + cands[hi:]
+                rest.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
+                rest.extend(cands[lo:hi])
+                cands = rest
+            else:
+                cands.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
         else:
             cands.sort(key=_KIND_COST_ID)
         picked = None
