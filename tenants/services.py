@@ -530,7 +530,9 @@ def membership_set(*, user, team: Team, username: str, role: str) -> Membership:
 
     Team owners and admins (and platform admins) manage memberships; only owners grant or remove
     the owner role; the last owner cannot be demoted. A team the caller cannot see is NotFound.
+    Changes to one team's memberships are serialized (:func:`_lock_memberships`).
     """
+    _lock_memberships(team)
     if not permissions.can_view_team(user, team):
         raise NotFound("no such team", field="team")
     if role not in Role.values:
@@ -562,6 +564,15 @@ def membership_set(*, user, team: Team, username: str, role: str) -> Membership:
     return membership
 
 
+def _lock_memberships(team: Team) -> None:
+    """Lock the team's row for the rest of the transaction, before any membership is read.
+
+    The caller's role and "a team keeps one owner" are read from other rows than the one being
+    changed: without one lock per team, two owners demoting or removing each other at once both
+    saw the other still an owner, and the team was left with none."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+
+
 def _keep_an_owner(team: Team, *, leaving: Membership) -> None:
     others = Membership.objects.filter(team=team, role=Role.OWNER).exclude(pk=leaving.pk)
     if not others.exists():
@@ -571,10 +582,13 @@ def _keep_an_owner(team: Team, *, leaving: Membership) -> None:
 @transaction.atomic
 def membership_remove(*, user, team: Team, username: str) -> None:
     """Remove ``username`` from ``team`` (same rules as :func:`membership_set`)."""
+    _lock_memberships(team)
     if not permissions.can_view_team(user, team):
         raise NotFound("no such team", field="team")
     membership = (
-        Membership.objects.select_for_update().filter(team=team, user__username=username).first()
+        Membership.objects.select_for_update(of=("self",))
+        .filter(team=team, user__username=username)
+        .first()
     )
     if membership is None:
         raise NotFound("no such member", field="username")

@@ -81,3 +81,31 @@ def test_rest_members(platform, teams, vera, nick, api_as):
     assert bad.status_code == 400 and "role" in bad.json()
     assert api_as(vera).delete("/api/v1/teams/vision/members/bob/").status_code == 204
     assert not Membership.objects.filter(user=platform["bob"], team=teams["vision"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("change", ["demote", "remove"])
+def test_two_owners_leaving_at_once_leave_the_team_an_owner(platform, teams, olga, change):
+    """Two owners each demoting (or removing) the other at the same moment: each check saw the
+    other still an owner, so both changes passed and the team kept no owner at all. The second
+    change now waits for the first and is refused: by then its author is no owner (403), or no
+    member at all (404)."""
+    from tests.integration.concurrency import race
+    from tests.integration.roles import make_user
+
+    vision = teams["vision"]
+    oscar = make_user("oscar", vision, "owner")
+
+    def leave(by, username):
+        if change == "demote":
+            return services.membership_set(user=by, team=vision, username=username, role="admin")
+        return services.membership_remove(user=by, team=vision, username=username)
+
+    second = race(lambda: leave(olga, "oscar"), lambda: leave(oscar, "olga"))
+    assert isinstance(second, DomainError) and second.status_code in (403, 404)
+    assert list(
+        Membership.objects.filter(team=vision, role="owner").values_list(
+            "user__username", flat=True
+        )
+    ) == ["olga"]
+    assert AuditEntry.objects.filter(action__startswith="membership.").count() == 1
