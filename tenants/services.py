@@ -86,6 +86,18 @@ def _capacity(gpu_model) -> int:
     return int(total or 0)
 
 
+def _lock_quotas_of(gpu_model) -> None:
+    """Serialize every change of the quotas of ``gpu_model`` (set, approve, expire) on its row,
+    for the rest of the transaction.
+
+    The overcommit rule and an approval's recorded difference read the other teams' quotas (or
+    the team's own before any row exists), which no row lock on the quota being written covers:
+    without this, two admins could each pass the check against the other's old value and
+    together overcommit, and two approvals could both record a difference from the same old
+    quota, so their expiry took back more than they gave."""
+    type(gpu_model).objects.select_for_update().filter(pk=gpu_model.pk).first()
+
+
 def overcommit_problems(*, team: Team, gpu_model, guaranteed_gpus: int) -> list[str]:
     """Why setting ``team``'s guarantee to ``guaranteed_gpus`` would overcommit, or [] if it fits.
 
@@ -257,6 +269,7 @@ def quota_set(
     borrow = _whole(errors, "borrow_limit_gpus", borrow_limit_gpus)
     if errors:
         raise FieldErrors(errors)
+    _lock_quotas_of(gpu_model)
     problems = overcommit_problems(team=team, gpu_model=gpu_model, guaranteed_gpus=guaranteed)
     if problems and not confirm_overcommit:
         raise FieldErrors(
@@ -692,6 +705,8 @@ def quota_request_approve(
     req = QuotaRequest.objects.select_related("team", "gpu_model").filter(pk=request_id).first()
     if req is None:
         raise NotFound("no such quota request", field="id")
+    _lock_quotas_of(req.gpu_model)
+    req.refresh_from_db(fields=["status"])
     if req.status != QuotaRequestStatus.PENDING:
         raise Conflict(f"the request is already {req.status}", field="status")
     if req.until is not None and req.until <= timezone.now():
@@ -826,6 +841,7 @@ def _expire_one(req_id: int, status: str, now: datetime) -> int:
             return 0
         reverted = 0
         if status == QuotaRequestStatus.APPROVED:
+            _lock_quotas_of(claimed.gpu_model)
             quota = (
                 Quota.objects.select_for_update()
                 .filter(team=claimed.team, gpu_model=claimed.gpu_model)

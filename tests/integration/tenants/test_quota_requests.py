@@ -172,3 +172,30 @@ def test_rest_flow(platform, teams, h100, vera, nick, api_as):
         f"/api/v1/quota-requests/{rid}/reject/", {"comment": "x"}, format="json"
     )
     assert again.status_code == 409
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_approvals_at_once_revert_to_the_quota_before_them(platform, teams, h100, vera):
+    """Two temporary requests of one team approved at the same moment: the second read the
+    quota from before the first (4) and stored its difference against it (+2 instead of -2),
+    so when both expired the team was left with 0 of its 4 GPUs. Approvals of one GPU model now
+    wait for each other, and expiry gives back exactly the quota from before."""
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+    services.quota_set(
+        user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
+    )
+    first = _ask(vera, teams["vision"], h100, 8, days=1)
+    second = _ask(vera, teams["vision"], h100, 6, days=3)
+    outcome = race(
+        lambda: services.quota_request_approve(user=admin, request_id=first.pk),
+        lambda: services.quota_request_approve(user=admin, request_id=second.pk),
+    )
+    assert isinstance(outcome, QuotaRequest) and outcome.status == "approved"
+    assert _quota(teams["vision"], h100) == (6, 0)
+    now = timezone.now()
+    services.quota_requests_expire(now + timedelta(days=2))
+    assert _quota(teams["vision"], h100) == (2, 0)
+    services.quota_requests_expire(now + timedelta(days=4))
+    assert _quota(teams["vision"], h100) == (4, 0)

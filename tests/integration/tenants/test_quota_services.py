@@ -168,3 +168,24 @@ def test_priority_class_in_use_is_a_conflict(platform, submit):
         services.priority_class_delete(user=platform["admin"], name="research")
     assert err.value.status_code == 409
     assert PriorityClass.objects.filter(name="research").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_cannot_together_overcommit_a_gpu_model(platform, teams, h100):
+    """Two admins giving two teams 10 of the cluster's 16 H100s at the same moment: each check
+    read the other's guarantee as still 0, both saves passed and the guarantees summed to 20
+    without anyone confirming an overcommit. The second now waits and is refused."""
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+
+    def give(team):
+        return services.quota_set(
+            user=admin, team=team, gpu_model=h100, guaranteed_gpus=10, borrow_limit_gpus=0
+        )
+
+    second = race(lambda: give(teams["vision"]), lambda: give(teams["nlp"]))
+    assert isinstance(second, FieldErrors)
+    assert "sum to 20" in " ".join(second.errors["guaranteed_gpus"])
+    assert list(Quota.objects.values_list("team__slug", "guaranteed_gpus")) == [("vision", 10)]
+    assert AuditEntry.objects.filter(action="quota.set").count() == 1
