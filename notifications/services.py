@@ -238,9 +238,12 @@ def webhook_update(
     events=_UNSET,
     allow_private_network=_UNSET,
 ) -> Webhook:
-    """Change a hook the caller manages; fields not given keep their value. Audited."""
+    """Change a hook the caller manages; fields not given keep their value. Audited.
+
+    Only the fields an edit owns are written, over the row locked as it is then: the delivery
+    worker changes ``enabled``, ``disabled_reason`` and ``consecutive_failures`` meanwhile, and
+    a save of the whole row read earlier undid a disabling (the hook came back on, unaudited)."""
     hook = webhook_get(user=user, webhook_id=webhook_id)
-    before = _hook_state(hook)
     new = {
         "name": hook.name if name is _UNSET else name,
         "url": hook.url if url is _UNSET else url,
@@ -261,13 +264,22 @@ def webhook_update(
     if errors:
         raise FieldErrors(errors)
     with transaction.atomic():
+        hook = (
+            Webhook.objects.select_for_update(of=("self",))
+            .select_related("team")
+            .filter(pk=hook.pk)
+            .first()
+        )
+        if hook is None:
+            raise NotFound("no such webhook", field="id")
+        before = _hook_state(hook)
         hook.name = new["name"].strip()
         hook.url = new["url"].strip()
         hook.format = new["format"]
         if new["events"] is not None:
             hook.events = list(new["events"])
         hook.allow_private_network = allow
-        hook.save()
+        hook.save(update_fields=["name", "url", "format", "events", "allow_private_network"])
         _audit_hook(user, hook, "webhook.update", before, _hook_state(hook))
     return hook
 

@@ -19,6 +19,7 @@ from scheduler.models import Job
 from scheduler.services import JobRequest, job_submit
 from scheduler.states import JobState
 from scheduler.transitions import job_finish, job_requeue
+from tenants.models import AuditEntry
 
 from .conftest import after_window, run_dispatch
 
@@ -494,3 +495,31 @@ def test_a_burst_larger_than_one_fan_out_batch_still_makes_one_message(
     third = dispatch.notifications_dispatch(now=after_window())
     assert third.events == 2 and len(third.claimed) == 1
     assert Message.objects.get().event_count == 30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_racing_the_disabling_delivery_keeps_the_hook_disabled(
+    platform, vera, receiver, notify_settings
+):
+    """A team admin renames a hook while the delivery recording its fifth failure in a row
+    disables it. The edit saved the whole row as it had read it before: the hook came back
+    enabled, its reason and failure count wiped, with no audit entry saying so. An edit now
+    writes only the fields it changes, over the row as it is when it is written."""
+    from tests.integration.concurrency import race
+
+    hook = _team_hook(platform["admin"], receiver)
+    Webhook.objects.filter(pk=hook.pk).update(consecutive_failures=4)
+    services.webhook_send_test(user=vera, webhook_id=hook.pk)
+    receiver.script = [500]
+
+    edited = race(
+        lambda: run_dispatch(timezone.now()),
+        lambda: services.webhook_update(user=vera, webhook_id=hook.pk, name="vision-pager"),
+    )
+    assert isinstance(edited, Webhook)
+    hook.refresh_from_db()
+    assert hook.name == "vision-pager"
+    assert not hook.enabled and hook.consecutive_failures == 5
+    assert hook.disabled_reason.startswith("disabled after 5 failed deliveries in a row")
+    update = AuditEntry.objects.get(action="webhook.update")
+    assert update.before["enabled"] is False and update.after["enabled"] is False
