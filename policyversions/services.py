@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import FieldErrors, NotFound
+from core.errors import Conflict, FieldErrors, NotFound
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
 from tenants import services as tenant_services
 from tenants.audit import audit_record
@@ -210,9 +210,25 @@ def _write_tables(*, user, weights: dict[str, float], classes: dict[str, dict]) 
             )
 
 
-def _new_version(*, user, content: dict, reason: str, source: str, restores=None):
-    previous = PolicyVersion.objects.select_for_update().order_by("-number").first()
-    assert previous is not None  # seeded by the caller
+def _new_version(
+    *, user, base: PolicyVersion, content: dict, reason: str, source: str, restores=None
+):
+    """Write version ``base.number + 1``, if ``base`` (the version the caller read and built
+    ``content`` from) is still the newest; else a Conflict, and nothing is written.
+
+    Two admins applying at once both read the same version: locking the newest row did not
+    serialize them (the second waited, then got that same row back, and failed on the unique
+    number: a 500), and a retry would silently undo the first one's change. Locking ``base``
+    makes the second wait; the fresh read after the lock then sees the first's version."""
+    previous = PolicyVersion.objects.select_for_update().filter(pk=base.pk).first()
+    newer = PolicyVersion.objects.filter(number__gt=base.number).order_by("-number").first()
+    if previous is None or newer is not None:
+        now_in_force = f"version {newer.number}" if newer is not None else "another version"
+        raise Conflict(
+            f"the policy changed while you edited it ({now_in_force} is in force now); "
+            "review it and apply again",
+            field="number",
+        )
     version = PolicyVersion.objects.create(
         number=previous.number + 1,
         created_at=timezone.now(),
@@ -271,14 +287,16 @@ def policy_apply(
     if content == version_content(base):
         raise FieldErrors({"engine_config": ["nothing changed from the version in force"]})
     with transaction.atomic():
-        return _new_version(user=user, content=content, reason=why, source=PolicySource.EDIT)
+        return _new_version(
+            user=user, base=base, content=content, reason=why, source=PolicySource.EDIT
+        )
 
 
 def policy_rollback(*, user, number: int, reason: Any) -> PolicyVersion:
     """A new version with the content of version ``number`` (platform admins only). Teams or
     classes created since keep their current settings. Audited as ``policy.rollback``."""
     require_admin(user)
-    policy_version_seed()
+    base = policy_version_seed()
     target = PolicyVersion.objects.filter(number=number).first()
     if target is None:
         raise NotFound("no such policy version", field="number")
@@ -292,6 +310,7 @@ def policy_rollback(*, user, number: int, reason: Any) -> PolicyVersion:
     with transaction.atomic():
         return _new_version(
             user=user,
+            base=base,
             content=version_content(target),
             reason=why,
             source=PolicySource.ROLLBACK,

@@ -35,7 +35,7 @@ def index(request):
         if form.is_valid():
             try:
                 version = services.policy_apply(user=request.user, **form.service_arguments())
-            except FieldErrors as exc:
+            except (FieldErrors, Conflict) as exc:
                 form.add_service_errors(exc.as_dict())
             else:
                 messages.success(request, f"Policy v{version.number} is in force.")
@@ -129,7 +129,7 @@ def rollback(request, number: int):
         )
     except NotFound:
         raise Http404("no such policy version") from None
-    except FieldErrors as exc:
+    except (FieldErrors, Conflict) as exc:
         for field, problems in exc.as_dict().items():
             for problem in problems:
                 messages.error(request, f"Not rolled back: {field}: {problem}")

@@ -236,3 +236,34 @@ def test_a_version_stored_with_todays_flat_keys_still_loads_and_is_logged_once(
     assert shown["las.long_run_s"] == 86400 and shown["victims_lowest_rank_first"] is False
     response = api_as(platform["admin"]).get("/api/v1/policy/")
     assert response.status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_applying_at_once_the_second_is_a_conflict_not_a_500(
+    platform, env_policy, api_as
+):
+    """Two admins apply changes read from the same version. The second waited for the first,
+    then wrote the same version number again: an IntegrityError, a 500 in the API. Had it been
+    numbered anew it would have undone the first change (its content came from the old version).
+    It is now a 409 naming ``number``, and the first change stands alone."""
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+    services.policy_version_seed()
+    response = race(
+        lambda: services.policy_apply(
+            user=admin, reason="age faster", engine_config={"queue_aging_s": 3600}
+        ),
+        lambda: api_as(admin).post(
+            "/api/v1/policy/versions",
+            {"reason": "more for nlp", "team_weights": {"nlp": 3.0}},
+            format="json",
+        ),
+    )
+    assert response.status_code == 409, response.content
+    assert "version 2 is in force now" in response.json()["number"][0]
+    newest = PolicyVersion.objects.get(number=2)
+    assert newest.engine_config == {"queue_aging_s": 3600} and newest.team_weights["nlp"] == 1.0
+    assert PolicyVersion.objects.count() == 2
+    assert Team.objects.get(slug="nlp").fair_share_weight == 1.0
+    assert AuditEntry.objects.filter(action="policy.apply").count() == 1
