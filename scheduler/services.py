@@ -248,8 +248,13 @@ def pending_caps_check(*, user, team: Team, adding: int) -> None:
     jobs in the team, past its cap (the team's quota settings, else ``JOB_PENDING_MAX_TEAM`` /
     ``JOB_PENDING_MAX_USER``; arrays count by size). Raises FieldErrors on "team".
 
-    One query (the caps and both counts); close to a cap the team's row is locked first and the
-    query repeated, so concurrent submissions cannot together pass the cap."""
+    The team's row is locked before the count (one query: the caps and both counts), so
+    concurrent submissions to a team cannot together pass its cap: the second waits for the
+    first to commit and counts its jobs. Locking only close to a cap (within 10 %) let two
+    submissions that were each far from it, two arrays of 6 under a cap of 10, or an array
+    filling the cap and one job, each count the pending jobs from before the other and both
+    pass. The lock is held until the submission commits (a few milliseconds): submissions to
+    one team are serialized, those to different teams are not."""
     from django.conf import settings
     from django.db import connection
 
@@ -276,10 +281,8 @@ def pending_caps_check(*, user, team: Team, adding: int) -> None:
             settings.JOB_PENDING_MAX_USER if user_cap is None else user_cap,
         )
 
+    Team.objects.select_for_update().filter(pk=team.pk).first()
     in_team, mine, team_cap, user_cap = read()
-    if (in_team + adding) * 10 >= team_cap * 9 or (mine + adding) * 10 >= user_cap * 9:
-        Team.objects.select_for_update().filter(pk=team.pk).first()
-        in_team, mine, team_cap, user_cap = read()
     problems = []
     if in_team + adding > team_cap:
         problems.append(

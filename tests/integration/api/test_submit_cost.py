@@ -32,11 +32,12 @@ def test_a_submission_runs_a_bounded_number_of_queries(platform, submit, team_ra
         response = submit(platform["alice"], **body)
     assert response.status_code == 201
     # membership + role (once: the team limit's answer is reused by validation), savepoint,
-    # hard-stop budgets, pending caps and counts (one query), INSERT job, INSERT event, release;
-    # GPU model, class and node size come from the cache; entitlements are read only for a
-    # restricted class or a preemption opt-out.
+    # hard-stop budgets, the team's row lock (concurrent submissions cannot together pass a
+    # cap), pending caps and counts (one query), INSERT job, INSERT event, release; GPU model,
+    # class and node size come from the cache; entitlements are read only for a restricted
+    # class or a preemption opt-out.
     sql = [q["sql"] for q in ctx.captured_queries]
-    assert len(sql) <= 7, "\n".join(sql)
+    assert len(sql) <= 8, "\n".join(sql)
     assert sum("tenants_membership" in s for s in sql) == 1
     assert not any("scheduler_gpumodel" in s or "tenants_priorityclass" in s for s in sql)
 

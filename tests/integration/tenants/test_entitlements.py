@@ -201,3 +201,39 @@ def test_pending_caps_per_user_and_per_team_with_arrays_counted_by_size(
     assert api_as(vera).post("/api/v1/job-arrays/", array, format="json").status_code == 201
     Job.objects.filter(team=teams["vision"], submitter=alice).update(state="running")
     assert submit(alice).status_code == 201
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("second_size", [6, 1], ids=["array", "single"])
+def test_concurrent_submissions_cannot_together_pass_the_team_cap(
+    platform, teams, settings, vera, second_size
+):
+    """The cap is 10 and the team holds none. An array of 6 and another of 6 (or an array of 10
+    and one job) submitted at the same moment: each counted 0 pending jobs, neither was within
+    10 % of the cap on its own, so neither locked the team's row and the team held 12 (or 11).
+    The second submission now waits for the first and is refused on ``team``."""
+    from core.errors import FieldErrors
+    from scheduler.arrays import ArrayRequest, array_submit
+    from scheduler.services import JobRequest, job_submit
+    from tests.integration.concurrency import race
+
+    settings.JOB_PENDING_MAX_TEAM = 10
+    alice = platform["alice"]
+    first_size = 10 if second_size == 1 else 6
+
+    def array(user, size):
+        template = {"workers": 1, "gpus_per_worker": 1}
+        request = ArrayRequest(name="sweep", team="vision", template=template, items=[{}] * size)
+        return array_submit(user=user, request=request)
+
+    def second():
+        if second_size == 1:
+            request = JobRequest(name="one", team="vision", workers=1, gpus_per_worker=1)
+            return job_submit(user=alice, request=request)
+        return array(alice, second_size)
+
+    outcome = race(lambda: array(vera, first_size), second)
+    assert isinstance(outcome, FieldErrors), outcome
+    assert "may hold 10" in outcome.errors["team"][0]
+    assert Job.objects.filter(team=teams["vision"], state="pending").count() == first_size
+    assert JobArray.objects.count() == 1
