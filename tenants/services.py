@@ -356,9 +356,21 @@ def team_create(
 def team_update(
     *, user, team: Team, fair_share_weight=None, name: str | None = None, parent=...
 ) -> Team:
-    """Change a team's weight, name or parent (platform admins only). Cycles are refused."""
+    """Change a team's weight, name or parent (platform admins only). Cycles are refused.
+
+    A change of parent locks every team first (in id order) and checks the tree as it is then:
+    a check against the tree read before another admin's concurrent move let two moves make a
+    cycle together (a -> b while b -> c, c under a), or deadlock on each other's foreign-key
+    check (vision under nlp while nlp under vision)."""
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("only platform admins change the team tree", field="team")
+    if parent is not ...:
+        list(Team.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+        if parent is not None:
+            fresh = Team.objects.filter(pk=parent.pk).first()
+            if fresh is None:
+                raise FieldErrors({"parent": ["no such team"]})
+            parent = fresh
     team = Team.objects.select_for_update(of=("self",)).select_related("parent").get(pk=team.pk)
     before = _team_state(team)
     errors: dict[str, list[str]] = {}

@@ -189,3 +189,32 @@ def test_two_admins_cannot_together_overcommit_a_gpu_model(platform, teams, h100
     assert "sum to 20" in " ".join(second.errors["guaranteed_gpus"])
     assert list(Quota.objects.values_list("team__slug", "guaranteed_gpus")) == [("vision", 10)]
     assert AuditEntry.objects.filter(action="quota.set").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("shape", ["swap", "triangle"])
+def test_two_admins_moving_teams_at_once_cannot_make_a_cycle(platform, teams, shape):
+    """Two admins move teams at the same moment. Each cycle check read the tree from before
+    the other's move. With a -> b (c under a already) and b -> c, both passed and the tree held
+    the cycle a -> b -> c -> a; with vision under nlp and nlp under vision, the two transactions
+    deadlocked on each other's foreign-key check (a 500). The second move now waits for the
+    first and is refused."""
+    from tenants.models import Team
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+    if shape == "swap":
+        (x, y), (u, v) = (teams["vision"], teams["nlp"]), (teams["nlp"], teams["vision"])
+    else:
+        a = Team.objects.create(slug="a", name="A")
+        b = Team.objects.create(slug="b", name="B")
+        Team.objects.create(slug="c", name="C", parent=a)
+        (x, y), (u, v) = (a, b), (b, Team.objects.get(slug="c"))
+    before = dict(Team.objects.values_list("slug", "parent__slug"))
+    second = race(
+        lambda: services.team_update(user=admin, team=x, parent=y),
+        lambda: services.team_update(user=admin, team=u, parent=v),
+    )
+    assert isinstance(second, FieldErrors) and "cycle" in second.errors["parent"][0]
+    assert dict(Team.objects.values_list("slug", "parent__slug")) == {**before, x.slug: y.slug}
+    assert AuditEntry.objects.filter(action="team.update").count() == 1
