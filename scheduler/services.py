@@ -376,7 +376,14 @@ def _node_for_admin(*, user, node_id: int):
     # only is a 403 (docs/tenancy.md), as the API's permission class and routing admin answer.
     if not is_platform_admin(user):
         raise Forbidden("node actions are for platform admins")
-    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
+    # Locked: the loop and the health rules change a node's state too, and each action below
+    # decides from the state it reads.
+    node = (
+        Node.objects.select_for_update(of=("self",))
+        .select_related("cluster")
+        .filter(pk=node_id)
+        .first()
+    )
     if node is None:
         raise NotFound("no such node", field="id")
     return node
@@ -445,12 +452,16 @@ def _backend_after_commit(node, action: str, *args) -> None:
 
 def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     """Quarantine a node by hand (platform admins): no new work, drained on the backend, released
-    only by :func:`node_release`. Running jobs keep running."""
+    only by :func:`node_release`. Running jobs keep running.
+
+    A node a health rule quarantined (on probation, released by the loop when it ends) becomes
+    quarantined by hand: its probation is dropped and the admin's reason recorded. Only a node
+    already quarantined by hand is left as it is."""
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
-        if node.state == NodeState.QUARANTINED:
+        if node.state == NodeState.QUARANTINED and node.probation_until is None:
             return node
         Node.objects.filter(pk=node.pk).update(
             state=NodeState.QUARANTINED, state_reason=reason.strip()[:300], probation_until=None

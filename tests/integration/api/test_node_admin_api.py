@@ -45,3 +45,40 @@ def test_quarantine_needs_a_reason_and_an_admin(platform, api_as):
 def test_unknown_node_is_404(platform, api_as):
     response = api_as(platform["admin"]).post("/api/v1/admin/nodes/999999/drain/")
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("first", ["health rule", "drain"])
+def test_a_hand_quarantine_is_kept_until_released_by_hand(platform, api_as, settings, first):
+    """An admin quarantines a node a health rule had already quarantined (on probation), or a
+    node they had drained. The API answered 200 and changed nothing: the admin's reason was not
+    recorded or audited, the probation stayed, and the loop released the node after it as if
+    nobody had asked, back to service. A hand quarantine now replaces the automatic one."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.backends import reset_backends
+    from scheduler.loop.cycle import run_cycle
+    from telemetry.services import node_quarantine_health
+
+    settings.SCHEDULER_PROBATION_SECONDS = 60
+    reset_backends()
+    node = Node.objects.get(name="n2")
+    admin = api_as(platform["admin"])
+    if first == "drain":
+        assert admin.post(f"/api/v1/admin/nodes/{node.pk}/drain/").status_code == 200
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    assert node_quarantine_health(node=node, reason="ECC errors", now=an_hour_ago)
+    response = admin.post(
+        f"/api/v1/admin/nodes/{node.pk}/quarantine/", {"reason": "RMA GPU 3"}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["state"] == "quarantined"
+    node.refresh_from_db()
+    assert node.state_reason == "RMA GPU 3" and node.probation_until is None
+    entry = AuditEntry.objects.get(action="node.quarantined")
+    assert entry.before == {"state": "quarantined"} and "RMA GPU 3" in entry.comment
+    run_cycle()  # the probation (60 s from an hour ago) is long over
+    node.refresh_from_db()
+    assert node.state == "quarantined" and node.state_reason == "RMA GPU 3"
+    assert not NodeEvent.objects.filter(node=node, kind="released").exists()
+    reset_backends()
