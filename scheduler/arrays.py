@@ -36,7 +36,7 @@ from core.errors import Conflict, FieldErrors, Forbidden, NotFound
 from tenants.permissions import can_submit_to
 
 from .admission import check_submission
-from .models import Job, JobArray, JobEvent
+from .models import Cluster, Job, JobArray, JobEvent
 from .services import (
     JobRequest,
     _validate_request,
@@ -298,15 +298,22 @@ def array_cancel(*, user, array_id: int) -> JobArray:
         if not can_submit_to(user, array.team):
             raise Forbidden("viewers cannot cancel jobs", field="id")
         # Lock the live members (ordered, like the loop, to keep lock order stable) so the
-        # loop's conditional starts either happen before us or find the job cancelled.
+        # loop's conditional starts either happen before us or find the job cancelled. Not
+        # joined to their clusters: a member a cycle started while we waited for its lock comes
+        # back fresh, but a joined row would be the one read before the wait (no cluster), and
+        # stopping its run failed (a 500, nothing cancelled). Clusters are read after the lock.
         live = list(
             Job.objects.select_for_update(of=("self",))
-            .select_related("cluster", "team")
+            .select_related("team")
             .filter(array=array, state__in=list(LIVE_STATES))
             .order_by("id")
         )
         if not live:
             raise Conflict("no job of this array is live any more", field="state")
+        clusters = Cluster.objects.in_bulk({job.cluster_id for job in live if job.cluster_id})
+        for job in live:
+            if job.cluster_id:
+                job.cluster = clusters[job.cluster_id]
         now = timezone.now()
         jobs_cancel_locked(
             jobs=live, message=f"cancelled with array by {user.get_username()}", now=now

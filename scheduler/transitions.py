@@ -415,9 +415,21 @@ def job_cancel(*, user, job_id: int) -> Job:
 
     Another team's job is NotFound. A job already final is a Conflict. The backend is told to stop
     after commit; GPUs are released in the same transaction as the state change.
+
+    The job is read under its row lock: a cancel that read it pending while a cycle was starting
+    it went on to cancel the running job without stopping its run (only the next sync's
+    stale-run sweep did, while the freed GPUs could already be handed on).
     """
     with transaction.atomic():
-        job = Job.objects.visible_to(user).select_related("team").filter(pk=job_id).first()
+        job = (
+            Job.objects.visible_to(user)
+            .select_for_update(of=("self",))
+            # Not the cluster: a row joined to one that changed while we waited for its lock
+            # is the one read before the wait (the job's cluster is loaded from the fresh row).
+            .select_related("team")
+            .filter(pk=job_id)
+            .first()
+        )
         if job is None:
             raise NotFound("no such job", field="id")
         if not can_submit_to(user, job.team):

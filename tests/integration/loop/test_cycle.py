@@ -169,6 +169,43 @@ def test_cancel_of_running_job_frees_gpus_and_stops_the_run(
     assert SimulatedRun.objects.get(job_id=str(job_id)).cancelled_at is not None
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("through", ["job", "array"])
+def test_a_cancel_racing_the_cycle_that_starts_the_job_stops_its_run(
+    platform, submit, api_as, through
+):
+    """The member cancels a pending job (or its array) while a cycle starts it and submits its
+    run. The job cancel read the job as pending, waited for the cycle's row lock, then cancelled
+    the now running job; deciding from the pending row it had read, it never told the backend
+    to stop the run. The array cancel locked the fresh row but took its cluster from the join
+    read before the wait (none): stopping the run raised after commit and was only logged.
+    Either way the run went on holding the GPUs the cancel had just freed, until the next
+    sync's stale-run sweep. Both now stop the run after commit."""
+    from scheduler.models import SimulatedRun
+    from tests.integration.concurrency import race
+
+    alice = api_as(platform["alice"])
+    if through == "job":
+        job_id = submit(platform["alice"], gpus_per_worker=8).json()["id"]
+        url = f"/api/v1/jobs/{job_id}/cancel/"
+    else:
+        body = {
+            "name": "sweep",
+            "team": "vision",
+            "template": {"workers": 1, "gpus_per_worker": 8},
+            "count": 1,
+        }
+        array_id = alice.post("/api/v1/job-arrays/", body, format="json").json()["id"]
+        job_id = Job.objects.get(array_id=array_id).pk
+        url = f"/api/v1/job-arrays/{array_id}/cancel/"
+
+    response = race(lambda: run_cycle(), lambda: alice.post(url))
+    assert response.status_code == 200, response.content
+    assert Job.objects.get(pk=job_id).state == "cancelled"
+    assert not Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).exists()
+    assert SimulatedRun.objects.get(job_id=str(job_id)).cancelled_at is not None
+
+
 def test_pending_job_gets_a_reason(platform, submit):
     job_id = submit(platform["alice"], workers=3, gpus_per_worker=8, gpu_model="h100-80gb").json()[
         "id"
