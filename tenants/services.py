@@ -371,7 +371,9 @@ def team_update(
             if fresh is None:
                 raise FieldErrors({"parent": ["no such team"]})
             parent = fresh
-    team = Team.objects.select_for_update(of=("self",)).select_related("parent").get(pk=team.pk)
+    # The parent is read after the lock, not joined to it: after a wait for a concurrent move,
+    # a joined parent would be the one from before that move (and the audit entry would say so).
+    team = Team.objects.select_for_update().get(pk=team.pk)
     before = _team_state(team)
     errors: dict[str, list[str]] = {}
     if fair_share_weight is not None:

@@ -218,3 +218,23 @@ def test_two_admins_moving_teams_at_once_cannot_make_a_cycle(platform, teams, sh
     assert isinstance(second, FieldErrors) and "cycle" in second.errors["parent"][0]
     assert dict(Team.objects.values_list("slug", "parent__slug")) == {**before, x.slug: y.slug}
     assert AuditEntry.objects.filter(action="team.update").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_weight_change_racing_a_move_audits_the_parent_the_team_has(platform, teams):
+    """One admin moves vision under nlp while another changes its weight. The weight change
+    waited for the move, then audited vision's parent from the row read before the wait
+    (research), twice: before and after both said research while vision sat under nlp."""
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+    vision = teams["vision"]
+    race(
+        lambda: services.team_update(user=admin, team=vision, parent=teams["nlp"]),
+        lambda: services.team_update(user=admin, team=vision, fair_share_weight=5),
+    )
+    entry = AuditEntry.objects.filter(action="team.update").latest("id")
+    assert entry.before["parent"] == "nlp" and entry.after["parent"] == "nlp"
+    assert entry.before["fair_share_weight"] == 2.0 and entry.after["fair_share_weight"] == 5.0
+    vision.refresh_from_db()
+    assert vision.parent == teams["nlp"] and vision.fair_share_weight == 5.0
