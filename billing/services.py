@@ -25,7 +25,7 @@ from django.utils.module_loading import import_string
 from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
-from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
+from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
 from scheduler.models import Allocation, Cluster, ClusterDataset, Dataset, Job, JobEvent
 from tenants.models import Team
 from tenants.permissions import can_manage_team, is_platform_admin
@@ -142,15 +142,19 @@ def price_set(
         ]
     if errors:
         raise FieldErrors(errors)
-    return PriceRate.objects.create(
-        cluster=cluster,
-        gpu_model=gpu_model,
-        capacity=capacity,
-        rate_per_gpu_hour=rate_per_gpu_hour,
-        effective_from=effective_from,
-        note=note,
-        created_by=user,
-    )
+    where = f"on cluster {cluster.name}" if cluster else "platform-wide"
+    with duplicate_refused(
+        "effective_from", f"a rate for this GPU model and capacity {where} starts then already"
+    ):
+        return PriceRate.objects.create(
+            cluster=cluster,
+            gpu_model=gpu_model,
+            capacity=capacity,
+            rate_per_gpu_hour=rate_per_gpu_hour,
+            effective_from=effective_from,
+            note=note,
+            created_by=user,
+        )
 
 
 # --------------------------------------------------------------------------- the meter

@@ -3,6 +3,9 @@ the portal shows them next to the field; the CLI prints them and exits 2."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class DomainError(Exception):
     """A request the domain refuses. ``field`` names the input at fault, when there is one."""
@@ -53,3 +56,25 @@ class Unavailable(DomainError):
     """A part the request needs (a cluster's backend) did not answer; retrying later may work."""
 
     status_code = 503
+
+
+@contextlib.contextmanager
+def duplicate_refused(field: str, message: str) -> Iterator[None]:
+    """Run a create in a savepoint; a unique violation becomes FieldErrors on ``field``.
+
+    Services check that a name is new before creating it, but two requests creating the same
+    name at once both pass that check: the second then meets the unique constraint, which was a
+    500. Other integrity errors are not ours to explain and propagate."""
+    from django.db import IntegrityError, transaction
+
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError as exc:
+        cause = exc.__cause__
+        unique = getattr(cause, "sqlstate", None) == "23505" or (
+            getattr(cause, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_UNIQUE"
+        )
+        if not unique:
+            raise
+        raise FieldErrors({field: [message]}) from None

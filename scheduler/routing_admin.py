@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import transaction
 
-from core.errors import FieldErrors, Forbidden, NotFound
+from core.errors import FieldErrors, Forbidden, NotFound, duplicate_refused
 from tenants.audit import audit_record
 from tenants.models import Team
 from tenants.permissions import is_platform_admin
@@ -242,11 +242,12 @@ def dataset_create(
             errors["name"] = [f"a dataset named {name!r} exists already"]
         if errors:
             raise FieldErrors(errors)
-        dataset = Dataset.objects.create(
-            name=name,
-            size_gb=None if size_gb is None else float(size_gb),
-            residency_regions=None if residency_regions is None else list(residency_regions),
-        )
+        with duplicate_refused("name", f"a dataset named {name!r} exists already"):
+            dataset = Dataset.objects.create(
+                name=name,
+                size_gb=None if size_gb is None else float(size_gb),
+                residency_regions=None if residency_regions is None else list(residency_regions),
+            )
         _write_copies(dataset, resolved or [])
         audit_record(
             actor=user, action="dataset.create", target=dataset, after=dataset_facts(dataset)

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import DomainError, FieldErrors, Forbidden, NotFound
+from core.errors import DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
 
 from . import permissions
 from .audit import audit_record
@@ -187,9 +187,10 @@ def sso_rule_create(*, user, group: str, team: str, role: str) -> SsoGroupRule:
         raise FieldErrors(errors)
     if SsoGroupRule.objects.filter(group=group.strip(), team=team_row).exists():
         raise DomainError(f"group '{group.strip()}' already maps to team {team}", field="group")
-    rule = SsoGroupRule.objects.create(
-        group=group.strip(), team=team_row, role=role, created_by=user
-    )
+    with duplicate_refused("group", f"group '{group.strip()}' already maps to team {team}"):
+        rule = SsoGroupRule.objects.create(
+            group=group.strip(), team=team_row, role=role, created_by=user
+        )
     audit_record(
         actor=user, action="sso_rule.create", target=rule, team=team_row, after=_rule_state(rule)
     )

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from core import streams
 from core.bounds import MAX_GPUS, number_error
-from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from core.errors import Conflict, DomainError, FieldErrors, NotFound, duplicate_refused
 from scheduler.models import Node
 
 from . import permissions
@@ -345,9 +345,10 @@ def team_create(
         errors.setdefault("name", []).append("must not be blank")
     if errors:
         raise FieldErrors(errors)
-    team = Team.objects.create(
-        slug=slug, name=name.strip(), parent=parent, fair_share_weight=weight
-    )
+    with duplicate_refused("slug", "must be a new, non-empty slug"):
+        team = Team.objects.create(
+            slug=slug, name=name.strip(), parent=parent, fair_share_weight=weight
+        )
     audit_record(actor=user, action="team.create", target=team, team=team, after=_team_state(team))
     return team
 
