@@ -319,11 +319,19 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
     rows: list[UsageRecord] = []
     meters: list[AllocationMeter] = []
     done_ids: list[int] = []
+    # Ended allocations an earlier run had metered past their end: (allocation, end).
+    overrun: list[tuple[Allocation, datetime]] = []
     for alloc in allocations:
         cursor = cursors.get(alloc.pk)
         end = min(alloc.ended_at, now) if alloc.ended_at else now
         if cursor is not None and end < cursor:
-            continue  # an older clock than the last run: keep what is recorded
+            if not (alloc.ended_at is not None and alloc.ended_at <= now):
+                continue  # an older clock than the last run: keep what is recorded
+            # The end was recorded after a run had metered the live allocation past it (the
+            # loop dates an end by its poll, and commits it a little later): the time after the
+            # end was never used, so the allocation is priced again up to its end.
+            overrun.append((alloc, end))
+            cursor = end
         try:
             alloc_rows, alloc_slices = _price_allocation(alloc, cursor, end, now, book)
         except (ArithmeticError, ValueError) as exc:
@@ -375,10 +383,16 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         UsageRecord.objects.filter(allocation_id__in=done_ids, finalized=False).update(
             finalized=True
         )
-    _refresh_rollups(
-        daily_keys={(r.team_id, r.hour.date()) for r in rows},
-        job_keys={(r.job_id, calc.month_start(r.hour)) for r in rows},
-    )
+    daily_keys = {(r.team_id, r.hour.date()) for r in rows}
+    job_keys = {(r.job_id, calc.month_start(r.hour)) for r in rows}
+    for alloc, end in overrun:
+        # Hours that begin at or after the end hold only time after it.
+        after = UsageRecord.objects.filter(allocation_id=alloc.pk, hour__gte=end)
+        for team_id, job_id, hour in after.values_list("team_id", "job_id", "hour"):
+            daily_keys.add((team_id, hour.date()))
+            job_keys.add((job_id, calc.month_start(hour)))
+        after.delete()
+    _refresh_rollups(daily_keys=daily_keys, job_keys=job_keys)
     result.usage_rows += len(rows)
     result.finalized_allocations += len(done_ids)
 

@@ -10,7 +10,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from billing import services
-from billing.models import AllocationMeter, LostWork, Statement, UsageRecord
+from billing.models import AllocationMeter, LostWork, Statement, UsageDaily, UsageRecord
 from scheduler.models import JobEvent, Node
 
 from .conftest import utc
@@ -87,6 +87,48 @@ def test_running_allocation_accrues_then_finalizes(make_job, allocate, price):
         (2400.0, True),
     ]
     assert sum(r["cost"] for r in _rows()) == Decimal("5.100000")  # 85 min at $3.60/h
+
+
+def test_an_end_recorded_after_a_meter_run_passed_it_is_billed_to_the_end_and_finalized(
+    make_job, allocate, price
+):
+    """The loop records a job's end with the time of its poll; a meter run can commit between
+    the poll and that record, having metered the still-live allocation a few seconds past the
+    end. The next runs skipped the allocation ("an older clock"): the seconds after the end
+    stayed billed and the allocation was never finalized. It is now priced to its end."""
+    from scheduler.states import JobState
+    from scheduler.transitions import job_finish
+
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))  # $0.001 per GPU-second
+    job = make_job()
+    allocate(job, "n1", 0, utc(2026, 12, 1, 10, 15))
+    services.meter_run(now=utc(2026, 12, 1, 11, 30, 5))  # between the poll and the record
+    job_finish(job=job, target=JobState.SUCCEEDED, now=utc(2026, 12, 1, 11, 30), exit_code=0)
+    services.meter_run(now=utc(2026, 12, 1, 12, 0))
+    assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [
+        (2700.0, True),
+        (1800.0, True),
+    ]
+    assert sum(r["cost"] for r in _rows()) == Decimal("4.500000")  # 75 min at $3.60/h
+    assert UsageDaily.objects.get().cost == Decimal("4.50")
+    assert AllocationMeter.objects.get().finalized
+
+
+def test_an_end_before_a_metered_hour_drops_that_hour(make_job, allocate, price):
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))
+    job = make_job()
+    allocate(job, "n1", 0, utc(2026, 12, 1, 23, 15))
+    services.meter_run(now=utc(2026, 12, 2, 0, 0, 10))  # a row for the next day's first hour
+    job_finish_at = utc(2026, 12, 2, 0, 0)
+    from scheduler.states import JobState
+    from scheduler.transitions import job_finish
+
+    job_finish(job=job, target=JobState.SUCCEEDED, now=job_finish_at, exit_code=0)
+    services.meter_run(now=utc(2026, 12, 2, 1, 0))
+    assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [(2700.0, True)]
+    assert list(UsageDaily.objects.values_list("day", "gpu_seconds")) == [
+        (utc(2026, 12, 1).date(), 2700.0)
+    ]
 
 
 def test_rerunning_the_meter_changes_nothing(make_job, allocate, price):
