@@ -281,7 +281,10 @@ def pending_caps_check(*, user, team: Team, adding: int) -> None:
             settings.JOB_PENDING_MAX_USER if user_cap is None else user_cap,
         )
 
-    Team.objects.select_for_update().filter(pk=team.pk).first()
+    # FOR NO KEY UPDATE: submissions to the team wait for each other, while the foreign-key
+    # checks of rows that merely reference the team (another service's audit entry, a quota)
+    # do not wait for a submission, which would deadlock with locks that submission waits for.
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
     in_team, mine, team_cap, user_cap = read()
     problems = []
     if in_team + adding > team_cap:

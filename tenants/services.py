@@ -95,7 +95,9 @@ def _lock_quotas_of(gpu_model) -> None:
     without this, two admins could each pass the check against the other's old value and
     together overcommit, and two approvals could both record a difference from the same old
     quota, so their expiry took back more than they gave."""
-    type(gpu_model).objects.select_for_update().filter(pk=gpu_model.pk).first()
+    # FOR NO KEY UPDATE: it serializes quota changes without blocking the foreign-key checks of
+    # rows that reference the model (a job submitted with it), which would deadlock with them.
+    type(gpu_model).objects.select_for_update(no_key=True).filter(pk=gpu_model.pk).first()
 
 
 def overcommit_problems(*, team: Team, gpu_model, guaranteed_gpus: int) -> list[str]:
@@ -216,7 +218,7 @@ def _apply_quota(
     *, actor, team: Team, gpu_model, guaranteed: int, borrow: int, action: str, comment: str = ""
 ) -> Quota:
     existing = (
-        Quota.objects.select_for_update()
+        Quota.objects.select_for_update(of=("self",))
         .select_related("team", "gpu_model")
         .filter(team=team, gpu_model=gpu_model)
         .first()
@@ -366,7 +368,8 @@ def team_update(
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("only platform admins change the team tree", field="team")
     if parent is not ...:
-        list(Team.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+        teams = Team.objects.select_for_update(no_key=True).order_by("pk")
+        list(teams.values_list("pk", flat=True))
         if parent is not None:
             fresh = Team.objects.filter(pk=parent.pk).first()
             if fresh is None:
@@ -374,7 +377,7 @@ def team_update(
             parent = fresh
     # The parent is read after the lock, not joined to it: after a wait for a concurrent move,
     # a joined parent would be the one from before that move (and the audit entry would say so).
-    team = Team.objects.select_for_update().get(pk=team.pk)
+    team = Team.objects.select_for_update(no_key=True).get(pk=team.pk)
     before = _team_state(team)
     errors: dict[str, list[str]] = {}
     if fair_share_weight is not None:
@@ -597,8 +600,9 @@ def _lock_memberships(team: Team) -> None:
 
     The caller's role and "a team keeps one owner" are read from other rows than the one being
     changed: without one lock per team, two owners demoting or removing each other at once both
-    saw the other still an owner, and the team was left with none."""
-    Team.objects.select_for_update().filter(pk=team.pk).first()
+    saw the other still an owner, and the team was left with none. FOR NO KEY UPDATE, so rows
+    that merely reference the team (a job, an audit entry) are not held up by it."""
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
 
 
 def _keep_an_owner(team: Team, *, leaving: Membership) -> None:

@@ -238,3 +238,52 @@ def test_a_weight_change_racing_a_move_audits_the_parent_the_team_has(platform, 
     assert entry.before["fair_share_weight"] == 2.0 and entry.after["fair_share_weight"] == 5.0
     vision.refresh_from_db()
     assert vision.parent == teams["nlp"] and vision.fair_share_weight == 5.0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "change,submission_first",
+    [
+        ("quota", True),
+        ("quota", False),
+        ("membership", True),
+        ("membership", False),
+        ("move", True),
+        ("move", False),
+        ("entitlements", True),
+    ],
+)
+def test_a_tenancy_change_and_a_submission_to_the_team_at_once_both_succeed(
+    platform, teams, h100, change, submission_first
+):
+    """A submission holds its team's row (the pending caps) and checks the rows it references
+    (team, GPU model, class, user) at commit; quota, membership, tree and entitlement changes
+    lock the GPU model's or the team's row and write rows referencing them. Their locks must
+    not wait on each other both ways: no deadlock (as a quota change and a submission did),
+    both succeed, in either order."""
+    from scheduler.models import Job
+    from scheduler.services import JobRequest, job_submit
+    from tests.integration.concurrency import race
+
+    admin, vision = platform["admin"], teams["vision"]
+    request = JobRequest(
+        name="train", team="vision", workers=1, gpus_per_worker=1, gpu_model="h100-80gb"
+    )
+    changes = {
+        "quota": lambda: services.quota_set(
+            user=admin, team=vision, gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
+        ),
+        "membership": lambda: services.membership_set(
+            user=admin, team=vision, username="bob", role="viewer"
+        ),
+        "move": lambda: services.team_update(user=admin, team=vision, parent=None),
+        "entitlements": lambda: services.entitlements_set(
+            user=admin, team=vision, priority_classes=[], may_opt_out_of_preemption=True
+        ),
+    }
+    submit = lambda: job_submit(user=platform["alice"], request=request)  # noqa: E731
+    first, second = (submit, changes[change]) if submission_first else (changes[change], submit)
+    outcome = race(first, second)
+    assert not isinstance(outcome, Exception), repr(outcome)
+    assert Job.objects.filter(team=vision).count() == 1
+    assert AuditEntry.objects.count() == 1
