@@ -423,7 +423,9 @@ def job_cancel(*, user, job_id: int) -> Job:
     with transaction.atomic():
         job = (
             Job.objects.visible_to(user)
-            .select_for_update(of=("self",))
+            # As strong as the conditional UPDATE it precedes, no stronger: events and
+            # allocations of the job written meanwhile do not wait for it.
+            .select_for_update(no_key=True, of=("self",))
             # Not the cluster: a row joined to one that changed while we waited for its lock
             # is the one read before the wait (the job's cluster is loaded from the fresh row).
             .select_related("team")
