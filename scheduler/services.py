@@ -458,13 +458,17 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     only by :func:`node_release`. Running jobs keep running.
 
     A node a health rule quarantined (on probation, released by the loop when it ends) becomes
-    quarantined by hand: its probation is dropped and the admin's reason recorded. Only a node
-    already quarantined by hand is left as it is."""
+    quarantined by hand: its probation is dropped and the admin's reason recorded. Only a repeat
+    (quarantined, no probation, the same reason) changes nothing."""
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
-        if node.state == NodeState.QUARANTINED and node.probation_until is None:
+        if (
+            node.state == NodeState.QUARANTINED
+            and node.probation_until is None
+            and node.state_reason == reason.strip()[:300]
+        ):
             return node
         Node.objects.filter(pk=node.pk).update(
             state=NodeState.QUARANTINED, state_reason=reason.strip()[:300], probation_until=None

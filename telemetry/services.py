@@ -438,8 +438,10 @@ def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
 def node_quarantine_health(*, node: Node, reason: str, now: datetime) -> bool:
     """Quarantine a ready or draining node on a health rule, with a probation of
     ``SCHEDULER_PROBATION_SECONDS``; the loop releases it after probation once its health is
-    back above ``SCHEDULER_RELEASE_MIN_HEALTH``. Returns False (and does nothing) if the node
-    was not ready/draining any more (another worker got there first, or it is down)."""
+    back above ``SCHEDULER_RELEASE_MIN_HEALTH``. A node an admin had drained gets no probation:
+    it stays out until an admin releases it (the loop's release would have put a node under
+    maintenance back in service). Returns False (and does nothing) if the node was not
+    ready/draining any more (another worker got there first, or it is down)."""
     from django.conf import settings
 
     from scheduler.backends import get_backend
@@ -448,16 +450,39 @@ def node_quarantine_health(*, node: Node, reason: str, now: datetime) -> bool:
     until = now + timedelta(seconds=settings.SCHEDULER_PROBATION_SECONDS)
     message = f"health rule: {reason}"[:300]
     with transaction.atomic():
-        moved = Node.objects.filter(
-            pk=node.pk, state__in=[NodeState.READY, NodeState.DRAINING]
-        ).update(state=NodeState.QUARANTINED, state_reason=message, probation_until=until)
-        if not moved:
-            return False
-        node.state, node.state_reason, node.probation_until = NodeState.QUARANTINED, message, until
-        _node_event(node, NodeEvent.Kind.QUARANTINED, message, now)
-        _node_event(
-            node, NodeEvent.Kind.PROBATION, f"probation until {until:%Y-%m-%d %H:%M:%S} UTC", now
+        # Locked, so the probation is decided from the state the quarantine replaces.
+        was = (
+            Node.objects.select_for_update(no_key=True)
+            .filter(pk=node.pk, state__in=[NodeState.READY, NodeState.DRAINING])
+            .values_list("state", flat=True)
+            .first()
         )
+        if was is None:
+            return False
+        probation = None if was == NodeState.DRAINING else until
+        Node.objects.filter(pk=node.pk).update(
+            state=NodeState.QUARANTINED, state_reason=message, probation_until=probation
+        )
+        node.state, node.state_reason, node.probation_until = (
+            NodeState.QUARANTINED,
+            message,
+            probation,
+        )
+        _node_event(node, NodeEvent.Kind.QUARANTINED, message, now)
+        if probation is None:
+            _node_event(
+                node,
+                NodeEvent.Kind.PROBATION,
+                "drained by an admin: stays out until an admin releases it",
+                now,
+            )
+        else:
+            _node_event(
+                node,
+                NodeEvent.Kind.PROBATION,
+                f"probation until {until:%Y-%m-%d %H:%M:%S} UTC",
+                now,
+            )
 
         def drain() -> None:
             try:

@@ -244,3 +244,28 @@ def test_a_node_released_by_an_admin_is_not_requarantined_for_old_errors(node1, 
     health_evaluate(now=timezone.now() + timedelta(seconds=5))
     node1.refresh_from_db()
     assert (node1.state, node1.health) == (NodeState.READY, 1.0)
+
+
+def test_a_node_an_admin_drained_stays_out_after_a_health_quarantine(node1, platform):
+    """An admin drains a node for maintenance; a health rule then quarantines it. The loop
+    released it after the probation, straight back to service: the admin's drain was lost and
+    new jobs went to the node under maintenance. A drained node a health rule quarantines now
+    gets no probation: it stays out until an admin releases it."""
+    from scheduler.services import node_drain, node_release
+
+    admin = platform["admin"]
+    node_drain(user=admin, node_id=node1.pk, reason="firmware update")
+    now = timezone.now()
+    ingest(node1, [make_sample(gpu=0, at=now - timedelta(seconds=1), ecc_dbe=1)], now)
+    node1.refresh_from_db()
+    assert node1.state == NodeState.QUARANTINED and node1.probation_until is None
+    later = now + timedelta(hours=1)  # any probation would be long over
+    ingest(node1, [make_sample(gpu=g, at=later - timedelta(seconds=2)) for g in range(8)], later)
+    health_evaluate(now=later)
+    sync_all(now=later)
+    node1.refresh_from_db()
+    assert node1.state == NodeState.QUARANTINED
+    assert "released" not in kinds(node1)
+    node_release(user=admin, node_id=node1.pk)
+    node1.refresh_from_db()
+    assert node1.state == NodeState.READY
