@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
@@ -63,6 +63,30 @@ def _free_username(wanted: str) -> str:
     return name
 
 
+def _first_login(*, claims, issuer, subject, email, groups, username_claim, now) -> SsoIdentity:
+    """Create the user and identity of a first login (audited). Raises IntegrityError when a
+    concurrent login took the name or made this identity first."""
+    wanted = claims.get(username_claim) or (email.split("@")[0] if email else subject)
+    user = get_user_model().objects.create_user(
+        username=_free_username(str(wanted)), email=email or ""
+    )
+    user.set_unusable_password()
+    user.first_name = str(claims.get("given_name") or "")[:150]
+    user.last_name = str(claims.get("family_name") or "")[:150]
+    user.save()
+    identity = SsoIdentity.objects.create(
+        user=user, issuer=issuer, subject=subject, groups=groups, last_login_at=now
+    )
+    audit_record(
+        actor=user,
+        action="user.sso_create",
+        target=user,
+        after={"username": user.username, "email": email, "issuer": issuer},
+        comment="created at first single sign-on login",
+    )
+    return identity
+
+
 @transaction.atomic
 def sso_login(
     *,
@@ -81,31 +105,40 @@ def sso_login(
         raise SsoRefused("the provider sent no subject")
     groups = groups_from(claims, groups_claim)
     email = claims.get("email") if isinstance(claims.get("email"), str) else ""
-    identity = (
-        SsoIdentity.objects.select_for_update()
-        .select_related("user")
-        .filter(issuer=issuer, subject=subject)
-        .first()
-    )
+    identity = None
+    created = False
+    # Two first logins at once (one person in two tabs; two people the provider names alike)
+    # both find no identity and create a user: the second INSERT meets a unique constraint.
+    # The creation is a savepoint, and a lost race looks again: the same person finds the
+    # account the other login made, another person gets a free name.
+    for _attempt in range(3):
+        identity = (
+            SsoIdentity.objects.select_for_update()
+            .select_related("user")
+            .filter(issuer=issuer, subject=subject)
+            .first()
+        )
+        if identity is not None:
+            break
+        try:
+            with transaction.atomic():
+                identity = _first_login(
+                    claims=claims,
+                    issuer=issuer,
+                    subject=subject,
+                    email=email,
+                    groups=groups,
+                    username_claim=username_claim,
+                    now=now,
+                )
+        except IntegrityError:
+            continue
+        created = True
+        break
     if identity is None:
-        wanted = claims.get(username_claim) or (email.split("@")[0] if email else subject)
-        user = get_user_model().objects.create_user(
-            username=_free_username(str(wanted)), email=email or ""
-        )
-        user.set_unusable_password()
-        user.first_name = str(claims.get("given_name") or "")[:150]
-        user.last_name = str(claims.get("family_name") or "")[:150]
-        user.save()
-        identity = SsoIdentity.objects.create(
-            user=user, issuer=issuer, subject=subject, groups=groups, last_login_at=now
-        )
-        audit_record(
-            actor=user,
-            action="user.sso_create",
-            target=user,
-            after={"username": user.username, "email": email, "issuer": issuer},
-            comment="created at first single sign-on login",
-        )
+        raise SsoRefused("the account could not be created (concurrent logins); sign in again")
+    if created:
+        user = identity.user
     else:
         user = identity.user
         if not user.is_active:

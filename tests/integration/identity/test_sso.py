@@ -255,3 +255,32 @@ def test_sso_sessions_are_rechecked_silently_with_the_provider(rules, settings):
     local = Client()
     local.force_login(get_user_model().objects.get(username="alice"))
     assert local.get("/jobs/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("same_person", [True, False], ids=["same-subject", "two-people"])
+def test_two_first_logins_at_once_both_sign_in(rules, same_person):
+    """Two first logins at the same moment: the same person in two tabs, or two people whose
+    provider names are both 'dora'. Both saw no account yet and created user 'dora'; the second
+    INSERT met the unique username (a 500 at the callback). The same person now gets the one
+    account the first login made; another person gets 'dora-sso'."""
+    from tests.integration.concurrency import race
+
+    first_user = {}
+
+    def first():
+        first_user["user"] = _login(["ml-vision"], sub="u-123")
+
+    second = race(first, lambda: _login(["ml-vision"], sub="u-123" if same_person else "u-456"))
+    assert not isinstance(second, Exception), repr(second)
+    doras = get_user_model().objects.filter(username__startswith="dora").order_by("id")
+    if same_person:
+        assert second.pk == first_user["user"].pk
+        assert list(doras.values_list("username", flat=True)) == ["dora"]
+        assert SsoIdentity.objects.count() == 1
+    else:
+        assert second.username == "dora-sso"
+        assert SsoIdentity.objects.count() == 2
+    assert Membership.objects.filter(
+        team__slug="vision", user__username__startswith="dora"
+    ).count() == (1 if same_person else 2)
