@@ -42,6 +42,7 @@ from .services import (
     _validate_request,
     job_fields,
     pending_caps_check,
+    references_checked,
     request_number_errors,
 )
 from .states import LIVE_STATES, JobState
@@ -180,7 +181,7 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
     ``array.status`` message goes to the team's stream and one scheduling cycle is requested, both
     after commit.
     """
-    with transaction.atomic():
+    with references_checked(), transaction.atomic():
         members, team, resolved = _validate_array(user=user, req=request)
         check_submission(team=team)
         pending_caps_check(user=user, team=team, adding=len(members))

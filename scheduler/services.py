@@ -6,12 +6,14 @@ requeue, finish, fail, cancel) live in ``scheduler.transitions``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from catalogue.models import GpuModel
@@ -342,6 +344,29 @@ def job_fields(
     }
 
 
+# The references of a job (and of an array) that an admin may delete while it is submitted.
+_REFERENCES = ("priority_class", "gpu_model", "team", "submitter")
+
+
+@contextlib.contextmanager
+def references_checked() -> Iterator[None]:
+    """Around a submission's transaction: a row the job references deleted between its
+    validation and its commit (an unused priority class or GPU model an admin removed) fails
+    the foreign key at commit; that is the field's 400, as if the row had never existed, not
+    a 500. Other integrity errors propagate."""
+    try:
+        yield
+    except IntegrityError as exc:
+        cause = exc.__cause__
+        constraint = getattr(getattr(cause, "diag", None), "constraint_name", None) or ""
+        field = next((f for f in _REFERENCES if f"_{f}_id_" in constraint), None)
+        if getattr(cause, "sqlstate", None) != "23503" or field is None:
+            raise
+        raise FieldErrors(
+            {field: ["was removed while the job was being submitted; submit it again"]}
+        ) from None
+
+
 def job_submit(
     *, user, request: JobRequest, target: tuple[str, Team | None, str | None] | None = None
 ) -> Job:
@@ -350,7 +375,7 @@ def job_submit(
     Raises :class:`FieldErrors` naming each bad field. Triggers a scheduling cycle after commit.
     ``target`` is the caller's team and role when already looked up (see ``_validate_request``).
     """
-    with transaction.atomic():
+    with references_checked(), transaction.atomic():
         team, gpu_model, priority = _validate_request(request, user=user, target=target)
         check_submission(team=team)
         pending_caps_check(user=user, team=team, adding=1)

@@ -135,3 +135,37 @@ def test_teams_endpoint_lists_only_mine(platform, api_as):
 def test_nul_bytes_in_a_filter_are_a_400_not_a_500(platform, api_as):
     response = api_as(platform["alice"]).get("/api/v1/jobs/", {"team": "vis\x00ion"})
     assert response.status_code == 400 and "team" in response.json()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("through", ["job", "array"])
+def test_a_submission_racing_the_deletion_of_its_priority_class_is_a_400(
+    platform, submit, api_as, through
+):
+    """A platform admin deletes an unused priority class while a member submits with it. The
+    deletion saw no job using the class and went through; the submission, validated against
+    the class a moment before, failed at commit on its foreign key: a 500. It is now the 400 on
+    ``priority_class`` a submission naming a class that does not exist gets, and nothing of it
+    is written."""
+    from tenants.models import PriorityClass
+    from tenants.services import priority_class_delete
+    from tests.integration.concurrency import race
+
+    def submission():
+        if through == "job":
+            return submit(platform["alice"], priority_class="best-effort")
+        body = {
+            "name": "sweep",
+            "team": "vision",
+            "template": {"workers": 1, "gpus_per_worker": 1, "priority_class": "best-effort"},
+            "count": 3,
+        }
+        return api_as(platform["alice"]).post("/api/v1/job-arrays/", body, format="json")
+
+    response = race(
+        lambda: priority_class_delete(user=platform["admin"], name="best-effort"), submission
+    )
+    assert response.status_code == 400, response.content
+    assert "priority_class" in response.json()
+    assert not Job.objects.exists() and not JobEvent.objects.exists()
+    assert not PriorityClass.objects.filter(name="best-effort").exists()
