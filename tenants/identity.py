@@ -137,10 +137,8 @@ def sso_login(
         break
     if identity is None:
         raise SsoRefused("the account could not be created (concurrent logins); sign in again")
-    if created:
-        user = identity.user
-    else:
-        user = identity.user
+    user = identity.user
+    if not created:
         if not user.is_active:
             return None
         if email and user.email != email:
