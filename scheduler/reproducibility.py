@@ -234,7 +234,8 @@ def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
     """Submit a new job that runs exactly what the given attempt ran: its record's submission
     (image pinned to the digest when one was known, the GPU model it ran on, the code reference
     and dataset version), with the secret env values taken from the original job. Checked like
-    any submission (the caller must be able to submit to the team). Raises NotFound for a job
+    any submission (the caller must be able to submit to the team). The job and its
+    "resubmitted" event are written in one transaction: all or nothing. Raises NotFound for a job
     outside the caller's teams or an attempt without a record."""
     chosen = attempt_record_get(user=user, job_id=job_id, attempt=attempt)
     original = chosen.job
@@ -246,11 +247,13 @@ def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
     body.setdefault("routing", original.routing)
     known = {f.name for f in dataclasses.fields(JobRequest)}
     request = JobRequest(**{k: v for k, v in body.items() if k in known})
-    new_job = job_submit(user=user, request=request)
-    event_record(
-        job=new_job,
-        kind="resubmitted",
-        message=f"resubmission of job {original.pk} attempt {chosen.attempt}",
-        data={"job": original.pk, "attempt": chosen.attempt},
-    )
+    # One transaction: a job without its "resubmitted" event would not say where it came from.
+    with transaction.atomic():
+        new_job = job_submit(user=user, request=request)
+        event_record(
+            job=new_job,
+            kind="resubmitted",
+            message=f"resubmission of job {original.pk} attempt {chosen.attempt}",
+            data={"job": original.pk, "attempt": chosen.attempt},
+        )
     return new_job

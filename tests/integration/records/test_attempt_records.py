@@ -154,3 +154,50 @@ def test_job_page_shows_the_record_and_links_its_export(platform, submit, client
     client.force_login(platform["charlie"])  # a viewer sees the record, not the button
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "Reproducibility record" in page and "Resubmit exactly this" not in page
+
+
+@pytest.fixture
+def resubmitted_events_refused():
+    """The database refuses to store a "resubmitted" event (a real failure at that INSERT, as a
+    full disk or a lost connection would be), and takes the refusal away afterwards."""
+    from django.db import connection
+
+    from scheduler.models import JobEvent
+    from tests.integration.concurrency import require_postgresql
+
+    require_postgresql()
+    table = JobEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_refuse_resubmitted() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN IF NEW.kind = 'resubmitted' THEN RAISE EXCEPTION 'event refused (test)'; "
+            "END IF; RETURN NEW; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER test_refuse_resubmitted BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION test_refuse_resubmitted()"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER test_refuse_resubmitted ON {table}")
+        cursor.execute("DROP FUNCTION test_refuse_resubmitted()")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resubmission_whose_event_fails_writes_no_job(
+    platform, submit, resubmitted_events_refused
+):
+    """The new job was committed in its own transaction and the "resubmitted" event written
+    after it: a failure writing the event left a job with no trace of where it came from. The
+    job and its event are now one transaction: nothing of the resubmission is written."""
+    from django.db import DatabaseError
+
+    from scheduler.models import JobEvent
+    from scheduler.reproducibility import job_resubmit
+
+    job = _run(platform, submit)
+    events = JobEvent.objects.count()
+    with pytest.raises(DatabaseError, match="event refused"):
+        job_resubmit(user=platform["alice"], job_id=job.pk, attempt=1)
+    assert list(Job.objects.values_list("pk", flat=True)) == [job.pk]
+    assert JobEvent.objects.count() == events
