@@ -462,7 +462,9 @@ def priority_class_delete(*, user, name: str) -> None:
     """Delete an unused priority class (platform admins only); one in use is a Conflict."""
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("only platform admins change priority classes", field="name")
-    pc = PriorityClass.objects.filter(name=name).first()
+    # Locked before the deletion looks for what refers to the class: a grant being written
+    # (entitlements_set locks the classes it grants) is then committed and deleted with it.
+    pc = PriorityClass.objects.select_for_update().filter(name=name).first()
     if pc is None:
         raise NotFound("no such priority class", field="name")
     before = _priority_state(pc)
@@ -511,7 +513,12 @@ def entitlements_set(
         raise PermissionDenied("only platform admins change quota settings", field="team")
     errors: dict[str, list[str]] = {}
     names = sorted({str(n) for n in (priority_classes or [])})
-    classes = list(PriorityClass.objects.filter(name__in=names))
+    # Locked (in a fixed order) until the grant is committed: a class deleted meanwhile is then
+    # unknown here, the field's 400, instead of failing the grant's foreign key at commit (a
+    # 500). FOR NO KEY UPDATE, so submissions naming the class are not held up by it.
+    classes = list(
+        PriorityClass.objects.select_for_update(no_key=True).filter(name__in=names).order_by("pk")
+    )
     unknown = sorted(set(names) - {c.name for c in classes})
     if unknown:
         errors["priority_classes"] = [f"unknown priority class(es): {', '.join(unknown)}"]

@@ -237,3 +237,37 @@ def test_concurrent_submissions_cannot_together_pass_the_team_cap(
     assert "may hold 10" in outcome.errors["team"][0]
     assert Job.objects.filter(team=teams["vision"], state="pending").count() == first_size
     assert JobArray.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("first", ["delete", "grant"])
+def test_a_grant_racing_the_deletion_of_its_class(platform, teams, restricted_production, first):
+    """A platform admin grants a team a priority class while another deletes that class. Each
+    saw the class there; whichever committed second failed on the grant's foreign key: an
+    IntegrityError, a 500. Now the two take turns: a grant after the deletion is the 400 on
+    ``priority_classes`` a grant of an unknown class gets (nothing written), and a deletion
+    after the grant deletes the class and the grant with it, as one after the other would."""
+    from core.errors import FieldErrors
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+
+    def grant():
+        return _grant(admin, teams["vision"], ["production"])
+
+    def delete():
+        return services.priority_class_delete(user=admin, name="production")
+
+    if first == "delete":
+        outcome = race(delete, grant)
+        assert isinstance(outcome, FieldErrors), repr(outcome)
+        assert outcome.status_code == 400
+        assert "unknown priority class(es): production" in outcome.errors["priority_classes"][0]
+        assert not TeamEntitlements.objects.exists()
+        assert not AuditEntry.objects.filter(action="entitlements.set").exists()
+    else:
+        outcome = race(grant, delete)
+        assert outcome is None, repr(outcome)
+        assert TeamEntitlements.objects.get(team=teams["vision"]).priority_classes.count() == 0
+    assert not PriorityClass.objects.filter(name="production").exists()
+    assert AuditEntry.objects.filter(action="priority.delete").count() == 1
