@@ -113,7 +113,10 @@ def sso_login(
     # account the other login made, another person gets a free name.
     for _attempt in range(3):
         identity = (
-            SsoIdentity.objects.select_for_update()
+            # Only the identity: a lock on the user row would hold up the foreign-key check of
+            # a membership an admin adds to the user meanwhile, while this login waits for
+            # that admin's lock on the team (memberships_sync): a deadlock.
+            SsoIdentity.objects.select_for_update(of=("self",))
             .select_related("user")
             .filter(issuer=issuer, subject=subject)
             .first()
@@ -153,8 +156,14 @@ def sso_login(
 
 def memberships_sync(*, user, groups: list[str]) -> list[str]:
     """Make ``user``'s SSO memberships match the rules for ``groups``; returns what changed (also
-    in the audit log). Manual memberships are left as they are."""
+    in the audit log). Manual memberships are left as they are.
+
+    The teams the rules give are locked first (in a fixed order), as ``membership_set`` locks
+    its team: an admin adding the user to one of them at the same moment is then either seen
+    here (a manual membership, kept) or sees what this login made (and changes its role),
+    instead of both inserting the same membership."""
     wanted = desired_roles(groups)
+    list(Team.objects.select_for_update(no_key=True).filter(pk__in=wanted).order_by("pk"))
     current = {m.team_id: m for m in Membership.objects.filter(user=user).select_related("team")}
     teams = Team.objects.in_bulk(set(wanted) | set(current))
     changes: list[str] = []

@@ -284,3 +284,40 @@ def test_two_first_logins_at_once_both_sign_in(rules, same_person):
     assert Membership.objects.filter(
         team__slug="vision", user__username__startswith="dora"
     ).count() == (1 if same_person else 2)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("first", ["login", "admin"])
+def test_a_login_and_an_admin_adding_the_same_membership_at_once(rules, platform, first):
+    """Dora's login gives her vision (a rule) while a platform admin adds her to vision by hand.
+    Each saw no membership and created one; the second INSERT met the unique (user, team): an
+    IntegrityError, a 500 at the callback or at the admin's request. Memberships of one team
+    are now changed one at a time, and the second sees what the first made, as in sequence: an
+    admin after the login changes the role of the membership the login made; a login after
+    the admin keeps the membership added by hand."""
+    from tenants.services import membership_set
+    from tests.integration.concurrency import race
+
+    dora = _login([])  # her account exists; no rule gives her a team yet
+    vision = Team.objects.get(slug="vision")
+
+    def login():
+        return _login(["ml-vision"])
+
+    def add():
+        return membership_set(user=platform["admin"], team=vision, username="dora", role="viewer")
+
+    if first == "login":
+        outcome = race(login, add)
+        assert isinstance(outcome, Membership), repr(outcome)
+        assert _roles(dora) == {"vision": ("viewer", "sso")}
+        entry = AuditEntry.objects.get(action="membership.set")
+        assert (entry.before, entry.after) == (
+            {"user": "dora", "role": "member"},
+            {"user": "dora", "role": "viewer"},
+        )
+    else:
+        outcome = race(add, login)
+        assert outcome == dora, repr(outcome)
+        assert _roles(dora) == {"vision": ("viewer", "manual")}
+        assert not AuditEntry.objects.filter(action__startswith="membership.sso").exists()
