@@ -165,6 +165,15 @@ class Node(models.Model):
     )
     datasets = models.JSONField(default=list, blank=True)
     probation_until = models.DateTimeField(null=True, blank=True)
+    # While the node is down: the out-of-service state (and its reason) it returns to when the
+    # backend reports it back, so an admin's drain or a quarantine outlasts an outage, as
+    # Slurm's DOWN+DRAIN comes back drained. Blank: it comes back ready.
+    resume_state = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=[(s, s.label) for s in (NodeState.DRAINING, NodeState.QUARANTINED)],
+    )
+    resume_reason = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -33,7 +33,7 @@ from functools import cache
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from core import streams
@@ -214,16 +214,37 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
         if seen is None:
             continue
         if seen.state == "down" and node.state != NodeState.DOWN:
+            # A drained or quarantined node keeps that state to return to, read in the same
+            # UPDATE that marks it down (so an admin's drain committed just before is kept).
+            held = Q(state__in=[NodeState.DRAINING, NodeState.QUARANTINED])
             with transaction.atomic():
                 if (
                     not Node.objects.filter(pk=node.pk)
                     .exclude(state=NodeState.DOWN)
-                    .update(state=NodeState.DOWN, state_reason=seen.reason or "node failure")
+                    .update(
+                        state=NodeState.DOWN,
+                        state_reason=seen.reason or "node failure",
+                        resume_state=Case(When(held, then=F("state")), default=Value("")),
+                        resume_reason=Case(When(held, then=F("state_reason")), default=Value("")),
+                    )
                 ):
                     continue
                 node.state = NodeState.DOWN
                 _node_event(node, NodeEvent.Kind.FAILED, seen.reason or "node failure", now)
             _requeue_jobs_on(node, now)
+        elif seen.state != "down" and node.state == NodeState.DOWN and node.resume_state:
+            # Back, but an admin (or a health rule) had taken it out: it stays out, as it was
+            # left, until released; its failures quarantine nothing more.
+            if Node.objects.filter(pk=node.pk, state=NodeState.DOWN).update(
+                state=F("resume_state"),
+                state_reason=F("resume_reason"),
+                resume_state="",
+                resume_reason="",
+            ):
+                node.state, node.state_reason = node.resume_state, node.resume_reason
+                _node_event(
+                    node, NodeEvent.Kind.RECOVERED, f"node is back, still {node.state}", now
+                )
         elif seen.state != "down" and node.state == NodeState.DOWN:
             failures = NodeEvent.objects.filter(
                 node=node, kind=NodeEvent.Kind.FAILED, time__gte=now - window

@@ -292,3 +292,40 @@ def test_snapshot_times_are_exactly_the_rows_timestamps(platform, submit):
     assert any(r.started_at == odd.timestamp() for r in snapshot.running)
     for p in snapshot.pending:
         assert p.submitted_at == rows[p.id].submitted_at.timestamp()
+
+
+@pytest.mark.parametrize("hold", ["drain", "quarantine"])
+def test_a_node_an_admin_took_out_stays_out_through_an_outage(platform, hold):
+    """An admin drains (or quarantines) a node for maintenance; it then goes down. The loop's
+    DOWN replaced the admin's state, and when the node came back it was ready (or, after enough
+    failures, quarantined on a probation the loop ends): new jobs went to the node under
+    maintenance. As in Slurm (DOWN+DRAIN comes back drained), it now comes back as the admin
+    left it, reason included, however often it fails, until an admin releases it."""
+    from scheduler.services import node_drain, node_quarantine, node_release
+
+    admin = platform["admin"]
+    node = Node.objects.get(name="n3")
+    backend = get_backend(node.cluster)
+    if hold == "drain":
+        node_drain(user=admin, node_id=node.pk, reason="firmware update")
+    else:
+        node_quarantine(user=admin, node_id=node.pk, reason="firmware update")
+    held = Node.objects.get(pk=node.pk).state
+    for _ in range(2):  # SCHEDULER_QUARANTINE_FAILURES failures
+        backend.fail_node("n3", repair_after_s=0.2)
+        run_cycle()
+        node.refresh_from_db()
+        assert node.state == "down"
+        advance(0.3)
+        run_cycle()
+        node.refresh_from_db()
+        assert (node.state, node.state_reason) == (held, "firmware update")
+    run_cycle()  # nor does the loop release it later
+    node.refresh_from_db()
+    assert node.state == held and node.probation_until is None
+    kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
+    assert kinds[1:] == ["failed", "recovered", "failed", "recovered"]
+    assert not Allocation.objects.filter(node=node, ended_at__isnull=True).exists()
+    node_release(user=admin, node_id=node.pk)
+    node.refresh_from_db()
+    assert node.state == "ready"
