@@ -85,7 +85,7 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
     """What every portal websocket shares: clients send nothing useful (a frame is answered
     "read-only"), frames go through the bounded JSON reader (too large: 1009, too deep: 1007),
     :meth:`cleanup` runs however the socket ends (even when a handler raised), and
-    :meth:`session_valid` tells whether the socket's session still signs its user in."""
+    :meth:`session_user` reads the socket's user afresh from its session."""
 
     async def __call__(self, scope, receive, send):
         try:
@@ -104,15 +104,21 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
         session = self.scope.get("session")
         self.session_key = getattr(session, "session_key", None)
 
-    async def session_valid(self) -> bool:
-        """Does the session still sign this socket's user in (not logged out, deactivated or
-        with a new password)? A database hiccup counts as yes: the next check decides."""
+    async def session_user(self, fallback):
+        """The socket's user as the session store and the database say now (so a platform
+        admin unticked since the socket opened reads as one no more), or None when the session
+        no longer signs that user in (logged out, deactivated, new password). A database hiccup
+        answers ``fallback``: the next check decides."""
         try:
             user = await _session_user(self.session_key)
         except Exception:
             log.warning("websocket session check failed", exc_info=True)
-            return True
-        return user.is_authenticated and user.pk == self.user_id
+            return fallback
+        return user if user.is_authenticated and user.pk == self.user_id else None
+
+    async def session_valid(self) -> bool:
+        """Does the session still sign this socket's user in? A database hiccup counts as yes."""
+        return await self.session_user(True) is not None
 
     @classmethod
     async def decode_json(cls, text_data):

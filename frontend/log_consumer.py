@@ -12,8 +12,9 @@ consumer never writes to the database. Each socket reads the backend once a seco
 may hold at most ``MAX_SOCKETS_PER_USER`` of them per server process (more are closed with 4429).
 
 Sessions follow membership: every read goes through the team-scoped selector, so a member removed
-from the team is closed (4404) within a second; every ``SESSION_CHECK_S`` the socket checks its
-session still signs its user in, so a logout closes it (4401) within seconds.
+from the team is closed (4404) within a second; every ``SESSION_CHECK_S`` the socket reads its
+user afresh from its session, so a logout closes it (4401) within seconds, and a platform admin
+demoted meanwhile reads another team's job no more (4404) within seconds.
 """
 
 from __future__ import annotations
@@ -132,9 +133,13 @@ class JobLogConsumer(ReadOnlySocket):
         while True:
             if loop.time() - session_checked >= SESSION_CHECK_S:
                 session_checked = loop.time()
-                if not await self.session_valid():  # logged out, deactivated, new password
+                fresh = await self.session_user(user)
+                if fresh is None:  # logged out, deactivated, new password
                     await self.close(code=CLOSE_SIGNED_OUT)
                     return
+                # Reads go on as the user is now, not as it was at connect: a platform admin
+                # demoted since reads only its own teams' jobs (another's is closed with 4404).
+                user = fresh
             try:
                 log = await _read(
                     user=user,

@@ -303,3 +303,26 @@ def test_a_thirty_digit_job_id_is_not_a_log_socket(platform):
         return connected
 
     assert async_to_sync(scenario)() is False
+
+
+def test_a_platform_admin_demoted_while_reading_another_teams_log_is_cut_off(platform, log_job):
+    """A platform admin reads every team's job output; unticked in Django admin (same session,
+    same password), the socket must stop reading vision's output as a member of no team would.
+    The log socket used the user it was opened with, whose ``is_superuser`` stayed True."""
+    admin = platform["admin"]  # a member of no team
+    cookie, _ = _cookie(admin)
+
+    async def scenario():
+        socket = _log_socket(log_job, cookie)
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        assert (await socket.receive_json_from(timeout=5))["type"] == "log.attempt"
+
+        def demote():
+            admin.is_superuser = False
+            admin.save()
+
+        await database_sync_to_async(demote)()
+        return await _closed_with(socket, timeout=5)
+
+    assert async_to_sync(scenario)() == 4404
