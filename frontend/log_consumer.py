@@ -96,7 +96,8 @@ class JobLogConsumer(ReadOnlySocket):
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1")[:100])
         wanted = (query.get("attempt") or [""])[0]
-        if wanted and not (wanted.isdigit() and 0 < int(wanted) < 100000):
+        # ASCII digits only: str.isdigit() also says yes to "²", which int() refuses.
+        if wanted and not (wanted.isascii() and wanted.isdigit() and 0 < int(wanted) < 100000):
             await self.close(code=4400)
             return
         try:

@@ -167,13 +167,23 @@ def test_another_team_or_anonymous_hears_nothing(platform, who):
     async_to_sync(scenario)()
 
 
-def test_a_bad_attempt_is_refused(platform):
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "x",
+        "0",
+        "100000",
+        "%C2%B2",  # "²": str.isdigit() says yes, int() raised ValueError in connect
+        "1%C2%B2",
+    ],
+)
+def test_a_bad_attempt_is_refused(platform, attempt):
     job = started_job(platform["alice"])
     cookie = headers(platform["alice"])
 
     async def scenario():
         socket = WebsocketCommunicator(
-            application, f"/ws/jobs/{job.pk}/log/?attempt=x", headers=cookie
+            application, f"/ws/jobs/{job.pk}/log/?attempt={attempt}", headers=cookie
         )
         connected, code = await socket.connect()
         assert not connected and code == 4400
