@@ -6,9 +6,10 @@ attempt's output, then what the job writes, as it writes it, read by cursor from
 backend about once a second. Without ``attempt`` the socket follows the job: when an attempt ends
 and a newer one starts (a requeue), it moves on to that one. When the job is over and its last
 output has been sent, the socket says so and closes. A backend that does not answer is reported
-and retried; the socket stays open. Read-only: anything the client sends is answered with an
-error frame; frames go through the bounded JSON reader (``consumers.ReadOnlySocket``). The
-consumer never writes to the database. Each socket reads the backend once a second, so one user
+and retried, and so is a read that fails unexpectedly (a database hiccup): the socket stays open
+and its reader never dies silently under it. Read-only: anything the client sends is answered
+with an error frame; frames go through the bounded JSON reader (``consumers.ReadOnlySocket``).
+The consumer never writes to the database. Each socket reads the backend once a second, so one user
 may hold at most ``MAX_SOCKETS_PER_USER`` of them per server process (more are closed with 4429).
 
 Sessions follow membership: every read goes through the team-scoped selector, so a member removed
@@ -20,6 +21,7 @@ demoted meanwhile reads another team's job no more (4404) within seconds.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Literal, TypedDict
 from urllib.parse import parse_qs
 
@@ -31,6 +33,8 @@ from scheduler import selectors
 from scheduler.states import FINAL_STATES
 
 from .consumers import CLOSE_SIGNED_OUT, ReadOnlySocket
+
+logger = logging.getLogger(__name__)
 
 POLL_S = 1.0
 MAX_SOCKETS_PER_USER = 8
@@ -160,6 +164,20 @@ class JobLogConsumer(ReadOnlySocket):
             except DomainError:  # e.g. an attempt that does not exist: start over
                 attempt, cursor = pinned, None
                 await asyncio.sleep(POLL_S)
+                continue
+            except Exception:
+                # A database hiccup or a backend's unexpected error: ending this task would
+                # leave an open socket that never sends again (and that the browser, seeing no
+                # close, never replaces). Say so without internals and try again.
+                logger.warning(
+                    "output of job %s could not be read; retrying", job_id, exc_info=True
+                )
+                failed: LogUnavailablePayload = {
+                    "type": "log.unavailable",
+                    "message": "the job's output could not be read; retrying",
+                }
+                await self.send_json(failed)
+                await asyncio.sleep(UNAVAILABLE_RETRY_S)
                 continue
             if log.attempt is not None and log.attempt != shown:
                 shown = attempt = log.attempt

@@ -211,3 +211,45 @@ def test_one_user_holds_a_bounded_number_of_log_sockets(platform, monkeypatch):
         await fourth.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_an_unexpected_read_error_is_reported_and_retried_not_a_silent_socket(
+    platform, monkeypatch
+):
+    """A read that fails with something other than a domain error (here the database dropping
+    the connection under the backend's read) used to end the socket's reader task while the
+    socket stayed open: the pane looked live and never showed another line, and the browser,
+    seeing no close, never reconnected. It must say so and try again."""
+    from django.db import OperationalError
+
+    from scheduler.backends.simulated import SimulatedBackend
+
+    monkeypatch.setattr(log_consumer, "UNAVAILABLE_RETRY_S", 0.1)
+    alice = platform["alice"]
+    job = started_job(alice)
+    advance(2)
+    real_read = SimulatedBackend.read_log
+    failures = {"left": 2}
+
+    def flaky_read(self, *args, **kwargs):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(SimulatedBackend, "read_log", flaky_read)
+    cookie = headers(alice)
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
+        assert (await socket.connect())[0]
+        frames = await frames_until(socket, lambda f: f["type"] == "log")
+        await socket.disconnect()
+        return frames
+
+    frames = async_to_sync(scenario)()
+    unavailable = [f for f in frames if f["type"] == "log.unavailable"]
+    assert len(unavailable) == 2
+    assert "server closed" not in repr(unavailable)  # no internals in the frame
+    assert frames[-1]["text"].startswith("[gpuplatform] attempt 1 on ")
+    assert log_consumer._open_by_user == {}  # noqa: SLF001
