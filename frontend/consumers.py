@@ -160,14 +160,23 @@ class StreamConsumer(ReadOnlySocket):
             return
         self.remember_session(user)
         self.topics, unknown = parse_topics(self.scope.get("query_string", b""))
-        self.content_groups = await _groups_for(user, self.topics)
-        self.joined = [*self.content_groups, streams.user_group(user.pk)]
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=self.QUEUE_MAX)
+        self.live, self.recheck_due = False, False
         self.hub = hub()
+        # The user's control group first, then the teams: a membership change that commits
+        # after the teams are read announces itself to this socket (checked once it is live),
+        # and one that committed before is in what is read. (Read first, a removal committing
+        # in between was announced to a group this socket was not in yet, and it joined the
+        # team's group with rights already gone.)
+        self.joined = [streams.user_group(user.pk)]
+        if self.hub is not None:
+            await self.hub.join(self, self.joined)
+        self.content_groups = await _groups_for(user, self.topics)
+        self.joined += self.content_groups
         # Joined before the hello: whatever is published after it reaches this socket (the
         # portal re-reads its state on hello), queued until the writer starts below.
         if self.hub is not None:
-            await self.hub.join(self, self.joined)
+            await self.hub.join(self, self.content_groups)
         await self.accept()
         await self.send_json(
             {"type": "hello", "groups": len(self.content_groups), "topics": self.topics}
@@ -184,6 +193,9 @@ class StreamConsumer(ReadOnlySocket):
         loop = asyncio.get_running_loop()
         self.writer = loop.create_task(self._write())
         self.rechecker = loop.create_task(self._recheck_periodically())
+        self.live = True
+        if self.recheck_due:  # announced while connecting
+            loop.create_task(self.recheck())
 
     def push(self, text: str) -> None:
         """Called by the hub for each message of this socket's groups."""
@@ -195,6 +207,9 @@ class StreamConsumer(ReadOnlySocket):
     def control(self, text: str) -> None:
         """Called by the hub for a message of this user's control group."""
         if streams.RECHECK_SESSIONS in text:
+            if not self.live:  # still connecting: checked once connect has finished
+                self.recheck_due = True
+                return
             asyncio.get_running_loop().create_task(self.recheck())
 
     def _close_soon(self, code: int) -> None:

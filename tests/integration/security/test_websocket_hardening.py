@@ -167,6 +167,35 @@ def test_a_removed_member_is_cut_off_within_seconds(platform, teams, vera):
     assert "vision-secret" not in repr(heard)
 
 
+def test_a_member_removed_while_the_socket_connects_is_cut_off(platform, teams, vera, monkeypatch):
+    """The removal commits after the connecting socket read alice's teams and before it joined
+    its groups: the session.recheck it publishes reached alice's control group while this socket
+    was not in it yet, so the socket joined vision's group with rights she no longer had and
+    heard vision's jobs until the periodic check (about a minute later)."""
+    from frontend import consumers
+
+    real_team_ids_of = consumers.team_ids_of
+    removed = []
+
+    def teams_then_removed(user):
+        ids = real_team_ids_of(user)
+        if user.username == "alice" and not removed:
+            removed.append(True)
+            tenant_services.membership_remove(user=vera, team=teams["vision"], username="alice")
+        return ids
+
+    monkeypatch.setattr(consumers, "team_ids_of", teams_then_removed)
+    cookie, _ = _cookie(platform["alice"])
+
+    async def scenario():
+        socket = _socket(cookie)
+        await _open(socket)
+        return await _closed_with(socket, timeout=5)
+
+    assert async_to_sync(scenario)() == 4403
+    assert removed
+
+
 def test_logging_out_closes_that_sessions_sockets_only(platform):
     alice = platform["alice"]
     cookie, browser = _cookie(alice)
