@@ -131,6 +131,16 @@ class JobLogConsumer(ReadOnlySocket):
             else:
                 _open_by_user.pop(counted, None)
 
+    @staticmethod
+    async def _over(user, job_id: int) -> bool:
+        """Is the job in a final state? (False when it is no longer visible: the next read
+        closes with 4404.)"""
+        try:
+            job = await _visible(user=user, job_id=job_id)
+        except NotFound:
+            return False
+        return job.state in FINAL_STATES
+
     async def _follow(self, user, job_id: int, pinned: int | None) -> None:
         attempt, cursor, shown = pinned, None, None
         loop = asyncio.get_running_loop()
@@ -161,8 +171,15 @@ class JobLogConsumer(ReadOnlySocket):
                 await self.send_json(message)
                 await asyncio.sleep(UNAVAILABLE_RETRY_S)
                 continue
-            except DomainError:  # e.g. an attempt that does not exist: start over
-                attempt, cursor = pinned, None
+            except DomainError as exc:  # e.g. an attempt that does not exist (yet)
+                if exc.field == "attempt" and pinned is not None and await self._over(user, job_id):
+                    # A finished job gains no attempt: refuse as the REST read does, not wait.
+                    await self.send_json(
+                        {"type": "error", "field": "attempt", "message": exc.message}
+                    )
+                    await self.close(code=4400)
+                    return
+                attempt, cursor = pinned, None  # start over
                 await asyncio.sleep(POLL_S)
                 continue
             except Exception:

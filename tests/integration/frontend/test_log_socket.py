@@ -253,3 +253,30 @@ def test_an_unexpected_read_error_is_reported_and_retried_not_a_silent_socket(
     assert "server closed" not in repr(unavailable)  # no internals in the frame
     assert frames[-1]["text"].startswith("[gpuplatform] attempt 1 on ")
     assert log_consumer._open_by_user == {}  # noqa: SLF001
+
+
+def test_a_pinned_attempt_a_finished_job_never_had_is_refused_not_awaited(platform):
+    """``?attempt=5`` of a job that finished after one attempt: that attempt can never come. The
+    socket used to start over once a second for ever, open and silent (the pane said nothing);
+    it must say why and close, as the REST read answers 400 on ``attempt``."""
+    alice = platform["alice"]
+    job = started_job(alice, seconds=120)
+    advance(5)
+    run_cycle()
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    cookie = headers(alice)
+
+    async def scenario():
+        socket = WebsocketCommunicator(
+            application, f"/ws/jobs/{job.pk}/log/?attempt=5", headers=cookie
+        )
+        assert (await socket.connect())[0]
+        error = await socket.receive_json_from(timeout=5)
+        closed = await socket.receive_output(timeout=5)
+        await socket.disconnect()
+        return error, closed
+
+    error, closed = async_to_sync(scenario)()
+    assert error == {"type": "error", "field": "attempt", "message": "the job has 1 attempt"}
+    assert closed == {"type": "websocket.close", "code": 4400}
+    assert log_consumer._open_by_user == {}  # noqa: SLF001
