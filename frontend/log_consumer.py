@@ -97,22 +97,26 @@ class JobLogConsumer(ReadOnlySocket):
         if _open_by_user.get(user.pk, 0) >= MAX_SOCKETS_PER_USER:
             await self.close(code=4429)
             return
+        # Counted at once, before the job read below awaits (counted after it, sockets opened
+        # together all passed the bound); given back by cleanup, however the socket ends.
+        self.counted = user.pk
+        _open_by_user[user.pk] = _open_by_user.get(user.pk, 0) + 1
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1")[:100])
         wanted = (query.get("attempt") or [""])[0]
         # ASCII digits only: str.isdigit() also says yes to "²", which int() refuses.
         if wanted and not (wanted.isascii() and wanted.isdigit() and 0 < int(wanted) < 100000):
+            await self.cleanup()
             await self.close(code=4400)
             return
         try:
             await _visible(user=user, job_id=job_id)
         except NotFound:
+            await self.cleanup()
             await self.close(code=4404)
             return
         self.remember_session(user)
         await self.accept()
-        self.counted = user.pk
-        _open_by_user[user.pk] = _open_by_user.get(user.pk, 0) + 1
         self.follower = asyncio.get_running_loop().create_task(
             self._follow(user, job_id, int(wanted) if wanted else None)
         )

@@ -165,6 +165,7 @@ def test_another_team_or_anonymous_hears_nothing(platform, who):
         await socket.disconnect()
 
     async_to_sync(scenario)()
+    assert log_consumer._open_by_user == {}  # noqa: SLF001  (a refused socket holds no place)
 
 
 @pytest.mark.parametrize(
@@ -279,4 +280,26 @@ def test_a_pinned_attempt_a_finished_job_never_had_is_refused_not_awaited(platfo
     error, closed = async_to_sync(scenario)()
     assert error == {"type": "error", "field": "attempt", "message": "the job has 1 attempt"}
     assert closed == {"type": "websocket.close", "code": 4400}
+    assert log_consumer._open_by_user == {}  # noqa: SLF001
+
+
+def test_sockets_opened_at_once_cannot_pass_the_per_user_bound_together(platform, monkeypatch):
+    """The bound was checked before the job read of the handshake and counted after it, so
+    sockets opened together (a script, or a page reloaded in many tabs) all passed the check
+    while each waited for its read, and each then polled the backend once a second."""
+    monkeypatch.setattr(log_consumer, "MAX_SOCKETS_PER_USER", 2)
+    job = started_job(platform["alice"])
+    cookie = headers(platform["alice"])
+
+    async def scenario():
+        path = f"/ws/jobs/{job.pk}/log/"
+        sockets = [WebsocketCommunicator(application, path, headers=cookie) for _ in range(6)]
+        results = await asyncio.gather(*(s.connect(timeout=5) for s in sockets))
+        for socket in sockets:
+            await socket.disconnect()
+        return results
+
+    results = async_to_sync(scenario)()
+    assert sum(connected for connected, _ in results) == 2
+    assert sorted(code for connected, code in results if not connected) == [4429] * 4
     assert log_consumer._open_by_user == {}  # noqa: SLF001
