@@ -57,6 +57,15 @@ def started_job(user, seconds=600.0) -> Job:
     return job
 
 
+def finished_job(user) -> Job:
+    """A job that ran its one attempt to the end (two minutes of simulated work)."""
+    job = started_job(user, seconds=120)
+    advance(5)
+    run_cycle()
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    return job
+
+
 advance = SimulatedClock.advance
 
 
@@ -111,10 +120,7 @@ def test_tail_then_live_output_then_the_next_attempt(platform):
 
 def test_a_finished_job_sends_its_output_and_ends(platform):
     alice = platform["alice"]
-    job = started_job(alice, seconds=120)
-    advance(5)
-    run_cycle()
-    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    job = finished_job(alice)
     cookie = headers(alice)
 
     async def scenario():
@@ -261,10 +267,7 @@ def test_a_pinned_attempt_a_finished_job_never_had_is_refused_not_awaited(platfo
     socket used to start over once a second for ever, open and silent (the pane said nothing);
     it must say why and close, as the REST read answers 400 on ``attempt``."""
     alice = platform["alice"]
-    job = started_job(alice, seconds=120)
-    advance(5)
-    run_cycle()
-    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    job = finished_job(alice)
     cookie = headers(alice)
 
     async def scenario():
