@@ -116,10 +116,6 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
             return fallback
         return user if user.is_authenticated and user.pk == self.user_id else None
 
-    async def session_valid(self) -> bool:
-        """Does the session still sign this socket's user in? A database hiccup counts as yes."""
-        return await self.session_user(True) is not None
-
     @classmethod
     async def decode_json(cls, text_data):
         return loads_bounded(text_data, max_bytes=settings.WEBSOCKET_FRAME_MAX_BYTES)
