@@ -487,19 +487,20 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     (quarantined, no probation, the same reason) changes nothing."""
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
+    stored = reason.strip()[:300]  # what the state_reason column holds
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
         if (
             node.state == NodeState.QUARANTINED
             and node.probation_until is None
-            and node.state_reason == reason.strip()[:300]
+            and node.state_reason == stored
         ):
             return node
         Node.objects.filter(pk=node.pk).update(
-            state=NodeState.QUARANTINED, state_reason=reason.strip()[:300], probation_until=None
+            state=NodeState.QUARANTINED, state_reason=stored, probation_until=None
         )
         before = node.state
-        node.state, node.state_reason = NodeState.QUARANTINED, reason.strip()[:300]
+        node.state, node.state_reason = NodeState.QUARANTINED, stored
         _node_changed(
             node,
             "quarantined",
