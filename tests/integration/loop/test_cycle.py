@@ -133,17 +133,23 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(platform, submit, set
     assert job.earlier_runs_s == pytest.approx((requeued_at - first_started).total_seconds())
 
 
+def outage(backend, node) -> None:
+    """The node fails (a cycle sees it down) and is repaired (a cycle sees it back); ``node`` is
+    read again after each."""
+    backend.fail_node(node.name, repair_after_s=0.2)
+    run_cycle()
+    node.refresh_from_db()
+    assert node.state == "down"
+    advance(0.3)
+    run_cycle()
+    node.refresh_from_db()
+
+
 def test_repeated_failures_quarantine_then_probation_releases(platform):
     node = Node.objects.get(name="n3")
     backend = get_backend(node.cluster)
     for _ in range(2):
-        backend.fail_node("n3", repair_after_s=0.2)
-        run_cycle()
-        node.refresh_from_db()
-        assert node.state == "down"
-        advance(0.3)
-        run_cycle()
-        node.refresh_from_db()
+        outage(backend, node)
     assert node.state == "quarantined" and node.probation_until is not None
     assert "n3" in backend.config["drained"]
     kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
@@ -312,13 +318,7 @@ def test_a_node_an_admin_took_out_stays_out_through_an_outage(platform, hold):
         node_quarantine(user=admin, node_id=node.pk, reason="firmware update")
     held = Node.objects.get(pk=node.pk).state
     for _ in range(2):  # SCHEDULER_QUARANTINE_FAILURES failures
-        backend.fail_node("n3", repair_after_s=0.2)
-        run_cycle()
-        node.refresh_from_db()
-        assert node.state == "down"
-        advance(0.3)
-        run_cycle()
-        node.refresh_from_db()
+        outage(backend, node)
         assert (node.state, node.state_reason) == (held, "firmware update")
     run_cycle()  # nor does the loop release it later
     node.refresh_from_db()
