@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -190,6 +191,27 @@ def slurm_cluster(slurm_version: str) -> LocalSlurm:
         )
     _started[slurm_version] = cluster
     return cluster
+
+
+@pytest.fixture(scope="session")
+def host_python(slurm_cluster: LocalSlurm) -> Path:
+    """The directory of this test run's Python and its scripts (torchrun), as the cluster's
+    jobs see it. The cluster in a root gets the checkout and the interpreter bound read-only at
+    the same paths (``scripts/slurm-root bind``), so its jobs run this virtualenv as the host's
+    do. The binds stay until ``scripts/slurm-root umount`` (or ``remove``): a concurrent run on
+    the same root may be using them."""
+    if slurm_cluster.root:
+        wanted = sorted({str(REPO), sys.base_prefix, sys.prefix})
+        # a directory inside another one listed is already visible through it
+        dirs = [d for d in wanted if not any(d.startswith(o + "/") for o in wanted if o != d)]
+        argv = [str(REPO / "scripts" / "slurm-root"), "bind", *dirs, "--root", slurm_cluster.root]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            message = f"could not bind {dirs} into {slurm_cluster.root}: {proc.stderr[-800:]}"
+            if in_ci():
+                pytest.fail("CI=true requires a real Slurm: " + message, pytrace=False)
+            pytest.skip("SLURM TESTS SKIPPED (not CI): " + message)
+    return Path(sys.executable).parent
 
 
 @pytest.fixture

@@ -7,15 +7,16 @@ checkpointed step (the same losses as the first attempt computed after it), the 
 records as lost is at most the time since that checkpoint, and the API and the job page show both
 attempts.
 
-Runs on the host's Slurm 22.05: its jobs use this checkout's virtualenv, where ``make test``
-installed torch (the Debian 13 root of the 24.11 cluster has no Python). About a minute, most of
-it torch starting four times.
+Runs on Slurm 24.11, the generation sites run, like every Slurm test; its jobs run this
+checkout's virtualenv, where ``make test`` installed torch, bound read-only into the cluster's
+Debian 13 root (``host_python``). Slurm 22.05 is covered for the same path by the smoke tests of
+the checkpoint signal and the launcher's variables (test_slurm_backend.py); this test on both
+took 38 s more. About 40 s, most of it torch starting four times.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 import uuid
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from scheduler.models import Job, Node
 
 from .conftest import wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("22.05"), pytest.mark.django_db]
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
 REPO = Path(__file__).resolve().parents[3]
 GRACE_S = 12
@@ -55,16 +56,15 @@ def cycle_until(condition, timeout: float, what: str):
 
 
 def test_ddp_job_preempted_checkpoints_resumes_elsewhere_and_finishes(
-    slurm_platform, submit, alice, bob, api_as, settings
+    slurm_platform, host_python, submit, alice, bob, api_as, settings
 ):
     settings.SCHEDULER_POLICY = {"preemption_grace_s": GRACE_S}
     slurm = slurm_platform["slurm"]
     tag = uuid.uuid4().hex[:8]
     checkpoints = slurm.file(f"ddp-{tag}")
     release = slurm.file(f"ddp-{tag}.release-filler")
-    python_bin = Path(sys.executable).parent
     command = (
-        f"exec {python_bin}/torchrun --nproc-per-node=1 {REPO}/examples/ddp/train.py "
+        f"exec {host_python}/torchrun --nproc-per-node=1 {REPO}/examples/ddp/train.py "
         f"--steps {STEPS} --step-seconds {STEP_S} --checkpoint-dir {checkpoints}"
     )
     gpu_model = Node.objects.filter(cluster=slurm_platform["cluster"]).first().gpu_model.name
@@ -151,8 +151,10 @@ def test_ddp_job_preempted_checkpoints_resumes_elsewhere_and_finishes(
     assert float(resumed[3]) == pytest.approx(work_s, abs=0.01)
     before, after = losses(first), losses(second)
     assert min(after) == step + 1 and max(after) == STEPS
+    # How many steps attempt 1 ran past its checkpoint depends on how soon a cycle saw the
+    # checkpoint and stopped it (a few steps on a quiet machine): at least one to compare.
     overlap = sorted(set(before) & set(after))
-    assert len(overlap) >= 20, (step, max(before))
+    assert overlap, (step, max(before))
     assert all(before[s] == after[s] for s in overlap)
     assert re.search(rf"^done: {STEPS} steps, ", second, re.M)
     # Lost work: GPUs x (requeue - last checkpoint the platform saw), at most the true time
