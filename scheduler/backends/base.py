@@ -49,6 +49,9 @@ class BackendJobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     NODE_FAILED = "node_failed"  # stopped because a node it ran on died
+    # Stopped by the cluster's own scheduler (Slurm preemption), not by the job or the platform:
+    # the platform requeues the job from its checkpoint.
+    INTERRUPTED = "interrupted"
     UNKNOWN = "unknown"  # the backend has no record of it
 
 
@@ -58,6 +61,7 @@ TERMINAL_BACKEND_STATES = frozenset(
         BackendJobState.FAILED,
         BackendJobState.CANCELLED,
         BackendJobState.NODE_FAILED,
+        BackendJobState.INTERRUPTED,
     }
 )
 
@@ -165,7 +169,9 @@ class Backend(Protocol):
         ...
 
     def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
-        """States of the given ``(job_id, attempt)`` runs; unknown runs come back UNKNOWN."""
+        """States of the given ``(job_id, attempt)`` runs; unknown runs come back UNKNOWN. A run
+        the backend finds in a state it cannot interpret (a newer cluster's) is left out: no
+        news, so the loop changes nothing about it."""
         ...
 
     def read_log(

@@ -21,6 +21,8 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
   is never blindly re-sent: each retry looks the name up first, so an sbatch that reached
   slurmctld before a timeout is not submitted twice.
 - A refusal (unknown node, impossible request, invalid spec) raises :class:`BackendRejected`.
+- ``poll_jobs`` leaves out a run in a state word no supported Slurm prints (logged): the loop
+  changes nothing about it, rather than take it for a run Slurm has no record of.
 - ``poll_jobs`` reports ``checkpointed_progress_s`` from ``<job_workdir>/<run>.progress`` when
   the job wrote one there (after a checkpoint).
 - Output Slurm prints in a shape of neither JSON generation is a :class:`BackendRejected` naming
@@ -68,6 +70,7 @@ from scheduler.backends.slurm_parsers import (
     build_job_script,
     build_sbatch_argv,
     classify_error,
+    is_known_state,
     is_live,
     job_status,
     parse_checkpoint_progress,
@@ -459,6 +462,15 @@ class SlurmBackend:
             job = found.get(backend_job_name(job_id, attempt))
             if job is None:
                 out.append(BackendJobStatus(job_id, attempt, BackendJobState.UNKNOWN))
+            elif not is_known_state(job.state):
+                # A newer Slurm's word: the run exists, so UNKNOWN ("no record") would make the
+                # loop requeue the job and cancel this run as superseded. No news instead.
+                logger.warning(
+                    "slurm: %s: Slurm state %s is not one this backend knows; "
+                    "the platform leaves the run as it is",
+                    backend_job_name(job_id, attempt),
+                    job.state,
+                )
             else:
                 status = job_status(job, job_id, attempt)
                 progress = saved.get(backend_job_name(job_id, attempt))

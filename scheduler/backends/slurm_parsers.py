@@ -592,12 +592,28 @@ _RUNNING_STATES = {
     "SIGNALING",
     "STAGE_OUT",
     "RESIZING",
+    # Suspended (scontrol suspend) or stopped: Slurm keeps the job's GPUs allocated to it.
     "SUSPENDED",
     "STOPPED",
 }
 _PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
-_FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
-_CANCELLED_STATES = {"CANCELLED", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"}
+_FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"}
+# The nodes, not the job: NODE_FAIL, and BOOT_FAIL (a node that never came up to run it, which
+# Slurm itself requeues like a node failure when a job allows it).
+_NODE_FAILED_STATES = {"NODE_FAIL", "BOOT_FAIL"}
+# Slurm's own preemption (for a site's other partitions or QOS). Our runs are not requeueable,
+# so Slurm ends them; the platform requeues the job instead of losing it.
+_INTERRUPTED_STATES = {"PREEMPTED"}
+_CANCELLED_STATES = {"CANCELLED", "REVOKED", "SPECIAL_EXIT"}
+_TERMINAL_SLURM = (
+    {"COMPLETED"} | _FAILED_STATES | _NODE_FAILED_STATES | _INTERRUPTED_STATES | _CANCELLED_STATES
+)
+_KNOWN_STATES = _RUNNING_STATES | _PENDING_STATES | _TERMINAL_SLURM
+
+
+def is_known_state(state: str) -> bool:
+    """True for every state word Slurm 22.05 to 24.11 prints for a job (squeue and sacct)."""
+    return state in _KNOWN_STATES
 
 
 def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
@@ -606,7 +622,8 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
     A job Slurm requeued after it had started (``restart_cnt > 0`` and pending again: what
     ``--requeue`` did when a node died, for runs submitted before the backend passed
     ``--no-requeue``) is reported NODE_FAILED: the platform decides where the next attempt runs,
-    rather than waiting for Slurm to restart it on the same pinned nodes.
+    rather than waiting for Slurm to restart it on the same pinned nodes. A state word that is
+    not :func:`is_known_state` comes back UNKNOWN; callers must not read that as a lost run.
     """
     state = job.state
     reason = job.reason
@@ -620,12 +637,19 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
             ours = BackendJobState.PENDING
     elif state == "COMPLETED":
         ours = BackendJobState.SUCCEEDED
-    elif state == "NODE_FAIL":
+    elif state in _NODE_FAILED_STATES:
         ours = BackendJobState.NODE_FAILED
+        if state == "BOOT_FAIL":
+            reason = "a node failed to boot for it (Slurm BOOT_FAIL)"
+    elif state in _INTERRUPTED_STATES:
+        ours = BackendJobState.INTERRUPTED
+        reason = "preempted by Slurm"
     elif state in _FAILED_STATES:
         ours = BackendJobState.FAILED
         if state == "TIMEOUT":
-            reason = reason or "time limit reached"
+            # Slurm's own reason is the code "TimeLimit"; this text is what the outcomes page
+            # reads as a timeout.
+            reason = "time limit reached"
     elif state in _CANCELLED_STATES:
         ours = BackendJobState.CANCELLED
     else:
@@ -665,9 +689,6 @@ def parse_checkpoint_progress(text: str) -> float | None:
         return None
     value = float(value)
     return value if value >= 0 and math.isfinite(value) else None
-
-
-_TERMINAL_SLURM = {"COMPLETED", "NODE_FAIL"} | _FAILED_STATES | _CANCELLED_STATES
 
 
 def pick_run(jobs: Iterable[SlurmJob]) -> SlurmJob | None:

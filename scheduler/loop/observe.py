@@ -173,6 +173,15 @@ def _sync_job(job: Job, status, now: datetime) -> None:
             reason=f"node failure ({status.reason or 'node lost'})",
             checkpointed_progress_s=status.checkpointed_progress_s,
         )
+    elif status.state == BackendJobState.INTERRUPTED:
+        # The cluster's own scheduler stopped it (Slurm preemption): lost work, not the job's
+        # end, and not the node's fault.
+        job_requeue(
+            job=job,
+            now=now,
+            reason=status.reason or "interrupted by the cluster",
+            checkpointed_progress_s=status.checkpointed_progress_s,
+        )
     elif status.state == BackendJobState.UNKNOWN and job.state == JobState.RUNNING:
         # The backend lost the run (e.g. restarted without state): run it again from the
         # checkpoint rather than leave GPUs held by a ghost.
@@ -183,7 +192,15 @@ def _sync_job(job: Job, status, now: datetime) -> None:
             checkpointed_progress_s=job.checkpointed_progress_s,
         )
     elif status.state == BackendJobState.CANCELLED and job.state == JobState.RUNNING:
-        job_finish(job=job, target=JobState.CANCELLED, now=now, message="cancelled on the backend")
+        # Someone stopped it on the cluster itself (a site admin's scancel): a cancel, as Slurm
+        # records it, not a failure to retry.
+        message = "cancelled on the cluster, outside the platform"
+        job_finish(
+            job=job,
+            target=JobState.CANCELLED,
+            now=now,
+            message=f"{message} ({status.reason})" if status.reason else message,
+        )
 
 
 def _purge_finished_runs(cluster: Cluster, backend) -> None:
@@ -274,8 +291,9 @@ def _requeue_jobs_on(node: Node, now: datetime) -> None:
         if job.cluster and job.backend_ref:
             backend = get_backend(job.cluster)
             try:
-                (status,) = backend.poll_jobs([(backend_run_id(job), job.attempts)])
-                progress = status.checkpointed_progress_s
+                # No status at all when the backend cannot read the run's state.
+                for status in backend.poll_jobs([(backend_run_id(job), job.attempts)]):
+                    progress = status.checkpointed_progress_s
                 backend.cancel(
                     backend_run_id(job), job.attempts
                 )  # the gang's other workers stop too

@@ -34,6 +34,7 @@ from scheduler.backends.slurm_parsers import (
     decode_wait_status,
     expand_hostlist,
     format_time_limit,
+    is_known_state,
     job_state_word,
     job_status,
     node_state,
@@ -48,6 +49,7 @@ from scheduler.backends.slurm_parsers import (
     parse_topology_conf,
     pick_run,
 )
+from scheduler.outcomes import failure_cause, loss_cause
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 VERSIONS = ["22.05", "24.11"]
@@ -124,6 +126,27 @@ def test_squeue_running_gang_expands_its_node_list(version):
     assert status.state is BackendJobState.RUNNING
     assert status.nodes == ("node1", "node2")
     assert status.exit_code is None
+
+
+def test_site_admin_actions_map_to_our_states(version):
+    # Captured by hand on the local clusters (the capture script purges a cluster, and these ran
+    # beside other tests): a site admin's `scancel <id>`, `scontrol suspend`, `scontrol hold` of
+    # a running job, and `scontrol update timelimit=1` that made Slurm end the job TIMEOUT.
+    jobs = by_name(parse_squeue_json(fixture("squeue_admin_actions.json", version)))
+    cancelled = job_status(jobs["gp-auditcancel-17732-a1"], "x", 1)
+    assert (cancelled.state, cancelled.reason) == (BackendJobState.CANCELLED, "killed by signal 15")
+    # Slurm keeps a suspended job's GPUs allocated (only its CPUs are released), and a hold only
+    # matters to a pending job: both still run as far as the platform is concerned.
+    assert job_status(jobs["gp-auditsusp-17732-a1"], "x", 1).state is BackendJobState.RUNNING
+    held = jobs["gp-audithold-17732-a1"]
+    assert (held.state, held.reason) == ("RUNNING", "JobHeldAdmin")
+    assert job_status(held, "x", 1).state is BackendJobState.RUNNING
+    timeout = jobs["gp-audittl-17732-a1"]
+    assert (timeout.state, timeout.reason) == ("TIMEOUT", "TimeLimit")  # Slurm's reason code
+    status = job_status(timeout, "x", 1)
+    assert (status.state, status.reason) == (BackendJobState.FAILED, "time limit reached")
+    # The failure's message is what the outcomes page reads its cause from.
+    assert failure_cause(status.reason) == "timeout"
 
 
 def test_job_requeued_after_node_failure_is_node_failed(version):
@@ -282,13 +305,45 @@ def test_unknown_node_shape_in_either_generation_names_the_field():
         ("NODE_FAIL", 0, BackendJobState.NODE_FAILED),
         ("TIMEOUT", 0, BackendJobState.FAILED),
         ("OUT_OF_MEMORY", 0, BackendJobState.FAILED),
-        ("PREEMPTED", 0, BackendJobState.CANCELLED),
-        ("SOMETHING_NEW", 0, BackendJobState.UNKNOWN),
+        ("DEADLINE", 0, BackendJobState.FAILED),
+        ("CANCELLED", 0, BackendJobState.CANCELLED),
+        # Slurm's own preemption (a site's other partitions; our runs are not requeueable, so
+        # Slurm ends them) and a node that never booted are interruptions, not the job's end:
+        # the platform requeues the job from its checkpoint.
+        ("PREEMPTED", 0, BackendJobState.INTERRUPTED),
+        ("BOOT_FAIL", 0, BackendJobState.NODE_FAILED),
+        ("REVOKED", 0, BackendJobState.CANCELLED),
+        ("SPECIAL_EXIT", 0, BackendJobState.CANCELLED),
+        ("SUSPENDED", 0, BackendJobState.RUNNING),
+        ("STOPPED", 0, BackendJobState.RUNNING),
+        ("SIGNALING", 0, BackendJobState.RUNNING),
+        ("STAGE_OUT", 0, BackendJobState.RUNNING),
+        ("RESIZING", 0, BackendJobState.RUNNING),
+        ("CONFIGURING", 0, BackendJobState.RUNNING),
+        ("REQUEUE_HOLD", 0, BackendJobState.PENDING),
+        ("REQUEUE_FED", 0, BackendJobState.PENDING),
+        ("RESV_DEL_HOLD", 0, BackendJobState.PENDING),
     ],
 )
 def test_every_slurm_state_has_a_meaning(state, restarts, expected):
     job = SlurmJob("1", "gp-j-a1", state, restart_count=restarts)
+    assert is_known_state(state)
     assert job_status(job, "j", 1).state is expected
+
+
+def test_interruptions_by_slurm_say_what_happened():
+    preempted = job_status(SlurmJob("1", "gp-j-a1", "PREEMPTED"), "j", 1)
+    # "preempt..." is what the outcomes page counts as work lost to preemption.
+    assert loss_cause(preempted.reason) == "preemption"
+    boot = job_status(SlurmJob("1", "gp-j-a1", "BOOT_FAIL"), "j", 1)
+    assert "boot" in boot.reason
+
+
+def test_a_state_word_no_supported_slurm_prints_is_not_known():
+    # The backend reports no news for such a run rather than a run Slurm has no record of
+    # (which the loop would requeue, cancelling the run that still goes on).
+    assert not is_known_state("SOMETHING_NEW")
+    assert not is_known_state("")
 
 
 @pytest.mark.parametrize(
