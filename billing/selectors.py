@@ -791,13 +791,14 @@ def statement_view(*, statement: Statement) -> StatementView:
             )
             for e in statement.egress_lines.all()
         ]
-        live_total = (
-            sum((row["cost"] for row in statement_live_lines(statement=statement)), Decimal(0))
-            + sum(
-                (row["cost"] for row in statement_live_egress_lines(statement=statement)),
-                Decimal(0),
-            )
-        ).quantize(calc.CENT)
+        # Priced the way closing priced it, each line to the cent: rounding the exact sum once
+        # instead reported cents "recorded after close" when nothing was.
+        live_total = sum(
+            (row["cost"].quantize(calc.CENT) for row in statement_live_lines(statement=statement)),
+            Decimal(0),
+        ) + sum(
+            (row["cost"] for row in statement_live_egress_lines(statement=statement)), Decimal(0)
+        )
         return StatementView(
             statement,
             lines,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -12,6 +13,7 @@ from django.db import IntegrityError, transaction
 
 from billing import services
 from billing.models import Statement, StatementLine
+from billing.selectors import statement_view
 from core.errors import Conflict, DomainError
 
 from .conftest import utc
@@ -69,8 +71,6 @@ def test_closed_statement_cannot_change(november, make_job, allocate, platform_a
     assert sorted(
         StatementLine.objects.filter(statement=closed).values_list("team__slug", "cost")
     ) == sorted(frozen)
-    from billing.selectors import statement_view
-
     view = statement_view(statement=closed)
     assert (view.total, view.metered_after_close) == (Decimal("5.00"), Decimal("6.00"))
 
@@ -162,3 +162,38 @@ def test_portal_statement_pages(november, client, alice, bob):
         b"nlp" in listing.content
         and f"/billing/statements/{vision.pk}/".encode() not in listing.content
     )
+
+
+def test_a_closed_statement_with_nothing_late_shows_nothing_recorded_after_close(
+    make_job, allocate, price, bob, platform_admin, client
+):
+    # Two lines whose cents round down ($2.004 and $1.004): the bill says $3.00 (its lines to
+    # the cent), while the exact usage rounds once to $3.01.
+    price("h100", "on_demand", "2.00", utc(2026, 1, 1))
+    price("a100", "on_demand", "1.00", utc(2026, 1, 1))
+    start = utc(2026, 11, 10)
+    allocate(make_job(), "n1", 0, start, start + timedelta(seconds=3607, milliseconds=200))
+    allocate(
+        make_job(team="nlp", user=bob),
+        "n3",
+        0,
+        start,
+        start + timedelta(seconds=3614, milliseconds=400),
+    )
+    services.meter_run(now=utc(2026, 11, 20))
+    research = Statement.objects.get(team__slug="research", month=NOV)
+
+    closed = services.statement_close(
+        user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 2)
+    )
+    services.meter_run(now=utc(2026, 12, 2))
+
+    view = statement_view(statement=closed)
+    assert (view.total, view.gpu_total, view.metered_after_close) == (
+        Decimal("3.00"),
+        Decimal("3.00"),
+        Decimal("0.00"),
+    )
+    client.force_login(platform_admin)
+    page = client.get(f"/billing/statements/{closed.pk}/").content.decode()
+    assert "recorded after it was closed" not in page
