@@ -587,19 +587,25 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
         .values_list("job_id", "kind", "time")
     ):
         last_loss[job_id] = (kind, time)
-    last_node: dict[int, tuple[int, bool, int | None]] = {}
-    for job_id, gpu_model_id, spot, cluster_id in (
+    nodes: dict[int, list[tuple[datetime, tuple[int, bool, int | None]]]] = defaultdict(list)
+    for job_id, started_at, gpu_model_id, spot, cluster_id in (
         Allocation.objects.filter(job_id__in=job_ids, started_at__lt=now)
         .order_by("job_id", "started_at", "id")
-        .values_list("job_id", "node__gpu_model_id", "node__spot", "node__cluster_id")
+        .values_list("job_id", "started_at", "node__gpu_model_id", "node__spot", "node__cluster_id")
     ):
-        last_node[job_id] = (gpu_model_id, spot, cluster_id)
+        nodes[job_id].append((started_at, (gpu_model_id, spot, cluster_id)))
     book = PriceBook.load()
     rows = []
     for job in jobs:
         delta = job.lost_gpu_seconds - (job.metered or 0.0)
         kind, occurred_at = last_loss.get(job.pk, (LostKind.OTHER, now))
-        gpu_model_id, spot, cluster_id = last_node.get(job.pk, (job.gpu_model_id, False, None))
+        # The work was lost where the job ran before the loss: a requeued attempt may already
+        # run on another GPU model, capacity or cluster when the meter sees the loss.
+        ran = nodes.get(job.pk, [])
+        before = [node for started_at, node in ran if started_at < occurred_at] or [
+            node for _, node in ran
+        ]
+        gpu_model_id, spot, cluster_id = before[-1] if before else (job.gpu_model_id, False, None)
         capacity = Capacity.SPOT if spot else Capacity.ON_DEMAND
         cost = Decimal(0)
         rate = None

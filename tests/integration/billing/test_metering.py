@@ -342,3 +342,28 @@ def test_a_second_concurrent_run_is_skipped_on_postgresql(make_job, allocate, pr
     assert outcome["result"].skipped and UsageRecord.objects.count() == 0
     assert not services.meter_run(now=utc(2026, 12, 1, 3)).skipped
     assert UsageRecord.objects.count() == 1
+
+
+def test_lost_work_is_priced_where_it_was_lost_not_where_the_job_runs_next(
+    make_job, allocate, price
+):
+    # Preempted on a spot H100 at 10:00, requeued onto an on-demand A100 at 10:00:30; the meter
+    # only sees the loss at 10:05, when the new attempt is already running.
+    Node.objects.filter(name="n2").update(spot=True)
+    price("h100", "spot", "3.60", utc(2026, 1, 1))
+    price("a100", "on_demand", "36.00", utc(2026, 1, 1))
+    job = make_job()
+    allocate(job, "n2", 0, utc(2026, 12, 1, 9), utc(2026, 12, 1, 10))
+    JobEvent.objects.create(job=job, kind="preempted", time=utc(2026, 12, 1, 10))
+    allocate(job, "n3", 0, utc(2026, 12, 1, 10, 0, 30), attempt=2)
+    job.lost_gpu_seconds = 600.0
+    job.save()
+
+    services.meter_run(now=utc(2026, 12, 1, 10, 5))
+
+    lost = LostWork.objects.select_related("gpu_model").get()
+    assert (lost.gpu_model.name, lost.capacity, lost.cost) == (
+        "h100-80gb",
+        "spot",
+        Decimal("0.600000"),
+    )
