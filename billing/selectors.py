@@ -480,7 +480,8 @@ def _lost_series(team_ids: list[int] | None, month: date) -> list[LostPoint]:
         qs = qs.filter(team_id__in=team_ids)
     return [
         LostPoint(r["day"].date(), r["kind"], r["secs"] / 3600, r["cost"] or Decimal(0))
-        for r in qs.annotate(day=TruncDay("occurred_at"))
+        # UTC days, like the rest of the dashboard, whatever zone a page has activated.
+        for r in qs.annotate(day=TruncDay("occurred_at", tzinfo=UTC))
         .values("day", "kind")
         .annotate(secs=Sum("gpu_seconds"), cost=Sum("cost"))
         .order_by("day", "kind")

@@ -545,7 +545,8 @@ def usage_rollup_rebuild(*, month: date) -> tuple[int, int]:
     usage = UsageRecord.objects.filter(hour__gte=start, hour__lt=end)
     daily = [
         _daily_row(r["team_id"], r["day"].date(), r)
-        for r in usage.annotate(day=TruncDay("hour"))
+        # UTC days whatever zone is active: a local day would cross the month's bounds.
+        for r in usage.annotate(day=TruncDay("hour", tzinfo=UTC))
         .values("team_id", "day", "gpu_model_id", "capacity", "cluster_id")
         .annotate(**_DAILY_SUMS)
     ]

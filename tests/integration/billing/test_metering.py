@@ -367,3 +367,39 @@ def test_lost_work_is_priced_where_it_was_lost_not_where_the_job_runs_next(
         "spot",
         Decimal("0.600000"),
     )
+
+
+def test_days_and_months_stay_utc_when_a_local_time_zone_is_active(
+    make_job, allocate, price, alice
+):
+    # A portal showing local times activates the viewer's zone. New York leaves daylight time
+    # at 06:00 UTC on 2026-11-01; this job runs 22:00 UTC Oct 31 -> 08:00 UTC Nov 1 (18:00 to
+    # 03:00 local, still Oct 31 there until 04:00 UTC) and loses work at 02:00 UTC Nov 1.
+    from zoneinfo import ZoneInfo
+
+    from django.utils import timezone
+
+    from billing import selectors
+
+    price("h100", "on_demand", "1.00", utc(2026, 1, 1))
+    job = make_job()
+    allocate(job, "n1", 0, utc(2026, 10, 31, 22), utc(2026, 11, 1, 8))
+    JobEvent.objects.create(job=job, kind="preempted", time=utc(2026, 11, 1, 2))
+    job.lost_gpu_seconds = 3600.0
+    job.save()
+    oct_, nov = utc(2026, 10, 1).date(), utc(2026, 11, 1).date()
+
+    with timezone.override(ZoneInfo("America/New_York")):
+        services.meter_run(now=utc(2026, 11, 1, 9))
+        incremental = _daily()
+        for month in (oct_, nov):
+            services.usage_rollup_rebuild(month=month)
+        assert _daily() == incremental
+        spends = [services.team_spend(team=job.team, month=m) for m in (oct_, nov)]
+        dashboard = selectors.team_cost_dashboard(
+            user=alice, team_slug="vision", month=nov, now=utc(2026, 11, 1, 9)
+        )
+
+    assert spends == [Decimal("2.000000"), Decimal("8.000000")]
+    assert {d.day for d in dashboard.days} == {nov}
+    assert [(p.day, p.kind) for p in dashboard.lost] == [(nov, "preempted")]
