@@ -3,7 +3,10 @@ months parse through ``calc.parse_month``, the one month rule of the pages and t
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django import forms
+from django.utils import timezone
 
 from catalogue.models import GpuModel
 from core.bounds import form_number
@@ -23,6 +26,15 @@ class MonthField(forms.Field):
             return calc.parse_month(str(value).strip()[:20])
         except ValueError as exc:
             raise forms.ValidationError(str(exc), code="invalid") from None
+
+
+class UtcDateTimeField(forms.DateTimeField):
+    """A date and time without an offset read as UTC, as the price book labels it: read in the
+    active zone, a page showing local times would start a rate hours away from what was typed."""
+
+    def to_python(self, value):
+        with timezone.override(UTC):
+            return super().to_python(value)
 
 
 class BudgetForm(forms.Form):
@@ -52,5 +64,5 @@ class PriceForm(forms.Form):
         empty_label="all clusters (platform-wide)",
     )
     rate_per_gpu_hour = form_number(PriceRate, "rate_per_gpu_hour", label="USD per GPU-hour")
-    effective_from = forms.DateTimeField(label="Effective from (UTC)")
+    effective_from = UtcDateTimeField(label="Effective from (UTC)")
     note = forms.CharField(max_length=200, required=False)

@@ -389,6 +389,27 @@ def test_price_book_page_lists_rates_and_lets_admins_add_cluster_rates(
     assert PriceRate.objects.count() == 2  # the refusals wrote nothing
 
 
+def test_the_price_book_page_reads_and_shows_utc_whatever_zone_is_active(
+    clouds, client, platform_admin
+):
+    # Labelled "Effective from (UTC)": a portal showing local times must not start the rate at
+    # local midnight (05:00 UTC in New York) nor list it as 19:00 the day before.
+    from zoneinfo import ZoneInfo
+
+    client.force_login(platform_admin)
+    form = {
+        "gpu_model": "h100-80gb",
+        "capacity": "on_demand",
+        "rate_per_gpu_hour": "3.25",
+        "effective_from": "2099-01-01 00:00",
+    }
+    with timezone.override(ZoneInfo("America/New_York")):
+        assert client.post("/billing/prices/", form).status_code == 302
+        page = client.get("/billing/prices/").content.decode()
+    assert PriceRate.objects.get().effective_from == utc(2099, 1, 1)
+    assert "2099-01-01 00:00" in page
+
+
 def test_lost_work_is_priced_at_its_clusters_rate(clouds, make_job, allocate, price, cluster_price):
     from billing.models import LostWork
 
