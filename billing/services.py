@@ -230,7 +230,10 @@ def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = N
             return result
         _meter_allocations(now=now, idle_source=idle_source, result=result)
         _meter_lost_work(now=now, result=result)
-        _ensure_statements(months=result.months)
+        # The month just ended too, while its statements wait to be closed: a team moved since
+        # has no usage left to meter there, and its new parent still needs that month's bill.
+        previous = calc.month_start(calc.month_bounds(calc.month_start(now))[0] - calc.HOUR)
+        _ensure_statements(months=result.months | {previous})
     for month in sorted(result.months):
         result.alerts.extend(budget_evaluate(month=month, now=now))
     return result

@@ -197,3 +197,50 @@ def test_a_closed_statement_with_nothing_late_shows_nothing_recorded_after_close
     client.force_login(platform_admin)
     page = client.get(f"/billing/statements/{closed.pk}/").content.decode()
     assert "recorded after it was closed" not in page
+
+
+def _moved_under_ops(platform_admin, teams):
+    from tenants.models import Team
+    from tenants.services import team_update
+
+    ops = Team.objects.create(slug="ops", name="Ops")
+    team_update(user=platform_admin, team=teams["vision"], parent=ops)
+    return ops
+
+
+def _statement_totals(month):
+    return {
+        s.team.slug: statement_view(statement=s).total
+        for s in Statement.objects.filter(month=month).select_related("team")
+    }
+
+
+def test_a_team_moved_mid_month_is_billed_once_under_its_new_parent(
+    november, make_job, allocate, platform_admin, teams
+):
+    ops = _moved_under_ops(platform_admin, teams)
+    allocate(make_job(name="after-move"), "n1", 1, utc(2026, 11, 21), utc(2026, 11, 21, 1))
+    services.meter_run(now=utc(2026, 11, 22))
+
+    # The tree as it is now: vision's whole month (before and after the move) under ops only.
+    totals = _statement_totals(NOV)
+    assert totals == {
+        "ops": Decimal("6.00"),
+        "vision": Decimal("6.00"),
+        "research": Decimal("1.00"),
+        "nlp": Decimal("1.00"),
+    }
+    spends = services.team_spends(month=NOV)
+    assert (spends[ops.pk], spends[teams["research"].pk]) == (Decimal(6), Decimal(1))
+
+
+def test_a_team_moved_after_its_month_ended_is_on_its_new_parents_statement(
+    november, platform_admin, teams
+):
+    # Moved once November is over but before its statements close: nothing of vision is
+    # metered for November any more, and its November must still reach a root's bill.
+    _moved_under_ops(platform_admin, teams)
+    services.meter_run(now=utc(2026, 12, 2))
+
+    totals = _statement_totals(NOV)
+    assert (totals.get("ops"), totals["research"]) == (Decimal("4.00"), Decimal("1.00"))
