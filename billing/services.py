@@ -27,6 +27,7 @@ from core import streams
 from core.bounds import number_error
 from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
 from scheduler.models import Allocation, Cluster, ClusterDataset, Dataset, Job, JobEvent
+from scheduler.outcomes import loss_cause
 from tenants.models import Team
 from tenants.permissions import can_manage_team, is_platform_admin
 
@@ -56,6 +57,8 @@ from .tree import TeamTree
 log = logging.getLogger(__name__)
 
 LOSS_EVENT_KINDS = (LostKind.PREEMPTED.value, LostKind.NODE_FAILED.value)
+# scheduler.outcomes.loss_cause's causes as lost-work kinds
+_LOSS_KIND = {"preemption": LostKind.PREEMPTED, "node_failure": LostKind.NODE_FAILED}
 
 
 # --------------------------------------------------------------------------- price book
@@ -591,6 +594,16 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
         .values_list("job_id", "kind", "time")
     ):
         last_loss[job_id] = (kind, time)
+    # Every loss is recorded with a requeue; only the platform's own preemptions and node
+    # failures leave an event of their own before it. A requeue with none (the cluster's own
+    # preemption, a run the backend lost) is the loss itself: its time, its reason's cause.
+    requeues: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
+    for job_id, time, data in (
+        JobEvent.objects.filter(job_id__in=job_ids, kind="requeued", time__lte=now)
+        .order_by("job_id", "time", "id")
+        .values_list("job_id", "time", "data")
+    ):
+        requeues[job_id].append((time, str((data or {}).get("reason", ""))))
     nodes: dict[int, list[tuple[datetime, tuple[int, bool, int | None]]]] = defaultdict(list)
     for job_id, started_at, gpu_model_id, spot, cluster_id in (
         Allocation.objects.filter(job_id__in=job_ids, started_at__lt=now)
@@ -603,6 +616,13 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
     for job in jobs:
         delta = job.lost_gpu_seconds - (job.metered or 0.0)
         kind, occurred_at = last_loss.get(job.pk, (LostKind.OTHER, now))
+        mine = requeues.get(job.pk)
+        if mine:
+            last_at, reason = mine[-1]
+            before_at = mine[-2][0] if len(mine) > 1 else None
+            if job.pk not in last_loss or (before_at is not None and occurred_at <= before_at):
+                # no event of its own, or that event belongs to an earlier requeue
+                kind, occurred_at = _LOSS_KIND.get(loss_cause(reason), LostKind.OTHER), last_at
         # The work was lost where the job ran before the loss: a requeued attempt may already
         # run on another GPU model, capacity or cluster when the meter sees the loss.
         ran = nodes.get(job.pk, [])

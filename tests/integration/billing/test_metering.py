@@ -369,6 +369,46 @@ def test_lost_work_is_priced_where_it_was_lost_not_where_the_job_runs_next(
     )
 
 
+@pytest.mark.parametrize("earlier_preemption", [False, True])
+def test_a_loss_with_no_event_of_its_own_is_the_requeue_that_recorded_it(
+    make_job, allocate, price, earlier_preemption
+):
+    # Slurm preempted the run on a spot H100 at 10:00 (the loop requeued it, no "preempted"
+    # event: the platform did not decide it); attempt 3 already runs on an A100 at 10:05. With
+    # an earlier preemption by the platform, that event belongs to the earlier requeue.
+    Node.objects.filter(name="n2").update(spot=True)
+    price("h100", "on_demand", "7.20", utc(2026, 1, 1))
+    price("h100", "spot", "3.60", utc(2026, 1, 1))
+    price("a100", "on_demand", "36.00", utc(2026, 1, 1))
+    job = make_job()
+    if earlier_preemption:
+        allocate(job, "n1", 0, utc(2026, 12, 1, 7), utc(2026, 12, 1, 8, 2))
+        JobEvent.objects.create(job=job, kind="preempted", time=utc(2026, 12, 1, 8))
+        JobEvent.objects.create(
+            job=job, kind="requeued", time=utc(2026, 12, 1, 8, 2), data={"reason": "preempted"}
+        )
+    allocate(job, "n2", 0, utc(2026, 12, 1, 9), utc(2026, 12, 1, 10), attempt=2)
+    JobEvent.objects.create(
+        job=job,
+        kind="requeued",
+        time=utc(2026, 12, 1, 10),
+        data={"reason": "preempted by Slurm"},
+    )
+    allocate(job, "n3", 0, utc(2026, 12, 1, 10, 0, 30), attempt=3)
+    job.lost_gpu_seconds = 600.0
+    job.save()
+
+    services.meter_run(now=utc(2026, 12, 1, 10, 5))
+
+    lost = LostWork.objects.select_related("gpu_model").get()
+    assert (lost.kind, lost.occurred_at) == ("preempted", utc(2026, 12, 1, 10))
+    assert (lost.gpu_model.name, lost.capacity, lost.cost) == (
+        "h100-80gb",
+        "spot",
+        Decimal("0.600000"),
+    )
+
+
 def test_days_and_months_stay_utc_when_a_local_time_zone_is_active(
     make_job, allocate, price, alice
 ):
