@@ -417,20 +417,52 @@ def _node_for_admin(*, user, node_id: int):
     return node
 
 
-def _node_changed(node, kind: str, message: str, *, actor=None, before: str = "") -> None:
+def _node_changed(node, kind: str, message: str, *, actor=None, before: dict | None = None) -> None:
     from tenants.audit import audit_record
 
     now = timezone.now()
+    if node.state == NodeState.DOWN:
+        # Its state reads down before and after: say what the action changed.
+        message = f"{message}, while down: it comes back {node.resume_state or NodeState.READY}"
     if actor is not None:
         audit_record(
             actor=actor,
             action=f"node.{kind}",
             target=node,
-            before={"state": before},
-            after={"state": node.state},
+            before=before,
+            after=_service_state(node),
             comment=message,
         )
     node_event_record(node=node, kind=kind, message=message, now=now)
+
+
+def _service_state(node) -> dict[str, str]:
+    # A down node's admin actions change only the state it comes back to.
+    if node.state == NodeState.DOWN:
+        return {"state": node.state, "resume_state": node.resume_state}
+    return {"state": node.state}
+
+
+def _held(node) -> tuple[str, str]:
+    """The state the node is in and its reason, or for a down node those it comes back to."""
+    if node.state == NodeState.DOWN:
+        return node.resume_state, node.resume_reason
+    return node.state, node.state_reason
+
+
+def _node_set(node, state: str, reason: str, **fields) -> None:
+    """Write the locked ``node``'s service state. A down node stays down and keeps it as the
+    state to come back to (``resume_state``, blank for ready), as Slurm's DOWN+DRAIN: marked
+    draining at once, the loop would see it go down again and record a second failure (which
+    also counts towards a quarantine)."""
+    if node.state == NodeState.DOWN:
+        held = "" if state == NodeState.READY else state
+        fields |= {"resume_state": held, "resume_reason": reason}
+    else:
+        fields |= {"state": state, "state_reason": reason}
+    Node.objects.filter(pk=node.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(node, name, value)
 
 
 def node_event_record(*, node: Node, kind: str, message: str, now: datetime) -> None:
@@ -484,23 +516,17 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
 
     A node a health rule quarantined (on probation, released by the loop when it ends) becomes
     quarantined by hand: its probation is dropped and the admin's reason recorded. Only a repeat
-    (quarantined, no probation, the same reason) changes nothing."""
+    (quarantined, no probation, the same reason) changes nothing. A down node stays down and
+    comes back quarantined."""
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
     stored = reason.strip()[:300]  # what the state_reason column holds
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
-        if (
-            node.state == NodeState.QUARANTINED
-            and node.probation_until is None
-            and node.state_reason == stored
-        ):
+        if _held(node) == (NodeState.QUARANTINED, stored) and node.probation_until is None:
             return node
-        Node.objects.filter(pk=node.pk).update(
-            state=NodeState.QUARANTINED, state_reason=stored, probation_until=None
-        )
-        before = node.state
-        node.state, node.state_reason = NodeState.QUARANTINED, stored
+        before = _service_state(node)
+        _node_set(node, NodeState.QUARANTINED, stored, probation_until=None)
         _node_changed(
             node,
             "quarantined",
@@ -513,15 +539,14 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
 
 
 def node_drain(*, user, node_id: int, reason: str) -> Node:
-    """Let running work finish but place nothing new on the node (platform admins)."""
+    """Let running work finish but place nothing new on the node (platform admins). A down node
+    stays down and comes back drained. A node already out of service is left as it is."""
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
-        if node.state in (NodeState.DRAINING, NodeState.QUARANTINED):
+        if _held(node)[0] in (NodeState.DRAINING, NodeState.QUARANTINED):
             return node
-        Node.objects.filter(pk=node.pk).update(
-            state=NodeState.DRAINING, state_reason=(reason or "drained by admin")[:300]
-        )
-        before, node.state = node.state, NodeState.DRAINING
+        before = _service_state(node)
+        _node_set(node, NodeState.DRAINING, (reason or "drained by admin")[:300])
         _node_changed(
             node,
             "drained",
@@ -540,10 +565,8 @@ def node_release(*, user, node_id: int) -> Node:
         node = _node_for_admin(user=user, node_id=node_id)
         if node.state not in (NodeState.DRAINING, NodeState.QUARANTINED):
             raise Conflict(f"node is {node.state}, not drained or quarantined", field="state")
-        Node.objects.filter(pk=node.pk).update(
-            state=NodeState.READY, state_reason="", probation_until=None
-        )
-        before, node.state = node.state, NodeState.READY
+        before = _service_state(node)
+        _node_set(node, NodeState.READY, "", probation_until=None)
         _node_changed(
             node, "released", f"released by {user.get_username()}", actor=user, before=before
         )

@@ -329,3 +329,39 @@ def test_a_node_an_admin_took_out_stays_out_through_an_outage(platform, hold):
     node_release(user=admin, node_id=node.pk)
     node.refresh_from_db()
     assert node.state == "ready"
+
+
+@pytest.mark.parametrize(
+    "hold, held, kind",
+    [("drain", "draining", "drained"), ("quarantine", "quarantined", "quarantined")],
+)
+def test_a_node_taken_out_while_down_fails_once_and_comes_back_held(
+    platform, django_capture_on_commit_callbacks, hold, held, kind
+):
+    """An admin drains (or quarantines) a node that is already down. The service marked it
+    draining, so the next cycle saw a node in service go down: a second `failed` event for one
+    outage, in the timeline and in the failures that quarantine a node. As Slurm's DOWN+DRAIN,
+    the node now stays down with the hold to come back to: one failure, the drain, and it comes
+    back held."""
+    from scheduler.services import node_drain, node_quarantine
+
+    take_out = node_drain if hold == "drain" else node_quarantine
+    admin = platform["admin"]
+    node = Node.objects.get(name="n3")
+    backend = get_backend(node.cluster)
+    backend.fail_node(node.name, repair_after_s=60)
+    run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):
+        taken = take_out(user=admin, node_id=node.pk, reason="firmware update")
+    assert (taken.state, taken.resume_state) == ("down", held)
+    assert "n3" in backend.config["drained"]  # Slurm: DOWN+DRAIN
+    take_out(user=admin, node_id=node.pk, reason="firmware update")  # again: nothing new
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.resume_state, node.resume_reason) == ("down", held, "firmware update")
+    advance(61)
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.state_reason, node.resume_state) == (held, "firmware update", "")
+    kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
+    assert kinds == ["failed", kind, "recovered"]
