@@ -268,10 +268,11 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
             ).count()
             if failures >= settings.SCHEDULER_QUARANTINE_FAILURES:
                 node_quarantine_auto(node, now=now, failures=failures)
-            else:
-                Node.objects.filter(pk=node.pk, state=NodeState.DOWN).update(
-                    state=NodeState.READY, state_reason=""
-                )
+            # Only if no admin drained or quarantined it since it was read: that hold is what
+            # it comes back to, the next pass.
+            elif Node.objects.filter(pk=node.pk, state=NodeState.DOWN, resume_state="").update(
+                state=NodeState.READY, state_reason=""
+            ):
                 node.state = NodeState.READY
                 _node_event(node, NodeEvent.Kind.RECOVERED, "node is back", now)
 
@@ -305,13 +306,16 @@ def _requeue_jobs_on(node: Node, now: datetime) -> None:
 
 
 def node_quarantine_auto(node: Node, *, now: datetime, failures: int) -> None:
-    """Quarantine a node that failed too often; it is released after probation."""
+    """Quarantine a down node that failed too often as it comes back; it is released after
+    probation. Nothing changes if it is no longer down without a hold (an admin drained or
+    quarantined it since it was read)."""
     until = now + timedelta(seconds=settings.SCHEDULER_PROBATION_SECONDS)
     reason = f"failed {failures} times within {settings.SCHEDULER_QUARANTINE_WINDOW_SECONDS:.0f} s"
     with transaction.atomic():
-        Node.objects.filter(pk=node.pk).update(
+        if not Node.objects.filter(pk=node.pk, state=NodeState.DOWN, resume_state="").update(
             state=NodeState.QUARANTINED, state_reason=reason, probation_until=until
-        )
+        ):
+            return
         node.state, node.state_reason, node.probation_until = NodeState.QUARANTINED, reason, until
         _node_event(node, NodeEvent.Kind.QUARANTINED, reason, now)
         _node_event(

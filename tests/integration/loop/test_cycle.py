@@ -365,3 +365,38 @@ def test_a_node_taken_out_while_down_fails_once_and_comes_back_held(
     assert (node.state, node.state_reason, node.resume_state) == (held, "firmware update", "")
     kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
     assert kinds == ["failed", kind, "recovered"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("failures", [0, 1], ids=["comes-back-ready", "comes-back-quarantined"])
+def test_a_drain_while_the_loop_sees_the_node_back_is_kept(platform, settings, failures):
+    """An admin drains a down node while a cycle, which read it down with nothing to come back
+    to, sees it back. The cycle's UPDATE to ready (or to a failure-count quarantine on a
+    probation the loop ends) overwrote the drain, left behind in resume_state. The drain now
+    wins: the node comes back drained, on the next pass."""
+    from scheduler.services import node_drain
+    from tests.integration.concurrency import race
+
+    settings.SCHEDULER_QUARANTINE_FAILURES = 1
+    node = Node.objects.get(name="n3")
+    Node.objects.filter(pk=node.pk).update(state="down", state_reason="node failure")
+    if failures:
+        NodeEvent.objects.create(
+            node=node, kind="failed", message="node failure", time=timezone.now()
+        )
+    outcome = race(
+        lambda: node_drain(user=platform["admin"], node_id=node.pk, reason="firmware update"),
+        run_cycle,  # the simulated backend reports n3 up
+    )
+    assert not isinstance(outcome, Exception), repr(outcome)
+    node.refresh_from_db()
+    assert (node.state, node.resume_state) == ("down", "draining")
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.state_reason, node.probation_until) == (
+        "draining",
+        "firmware update",
+        None,
+    )
+    kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
+    assert kinds[failures:] == ["drained", "recovered"]
