@@ -431,8 +431,12 @@ class SlurmBackend:
         self._run(["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"])
 
     def undrain_node(self, name: str) -> None:
-        """Resume ``name``; a node already in service is fine."""
-        self._run(["scontrol", "update", f"nodename={name}", "state=resume"], already_done_ok=True)
+        """Lift the drain of ``name``; a node already in service is fine. A down node stays down
+        and returns to service when its slurmd does."""
+        # Not state=resume: on a DOWN node it forces IDLE+NOT_RESPONDING until SlurmdTimeout,
+        # which list_nodes reads as ready, so a dead node would take work. UNDRAIN (Slurm 20.11+)
+        # clears DRAIN only, and is what resume does on a node that is up.
+        self._run(["scontrol", "update", f"nodename={name}", "state=undrain"], already_done_ok=True)
 
     def list_nodes(self) -> list[BackendNode]:
         """Nodes (of ``partition`` when set) with GPU count/model, state, drain reason, topology."""

@@ -403,6 +403,33 @@ def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluste
     assert starts.read_text() == "start\n" and backend.live_runs(job_id) == []
 
 
+@pytest.mark.slurm_smoke
+def test_release_of_a_down_drained_node_lifts_the_drain_and_leaves_it_down(backend, slurm_cluster):
+    """The platform releases a node it drained while the node is down (DOWN+DRAIN). Resume, the
+    release's command, makes a dead node IDLE+NOT_RESPONDING until SlurmdTimeout, which
+    list_nodes reads as ready (the idle* after every resume): the loop would take the dead node
+    back into service, then see it fail a second time. Undrain lifts the drain only: the node
+    stays down, and returns to service by itself when its slurmd is back."""
+
+    def node4_state() -> str:
+        return {n.name: n for n in backend.list_nodes()}["node4"].state
+
+    os.kill(slurm_cluster.pid("slurmd-node4"), signal.SIGKILL)
+    try:
+        wait_for(lambda: node4_state() == "down", 60, "node4 down")
+        backend.drain_node("node4", "gpuplatform drain: firmware update")
+        assert {"DOWN", "DRAIN"} <= node_flags(slurm_cluster, "node4")
+        backend.undrain_node("node4")
+        backend.undrain_node("node4")  # nothing to lift: quiet
+        flags = node_flags(slurm_cluster, "node4")
+        assert "DOWN" in flags and "DRAIN" not in flags
+        assert node4_state() == "down"
+    finally:
+        assert slurm_cluster.script("start").returncode == 0  # restarts the killed slurmd
+    wait_for(lambda: node_flags(slurm_cluster, "node4") == {"IDLE"}, 30, "node4 in service")
+    assert node4_state() == "ready"
+
+
 def test_controller_outage_is_unavailable_and_loses_no_job(backend, slurm_cluster, job_id):
     started = slurm_cluster.file(f"{job_id}.started")
     marker = slurm_cluster.file(f"{job_id}.done")
