@@ -559,11 +559,18 @@ def node_drain(*, user, node_id: int, reason: str) -> Node:
 
 
 def node_release(*, user, node_id: int) -> Node:
-    """Return a drained or quarantined node to service (platform admins). A down node stays down
-    until the backend reports it back."""
+    """Return a drained or quarantined node to service (platform admins). A down node's drain or
+    quarantine is lifted where it stands, as Slurm's resume of a DOWN+DRAIN node: it stays down
+    and comes back ready when the backend reports it back. A node with neither is a Conflict."""
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
-        if node.state not in (NodeState.DRAINING, NodeState.QUARANTINED):
+        if _held(node)[0] not in (NodeState.DRAINING, NodeState.QUARANTINED):
+            if node.state == NodeState.DOWN:
+                raise Conflict(
+                    "node is down and neither drained nor quarantined: it returns to service "
+                    "when its backend reports it back",
+                    field="state",
+                )
             raise Conflict(f"node is {node.state}, not drained or quarantined", field="state")
         before = _service_state(node)
         _node_set(node, NodeState.READY, "", probation_until=None)

@@ -82,3 +82,39 @@ def test_a_hand_quarantine_is_kept_until_released_by_hand(platform, api_as, sett
     assert node.state == "quarantined" and node.state_reason == "RMA GPU 3"
     assert not NodeEvent.objects.filter(node=node, kind="released").exists()
     reset_backends()
+
+
+def test_release_of_a_down_node_lifts_its_drain_and_it_stays_down(platform, api_as):
+    """An admin drains a node for maintenance; it goes down; the work is called off. Release
+    refused a down node (409), so the drain could only be lifted once the node was back. As
+    Slurm's resume of a DOWN+DRAIN node, release now lifts the drain where the node stands: it
+    stays down and comes back ready. A down node with nothing to lift is still a 409."""
+    node = Node.objects.get(name="n2")
+    Node.objects.filter(pk=node.pk).update(state="down", state_reason="node failure")
+    admin = api_as(platform["admin"])
+    drained = admin.post(
+        f"/api/v1/admin/nodes/{node.pk}/drain/", {"reason": "firmware update"}, format="json"
+    )
+    assert drained.status_code == 200 and drained.json()["state"] == "down"
+    released = admin.post(f"/api/v1/admin/nodes/{node.pk}/release/")
+    assert released.status_code == 200
+    assert (released.json()["state"], released.json()["state_reason"]) == ("down", "node failure")
+    node.refresh_from_db()
+    assert (node.state, node.resume_state, node.resume_reason) == ("down", "", "")
+    event = NodeEvent.objects.filter(node=node).latest("id")
+    by = platform["admin"].get_username()
+    assert (event.kind, event.message) == (
+        "released",
+        f"released by {by}, while down: it comes back ready",
+    )
+    entry = AuditEntry.objects.get(action="node.released")
+    assert entry.actor == platform["admin"]
+    assert entry.before == {"state": "down", "resume_state": "draining"}
+    assert entry.after == {"state": "down", "resume_state": ""}
+
+    again = admin.post(f"/api/v1/admin/nodes/{node.pk}/release/")
+    assert again.status_code == 409
+    assert "neither drained nor quarantined" in again.json()["state"][0]
+    node.refresh_from_db()
+    assert node.state == "down" and NodeEvent.objects.filter(kind="released").count() == 1
+    assert AuditEntry.objects.filter(action="node.released").count() == 1

@@ -400,3 +400,39 @@ def test_a_drain_while_the_loop_sees_the_node_back_is_kept(platform, settings, f
     )
     kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
     assert kinds[failures:] == ["drained", "recovered"]
+
+
+@pytest.mark.parametrize("hold", ["drain", "quarantine"])
+def test_a_node_released_while_down_comes_back_ready(
+    platform, django_capture_on_commit_callbacks, hold
+):
+    """A release of a down node lifts its hold where it stands (Slurm: resume of DOWN+DRAIN):
+    it stays down through the outage, with no second failure, and comes back ready."""
+    from scheduler.services import node_drain, node_quarantine, node_release
+
+    take_out = node_drain if hold == "drain" else node_quarantine
+    admin = platform["admin"]
+    node = Node.objects.get(name="n3")
+    backend = get_backend(node.cluster)
+    backend.fail_node(node.name, repair_after_s=60)
+    run_cycle()
+    with django_capture_on_commit_callbacks(execute=True):
+        take_out(user=admin, node_id=node.pk, reason="firmware update")
+    with django_capture_on_commit_callbacks(execute=True):
+        released = node_release(user=admin, node_id=node.pk)
+    assert (released.state, released.resume_state) == ("down", "")
+    assert "n3" not in backend.config["drained"]
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.resume_state) == ("down", "")
+    advance(61)
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.state_reason, node.probation_until) == ("ready", "", None)
+    kinds = list(NodeEvent.objects.filter(node=node).order_by("id").values_list("kind", flat=True))
+    assert kinds == [
+        "failed",
+        "drained" if hold == "drain" else "quarantined",
+        "released",
+        "recovered",
+    ]
