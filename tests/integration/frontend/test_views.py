@@ -216,6 +216,37 @@ def test_admin_quarantines_drains_and_releases_from_the_cluster_view(platform):
     assert admin.post(f"/cluster/nodes/{other.pk}/explode/").status_code == 404
 
 
+def release_form_shown(html: str, node: Node) -> bool:
+    form = re.search(rf'<form[^>]*action="/cluster/nodes/{node.pk}/release/"[^>]*>', html)
+    return form is not None and " hidden" not in form.group(0)
+
+
+def test_admin_releases_a_down_node_from_the_cluster_view(platform):
+    """A down node an admin had drained offers Release, which lifts the drain where the node
+    stands (it stays down and comes back ready). A down node with nothing to lift does not, and
+    a release posted anyway is refused with a message, changing nothing."""
+    admin = client_for(platform["admin"])
+    held, other = Node.objects.get(name="n2"), Node.objects.get(name="n3")
+    Node.objects.filter(pk__in=[held.pk, other.pk]).update(state="down", state_reason="lost")
+    services.node_drain(user=platform["admin"], node_id=held.pk, reason="firmware update")
+    html = admin.get("/cluster/").content.decode()
+    assert release_form_shown(html, held) and not release_form_shown(html, other)
+
+    response = admin.post(f"/cluster/nodes/{held.pk}/release/", follow=True)
+    assert response.status_code == 200 and "release done" in response.content.decode()
+    held.refresh_from_db()
+    assert (held.state, held.resume_state) == ("down", "")
+    assert not release_form_shown(response.content.decode(), held)
+
+    refused = admin.post(f"/cluster/nodes/{other.pk}/release/", follow=True)
+    assert refused.status_code == 200
+    assert "Release refused: node is down and neither drained nor quarantined" in (
+        refused.content.decode()
+    )
+    other.refresh_from_db()
+    assert other.state == "down" and not NodeEvent.objects.filter(node=other).exists()
+
+
 def test_members_cannot_act_on_nodes(platform):
     node = Node.objects.get(name="n1")
     alice = client_for(platform["alice"])
