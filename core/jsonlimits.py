@@ -91,7 +91,14 @@ def _bad_text(value: Any) -> str | None:
 
 def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """The value of the JSON document ``data``, or :class:`JsonRefused` saying why not."""
-    size = len(data.encode() if isinstance(data, str) else data)
+    try:
+        size = len(data.encode() if isinstance(data, str) else data)
+    except UnicodeEncodeError:
+        # An unescaped lone surrogate: no UTF-8 decodes to one, so only a caller handing over a
+        # str can (a test harness's websocket frame), and the backslash-u walk below misses it.
+        raise JsonRefused(
+            "the document holds half of a UTF-16 surrogate pair", reason="text"
+        ) from None
     if size > max_bytes:
         raise JsonRefused(f"JSON larger than {max_bytes:,} bytes", reason="size")
     try:

@@ -16,9 +16,10 @@ session ended closes with 4401 (the portal shows "signed out"); one whose teams 
 with 4403 and the portal reconnects with the groups it may now hear.
 
 Frames from the client go through ``core.jsonlimits`` (size- and depth-bounded): one too
-large closes the socket with 1009, one nested too deep with 1007; any other frame (JSON or not)
-is answered "read-only". However the socket ends, even by an error, it leaves the hub
-(``__call__``), so the hub never keeps a dead socket.
+large closes the socket with 1009, one nested too deep or holding text the platform cannot
+store (a NUL, half of a surrogate pair) with 1007; any other frame (JSON or not) is answered
+"read-only". However the socket ends, even by an error, it leaves the hub (``__call__``), so the
+hub never keeps a dead socket.
 """
 
 from __future__ import annotations

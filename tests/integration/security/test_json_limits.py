@@ -86,6 +86,9 @@ def test_the_parser_keeps_what_json_allows():
         ("[-Infinity]", "syntax"),
         ('["a\\u0000"]', "text"),
         ('{"\\udc00": 1}', "text"),
+        # unescaped: a str that no UTF-8 encodes (a websocket frame from a test harness)
+        ("\ud800", "text"),
+        ('{"a": "\udc00"}', "text"),
     ):
         with pytest.raises(JsonRefused) as refused:
             loads_bounded(text, max_bytes=100 if reason == "size" else 100_000)

@@ -74,6 +74,10 @@ def _members_of_hub() -> int:
         ("[" * 5000 + "]" * 5000, 1007),
         ('{"a":' * 100 + "1" + "}" * 100, 1007),
         ("x" * 70_000, 1009),
+        # A lone surrogate is no UTF-8 (only a harness can send one): counting the frame's
+        # bytes raised UnicodeEncodeError and killed the consumer.
+        ("\ud800", 1007),
+        ('{"a": "\udc00"}', 1007),
     ],
 )
 def test_hostile_frames_close_the_socket_and_leave_the_hub(platform, frame, code):
@@ -280,7 +284,9 @@ def _log_socket(job, cookie) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=headers)
 
 
-@pytest.mark.parametrize(("frame", "code"), [("[" * 5000 + "]" * 5000, 1007), ("x" * 70_000, 1009)])
+@pytest.mark.parametrize(
+    ("frame", "code"), [("[" * 5000 + "]" * 5000, 1007), ("x" * 70_000, 1009), ("\ud800", 1007)]
+)
 def test_hostile_frames_close_the_log_socket_and_free_its_place(platform, log_job, frame, code):
     from frontend import log_consumer
 
