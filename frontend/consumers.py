@@ -88,6 +88,12 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
     :meth:`cleanup` runs however the socket ends (even when a handler raised), and
     :meth:`session_user` reads the socket's user afresh from its session."""
 
+    # No channel-layer channel: nothing reads one (the stream socket hears its groups through
+    # the hub, the log socket reads the job's backend), and the base class would open one per
+    # socket and keep a receive waiting on it for the socket's life. A socket that ever takes
+    # messages from the layer sets the alias back.
+    channel_layer_alias = None
+
     async def __call__(self, scope, receive, send):
         try:
             await super().__call__(scope, receive, send)
@@ -145,9 +151,8 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
 
 
 class StreamConsumer(ReadOnlySocket):
-    # No channel of its own: the server loop's hub listens on the channel layer for every socket
-    # and pushes each message's text into this socket's queue (frontend/hub.py).
-    channel_layer_alias = None
+    # No channel of its own (ReadOnlySocket): the server loop's hub listens on the channel layer
+    # for every socket and pushes each message's text into this socket's queue (frontend/hub.py).
     QUEUE_MAX = 1000
 
     async def connect(self):

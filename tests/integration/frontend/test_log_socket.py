@@ -6,9 +6,12 @@ anonymous socket and a bad attempt are refused without a word about the job."""
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 from django.test import Client
@@ -20,6 +23,7 @@ from scheduler import services
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job
 from scheduler.transitions import job_requeue
+from tests.conftest import require_service
 from tests.simclock import SimulatedClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -306,3 +310,36 @@ def test_sockets_opened_at_once_cannot_pass_the_per_user_bound_together(platform
     assert sum(connected for connected, _ in results) == 2
     assert sorted(code for connected, code in results if not connected) == [4429] * 4
     assert log_consumer._open_by_user == {}  # noqa: SLF001
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_a_log_socket_takes_no_channel_of_the_channel_layer(platform, settings, backend):
+    """The socket reads the job's backend and nothing reads a channel of its own; the consumer
+    base class opened one per socket anyway and kept a receive waiting on it (a Redis poll in
+    production) for the socket's life. Each layer's own bookkeeping of the channels a receive
+    waits on shows it: nothing while the log socket streams."""
+    if backend == "redis":
+        require_service("Redis", "127.0.0.1", 6379)
+        url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "CONFIG": {"hosts": [url], "prefix": f"asgi-test-{uuid.uuid4().hex[:8]}"},
+            }
+        }
+    else:
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    alice = platform["alice"]
+    job = started_job(alice)
+    cookie = headers(alice)
+
+    async def scenario():
+        layer = get_channel_layer()
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
+        assert (await socket.connect())[0]
+        await frames_until(socket, lambda f: f["type"] == "log")  # streaming
+        waited_on = list(layer.receive_buffer if backend == "redis" else layer.channels)
+        await socket.disconnect()
+        return waited_on
+
+    assert async_to_sync(scenario)() == []
