@@ -2,7 +2,8 @@
 // `oidc-provider` package, with a directory of accounts read from a JSON file on every lookup
 // (so the test changes a user's groups "at the provider" by rewriting the file) and a small
 // login page that checks the account's password. Consent is granted for the one registered
-// (first-party) client. PKCE is required.
+// (first-party) client. PKCE is required. An account taken out of the directory is signed out
+// at once, as a real provider disables one (its sessions end with it).
 //
 // Environment: PORT, ISSUER, DIRECTORY (path of the accounts file), CLIENT_ID, CLIENT_SECRET,
 // REDIRECT_URI, POST_LOGOUT_REDIRECT_URI.
@@ -10,10 +11,21 @@ import { readFileSync } from "node:fs";
 import http from "node:http";
 import { parse as parseQuery } from "node:querystring";
 
-import Provider from "oidc-provider";
+import Provider, { interactionPolicy } from "oidc-provider";
 
 const env = process.env;
 const directory = () => JSON.parse(readFileSync(env.DIRECTORY, "utf8")).accounts;
+
+// A session whose account left the directory must sign in again, so a silent re-check
+// (prompt=none) is answered login_required; oidc-provider alone answered it server_error.
+const { Check } = interactionPolicy;
+const policy = interactionPolicy.base();
+policy.get("login").checks.add(
+  new Check("account_gone", "the account is no longer in the directory", "login_required", (ctx) => {
+    const { accountId } = ctx.oidc.session;
+    return accountId && !directory()[accountId] ? Check.REQUEST_PROMPT : Check.NO_NEED_TO_PROMPT;
+  }),
+);
 
 const provider = new Provider(env.ISSUER, {
   clients: [
@@ -36,7 +48,7 @@ const provider = new Provider(env.ISSUER, {
   },
   cookies: { keys: ["test-only-cookie-key"] },
   features: { devInteractions: { enabled: false }, rpInitiatedLogout: { enabled: true } },
-  interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+  interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   async findAccount(ctx, id) {
     const account = directory()[id];
     if (!account) return undefined;
