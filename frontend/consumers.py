@@ -13,7 +13,10 @@ Sessions follow membership: every socket also joins its user's control group; a 
 change, a logout or a deactivation there (``frontend/signals.py``), and a timer every
 ``STREAM_RECHECK_SECONDS`` otherwise, make it read its session and teams again. A socket whose
 session ended closes with 4401 (the portal shows "signed out"); one whose teams changed closes
-with 4403 and the portal reconnects with the groups it may now hear.
+with 4403 and the portal reconnects with the groups it may now hear. A single sign-on session
+whose ID token expiry has passed closes with 4440, on connect and at those checks: only an HTTP
+request re-checks it with the provider (``tenants.sso.SessionRefresh``), so the portal loads
+the page again.
 
 Frames from the client go through ``core.jsonlimits`` (size- and depth-bounded): one too
 large closes the socket with 1009, one nested too deep or holding text the platform cannot
@@ -38,6 +41,7 @@ from django.conf import settings
 from core import streams
 from core.jsonlimits import JsonRefused, loads_bounded
 from tenants.permissions import is_platform_admin, team_ids_of
+from tenants.sso import sso_recheck_due
 
 from .hub import hub
 
@@ -46,6 +50,7 @@ log = logging.getLogger(__name__)
 MAX_TOPICS_LENGTH = 200
 CLOSE_SIGNED_OUT = 4401
 CLOSE_PERMISSIONS_CHANGED = 4403
+CLOSE_SSO_RECHECK = 4440
 CLOSE_TOO_BIG = 1009
 CLOSE_BAD_PAYLOAD = 1007
 
@@ -77,9 +82,11 @@ _groups_for = database_sync_to_async(socket_groups)
 
 async def _session_user(session_key: str | None):
     """The user the session ``session_key`` belongs to now, read afresh from the session store
-    (AnonymousUser when the session ended, its user was deactivated or changed password)."""
+    (AnonymousUser when the session ended, its user was deactivated or changed password), and
+    the session, loaded."""
     engine = import_module(settings.SESSION_ENGINE)
-    return await get_user({"session": engine.SessionStore(session_key)})
+    session = engine.SessionStore(session_key)
+    return await get_user({"session": session}), session
 
 
 class ReadOnlySocket(AsyncJsonWebsocketConsumer):
@@ -112,16 +119,31 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
         self.session_key = getattr(session, "session_key", None)
 
     async def session_user(self, fallback):
-        """The socket's user as the session store and the database say now (so a platform
-        admin unticked since the socket opened reads as one no more), or None when the session
-        no longer signs that user in (logged out, deactivated, new password). A database hiccup
-        answers ``fallback``: the next check decides."""
+        """``(user, None)``: the socket's user as the session store and the database say now (so
+        a platform admin unticked since the socket opened reads as one no more); or ``(None,
+        code)`` to close with: 4401 when the session no longer signs that user in (logged out,
+        deactivated, new password), 4440 when its single sign-on check with the provider is
+        due. A database hiccup answers ``(fallback, None)``: the next check decides."""
         try:
-            user = await _session_user(self.session_key)
+            user, session = await _session_user(self.session_key)
         except Exception:
             log.warning("websocket session check failed", exc_info=True)
-            return fallback
-        return user if user.is_authenticated and user.pk == self.user_id else None
+            return fallback, None
+        if not user.is_authenticated or user.pk != self.user_id:
+            return None, CLOSE_SIGNED_OUT
+        if sso_recheck_due(session):  # no I/O: get_user has loaded the session
+            return None, CLOSE_SSO_RECHECK
+        return user, None
+
+    async def closed_for_sso_recheck(self) -> bool:
+        """On connect: close (4440) a single sign-on session whose check with the provider is
+        due, and say so. Accepted first: a refused handshake shows the browser 1006, not the
+        code, and the portal would only reconnect into the same refusal."""
+        if not sso_recheck_due(self.scope["session"]):
+            return False
+        await self.accept()
+        await self.close(code=CLOSE_SSO_RECHECK)
+        return True
 
     @classmethod
     async def decode_json(cls, text_data):
@@ -159,6 +181,8 @@ class StreamConsumer(ReadOnlySocket):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_SIGNED_OUT)
+            return
+        if await self.closed_for_sso_recheck():
             return
         self.remember_session(user)
         self.topics, unknown = parse_topics(self.scope.get("query_string", b""))
@@ -220,16 +244,19 @@ class StreamConsumer(ReadOnlySocket):
             asyncio.get_running_loop().create_task(self.close(code=code))
 
     async def recheck(self) -> None:
-        """Close when the session ended (4401) or the teams it may hear changed (4403)."""
+        """Close when the session ended (4401), its single sign-on check is due (4440) or the
+        teams it may hear changed (4403)."""
         if getattr(self, "closing", False):
             return
+        user, code = await self.session_user(None)
+        if code is not None:
+            self._close_soon(code)
+            return
+        if user is None:  # a database hiccup (logged): keep the socket, the next check decides
+            return
         try:
-            user = await _session_user(self.session_key)
-            if not user.is_authenticated or user.pk != self.user_id:
-                self._close_soon(CLOSE_SIGNED_OUT)
-                return
             groups = await _groups_for(user, self.topics)
-        except Exception:  # a database hiccup: keep the socket, the next check decides
+        except Exception:  # a database hiccup, likewise
             log.warning("stream session check failed", exc_info=True)
             return
         if sorted(groups) != sorted(self.content_groups):

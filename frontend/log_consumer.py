@@ -15,7 +15,9 @@ may hold at most ``MAX_SOCKETS_PER_USER`` of them per server process (more are c
 Sessions follow membership: every read goes through the team-scoped selector, so a member removed
 from the team is closed (4404) within a second; every ``SESSION_CHECK_S`` the socket reads its
 user afresh from its session, so a logout closes it (4401) within seconds, and a platform admin
-demoted meanwhile reads another team's job no more (4404) within seconds.
+demoted meanwhile reads another team's job no more (4404) within seconds. A single sign-on
+session due for its check with the provider closes it with 4440, on connect and at those checks,
+as the stream socket does (``consumers.ReadOnlySocket``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from core.errors import DomainError, NotFound, Unavailable
 from scheduler import selectors
 from scheduler.states import FINAL_STATES
 
-from .consumers import CLOSE_SIGNED_OUT, ReadOnlySocket
+from .consumers import ReadOnlySocket
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,8 @@ class JobLogConsumer(ReadOnlySocket):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        if await self.closed_for_sso_recheck():
+            return
         if _open_by_user.get(user.pk, 0) >= MAX_SOCKETS_PER_USER:
             await self.close(code=4429)
             return
@@ -152,9 +156,9 @@ class JobLogConsumer(ReadOnlySocket):
         while True:
             if loop.time() - session_checked >= SESSION_CHECK_S:
                 session_checked = loop.time()
-                fresh = await self.session_user(user)
-                if fresh is None:  # logged out, deactivated, new password
-                    await self.close(code=CLOSE_SIGNED_OUT)
+                fresh, code = await self.session_user(user)
+                if code is not None:  # logged out, deactivated, new password; or SSO check due
+                    await self.close(code=code)
                     return
                 # Reads go on as the user is now, not as it was at connect: a platform admin
                 # demoted since reads only its own teams' jobs (another's is closed with 4404).

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from functools import cached_property
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.module_loading import import_string
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh as _SessionRefresh
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
@@ -93,6 +96,18 @@ class SessionRefresh(_SessionRefresh):
     @cached_property
     def exempt_url_patterns(self):
         return {re.compile(p) for p in settings.SSO_REFRESH_EXEMPT_PATTERNS}
+
+
+def sso_recheck_due(session) -> bool:
+    """Is ``session`` a single sign-on session whose ID token expiry (``oidc_id_token_expiration``,
+    now + ``OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS`` at each login) has passed? The library's rule
+    for :class:`SessionRefresh` sending the next page load back to the provider. The websockets,
+    which no middleware re-checks, close on it so that the browser comes back over HTTP
+    (``frontend/consumers.py``). A password session never is."""
+    backend = session.get(BACKEND_SESSION_KEY)
+    if not backend or not issubclass(import_string(backend), OIDCAuthenticationBackend):
+        return False
+    return session.get("oidc_id_token_expiration", 0) <= time.time()
 
 
 def provider_logout_url(request) -> str:

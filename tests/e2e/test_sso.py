@@ -7,7 +7,9 @@ break-glass page and maps provider groups to teams in the portal; dora signs in 
 sign-on (authorization code + PKCE), lands in the team her group maps to, submits a job; her
 group changes at the provider and her next login moves her; while she stays signed in, the
 silent re-check with the provider (prompt=none) moves her too; every change is in the audit log.
-The password form is gone from the login page, and a non-admin's password is refused.
+The password form is gone from the login page, and a non-admin's password is refused. A tab that
+only holds websockets is re-checked too: its sockets close when the check is due and the page
+loads itself again, renewed silently, or signed out once the provider no longer knows her.
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PASSWORD, ROOT, _free_port, _server_env, seeded_server, shot, stop, wait_http
+from .conftest import (
+    PASSWORD,
+    ROOT,
+    _free_port,
+    _server_env,
+    seeded_server,
+    shot,
+    stop,
+    wait_http,
+    wait_live,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -56,15 +68,15 @@ def _install_provider() -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
-def _write_directory(path: Path, groups: list[str]) -> None:
-    accounts = {
-        "dora": {
-            "password": DORA_PASSWORD,
-            "email": "dora@example.com",
-            "name": "Dora Directory",
-            "groups": groups,
-        }
+def _write_directory(path: Path, groups: list[str] | None) -> None:
+    """dora's account at the provider with ``groups``; None: she is no longer in the directory."""
+    dora = {
+        "password": DORA_PASSWORD,
+        "email": "dora@example.com",
+        "name": "Dora Directory",
+        "groups": groups,
     }
+    accounts = {} if groups is None else {"dora": dora}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"accounts": accounts}))
     tmp.replace(path)
@@ -115,6 +127,9 @@ def sso_platform(chromium_path, tmp_path_factory):
             SSO_PROVIDER_NAME="Test IdP",
             LOCAL_LOGIN_ENABLED="false",
             OIDC_RENEW_SECONDS=str(RENEW_S),
+            # Stream sockets re-read their session every second (60 s by default), so one whose
+            # check is due closes within the test's patience.
+            STREAM_RECHECK_SECONDS="1",
         )
         with seeded_server(env, work, rp_port) as url:
             assert url == rp
@@ -227,6 +242,9 @@ def test_sso_login_maps_groups_to_teams_and_follows_the_provider(browser, sso_pl
     # OIDC_RENEW_SECONDS: she joins ml-vision too, and the next page load after that moves her
     # silently (prompt=none: no password typed, no provider page shown).
     _write_directory(sso_platform["directory"], ["ml-nlp", "ml-vision"])
+    # Off the portal while the check falls due: an open page would load itself again once its
+    # sockets close (the next test), and this is about the next page load she makes.
+    page_d.goto("about:blank")
     time.sleep(RENEW_S + 1)
     seen: list[str] = []
     page_d.on("request", lambda request: seen.append(request.url))
@@ -244,3 +262,53 @@ def test_sso_login_maps_groups_to_teams_and_follows_the_provider(browser, sso_pl
     shot(page, "sso-05-audit")
     dora.close()
     admin.close()
+
+
+def test_a_tab_holding_only_sockets_is_rechecked_with_the_provider(browser, sso_platform):
+    """A tab that makes no page load was never re-checked with the provider: a user the provider
+    no longer signs in went on hearing her teams' live updates until the Django session ended.
+    Once the check is due its socket closes (4440) and the page loads itself again (unless she
+    typed into it): while the provider still signs dora in, silently and back to a live page;
+    once she is gone from the directory, to the login page, signed out."""
+    url, directory = sso_platform["url"], sso_platform["directory"]
+    _write_directory(directory, ["ml-vision"])
+    context = _context(browser, url)
+    page = context.new_page()
+    try:
+        _sso_login(page, sso_platform)
+        wait_live(page)
+        seen: list[str] = []
+        page.on("request", lambda request: seen.append(request.url))
+        patience = (RENEW_S + 10) * 1000
+
+        # She does nothing; the page goes to the provider by itself and comes back live.
+        page.wait_for_event(
+            "request", lambda request: "prompt=none" in request.url, timeout=patience
+        )
+        page.wait_for_url(url + "/")
+        wait_live(page)
+        assert not any("/interaction/" in u for u in seen), seen
+        assert page.locator(".who").inner_text() == "dora"
+
+        # A page she has typed into is not reloaded under her: the socket stops and says so,
+        # what she typed stays, and her next page load re-checks.
+        page.goto("/jobs/new/")
+        wait_live(page)
+        page.fill("#id_name", "half-typed")
+        page.wait_for_selector("#live-status[data-state=closed]", timeout=patience)
+        assert "reload" in page.locator("#live-status").inner_text()
+        assert page.url == url + "/jobs/new/"
+        assert page.input_value("#id_name") == "half-typed"
+        page.goto("/")
+        wait_live(page)
+
+        # Removed at the provider: the next check signs her out, with nothing typed or clicked.
+        _write_directory(directory, None)
+        page.wait_for_url(re.compile(re.escape(url) + r"/login/.*"), timeout=patience)
+        assert page.locator(".who").count() == 0
+        me = page.request.get("/api/v1/auth/me", headers={"Accept": "application/json"})
+        assert me.status in (401, 403)
+        shot(page, "sso-06-removed-at-the-provider-signed-out")
+    finally:
+        _write_directory(directory, ["ml-vision"])
+        context.close()

@@ -158,6 +158,10 @@
     };
     socket.onclose = function (event) {
       if (ended || event.code === 4401 || event.code === 4404) return;
+      if (event.code === GP.CLOSE_SSO_RECHECK) {
+        GP.recheckSignIn();
+        return;
+      }
       window.setTimeout(function () {
         if (logSocket === socket) openLog(pinned);
       }, logDelay);

@@ -5,7 +5,9 @@
  * receives the cluster's GPU utilization. Pages register handlers with GP.on(type, fn); every
  * JSON payload is dispatched by its "type", and each update of a "jobs.status" batch is also
  * dispatched as a "job.status". The connection is retried with capped exponential backoff; after
- * a reconnect, "reconnected" handlers run so pages can re-read what they may have missed.
+ * a reconnect, "reconnected" handlers run so pages can re-read what they may have missed. After
+ * 4440 (a single sign-on session due for its check with the provider) the page loads itself
+ * again instead (GP.recheckSignIn).
  * Read-only: nothing is sent. */
 (function () {
   "use strict";
@@ -81,6 +83,49 @@
 
   var delay = 500;
   var opened = false;
+
+  // 4440: the session's single sign-on check with the provider is due, and only a page load
+  // makes it (the server sends the browser to the provider and back: silently while the
+  // provider still signs the user in, to the login page once it does not); a reconnected socket
+  // would be refused again. So the page loads itself again, by GET (a page rendered from a
+  // form's POST is not posted twice), except when that would lose something or loop: after the
+  // user typed into the page (their next page load re-checks), or on a page that was itself
+  // loaded so and refused before it went live (the load did not renew the session).
+  GP.CLOSE_SSO_RECHECK = 4440;
+  var RECHECK_KEY = "gp.signInRecheck";
+  var reloadedToRecheck = false;
+  var edited = false;
+  var reloading = false;
+  try {
+    reloadedToRecheck = window.sessionStorage.getItem(RECHECK_KEY) !== null;
+    window.sessionStorage.removeItem(RECHECK_KEY);
+  } catch (err) {
+    // storage refused (a privacy setting): no loop guard, every 4440 reloads
+  }
+  document.addEventListener("input", function () {
+    edited = true;
+  });
+  GP.recheckSignIn = function () {
+    if (reloading) return; // both sockets of a job page close with 4440
+    if (edited) {
+      setState("closed", "Sign-in check due: reload the page");
+      return;
+    }
+    if (reloadedToRecheck && !opened) {
+      setState("closed", "Sign-in expired");
+      return;
+    }
+    reloading = true;
+    setState("reconnecting", "Checking sign-in…");
+    try {
+      window.sessionStorage.setItem(RECHECK_KEY, "1");
+    } catch (err) {
+      // as above
+    }
+    // Without the fragment: the same URL with one would only scroll, not load.
+    window.location.replace(window.location.href.split("#")[0]);
+  };
+
   function connect() {
     var socket = new WebSocket(GP.wsUrl("/ws/stream/?topics=" + topics.sort().join(",")));
     socket.onmessage = function (event) {
@@ -104,6 +149,10 @@
     socket.onclose = function (event) {
       if (event.code === 4401) {
         setState("closed", "Signed out");
+        return;
+      }
+      if (event.code === GP.CLOSE_SSO_RECHECK) {
+        GP.recheckSignIn();
         return;
       }
       setState("reconnecting", "Reconnecting…");

@@ -11,6 +11,7 @@ through the real ASGI stack (origin check, sessions, the consumer, the hub, the 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -237,6 +238,71 @@ def test_a_change_no_signal_announces_is_caught_by_the_periodic_check(platform, 
     assert async_to_sync(scenario)() == 4401
 
 
+@pytest.fixture
+def sso(settings):
+    """Single sign-on turned on as settings.py does it (no request goes to the provider here:
+    what these sockets do is read the session the provider's callback left)."""
+    settings.SSO_ENABLED = True
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = "https://idp.example.com/auth"
+    settings.OIDC_OP_JWKS_ENDPOINT = "https://idp.example.com/jwks"
+    settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, "tenants.sso.SsoBackend"]
+
+
+def _sso_cookie(user, *, recheck_in: float) -> str:
+    """A single sign-on session of ``user`` as the callback view leaves it, due for its re-check
+    with the provider in ``recheck_in`` seconds (negative: overdue)."""
+    client = Client()
+    client.force_login(user, backend="tenants.sso.SsoBackend")
+    session = client.session
+    session["oidc_id_token_expiration"] = time.time() + recheck_in
+    session.save()
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def test_a_single_sign_on_session_due_for_its_recheck_closes_its_stream(platform, sso, settings):
+    """The HTTP middleware sends a page load back to the provider once the session's ID token
+    expiry passes; a tab holding only a socket never made one, so a user disabled at the
+    provider kept hearing their teams until the Django session ended. The socket closes with
+    4440 (the portal reloads the page, which re-checks); a password session is not touched."""
+    settings.STREAM_RECHECK_SECONDS = 0.5
+    sso_cookie = _sso_cookie(platform["alice"], recheck_in=1.5)
+    password_cookie, _ = _cookie(platform["alice"])
+
+    async def scenario():
+        socket, local = _socket(sso_cookie), _socket(password_cookie)
+        await _open(socket)
+        await _open(local)
+        code = await _closed_with(socket, timeout=5)
+        still_open = await local.receive_nothing(timeout=1)
+        await local.disconnect()
+        return code, still_open
+
+    code, still_open = async_to_sync(scenario)()
+    assert code == 4440 and still_open
+
+
+@pytest.mark.parametrize("path", ["stream", "log"])
+def test_a_socket_opened_on_an_overdue_single_sign_on_session_is_closed_at_once(
+    platform, sso, log_job, path
+):
+    """Accepted, so that the browser sees 4440 rather than a failed handshake, then closed
+    before a frame is sent."""
+    from frontend import log_consumer
+
+    cookie = _sso_cookie(platform["alice"], recheck_in=-1)
+
+    async def scenario():
+        socket = _socket(cookie) if path == "stream" else _log_socket(log_job, cookie)
+        connected, _ = await socket.connect(timeout=5)
+        first = await socket.receive_output(timeout=5)
+        await socket.disconnect()
+        return connected, first, _members_of_hub()
+
+    closed = {"type": "websocket.close", "code": 4440}
+    assert async_to_sync(scenario)() == (True, closed, 0)
+    assert log_consumer._open_by_user == {}  # noqa: SLF001
+
+
 def test_a_socket_whose_handler_raises_still_leaves_the_hub(platform, monkeypatch):
     """Whatever ends a socket, even a bug in a handler, takes it out of the hub."""
     from frontend.consumers import StreamConsumer
@@ -361,3 +427,25 @@ def test_a_platform_admin_demoted_while_reading_another_teams_log_is_cut_off(pla
         return await _closed_with(socket, timeout=5)
 
     assert async_to_sync(scenario)() == 4404
+
+
+def test_a_single_sign_on_session_due_for_its_recheck_closes_its_log_socket(platform, sso, log_job):
+    """The log socket re-reads its session every few seconds too: the same 4440 as the
+    stream, while a password session's log socket goes on streaming."""
+    sso_cookie = _sso_cookie(platform["alice"], recheck_in=1.5)
+    password_cookie, _ = _cookie(platform["alice"])
+
+    async def scenario():
+        socket, local = _log_socket(log_job, sso_cookie), _log_socket(log_job, password_cookie)
+        assert (await socket.connect(timeout=5))[0] and (await local.connect(timeout=5))[0]
+        code = await _closed_with(socket, timeout=5)
+        frames = []
+        while not await local.receive_nothing(timeout=0.5):
+            output = await local.receive_output(timeout=1)
+            assert output["type"] == "websocket.send", output
+            frames.append(output)
+        await local.disconnect()
+        return code, frames
+
+    code, frames = async_to_sync(scenario)()
+    assert code == 4440 and frames
