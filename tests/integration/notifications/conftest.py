@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from datetime import timedelta
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +37,7 @@ class SmtpInbox:
                 "to": list(envelope.rcpt_tos),
                 "subject": message["Subject"],
                 "body": message.get_payload(decode=True).decode(),
+                "message": message,
             }
         )
         return "250 OK"
@@ -62,15 +64,18 @@ def smtp(settings):
 
 class Receiver:
     """A local HTTP endpoint: answers each POST with the next scripted status (200 when the
-    script is used up), records it, and verifies its signature with ``secret``."""
+    script is used up), records it, and verifies its signature with ``secret``. ``delay``
+    seconds pass before each answer (a slow receiver); ``location`` is sent with a 3xx."""
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.requests: list[dict] = []
         self.script: list[int] = []
         self.secret = ""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.delay = 0.0
+        self.location = ""
+        self._server = ThreadingHTTPServer((host, port), self._handler())
         self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.url = f"http://{host}:{self.port}/hook"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -95,12 +100,16 @@ class Receiver:
                     {
                         "path": self.path,
                         "headers": headers,
+                        "body": body,
                         "json": json.loads(body),
                         "verified": verified,
                         "answered": status,
                     }
                 )
+                time.sleep(receiver.delay)
                 self.send_response(status)
+                if receiver.location and 300 <= status < 400:
+                    self.send_header("Location", receiver.location)
                 self.send_header("Content-Type", "text/plain")
                 self.end_headers()
                 self.wfile.write(b"ok" if status < 300 else b"receiver is down")
@@ -131,6 +140,43 @@ def notify_settings(settings):
     settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS = 5
     settings.PORTAL_URL = "https://gpus.example.com"
     return settings
+
+
+@pytest.fixture
+def alice_mail(platform):
+    alice = platform["alice"]
+    alice.email = "alice@example.com"
+    alice.save()
+    return alice
+
+
+def running_job(user, name="train", team="vision"):
+    from scheduler.models import Job
+    from scheduler.services import JobRequest, job_submit
+    from scheduler.states import JobState
+
+    job = job_submit(
+        user=user, request=JobRequest(name=name, team=team, workers=1, gpus_per_worker=1)
+    )
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, started_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def team_hook(admin, receiver, **extra):
+    """A vision webhook on the local receiver (loopback: a platform admin allows it)."""
+    from notifications import services
+
+    hook = services.webhook_create(
+        user=admin,
+        team="vision",
+        name="vision-alerts",
+        url=receiver.url,
+        allow_private_network=True,
+        **extra,
+    )
+    receiver.secret = hook.secret
+    return hook
 
 
 def run_dispatch(now=None) -> list[str]:

@@ -16,51 +16,19 @@ from notifications import dispatch, services, targets
 from notifications.models import DeliveryAttempt, Event, Message, Webhook
 from scheduler.arrays import ArrayRequest, array_submit
 from scheduler.models import Job
-from scheduler.services import JobRequest, job_submit
 from scheduler.states import JobState
 from scheduler.transitions import job_finish, job_requeue
 from tenants.models import AuditEntry
 
-from .conftest import after_window, run_dispatch
+from .conftest import after_window, run_dispatch, running_job, team_hook
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice_mail(platform):
-    alice = platform["alice"]
-    alice.email = "alice@example.com"
-    alice.save()
-    return alice
-
-
-def _running_job(user, name="train", team="vision") -> Job:
-    job = job_submit(
-        user=user, request=JobRequest(name=name, team=team, workers=1, gpus_per_worker=1)
-    )
-    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, started_at=timezone.now())
-    job.refresh_from_db()
-    return job
-
-
-def _team_hook(admin, receiver, **extra) -> Webhook:
-    """A vision webhook on the local receiver (loopback: a platform admin allows it)."""
-    hook = services.webhook_create(
-        user=admin,
-        team="vision",
-        name="vision-alerts",
-        url=receiver.url,
-        allow_private_network=True,
-        **extra,
-    )
-    receiver.secret = hook.secret
-    return hook
 
 
 def test_failed_job_emails_its_submitter_through_a_real_smtp_server(
     platform, alice_mail, smtp, notify_settings, django_capture_on_commit_callbacks
 ):
-    job = _running_job(alice_mail)
+    job = running_job(alice_mail)
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=3)
     assert list(Event.objects.values_list("kind", "job_id")) == [("job.failed", job.pk)]
@@ -91,8 +59,8 @@ def test_failed_job_emails_its_submitter_through_a_real_smtp_server(
 def test_team_webhook_gets_a_signed_generic_body(
     platform, vera, receiver, notify_settings, django_capture_on_commit_callbacks
 ):
-    hook = _team_hook(platform["admin"], receiver)
-    job = _running_job(platform["alice"], name="resnet")
+    hook = team_hook(platform["admin"], receiver)
+    job = running_job(platform["alice"], name="resnet")
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job, target=JobState.SUCCEEDED, now=timezone.now(), exit_code=0)
     assert run_dispatch(after_window()) == ["delivered"]
@@ -127,7 +95,7 @@ def test_slack_and_teams_bodies(
             format=fmt,
             allow_private_network=True,
         )
-    job = _running_job(platform["alice"], name="vit")
+    job = running_job(platform["alice"], name="vit")
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
     assert sorted(run_dispatch(after_window())) == ["delivered", "delivered"]
@@ -146,9 +114,9 @@ def test_slack_and_teams_bodies(
 def test_failing_receiver_is_retried_with_backoff_then_disabled_and_the_owner_sees_why(
     platform, vera, receiver, notify_settings, django_capture_on_commit_callbacks
 ):
-    hook = _team_hook(platform["admin"], receiver)
+    hook = team_hook(platform["admin"], receiver)
     receiver.script = [500] * 10
-    job = _running_job(platform["alice"])
+    job = running_job(platform["alice"])
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
 
@@ -196,7 +164,7 @@ def test_failing_receiver_is_retried_with_backoff_then_disabled_and_the_owner_se
     assert 'id="disabled-hooks"' not in other.get("/").content.decode()
 
     # Disabled: new events do not reach it. Enabled again (audited), it delivers.
-    job2 = _running_job(platform["alice"], name="second")
+    job2 = running_job(platform["alice"], name="second")
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job2, target=JobState.FAILED, now=timezone.now(), exit_code=1)
     assert run_dispatch(now + timedelta(minutes=5)) == []
@@ -211,7 +179,7 @@ def test_failing_receiver_is_retried_with_backoff_then_disabled_and_the_owner_se
 def test_a_500_job_array_finishing_sends_one_grouped_message(
     platform, alice_mail, smtp, receiver, notify_settings, django_capture_on_commit_callbacks
 ):
-    _team_hook(platform["admin"], receiver)
+    team_hook(platform["admin"], receiver)
     array = array_submit(
         user=alice_mail,
         request=ArrayRequest(
@@ -269,8 +237,8 @@ def test_requeue_preemption_quota_and_node_events_reach_their_people(
     admin.save()
     vera.email = "vera@example.com"
     vera.save()
-    _team_hook(admin, receiver)
-    job = _running_job(alice_mail)
+    team_hook(admin, receiver)
+    job = running_job(alice_mail)
     node = Node.objects.first()
     with django_capture_on_commit_callbacks(execute=True):
         job_requeue(job=job, now=timezone.now(), reason="node failure (n1 lost)")
@@ -322,7 +290,7 @@ def test_budget_alerts_reach_the_teams_admins(
         effective_from=datetime(2026, 1, 1, tzinfo=UTC),
     )
     Budget.objects.create(team=teams["vision"], month=month.date(), amount=10, hard_stop=True)
-    job = _running_job(platform["alice"])
+    job = running_job(platform["alice"])
     Allocation.objects.create(job=job, node=node, gpu_index=0, started_at=month, attempt=1)
     with django_capture_on_commit_callbacks(execute=True):
         billing.meter_run(now=month + timedelta(hours=3))  # $10.80 of $10: 50, 80, 100 %
@@ -425,7 +393,7 @@ def test_preferences_choose_what_reaches_a_person(
     }
     assert prefs[("job.failed", "email")] is False and prefs[("job.succeeded", "email")] is True
 
-    failed, succeeded = _running_job(alice_mail, "a"), _running_job(alice_mail, "b")
+    failed, succeeded = running_job(alice_mail, "a"), running_job(alice_mail, "b")
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=failed, target=JobState.FAILED, now=timezone.now(), exit_code=1)
         job_finish(job=succeeded, target=JobState.SUCCEEDED, now=timezone.now(), exit_code=0)
@@ -438,7 +406,7 @@ def test_old_finished_messages_are_pruned(
     platform, alice_mail, smtp, notify_settings, django_capture_on_commit_callbacks
 ):
     notify_settings.NOTIFY_RETENTION_DAYS = 30
-    job = _running_job(alice_mail)
+    job = running_job(alice_mail)
     with django_capture_on_commit_callbacks(execute=True):
         job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
     assert run_dispatch(after_window()) == ["delivered"]
@@ -507,7 +475,7 @@ def test_an_edit_racing_the_disabling_delivery_keeps_the_hook_disabled(
     writes only the fields it changes, over the row as it is when it is written."""
     from tests.integration.concurrency import race
 
-    hook = _team_hook(platform["admin"], receiver)
+    hook = team_hook(platform["admin"], receiver)
     Webhook.objects.filter(pk=hook.pk).update(consecutive_failures=4)
     services.webhook_send_test(user=vera, webhook_id=hook.pk)
     receiver.script = [500]
