@@ -6,7 +6,9 @@ finish the message or queue it again after an exponential backoff with jitter.
 (``next_attempt_at``) and picked up by the dispatcher, so they survive worker restarts and show in
 the delivery log. A webhook failing ``NOTIFY_WEBHOOK_DISABLE_AFTER`` deliveries in a row is
 disabled with the reason shown to its owners, and its pending messages are dropped. Webhook
-targets are resolved and checked again at each attempt (``targets``).
+targets are resolved and checked again at each attempt (``targets``). A message to a person
+(their email, their own webhook) carries only the events they may still hear when it is sent
+(``dispatch.still_heard``): none left, it is dropped.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from tenants.audit import audit_record
 
 from . import render, targets
 from .describe import describe, portal_url
+from .dispatch import still_heard
 from .events import Channel
-from .models import DeliveryAttempt, Message, MessageStatus, Webhook, WebhookFormat
+from .models import DeliveryAttempt, Event, Message, MessageStatus, Webhook, WebhookFormat
 
 
 def _setting(name: str):
@@ -48,10 +51,9 @@ class Outcome:
     excerpt: str = ""
 
 
-def _lines(message: Message) -> list[render.Line]:
+def _lines(events: list[Event]) -> list[render.Line]:
     """One line per event of the message; only those the message lists one by one are
     described (read from their jobs, budgets, nodes), the others are counted by kind."""
-    events = list(message.events.select_related("team").order_by("created_at", "id"))
     describe(events[: render.MAX_LISTED])
     return [
         render.Line(
@@ -144,7 +146,7 @@ def message_deliver(*, message_id: int, now: datetime | None = None) -> str:
         status=MessageStatus.SENDING, claimed_at=now
     ):
         return "skipped"
-    message = Message.objects.select_related("user", "webhook").get(pk=message_id)
+    message = Message.objects.select_related("user", "webhook__owner").get(pk=message_id)
     hook = message.webhook
     if message.channel == Channel.WEBHOOK and (hook is None or not hook.enabled):
         Message.objects.filter(pk=message.pk).update(status=MessageStatus.DROPPED)
@@ -154,7 +156,17 @@ def message_deliver(*, message_id: int, now: datetime | None = None) -> str:
             status=MessageStatus.DROPPED, last_error="the recipient has no email address"
         )
         return MessageStatus.DROPPED
-    lines = _lines(message)
+    events = list(message.events.select_related("team").order_by("created_at", "id"))
+    person = message.user if message.channel == Channel.EMAIL else hook.owner
+    if person is not None:
+        events = still_heard(person, events)
+        if not events:
+            Message.objects.filter(pk=message.pk).update(
+                status=MessageStatus.DROPPED,
+                last_error="the recipient no longer belongs to the team or is deactivated",
+            )
+            return MessageStatus.DROPPED
+    lines = _lines(events)
     heading = render.subject(lines, array_name=_array_name(message))
     number = message.attempts + 1
     started = time.monotonic()

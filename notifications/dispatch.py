@@ -159,6 +159,26 @@ def _audiences(events: list[Event]) -> dict[int, _Audience]:
     return out
 
 
+def still_heard(person, events: list[Event]) -> list[Event]:
+    """The events of a message ``person`` may still be told of when it is sent. The audience was
+    decided at fan-out, but a message waits for its window (an array's, for hours) and its
+    retries: by then the person may have left a team, lost its admin role or been deactivated,
+    and a grouped message must not carry a team's news to someone no longer in it."""
+    if not person.is_active:
+        return []
+    if person.is_superuser:
+        return events
+    roles = dict(Membership.objects.filter(user=person).values_list("team_id", "role"))
+    budget = (EventKind.BUDGET_THRESHOLD, EventKind.BUDGET_HARD_STOP)
+    return [
+        e
+        for e in events
+        if e.kind == EventKind.TEST
+        or (e.kind in budget and roles.get(e.team_id) in MANAGE_ROLES)
+        or (e.kind not in budget and e.kind not in ADMIN_EVENTS and e.team_id in roles)
+    ]
+
+
 def _fan_out(now: datetime) -> int:
     events = list(
         Event.objects.filter(fanned_out_at__isnull=True).order_by("created_at", "id")[:FANOUT_BATCH]

@@ -1,0 +1,80 @@
+"""What organisations expect of notification delivery, on real counterparts (aiosmtpd, a local
+HTTP receiver): at-least-once delivery whose repeats carry the identity a receiver dedupes on;
+no redirect and no second DNS answer can turn a webhook toward the platform's network; the
+documented signature recipe verifies a real delivery and refuses a replay; emails carry the
+headers mail systems act on and encode non-ASCII names; a person who left the team, or was
+deactivated, before delivery is not told; a storm of failures is one message per window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from notifications.models import Message, Webhook
+from scheduler.states import JobState
+from scheduler.transitions import job_finish
+from tenants.models import Membership
+from tenants.services import membership_remove
+
+from .conftest import after_window, run_dispatch, running_job
+
+pytestmark = pytest.mark.django_db
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "tenancy.md"
+
+
+def _fail(jobs, capture) -> None:
+    with capture(execute=True):
+        for job in jobs:
+            job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
+
+
+@pytest.mark.parametrize("change", ["left the team", "was deactivated"])
+def test_a_person_who_left_or_was_deactivated_before_delivery_is_not_told(
+    change,
+    platform,
+    teams,
+    alice_mail,
+    smtp,
+    receiver,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    Webhook.objects.create(
+        owner=alice_mail, name="alice-dm", url=receiver.url, allow_private_network=True
+    )
+    _fail([running_job(alice_mail)], django_capture_on_commit_callbacks)
+    assert run_dispatch() == []  # her email and her own webhook are collecting
+    assert Message.objects.filter(status="collecting").count() == 2
+
+    if change == "left the team":
+        membership_remove(user=platform["admin"], team=teams["vision"], username="alice")
+    else:
+        alice_mail.is_active = False
+        alice_mail.save()
+    assert run_dispatch(after_window()) == ["dropped", "dropped"]
+    assert smtp.messages == [] and receiver.requests == []
+
+
+def test_a_grouped_email_keeps_only_the_teams_its_reader_still_belongs_to(
+    platform,
+    teams,
+    alice_mail,
+    smtp,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    Membership.objects.create(user=alice_mail, team=teams["nlp"], role="member")
+    seg = running_job(alice_mail, name="segmenter", team="vision")
+    lm = running_job(alice_mail, name="language-model", team="nlp")
+    _fail([seg, lm], django_capture_on_commit_callbacks)
+    assert run_dispatch() == []
+    membership_remove(user=platform["admin"], team=teams["vision"], username="alice")
+
+    assert run_dispatch(after_window()) == ["delivered"]
+    [mail] = smtp.messages
+    assert mail["subject"] == f"[gpuplatform] Job language-model (#{lm.pk}) failed"
+    assert "segmenter" not in mail["body"] and "vision" not in mail["body"]
+    assert Message.objects.get().event_count == 1
