@@ -9,6 +9,10 @@ disabled with the reason shown to its owners, and its pending messages are dropp
 targets are resolved and checked again at each attempt (``targets``). A message to a person
 (their email, their own webhook) carries only the events they may still hear when it is sent
 (``dispatch.still_heard``): none left, it is dropped.
+
+Delivery is at-least-once: a worker that dies after the other side accepted a message and
+before the attempt is recorded leaves it ``sending``; the dispatcher sends it again. The repeat
+keeps the email's Message-ID and the webhook's ``webhook-id``, which receivers dedupe on.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.utils import parseaddr
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
@@ -78,16 +83,33 @@ def _array_name(message: Message) -> str:
     return array.name if array else ""
 
 
+def _message_id(message: Message) -> str:
+    """The same Message-ID on every attempt of ``message``, whichever worker sends it (Django's
+    own is random and names the worker's host): a repeat after a crash is then one message to
+    mail systems that dedupe on it. The creation time keeps two installations apart."""
+    domain = parseaddr(settings.DEFAULT_FROM_EMAIL)[1].rpartition("@")[2] or "localhost"
+    return f"<gpuplatform.{message.pk}.{int(message.created_at.timestamp())}@{domain}>"
+
+
 def _send_email(message: Message, lines: list[render.Line], heading: str) -> Outcome:
-    text = render.email_text(
-        lines, heading=heading, settings_url=portal_url("/notifications/settings/")
-    )
+    settings_url = portal_url("/notifications/settings/")
+    text = render.email_text(lines, heading=heading, settings_url=settings_url)
     email = EmailMessage(
         subject=f"[gpuplatform] {heading}"[:250],
         body=text,
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[message.user.email],
-        headers={"X-Gpuplatform-Message": f"msg_{message.pk}"},
+        headers={
+            "X-Gpuplatform-Message": f"msg_{message.pk}",
+            "Message-ID": _message_id(message),
+            # RFC 3834, and Exchange's own header: no vacation or out-of-office replies to a
+            # sender nobody reads.
+            "Auto-Submitted": "auto-generated",
+            "X-Auto-Response-Suppress": "All",
+            # Mail clients show "unsubscribe" for it; choices are per event, so it leads to the
+            # settings page rather than a one-click opt-out of everything.
+            "List-Unsubscribe": f"<{settings_url}>",
+        },
         connection=get_connection(timeout=_setting("NOTIFY_EMAIL_TIMEOUT_SECONDS")),
     )
     try:

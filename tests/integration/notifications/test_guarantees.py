@@ -7,18 +7,23 @@ deactivated, before delivery is not told; a storm of failures is one message per
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
+from notifications import delivery
+from notifications.delivery import message_deliver
+from notifications.dispatch import notifications_dispatch
 from notifications.models import Message, Webhook
 from scheduler.states import JobState
 from scheduler.transitions import job_finish
 from tenants.models import Membership
 from tenants.services import membership_remove
 
-from .conftest import after_window, run_dispatch, running_job
+from .conftest import after_window, run_dispatch, running_job, team_hook
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +34,69 @@ def _fail(jobs, capture) -> None:
     with capture(execute=True):
         for job in jobs:
             job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
+
+
+class WorkerDied(Exception):
+    """Stands for a worker killed between the send and its record."""
+
+
+def test_a_worker_dying_after_the_send_resends_under_the_same_identity(
+    platform,
+    alice_mail,
+    smtp,
+    receiver,
+    notify_settings,
+    monkeypatch,
+    django_capture_on_commit_callbacks,
+):
+    """Delivery is at-least-once: the platform cannot know whether a send it never recorded
+    arrived, so it sends again. The repeat is the same email Message-ID and the same
+    ``webhook-id``, which is what mail systems and receivers dedupe on."""
+    team_hook(platform["admin"], receiver)
+    _fail([running_job(alice_mail)], django_capture_on_commit_callbacks)
+    now = after_window()
+
+    def die(*args, **kwargs):
+        raise WorkerDied
+
+    record = delivery._record
+    monkeypatch.setattr(delivery, "_record", die)
+    claimed = notifications_dispatch(now=now).claimed
+    assert len(claimed) == 2
+    for pk in claimed:
+        with pytest.raises(WorkerDied):
+            message_deliver(message_id=pk, now=now)
+    monkeypatch.setattr(delivery, "_record", record)
+    assert len(smtp.messages) == 1 and len(receiver.requests) == 1
+    assert set(Message.objects.values_list("status", flat=True)) == {"sending"}
+
+    assert run_dispatch(now + timedelta(minutes=5)) == []  # the worker may still be at it
+    assert run_dispatch(now + timedelta(minutes=11)) == ["delivered", "delivered"]
+    first, again = smtp.messages
+    assert first["message"]["Message-ID"] == again["message"]["Message-ID"]
+    one, two = receiver.requests
+    assert one["headers"]["webhook-id"] == two["headers"]["webhook-id"]
+    assert two["verified"]
+
+
+def test_email_carries_the_headers_mail_systems_act_on(
+    platform,
+    alice_mail,
+    smtp,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    _fail([running_job(alice_mail)], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == ["delivered"]
+    [mail] = smtp.messages
+    headers = mail["message"]
+    # Auto-responders (vacation replies, Exchange's out-of-office) stay quiet.
+    assert headers["Auto-Submitted"] == "auto-generated"
+    assert headers["X-Auto-Response-Suppress"] == "All"
+    # Mail clients offer "unsubscribe": it leads to the person's notification settings.
+    assert headers["List-Unsubscribe"] == "<https://gpus.example.com/notifications/settings/>"
+    assert re.fullmatch(r"<[^<>@\s]+@[^<>@\s]+>", headers["Message-ID"])
+    assert headers["Date"]
 
 
 @pytest.mark.parametrize("change", ["left the team", "was deactivated"])
