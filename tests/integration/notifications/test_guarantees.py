@@ -79,6 +79,38 @@ def test_a_worker_dying_after_the_send_resends_under_the_same_identity(
     assert two["verified"]
 
 
+def _documented_verify():
+    """The verification recipe of docs/tenancy.md, run as it is printed."""
+    text = DOCS.read_text()
+    match = re.search(r"```python\n(.*?def verify\(.*?)```", text, re.S)
+    assert match, "docs/tenancy.md shows no `def verify(` recipe for webhook signatures"
+    namespace: dict = {}
+    exec(match.group(1), namespace)  # noqa: S102 (our own documentation)
+    return namespace["verify"]
+
+
+def test_the_documented_recipe_verifies_a_real_delivery_and_refuses_a_replay(
+    platform, receiver, notify_settings, django_capture_on_commit_callbacks
+):
+    verify = _documented_verify()
+    hook = team_hook(platform["admin"], receiver)
+    job = running_job(platform["alice"], name="Обучение")  # non-ASCII: raw bytes are signed
+    _fail([job], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == ["delivered"]
+    [request] = receiver.requests
+    headers, body = request["headers"], request["body"]
+
+    assert verify(hook.secret, headers, body) is True
+    assert verify(hook.secret, headers, body.replace(b"failed", b"passed")) is False
+    assert verify("whsec_" + "A" * 32, headers, body) is False  # another hook's secret
+    # The timestamp is signed: the same request played back ten minutes later is refused,
+    # and moving its timestamp forward breaks the signature.
+    sent = int(headers["webhook-timestamp"])
+    assert verify(hook.secret, headers, body, now=sent + 600) is False
+    moved = {**headers, "webhook-timestamp": str(sent + 600)}
+    assert verify(hook.secret, moved, body, now=sent + 600) is False
+
+
 def test_email_carries_the_headers_mail_systems_act_on(
     platform,
     alice_mail,
