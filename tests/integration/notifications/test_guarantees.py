@@ -8,22 +8,26 @@ deactivated, before delivery is not told; a storm of failures is one message per
 from __future__ import annotations
 
 import re
+import socket
+import time
 from datetime import timedelta
+from email.header import decode_header, make_header
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from notifications import delivery
+from notifications import delivery, services, targets
 from notifications.delivery import message_deliver
 from notifications.dispatch import notifications_dispatch
-from notifications.models import Message, Webhook
+from notifications.models import DeliveryAttempt, Message, Webhook
+from scheduler.models import Job
 from scheduler.states import JobState
 from scheduler.transitions import job_finish
 from tenants.models import Membership
 from tenants.services import membership_remove
 
-from .conftest import after_window, run_dispatch, running_job, team_hook
+from .conftest import Receiver, after_window, run_dispatch, running_job, team_hook
 
 pytestmark = pytest.mark.django_db
 
@@ -79,6 +83,101 @@ def test_a_worker_dying_after_the_send_resends_under_the_same_identity(
     assert two["verified"]
 
 
+def test_a_receiver_slower_than_the_timeout_gets_the_retry_under_the_same_id(
+    platform, receiver, notify_settings, django_capture_on_commit_callbacks
+):
+    notify_settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS = 1
+    team_hook(platform["admin"], receiver)
+    receiver.delay = 2  # it takes the request, and answers after we gave up
+    _fail([running_job(platform["alice"])], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == ["queued"]
+    assert "ReadTimeout" in DeliveryAttempt.objects.get().error
+
+    receiver.delay = 0
+    assert run_dispatch(Message.objects.get().next_attempt_at) == ["delivered"]
+    slow, retry = receiver.requests
+    assert slow["verified"] and retry["verified"]
+    assert slow["headers"]["webhook-id"] == retry["headers"]["webhook-id"]
+
+
+@pytest.fixture
+def public_receiver(monkeypatch):
+    """A receiver on 127.0.0.2 that the target checks take for a public address (a stand-in for
+    one on the internet); the rest of 127.0.0.0/8 stays the platform's own network."""
+    checked = targets.address_problem
+    monkeypatch.setattr(
+        targets, "address_problem", lambda a: None if a == "127.0.0.2" else checked(a)
+    )
+    server = Receiver("127.0.0.2")
+    yield server
+    server.close()
+
+
+def _dns(monkeypatch, answer) -> list[str]:
+    """The system resolver answers ``hooks.example.test`` with ``answer(n)`` on its n-th lookup
+    (from 1), for whoever asks: our checks or the HTTP client. Returns the lookups made."""
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != "hooks.example.test":
+            return real(host, port, *args, **kwargs)
+        lookups.append(host)
+        return real(answer(len(lookups)), port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return lookups
+
+
+def test_a_redirect_is_not_followed_into_the_platforms_network(
+    platform, vera, public_receiver, receiver, notify_settings, monkeypatch
+):
+    _dns(monkeypatch, lambda n: "127.0.0.2")
+    hook = services.webhook_create(
+        user=vera,
+        team="vision",
+        name="redirecting",
+        url=f"http://hooks.example.test:{public_receiver.port}/hook",
+    )
+    public_receiver.secret = hook.secret
+    public_receiver.script = [307]  # 307 keeps the method and body: the worst case
+    public_receiver.location = receiver.url
+    services.webhook_send_test(user=vera, webhook_id=hook.pk)
+    assert run_dispatch() == ["queued"]
+    assert len(public_receiver.requests) == 1 and public_receiver.requests[0]["verified"]
+    assert receiver.requests == []
+    attempt = DeliveryAttempt.objects.get()
+    assert (attempt.ok, attempt.status_code) == (False, 307)
+    assert attempt.error == "HTTP 307 from hooks.example.test"
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(
+    platform, vera, public_receiver, notify_settings, monkeypatch
+):
+    """DNS rebinding within one delivery: the name answers a public address to the check, then
+    the platform's own address to any later lookup. The HTTP client must not look it up again."""
+    internal = Receiver("127.0.0.1", port=public_receiver.port)
+    try:
+        lookups = _dns(monkeypatch, lambda n: "127.0.0.2" if n <= 2 else "127.0.0.1")
+        hook = services.webhook_create(
+            user=vera,
+            team="vision",
+            name="rebinding",
+            url=f"http://hooks.example.test:{public_receiver.port}/hook",
+        )
+        public_receiver.secret = hook.secret
+        services.webhook_send_test(user=vera, webhook_id=hook.pk)
+        assert run_dispatch() == ["delivered"]
+        assert len(lookups) == 2  # saving, then checking at delivery; never the client
+        assert internal.requests == []
+        [request] = public_receiver.requests
+        assert request["verified"] and request["headers"]["host"] == (
+            f"hooks.example.test:{public_receiver.port}"
+        )
+    finally:
+        internal.close()
+
+
 def _documented_verify():
     """The verification recipe of docs/tenancy.md, run as it is printed."""
     text = DOCS.read_text()
@@ -131,6 +230,24 @@ def test_email_carries_the_headers_mail_systems_act_on(
     assert headers["Date"]
 
 
+def test_non_ascii_names_are_encoded_in_subject_and_body(
+    platform,
+    alice_mail,
+    smtp,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    name = "Обучение-模型 été"
+    job = running_job(alice_mail, name=name)
+    _fail([job], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == ["delivered"]
+    [mail] = smtp.messages
+    assert mail["subject"].isascii() and "=?utf-8?" in mail["subject"].lower()  # RFC 2047
+    subject = str(make_header(decode_header(mail["subject"])))
+    assert subject == f"[gpuplatform] Job {name} (#{job.pk}) failed"
+    assert name in mail["body"]
+
+
 @pytest.mark.parametrize("change", ["left the team", "was deactivated"])
 def test_a_person_who_left_or_was_deactivated_before_delivery_is_not_told(
     change,
@@ -178,3 +295,44 @@ def test_a_grouped_email_keeps_only_the_teams_its_reader_still_belongs_to(
     assert mail["subject"] == f"[gpuplatform] Job language-model (#{lm.pk}) failed"
     assert "segmenter" not in mail["body"] and "vision" not in mail["body"]
     assert Message.objects.get().event_count == 1
+
+
+def test_five_hundred_jobs_failing_at_once_are_one_message_per_target(
+    platform,
+    alice_mail,
+    smtp,
+    receiver,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    """Not an array: 500 separate jobs failing together (a bad image, a lost filesystem) are
+    grouped by the window, so alice gets one email and the team's webhook one call."""
+    team_hook(platform["admin"], receiver)
+    now = timezone.now()
+    priority = Job._meta.get_field("priority_class").related_model.objects.first()
+    team = alice_mail.memberships.get().team
+    jobs = Job.objects.bulk_create(
+        Job(
+            team=team,
+            submitter=alice_mail,
+            name=f"job-{i}",
+            workers=1,
+            gpus_per_worker=1,
+            priority_class=priority,
+            submitted_at=now,
+            started_at=now,
+            state=JobState.RUNNING,
+        )
+        for i in range(500)
+    )
+    started = time.monotonic()
+    _fail(jobs, django_capture_on_commit_callbacks)
+    assert run_dispatch() == []
+    assert sorted(run_dispatch(after_window())) == ["delivered", "delivered"]
+    assert time.monotonic() - started < 120
+
+    [mail] = smtp.messages
+    assert mail["subject"] == "[gpuplatform] 500 notifications: 500 jobs failed"
+    assert "… and 450 more" in mail["body"]
+    [request] = receiver.requests
+    assert request["json"]["summary"] == {"job.failed": 500} and request["verified"]
