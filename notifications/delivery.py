@@ -95,7 +95,9 @@ def _send_email(message: Message, lines: list[render.Line], heading: str) -> Out
     settings_url = portal_url("/notifications/settings/")
     text = render.email_text(lines, heading=heading, settings_url=settings_url)
     email = EmailMessage(
-        subject=f"[gpuplatform] {heading}"[:250],
+        # A job name may hold a line break, which a header may not (Django refuses it against
+        # header injection): folded, rather than failing every attempt of the message.
+        subject=" ".join(f"[gpuplatform] {heading}".split())[:250],
         body=text,
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[message.user.email],

@@ -336,3 +336,23 @@ def test_five_hundred_jobs_failing_at_once_are_one_message_per_target(
     assert "… and 450 more" in mail["body"]
     [request] = receiver.requests
     assert request["json"]["summary"] == {"job.failed": 500} and request["verified"]
+
+
+def test_a_job_name_with_a_line_break_still_reaches_its_submitter(
+    platform,
+    alice_mail,
+    smtp,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    """A header cannot hold a line break (Django refuses it, against header injection): the
+    subject of a job named across two lines is folded onto one, not an error each attempt."""
+    job = running_job(alice_mail, name="sweep\r\nBcc: mallory@example.com")
+    _fail([job], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == ["delivered"]
+    [mail] = smtp.messages
+    assert mail["to"] == ["alice@example.com"]
+    assert mail["message"]["Bcc"] is None
+    assert mail["subject"] == (
+        f"[gpuplatform] Job sweep Bcc: mallory@example.com (#{job.pk}) failed"
+    )
