@@ -191,6 +191,19 @@ class ClusterSerializer(serializers.ModelSerializer):
 class NodeSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Declared rather than derived from the model: the model's choices would make them an enum
+    # without the blank value they mostly hold.
+    resume_state = serializers.CharField(
+        read_only=True,
+        help_text="Only while the node is down: `draining` or `quarantined` when it comes back "
+        "drained or quarantined (a drain or quarantine made before or during the outage; a "
+        "release lifts it), empty when it comes back ready or is not down.",
+    )
+    resume_reason = serializers.CharField(
+        read_only=True,
+        help_text="The reason of the drain or quarantine a down node comes back with "
+        "(its state_reason then); empty when resume_state is.",
+    )
 
     class Meta:
         model = Node
@@ -207,6 +220,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "spot",
             "state",
             "state_reason",
+            "resume_state",
+            "resume_reason",
             "health",
         ]
 

@@ -118,3 +118,43 @@ def test_release_of_a_down_node_lifts_its_drain_and_it_stays_down(platform, api_
     node.refresh_from_db()
     assert node.state == "down" and NodeEvent.objects.filter(kind="released").count() == 1
     assert AuditEntry.objects.filter(action="node.released").count() == 1
+
+
+def test_a_down_nodes_hold_is_shown_with_the_node(platform, api_as):
+    """An admin drains a node that is down: it stays down and comes back drained. The API showed
+    only ``state: down``, so nobody could see the drain waiting for it (nor that a release would
+    lift something). The node now shows the state it comes back to and its reason, read-only;
+    both are empty when nothing is held."""
+    node = Node.objects.get(name="n2")
+    Node.objects.filter(pk=node.pk).update(state="down", state_reason="node failure")
+    admin = api_as(platform["admin"])
+    drained = admin.post(
+        f"/api/v1/admin/nodes/{node.pk}/drain/", {"reason": "firmware update"}, format="json"
+    )
+    assert drained.status_code == 200
+    held = {"state": "down", "resume_state": "draining", "resume_reason": "firmware update"}
+    assert {k: drained.json()[k] for k in held} == held
+    # Every member reads the nodes (as their state_reason): the hold is no more private.
+    listed = api_as(platform["alice"]).get("/api/v1/nodes/", {"state": "down"}).json()
+    assert [{k: row[k] for k in held} for row in listed["results"]] == [held]
+    ready = api_as(platform["alice"]).get(f"/api/v1/nodes/{Node.objects.get(name='n1').pk}/")
+    assert (ready.json()["resume_state"], ready.json()["resume_reason"]) == ("", "")
+
+    # Read-only: a body cannot set them (the actions take only a reason).
+    released = admin.post(
+        f"/api/v1/admin/nodes/{node.pk}/release/", {"resume_state": "quarantined"}, format="json"
+    )
+    assert released.status_code == 200
+    assert (released.json()["resume_state"], released.json()["resume_reason"]) == ("", "")
+    node.refresh_from_db()
+    assert (node.resume_state, node.resume_reason) == ("", "")
+
+
+def test_the_schema_documents_the_hold_as_read_only(db):
+    from django.test import Client
+
+    schema = Client().get("/api/schema/", {"format": "json"}).json()
+    fields = schema["components"]["schemas"]["Node"]["properties"]
+    for name in ("resume_state", "resume_reason"):
+        assert fields[name].get("readOnly") is True, fields[name]
+        assert "down" in fields[name]["description"]
