@@ -125,6 +125,9 @@ class NodeStatusPayload(TypedDict):
     type: Literal["node.status"]
     node: str
     state: str
+    # Only while down: the state it comes back to ("draining" | "quarantined"), blank for ready,
+    # so a view can show the hold and offer the release that lifts it.
+    resume_state: str
     health: float
     # GPU index -> "free" | "in use"; never a job's name (other teams see this group too).
     gpus: dict[str, str]

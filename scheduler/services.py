@@ -493,6 +493,7 @@ def publish_node_status(*, node: Node, now: datetime) -> None:
         "type": "node.status",
         "node": node.name,
         "state": node.state,
+        "resume_state": node.resume_state,
         "health": node.health,
         "gpus": {str(i): "in use" if i in in_use else "free" for i in range(node.gpu_count)},
         "time": now.isoformat(),

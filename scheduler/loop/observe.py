@@ -224,6 +224,9 @@ def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
     node_event_record(node=node, kind=kind, message=message, now=now)
 
 
+_SERVICE_FIELDS = ["state", "state_reason", "resume_state", "resume_reason"]
+
+
 def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
     window = timedelta(seconds=settings.SCHEDULER_QUARANTINE_WINDOW_SECONDS)
     for node in Node.objects.filter(cluster=cluster):
@@ -246,7 +249,9 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
                     )
                 ):
                     continue
-                node.state = NodeState.DOWN
+                # The hold was decided by the UPDATE, not from this (possibly stale) copy; read
+                # back, so the node.status of the failure tells views what it comes back as.
+                node.refresh_from_db(fields=_SERVICE_FIELDS)
                 _node_event(node, NodeEvent.Kind.FAILED, seen.reason or "node failure", now)
             _requeue_jobs_on(node, now)
         elif seen.state != "down" and node.state == NodeState.DOWN and node.resume_state:
@@ -258,7 +263,7 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
                 resume_state="",
                 resume_reason="",
             ):
-                node.state, node.state_reason = node.resume_state, node.resume_reason
+                node.refresh_from_db(fields=_SERVICE_FIELDS)
                 _node_event(
                     node, NodeEvent.Kind.RECOVERED, f"node is back, still {node.state}", now
                 )

@@ -336,3 +336,93 @@ def test_a_socket_that_stops_reading_is_closed_and_the_others_still_hear(layer, 
         await reader.disconnect()
 
     async_to_sync(run)()
+
+
+def test_node_status_carries_the_state_a_down_node_comes_back_to(layer, platform):
+    """A drain or quarantine of a down node is held until it comes back (it stays down). The
+    node.status every cluster view hears said only ``down``, so a page could not show the hold nor
+    offer the release that lifts it. It now carries ``resume_state`` (blank when nothing is held,
+    ready nodes included), the other fields as before."""
+    from scheduler.models import Node
+
+    admin = platform["admin"]
+    node = Node.objects.get(name="n2")
+    Node.objects.filter(pk=node.pk).update(state="down", state_reason="node failure")
+    ws = _socket(platform["bob"], "?topics=cluster")
+
+    def act(action, **reason):
+        getattr(services, f"node_{action}")(user=admin, node_id=node.pk, **reason)
+
+    async def run():
+        await _open(ws)
+        heard = []
+        for action, reason in (
+            ("drain", {"reason": "firmware update"}),
+            ("quarantine", {"reason": "RMA GPU 3"}),
+            ("release", {}),
+        ):
+            await database_sync_to_async(act)(action, **reason)
+            [status] = [f for f in await _drain(ws, expect=True) if f["type"] == "node.status"]
+            assert set(status) == {"type", "node", "state", "health", "gpus", "time"} | {
+                "resume_state"
+            }
+            assert (status["node"], status["state"]) == ("n2", "down")
+            heard.append(status["resume_state"])
+        assert heard == ["draining", "quarantined", ""]
+
+        # A node drained while up holds nothing: its state says it.
+        other = await database_sync_to_async(lambda: Node.objects.get(name="n1"))()
+        await database_sync_to_async(
+            lambda: services.node_drain(user=admin, node_id=other.pk, reason="")
+        )()
+        [status] = [f for f in await _drain(ws, expect=True) if f["type"] == "node.status"]
+        assert (status["node"], status["state"], status["resume_state"]) == ("n1", "draining", "")
+        await ws.disconnect()
+
+    async_to_sync(run)()
+
+
+def test_a_drained_node_that_goes_down_says_it_comes_back_drained(layer, platform):
+    """The loop marks a drained node down and keeps the drain to come back to. Its node.status
+    said ``down`` with nothing held (the hold was written in the database only), so a cluster
+    view hid the Release that would lift it. It now says what the node comes back as, and once
+    back, that nothing is held any more."""
+    from datetime import timedelta
+
+    from scheduler.backends import get_backend, reset_backends
+    from scheduler.models import Node, SimulatedNodeFault
+
+    reset_backends()
+    node = Node.objects.get(name="n2")
+    services.node_drain(user=platform["admin"], node_id=node.pk, reason="firmware update")
+    backend = get_backend(node.cluster)
+    ws = _socket(platform["bob"], "?topics=cluster")
+
+    def repaired():
+        for fault in SimulatedNodeFault.objects.all():
+            fault.failed_at -= timedelta(seconds=61)
+            fault.repaired_at -= timedelta(seconds=61)
+            fault.save(update_fields=["failed_at", "repaired_at"])
+
+    async def statuses() -> list[tuple[str, str]]:
+        frames = await _drain(ws, expect=True)
+        return [
+            (f["state"], f["resume_state"])
+            for f in frames
+            if f["type"] == "node.status" and f["node"] == "n2"
+        ]
+
+    async def run():
+        await _open(ws)
+        await database_sync_to_async(lambda: backend.fail_node("n2", repair_after_s=60))()
+        await database_sync_to_async(run_cycle)()
+        assert await statuses() == [("down", "draining")]
+        await database_sync_to_async(repaired)()
+        await database_sync_to_async(run_cycle)()
+        assert await statuses() == [("draining", "")]
+        await ws.disconnect()
+
+    try:
+        async_to_sync(run)()
+    finally:
+        reset_backends()
