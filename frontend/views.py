@@ -407,6 +407,8 @@ def cluster_state(request):
                         "node": node.name,
                         "state": node.state,
                         "reason": node.state_reason,
+                        "resume_state": node.resume_state,
+                        "resume_reason": node.resume_reason,
                         "health": node.health,
                         "gpus": [
                             {

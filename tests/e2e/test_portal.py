@@ -220,6 +220,54 @@ def test_admin_sees_a_quarantine_arrive_live_and_releases_the_node(session_as):
     _only_local(admin)
 
 
+def test_a_node_that_goes_down_holding_a_drain_keeps_its_release_live(session_as):
+    """node.status said only "down", so the cluster view hid Release on a node that went down
+    holding a drain (and every resync from /cluster/state/ hid the one the page had rendered).
+    The live update and the resync now show what the node comes back as and keep Release.
+
+    The e2e cluster cannot take a node down on demand, so the payloads are the server's shapes
+    fed to the page's own handlers: node.status through the stream's dispatcher, the resync's
+    JSON as the server answered with one node's hold written in."""
+    admin = session_as("admin")
+    admin.login()
+    page = admin.page("/cluster/")
+    wait_live(page)
+    node = page.locator('li.node[data-node="r3-n06"]')
+    release = node.locator("form[action$='/release/']")
+    tip = node.locator("[data-field=tip-state]")
+    node.locator("summary").click()
+    assert release.is_hidden()
+
+    def status(resume_state: str) -> None:
+        page.evaluate(
+            """held => window.GP.emit("node.status", {type: "node.status", node: "r3-n06",
+                state: "down", resume_state: held, health: 1, gpus: {}, time: "t"})""",
+            resume_state,
+        )
+
+    status("draining")
+    assert node.get_attribute("data-resume-state") == "draining"
+    assert release.is_visible() and tip.text_content() == "Down — comes back drained"
+    assert "r3-n06: down, comes back drained, health" in node.get_attribute("aria-label")
+    status("")  # released while down: nothing to lift any more
+    assert release.is_hidden() and tip.text_content() == "Down"
+
+    def held_state(route) -> None:
+        data = route.fetch().json()
+        for row in data["nodes"]:
+            if row["node"] == "r3-n06":
+                row.update(state="down", reason="lost", resume_state="quarantined")
+                row["resume_reason"] = "RMA GPU 3"
+        route.fulfill(json=data)
+
+    page.route("**/cluster/state/", held_state)
+    page.evaluate("window.GP.emit('reconnected', {})")  # resyncs 0.2 s later
+    page.wait_for_selector('li.node[data-node="r3-n06"][data-resume-state=quarantined]')
+    assert tip.text_content() == "Down: lost — comes back quarantined: RMA GPU 3"
+    assert release.is_visible()
+    _only_local(admin)
+
+
 def test_pages_fit_a_phone_and_work_with_the_keyboard(session_as):
     phone = session_as("alice", viewport={"width": 390, "height": 844})
     page = phone.login()  # typed with the keyboard only

@@ -13,6 +13,8 @@
   GP.want("jobs", "cluster", "utilization");
   var stateUrl = main.getAttribute("data-cluster-state-url");
   var STATE_TEXT = { ready: "", draining: "Draining", quarantined: "Quarantined", down: "Down" };
+  // What a down node holding a drain or quarantine comes back as (resume_state).
+  var COMES_BACK = { draining: "drained", quarantined: "quarantined" };
   var HOLDING = ["running", "preempted"];
 
   // node -> gpu index -> {job, name}: GPUs held by jobs the caller may see.
@@ -44,19 +46,34 @@
     var gpus = li.querySelectorAll(".gpu");
     var busy = li.querySelectorAll(".gpu.busy").length;
     var state = li.getAttribute("data-state");
+    var held = li.getAttribute("data-resume-state");
     var health = li.querySelector("[data-field=health]").textContent;
     li.setAttribute(
       "aria-label",
-      li.getAttribute("data-node") + ": " + state + ", health " + health + ", " + busy + " of " + gpus.length + " GPUs in use"
+      li.getAttribute("data-node") + ": " + state + (held ? ", comes back " + comesBack(held) : "") +
+        ", health " + health + ", " + busy + " of " + gpus.length + " GPUs in use"
     );
   }
 
-  function setNodeState(li, state, health, reason) {
+  function comesBack(held) {
+    return held in COMES_BACK ? COMES_BACK[held] : held;
+  }
+
+  // ``held``: the payload's resume_state (a down node's drain or quarantine to come back to).
+  // node.status carries no reasons, so a live update shows the hold without its reason until the
+  // resync from /cluster/state/ that follows it.
+  function setNodeState(li, state, health, reason, held, heldReason) {
+    held = state === "down" && held ? held : "";
     li.setAttribute("data-state", state);
+    li.setAttribute("data-resume-state", held);
     li.className = li.className.replace(/\bstate-\S+/, "state-" + state);
     li.querySelector("[data-field=node-state]").textContent = state in STATE_TEXT ? STATE_TEXT[state] : state;
     var tip = li.querySelector("[data-field=tip-state]");
-    if (tip) tip.textContent = state.charAt(0).toUpperCase() + state.slice(1) + (reason ? ": " + reason : "");
+    if (tip) {
+      tip.textContent =
+        state.charAt(0).toUpperCase() + state.slice(1) + (reason ? ": " + reason : "") +
+        (held ? " \u2014 comes back " + comesBack(held) + (heldReason ? ": " + heldReason : "") : "");
+    }
     if (typeof health === "number") {
       var pct = Math.round(health * 100) + "%";
       li.querySelector("[data-field=health]").textContent = pct;
@@ -65,8 +82,13 @@
       li.classList.toggle("health-bad", health < 0.6);
       li.classList.toggle("health-warn", health >= 0.6 && health < 0.9);
     }
+    // "held" shows Release on a down node: releasing it lifts the hold where it stands.
+    var shownFor = held ? [state, "held"] : [state];
     li.querySelectorAll("form[data-show-when]").forEach(function (form) {
-      form.hidden = form.getAttribute("data-show-when").split(" ").indexOf(state) < 0;
+      var when = form.getAttribute("data-show-when").split(" ");
+      form.hidden = !shownFor.some(function (s) {
+        return when.indexOf(s) >= 0;
+      });
     });
   }
 
@@ -110,7 +132,7 @@
   GP.on("node.status", function (msg) {
     var li = nodeEl(msg.node);
     if (!li) return;
-    setNodeState(li, msg.state, msg.health, msg.reason);
+    setNodeState(li, msg.state, msg.health, msg.reason, msg.resume_state);
     Object.keys(msg.gpus || {}).forEach(function (index) {
       var gpu = li.querySelector('.gpu[data-gpu="' + index + '"]');
       if (gpu) paintGpu(msg.node, gpu, msg.gpus[index] !== "free");
@@ -202,7 +224,7 @@
         data.nodes.forEach(function (node) {
           var li = nodeEl(node.node);
           if (!li) return;
-          setNodeState(li, node.state, node.health, node.reason);
+          setNodeState(li, node.state, node.health, node.reason, node.resume_state, node.resume_reason);
           node.gpus.forEach(function (g) {
             var gpu = li.querySelector('.gpu[data-gpu="' + g.index + '"]');
             if (gpu) paintGpu(node.node, gpu, g.status !== "free");

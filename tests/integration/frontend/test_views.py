@@ -247,6 +247,39 @@ def test_admin_releases_a_down_node_from_the_cluster_view(platform):
     assert other.state == "down" and not NodeEvent.objects.filter(node=other).exists()
 
 
+def node_cell(html: str, node: Node) -> str:
+    return re.search(rf'<li class="node[^"]*" id="node-{node.pk}".*?</li>', html, re.S).group(0)
+
+
+def test_the_cluster_view_shows_what_a_down_node_comes_back_as(platform):
+    """A down node an admin drained stays down and comes back drained. The page and the JSON the
+    live view resyncs from showed only "down": nobody could see the drain waiting, and every
+    resync hid the Release button the page had rendered for it. Both now carry the hold."""
+    held, other = Node.objects.get(name="n2"), Node.objects.get(name="n3")
+    Node.objects.filter(pk__in=[held.pk, other.pk]).update(state="down", state_reason="lost")
+    services.node_drain(user=platform["admin"], node_id=held.pk, reason="firmware update")
+
+    # Everyone sees the tooltip (with the state's reason, as before); admins also the Release.
+    cell = node_cell(client_for(platform["alice"]).get("/cluster/").content.decode(), held)
+    assert 'data-resume-state="draining"' in cell
+    assert re.search(r"n2: Down, comes back drained, health", cell)
+    tip = re.search(r'data-field="tip-state">([^<]*)<', cell).group(1)
+    assert tip == "Down: lost — comes back drained: firmware update"
+    plain = node_cell(client_for(platform["alice"]).get("/cluster/").content.decode(), other)
+    assert 'data-resume-state=""' in plain and "comes back" not in plain
+
+    nodes = {
+        n["node"]: n for n in client_for(platform["alice"]).get("/cluster/state/").json()["nodes"]
+    }
+    assert (nodes["n2"]["state"], nodes["n2"]["reason"]) == ("down", "lost")
+    assert (nodes["n2"]["resume_state"], nodes["n2"]["resume_reason"]) == (
+        "draining",
+        "firmware update",
+    )
+    assert (nodes["n3"]["resume_state"], nodes["n3"]["resume_reason"]) == ("", "")
+    assert (nodes["n1"]["state"], nodes["n1"]["resume_state"]) == ("ready", "")
+
+
 def test_members_cannot_act_on_nodes(platform):
     node = Node.objects.get(name="n1")
     alice = client_for(platform["alice"])
