@@ -256,12 +256,17 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
             _requeue_jobs_on(node, now)
         elif seen.state != "down" and node.state == NodeState.DOWN and node.resume_state:
             # Back, but an admin (or a health rule) had taken it out: it stays out, as it was
-            # left, until released; its failures quarantine nothing more.
-            if Node.objects.filter(pk=node.pk, state=NodeState.DOWN).update(
-                state=F("resume_state"),
-                state_reason=F("resume_reason"),
-                resume_state="",
-                resume_reason="",
+            # left, until released; its failures quarantine nothing more. Only while it still
+            # holds one: a release committed since it was read leaves it to come back ready.
+            if (
+                Node.objects.filter(pk=node.pk, state=NodeState.DOWN)
+                .exclude(resume_state="")
+                .update(
+                    state=F("resume_state"),
+                    state_reason=F("resume_reason"),
+                    resume_state="",
+                    resume_reason="",
+                )
             ):
                 node.refresh_from_db(fields=_SERVICE_FIELDS)
                 _node_event(

@@ -402,6 +402,34 @@ def test_a_drain_while_the_loop_sees_the_node_back_is_kept(platform, settings, f
     assert kinds[failures:] == ["drained", "recovered"]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_release_while_the_loop_brings_a_held_node_back_leaves_no_blank_state(platform):
+    """An admin releases a down, drained node while a cycle, which read it with its drain,
+    brings it back. The cycle's UPDATE (back to the held state) waited for the release and then
+    set the state to the hold the release had just cleared: a node in the state ''. It now
+    finds no hold and leaves the node to come back ready, the next pass."""
+    from scheduler.services import node_release
+    from tests.integration.concurrency import race
+
+    node = Node.objects.get(name="n3")
+    Node.objects.filter(pk=node.pk).update(
+        state="down",
+        state_reason="node failure",
+        resume_state="draining",
+        resume_reason="firmware update",
+    )
+    outcome = race(
+        lambda: node_release(user=platform["admin"], node_id=node.pk),
+        run_cycle,  # the simulated backend reports n3 up
+    )
+    assert not isinstance(outcome, Exception), repr(outcome)
+    node.refresh_from_db()
+    assert (node.state, node.resume_state) == ("down", "")
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.state_reason) == ("ready", "")
+
+
 @pytest.mark.parametrize("hold", ["drain", "quarantine"])
 def test_a_node_released_while_down_comes_back_ready(
     platform, django_capture_on_commit_callbacks, hold
