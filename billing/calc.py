@@ -167,9 +167,14 @@ def forecast_month_end(
 
 
 def forecast_window(now: datetime, month: date, hours: int = 24) -> tuple[datetime, datetime]:
-    """The trailing window the burn rate is measured over: the last ``hours`` hours, clipped to
-    the month's start (a month two hours old is measured over those two hours)."""
+    """The trailing window the burn rate is measured over: the last ``hours`` hours up to
+    ``now`` (up to the month's end once it is over), whether or not they cross the month's
+    start. The rate is the team's, not the month's: clipped to a month a few minutes old, one
+    charge in those minutes read as a rate per minute forecast millions; so a month less than
+    a day old is measured partly over the end of the month before. A month not begun yet has
+    an empty window (no burn of its own to extrapolate)."""
     start, end = month_bounds(month)
+    if now < start:
+        return start, start
     hi = min(now, end)
-    lo = max(start, hi - timedelta(hours=hours))
-    return lo, hi
+    return hi - timedelta(hours=hours), hi

@@ -5,7 +5,8 @@ Dashboard selectors return plain dataclasses of series (no ORM objects), which t
 turns into figures. A dashboard costs a fixed number of small queries whatever the data size:
 daily spend and idle sums (by GPU model, and by cluster) from the ``UsageDaily`` rollup, top jobs
 from ``UsageJobMonth``, egress charges (one row per job attempt that moved data), the
-forecast's trailing-day spend from raw usage (24 hours of rows at most), and small reads of lost
+forecast's trailing-day spend from raw usage and egress charges (25 hours of rows at most, maybe
+from the month before: the burn rate is the team's, not the month's), and small reads of lost
 work, budget, alerts and names. Statements read raw usage (authoritative, rarely opened).
 """
 
@@ -423,12 +424,18 @@ def _trailing_window(month: date, now: datetime) -> tuple[datetime, datetime]:
 
 
 def _trailing_spend(team_ids: list[int] | None, month: date, now: datetime) -> Decimal:
-    """Spend in the forecast's trailing window, from usage rows (a day's worth at most)."""
+    """Spend in the forecast's trailing window (a day and an hour at most), GPU time from usage
+    rows and egress from the charges, in one query each. The window may start in the month
+    before (``calc.forecast_window``), so neither read is limited to ``month``."""
     lo, hi = _trailing_window(month, now)
-    qs = UsageRecord.objects.filter(hour__gte=lo, hour__lt=hi)
+    usage = UsageRecord.objects.filter(hour__gte=lo, hour__lt=hi)
+    moved = EgressCharge.objects.filter(time__gte=lo, time__lt=hi)
     if team_ids is not None:
-        qs = qs.filter(team_id__in=team_ids)
-    return qs.aggregate(t=Sum("cost"))["t"] or Decimal(0)
+        usage = usage.filter(team_id__in=team_ids)
+        moved = moved.filter(team_id__in=team_ids)
+    return (usage.aggregate(t=Sum("cost"))["t"] or Decimal(0)) + (
+        moved.aggregate(t=Sum("cost"))["t"] or Decimal(0)
+    )
 
 
 def _budget_summary(
@@ -444,9 +451,8 @@ def _budget_summary(
     if now < calc.month_bounds(month)[1]:
         # Egress of the window is burn like GPU time: a team moving data now is assumed to go on
         # moving it at that rate (docs/billing.md §4); a burst ages out of the window in a day.
-        trailing = _trailing_spend(team_ids, month, now) + sum(
-            (e.cost for e in egress if lo <= e.time < hi), Decimal(0)
-        )
+        # Read apart from the month's charges above: the window may reach into the month before.
+        trailing = _trailing_spend(team_ids, month, now)
     forecast = calc.forecast_month_end(
         spend_to_date=spend,
         trailing_spend=trailing,
@@ -607,14 +613,19 @@ def admin_cost_overview(
         .annotate(cost=Sum("cost"))
         .values_list("team_id", "cost")
     )
-    # The month's egress per team and its share in the trailing window, in one query.
+    # The month's egress per team and its share in the trailing window, in one query (the
+    # window may start in the month before: those charges count in the rate, not the spend).
     own_egress: dict[int, Decimal] = {}
     for row in (
-        EgressCharge.objects.filter(time__gte=start, time__lt=end)
+        EgressCharge.objects.filter(time__gte=min(start, lo), time__lt=end)
         .values("team_id")
-        .annotate(total=Sum("cost"), recent=Sum("cost", filter=Q(time__gte=lo, time__lt=hi)))
+        .annotate(
+            total=Sum("cost", filter=Q(time__gte=start)),
+            recent=Sum("cost", filter=Q(time__gte=lo, time__lt=hi)),
+        )
     ):
-        own_egress[row["team_id"]] = row["total"] or Decimal(0)
+        if row["total"] is not None:
+            own_egress[row["team_id"]] = row["total"]
         if now < end and row["recent"]:
             trailing[row["team_id"]] = trailing.get(row["team_id"], Decimal(0)) + row["recent"]
     budgets = {b.team_id: b for b in Budget.objects.filter(month=month)}

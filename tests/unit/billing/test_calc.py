@@ -107,15 +107,29 @@ def test_an_overridden_rate_is_the_clusters_once_it_has_one(base, own, at):
     assert platform.overridden_by(cluster).rate_at(instant) == expected
 
 
-def test_forecast_window_is_clipped_to_the_month():
+def test_forecast_window_is_the_trailing_day_even_across_the_months_start():
+    # The burn rate is the team's, not the month's: a month two hours old is measured over the
+    # last 24 hours, 22 of them in the month before.
     assert calc.forecast_window(utc(2026, 12, 1, 2), date(2026, 12, 1)) == (
-        utc(2026, 12, 1),
+        utc(2026, 11, 30, 2),
         utc(2026, 12, 1, 2),
     )
+    assert calc.forecast_window(utc(2026, 12, 1), date(2026, 12, 1)) == (
+        utc(2026, 11, 30),
+        utc(2026, 12, 1),
+    )
+    assert calc.forecast_window(utc(2026, 12, 10, 5), date(2026, 12, 1)) == (
+        utc(2026, 12, 9, 5),
+        utc(2026, 12, 10, 5),
+    )
+    # A month over: its last day (its forecast is its actual spend anyway).
     assert calc.forecast_window(utc(2027, 1, 5), date(2026, 12, 1)) == (
         utc(2026, 12, 31),
         utc(2027, 1, 1),
     )
+    # A month not begun has no burn of its own to extrapolate: an empty window.
+    lo, hi = calc.forecast_window(utc(2026, 11, 20), date(2026, 12, 1))
+    assert lo == hi
     empty = calc.forecast_month_end(
         spend_to_date=Decimal("5"),
         trailing_spend=Decimal(0),
@@ -124,3 +138,51 @@ def test_forecast_window_is_clipped_to_the_month():
         month=date(2026, 12, 1),
     )
     assert empty == Decimal("5.00")
+
+
+def test_a_charge_in_the_months_first_minute_forecasts_a_day_of_burn_not_a_minute():
+    """The audit's case: at 00:00:30 on the 1st, one $16 egress charge (nothing else in the last
+    day) is $16 a day for the month's 31 days, not $16 per 30 seconds (about $1.4M)."""
+    month = date(2026, 12, 1)
+    now = utc(2026, 12, 1, 0, 0, 30)
+    lo, hi = calc.forecast_window(now, month)
+    forecast = calc.forecast_month_end(
+        spend_to_date=Decimal(16),
+        trailing_spend=Decimal(16),
+        trailing_window=hi - lo,
+        now=now,
+        month=month,
+    )
+    remaining = calc.month_bounds(month)[1] - now
+    assert forecast == (16 + Decimal(16) * Decimal(remaining / timedelta(hours=24))).quantize(
+        calc.CENT
+    )
+    assert forecast < Decimal(16 * 32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    offset=st.integers(0, 31 * 24 * 3600 * 1_000_000 - 1),
+    spend=st.decimals("0", "100000", places=2),
+    trailing=st.decimals("0", "100000", places=2),
+)
+def test_the_forecast_never_extrapolates_more_than_a_days_burn_per_day_left(
+    offset, spend, trailing
+):
+    """Whatever instant of the month it is read at, the window is a whole trailing day ending
+    now, so the forecast adds at most the window's spend per day left in the month (to the
+    cent): a charge minutes into a month can never be read as a rate per minute."""
+    month = date(2026, 12, 1)
+    start, end = calc.month_bounds(month)
+    now = start + timedelta(microseconds=offset)
+    lo, hi = calc.forecast_window(now, month)
+    assert (lo, hi) == (now - timedelta(hours=24), now)
+    forecast = calc.forecast_month_end(
+        spend_to_date=spend,
+        trailing_spend=trailing,
+        trailing_window=hi - lo,
+        now=now,
+        month=month,
+    )
+    days_left = Decimal(calc.microseconds(end - now)) / Decimal(24 * 3600 * 1_000_000)
+    assert spend <= forecast <= (spend + trailing * days_left).quantize(calc.CENT) + calc.CENT
