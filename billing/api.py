@@ -205,6 +205,12 @@ class StatementLineSerializer(serializers.Serializer):
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True)
     cost = serializers.DecimalField(max_digits=14, decimal_places=2, read_only=True)
     cluster = serializers.CharField(read_only=True, help_text='the cluster\'s name; "" if unknown')
+    unpriced_gpu_hours = serializers.DecimalField(
+        max_digits=16,
+        decimal_places=4,
+        read_only=True,
+        help_text="the part of gpu_hours that had no price in the price book (billed at $0)",
+    )
 
 
 class StatementEgressLineSerializer(serializers.Serializer):
@@ -244,6 +250,7 @@ class StatementDetailSerializer(StatementSerializer):
     gpu_total = serializers.SerializerMethodField()
     egress_total = serializers.SerializerMethodField()
     adjusted_total = serializers.SerializerMethodField()
+    unpriced_gpu_hours = serializers.SerializerMethodField()
 
     class Meta(StatementSerializer.Meta):
         fields = StatementSerializer.Meta.fields + [
@@ -254,6 +261,7 @@ class StatementDetailSerializer(StatementSerializer):
             "gpu_total",
             "egress_total",
             "adjusted_total",
+            "unpriced_gpu_hours",
         ]
 
     def _view(self, statement):
@@ -289,6 +297,10 @@ class StatementDetailSerializer(StatementSerializer):
     @extend_schema_field(OpenApiTypes.DECIMAL)
     def get_adjusted_total(self, statement) -> str:
         return str(self._view(statement).adjusted_total)
+
+    @extend_schema_field(OpenApiTypes.DECIMAL)
+    def get_unpriced_gpu_hours(self, statement) -> str:
+        return str(self._view(statement).unpriced_gpu_hours)
 
 
 class StatementCloseSerializer(serializers.Serializer):

@@ -76,6 +76,13 @@ def parse_month(text: str) -> date:
     return parsed
 
 
+def line_gpu_hours(seconds: float | None) -> Decimal:
+    """GPU-seconds summed from usage rows as the GPU-hours a statement line shows (4 places):
+    one rounding for a line's hours and for its unpriced part, open or closed, so the unpriced
+    part never shows more than the line."""
+    return (Decimal(repr(seconds or 0.0)) / 3600).quantize(Decimal("0.0001"))
+
+
 def microseconds(delta: timedelta) -> int:
     return delta // _US
 

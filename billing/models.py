@@ -139,7 +139,8 @@ class UsageRecord(models.Model):
     capacity = models.CharField(max_length=16, choices=Capacity.choices)
     gpu_seconds = models.FloatField()
     cost = models.DecimalField(**MONEY)
-    # GPU-seconds of this slice that had no price in the book (billed at 0, flagged on statements).
+    # GPU-seconds of this slice that had no price in the book (billed at 0; statement lines carry
+    # their sum as unpriced GPU-hours).
     unpriced_gpu_seconds = models.FloatField(default=0.0)
     idle_fraction = models.FloatField(null=True, blank=True)
     finalized = models.BooleanField(default=False)
@@ -451,6 +452,9 @@ class StatementLine(models.Model):
     # "" for usage whose cluster is unknown and for lines closed before clusters were recorded.
     cluster = models.CharField(max_length=64, blank=True, default="")
     gpu_hours = models.DecimalField(max_digits=16, decimal_places=4)
+    # The part of gpu_hours that had no price in the book (billed at $0): frozen with the line
+    # so the bill says why it is cheap. Lines closed before it was recorded say 0, as they showed.
+    unpriced_gpu_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=2)
 
     class Meta:
@@ -459,6 +463,11 @@ class StatementLine(models.Model):
             models.UniqueConstraint(
                 fields=["statement", "team", "gpu_model", "capacity", "cluster"],
                 name="stmtline_unique_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(unpriced_gpu_hours__gte=0)
+                & Q(unpriced_gpu_hours__lte=models.F("gpu_hours")),
+                name="stmtline_unpriced_within_hours",
             ),
         ]
 

@@ -716,6 +716,8 @@ class StatementLineView:
     cost: Decimal
     # The cluster's name; "" when unknown.
     cluster: str = ""
+    # The part of gpu_hours that had no price in the book (billed at $0).
+    unpriced_gpu_hours: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -750,6 +752,13 @@ class StatementView:
     @property
     def egress_total(self) -> Decimal:
         return sum((x.cost for x in self.egress_lines), Decimal(0))
+
+    @property
+    def unpriced_gpu_hours(self) -> Decimal:
+        """GPU-hours on the lines that had no price (billed at $0): the lines' own, summed."""
+        return sum((x.unpriced_gpu_hours for x in self.lines), Decimal(0)).quantize(
+            Decimal("0.0001")
+        )
 
     @property
     def adjusted_total(self) -> Decimal:
@@ -794,6 +803,7 @@ def statement_view(*, statement: Statement) -> StatementView:
                 line.gpu_hours,
                 line.cost,
                 line.cluster,
+                line.unpriced_gpu_hours,
             )
             for line in statement.lines.all()
         ]
@@ -826,9 +836,10 @@ def statement_view(*, statement: Statement) -> StatementView:
             teams.get(row["team_id"], "?"),
             models_.get(row["gpu_model_id"], "?"),
             row["capacity"],
-            (Decimal(repr(row["gpu_seconds"])) / 3600).quantize(Decimal("0.0001")),
+            calc.line_gpu_hours(row["gpu_seconds"]),
             row["cost"].quantize(calc.CENT),
             clusters[row["cluster_id"]],
+            calc.line_gpu_hours(row["unpriced_gpu_seconds"]),
         )
         for row in live
     ]
@@ -849,14 +860,16 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
     total and adjustment rows and for usage whose cluster is unknown), then ``from_cluster``
     and ``gb`` (egress lines only). An egress line says ``egress`` in the ``capacity`` column
     (where the total and adjustment rows name themselves too) and its number of charges in
-    ``note``; its cost is in ``cost_usd`` like any line, and the total row is the sum of all."""
+    ``note``; its cost is in ``cost_usd`` like any line, and the total row is the sum of all.
+    Last, ``unpriced_gpu_hours``: the GPU-hours of a GPU line that had no price (billed at $0);
+    empty on every other row."""
     s = view.statement
     month = f"{s.month:%Y-%m}"
     header = ["month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd"]
-    rows = [[*header, "note", "cluster", "from_cluster", "gb"]]
+    rows = [[*header, "note", "cluster", "from_cluster", "gb", "unpriced_gpu_hours"]]
 
     def summary(label: str, amount: Decimal, note: str = "") -> list[str]:
-        return [month, s.team.slug, "", "", label, "", str(amount), note, "", "", ""]
+        return [month, s.team.slug, "", "", label, "", str(amount), note, "", "", "", ""]
 
     for line in view.lines:
         rows.append(
@@ -872,6 +885,7 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
                 line.cluster,
                 "",
                 "",
+                str(line.unpriced_gpu_hours),
             ]
         )
     for e in view.egress_lines:
@@ -889,6 +903,7 @@ def statement_csv_rows(*, view: StatementView) -> list[list[str]]:
                 e.to_cluster,
                 e.from_cluster,
                 str(e.gb),
+                "",
             ]
         )
     rows.append(summary("total", view.total))

@@ -874,7 +874,8 @@ def cluster_labels(cluster_ids: Iterable[int | None]) -> dict[int | None, str]:
 
 def statement_live_lines(*, statement: Statement) -> list[dict]:
     """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity,
-    cluster id; None when unknown)."""
+    cluster id; None when unknown), with its GPU-seconds, the part of them that had no price
+    (``unpriced_gpu_seconds``) and its cost."""
     start, end = calc.month_bounds(statement.month)
     tree = TeamTree.load()
     return list(
@@ -882,7 +883,11 @@ def statement_live_lines(*, statement: Statement) -> list[dict]:
             team_id__in=tree.subtree(statement.team_id), hour__gte=start, hour__lt=end
         )
         .values("team_id", "gpu_model_id", "capacity", "cluster_id")
-        .annotate(gpu_seconds=Sum("gpu_seconds"), cost=Sum("cost"))
+        .annotate(
+            gpu_seconds=Sum("gpu_seconds"),
+            unpriced_gpu_seconds=Sum("unpriced_gpu_seconds"),
+            cost=Sum("cost"),
+        )
         .order_by("team_id", "gpu_model_id", "capacity", "cluster_id")
     )
 
@@ -947,7 +952,8 @@ def statement_close(
                 gpu_model_id=line["gpu_model_id"],
                 capacity=line["capacity"],
                 cluster=cluster_names[line["cluster_id"]],
-                gpu_hours=(Decimal(repr(line["gpu_seconds"])) / 3600).quantize(Decimal("0.0001")),
+                gpu_hours=calc.line_gpu_hours(line["gpu_seconds"]),
+                unpriced_gpu_hours=calc.line_gpu_hours(line["unpriced_gpu_seconds"]),
                 cost=line["cost"].quantize(calc.CENT),
             )
             for line in lines

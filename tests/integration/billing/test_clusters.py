@@ -327,7 +327,7 @@ def test_statement_lines_carry_the_cluster_and_csv_appends_it(split_month, clien
     rows = selectors.statement_csv_rows(view=view)
     assert rows[0] == [
         "month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd",
-        "note", "cluster", "from_cluster", "gb",
+        "note", "cluster", "from_cluster", "gb", "unpriced_gpu_hours",
     ]  # fmt: skip
     assert [r[8] for r in rows[1:3]] == ["cloud", "test"]
     assert all(len(r) == len(rows[0]) for r in rows)

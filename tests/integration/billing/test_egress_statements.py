@@ -124,7 +124,7 @@ def test_csv_has_egress_rows_and_the_total_adds_up(november, client, alice):
     rows = list(csv.reader(io.StringIO(body)))
     assert rows[0] == [
         "month", "statement_team", "team", "gpu_model", "capacity", "gpu_hours", "cost_usd",
-        "note", "cluster", "from_cluster", "gb",
+        "note", "cluster", "from_cluster", "gb", "unpriced_gpu_hours",
     ]  # fmt: skip
     assert all(len(r) == len(rows[0]) for r in rows)
     lines = [r for r in rows[1:] if r[2]]

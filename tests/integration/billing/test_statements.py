@@ -107,6 +107,7 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
             "gpu_hours": "2.0000",
             "cost": "4.00",
             "cluster": "test",
+            "unpriced_gpu_hours": "0.0000",
         }
     ]
     response = as_alice.get(f"/api/v1/billing/statements/{vision.pk}/csv/")
@@ -124,6 +125,7 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "cluster",
         "from_cluster",
         "gb",
+        "unpriced_gpu_hours",
     ]
     assert rows[1] == [
         "2026-11",
@@ -137,6 +139,7 @@ def test_statement_api_is_scoped_and_exports_csv(november, api_as, alice, bob, p
         "test",
         "",
         "",
+        "0.0000",
     ]
     assert rows[-1][6] == "4.00"  # cost_usd keeps its place; later columns are appended
 
