@@ -33,6 +33,7 @@ from core import streams
 from core.bounds import MAX_ARRAY_SIZE
 from core.envvars import env_name_errors
 from core.errors import Conflict, FieldErrors, Forbidden, NotFound
+from core.names import name_errors
 from tenants.permissions import can_submit_to
 
 from .admission import check_submission
@@ -147,12 +148,16 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
             resolved[key] = _validate_request(members[indices[0]], user=user)
         except FieldErrors as exc:
             for bad_field, messages in exc.errors.items():
-                # numbers and environments differ by index: checked for each, below
-                if bad_field not in _PER_INDEX_NUMBERS and bad_field != "env":
+                # numbers, environments and names differ by index: checked for each, below
+                if bad_field not in _PER_INDEX_NUMBERS and bad_field not in ("env", "name"):
                     attribute(bad_field, messages, indices)
     template_env = env_name_errors(req.template.get("env"))
     if template_env:
         errors["template.env"] = template_env
+    # an item without a name of its own is called after the array ("<name>-<index>")
+    array_name = name_errors(req.name)
+    if array_name:
+        errors["name"] = array_name
     for i, member in enumerate(members):
         if any(getattr(member, name) is not None for name in _PER_INDEX_NUMBERS):
             for bad_field, messages in request_number_errors(member).items():
@@ -162,6 +167,11 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
         if item_env:
             if reported < MAX_REPORTED_ERRORS:
                 errors[f"items[{i}].env"] = item_env
+            reported += 1
+        item_name = name_errors(req.items[i].get("name"))
+        if item_name:
+            if reported < MAX_REPORTED_ERRORS:
+                errors[f"items[{i}].name"] = item_name
             reported += 1
     if errors:
         if reported > MAX_REPORTED_ERRORS:

@@ -21,6 +21,7 @@ from core import streams
 from core.bounds import number_error
 from core.envvars import env_name_errors
 from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
+from core.names import name_errors
 from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
 from tenants.permissions import is_platform_admin, submission_target
@@ -137,6 +138,9 @@ def _validate_request(
 
     for message in env_name_errors(req.env):
         err("env", message)
+
+    for message in name_errors(req.name):
+        err("name", message)
 
     if target is not None and target[0] == req.team:
         team, role = target[1], target[2]

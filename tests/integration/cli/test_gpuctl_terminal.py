@@ -9,6 +9,7 @@ import json
 import pytest
 
 from scheduler import services
+from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,8 +34,10 @@ def as_admin(platform, live_server, gpuctl):
 def test_job_names_with_escape_sequences_are_printed_as_text(platform, as_admin):
     job = services.job_submit(
         user=platform["alice"],
-        request=services.JobRequest(name=HOSTILE, team="vision", workers=1, gpus_per_worker=1),
+        request=services.JobRequest(name="plain", team="vision", workers=1, gpus_per_worker=1),
     )
+    # Submissions refuse such names now (core.names); rows stored before that still hold them.
+    Job.objects.filter(pk=job.pk).update(name=HOSTILE)
     for args in (("ls",), ("show", str(job.pk)), ("why", str(job.pk))):
         result = as_admin(*args)
         assert result.code == 0, (args, result.err)

@@ -346,8 +346,10 @@ def test_a_job_name_with_a_line_break_still_reaches_its_submitter(
     django_capture_on_commit_callbacks,
 ):
     """A header cannot hold a line break (Django refuses it, against header injection): the
-    subject of a job named across two lines is folded onto one, not an error each attempt."""
-    job = running_job(alice_mail, name="sweep\r\nBcc: mallory@example.com")
+    subject of a job named across two lines is folded onto one, not an error each attempt.
+    Submissions refuse such names now (core.names); a job stored before that still has one."""
+    job = running_job(alice_mail)
+    Job.objects.filter(pk=job.pk).update(name="sweep\r\nBcc: mallory@example.com")
     _fail([job], django_capture_on_commit_callbacks)
     assert run_dispatch(after_window()) == ["delivered"]
     [mail] = smtp.messages

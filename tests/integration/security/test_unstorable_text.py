@@ -238,3 +238,45 @@ def test_a_budget_filter_that_is_not_true_or_false_is_a_400(platform, api_as):
         for value in ("true", "1", "false", "0")
     }
     assert counts == {"true": 1, "1": 1, "false": 0, "0": 0}
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("train\nBcc: someone@example.com", "control character (U+000A"),
+        ("ok\x1b[2Jcleared", "control character (U+001B"),
+        ("tab\there", "control character (U+0009"),
+        ("invoice\u202egpj.exe", "bidirectional control character (U+202E)"),
+    ],
+)
+def test_a_job_name_that_is_not_one_line_of_printable_text_is_a_400_on_name(
+    platform, api_as, name, kind
+):
+    # Shown in e-mail subjects, to platform admins and by gpuctl in a terminal: a line break,
+    # an escape sequence or a bidi override would forge what those show.
+    response = api_as(platform["alice"]).post("/api/v1/jobs/", {**JOB, "name": name}, format="json")
+    assert response.status_code == 400, response.json()
+    (message,) = response.json()["name"]
+    assert kind in message
+    assert not Job.objects.exists()
+
+
+def test_names_in_any_script_are_kept(platform, api_as):
+    name = "résumé 训练 تدريب ﻿✓"
+    response = api_as(platform["alice"]).post("/api/v1/jobs/", {**JOB, "name": name}, format="json")
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().name == name
+
+
+def test_an_array_or_item_name_with_a_line_break_is_a_400_naming_it(platform, api_as):
+    body = {
+        "name": "sweep\nrun",
+        "team": "vision",
+        "template": {"workers": 1, "gpus_per_worker": 1},
+        "items": [{}, {"name": "lr\r0.1"}, {"name": "fine"}],
+    }
+    response = api_as(platform["alice"]).post("/api/v1/job-arrays/", body, format="json")
+    assert response.status_code == 400, response.json()
+    errors = response.json()
+    assert set(errors) == {"name", "items[1].name"}, errors
+    assert not Job.objects.exists() and not JobArray.objects.exists()
