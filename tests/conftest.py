@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 
 import pytest
 
@@ -26,6 +27,23 @@ def require_service(name: str, host: str, port: int) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message + " (required in CI)")
     pytest.skip(message)
+
+
+def use_channel_layer(settings, kind: str) -> None:
+    """Point the channel layer at a fresh in-memory one (``memory``) or at the test Redis
+    (``redis``), with a key prefix of its own: other test runs on the same Redis use the same
+    group names."""
+    if kind == "redis":
+        require_service("Redis", "127.0.0.1", 6379)
+        url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "CONFIG": {"hosts": [url], "prefix": f"asgi-test-{uuid.uuid4().hex[:8]}"},
+            }
+        }
+    else:
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ anonymous socket and a bad attempt are refused without a word about the job."""
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -23,7 +21,7 @@ from scheduler import services
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job
 from scheduler.transitions import job_requeue
-from tests.conftest import require_service
+from tests.conftest import use_channel_layer
 from tests.simclock import SimulatedClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -318,17 +316,7 @@ def test_a_log_socket_takes_no_channel_of_the_channel_layer(platform, settings, 
     base class opened one per socket anyway and kept a receive waiting on it (a Redis poll in
     production) for the socket's life. Each layer's own bookkeeping of the channels a receive
     waits on shows it: nothing while the log socket streams."""
-    if backend == "redis":
-        require_service("Redis", "127.0.0.1", 6379)
-        url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-        settings.CHANNEL_LAYERS = {
-            "default": {
-                "BACKEND": "channels_redis.core.RedisChannelLayer",
-                "CONFIG": {"hosts": [url], "prefix": f"asgi-test-{uuid.uuid4().hex[:8]}"},
-            }
-        }
-    else:
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    use_channel_layer(settings, backend)
     alice = platform["alice"]
     job = started_job(alice)
     cookie = headers(alice)

@@ -6,9 +6,7 @@ after commit (never for a rolled-back transaction or savepoint)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-import uuid
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -22,25 +20,14 @@ from core import streams
 from gpuplatform.asgi import application
 from scheduler import services
 from scheduler.loop.cycle import run_cycle
-from tests.conftest import require_service
+from tests.conftest import use_channel_layer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(params=["memory", "redis"])
 def layer(request, settings):
-    if request.param == "redis":
-        require_service("Redis", "127.0.0.1", 6379)
-        url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-        settings.CHANNEL_LAYERS = {
-            "default": {
-                "BACKEND": "channels_redis.core.RedisChannelLayer",
-                # Own key prefix: other test runs on the same Redis use the same group names.
-                "CONFIG": {"hosts": [url], "prefix": f"asgi-test-{uuid.uuid4().hex[:8]}"},
-            }
-        }
-    else:
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    use_channel_layer(settings, request.param)
     return request.param
 
 
