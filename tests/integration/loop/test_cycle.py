@@ -331,6 +331,25 @@ def test_a_node_an_admin_took_out_stays_out_through_an_outage(platform, hold):
     assert node.state == "ready"
 
 
+def take_out_while_down(platform, hold, capture_on_commit):
+    """n3 fails and the loop sees it down; then the admin drains or quarantines it ("firmware
+    update"). Returns the node, its backend and the admin's action, to repeat it."""
+    from scheduler.services import node_drain, node_quarantine
+
+    action = node_drain if hold == "drain" else node_quarantine
+    node = Node.objects.get(name="n3")
+    backend = get_backend(node.cluster)
+    backend.fail_node(node.name, repair_after_s=60)
+    run_cycle()
+
+    def take_out():
+        return action(user=platform["admin"], node_id=node.pk, reason="firmware update")
+
+    with capture_on_commit(execute=True):
+        take_out()
+    return node, backend, take_out
+
+
 @pytest.mark.parametrize(
     "hold, held, kind",
     [("drain", "draining", "drained"), ("quarantine", "quarantined", "quarantined")],
@@ -343,19 +362,13 @@ def test_a_node_taken_out_while_down_fails_once_and_comes_back_held(
     outage, in the timeline and in the failures that quarantine a node. As Slurm's DOWN+DRAIN,
     the node now stays down with the hold to come back to: one failure, the drain, and it comes
     back held."""
-    from scheduler.services import node_drain, node_quarantine
-
-    take_out = node_drain if hold == "drain" else node_quarantine
-    admin = platform["admin"]
-    node = Node.objects.get(name="n3")
-    backend = get_backend(node.cluster)
-    backend.fail_node(node.name, repair_after_s=60)
-    run_cycle()
-    with django_capture_on_commit_callbacks(execute=True):
-        taken = take_out(user=admin, node_id=node.pk, reason="firmware update")
+    node, backend, take_out = take_out_while_down(
+        platform, hold, django_capture_on_commit_callbacks
+    )
+    taken = Node.objects.get(pk=node.pk)
     assert (taken.state, taken.resume_state) == ("down", held)
     assert "n3" in backend.config["drained"]  # Slurm: DOWN+DRAIN
-    take_out(user=admin, node_id=node.pk, reason="firmware update")  # again: nothing new
+    take_out()  # again: nothing new
     run_cycle()
     node.refresh_from_db()
     assert (node.state, node.resume_state, node.resume_reason) == ("down", held, "firmware update")
@@ -436,18 +449,11 @@ def test_a_node_released_while_down_comes_back_ready(
 ):
     """A release of a down node lifts its hold where it stands (Slurm: resume of DOWN+DRAIN):
     it stays down through the outage, with no second failure, and comes back ready."""
-    from scheduler.services import node_drain, node_quarantine, node_release
+    from scheduler.services import node_release
 
-    take_out = node_drain if hold == "drain" else node_quarantine
-    admin = platform["admin"]
-    node = Node.objects.get(name="n3")
-    backend = get_backend(node.cluster)
-    backend.fail_node(node.name, repair_after_s=60)
-    run_cycle()
+    node, backend, _ = take_out_while_down(platform, hold, django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
-        take_out(user=admin, node_id=node.pk, reason="firmware update")
-    with django_capture_on_commit_callbacks(execute=True):
-        released = node_release(user=admin, node_id=node.pk)
+        released = node_release(user=platform["admin"], node_id=node.pk)
     assert (released.state, released.resume_state) == ("down", "")
     assert "n3" not in backend.config["drained"]
     run_cycle()
