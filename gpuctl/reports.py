@@ -161,16 +161,31 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             n.get("gpu_model"),
             n.get("gpu_count"),
             n.get("rack"),
-            n.get("state"),
+            _node_state(n),
             _health(n.get("health")),
             n.get("spot"),
-            n.get("state_reason"),
+            _node_reason(n),
         ]
         for n in nodes
     ]
     headers = ["NAME", "CLUSTER", "MODEL", "GPUS", "RACK", "STATE", "HEALTH", "SPOT", "REASON"]
     output.table(headers, rows, _out())
     return 0
+
+
+def _node_state(node: dict[str, Any]) -> Any:
+    """A down node that an admin drained or quarantined says what it comes back as: its state
+    alone reads like any outage."""
+    state, held = node.get("state"), node.get("resume_state")
+    return f"{state}, then {held}" if held else state
+
+
+def _node_reason(node: dict[str, Any]) -> Any:
+    reason, held = node.get("state_reason"), node.get("resume_state")
+    if not held:
+        return reason
+    then = f"{held}: {node.get('resume_reason') or '(no reason given)'}"
+    return f"{reason}; {then}" if reason else then
 
 
 def _health(value: Any) -> str | None:

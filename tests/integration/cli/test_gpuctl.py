@@ -393,6 +393,24 @@ def test_nodes_lists_the_cluster(as_alice):
     assert sorted(n["name"] for n in h100) == ["n1", "n2"]
 
 
+def test_nodes_shows_what_a_down_node_comes_back_as(as_alice):
+    from scheduler.models import Node
+
+    Node.objects.filter(name="n3").update(
+        state="down",
+        state_reason="node failure",
+        resume_state="draining",
+        resume_reason="firmware update",
+    )
+    result = as_alice("nodes")
+    assert result.code == 0, result.err
+    (row,) = [line for line in result.out.splitlines() if line.startswith("n3 ")]
+    assert "down, then draining" in row
+    assert row.rstrip().endswith("node failure; draining: firmware update"), row
+    (ready,) = [line for line in result.out.splitlines() if line.startswith("n1 ")]
+    assert "then" not in ready
+
+
 def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gpu_models):
     from datetime import date
 
