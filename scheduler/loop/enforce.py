@@ -133,8 +133,10 @@ def reconcile(*, now: datetime) -> None:
             if saved or (job.preempt_deadline and job.preempt_deadline <= now):
                 progress = None
                 if backend is not None and job.backend_ref:
-                    (status,) = backend.poll_jobs([(backend_run_id(job), job.attempts)])
-                    progress = status.checkpointed_progress_s
+                    # No status at all when the backend cannot read the run's state: stopped
+                    # all the same, with the checkpoint the platform last saw.
+                    for status in backend.poll_jobs([(backend_run_id(job), job.attempts)]):
+                        progress = status.checkpointed_progress_s
                     backend.cancel(backend_run_id(job), job.attempts)
                 job_requeue(job=job, now=now, reason="preempted", checkpointed_progress_s=progress)
         except BackendError as exc:
