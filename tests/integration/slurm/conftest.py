@@ -193,6 +193,18 @@ def slurm_cluster(slurm_version: str) -> LocalSlurm:
     return cluster
 
 
+def host_python_version() -> str:
+    """The Slurm whose jobs can run this test run's Python: 24.11 when the interpreter lives
+    where the Debian 13 root has nothing of its own (pyenv, /opt, a checkout), so it can be
+    bound in (``host_python``); else the host's 22.05. A virtualenv of the system Python has
+    /usr as its base, and the root's /usr is its own."""
+    base = sys.base_prefix
+    system = base in ("/", "/usr") or (
+        base.startswith("/usr/") and not base.startswith("/usr/local")
+    )
+    return LEGACY if system else MODERN
+
+
 @pytest.fixture(scope="session")
 def host_python(slurm_cluster: LocalSlurm) -> Path:
     """The directory of this test run's Python and its scripts (torchrun), as the cluster's

@@ -54,6 +54,7 @@ def test_bind_is_read_only_idempotent_and_follows_a_directory_made_again(slurm_c
         ("/", "refusing to bind /"),
         ("/var", "the root is inside it"),
         ("/nonexistent-gp-dir", "not a directory"),
+        ("/usr", "the root has files of its own at that path"),
     ],
 )
 def test_bind_refuses_what_would_expose_the_root_or_nothing(slurm_cluster, directory, reason):
