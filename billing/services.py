@@ -594,9 +594,10 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
         .values_list("job_id", "kind", "time")
     ):
         last_loss[job_id] = (kind, time)
-    # Every loss is recorded with a requeue; only the platform's own preemptions and node
-    # failures leave an event of their own before it. A requeue with none (the cluster's own
-    # preemption, a run the backend lost) is the loss itself: its time, its reason's cause.
+    # Every loss is recorded with a requeue; only the platform's own preemptions leave an event
+    # of their own before it (`preempted`; `node_failed` ones come from the demo's history). A
+    # requeue with none (a node failure, the cluster's own preemption, a run the backend lost)
+    # is the loss itself: its time, its reason's cause.
     requeues: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
     for job_id, time, data in (
         JobEvent.objects.filter(job_id__in=job_ids, kind="requeued", time__lte=now)

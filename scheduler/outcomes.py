@@ -31,6 +31,7 @@ naming a team the caller does not belong to is NotFound.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -51,6 +52,8 @@ MAX_DAYS = 366
 _TIMEOUT = ("time limit", "runtime limit", "timeout", "deadlineexceeded", "deadline exceeded")
 _PREEMPTION_LIMIT = ("preemption limit", "interruption limit")
 _NODE = ("node failure", "node failed", "node lost", "node_fail", "node down")
+# "node gpu-a-17 failed": the loop's reason when it sees a node down under a job
+_NODE_NAMED = re.compile(r"\bnode \S+ failed\b")
 _PLATFORM = (
     "refused the job",
     "could not be started",
@@ -93,7 +96,7 @@ def loss_cause(reason: str) -> str:
     text = (reason or "").lower()
     if text.startswith("preempt"):
         return "preemption"
-    if any(n in text for n in _NODE):
+    if any(n in text for n in _NODE) or _NODE_NAMED.search(text):
         return "node_failure"
     return "other"
 

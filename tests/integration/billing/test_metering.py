@@ -409,6 +409,26 @@ def test_a_loss_with_no_event_of_its_own_is_the_requeue_that_recorded_it(
     )
 
 
+def test_work_lost_to_a_node_failure_is_tagged_as_one(make_job, allocate, price):
+    # The loop requeues a job whose node went down with the reason "node <name> failed" and no
+    # event of its own: that loss was tagged "other".
+    from scheduler.transitions import job_requeue
+
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))
+    job = make_job(started_at=utc(2026, 12, 1, 9), attempts=1)
+    allocate(job, "n1", 0, utc(2026, 12, 1, 9))
+    assert job_requeue(job=job, now=utc(2026, 12, 1, 10), reason="node n1 failed")
+
+    services.meter_run(now=utc(2026, 12, 1, 10, 5))
+
+    lost = LostWork.objects.get()
+    assert (lost.kind, lost.occurred_at, lost.gpu_seconds) == (
+        "node_failed",
+        utc(2026, 12, 1, 10),
+        3600.0,
+    )
+
+
 def test_days_and_months_stay_utc_when_a_local_time_zone_is_active(
     make_job, allocate, price, alice
 ):

@@ -37,6 +37,9 @@ def test_failure_cause(message, cause):
     [
         ("preempted", "preemption"),
         ("node failure (node lost)", "node_failure"),
+        # what the loop writes when it sees a node down under a job (_requeue_jobs_on)
+        ("node gpu-a-17 failed", "node_failure"),
+        ("preempted by Slurm", "preemption"),
         ("the backend has no record of the run", "other"),
     ],
 )
