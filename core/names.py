@@ -18,7 +18,8 @@ def name_errors(name: object) -> list[str]:
     if not isinstance(name, str):
         return []
     for char in name:
-        if unicodedata.category(char) == "Cc":
+        # Cc: C0 and C1 controls; Zl, Zp: the line and paragraph separators, line breaks too
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
             return [
                 f"the name holds a control character (U+{ord(char):04X}: a line break, tab or "
                 "escape); use one line of printable text"

@@ -246,6 +246,7 @@ def test_a_budget_filter_that_is_not_true_or_false_is_a_400(platform, api_as):
         ("train\nBcc: someone@example.com", "control character (U+000A"),
         ("ok\x1b[2Jcleared", "control character (U+001B"),
         ("tab\there", "control character (U+0009"),
+        ("two\u2028lines", "control character (U+2028"),
         ("invoice\u202egpj.exe", "bidirectional control character (U+202E)"),
     ],
 )
