@@ -24,7 +24,7 @@ from core.ids import parse_id
 from scheduler.models import Cluster
 from tenants.permissions import visible_teams
 
-from . import calc, selectors, services
+from . import calc, selectors, services, statements
 from .models import (
     Adjustment,
     Budget,
@@ -335,7 +335,7 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
         statement = self.get_object()
         incoming = StatementCloseSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        closed = services.statement_close(
+        closed = statements.statement_close(
             user=request.user, statement_id=statement.pk, mode=incoming.validated_data.get("mode")
         )
         return Response(StatementDetailSerializer(closed).data)
@@ -346,7 +346,7 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
         statement = self.get_object()
         incoming = AdjustmentSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        adjustment = services.adjustment_add(
+        adjustment = statements.adjustment_add(
             user=request.user,
             statement_id=statement.pk,
             amount=incoming.validated_data["amount"],

@@ -40,7 +40,7 @@ from .models import (
     UsageJobMonth,
     UsageRecord,
 )
-from .services import (
+from .statements import (
     cluster_labels,
     statement_live_egress_lines,
     statement_live_lines,

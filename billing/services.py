@@ -1,4 +1,5 @@
-"""Writes to billing: the meter, the price book, budgets and their alerts, statements.
+"""Writes to billing: the meter, the price book, budgets and their alerts (statements and their
+adjustments: ``billing.statements``).
 
 Every function is keyword-only and atomic. The meter is idempotent: it writes absolute values
 keyed by (allocation, hour), so running it twice, concurrently, or after a crash never double
@@ -17,7 +18,7 @@ from typing import Literal, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, Count, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
+from django.db.models import Case, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -25,7 +26,7 @@ from django.utils.module_loading import import_string
 from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
-from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
+from core.errors import DomainError, FieldErrors, Forbidden, duplicate_refused
 from scheduler.models import Allocation, Cluster, ClusterDataset, Dataset, Job, JobEvent
 from scheduler.outcomes import loss_cause
 from tenants.models import Team
@@ -34,7 +35,6 @@ from tenants.permissions import can_manage_team, is_platform_admin
 from . import calc
 from .models import (
     MAX_COST,
-    Adjustment,
     AllocationMeter,
     Budget,
     BudgetAlert,
@@ -44,10 +44,6 @@ from .models import (
     LostWork,
     PriceRate,
     Statement,
-    StatementEgressLine,
-    StatementLine,
-    StatementMode,
-    StatementStatus,
     UsageDaily,
     UsageJobMonth,
     UsageRecord,
@@ -856,156 +852,3 @@ def budget_check_submission(*, team: Team, now: datetime | None = None) -> None:
                 f"{month:%Y-%m}; running jobs continue",
                 field="team",
             )
-
-
-# --------------------------------------------------------------------------- statements
-
-UNKNOWN_CLUSTER = ""
-
-
-def cluster_labels(cluster_ids: Iterable[int | None]) -> dict[int | None, str]:
-    """What a bill calls each cluster id of usage: its name; ``UNKNOWN_CLUSTER`` ("") for usage
-    whose cluster was never known; ``removed-<id>`` for a cluster deleted since."""
-    ids = set(cluster_ids)
-    names = dict(
-        Cluster.objects.filter(pk__in=[i for i in ids if i is not None]).values_list("id", "name")
-    )
-    return {i: UNKNOWN_CLUSTER if i is None else names.get(i, f"removed-{i}") for i in ids}
-
-
-def statement_live_lines(*, statement: Statement) -> list[dict]:
-    """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity,
-    cluster id; None when unknown), with its GPU-seconds, the part of them that had no price
-    (``unpriced_gpu_seconds``) and its cost."""
-    start, end = calc.month_bounds(statement.month)
-    tree = TeamTree.load()
-    return list(
-        UsageRecord.objects.filter(
-            team_id__in=tree.subtree(statement.team_id), hour__gte=start, hour__lt=end
-        )
-        .values("team_id", "gpu_model_id", "capacity", "cluster_id")
-        .annotate(
-            gpu_seconds=Sum("gpu_seconds"),
-            unpriced_gpu_seconds=Sum("unpriced_gpu_seconds"),
-            cost=Sum("cost"),
-        )
-        .order_by("team_id", "gpu_model_id", "capacity", "cluster_id")
-    )
-
-
-def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
-    """Egress lines of a statement computed from the charges now, as a bill shows them (what
-    closing freezes): one per (sub-team, source cluster, destination cluster) with
-    ``team_id``, the clusters' names, the number of charges, GB (three decimals) and the cost to
-    the cent."""
-    start, end = calc.month_bounds(statement.month)
-    tree = TeamTree.load()
-    rows = list(
-        EgressCharge.objects.filter(
-            team_id__in=tree.subtree(statement.team_id), time__gte=start, time__lt=end
-        )
-        .values("team_id", "from_cluster_id", "to_cluster_id")
-        .annotate(charges=Count("id"), gb=Sum("size_gb"), cost=Sum("cost"))
-        .order_by("team_id", "from_cluster_id", "to_cluster_id")
-    )
-    names = cluster_labels(
-        {r["from_cluster_id"] for r in rows} | {r["to_cluster_id"] for r in rows}
-    )
-    return [
-        {
-            "team_id": r["team_id"],
-            "from_cluster": names[r["from_cluster_id"]],
-            "to_cluster": names[r["to_cluster_id"]],
-            "charges": r["charges"],
-            "gb": Decimal(repr(r["gb"])).quantize(Decimal("0.001")),
-            "cost": r["cost"].quantize(calc.CENT),
-        }
-        for r in rows
-    ]
-
-
-def statement_close(
-    *, user, statement_id: int, mode: str | None = None, now: datetime | None = None
-) -> Statement:
-    """Freeze a past month's statement (platform admins): its GPU lines, egress lines and total
-    (the sum of both, each line rounded to the cent) are written once and never change again.
-    Closing twice is a Conflict and writes nothing; so is closing a month still running."""
-    now = now or timezone.now()
-    if not is_platform_admin(user):
-        raise DomainError("only platform admins close statements", field="status")
-    if mode is not None and mode not in StatementMode.values:
-        raise DomainError(f"must be one of {', '.join(StatementMode.values)}", field="mode")
-    with transaction.atomic():
-        statement = Statement.objects.select_for_update().filter(pk=statement_id).first()
-        if statement is None:
-            raise NotFound("no such statement", field="id")
-        if statement.status != StatementStatus.OPEN:
-            raise Conflict("statement is already closed; add an adjustment", field="status")
-        _, month_end = calc.month_bounds(statement.month)
-        if now < month_end:
-            raise Conflict(f"{statement.month:%Y-%m} is not over yet", field="status")
-        lines = statement_live_lines(statement=statement)
-        cluster_names = cluster_labels({line["cluster_id"] for line in lines})
-        frozen = [
-            StatementLine(
-                statement=statement,
-                team_id=line["team_id"],
-                gpu_model_id=line["gpu_model_id"],
-                capacity=line["capacity"],
-                cluster=cluster_names[line["cluster_id"]],
-                gpu_hours=calc.line_gpu_hours(line["gpu_seconds"]),
-                unpriced_gpu_hours=calc.line_gpu_hours(line["unpriced_gpu_seconds"]),
-                cost=line["cost"].quantize(calc.CENT),
-            )
-            for line in lines
-        ]
-        StatementLine.objects.bulk_create(frozen)
-        frozen_egress = [
-            StatementEgressLine(statement=statement, **e)
-            for e in statement_live_egress_lines(statement=statement)
-        ]
-        StatementEgressLine.objects.bulk_create(frozen_egress)
-        # The bill is its lines: GPU lines + egress lines, each already to the cent.
-        total = sum((line.cost for line in frozen), Decimal(0)) + sum(
-            (line.cost for line in frozen_egress), Decimal(0)
-        )
-        changed = Statement.objects.filter(pk=statement.pk, status=StatementStatus.OPEN).update(
-            status=StatementStatus.CLOSED,
-            total=total,
-            closed_at=now,
-            closed_by=user,
-            mode=mode or statement.mode,
-        )
-        if not changed:
-            raise Conflict("statement changed meanwhile; try again", field="status")
-        statement.refresh_from_db()
-    return statement
-
-
-@transaction.atomic
-def adjustment_add(
-    *, user, statement_id: int, amount: Decimal, reason: str, now: datetime | None = None
-) -> Adjustment:
-    """Append a correction to a statement (platform admins). The statement's frozen lines and
-    total are untouched; its adjusted total is total + adjustments."""
-    if not is_platform_admin(user):
-        raise DomainError("only platform admins add adjustments", field="amount")
-    statement = Statement.objects.filter(pk=statement_id).first()
-    if statement is None:
-        raise NotFound("no such statement", field="id")
-    errors: dict[str, list[str]] = {}
-    if not isinstance(amount, Decimal) or not amount.is_finite() or amount == 0:
-        errors["amount"] = ["must be a non-zero decimal amount"]
-    elif problem := number_error(Adjustment, "amount", amount):
-        errors["amount"] = [problem]
-    if not reason.strip():
-        errors["reason"] = ["must not be blank"]
-    if errors:
-        raise FieldErrors(errors)
-    return Adjustment.objects.create(
-        statement=statement,
-        amount=amount.quantize(calc.CENT),
-        reason=reason.strip(),
-        created_by=user,
-        created_at=now or timezone.now(),
-    )

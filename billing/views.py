@@ -21,8 +21,9 @@ from django.views.decorators.http import require_GET, require_POST
 from core.errors import DomainError, NotFound
 from tenants.permissions import can_manage_team, is_platform_admin, visible_teams
 
-from . import calc, charts, selectors, services
+from . import calc, charts, selectors, services, statements
 from .forms import BudgetForm, PriceForm
+from .models import StatementMode
 
 
 def _month(request) -> date:
@@ -261,7 +262,7 @@ def statement_detail(request, pk: int):
             "v": view,
             "s": statement,
             "is_admin": is_platform_admin(request.user),
-            "modes": services.StatementMode.choices,
+            "modes": StatementMode.choices,
         },
     )
 
@@ -283,7 +284,7 @@ def statement_csv(request, pk: int):
 def statement_close(request, pk: int):
     statement = _statement_or_404(request, pk)
     try:
-        services.statement_close(
+        statements.statement_close(
             user=request.user, statement_id=statement.pk, mode=request.POST.get("mode") or None
         )
     except DomainError as exc:

@@ -16,7 +16,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing import selectors, services
+from billing import selectors, services, statements
 from billing.models import EgressCharge, PriceRate, UsageDaily, UsageRecord
 from scheduler.models import Cluster, Dataset
 
@@ -339,7 +339,7 @@ def test_statement_lines_carry_the_cluster_and_csv_appends_it(split_month, clien
 
 def test_closing_freezes_the_cluster_names(split_month, platform_admin, teams):
     statement = services.Statement.objects.get(team=teams["vision"], month=DEC)
-    statement = services.statement_close(
+    statement = statements.statement_close(
         user=platform_admin, statement_id=statement.pk, now=utc(2027, 1, 1, 1)
     )
     Cluster.objects.filter(name="cloud").update(name="cloud-renamed")

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors, services
+from billing import selectors, services, statements
 from billing.models import Statement, StatementEgressLine, StatementLine
 from core.errors import Conflict
 from scheduler.models import ClusterDataset, Dataset
@@ -79,7 +79,7 @@ def test_an_open_statement_bills_gpu_lines_plus_egress_lines(november):
 
 def test_closing_freezes_egress_lines_once(november, make_job, allocate, platform_admin):
     research = november["statements"]["research"]
-    closed = services.statement_close(
+    closed = statements.statement_close(
         user=platform_admin, statement_id=research.pk, mode="chargeback", now=CLOSING
     )
     assert closed.total == Decimal("37.86")
@@ -94,7 +94,7 @@ def test_closing_freezes_egress_lines_once(november, make_job, allocate, platfor
 
     # Closing again is refused and writes nothing; neither do meter re-runs.
     with pytest.raises(Conflict):
-        services.statement_close(user=platform_admin, statement_id=closed.pk, now=CLOSING)
+        statements.statement_close(user=platform_admin, statement_id=closed.pk, now=CLOSING)
     services.meter_run(now=utc(2026, 12, 3))
     services.meter_run(now=utc(2026, 12, 3))
     closed.refresh_from_db()

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
-from billing import services
+from billing import services, statements
 from billing.models import Statement, StatementLine
 from billing.selectors import statement_view
 from core.errors import Conflict, DomainError
@@ -36,25 +36,25 @@ def november(make_job, allocate, price, bob):
 
 def test_statements_roll_up_the_team_tree(november):
     assert set(november) == {"vision", "nlp", "research"}
-    research = services.statement_live_lines(statement=november["research"])
+    research = statements.statement_live_lines(statement=november["research"])
     assert sorted((r["capacity"], r["cost"]) for r in research) == [
         ("on_demand", Decimal("1.000000")),
         ("on_demand", Decimal("4.000000")),
     ]
-    vision = services.statement_live_lines(statement=november["vision"])
+    vision = statements.statement_live_lines(statement=november["vision"])
     assert [r["cost"] for r in vision] == [Decimal("4.000000")]
 
 
 def test_closed_statement_cannot_change(november, make_job, allocate, platform_admin, alice):
     statement = november["research"]
     with pytest.raises(Conflict):  # November is not over yet on the 20th
-        services.statement_close(
+        statements.statement_close(
             user=platform_admin, statement_id=statement.pk, now=utc(2026, 11, 20)
         )
     with pytest.raises(DomainError):  # members do not close statements
-        services.statement_close(user=alice, statement_id=statement.pk, now=utc(2026, 12, 2))
+        statements.statement_close(user=alice, statement_id=statement.pk, now=utc(2026, 12, 2))
 
-    closed = services.statement_close(
+    closed = statements.statement_close(
         user=platform_admin, statement_id=statement.pk, mode="chargeback", now=utc(2026, 12, 2)
     )
     assert (closed.status, closed.mode, closed.total) == ("closed", "chargeback", Decimal("5.00"))
@@ -75,13 +75,15 @@ def test_closed_statement_cannot_change(november, make_job, allocate, platform_a
     assert (view.total, view.metered_after_close) == (Decimal("5.00"), Decimal("6.00"))
 
     with pytest.raises(Conflict):
-        services.statement_close(user=platform_admin, statement_id=closed.pk, now=utc(2026, 12, 3))
+        statements.statement_close(
+            user=platform_admin, statement_id=closed.pk, now=utc(2026, 12, 3)
+        )
     # The database refuses a closed statement without its frozen total.
     with pytest.raises(IntegrityError), transaction.atomic():
         Statement.objects.filter(pk=closed.pk).update(total=None)
 
     # Corrections are adjustments: the frozen total stays, the adjusted total moves.
-    services.adjustment_add(
+    statements.adjustment_add(
         user=platform_admin, statement_id=closed.pk, amount=Decimal("6.00"), reason="late usage"
     )
     view = statement_view(statement=closed)
@@ -186,7 +188,7 @@ def test_a_closed_statement_with_nothing_late_shows_nothing_recorded_after_close
     services.meter_run(now=utc(2026, 11, 20))
     research = Statement.objects.get(team__slug="research", month=NOV)
 
-    closed = services.statement_close(
+    closed = statements.statement_close(
         user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 2)
     )
     services.meter_run(now=utc(2026, 12, 2))

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import services
+from billing import services, statements
 from billing.models import Statement, StatementLine
 from billing.selectors import statement_view
 
@@ -54,7 +54,7 @@ def test_closing_freezes_the_unpriced_hours_with_the_line(
     half_priced, price, make_job, allocate, platform_admin
 ):
     statement = half_priced["research"]
-    services.statement_close(user=platform_admin, statement_id=statement.pk, now=utc(2026, 12, 2))
+    statements.statement_close(user=platform_admin, statement_id=statement.pk, now=utc(2026, 12, 2))
     assert sorted(
         StatementLine.objects.filter(statement=statement).values_list(
             "team__slug", "unpriced_gpu_hours"

@@ -1,0 +1,183 @@
+"""Statements: a top-level team's bill for one month, its lines computed from usage and egress
+charges while it is open (``statement_live_lines``, ``statement_live_egress_lines``), frozen when
+a platform admin closes it (``statement_close``), corrected afterwards only by adjustments
+(``adjustment_add``). The meter opens them (``billing.services``); pages and the API read them
+through ``billing.selectors``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from core.bounds import number_error
+from core.errors import Conflict, DomainError, FieldErrors, NotFound
+from scheduler.models import Cluster
+from tenants.permissions import is_platform_admin
+
+from . import calc
+from .models import (
+    Adjustment,
+    EgressCharge,
+    Statement,
+    StatementEgressLine,
+    StatementLine,
+    StatementMode,
+    StatementStatus,
+    UsageRecord,
+)
+from .tree import TeamTree
+
+UNKNOWN_CLUSTER = ""
+
+
+def cluster_labels(cluster_ids: Iterable[int | None]) -> dict[int | None, str]:
+    """What a bill calls each cluster id of usage: its name; ``UNKNOWN_CLUSTER`` ("") for usage
+    whose cluster was never known; ``removed-<id>`` for a cluster deleted since."""
+    ids = set(cluster_ids)
+    names = dict(
+        Cluster.objects.filter(pk__in=[i for i in ids if i is not None]).values_list("id", "name")
+    )
+    return {i: UNKNOWN_CLUSTER if i is None else names.get(i, f"removed-{i}") for i in ids}
+
+
+def statement_live_lines(*, statement: Statement) -> list[dict]:
+    """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity,
+    cluster id; None when unknown), with its GPU-seconds, the part of them that had no price
+    (``unpriced_gpu_seconds``) and its cost."""
+    start, end = calc.month_bounds(statement.month)
+    tree = TeamTree.load()
+    return list(
+        UsageRecord.objects.filter(
+            team_id__in=tree.subtree(statement.team_id), hour__gte=start, hour__lt=end
+        )
+        .values("team_id", "gpu_model_id", "capacity", "cluster_id")
+        .annotate(
+            gpu_seconds=Sum("gpu_seconds"),
+            unpriced_gpu_seconds=Sum("unpriced_gpu_seconds"),
+            cost=Sum("cost"),
+        )
+        .order_by("team_id", "gpu_model_id", "capacity", "cluster_id")
+    )
+
+
+def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
+    """Egress lines of a statement computed from the charges now, as a bill shows them (what
+    closing freezes): one per (sub-team, source cluster, destination cluster) with
+    ``team_id``, the clusters' names, the number of charges, GB (three decimals) and the cost to
+    the cent."""
+    start, end = calc.month_bounds(statement.month)
+    tree = TeamTree.load()
+    rows = list(
+        EgressCharge.objects.filter(
+            team_id__in=tree.subtree(statement.team_id), time__gte=start, time__lt=end
+        )
+        .values("team_id", "from_cluster_id", "to_cluster_id")
+        .annotate(charges=Count("id"), gb=Sum("size_gb"), cost=Sum("cost"))
+        .order_by("team_id", "from_cluster_id", "to_cluster_id")
+    )
+    names = cluster_labels(
+        {r["from_cluster_id"] for r in rows} | {r["to_cluster_id"] for r in rows}
+    )
+    return [
+        {
+            "team_id": r["team_id"],
+            "from_cluster": names[r["from_cluster_id"]],
+            "to_cluster": names[r["to_cluster_id"]],
+            "charges": r["charges"],
+            "gb": Decimal(repr(r["gb"])).quantize(Decimal("0.001")),
+            "cost": r["cost"].quantize(calc.CENT),
+        }
+        for r in rows
+    ]
+
+
+def statement_close(
+    *, user, statement_id: int, mode: str | None = None, now: datetime | None = None
+) -> Statement:
+    """Freeze a past month's statement (platform admins): its GPU lines, egress lines and total
+    (the sum of both, each line rounded to the cent) are written once and never change again.
+    Closing twice is a Conflict and writes nothing; so is closing a month still running."""
+    now = now or timezone.now()
+    if not is_platform_admin(user):
+        raise DomainError("only platform admins close statements", field="status")
+    if mode is not None and mode not in StatementMode.values:
+        raise DomainError(f"must be one of {', '.join(StatementMode.values)}", field="mode")
+    with transaction.atomic():
+        statement = Statement.objects.select_for_update().filter(pk=statement_id).first()
+        if statement is None:
+            raise NotFound("no such statement", field="id")
+        if statement.status != StatementStatus.OPEN:
+            raise Conflict("statement is already closed; add an adjustment", field="status")
+        _, month_end = calc.month_bounds(statement.month)
+        if now < month_end:
+            raise Conflict(f"{statement.month:%Y-%m} is not over yet", field="status")
+        lines = statement_live_lines(statement=statement)
+        cluster_names = cluster_labels({line["cluster_id"] for line in lines})
+        frozen = [
+            StatementLine(
+                statement=statement,
+                team_id=line["team_id"],
+                gpu_model_id=line["gpu_model_id"],
+                capacity=line["capacity"],
+                cluster=cluster_names[line["cluster_id"]],
+                gpu_hours=calc.line_gpu_hours(line["gpu_seconds"]),
+                unpriced_gpu_hours=calc.line_gpu_hours(line["unpriced_gpu_seconds"]),
+                cost=line["cost"].quantize(calc.CENT),
+            )
+            for line in lines
+        ]
+        StatementLine.objects.bulk_create(frozen)
+        frozen_egress = [
+            StatementEgressLine(statement=statement, **e)
+            for e in statement_live_egress_lines(statement=statement)
+        ]
+        StatementEgressLine.objects.bulk_create(frozen_egress)
+        # The bill is its lines: GPU lines + egress lines, each already to the cent.
+        total = sum((line.cost for line in frozen), Decimal(0)) + sum(
+            (line.cost for line in frozen_egress), Decimal(0)
+        )
+        changed = Statement.objects.filter(pk=statement.pk, status=StatementStatus.OPEN).update(
+            status=StatementStatus.CLOSED,
+            total=total,
+            closed_at=now,
+            closed_by=user,
+            mode=mode or statement.mode,
+        )
+        if not changed:
+            raise Conflict("statement changed meanwhile; try again", field="status")
+        statement.refresh_from_db()
+    return statement
+
+
+@transaction.atomic
+def adjustment_add(
+    *, user, statement_id: int, amount: Decimal, reason: str, now: datetime | None = None
+) -> Adjustment:
+    """Append a correction to a statement (platform admins). The statement's frozen lines and
+    total are untouched; its adjusted total is total + adjustments."""
+    if not is_platform_admin(user):
+        raise DomainError("only platform admins add adjustments", field="amount")
+    statement = Statement.objects.filter(pk=statement_id).first()
+    if statement is None:
+        raise NotFound("no such statement", field="id")
+    errors: dict[str, list[str]] = {}
+    if not isinstance(amount, Decimal) or not amount.is_finite() or amount == 0:
+        errors["amount"] = ["must be a non-zero decimal amount"]
+    elif problem := number_error(Adjustment, "amount", amount):
+        errors["amount"] = [problem]
+    if not reason.strip():
+        errors["reason"] = ["must not be blank"]
+    if errors:
+        raise FieldErrors(errors)
+    return Adjustment.objects.create(
+        statement=statement,
+        amount=amount.quantize(calc.CENT),
+        reason=reason.strip(),
+        created_by=user,
+        created_at=now or timezone.now(),
+    )
