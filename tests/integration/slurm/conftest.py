@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -101,6 +102,30 @@ class LocalSlurm:
     def pid(self, daemon: str) -> int:
         return int((self.host_dir / "run" / f"{daemon}.pid").read_text().strip())
 
+    def kill_node(self, node: str, *slurm_job_ids: str) -> None:
+        """Emulate ``node`` losing power while it runs the given Slurm jobs (each on this node
+        alone): its slurmd, every step daemon of those jobs (the batch step's too) and all they
+        started stop in one instant. A node that kept the batch step alive is not dead: its
+        script's srun could end on its own and report the job FAILED before Slurm noticed the
+        node was gone."""
+        table = _process_table()
+        root = os.path.realpath(self.root or "/")
+        names = {f"slurmstepd: [{ref}." for ref in slurm_job_ids}
+        steps = [
+            pid
+            for pid, (_, cmdline, proc_root) in table.items()
+            if proc_root == root and any(cmdline.startswith(name) for name in names)
+        ]
+        assert len(steps) >= len(slurm_job_ids), (slurm_job_ids, steps)
+        doomed = _with_descendants(table, [self.pid(f"slurmd-{node}"), *steps])
+        # Stopped first, so nothing among them reacts to another's death before it dies too.
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in doomed:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
     def backend_config(self, **overrides) -> dict:
         config = {
             "slurm_conf": self.conf,
@@ -116,6 +141,36 @@ class LocalSlurm:
 
     def backend(self, **overrides) -> SlurmBackend:
         return SlurmBackend(self.backend_config(**overrides))
+
+
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """Every process of this machine: pid -> (parent pid, command line, root directory)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            proc_root = os.path.realpath(entry / "root")
+        except OSError:  # it ended while we looked
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])  # the name may hold ") "
+        table[int(entry.name)] = (parent, cmdline.strip(), proc_root)
+    return table
+
+
+def _with_descendants(table: dict[int, tuple[int, str, str]], pids: list[int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, queue = [], list(pids)
+    while queue:
+        pid = queue.pop()
+        if pid not in found:
+            found.append(pid)
+            queue += children.get(pid, [])
+    return found
 
 
 def local_slurm(version: str) -> LocalSlurm:

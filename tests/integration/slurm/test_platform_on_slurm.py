@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import uuid
 
@@ -111,10 +110,10 @@ def test_node_failure_resumes_the_job_elsewhere_from_its_checkpoint(slurm_platfo
         return Job.objects.get(pk=job_id).checkpointed_progress_s >= 120
 
     wait_for(checkpointed, 30, "the platform to see the checkpoint", every=1.0)
-    worker, stepd = (int(p) for p in pids.read_text().split())
+    run = f"gp-{slurm_platform['cluster'].backend_config['run_namespace']}{job_id}-a1"
+    slurm_job_id = slurm.run("squeue", "-h", "-n", run, "-o", "%i").stdout.strip()
     try:
-        for pid in (slurm.pid(f"slurmd-{first_node}"), stepd, worker):
-            os.kill(pid, signal.SIGKILL)
+        slurm.kill_node(first_node, slurm_job_id)
 
         def resumed_elsewhere():
             run_cycle()

@@ -55,11 +55,18 @@ def state_of(backend: SlurmBackend, job_id: str, attempt: int = 1):
 
 def wait_state(backend, job_id, states, timeout=30.0, attempt=1):
     states = set(states)
-    return wait_for(
-        lambda: (s := state_of(backend, job_id, attempt)).state in states and s,
-        timeout,
-        f"{job_id} to reach {sorted(states)}",
-    )
+    seen: list[BackendJobState] = []  # each state the run passed through, for a timeout's message
+
+    def reached():
+        status = state_of(backend, job_id, attempt)
+        if not seen or seen[-1] is not status.state:
+            seen.append(status.state)
+        return status.state in states and status
+
+    try:
+        return wait_for(reached, timeout, f"{job_id} to reach {sorted(states)}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; states seen: {[s.value for s in seen]}") from None
 
 
 def squeue_ids(cluster: LocalSlurm, name: str) -> list[str]:
@@ -373,12 +380,9 @@ def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluste
     backend.submit(spec(job_id, command, {"node4": (0, 1)}))
     # Kill the node once the worker runs (killed during the launch, the job just fails).
     wait_for(started.exists, 30, "the worker to start")
-    worker, stepd = (int(p) for p in started.read_text().split())
+    _, stepd = (int(p) for p in started.read_text().split())
     assert Path(f"/proc/{stepd}/comm").read_text().strip() == "slurmstepd"
-    # A dead node takes its processes with it: slurmd, the worker's step daemon and the worker.
-    # (A step daemon left alive would wait for its dead srun and drain the node a minute later.)
-    for pid in (slurm_cluster.pid("slurmd-node4"), stepd, worker):
-        os.kill(pid, signal.SIGKILL)
+    slurm_cluster.kill_node("node4", state_of(backend, job_id).backend_ref)
     try:
         failed = wait_state(backend, job_id, {BackendJobState.NODE_FAILED}, timeout=60)
         assert failed.nodes == ("node4",)
