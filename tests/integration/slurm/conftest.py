@@ -21,6 +21,7 @@ a failure, never a skip.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -70,6 +71,8 @@ class LocalSlurm:
     root: str  # "" for the host's Slurm; the chroot root otherwise
     ctld_port: int
     slurmd_base_port: int
+    accounting: str = "jobcomp"  # or "slurmdbd" (scripts/slurm-local --accounting)
+    min_job_age_s: int = 600  # how long a finished job stays in squeue
 
     @property
     def conf(self) -> str:
@@ -95,6 +98,8 @@ class LocalSlurm:
     def script(self, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [str(SCRIPT), *args, "--dir", self.dir, "--ctld-port", str(self.ctld_port)]
         argv += ["--slurmd-base-port", str(self.slurmd_base_port)]
+        if args[0] == "start":
+            argv += ["--accounting", self.accounting, "--min-job-age", str(self.min_job_age_s)]
         if self.root:
             argv += ["--root", self.root]
         return subprocess.run(argv, capture_output=True, text=True, timeout=600)
@@ -213,29 +218,22 @@ def slurm_version(request) -> str:
 _started: dict[str, LocalSlurm] = {}
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(slurm_version: str) -> LocalSlurm:
-    if slurm_version in _started:
-        return _started[slurm_version]
-    cluster = local_slurm(slurm_version)
-    proc = cluster.script("start", "--nodes", "4")
+def _start(cluster: LocalSlurm, nodes: int) -> None:
+    """Start ``cluster`` (or find it running); a failure fails under CI and skips elsewhere."""
+    proc = cluster.script("start", "--nodes", str(nodes))
     if proc.returncode != 0:
         message = (
-            f"could not start a local Slurm {slurm_version} with scripts/slurm-local "
-            f"(rc={proc.returncode}): {proc.stderr.strip()[-800:]}"
+            f"could not start a local Slurm {cluster.version} in {cluster.dir} with "
+            f"scripts/slurm-local (rc={proc.returncode}): {proc.stderr.strip()[-800:]}"
         )
         if in_ci():
             pytest.fail("CI=true requires a real Slurm: " + message, pytrace=False)
         pytest.skip("SLURM TESTS SKIPPED (not CI): " + message)
-    # A node Slurm drained by itself ("Kill task failed": an emulated node death that left a
-    # step behind) is a leftover of an earlier run, not something these tests asked for.
-    listing = cluster.run("sinfo", "-h", "-N", "-o", "%N|%E", check=False).stdout
-    for line in listing.splitlines():
-        node, _, reason = line.partition("|")
-        if reason.strip() == "Kill task failed":
-            cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-    # Jobs still queued or running on this test Slurm belong to an earlier run that was stopped
-    # half-way (its fixtures never cancelled them); they would hold nodes this run's tests need.
+
+
+def _cancel_leftovers(cluster: LocalSlurm) -> None:
+    """Jobs still queued or running on a test Slurm belong to an earlier run that was stopped
+    half-way (its fixtures never cancelled them); they would hold nodes this run's tests need."""
     leftovers = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
     if leftovers:
         cluster.run("scancel", *leftovers, check=False)
@@ -244,7 +242,44 @@ def slurm_cluster(slurm_version: str) -> LocalSlurm:
             60,
             f"an earlier run's Slurm jobs {leftovers} to leave",
         )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_version: str) -> LocalSlurm:
+    if slurm_version in _started:
+        return _started[slurm_version]
+    cluster = local_slurm(slurm_version)
+    _start(cluster, nodes=4)
+    # A node Slurm drained by itself ("Kill task failed": an emulated node death that left a
+    # step behind) is a leftover of an earlier run, not something these tests asked for.
+    listing = cluster.run("sinfo", "-h", "-N", "-o", "%N|%E", check=False).stdout
+    for line in listing.splitlines():
+        node, _, reason = line.partition("|")
+        if reason.strip() == "Kill task failed":
+            cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    _cancel_leftovers(cluster)
     _started[slurm_version] = cluster
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def accounting_slurm(slurm_version: str) -> LocalSlurm:
+    """A small Slurm (two nodes) that keeps its accounting in a slurmdbd on the machine's
+    MariaDB, as sites run it, and forgets a finished job from squeue after 2 s (Slurm's
+    minimum; it purges about once a minute), so the backend finds finished runs through
+    ``sacct``. Beside the version's main test cluster: its directory + ``-acct``, slurmctld on
+    the main one's port + 20, slurmd K on that + 3 + K, slurmdbd on that + 100."""
+    main = local_slurm(slurm_version)
+    cluster = dataclasses.replace(
+        main,
+        dir=main.dir + "-acct",
+        ctld_port=main.ctld_port + 20,
+        slurmd_base_port=main.ctld_port + 23,
+        accounting="slurmdbd",
+        min_job_age_s=2,
+    )
+    _start(cluster, nodes=2)
+    _cancel_leftovers(cluster)
     return cluster
 
 
