@@ -76,6 +76,7 @@ from scheduler.backends.slurm_parsers import (
     parse_checkpoint_progress,
     parse_sacct_parsable,
     parse_sbatch_parsable,
+    parse_scontrol_node_flags,
     parse_sinfo_json,
     parse_squeue_json,
     parse_squeue_live,
@@ -428,15 +429,37 @@ class SlurmBackend:
     def drain_node(self, name: str, reason: str) -> None:
         """Drain ``name`` (running jobs finish, nothing new starts). Draining again is fine."""
         reason = " ".join((reason or "gpuplatform quarantine").split())
-        self._run(["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"])
+        self._update_node(name, "state=drain", f"reason={reason}")
 
     def undrain_node(self, name: str) -> None:
         """Lift the drain of ``name``; a node already in service is fine. A down node stays down
         and returns to service when its slurmd does."""
+        flags = self._run(["scontrol", "show", "node", name, "-o"], parse=parse_scontrol_node_flags)
+        if "DRAIN" not in flags:
+            # Nothing to lift. Asking anyway would need Slurm's Admin level, which a site may
+            # not give the platform's account; then a node quarantined only on the platform's
+            # side (its drain refused) could never be released.
+            return
         # Not state=resume: on a DOWN node it forces IDLE+NOT_RESPONDING until SlurmdTimeout,
         # which list_nodes reads as ready, so a dead node would take work. UNDRAIN (Slurm 20.11+)
         # clears DRAIN only, and is what resume does on a node that is up.
-        self._run(["scontrol", "update", f"nodename={name}", "state=undrain"], already_done_ok=True)
+        self._update_node(name, "state=undrain", already_done_ok=True)
+
+    def _update_node(self, name: str, *settings: str, already_done_ok: bool = False) -> None:
+        try:
+            self._run(
+                ["scontrol", "update", f"nodename={name}", *settings],
+                already_done_ok=already_done_ok,
+            )
+        except BackendRejected as exc:
+            if "invalid user id" not in str(exc).lower():
+                raise
+            # Slurm's whole answer to a user below its Admin level; say what to change.
+            raise BackendRejected(
+                f"{exc}: the account running the platform's Slurm commands may not change "
+                "nodes; give it Slurm's Admin level (sacctmgr modify user <account> set "
+                "adminlevel=Admin) or a sudo rule for scontrol update (docs/backends/slurm.md)"
+            ) from exc
 
     def list_nodes(self) -> list[BackendNode]:
         """Nodes (of ``partition`` when set) with GPU count/model, state, drain reason, topology."""

@@ -768,6 +768,19 @@ def parse_node_features(features: str) -> dict[str, str | bool]:
     return out
 
 
+_SCONTROL_NODE_STATE = re.compile(r"(?:^|\s)State=(\S+)")
+
+
+def parse_scontrol_node_flags(text: str) -> frozenset[str]:
+    """The state words of one node in ``scontrol show node NAME -o``: ``State=DOWN+DRAIN+
+    NOT_RESPONDING`` is {DOWN, DRAIN, NOT_RESPONDING}, alike in 22.05 and 24.11. The first
+    ``State=`` is the node's: its free-text ``Reason=`` comes later on the line."""
+    match = _SCONTROL_NODE_STATE.search(text)
+    if match is None:
+        raise SlurmQueryError(f"scontrol show node: no State= in {text[:200]!r}")
+    return frozenset(match.group(1).upper().split("+"))
+
+
 def parse_topology_conf(text: str) -> dict[str, str]:
     """Node name -> leaf switch name from Slurm's ``topology.conf`` (tree plugin).
 

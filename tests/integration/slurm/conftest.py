@@ -141,7 +141,7 @@ class LocalSlurm:
             **overrides,
         }
         if self.root:
-            config["command_prefix"] = self.prefix
+            config.setdefault("command_prefix", self.prefix)
         return config
 
     def backend(self, **overrides) -> SlurmBackend:

@@ -43,6 +43,7 @@ from scheduler.backends.slurm_parsers import (
     parse_node_features,
     parse_sacct_parsable,
     parse_sbatch_parsable,
+    parse_scontrol_node_flags,
     parse_sinfo_json,
     parse_squeue_json,
     parse_squeue_live,
@@ -565,10 +566,32 @@ def test_sbatch_parsable_output(version):
         ("sacct_accounting_disabled.stderr", ErrorKind.REJECTED),
         ("scontrol_resume_not_drained.stderr", ErrorKind.ALREADY_DONE),
         ("scontrol_requeue_invalid_job.stderr", ErrorKind.ALREADY_DONE),
+        # A refusal to a user below Slurm's Admin level: no retry will change it.
+        ("scontrol_update_not_admin.stderr", ErrorKind.REJECTED),
+        ("scontrol_show_node_invalid.stdout", ErrorKind.REJECTED),
     ],
 )
 def test_captured_error_messages_are_classified(version, name, kind):
     assert classify_error(fixture(name, version)) is kind
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        ("scontrol_node_idle.txt", {"IDLE"}),
+        ("scontrol_node_drained.txt", {"IDLE", "DRAIN"}),
+        ("scontrol_node_down_drained.txt", {"DOWN", "DRAIN", "NOT_RESPONDING"}),
+    ],
+)
+def test_scontrol_node_flags(version, name, flags):
+    assert parse_scontrol_node_flags(fixture(name, version)) == flags
+
+
+def test_scontrol_node_flags_come_from_the_state_not_the_reason():
+    line = "NodeName=n1 State=IDLE+DRAIN Weight=1 Reason=was State=DOWN [root@2026-12-05T12:00:00]"
+    assert parse_scontrol_node_flags(line) == {"IDLE", "DRAIN"}
+    with pytest.raises(SlurmQueryError):
+        parse_scontrol_node_flags("Node nodeX not found\n")
 
 
 # --- what we hand to sbatch --------------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""The backend as sites run it: as an unprivileged service account, not as root.
+
+docs/backends/slurm.md tells a site to run the platform's Slurm commands as a dedicated account
+(here ``gpuplatform-ci``, a system user with no login shell and no home, on the host and in the
+24.11 root with the same uid), whose jobs then run as that account, and to give it Slurm's
+Operator level for drains. Every other Slurm test runs as root, which Slurm lets do anything;
+this one drives the accounting clusters (they have a slurmdbd, where admin levels live) through
+a prefix that drops to that account, as ``ssh gpuplatform@login-node`` would.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+import subprocess
+
+import pytest
+
+from scheduler.backends.base import BackendJobSpec, BackendJobState, BackendRejected
+from tests.integration.slurm.conftest import LocalSlurm, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "22.05")]
+
+ACCOUNT = "gpuplatform-ci"
+
+
+def _ensure_user(prefix: list[str], uid: int | None, gid: int | None) -> None:
+    """The service account where ``prefix`` runs (the host, or inside a root)."""
+    if subprocess.run([*prefix, "getent", "passwd", ACCOUNT], capture_output=True).returncode == 0:
+        return
+    group = ["groupadd", "--system"] + (["--gid", str(gid)] if gid is not None else [])
+    user = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+    user += ["--uid", str(uid)] if uid is not None else []
+    subprocess.run([*prefix, *group, ACCOUNT], check=True, capture_output=True)
+    subprocess.run([*prefix, *user, "--gid", ACCOUNT, ACCOUNT], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def service_account(accounting_slurm: LocalSlurm) -> tuple[int, int]:
+    _ensure_user([], None, None)
+    uid, gid = pwd.getpwnam(ACCOUNT).pw_uid, grp.getgrnam(ACCOUNT).gr_gid
+    if accounting_slurm.root:
+        _ensure_user(accounting_slurm.prefix, uid, gid)
+    # In slurmdbd (an account to belong to), with no admin level until a test grants one.
+    cluster_name = "gpuplatform-local"
+    # (sacctmgr exits 1 with "Nothing new added" when an earlier run added them.)
+    add = ("sacctmgr", "-i", "add")
+    accounting_slurm.run(*add, "account", ACCOUNT, f"cluster={cluster_name}", check=False)
+    accounting_slurm.run(*add, "user", ACCOUNT, f"account={ACCOUNT}", check=False)
+    users = accounting_slurm.run("sacctmgr", "-n", "-P", "show", "user", ACCOUNT).stdout
+    assert users.startswith(ACCOUNT + "|"), users
+    set_admin_level(accounting_slurm, "None")
+    return uid, gid
+
+
+def set_admin_level(cluster: LocalSlurm, level: str) -> None:
+    cluster.run("sacctmgr", "-i", "modify", "user", ACCOUNT, "set", f"adminlevel={level}")
+
+
+def as_service_account(cluster: LocalSlurm, uid: int, gid: int):
+    """The cluster's backend with every Slurm command run as the service account."""
+    if cluster.root:
+        prefix = ["chroot", f"--userspec={uid}:{gid}", "--groups=", cluster.root]
+    else:
+        prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    return cluster.backend(command_prefix=prefix)
+
+
+def drained(cluster: LocalSlurm, node: str) -> bool:
+    return "DRAIN" in cluster.run("scontrol", "show", "node", node).stdout
+
+
+def test_jobs_run_as_the_service_account_and_drains_need_operator(
+    accounting_slurm: LocalSlurm, service_account, job_id
+):
+    cluster = accounting_slurm
+    backend = as_service_account(cluster, *service_account)
+    whoami = cluster.file(f"{job_id}.whoami")
+    spec = BackendJobSpec(
+        job_id=job_id,
+        attempt=1,
+        name="service account test",
+        team="alice-team",
+        image="",
+        command=f"id -un > {whoami}; echo trained as $(id -un); exec sleep 300",
+        workers=1,
+        gpus_per_worker=1,
+        placement={"node1": (0,)},
+    )
+    backend.submit(spec)
+
+    def status():
+        return backend.poll_jobs([(job_id, 1)])[0]
+
+    wait_for(whoami.exists, 30, "the job to start")
+    assert whoami.read_text().strip() == ACCOUNT
+    assert status().state is BackendJobState.RUNNING
+    assert backend.live_runs(job_id) == [(job_id, 1)]
+    wait_for(lambda: "trained as" in backend.read_log(job_id, 1).text, 10, "its output")
+    backend.checkpoint(job_id, 1)  # a signal to its own job: allowed
+    backend.cancel(job_id, 1)
+    wait_for(lambda: status().state is BackendJobState.CANCELLED, 30, "the cancel")
+
+    # Below Slurm's Admin level the drain is refused: a refusal that says what to change (the
+    # quarantine stays platform-side), not "Slurm unavailable", which the loop would retry.
+    # Operator is not enough (it is for the database and reservations).
+    set_admin_level(cluster, "Operator")
+    wait_for(lambda: admin_level_seen(cluster) == "Operator", 30, "slurmctld to see Operator")
+    with pytest.raises(BackendRejected, match="adminlevel=Admin"):
+        backend.drain_node("node2", "gpuplatform quarantine: test")
+    assert not drained(cluster, "node2")
+    # Releasing a node Slurm does not hold drained needs no privilege: nothing to lift. (It
+    # was refused, so a node quarantined on the platform's side alone was never released.)
+    backend.undrain_node("node2")
+    set_admin_level(cluster, "Admin")
+    try:
+        wait_for(lambda: admin_level_seen(cluster) == "Administrator", 30, "slurmctld: Admin")
+        backend.drain_node("node2", "gpuplatform quarantine: test")
+        assert drained(cluster, "node2")
+        assert {n.name: n.state for n in backend.list_nodes()}["node2"] == "drained"
+        backend.undrain_node("node2")
+        assert not drained(cluster, "node2")
+        assert {n.name: n.state for n in backend.list_nodes()}["node2"] == "ready"
+    finally:
+        set_admin_level(cluster, "None")
+        cluster.run("scontrol", "update", "nodename=node2", "state=undrain", check=False)
+
+
+def admin_level_seen(cluster: LocalSlurm) -> str:
+    """The service account's admin level as slurmctld holds it (slurmdbd pushes changes)."""
+    shown = cluster.run("scontrol", "show", "assoc_mgr", "flags=users", f"users={ACCOUNT}").stdout
+    for word in shown.split():
+        if word.startswith("AdminLevel="):
+            return word.partition("=")[2]
+    return ""
