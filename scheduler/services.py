@@ -509,8 +509,10 @@ def _backend_after_commit(node, action: str, *args) -> None:
     def run() -> None:
         try:
             getattr(get_backend(node.cluster), action)(node.name, *args)
-        except BackendError:
-            log.warning("backend %s of %s failed; the next sync retries", action, node.name)
+        except BackendError as exc:
+            # A drain is asked again by the next sync (it sees the node in service there); a
+            # failed undrain is not, since the sync cannot tell it from a site admin's drain.
+            log.warning("backend %s of %s failed: %s", action, node.name, exc)
 
     transaction.on_commit(run)
 

@@ -285,6 +285,11 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
             ):
                 node.state = NodeState.READY
                 _node_event(node, NodeEvent.Kind.RECOVERED, "node is back", now)
+        elif seen.state == "ready" and node.state in (NodeState.DRAINING, NodeState.QUARANTINED):
+            # Taken out here but not on the backend: the drain asked for then failed (the
+            # backend unreachable for a moment, or Slurm refusing an account below its Admin
+            # level). Ask again each pass, so the backend stops scheduling it too.
+            _drain_on_backend(node, node.state_reason)
 
 
 def _requeue_jobs_on(node: Node, now: datetime) -> None:
@@ -338,8 +343,8 @@ def _drain_on_backend(node: Node, reason: str) -> None:
     cluster = node.cluster
     try:
         get_backend(cluster).drain_node(node.name, reason)
-    except BackendError:
-        log.warning("could not drain %s on the backend", node.name, exc_info=True)
+    except BackendError as exc:
+        log.warning("could not drain %s on the backend (asked again next pass): %s", node.name, exc)
 
 
 def _release_after_probation(cluster: Cluster, backend, now: datetime) -> None:

@@ -17,6 +17,7 @@ import subprocess
 import pytest
 
 from scheduler.backends.base import BackendJobSpec, BackendJobState, BackendRejected
+from scheduler.backends.slurm import SlurmBackend
 from tests.integration.slurm.conftest import LocalSlurm, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "22.05")]
@@ -57,13 +58,17 @@ def set_admin_level(cluster: LocalSlurm, level: str) -> None:
     cluster.run("sacctmgr", "-i", "modify", "user", ACCOUNT, "set", f"adminlevel={level}")
 
 
-def as_service_account(cluster: LocalSlurm, uid: int, gid: int):
-    """The cluster's backend with every Slurm command run as the service account."""
+def service_account_config(cluster: LocalSlurm, uid: int, gid: int) -> dict:
+    """The cluster's backend configuration with every Slurm command run as the account."""
     if cluster.root:
         prefix = ["chroot", f"--userspec={uid}:{gid}", "--groups=", cluster.root]
     else:
         prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
-    return cluster.backend(command_prefix=prefix)
+    return cluster.backend_config(command_prefix=prefix)
+
+
+def as_service_account(cluster: LocalSlurm, uid: int, gid: int) -> SlurmBackend:
+    return SlurmBackend(service_account_config(cluster, uid, gid))
 
 
 def drained(cluster: LocalSlurm, node: str) -> bool:
@@ -133,3 +138,50 @@ def admin_level_seen(cluster: LocalSlurm) -> str:
         if word.startswith("AdminLevel="):
             return word.partition("=")[2]
     return ""
+
+
+@pytest.mark.django_db
+def test_a_quarantine_slurm_refused_is_drained_once_the_account_may(
+    accounting_slurm: LocalSlurm,
+    service_account,
+    platform_admin,
+    gpu_models,
+    django_capture_on_commit_callbacks,
+):
+    from django.utils import timezone
+
+    from scheduler.backends import reset_backends
+    from scheduler.loop.observe import sync_cluster
+    from scheduler.models import Cluster, Node
+    from scheduler.services import cluster_import_nodes, node_quarantine, node_release
+
+    cluster = accounting_slurm
+    reset_backends()
+    uid, gid = service_account
+    platform_cluster = Cluster.objects.create(
+        name="slurm-as-a-service-account",
+        backend_kind="slurm",
+        backend_config=service_account_config(cluster, uid, gid),
+    )
+    cluster_import_nodes(cluster=platform_cluster)
+    node2 = Node.objects.get(cluster=platform_cluster, name="node2")
+    try:
+        # The account may not drain: the quarantine holds on the platform's side only.
+        with django_capture_on_commit_callbacks(execute=True):
+            node_quarantine(user=platform_admin, node_id=node2.pk, reason="xid 79")
+        assert not drained(cluster, "node2")
+        sync_cluster(platform_cluster, now=timezone.now())  # asked again, refused again
+        assert not drained(cluster, "node2")
+        # Once the site gives it Admin, the next pass drains it on Slurm too.
+        set_admin_level(cluster, "Admin")
+        wait_for(lambda: admin_level_seen(cluster) == "Administrator", 30, "slurmctld: Admin")
+        sync_cluster(platform_cluster, now=timezone.now())
+        assert drained(cluster, "node2")
+        assert "xid 79" in cluster.run("scontrol", "show", "node", "node2").stdout
+        with django_capture_on_commit_callbacks(execute=True):
+            node_release(user=platform_admin, node_id=node2.pk)
+        assert not drained(cluster, "node2")
+    finally:
+        set_admin_level(cluster, "None")
+        cluster.run("scontrol", "update", "nodename=node2", "state=undrain", check=False)
+        reset_backends()
