@@ -150,7 +150,7 @@ def _send_webhook(message: Message, lines: list[render.Line], heading: str) -> O
         )
     except Exception as exc:  # connection refused, timeout, TLS: each is a failed attempt
         return Outcome(False, error=f"{type(exc).__name__}: {exc}"[:500])
-    excerpt = response.text[:500] if response.content else ""
+    excerpt = response.text[:500]
     if 200 <= response.status_code < 300:
         return Outcome(True, status_code=response.status_code, excerpt=excerpt)
     return Outcome(

@@ -8,17 +8,27 @@ saved and again at every delivery, and the request then goes to the very address
 checked (the host name is kept for the Host header and TLS), so a DNS answer that changes
 between the check and the connection (DNS rebinding) cannot redirect it. Redirects are not
 followed.
+
+A receiver is the hook owner's, so it must not hold a worker either: the whole request (connect,
+send, every byte of the answer) has one deadline, not a timeout per read that a receiver
+answering a byte at a time never reaches, and only the first ``REPLY_LIMIT_BYTES`` of the answer
+are read.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+import httpcore
 import httpx
+
+# Of a receiver's answer only an excerpt is kept (the delivery log shows 500 characters).
+REPLY_LIMIT_BYTES = 64 * 1024
 
 Resolver = Callable[[str, int], list[str]]
 
@@ -106,15 +116,81 @@ def check_url(url: str, *, allow_private: bool, resolver: Resolver | None = None
     return Target(url, parts.scheme, host, port, tuple(addresses))
 
 
+@dataclass(frozen=True)
+class Reply:
+    status_code: int
+    body: bytes  # at most REPLY_LIMIT_BYTES
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+class _Deadline(httpcore.NetworkBackend):
+    """Connections whose every connect, read and write ends by one monotonic deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._sockets = httpcore.SyncBackend()
+
+    def left(self, timeout: float | None) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the receiver took longer than the delivery's deadline")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._sockets.connect_tcp(
+            host, port, self.left(timeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream, self)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("webhooks go over TCP")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(min(seconds, max(0.0, self.deadline - time.monotonic())))
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream, deadline: _Deadline) -> None:
+        self._stream = stream
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, self._deadline.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, self._deadline.left(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        tls = self._stream.start_tls(ssl_context, server_hostname, self._deadline.left(timeout))
+        return _DeadlineStream(tls, self._deadline)
+
+    def get_extra_info(self, info: str):
+        return self._stream.get_extra_info(info)
+
+
 def pinned_post(
     target: Target,
     *,
     content: bytes,
     headers: dict[str, str],
     timeout_s: float,
-) -> httpx.Response:
+) -> Reply:
     """POST to the first checked address of ``target``, keeping its host name for the Host
-    header and TLS (SNI and certificate check). No redirects, no proxies from the environment."""
+    header and TLS (SNI and certificate check, against the public CAs httpx trusts). No
+    redirects, no proxies from the environment; all of it within ``timeout_s``."""
     parts = urlsplit(target.url)
     address = target.addresses[0]
     literal = f"[{address}]" if ":" in address else address
@@ -122,11 +198,31 @@ def pinned_post(
     pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
     default_port = 443 if target.scheme == "https" else 80
     host_header = target.host if target.port == default_port else f"{target.host}:{target.port}"
-    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
-    with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
-        return client.post(
+    extensions: dict = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout_s)}
+    if target.scheme == "https":
+        extensions["sni_hostname"] = target.host
+    deadline = _Deadline(time.monotonic() + timeout_s)
+    with (
+        httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            network_backend=deadline,
+            max_connections=1,
+        ) as pool,
+        pool.stream(
+            "POST",
             pinned,
+            headers=[
+                ("Host", host_header),
+                *headers.items(),
+                ("Content-Length", str(len(content))),
+            ],
             content=content,
-            headers={**headers, "Host": host_header},
             extensions=extensions,
-        )
+        ) as response,
+    ):
+        body = b""
+        for chunk in response.iter_stream():
+            body += chunk
+            if len(body) >= REPLY_LIMIT_BYTES:
+                break
+    return Reply(response.status, body[:REPLY_LIMIT_BYTES])

@@ -65,7 +65,10 @@ def smtp(settings):
 class Receiver:
     """A local HTTP endpoint: answers each POST with the next scripted status (200 when the
     script is used up), records it, and verifies its signature with ``secret``. ``delay``
-    seconds pass before each answer (a slow receiver); ``location`` is sent with a 3xx."""
+    seconds pass before each answer (a slow receiver); ``location`` is sent with a 3xx. With
+    ``drip_s`` the answer goes out one byte every ``drip_s`` seconds (each read is quick, the
+    whole answer is not); with ``endless`` its body never ends (for up to 30 s), and
+    ``sent_bytes`` counts what the platform took of it."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.requests: list[dict] = []
@@ -73,6 +76,9 @@ class Receiver:
         self.secret = ""
         self.delay = 0.0
         self.location = ""
+        self.drip_s = 0.0
+        self.endless = False
+        self.sent_bytes = 0
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self.port = self._server.server_address[1]
         self.url = f"http://{host}:{self.port}/hook"
@@ -107,12 +113,39 @@ class Receiver:
                     }
                 )
                 time.sleep(receiver.delay)
+                if receiver.drip_s:
+                    self._drip(status)
+                    return
+                if receiver.endless:
+                    self._endless(status)
+                    return
                 self.send_response(status)
                 if receiver.location and 300 <= status < 400:
                     self.send_header("Location", receiver.location)
                 self.send_header("Content-Type", "text/plain")
                 self.end_headers()
                 self.wfile.write(b"ok" if status < 300 else b"receiver is down")
+
+            def _drip(self, status: int) -> None:
+                answer = f"HTTP/1.1 {status} OK\r\nX-Padding: {'a' * 200}\r\n\r\n".encode()
+                for byte in answer:
+                    try:
+                        self.wfile.write(bytes([byte]))
+                    except OSError:  # the platform gave up: what a receiver sees
+                        return
+                    time.sleep(receiver.drip_s)
+
+            def _endless(self, status: int) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()  # no length: the body ends when the connection does
+                chunk, until = b"x" * 65536, time.monotonic() + 30
+                while time.monotonic() < until:
+                    try:
+                        self.wfile.write(chunk)
+                    except OSError:
+                        return
+                    receiver.sent_bytes += len(chunk)
 
             def log_message(self, *args):
                 pass

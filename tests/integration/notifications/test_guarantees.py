@@ -100,6 +100,33 @@ def test_a_receiver_slower_than_the_timeout_gets_the_retry_under_the_same_id(
     assert slow["headers"]["webhook-id"] == retry["headers"]["webhook-id"]
 
 
+def test_a_receiver_answering_a_byte_at_a_time_is_cut_off_at_the_deadline(
+    platform, receiver, notify_settings, django_capture_on_commit_callbacks
+):
+    """Each byte comes well within the timeout, the whole answer would take a minute: a hook
+    owner's receiver must not hold a worker (the one running every team's scheduling too)."""
+    notify_settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS = 1
+    team_hook(platform["admin"], receiver)
+    receiver.drip_s = 0.25
+    _fail([running_job(platform["alice"])], django_capture_on_commit_callbacks)
+    started = time.monotonic()
+    assert run_dispatch(after_window()) == ["queued"]
+    assert time.monotonic() - started < 10  # the whole answer would take over 60 s
+    assert "ReadTimeout" in DeliveryAttempt.objects.get().error
+
+
+def test_an_endless_answer_is_read_only_as_far_as_its_excerpt(
+    platform, receiver, notify_settings, django_capture_on_commit_callbacks
+):
+    team_hook(platform["admin"], receiver)
+    receiver.endless = True  # 200, then a body that does not end
+    _fail([running_job(platform["alice"])], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == ["delivered"]
+    attempt = DeliveryAttempt.objects.get()
+    assert attempt.status_code == 200 and attempt.response_excerpt == "x" * 500
+    assert receiver.sent_bytes < 64 * 1024 * 1024  # the platform stopped reading
+
+
 @pytest.fixture
 def public_receiver(monkeypatch):
     """A receiver on 127.0.0.2 that the target checks take for a public address (a stand-in for
