@@ -174,6 +174,10 @@ class Node(models.Model):
         choices=[(s, s.label) for s in (NodeState.DRAINING, NodeState.QUARANTINED)],
     )
     resume_reason = models.CharField(max_length=300, blank=True)
+    # Why the backend itself holds the node out of service while the platform has it ready (a
+    # site admin's drain, an active Slurm reservation): no new work goes there until the backend
+    # lets it go. The platform never lifts it (a Release is for the platform's own holds).
+    cluster_hold = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -32,7 +32,7 @@ from tenants.models import PriorityClass
 from tenants.models import Quota as QuotaRow
 from tenants.models import Team as TeamRow
 
-from .models import Allocation, Job
+from .models import Allocation, Job, NodeState
 from .models import Node as NodeRow
 from .routing_facts import job_routing, routing_facts, routing_in_force
 from .runtime_prediction import describe, predict_runtime_s
@@ -168,6 +168,8 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     for row in node_rows:
         index.node_by_name[row.name] = row
         state = row.state if row.cluster.backend_available else UNREACHABLE_NODE_STATE
+        if state == NodeState.READY and row.cluster_hold:
+            state = NodeState.DRAINING  # the backend would not start anything there
         nodes.append(
             Node(
                 name=row.name,

@@ -205,6 +205,14 @@ class NodeSerializer(serializers.ModelSerializer):
         "(its state_reason then); empty when resume_state is.",
     )
 
+    cluster_hold = serializers.CharField(
+        read_only=True,
+        help_text="Why the cluster itself keeps new work off a node the platform has ready (a "
+        "site admin's drain, an active Slurm reservation), e.g. `drained on the cluster: bios "
+        "update`; empty when it does not. It ends when the cluster lets the node go; a release "
+        "does not lift it.",
+    )
+
     class Meta:
         model = Node
         fields = [
@@ -222,6 +230,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "state_reason",
             "resume_state",
             "resume_reason",
+            "cluster_hold",
             "health",
         ]
 

@@ -131,6 +131,9 @@ class BackendNode:
     gpu_model: str = ""
     state: str = "ready"  # ready | draining | drained | down
     reason: str = ""
+    # An active reservation of the cluster's own that keeps the platform's runs off the node
+    # ("maint until 2026-12-05T13:52:05"); blank when there is none.
+    reserved: str = ""
     zone: str = ""
     rack: str = ""
     nvlink_domain: str = ""

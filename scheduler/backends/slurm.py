@@ -73,6 +73,7 @@ from scheduler.backends.slurm_parsers import (
     is_known_state,
     is_live,
     job_status,
+    parse_active_reservations,
     parse_checkpoint_progress,
     parse_sacct_parsable,
     parse_sbatch_parsable,
@@ -204,7 +205,7 @@ class SlurmBackend:
         BackendUnavailable; "already done" -> "" when ``already_done_ok``; anything else ->
         BackendRejected. ``retry=False`` makes a single attempt (for non-idempotent sbatch).
         """
-        if self.dry_run and argv[0] in _MUTATING:
+        if self.dry_run and argv[0] in _MUTATING and argv[1:2] != ["show"]:
             logger.info("slurm dry-run: %s", argv)
             if stdin:
                 logger.info("slurm dry-run stdin:\n%s", stdin)
@@ -472,10 +473,17 @@ class SlurmBackend:
                 logger.warning("slurm: cannot read %s: %s", self.topology_conf, exc)
         # -N: one entry per node. Without it 23.02+ groups nodes that share a state into one
         # entry carrying one node's features (racks would be wrong); 22.05 ignores it.
-        return self._run(  # type: ignore[return-value]
+        nodes: list[BackendNode] = self._run(  # type: ignore[assignment]
             ["sinfo", "-N", "--json"],
             parse=lambda text: parse_sinfo_json(text, partition=self.partition, topology=topology),
         )
+        # sinfo's JSON does not say a node is in a reservation (22.05's nowhere, 24.11's only in
+        # its text states), and a run pinned there would wait in Slurm while the platform
+        # counts it as running.
+        reserved: dict[str, str] = self._run(  # type: ignore[assignment]
+            ["scontrol", "show", "reservation", "-o"], parse=parse_active_reservations
+        )
+        return [replace(n, reserved=reserved[n.name]) if n.name in reserved else n for n in nodes]
 
     def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
         """One squeue call (plus accounting for runs that left the queue) for all ``runs``."""

@@ -781,6 +781,27 @@ def parse_scontrol_node_flags(text: str) -> frozenset[str]:
     return frozenset(match.group(1).upper().split("+"))
 
 
+_SCONTROL_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+def parse_active_reservations(text: str) -> dict[str, str]:
+    """Node name -> "<reservation> until <end>" for every ACTIVE reservation in ``scontrol show
+    reservation -o`` (one line each, alike in 22.05 and 24.11; "No reservations in the system"
+    when there are none). A job pinned to a node in one stays pending unless it names the
+    reservation, which the platform's runs never do."""
+    held: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(_SCONTROL_FIELD.findall(line))
+        if "ReservationName" not in fields:
+            continue
+        if fields.get("State") != "ACTIVE" or fields.get("Nodes", "(null)") == "(null)":
+            continue
+        until = f"{fields['ReservationName']} until {fields.get('EndTime', '?')}"
+        for node in expand_hostlist(fields["Nodes"]):
+            held.setdefault(node, until)
+    return held
+
+
 def parse_topology_conf(text: str) -> dict[str, str]:
     """Node name -> leaf switch name from Slurm's ``topology.conf`` (tree plugin).
 

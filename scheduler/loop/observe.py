@@ -290,6 +290,33 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
             # backend unreachable for a moment, or Slurm refusing an account below its Admin
             # level). Ask again each pass, so the backend stops scheduling it too.
             _drain_on_backend(node, node.state_reason)
+        _sync_cluster_hold(node, seen, now)
+
+
+def _cluster_hold(node: Node, seen) -> str:
+    """Why the backend keeps new work off a node the platform has ready, or ""."""
+    if node.state != NodeState.READY:
+        return ""  # the platform's own hold, or down: those say more
+    if seen.state in ("drained", "draining"):
+        return f"drained on the cluster: {seen.reason or 'no reason given'}"[:300]
+    if getattr(seen, "reserved", ""):
+        return f"reserved on the cluster: {seen.reserved}"[:300]
+    return ""
+
+
+def _sync_cluster_hold(node: Node, seen, now: datetime) -> None:
+    """A node the backend holds out of service by itself (a site admin's drain, an active
+    reservation) takes no new work here either, until the backend lets it go: a run placed
+    there would wait in the backend's queue while the platform counted it as running."""
+    hold = _cluster_hold(node, seen)
+    if hold == node.cluster_hold:
+        return
+    Node.objects.filter(pk=node.pk).update(cluster_hold=hold)
+    node.cluster_hold = hold
+    if hold:
+        _node_event(node, NodeEvent.Kind.DRAINED, f"held by the cluster: {hold}", now)
+    elif node.state == NodeState.READY:  # else the platform's own hold or an outage took over
+        _node_event(node, NodeEvent.Kind.RECOVERED, "the cluster let it go", now)
 
 
 def _requeue_jobs_on(node: Node, now: datetime) -> None:

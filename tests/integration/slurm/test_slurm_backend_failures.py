@@ -45,6 +45,10 @@ if cmd == "squeue":
 elif cmd == "sinfo":
     print(json.dumps({"errors": [], "nodes": [{"name": "n1", "state": "idle", "state_flags": [],
           "gres": "gpu:a100:4", "features": "rack=r9", "partitions": ["gpu"]}]}))
+elif cmd == "scontrol" and sys.argv[1:3] == ["show", "reservation"]:
+    print("No reservations in the system")
+elif cmd == "scontrol" and sys.argv[1:3] == ["show", "node"]:
+    print(f"NodeName={sys.argv[3]} Arch=x86_64 State=IDLE+DRAIN Reason=quarantine")
 elif cmd == "sbatch":
     name = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--job-name="))
     job_id = str(100 + len(jobs))
@@ -157,8 +161,9 @@ def test_refusal_is_rejected_at_once(fake):
 
 
 def test_already_done_is_success_only_where_idempotent(fake):
-    fake.stderr_fixture("scontrol", "scontrol_resume_not_drained.stderr")
-    fake.backend().undrain_node("n1")  # resuming a node in service: fine
+    fake.stdout_fixture("scontrol", "scontrol_node_idle.txt")
+    fake.backend().undrain_node("n1")  # a node in service: nothing to lift, nothing asked
+    assert [c[1] for c in fake.calls("scontrol")] == ["show"]
     fake.stderr_fixture("scontrol", "scontrol_invalid_node.stderr")
     with pytest.raises(BackendRejected, match="Invalid node name"):
         fake.backend().drain_node("n9", "quarantine")
@@ -179,7 +184,8 @@ def test_dry_run_changes_nothing_but_still_reads(fake):
     backend.checkpoint("j1", 1)
     backend.drain_node("n1", "x")
     backend.undrain_node("n1")
-    assert {c[0] for c in fake.calls()} == {"squeue"}  # the idempotency lookup only
+    changes = [c for c in fake.calls() if c[0] in ("sbatch", "scancel", "scontrol")]
+    assert [c[:2] for c in changes] == [["scontrol", "show"]]  # undrain's read of the node
     assert [n.name for n in backend.list_nodes()] == ["n1"]
     assert backend.poll_jobs([("j1", 1)])[0].state is BackendJobState.UNKNOWN
 

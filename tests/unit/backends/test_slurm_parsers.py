@@ -38,6 +38,7 @@ from scheduler.backends.slurm_parsers import (
     job_state_word,
     job_status,
     node_state,
+    parse_active_reservations,
     parse_checkpoint_progress,
     parse_gres_gpus,
     parse_node_features,
@@ -585,6 +586,13 @@ def test_captured_error_messages_are_classified(version, name, kind):
 )
 def test_scontrol_node_flags(version, name, flags):
     assert parse_scontrol_node_flags(fixture(name, version)) == flags
+
+
+def test_active_reservations_hold_their_nodes(version):
+    held = parse_active_reservations(fixture("scontrol_reservations.txt", version))
+    # "upgrade" (node[1-2]) starts in an hour: not yet a hold.
+    assert list(held) == ["node2"] and held["node2"].startswith("maint until 2026-12-05T")
+    assert parse_active_reservations(fixture("scontrol_reservations_none.txt", version)) == {}
 
 
 def test_scontrol_node_flags_come_from_the_state_not_the_reason():
