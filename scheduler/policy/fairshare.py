@@ -54,6 +54,14 @@ def standings(teams: Iterable[Team], band: float = 2.0) -> tuple[dict[str, int],
     (as if it sat at the root with exactly its share at every level).
     """
     teams = list(teams)
+    names = {t.name for t in teams}
+    if len(names) == len(teams) and all(t.parent not in names for t in teams):
+        return _flat_standings(teams, band)
+    return _tree_standings(teams, band)
+
+
+def _tree_standings(teams: list[Team], band: float) -> tuple[dict[str, int], int]:
+    """:func:`standings` for any team list: the depth-first walk of the tree."""
     by_name = {t.name: t for t in teams}
     children: dict[str | None, list[Team]] = {}
     for t in teams:
@@ -92,3 +100,21 @@ def standings(teams: Iterable[Team], band: float = 2.0) -> tuple[dict[str, int],
     keys = sorted(set(padded.values()) | {neutral})
     rank_of = {k: i for i, k in enumerate(keys)}
     return {name: rank_of[p] for name, p in padded.items()}, rank_of[neutral]
+
+
+def _flat_standings(teams: list[Team], band: float) -> tuple[dict[str, int], int]:
+    """:func:`standings` of teams that all sit at the root (distinct names, no parent among
+    them): the same sums in the same (name) order, one band per team. The common case (one
+    flat team per tenant) and recomputed every cycle, because usage changes every cycle."""
+    sibs = sorted(teams, key=lambda t: t.name)
+    total_w = sum(t.weight for t in sibs) or 1.0
+    # the general walk adds each team's (childless) subtree as usage + 0
+    total_u = sum(t.usage_gpu_s + 0 for t in sibs)
+    log_base = math.log(band)
+    path_of: dict[str, int] = {}
+    for t in sibs:
+        u = t.usage_gpu_s + 0
+        ratio = math.inf if u <= 0 or total_u <= 0 else (t.weight / total_w) / (u / total_u)
+        path_of[t.name] = -_band(ratio, log_base)
+    rank_of = {k: i for i, k in enumerate(sorted(set(path_of.values()) | {0}))}
+    return {name: rank_of[p] for name, p in path_of.items()}, rank_of[0]

@@ -1,8 +1,10 @@
 """Hierarchical fair-share standings and usage decay (scheduler/policy/fairshare.py)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from scheduler.policy.fairshare import decay_usage, standings
+from scheduler.policy.fairshare import _flat_standings, _tree_standings, decay_usage, standings
 
 from .helpers import team
 
@@ -32,3 +34,32 @@ def test_cycles_and_unknown_parents_do_not_break_ranking():
     assert "z" in ranks  # an unknown parent makes a root
     assert "x" not in ranks and "y" not in ranks  # unreachable cycle: neutral standing
     assert isinstance(neutral, int)
+
+
+_USAGE = st.one_of(
+    st.just(0.0),
+    st.just(-0.0),
+    st.floats(min_value=0.0, max_value=1e12, allow_nan=False),
+    st.integers(min_value=0, max_value=10**9),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([None, "nowhere", ""]),
+            st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]),
+            _USAGE,
+        ),
+        max_size=8,
+    ),
+    st.sampled_from([1.2, 2.0, 4.0]),
+)
+def test_flat_teams_rank_as_the_tree_walk_ranks_them(specs, band):
+    # the shortcut for teams that all sit at the root must equal the general walk exactly
+    teams = [
+        team(f"t{k:02d}"[::-1], parent, weight=w, usage=u) for k, (parent, w, u) in enumerate(specs)
+    ]
+    assert standings(teams, band) == _tree_standings(teams, band)
+    assert standings(teams, band) == _flat_standings(teams, band)
