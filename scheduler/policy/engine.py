@@ -170,6 +170,10 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 ms.now[key] = _fresh_index(pool, free)
             self.models[model] = ms
         self.model_names = sorted(self.models)
+        # consider()'s per-model "ends before the earliest reservation" key, in self.models'
+        # order; without an estimate it is all False
+        self.model_states = tuple(self.models.values())
+        self.none_short = (False,) * len(self.model_states)
         self.router: Router | None = None
         self.keys_of: dict[str, list[str]] = {}  # GPU model -> its pools (routed)
         self.routes: dict[int, tuple[list[str], list[str]]] = {}  # id(job) -> route (routed)
@@ -392,12 +396,15 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 ms = self.models.get(job.gpu_model)
                 short = ms is not None and est is not None and self.now + est <= ms.min_res_at
             else:
-                short = tuple(
-                    [
-                        est is not None and self.now + est <= ms.min_res_at
-                        for ms in self.models.values()
-                    ]
-                )
+                states = self.model_states
+                if est is None:
+                    short = self.none_short
+                elif len(states) == 1:
+                    # the common single-model cluster: the same 1-tuple, without the list
+                    short = (self.now + est <= states[0].min_res_at,)
+                else:
+                    end = self.now + est
+                    short = tuple([end <= ms.min_res_at for ms in states])
             key = (
                 job.gpu_model,
                 short,

@@ -85,7 +85,8 @@ class _Preemption:
         model = ms.gpu  # quotas and victims' models count GPU models (one ledger, rule 3b)
         prio = self.pending_rank(job)
         need = w * g
-        chain = self.quota_chain(job.team, model)
+        # no team has a quota: no chain, and nothing to reclaim
+        chain = self.quota_chain(job.team, model) if self.any_quota else ()
         reclaim_team = None
         if chain:
             t, q = chain[0]
