@@ -441,14 +441,35 @@ class GpuPlatformPolicy:
             # its own jobs): the same PendingJob object while the predictor and the job's
             # progress are unchanged.
             pcache = self._pending
-            version = self.predictor.version
+            predictor = self.predictor
+            version = predictor.version
+            # Every finished job moves the predictor's version, so every pending job's inputs
+            # change, while most estimates do not: ask the predictor once per (tenant, GPUs,
+            # progress) in this call (its estimates are a function of those for one version),
+            # and keep the entry when the estimate is the same, as _pending_job would.
+            estimates: dict[tuple, float | None] | None = (
+                {} if type(predictor) is RuntimePredictor and not self.runtime_model else None
+            )
             pending_list = []
             for j in sim.pending.values():
                 c = pcache.get(j.idx)
-                if c is not None and c[2] == _pending_inputs(version, j):
-                    pending_list.append(c[1])
-                else:
-                    pending_list.append(prebuild(j, now))
+                if c is not None:
+                    inputs = _pending_inputs(version, j)
+                    if c[2] == inputs:
+                        pending_list.append(c[1])
+                        continue
+                    if estimates is not None and j.runtime_limit_s is None:
+                        shape = (j.tenant, j.gpus, j.progress)
+                        if shape in estimates:
+                            est = estimates[shape]
+                        else:
+                            est = estimates[shape] = predictor.estimate(*shape)
+                        key = (est, j.executed_s, j.requeued)
+                        if c[0] == key:
+                            pcache[j.idx] = (key, c[1], inputs)
+                            pending_list.append(c[1])
+                            continue
+                pending_list.append(prebuild(j, now))
             pending = tuple(pending_list)
         else:
             pending = tuple(prebuild(j, now) for j in sim.pending.values())

@@ -190,6 +190,39 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
     assert sim.preemptions > 0  # the planner's views were exercised
 
 
+def test_pending_jobs_handed_over_equal_fresh_ones_at_every_call():
+    # The adapter keeps each pending job's PendingJob while its inputs are unchanged, and
+    # across a finished job (a new predictor version) while its estimate is unchanged, asking
+    # the predictor once per (tenant, GPUs, progress) in a call. Every call must hand over
+    # exactly the jobs an adapter without that cache would build.
+    class Checked(GpuPlatformPolicy):
+        calls = 0
+        kept_across_versions = 0
+
+        def snapshot(self, sim, now):
+            before = {idx: (entry[1], entry[2][0]) for idx, entry in self._pending.items()}
+            snap = super().snapshot(sim, now)
+            cached, self._pending = self._pending, {}
+            fresh = tuple(self._pending_job(j, now) for j in sim.pending.values())
+            self._pending = cached
+            assert snap.pending == fresh
+            version = self.predictor.version
+            self.kept_across_versions += sum(
+                1
+                for j, pj in zip(sim.pending.values(), snap.pending, strict=True)
+                if j.idx in before and before[j.idx][0] is pj and before[j.idx][1] != version
+            )
+            self.calls += 1
+            return snap
+
+    trace = generate_synthetic(150, seed=3, mean_interarrival_s=60.0)
+    policy = Checked()
+    sim = Simulator(trace, uniform_cluster(3, 8), policy, SimConfig()).run()
+    assert_conserved(sim)
+    assert policy.calls > 100
+    assert policy.kept_across_versions > 0
+
+
 def test_a_victim_that_checkpoints_on_request_is_stopped_once_it_has():
     # The same two jobs, but every job saves a checkpoint 10 s after a preemption asks it to
     # (the loop asks every victim): old is stopped once it has, not at its next periodic
