@@ -71,6 +71,7 @@ from typing import Any
 from scheduler.policy.backfill import _Backfill
 from scheduler.policy.elastic import _Elastic
 from scheduler.policy.memo import (
+    _LAST_PENDING,
     _LAST_RANKS,
     _free_lists,
     _fresh_index,
@@ -289,6 +290,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self._release_order: dict[str, list[tuple[float, int, str, tuple]]] | None = None
         self._unknown_runs: list[int] = []
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
+        self.last_pending = _LAST_PENDING[0]  # see waits
 
     def pending_rank(self, job: PendingJob) -> int:
         r = self.pending_ranks.get(id(job))  # filled by queue_order
@@ -333,13 +335,24 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         for ms in self.models.values():
             for key, pool in ms.pools.items():
                 keep_index(pool, ms.now[key])
+        pending = self.warn_deadlines(tuple(self.pendings))
+        _LAST_PENDING[0] = {p.job: p for p in pending}
         return Decisions(
             start=tuple(self.starts),
             preempt=tuple(self.preempts),
             reserve=tuple(self.reserves),
             resize=tuple(self.resizes),
-            pending=self.warn_deadlines(tuple(self.pendings)),
+            pending=pending,
         )
+
+    def waits(self, job_id: str, why: str) -> None:
+        """Record that the job waits for ``why``, without a start estimate. Most waiting jobs
+        are told the same as in the last call: that call's object is reused (it is immutable,
+        and equal to a new one)."""
+        last = self.last_pending.get(job_id)
+        if last is None or last.estimated_start is not None or last.why != why:
+            last = Pending(job_id, why)
+        self.pendings.append(last)
 
     def warn_deadlines(self, pendings: tuple[Pending, ...]) -> tuple[Pending, ...]:
         """Each waiting job that will miss its deadline says so, ahead of why it waits."""
@@ -419,7 +432,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             if hit is not None and hit[0] == self.epoch:
                 after = hit[2]
                 if not after or after <= (job.submitted_at, job.id):
-                    self.pendings.append(Pending(job.id, hit[1]))
+                    self.waits(job.id, hit[1])
                     return
         epoch = self.epoch
         out = self.place_or_plan(job)
@@ -446,7 +459,10 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             )
             mine = (job.submitted_at, job.id) if by_submit else ()
             self.fail_cache[key] = (epoch, cached, mine)
-        self.pendings.append(Pending(job.id, why, at))
+        if at is None:
+            self.waits(job.id, why)
+        else:
+            self.pendings.append(Pending(job.id, why, at))
 
     def place_or_plan(self, job: PendingJob) -> tuple[str, float | None] | None:
         """Start ``job`` (returns None) or return ``(why, estimated_start)``."""

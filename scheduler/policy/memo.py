@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
-from scheduler.policy.model import Node, RunningJob
+from scheduler.policy.model import Node, Pending, RunningJob
 
 _MEMO_SIZE = 8
 
@@ -301,6 +301,12 @@ def keep_index(pool: Pool, index: Index) -> None:
     _LAST_INDEX[id(pool)] = (pool, index)
 
 
+# The last call's waiting jobs by id (``Pending``, immutable): a job told the same thing again,
+# without a start estimate, gets the same object back instead of a new one (compared by value,
+# so a hit is what a new object would be).
+_LAST_PENDING: list[dict[str, Pending]] = [{}]
+
+
 def clear() -> None:
     """Forget everything earlier calls left behind (benchmarks and tests of a cold cycle)."""
     _TOPOLOGY_MEMO.clear()
@@ -313,3 +319,4 @@ def clear() -> None:
     _LAST_PLACEMENTS[0] = {}
     _LAST_RELEASE_NODES[0] = {}
     _LAST_SUMMARY.clear()
+    _LAST_PENDING[0] = {}

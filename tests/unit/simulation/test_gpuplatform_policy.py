@@ -157,10 +157,11 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
             memo._LAST_TOPOLOGY[0],
             list(memo._LAST_SUMMARY),
             memo._LAST_FREE[0],
+            memo._LAST_PENDING[0],
         )
 
     def restore(saved):
-        ranks, placements, index, topology, summary, free = saved
+        ranks, placements, index, topology, summary, free, pending = saved
         memo._LAST_RANKS[0] = ranks
         memo._LAST_PLACEMENTS[0] = placements
         memo._LAST_INDEX.clear()
@@ -168,6 +169,7 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
         memo._LAST_TOPOLOGY[0] = topology
         memo._LAST_SUMMARY[:] = summary
         memo._LAST_FREE[0] = free
+        memo._LAST_PENDING[0] = pending
 
     class Checked(GpuPlatformPolicy):
         calls = 0
@@ -175,7 +177,7 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
         def schedule(self, sim, now):
             snap = self.snapshot(sim, now)
             saved = memos()
-            restore((({}, (), {}), {}, {}, None, [], None))
+            restore((({}, (), {}), {}, {}, None, [], None, {}))
             fresh = decide(copy.deepcopy(snap))
             restore(saved)
             assert decide(snap) == fresh
