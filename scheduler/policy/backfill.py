@@ -229,16 +229,23 @@ class _Backfill:
         if found is None:
             ms.easy_failed.append((w, g))
             return None
-        hyp = long_view.clone()
-        for node, c in cnt.items():
-            hyp.set(node, min(c, cap))
         prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
-        plan = hyp.place(w, g, prefer)
-        assert plan is not None
+        # a one-node job goes where placement on the what-if copy would put it (no copy)
+        one = long_view.pick_node_after(cnt, g, prefer) if w == 1 else None
+        if one is not None:
+            plan = [(one, 1)]
+            after = {one: min(cnt[one], cap)}
+        else:
+            hyp = long_view.clone()
+            for node, c in cnt.items():
+                hyp.set(node, min(c, cap))
+            plan = hyp.place(w, g, prefer)
+            assert plan is not None
+            after = hyp.cnt
         claimed = ms.claimed
         for node, workers in plan:
             k = workers * g
-            released = hyp.cnt[node] - long_view.cnt[node]
+            released = after[node] - long_view.cnt[node]
             self.protect(ms, node, k - released)
             if released > 0:
                 claimed[node] = claimed.get(node, 0) + (k if k < released else released)

@@ -199,6 +199,26 @@ class Index:
                 return b[0]
         return None
 
+    def pick_node_after(
+        self, counts: dict[int, int], need: int, prefer: frozenset[int] | set[int] | None = None
+    ) -> int | None:
+        """The node ``pick_node(need, prefer)`` would return on a copy of this index after
+        ``set(n, max(c, 0))`` for every ``(n, c)`` in ``counts``, without the copy; only
+        when no node has ``need`` usable GPUs now (``slots(need) == 0``, else None), so that only
+        the nodes in ``counts`` can. What-if planning of one-node jobs asks it on every plan."""
+        if need < 1 or self.slots(need) != 0:
+            return None
+        cap = self.pool.cap
+        best = None
+        for n, c in counts.items():
+            if c > cap:
+                c = cap
+            if c >= need:
+                key = (not (prefer and n in prefer), c, n)
+                if best is None or key < best:
+                    best = key
+        return None if best is None else best[2]
+
     def place(
         self, w: int, g: int, prefer: frozenset[int] | set[int] | None = None
     ) -> list[tuple[int, int]] | None:

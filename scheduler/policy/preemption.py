@@ -347,13 +347,18 @@ class _Preemption:
                 add(c[4], 1)
                 kept.append(c)
         chosen = kept[::-1]
-        hyp = base.clone()
-        for i, c in cnt.items():
-            hyp.set(i, min(max(c, 0), cap))
         prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
-        plan = hyp.place(w, g, prefer)
-        assert plan is not None
-        take = {i: workers * g for i, workers in plan}
+        # a one-node job goes where placement on the what-if copy would put it (no copy)
+        one = base.pick_node_after(cnt, g, prefer) if w == 1 else None
+        if one is not None:
+            take = {one: g}
+        else:
+            hyp = base.clone()
+            for i, c in cnt.items():
+                hyp.set(i, min(max(c, 0), cap))
+            plan = hyp.place(w, g, prefer)
+            assert plan is not None
+            take = {i: workers * g for i, workers in plan}
         freed: dict[int, int] = {}
         for c in chosen:
             for i, k in c[4].items():

@@ -1,5 +1,8 @@
 """The free-capacity index and topology placement (scheduler/policy/capacity.py)."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduler.policy.capacity import Index, Pool
 
 
@@ -47,3 +50,26 @@ def test_clone_is_independent():
     copy = idx.clone()
     copy.set(0, 0)
     assert idx.cnt[0] == 8 and idx.slots(8) == 2 and copy.slots(8) == 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), min_size=1, max_size=10),
+    st.dictionaries(st.integers(0, 9), st.integers(0, 12), max_size=6),
+    st.integers(1, 8),
+    st.one_of(st.none(), st.frozensets(st.integers(0, 9), max_size=4)),
+    st.randoms(use_true_random=False),
+)
+def test_pick_node_after_is_place_on_a_changed_copy(counts, changes, need, prefer, rnd):
+    racks = [rnd.choice(["r1", "r2", "r3"]) for _ in counts]
+    idx = make(counts, racks)
+    changes = {n: c for n, c in changes.items() if n < len(counts)}
+    got = idx.pick_node_after(changes, need, prefer)
+    if idx.slots(need) != 0:
+        assert got is None  # it only answers when no node holds `need` already
+        return
+    hyp = idx.clone()
+    for n, c in changes.items():
+        hyp.set(n, min(c, 8))
+    plan = hyp.place(1, need, prefer)
+    assert (None if plan is None else plan[0][0]) == got
