@@ -139,28 +139,11 @@ class _Backfill:
             self.victim_gpus_upto[(ms.gpu, top)] = held
         return held >= need
 
-    def reserve(
-        self,
-        job: PendingJob,
-        ms: _Model,
-        w: int,
-        g: int,
-        hold: bool = True,
-        overdue: bool = True,
-        until: float = _INF,
-    ) -> float | None:
-        """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
-
-        With ``hold=False`` only the start time is computed: nothing is held or emitted. With
-        ``overdue=False`` jobs already past their expected end are not counted on (they may run
-        on indefinitely). With ``until`` (only with ``hold=False``) a start later than ``until``
-        is not looked for: None then means "not by ``until``"."""
-        if hold and ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
-            return None
-        if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
-            return None
-        if hold:
-            ms.easy_tries += 1
+    def release_walk(
+        self, ms: _Model, w: int, g: int, overdue: bool = True, until: float = _INF
+    ) -> tuple[float | None, dict[int, int], bool]:
+        """The release timeline walked until the gang fits: ``(time it fits or None, GPUs per
+        node counted by then, whether releases already overdue were passed over)``. Pure."""
         long_view = (ms.long or ms.now)["all"]
         base = long_view.cnt
         cap = ms.pools["all"].cap
@@ -179,6 +162,7 @@ class _Backfill:
             now = self.now
             while ri < n_rel and rel[ri][0] <= now:
                 ri += 1
+        passed_over = ri > 0
         started = sorted(ms.started_ends)
         si = 0
         n_started = len(started)
@@ -224,11 +208,43 @@ class _Backfill:
                 si += 1
             if slots >= w:
                 found = t
+        return found, cnt, passed_over
+
+    def reserve(
+        self,
+        job: PendingJob,
+        ms: _Model,
+        w: int,
+        g: int,
+        hold: bool = True,
+        overdue: bool = True,
+        until: float = _INF,
+        walked: tuple[float, dict[int, int]] | None = None,
+    ) -> float | None:
+        """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
+
+        With ``hold=False`` only the start time is computed: nothing is held or emitted. With
+        ``overdue=False`` jobs already past their expected end are not counted on (they may run
+        on indefinitely). With ``until`` (only with ``hold=False``) a start later than ``until``
+        is not looked for: None then means "not by ``until``". ``walked`` is the result of
+        :meth:`release_walk` this call would make, when the caller has it already."""
+        if hold and ms.easy_tries >= self.cfg.reservations_per_model + _EXTRA_RESERVATION_TRIES:
+            return None
+        if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
+            return None
+        if hold:
+            ms.easy_tries += 1
+        if walked is not None:
+            found, cnt = walked
+        else:
+            found, cnt, _ = self.release_walk(ms, w, g, overdue, until)
         if not hold:
             return found
         if found is None:
             ms.easy_failed.append((w, g))
             return None
+        long_view = (ms.long or ms.now)["all"]
+        cap = ms.pools["all"].cap
         prefer = ms.ds_nodes.get(job.dataset) if job.dataset else None
         # a one-node job goes where placement on the what-if copy would put it (no copy)
         one = long_view.pick_node_after(cnt, g, prefer) if w == 1 else None

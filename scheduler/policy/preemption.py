@@ -158,8 +158,9 @@ class _Preemption:
         # GPUs those ends free (jobs past their expected end are not counted on: they may run
         # on).
         freed_at, graces = self._freed_at(job, chosen[0])
-        if self._released_in_time(job, ms, w, g, freed_at):
-            at = self.reserve(job, ms, w, g)
+        in_time, walked = self._released_in_time(job, ms, w, g, freed_at)
+        if in_time:
+            at = self.reserve(job, ms, w, g, walked=walked)
             if at is not None:
                 return (
                     f"reserved to start at t={_fmt_t(at)} on GPUs running or preempted jobs are "
@@ -392,11 +393,19 @@ class _Preemption:
         due = base + interval * max(1, math.ceil((now - base) / interval))
         return max(grace, due - now + _AFTER_CHECKPOINT_S)
 
-    def _released_in_time(self, job: PendingJob, ms: _Model, w: int, g: int, at: float) -> bool:
+    def _released_in_time(
+        self, job: PendingJob, ms: _Model, w: int, g: int, at: float
+    ) -> tuple[bool, tuple[float, dict[int, int]] | None]:
         """Whether running jobs' expected ends (not those already past) free GPUs for ``job``'s
-        gang no later than ``at``, when the chosen candidates would."""
-        natural = self.reserve(job, ms, w, g, hold=False, overdue=False, until=at)
-        return natural is not None and natural <= at
+        gang no later than ``at``, when the chosen candidates would; and if so, and no overdue
+        release was passed over, that walk (the one ``reserve`` would make: it stops at the
+        same time whatever its horizon)."""
+        if any(fg <= g and fw <= w for fw, fg in ms.easy_failed):
+            return False, None  # as reserve(hold=False) answers
+        natural, cnt, passed_over = self.release_walk(ms, w, g, overdue=False, until=at)
+        if natural is None or natural > at:
+            return False, None
+        return True, (None if passed_over else (natural, cnt))
 
     def _freed_at(self, job: PendingJob, chosen: list) -> tuple[float, dict[str, float]]:
         """When the chosen candidates' GPUs are all free for ``job``, and each victim's grace
