@@ -160,3 +160,17 @@ def test_never_preempts_when_expected_ends_free_the_gpus_no_later(s):
     (res,) = [r for r in d.reserve if r.job == job_.id]
     natural = _timeline_fit_at(s, job_.gpus_per_worker, job_.workers)
     assert natural is None or natural > res.at, (natural, res, d.preempt)
+
+
+def test_the_reservation_after_the_check_counts_an_overdue_job_the_check_did_not():
+    # The check (n1's end at +60 comes before the grace) does not count on the overdue job on
+    # n3; the reservation it leads to does, like every EASY reservation: its walk of the
+    # timeline is its own, not the check's.
+    nodes, running = two_full_nodes(ending_at=NOW + 60)
+    nodes.append(node("n3", 4))
+    running.append(run("overdue", {"n3": range(4)}, pc="high", preemptible=False, end=NOW - 300))
+    s = snap(nodes, [job("urgent", 1, 8, pc="high")], running, now=NOW, las=None)
+    d = decide(s)
+    check_invariants(s, d)
+    assert not d.preempt
+    assert d.reserve == (Reserve("urgent", NOW, ("n3",)),)

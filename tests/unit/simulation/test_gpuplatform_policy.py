@@ -192,6 +192,56 @@ def test_decisions_do_not_depend_on_the_engines_cross_call_memos():
     assert sim.preemptions > 0  # the planner's views were exercised
 
 
+def test_planning_shortcuts_decide_what_the_full_computation_decides(monkeypatch):
+    # Two shortcuts inside a cycle: a one-node job's what-if placement without copying the
+    # index (Index.pick_node_after), and rule 4b's release walk handed to the reservation that
+    # follows. Every call must decide exactly what it decides with both turned off.
+    from scheduler.policy import decide
+    from scheduler.policy.capacity import Index
+    from scheduler.policy.preemption import _Preemption
+
+    released_in_time = _Preemption._released_in_time
+    used = {"one node": 0, "walk": 0}
+    pick_node_after = Index.pick_node_after
+
+    def counted_pick(self, *args):
+        node = pick_node_after(self, *args)
+        used["one node"] += node is not None
+        return node
+
+    def counted_walk(self, *args):
+        in_time, walked = released_in_time(self, *args)
+        used["walk"] += walked is not None
+        return in_time, walked
+
+    monkeypatch.setattr(Index, "pick_node_after", counted_pick)
+    monkeypatch.setattr(_Preemption, "_released_in_time", counted_walk)
+
+    class Checked(GpuPlatformPolicy):
+        calls = 0
+
+        def schedule(self, sim, now):
+            snap = self.snapshot(sim, now)
+            with monkeypatch.context() as off:
+                off.setattr(Index, "pick_node_after", lambda self, *args: None)
+                off.setattr(
+                    _Preemption,
+                    "_released_in_time",
+                    lambda self, *args: (released_in_time(self, *args)[0], None),
+                )
+                full = decide(snap)
+            assert decide(snap) == full
+            self.calls += 1
+            super().schedule(sim, now)
+
+    trace = generate_synthetic(150, seed=11, mean_interarrival_s=90.0)
+    policy = Checked()
+    sim = Simulator(trace, uniform_cluster(4, 8), policy, SimConfig()).run()
+    assert_conserved(sim)
+    assert policy.calls > 100
+    assert used["one node"] > 0 and used["walk"] > 0
+
+
 def test_pending_jobs_handed_over_equal_fresh_ones_at_every_call():
     # The adapter keeps each pending job's PendingJob while its inputs are unchanged, and
     # across a finished job (a new predictor version) while its estimate is unchanged, asking
