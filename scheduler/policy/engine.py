@@ -274,6 +274,8 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             if th:
                 _LAST_RANKS[0] = (memo_classes, (th, long_run), ranks)
         self.min_victim = min_victim
+        # GPU model -> the lowest rank of a preemptible job on it, or None (plan_preemption)
+        self.lowest_victim: dict[str | None, int | None] = {}
         self.victim_gpus = victim_gpus
         self.victim_gpus_upto: dict[tuple[str, int], int] = {}  # (model, rank) -> GPUs, memo
         for (team, model), n in per.items():

@@ -32,6 +32,7 @@ _MAX_NODE_CANDIDATES = 1024
 _AFTER_CHECKPOINT_S = 30.0
 # Preemption candidates sort by (kind, cost, job id); never by the rest (unorderable).
 _KIND_COST_ID = itemgetter(0, 1, 2)
+_UNKNOWN = object()
 
 
 class _Attempt:
@@ -119,12 +120,14 @@ class _Preemption:
         # a queue or defragmenting, only if that job was submitted no later (fewer jobs came
         # after it).
         mine = (job.submitted_at, job.id) if fifo or defrag else ()
-        failed = ms.pre_failed.get(fail_key, ())
-        if any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
+        failed = ms.pre_failed.get(fail_key)
+        if failed and any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
             return None
-        lowest = min(
-            (p for m, p in self.min_victim.items() if m is None or m == model), default=None
-        )
+        lowest = self.lowest_victim.get(model, _UNKNOWN)
+        if lowest is _UNKNOWN:
+            lowest = self.lowest_victim[model] = min(
+                (p for m, p in self.min_victim.items() if m is None or m == model), default=None
+            )
         if (
             reclaim_team is None
             and not self.has_elastic
