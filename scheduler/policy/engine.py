@@ -174,7 +174,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         # consider()'s per-model "ends before the earliest reservation" key, in self.models'
         # order; without an estimate it is all False
         self.model_states = tuple(self.models.values())
-        self.none_short = (False,) * len(self.model_states)
+        self.short_without_estimate = (False,) * len(self.model_states)
         self.router: Router | None = None
         self.keys_of: dict[str, list[str]] = {}  # GPU model -> its pools (routed)
         self.routes: dict[int, tuple[list[str], list[str]]] = {}  # id(job) -> route (routed)
@@ -413,7 +413,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             else:
                 states = self.model_states
                 if est is None:
-                    short = self.none_short
+                    short = self.short_without_estimate
                 elif len(states) == 1:
                     # the common single-model cluster: the same 1-tuple, without the list
                     short = (self.now + est <= states[0].min_res_at,)
