@@ -192,9 +192,7 @@ def test_a_candidate_with_another_team_weight_changes_that_teams_wait(demo, api_
         "priority_classes": {},
     }
     assert comparable(run.results) == comparable(cli_results(run, tmp_path))
-    now, light, heavy = (
-        run.details[n]["teams"] for n in ("gpuplatform", "nlp_light", "nlp_heavy")
-    )
+    now, light, heavy = (run.details[n]["teams"] for n in ("gpuplatform", "nlp_light", "nlp_heavy"))
     assert light["nlp"]["fair_share"] < now["nlp"]["fair_share"] < heavy["nlp"]["fair_share"]
     assert light["vision"]["fair_share"] > now["vision"]["fair_share"]
     # Against each other, not against the policy in force: the demo's seeded history changes
