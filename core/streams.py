@@ -128,6 +128,9 @@ class NodeStatusPayload(TypedDict):
     # Only while down: the state it comes back to ("draining" | "quarantined"), blank for ready,
     # so a view can show the hold and offer the release that lifts it.
     resume_state: str
+    # Why the cluster itself keeps new work off a node the platform has ready (a site admin's
+    # drain, an active reservation), blank when it does not (scheduler.models.Node.cluster_hold).
+    cluster_hold: str
     health: float
     # GPU index -> "free" | "in use"; never a job's name (other teams see this group too).
     gpus: dict[str, str]

@@ -255,7 +255,8 @@ def cluster_grid(*, user) -> list[ClusterCell]:
 
 
 def cluster_totals(grid: list[ClusterCell]) -> dict[str, int]:
-    """GPUs free, in use and unavailable (on a node that is not ready) across ``grid``."""
+    """GPUs free, in use and unavailable (on a node that is not ready, or that the cluster
+    itself holds) across ``grid``."""
     totals = {"free": 0, "in_use": 0, "unavailable": 0, "total": 0}
     for cluster in grid:
         for rack in cluster.racks:
@@ -264,7 +265,7 @@ def cluster_totals(grid: list[ClusterCell]) -> dict[str, int]:
                     totals["total"] += 1
                     if gpu.status == IN_USE:
                         totals["in_use"] += 1
-                    elif cell.node.state != NodeState.READY:
+                    elif cell.node.state != NodeState.READY or cell.node.cluster_hold:
                         totals["unavailable"] += 1
                     else:
                         totals["free"] += 1

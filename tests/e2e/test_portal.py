@@ -268,6 +268,54 @@ def test_a_node_that_goes_down_holding_a_drain_keeps_its_release_live(session_as
     _only_local(admin)
 
 
+def test_a_node_the_cluster_holds_arrives_live_and_stops_counting_as_free(session_as):
+    """A site admin's drain on the cluster (the sync's cluster hold, with its node.status): the
+    live view says the node takes no new work and counts its idle GPUs as unavailable, and so
+    does the resync from /cluster/state/. Fed as the server's shapes, as above."""
+    alice = session_as("alice")
+    alice.login()
+    page = alice.page("/cluster/")
+    wait_live(page)
+    node = page.locator('li.node[data-node="r3-n06"]')
+    tip = node.locator("[data-field=tip-state]")
+    free = page.locator("#total-free")
+    idle = node.locator(".gpu.free").count()
+    assert idle > 0
+    before = int(free.text_content())
+
+    def status(hold: str) -> None:
+        page.evaluate(
+            """hold => window.GP.emit("node.status", {type: "node.status", node: "r3-n06",
+                state: "ready", resume_state: "", cluster_hold: hold, health: 1, gpus: {},
+                time: "t"})""",
+            hold,
+        )
+
+    status("drained on the cluster: bios update")
+    assert node.get_attribute("data-cluster-hold") == "drained on the cluster: bios update"
+    assert tip.text_content() == "Ready — no new work: drained on the cluster: bios update"
+    assert ", no new work: drained on the cluster: bios update," in node.get_attribute("aria-label")
+    assert int(free.text_content()) == before - idle
+    status("")  # the cluster let it go
+    assert tip.text_content() == "Ready" and int(free.text_content()) == before
+
+    def held_state(route) -> None:
+        data = route.fetch().json()
+        for row in data["nodes"]:
+            if row["node"] == "r3-n06":
+                row["cluster_hold"] = "reserved on the cluster: maint until 2026-12-05T18:00:00"
+        route.fulfill(json=data)
+
+    page.route("**/cluster/state/", held_state)
+    page.evaluate("window.GP.emit('reconnected', {})")  # resyncs 0.2 s later
+    page.wait_for_selector('li.node[data-node="r3-n06"][data-cluster-hold^=reserved]')
+    assert tip.text_content().endswith(
+        "no new work: reserved on the cluster: maint until 2026-12-05T18:00:00"
+    )
+    assert int(free.text_content()) == before - idle
+    _only_local(alice)
+
+
 def test_pages_fit_a_phone_and_work_with_the_keyboard(session_as):
     phone = session_as("alice", viewport={"width": 390, "height": 844})
     page = phone.login()  # typed with the keyboard only

@@ -47,10 +47,12 @@
     var busy = li.querySelectorAll(".gpu.busy").length;
     var state = li.getAttribute("data-state");
     var held = li.getAttribute("data-resume-state");
+    var clusterHold = li.getAttribute("data-cluster-hold");
     var health = li.querySelector("[data-field=health]").textContent;
     li.setAttribute(
       "aria-label",
       li.getAttribute("data-node") + ": " + state + (held ? ", comes back " + comesBack(held) : "") +
+        (clusterHold ? ", no new work: " + clusterHold : "") +
         ", health " + health + ", " + busy + " of " + gpus.length + " GPUs in use"
     );
   }
@@ -61,18 +63,22 @@
 
   // ``held``: the payload's resume_state (a down node's drain or quarantine to come back to).
   // node.status carries no reasons, so a live update shows the hold without its reason until the
-  // resync from /cluster/state/ that follows it.
-  function setNodeState(li, state, health, reason, held, heldReason) {
+  // resync from /cluster/state/ that follows it. ``clusterHold``: why the cluster itself keeps
+  // new work off a node the platform has ready (a site admin's drain, a reservation).
+  function setNodeState(li, state, health, reason, held, heldReason, clusterHold) {
     held = state === "down" && held ? held : "";
+    clusterHold = state === "ready" && clusterHold ? clusterHold : "";
     li.setAttribute("data-state", state);
     li.setAttribute("data-resume-state", held);
+    li.setAttribute("data-cluster-hold", clusterHold);
     li.className = li.className.replace(/\bstate-\S+/, "state-" + state);
     li.querySelector("[data-field=node-state]").textContent = state in STATE_TEXT ? STATE_TEXT[state] : state;
     var tip = li.querySelector("[data-field=tip-state]");
     if (tip) {
       tip.textContent =
         state.charAt(0).toUpperCase() + state.slice(1) + (reason ? ": " + reason : "") +
-        (held ? " \u2014 comes back " + comesBack(held) + (heldReason ? ": " + heldReason : "") : "");
+        (held ? " \u2014 comes back " + comesBack(held) + (heldReason ? ": " + heldReason : "") : "") +
+        (clusterHold ? " \u2014 no new work: " + clusterHold : "");
     }
     if (typeof health === "number") {
       var pct = Math.round(health * 100) + "%";
@@ -97,7 +103,8 @@
   function recount() {
     var inUse = 0, free = 0, unavailable = 0, total = 0;
     main.querySelectorAll("li.node").forEach(function (li) {
-      var ready = li.getAttribute("data-state") === "ready";
+      // a node the cluster holds takes no new work: its idle GPUs are not free to anyone
+      var ready = li.getAttribute("data-state") === "ready" && !li.getAttribute("data-cluster-hold");
       li.querySelectorAll(".gpu").forEach(function (gpu) {
         total += 1;
         if (gpu.classList.contains("busy")) inUse += 1;
@@ -132,7 +139,7 @@
   GP.on("node.status", function (msg) {
     var li = nodeEl(msg.node);
     if (!li) return;
-    setNodeState(li, msg.state, msg.health, msg.reason, msg.resume_state);
+    setNodeState(li, msg.state, msg.health, msg.reason, msg.resume_state, "", msg.cluster_hold);
     Object.keys(msg.gpus || {}).forEach(function (index) {
       var gpu = li.querySelector('.gpu[data-gpu="' + index + '"]');
       if (gpu) paintGpu(msg.node, gpu, msg.gpus[index] !== "free");
@@ -224,7 +231,10 @@
         data.nodes.forEach(function (node) {
           var li = nodeEl(node.node);
           if (!li) return;
-          setNodeState(li, node.state, node.health, node.reason, node.resume_state, node.resume_reason);
+          setNodeState(
+            li, node.state, node.health, node.reason, node.resume_state, node.resume_reason,
+            node.cluster_hold
+          );
           node.gpus.forEach(function (g) {
             var gpu = li.querySelector('.gpu[data-gpu="' + g.index + '"]');
             if (gpu) paintGpu(node.node, gpu, g.status !== "free");

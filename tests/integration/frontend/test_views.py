@@ -280,6 +280,26 @@ def test_the_cluster_view_shows_what_a_down_node_comes_back_as(platform):
     assert (nodes["n1"]["state"], nodes["n1"]["resume_state"]) == ("ready", "")
 
 
+def test_the_cluster_view_shows_a_node_the_cluster_holds(platform):
+    """A site admin drained n2 on Slurm (the sync's cluster hold): it is ready in the platform,
+    but takes no new work, so its idle GPUs are unavailable, and the page says why."""
+    held = Node.objects.get(name="n2")
+    Node.objects.filter(pk=held.pk).update(cluster_hold="drained on the cluster: bios update")
+    page = client_for(platform["alice"]).get("/cluster/").content.decode()
+    cell = node_cell(page, held)
+    assert 'data-cluster-hold="drained on the cluster: bios update"' in cell
+    assert re.search(r"n2: Ready, no new work: drained on the cluster: bios update, health", cell)
+    tip = re.search(r'data-field="tip-state">([^<]*)<', cell).group(1)
+    assert tip == "Ready — no new work: drained on the cluster: bios update"
+    unavailable = int(re.search(r'id="total-unavailable">(\d+)<', page).group(1))
+    assert unavailable == held.gpu_count  # every other node is ready and held by nobody
+    nodes = {
+        n["node"]: n for n in client_for(platform["alice"]).get("/cluster/state/").json()["nodes"]
+    }
+    assert nodes["n2"]["cluster_hold"] == "drained on the cluster: bios update"
+    assert nodes["n1"]["cluster_hold"] == ""
+
+
 def test_members_cannot_act_on_nodes(platform):
     node = Node.objects.get(name="n1")
     alice = client_for(platform["alice"])
