@@ -351,8 +351,10 @@ def test_node_status_carries_the_state_a_down_node_comes_back_to(layer, platform
             await database_sync_to_async(act)(action, **reason)
             [status] = [f for f in await _drain(ws, expect=True) if f["type"] == "node.status"]
             assert set(status) == {"type", "node", "state", "health", "gpus", "time"} | {
-                "resume_state"
+                "resume_state",
+                "cluster_hold",
             }
+            assert status["cluster_hold"] == ""  # down: the platform's hold says more
             assert (status["node"], status["state"]) == ("n2", "down")
             heard.append(status["resume_state"])
         assert heard == ["draining", "quarantined", ""]
