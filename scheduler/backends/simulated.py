@@ -346,7 +346,7 @@ class SimulatedBackend:
                 self.fail_node(name, repair_after_s=float(self.config.get("repair_s", 45)))
 
     def list_nodes(self) -> list[BackendNode]:
-        from scheduler.models import Node, SimulatedNodeFault
+        from scheduler.models import Node, NodeState, SimulatedNodeFault
 
         now = self._now()
         nodes = list(Node.objects.filter(cluster_id=self.cluster_id).select_related("gpu_model"))
@@ -356,13 +356,16 @@ class SimulatedBackend:
                 cluster_id=self.cluster_id, failed_at__lte=now, repaired_at__gt=now
             ).values_list("node_name", flat=True)
         )
-        drained = set(self.config.get("drained", []))
+        # Nobody but the platform drains a simulated node, so it holds drained exactly what the
+        # platform holds, read from the database: every process (web, worker) agrees, where the
+        # drain calls a process made (config["drained"]) are only that process's own.
+        held = (NodeState.DRAINING, NodeState.QUARANTINED)
         return [
             BackendNode(
                 name=n.name,
                 gpus=n.gpu_count,
                 gpu_model=n.gpu_model.name,
-                state="down" if n.name in down else ("drained" if n.name in drained else "ready"),
+                state="down" if n.name in down else ("drained" if n.state in held else "ready"),
                 zone=n.zone,
                 rack=n.rack,
                 nvlink_domain=n.nvlink_domain,
@@ -373,6 +376,7 @@ class SimulatedBackend:
         ]
 
     def drain_node(self, name: str, reason: str) -> None:
+        # Recorded for tests to see the call; list_nodes answers from the platform's state.
         drained = set(self.config.get("drained", []))
         drained.add(name)
         self.config["drained"] = sorted(drained)

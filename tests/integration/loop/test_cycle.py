@@ -145,6 +145,26 @@ def outage(backend, node) -> None:
     node.refresh_from_db()
 
 
+def test_a_release_made_in_another_process_is_no_cluster_hold(platform):
+    """The loop's worker quarantined n3 (its backend drained it); an admin released it through
+    the web process, whose backend object (another process's) made the undrain. A simulated
+    node's drain lived in each process's object, so the worker's still said drained and its
+    sync took that for a site admin's drain: a cluster hold nobody could lift."""
+    from scheduler.services import node_release
+
+    node = Node.objects.get(name="n3")
+    worker = get_backend(node.cluster)
+    worker.drain_node("n3", "quarantine")
+    Node.objects.filter(pk=node.pk).update(state="quarantined", state_reason="repeated failures")
+    # The admin's request: its undrain (after commit) goes to the web process's object, never
+    # to this one, as here, where the test's transaction runs no commit callbacks.
+    node_release(user=platform["admin"], node_id=node.pk)
+    assert "n3" in worker.config["drained"]
+    run_cycle()
+    node.refresh_from_db()
+    assert (node.state, node.cluster_hold) == ("ready", "")
+
+
 def test_repeated_failures_quarantine_then_probation_releases(platform):
     node = Node.objects.get(name="n3")
     backend = get_backend(node.cluster)
