@@ -7,13 +7,19 @@ deactivated, before delivery is not told; a storm of failures is one message per
 
 from __future__ import annotations
 
+import http.server
 import re
 import socket
+import ssl
+import subprocess
+import threading
 import time
 from datetime import timedelta
 from email.header import decode_header, make_header
 from pathlib import Path
 
+import httpcore
+import httpx
 import pytest
 from django.utils import timezone
 
@@ -125,6 +131,59 @@ def test_an_endless_answer_is_read_only_as_far_as_its_excerpt(
     attempt = DeliveryAttempt.objects.get()
     assert attempt.status_code == 200 and attempt.response_excerpt == "x" * 500
     assert receiver.sent_bytes < 64 * 1024 * 1024  # the platform stopped reading
+
+
+@pytest.fixture
+def tls_receiver(tmp_path):
+    """An HTTPS receiver on 127.0.0.1 whose certificate (made here with openssl) names
+    hooks.example.test; yields (port, the certificate's file)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=hooks.example.test",
+         "-addext", "subjectAltName=DNS:hooks.example.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's API)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"host=" + self.headers["Host"].encode() + b" body=" + body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], cert
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_keeps_the_name_for_the_certificate_check_and_the_host(tls_receiver, monkeypatch):
+    """Deliveries go to the checked address but TLS is checked against the hook's host name:
+    refused while the certificate's issuer is not trusted, or when it names another host;
+    delivered, with the name in SNI and Host, once it is (here: the test's own CA)."""
+    port, cert = tls_receiver
+
+    def post(host: str):
+        target = targets.Target(f"https://{host}:{port}/hook", "https", host, port, ("127.0.0.1",))
+        return targets.pinned_post(target, content=b"{}", headers={}, timeout_s=5)
+
+    with pytest.raises(httpcore.ConnectError, match="self-signed certificate"):
+        post("hooks.example.test")
+    monkeypatch.setattr(
+        httpx, "create_ssl_context", lambda **kw: ssl.create_default_context(cafile=cert)
+    )
+    reply = post("hooks.example.test")
+    assert (reply.status_code, reply.text) == (200, f"host=hooks.example.test:{port} body={{}}")
+    with pytest.raises(httpcore.ConnectError, match="Hostname mismatch"):
+        post("other.example.test")
 
 
 @pytest.fixture
