@@ -62,6 +62,12 @@ from scheduler.backends.base import (
     byte_window,
     parse_backend_job_name,
 )
+from scheduler.backends.slurm_nodes import (
+    parse_active_reservations,
+    parse_scontrol_node_flags,
+    parse_sinfo_json,
+    parse_topology_conf,
+)
 from scheduler.backends.slurm_parsers import (
     SQUEUE_LIVE_FORMAT,
     ErrorKind,
@@ -73,15 +79,11 @@ from scheduler.backends.slurm_parsers import (
     is_known_state,
     is_live,
     job_status,
-    parse_active_reservations,
     parse_checkpoint_progress,
     parse_sacct_parsable,
     parse_sbatch_parsable,
-    parse_scontrol_node_flags,
-    parse_sinfo_json,
     parse_squeue_json,
     parse_squeue_live,
-    parse_topology_conf,
     pick_run,
 )
 

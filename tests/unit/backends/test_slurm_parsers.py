@@ -22,6 +22,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.backends.base import BackendJobSpec, BackendJobState, worker_envs
+from scheduler.backends.slurm_nodes import (
+    node_state,
+    parse_active_reservations,
+    parse_gres_gpus,
+    parse_node_features,
+    parse_scontrol_node_flags,
+    parse_sinfo_json,
+    parse_topology_conf,
+)
 from scheduler.backends.slurm_parsers import (
     SQUEUE_LIVE_FORMAT,
     ErrorKind,
@@ -37,18 +46,11 @@ from scheduler.backends.slurm_parsers import (
     is_known_state,
     job_state_word,
     job_status,
-    node_state,
-    parse_active_reservations,
     parse_checkpoint_progress,
-    parse_gres_gpus,
-    parse_node_features,
     parse_sacct_parsable,
     parse_sbatch_parsable,
-    parse_scontrol_node_flags,
-    parse_sinfo_json,
     parse_squeue_json,
     parse_squeue_live,
-    parse_topology_conf,
     pick_run,
 )
 from scheduler.outcomes import failure_cause, loss_cause
