@@ -40,7 +40,7 @@ from core import streams
 from core.bounds import bounds, number_error
 
 from ..backends import backend_run_id, get_backend
-from ..backends.base import BackendError, BackendJobState
+from ..backends.base import BackendError, BackendJobState, BackendNode
 from ..models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from ..services import cluster_backend_mark, node_event_record
 from ..states import LIVE_STATES, JobState
@@ -293,18 +293,18 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
         _sync_cluster_hold(node, seen, now)
 
 
-def _cluster_hold(node: Node, seen) -> str:
+def _cluster_hold(node: Node, seen: BackendNode) -> str:
     """Why the backend keeps new work off a node the platform has ready, or ""."""
     if node.state != NodeState.READY:
         return ""  # the platform's own hold, or down: those say more
     if seen.state in ("drained", "draining"):
         return f"drained on the cluster: {seen.reason or 'no reason given'}"[:300]
-    if getattr(seen, "reserved", ""):
+    if seen.reserved:
         return f"reserved on the cluster: {seen.reserved}"[:300]
     return ""
 
 
-def _sync_cluster_hold(node: Node, seen, now: datetime) -> None:
+def _sync_cluster_hold(node: Node, seen: BackendNode, now: datetime) -> None:
     """A node the backend holds out of service by itself (a site admin's drain, an active
     reservation) takes no new work here either, until the backend lets it go: a run placed
     there would wait in the backend's queue while the platform counted it as running."""

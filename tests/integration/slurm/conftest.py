@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.backends.base import BackendJobSpec
 from scheduler.backends.slurm import SlurmBackend
 
 REPO = Path(__file__).resolve().parents[3]
@@ -353,6 +354,23 @@ def job_id(request) -> str:
     """A fresh platform job id per test, so reruns on a kept cluster never meet old jobs."""
     base = re.sub(r"[^a-z0-9-]", "-", request.node.originalname[5:25].lower())
     return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+def spec(job_id: str, command: str, placement: dict[str, tuple[int, ...]], **kw) -> BackendJobSpec:
+    """A run of ``command`` on ``placement`` (node -> GPU indices, the same count on each)."""
+    gpus = len(next(iter(placement.values())))
+    return BackendJobSpec(
+        job_id=job_id,
+        attempt=kw.pop("attempt", 1),
+        name=kw.pop("name", "test job"),
+        team=kw.pop("team", "alice-team"),
+        image="",
+        command=command,
+        workers=len(placement),
+        gpus_per_worker=gpus,
+        placement=placement,
+        **kw,
+    )
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str, every: float = 0.5):

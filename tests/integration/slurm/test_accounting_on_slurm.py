@@ -12,23 +12,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.backends.base import BackendJobSpec, BackendJobState, backend_job_name
-from tests.integration.slurm.conftest import LocalSlurm, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "22.05")]
-
-
-def one_gpu(job_id: str, node: str, command: str) -> BackendJobSpec:
-    return BackendJobSpec(
-        job_id=job_id,
-        attempt=1,
-        name="accounting test",
-        team="alice-team",
-        image="",
-        command=command,
-        workers=1,
-        gpus_per_worker=1,
-        placement={node: (0,)},
-    )
 
 
 def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: LocalSlurm, job_id):
@@ -37,23 +23,23 @@ def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: L
     backend = cluster.backend(accounting="sacct")
     started = cluster.file(f"{job_id}.started")
     runs = {
-        "succeeded": one_gpu(f"{job_id}-ok", "node1", "true"),
-        "failed": one_gpu(f"{job_id}-bad", "node1", "exit 3"),
-        "cancelled": one_gpu(f"{job_id}-cancel", "node1", "exec sleep 300"),
-        "node_failed": one_gpu(f"{job_id}-node", "node2", f"touch {started}; exec sleep 300"),
+        "succeeded": spec(f"{job_id}-ok", "true", {"node1": (0,)}),
+        "failed": spec(f"{job_id}-bad", "exit 3", {"node1": (0,)}),
+        "cancelled": spec(f"{job_id}-cancel", "exec sleep 300", {"node1": (0,)}),
+        "node_failed": spec(f"{job_id}-node", f"touch {started}; exec sleep 300", {"node2": (0,)}),
     }
-    for spec in runs.values():
-        backend.submit(spec)
+    for run in runs.values():
+        backend.submit(run)
 
-    def status(spec: BackendJobSpec):
-        return backend.poll_jobs([(spec.job_id, 1)])[0]
+    def status(run: BackendJobSpec):
+        return backend.poll_jobs([(run.job_id, 1)])[0]
 
     wait_for(started.exists, 30, "the run on node2 to start")
     wait_for(lambda: status(runs["cancelled"]).state is BackendJobState.RUNNING, 30, "it to run")
     backend.cancel(runs["cancelled"].job_id, 1)
     cluster.kill_node("node2", status(runs["node_failed"]).backend_ref)
     try:
-        names = ",".join(backend_job_name(spec.job_id, 1) for spec in runs.values())
+        names = ",".join(backend_job_name(run.job_id, 1) for run in runs.values())
         # Node failure detection (SlurmdTimeout 10 s) and Slurm's purge (about once a minute).
         wait_for(
             lambda: not cluster.run("squeue", "-h", "-t", "all", "-n", names, "-o", "%i").stdout,
@@ -66,7 +52,7 @@ def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: L
     found = {
         how: status
         for how, status in zip(
-            runs, backend.poll_jobs([(spec.job_id, 1) for spec in runs.values()]), strict=True
+            runs, backend.poll_jobs([(run.job_id, 1) for run in runs.values()]), strict=True
         )
     }
     assert {how: s.state.value for how, s in found.items()} == {
@@ -80,4 +66,4 @@ def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: L
     assert all(s.backend_ref.isdigit() for s in found.values())
     # Each run is over: nothing to cancel, nothing live, and the cancel of a purged run is quiet.
     backend.cancel(runs["node_failed"].job_id, 1)
-    assert all(backend.live_runs(spec.job_id) == [] for spec in runs.values())
+    assert all(backend.live_runs(run.job_id) == [] for run in runs.values())

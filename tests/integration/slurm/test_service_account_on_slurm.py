@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from scheduler.backends.base import BackendJobSpec, BackendJobState, BackendRejected
+from scheduler.backends.base import BackendJobState, BackendRejected
 from scheduler.backends.slurm import SlurmBackend
-from tests.integration.slurm.conftest import LocalSlurm, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "22.05")]
 
@@ -75,24 +75,17 @@ def drained(cluster: LocalSlurm, node: str) -> bool:
     return "DRAIN" in cluster.run("scontrol", "show", "node", node).stdout
 
 
-def test_jobs_run_as_the_service_account_and_drains_need_operator(
+def test_jobs_run_as_the_service_account_and_drains_need_admin(
     accounting_slurm: LocalSlurm, service_account, job_id
 ):
     cluster = accounting_slurm
     backend = as_service_account(cluster, *service_account)
     whoami = cluster.file(f"{job_id}.whoami")
-    spec = BackendJobSpec(
-        job_id=job_id,
-        attempt=1,
-        name="service account test",
-        team="alice-team",
-        image="",
-        command=f"id -un > {whoami}; echo trained as $(id -un); exec sleep 300",
-        workers=1,
-        gpus_per_worker=1,
-        placement={"node1": (0,)},
+    backend.submit(
+        spec(
+            job_id, f"id -un > {whoami}; echo trained as $(id -un); exec sleep 300", {"node1": (0,)}
+        )
     )
-    backend.submit(spec)
 
     def status():
         return backend.poll_jobs([(job_id, 1)])[0]

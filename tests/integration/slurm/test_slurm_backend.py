@@ -28,25 +28,9 @@ from scheduler.backends.base import (
     worker_envs,
 )
 from scheduler.backends.slurm import SlurmBackend
-from tests.integration.slurm.conftest import LocalSlurm, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
 
 pytestmark = pytest.mark.slurm
-
-
-def spec(job_id: str, command: str, placement: dict[str, tuple[int, ...]], **kw) -> BackendJobSpec:
-    gpus = len(next(iter(placement.values())))
-    return BackendJobSpec(
-        job_id=job_id,
-        attempt=kw.pop("attempt", 1),
-        name=kw.pop("name", "test job"),
-        team=kw.pop("team", "alice-team"),
-        image="",
-        command=command,
-        workers=len(placement),
-        gpus_per_worker=gpus,
-        placement=placement,
-        **kw,
-    )
 
 
 def state_of(backend: SlurmBackend, job_id: str, attempt: int = 1):
