@@ -388,8 +388,11 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
     daily_keys = {(r.team_id, r.hour.date()) for r in rows}
     job_keys = {(r.job_id, calc.month_start(r.hour)) for r in rows}
     for alloc, end in overrun:
-        # Hours that begin at or after the end hold only time after it.
-        after = UsageRecord.objects.filter(allocation_id=alloc.pk, hour__gte=end)
+        # Hours that begin at or after the end hold only time after it. An allocation ended at
+        # its start held nothing (a run the cluster never started): all its rows go, the hour
+        # it began in too, which no bucket above rewrote.
+        cutoff = end if end > alloc.started_at else calc.floor_hour(alloc.started_at)
+        after = UsageRecord.objects.filter(allocation_id=alloc.pk, hour__gte=cutoff)
         for team_id, job_id, hour in after.values_list("team_id", "job_id", "hour"):
             daily_keys.add((team_id, hour.date()))
             job_keys.add((job_id, calc.month_start(hour)))
@@ -597,6 +600,8 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
     requeues: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
     for job_id, time, data in (
         JobEvent.objects.filter(job_id__in=job_ids, kind="requeued", time__lte=now)
+        # A run the cluster never started lost nothing: its requeue is no loss to tag.
+        .exclude(data__never_ran=True)
         .order_by("job_id", "time", "id")
         .values_list("job_id", "time", "data")
     ):

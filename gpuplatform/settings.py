@@ -330,6 +330,18 @@ SCHEDULER_IN_PROCESS_LOOP = env.bool("SCHEDULER_IN_PROCESS_LOOP", default=False)
 SCHEDULER_QUARANTINE_FAILURES = env.int("SCHEDULER_QUARANTINE_FAILURES", default=3)
 SCHEDULER_QUARANTINE_WINDOW_SECONDS = env.float("SCHEDULER_QUARANTINE_WINDOW_SECONDS", default=3600)
 SCHEDULER_PROBATION_SECONDS = env.float("SCHEDULER_PROBATION_SECONDS", default=600)
+# A running job whose run the cluster keeps pending (Slurm PENDING: a maintenance reservation
+# ahead, a QOS limit) is put back in the queue after this long, its run cancelled and nothing
+# billed (docs/loop.md). 120 s: Slurm starts a run whose nodes are free at submission or on its
+# next scheduling pass (backfill every 30 s, the main pass every 60 s by default), so a run
+# still waiting after two passes waits for a reason, and its GPUs are held for nothing.
+SCHEDULER_BACKEND_PENDING_GRACE_SECONDS = env.float(
+    "SCHEDULER_BACKEND_PENDING_GRACE_SECONDS", default=120
+)
+# ... and when the reason was about the run's nodes, no new run is placed on them for this long.
+SCHEDULER_BACKEND_PENDING_AVOID_SECONDS = env.float(
+    "SCHEDULER_BACKEND_PENDING_AVOID_SECONDS", default=600
+)
 # Policy engine Config fields the live loop changes (a JSON object, docs/policy.md "Config and
 # defaults"), e.g. {"las": {"long_run_s": 172800}}. Checked here: a typo stops the start, not a
 # cycle; a key of the format before the `las` section still works, logged with its replacement.

@@ -178,6 +178,10 @@ class Node(models.Model):
     # site admin's drain, an active Slurm reservation): no new work goes there until the backend
     # lets it go. The platform never lifts it (a Release is for the platform's own holds).
     cluster_hold = models.CharField(max_length=300, blank=True)
+    # Until then no new run is placed here: the cluster kept a run placed here pending for a
+    # reason about the node (a maintenance reservation ahead, the node busy with the cluster's
+    # other work) until the loop gave up on it (scheduler.loop.cluster_pending).
+    avoid_until = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -289,6 +293,15 @@ class Job(models.Model):
         default=0.0, help_text="GPU-seconds of work lost at requeues (since each checkpoint)."
     )
     exit_code = models.IntegerField(null=True, blank=True)
+    # A running job whose run the cluster reports still waiting (Slurm PENDING): since when the
+    # loop has seen it so, and the cluster's reason (its event is recorded once, with the first
+    # reason given). Cleared when the run starts; past SCHEDULER_BACKEND_PENDING_GRACE_SECONDS
+    # the run is cancelled and the job put back in the queue (scheduler.loop.cluster_pending).
+    cluster_pending_since = models.DateTimeField(null=True, blank=True)
+    cluster_pending_reason = models.CharField(max_length=300, blank=True)
+    # Attempts the cluster never started (given up on while still pending there): not
+    # interruptions, so the interruption limit does not count them.
+    unstarted_attempts = models.PositiveIntegerField(default=0)
     cluster = models.ForeignKey(
         Cluster, null=True, blank=True, related_name="jobs", on_delete=models.SET_NULL
     )

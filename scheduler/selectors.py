@@ -108,7 +108,10 @@ def job_attempts(*, user, job_id: int) -> list[JobAttempt]:
     out: list[JobAttempt] = []
     resumed_from = 0.0
     for number in range(1, job.attempts + 1):
-        allocations = held.get(number, [])
+        # An allocation ended at its start held nothing: the time a run waited on the cluster,
+        # reopened from its real start. Shown only for an attempt that never ran at all.
+        held_some = [a for a in held.get(number, []) if a.ended_at != a.started_at]
+        allocations = held_some or held.get(number, [])
         start = next((e for e in starts if (e.data or {}).get("attempt") == number), None)
         started_at = start.time if start else min((a.started_at for a in allocations), default=None)
         next_start = next(

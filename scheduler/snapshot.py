@@ -170,6 +170,10 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         state = row.state if row.cluster.backend_available else UNREACHABLE_NODE_STATE
         if state == NodeState.READY and row.cluster_hold:
             state = NodeState.DRAINING  # the backend would not start anything there
+        elif state == NodeState.READY and row.avoid_until is not None and row.avoid_until > now:
+            # The cluster kept a run placed here waiting for a reason about the node: a new
+            # run would wait the same way (scheduler.loop.cluster_pending).
+            state = NodeState.DRAINING
         nodes.append(
             Node(
                 name=row.name,

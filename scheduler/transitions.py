@@ -305,7 +305,10 @@ def job_requeue(
         locked = Job.objects.select_for_update().filter(pk=job.pk).first()
         if locked is None or locked.state not in (JobState.RUNNING, JobState.PREEMPTED):
             return False
-        final = interruption_limit_reason(attempts=locked.attempts, reason=reason)
+        # Attempts the cluster never started were not interrupted.
+        final = interruption_limit_reason(
+            attempts=locked.attempts - locked.unstarted_attempts, reason=reason
+        )
         if final:
             return job_fail(job=locked, reason=final, now=now)
         started = locked.started_at or now
@@ -342,6 +345,104 @@ def job_requeue(
             },
         )
         publish_job(locked)
+    return True
+
+
+# --- a run the cluster kept pending ------------------------------------------------------------
+
+
+def job_requeue_unstarted(*, job: Job, now: datetime, reason: str) -> bool:
+    """Put a running job whose run the cluster never started back in the queue; its run is
+    cancelled after commit. Not an interruption: no work was lost (it never ran), the
+    interruption limit does not count it (``unstarted_attempts``) and each GPU's allocation
+    ends where it began, so nothing is billed for the time the run waited on the cluster.
+
+    Returns False (nothing written) when the job is no longer running on the attempt read."""
+    with transaction.atomic():
+        locked = (
+            Job.objects.select_for_update(of=("self",))
+            .select_related("team", "cluster")
+            .filter(pk=job.pk)
+            .first()
+        )
+        if locked is None or locked.state != JobState.RUNNING or locked.attempts != job.attempts:
+            return False
+        Job.objects.filter(pk=locked.pk).update(
+            state=JobState.PENDING,
+            requeued=True,  # it was chosen to start already: it keeps its place ahead of peers
+            backend_ref="",
+            preempt_deadline=None,
+            cluster_pending_since=None,
+            cluster_pending_reason="",
+            unstarted_attempts=F("unstarted_attempts") + 1,
+            why_pending=f"its run never started on the cluster ({reason}); to be placed again",
+        )
+        Allocation.objects.filter(job=locked, ended_at__isnull=True).update(
+            ended_at=F("started_at")
+        )
+        locked.refresh_from_db()
+        event_record(
+            job=locked,
+            kind="requeued",
+            time=now,
+            message=f"{reason}; it never ran: nothing lost, nothing billed",
+            data={
+                "reason": reason,
+                "lost_gpu_s": 0.0,
+                "never_ran": True,
+                "resume_from_s": locked.checkpointed_progress_s,
+                "attempt": locked.attempts,
+            },
+        )
+        publish_job(locked)
+        if locked.cluster_id:
+            backend_cancel_after_commit(locked)
+    request_cycle()
+    return True
+
+
+def job_run_started_late(*, job: Job, started_at: datetime, now: datetime) -> bool:
+    """The cluster started the job's run at ``started_at``, after keeping it waiting: its GPUs'
+    allocations are closed at their start (nothing billed for the wait) and opened again from
+    ``started_at`` (clamped to [the platform's start, ``now``]), the job's start moved there
+    (lost work and run time count from it), and the pending marker cleared.
+
+    Returns False when the job is no longer running on the attempt read."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update(of=("self",)).filter(pk=job.pk).first()
+        if locked is None or locked.state != JobState.RUNNING or locked.attempts != job.attempts:
+            return False
+        live = list(Allocation.objects.filter(job=locked, ended_at__isnull=True).order_by("id"))
+        begin = min((a.started_at for a in live), default=locked.started_at or now)
+        started_at = min(max(started_at, begin), now)
+        waited_s = (started_at - begin).total_seconds()
+        Job.objects.filter(pk=locked.pk).update(
+            cluster_pending_since=None,
+            cluster_pending_reason="",
+            started_at=max(started_at, locked.started_at or started_at),
+        )
+        if waited_s > 0 and live:
+            Allocation.objects.filter(pk__in=[a.pk for a in live]).update(ended_at=F("started_at"))
+            Allocation.objects.bulk_create(
+                [
+                    Allocation(
+                        job_id=a.job_id,
+                        node_id=a.node_id,
+                        gpu_index=a.gpu_index,
+                        worker_index=a.worker_index,
+                        attempt=a.attempt,
+                        started_at=started_at,
+                    )
+                    for a in live
+                ]
+            )
+        event_record(
+            job=locked,
+            kind="cluster_started",
+            time=now,
+            message=f"started on the cluster after waiting {waited_s:.0f} s; billed from then",
+            data={"attempt": locked.attempts, "waited_s": waited_s},
+        )
     return True
 
 

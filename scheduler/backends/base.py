@@ -119,9 +119,19 @@ class BackendJobStatus:
     backend_ref: str = ""
     nodes: tuple[str, ...] = ()
     exit_code: int | None = None
+    # Why it ended, or, for a PENDING run, why the cluster keeps it waiting (Slurm's pending
+    # reason: "ReqNodeNotAvail, Reserved for maintenance", "QOSMaxGRESPerUser").
     reason: str = ""
     # Seconds of work safely checkpointed in this attempt, when the backend knows it.
     checkpointed_progress_s: float | None = None
+    # A RUNNING run: when the cluster started it (epoch seconds), when the backend knows it; the
+    # platform bills a run it saw waiting from here, not from when it placed it.
+    started_at: float | None = None
+    # A PENDING run: the cluster's reason is about the nodes the run was placed on (a
+    # reservation, an unavailable node, nodes busy with the cluster's other work), so the
+    # platform's next placement avoids them; False for a reason about the job or its account
+    # (a QOS or association limit), which another placement would not change.
+    pending_on_nodes: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,6 +159,21 @@ class SimulatedBackend:
         ).update(checkpoint_requested_at=self._now())
 
     def _status(self, run, now: datetime, down: dict[str, list[datetime]]) -> BackendJobStatus:
+        # ``pending_nodes`` (config: node name -> reason): the cluster keeps every run placed on
+        # such a node waiting, as Slurm does a run whose time limit reaches into a maintenance
+        # reservation there. Tests set it to see what the loop does with such a run.
+        held = self.config.get("pending_nodes") or {}
+        reasons = [str(held[n]) for n in run.nodes if n in held]
+        if reasons and run.cancelled_at is None:
+            return BackendJobStatus(
+                job_id=run.job_id,
+                attempt=run.attempt,
+                state=BackendJobState.PENDING,
+                backend_ref=f"gp-{run.job_id}-a{run.attempt}",
+                nodes=tuple(dict.fromkeys(run.nodes)),
+                reason=reasons[0],
+                pending_on_nodes=True,
+            )
         end_of_work = run.started_at + timedelta(
             seconds=(run.service_time_s - run.resume_from_s) / self.scale
         )
@@ -250,7 +265,8 @@ class SimulatedBackend:
         return sorted(
             (run.job_id, run.attempt)
             for run in recent
-            if self._status(run, now, down).state == BackendJobState.RUNNING
+            if self._status(run, now, down).state
+            in (BackendJobState.RUNNING, BackendJobState.PENDING)
         )
 
     def read_log(

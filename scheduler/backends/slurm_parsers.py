@@ -57,6 +57,11 @@ class SlurmJob:
     signal: int | None = None
     restart_count: int = 0
     required_nodes: tuple[str, ...] = ()
+    # Slurm's reason code alone ("ReqNodeNotAvail", "QOSMaxGRESPerUser"; "" for "None"), where
+    # ``reason`` is the text shown; and when the job started (epoch seconds; for a pending job
+    # Slurm's estimate, so only read for a running one).
+    reason_code: str = ""
+    start_time: int | None = None
 
     @property
     def numeric_id(self) -> int:
@@ -527,6 +532,8 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 signal=signal,
                 restart_count=reader.number(raw, "restart_cnt", where) or 0,
                 required_nodes=expand_hostlist(reader.text(raw, "required_nodes", where)),
+                reason_code="" if reason == "None" else reason,
+                start_time=reader.number(raw, "start_time", where),
             )
         )
     return jobs
@@ -616,6 +623,26 @@ def is_known_state(state: str) -> bool:
     return state in _KNOWN_STATES
 
 
+# Pending reasons about the nodes a run was pinned to (``--nodelist``), which a placement on
+# other nodes may not meet: a node unavailable or reserved (a maintenance reservation that the
+# run's time limit reaches into), down, or busy with the cluster's other work ("Resources"; and
+# "Priority": higher-priority jobs of others wait for those nodes). Every other reason (QOS and
+# association limits, holds, dependencies, partition limits) is about the job or its account.
+NODE_PENDING_REASONS = frozenset(
+    {"ReqNodeNotAvail", "Reservation", "NodeDown", "Resources", "Priority", "ResvDeleted"}
+)
+
+
+def pending_reason(job: SlurmJob) -> str:
+    """The reason squeue's ``%r`` shows for a pending job: the code, and Slurm's description
+    after it when it says more ("ReqNodeNotAvail, Reserved for maintenance")."""
+    if not job.reason_code:
+        return job.reason
+    if not job.reason or job.reason.startswith(job.reason_code):
+        return job.reason or job.reason_code
+    return f"{job.reason_code}, {job.reason}"
+
+
 def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
     """Our view of one Slurm job.
 
@@ -635,6 +662,7 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
             reason = f"requeued by Slurm after an interruption (restart {job.restart_count})"
         else:
             ours = BackendJobState.PENDING
+            reason = pending_reason(job)
     elif state == "COMPLETED":
         ours = BackendJobState.SUCCEEDED
     elif state in _NODE_FAILED_STATES:
@@ -666,6 +694,11 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
         if ours in (BackendJobState.SUCCEEDED, BackendJobState.FAILED)
         else None,
         reason=reason,
+        started_at=float(job.start_time)
+        if ours == BackendJobState.RUNNING and job.start_time
+        else None,
+        pending_on_nodes=ours == BackendJobState.PENDING
+        and job.reason_code.split(",")[0].strip() in NODE_PENDING_REASONS,
     )
 
 

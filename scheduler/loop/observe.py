@@ -12,6 +12,8 @@ Fault tolerance:
   it is released. Each step is an event streamed to admins.
 - Runs the platform gave up on (an older attempt, a job that is over or requeued) and that the
   cluster still runs are cancelled (``stale_runs``).
+- A running job whose run the cluster keeps waiting (Slurm PENDING) is noted, and put back in
+  the queue, its run cancelled and nothing billed, after a grace (``cluster_pending``).
 - Finished runs a backend keeps (Kubernetes pods and Services) are deleted once they have been
   finished longer than the backend's retention (``finished_run_ttl_s``).
 - Only node-down reports count against a node. A job that exits with an error is the job's
@@ -45,6 +47,7 @@ from ..models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from ..services import cluster_backend_mark, node_event_record
 from ..states import LIVE_STATES, JobState
 from ..transitions import event_record, job_fail, job_finish, job_requeue
+from .cluster_pending import sync_cluster_pending
 from .stale_runs import cancel_stale_runs
 
 log = logging.getLogger(__name__)
@@ -159,6 +162,8 @@ def _sync_job(job: Job, status, now: datetime) -> None:
             time=now,
             message=f"checkpoint at {status.checkpointed_progress_s:.0f} s of work",
         )
+    if sync_cluster_pending(job, status, now):
+        return
     if status.state in (BackendJobState.SUCCEEDED, BackendJobState.FAILED):
         target = (
             JobState.SUCCEEDED if status.state == BackendJobState.SUCCEEDED else JobState.FAILED
