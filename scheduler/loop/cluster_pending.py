@@ -58,18 +58,20 @@ def _still_pending(job: Job, status: BackendJobStatus, now: datetime) -> bool:
         if not attempt.filter(cluster_pending_since__isnull=True).update(cluster_pending_since=now):
             return False
         job.cluster_pending_since = now
-    if reason and not job.cluster_pending_reason:
-        # One event per wait: the first reason the cluster gives (Slurm's is "None" for a
-        # moment after submission, until its scheduler has looked at the run).
-        if attempt.filter(cluster_pending_reason="").update(cluster_pending_reason=reason):
-            job.cluster_pending_reason = reason
-            event_record(
-                job=job,
-                kind="held_pending",
-                time=now,
-                message=f"held pending on the cluster: {reason}",
-                data={"reason": reason, "attempt": job.attempts},
-            )
+    # One event per wait: the first reason the cluster gives (Slurm's is "None" for a moment
+    # after submission, until its scheduler has looked at the run).
+    first_reason = reason and not job.cluster_pending_reason
+    if first_reason and attempt.filter(cluster_pending_reason="").update(
+        cluster_pending_reason=reason
+    ):
+        job.cluster_pending_reason = reason
+        event_record(
+            job=job,
+            kind="held_pending",
+            time=now,
+            message=f"held pending on the cluster: {reason}",
+            data={"reason": reason, "attempt": job.attempts},
+        )
     grace = timedelta(seconds=settings.SCHEDULER_BACKEND_PENDING_GRACE_SECONDS)
     if now - job.cluster_pending_since < grace:
         return False
