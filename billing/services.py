@@ -600,11 +600,11 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
     requeues: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
     for job_id, time, data in (
         JobEvent.objects.filter(job_id__in=job_ids, kind="requeued", time__lte=now)
-        # A run the cluster never started lost nothing: its requeue is no loss to tag.
-        .exclude(data__never_ran=True)
         .order_by("job_id", "time", "id")
         .values_list("job_id", "time", "data")
     ):
+        if (data or {}).get("never_ran"):
+            continue  # a run the cluster never started lost nothing: no loss to tag
         requeues[job_id].append((time, str((data or {}).get("reason", ""))))
     nodes: dict[int, list[tuple[datetime, tuple[int, bool, int | None]]]] = defaultdict(list)
     for job_id, started_at, gpu_model_id, spot, cluster_id in (

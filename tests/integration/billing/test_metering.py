@@ -131,6 +131,21 @@ def test_an_end_before_a_metered_hour_drops_that_hour(make_job, allocate, price)
     ]
 
 
+def test_an_allocation_ended_at_its_start_is_billed_nothing(make_job, allocate, price):
+    """What the loop leaves of a run the cluster never started: the meter billed its GPU while
+    it waited; once it ends where it began, every row goes, its first hour's too."""
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))
+    job = make_job()
+    alloc = allocate(job, "n1", 0, utc(2026, 12, 1, 23, 59))
+    services.meter_run(now=utc(2026, 12, 2, 0, 1))  # two hours' rows: 60 s each
+    assert sum(r["gpu_seconds"] for r in _rows()) == 120.0
+    type(alloc).objects.filter(pk=alloc.pk).update(ended_at=alloc.started_at)
+    services.meter_run(now=utc(2026, 12, 2, 0, 2))
+    assert _rows() == []
+    assert sum(UsageDaily.objects.values_list("gpu_seconds", flat=True)) == 0
+    assert AllocationMeter.objects.get(allocation_id=alloc.pk).finalized
+
+
 def test_rerunning_the_meter_changes_nothing(make_job, allocate, price):
     price("h100", "on_demand", "2.00", utc(2026, 1, 1))
     price("a100", "on_demand", "1.00", utc(2026, 1, 1))

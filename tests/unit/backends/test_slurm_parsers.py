@@ -813,3 +813,45 @@ def test_job_script_gives_every_worker_the_launcher_variables(tmp_path, workers,
     expected = worker_envs(spec, master_addr="10.1.2.3", master_port=29500 + 12345 % 10000)
     assert [seen[w] for w in sorted(seen)] == expected
     assert ("LOCAL_RANK" in expected[0]) is (gpus == 1)
+
+
+@pytest.mark.parametrize(
+    ("code", "description", "shown", "on_nodes"),
+    [
+        (
+            "ReqNodeNotAvail",
+            "ReqNodeNotAvail, May be reserved for other job",
+            "ReqNodeNotAvail, May be reserved for other job",
+            True,
+        ),
+        (
+            "ReqNodeNotAvail",
+            "Reserved for maintenance",
+            "ReqNodeNotAvail, Reserved for maintenance",
+            True,
+        ),
+        ("Resources", "", "Resources", True),
+        ("QOSMaxGRESPerUser", "", "QOSMaxGRESPerUser", False),
+        ("", "", "", False),
+    ],
+)
+def test_a_pending_run_carries_slurms_reason_and_whether_it_is_about_its_nodes(
+    code, description, shown, on_nodes
+):
+    job = SlurmJob("9", "gp-1-a1", "PENDING", reason=description or code, reason_code=code)
+    status = job_status(job, "1", 1)
+    assert (status.state, status.reason, status.pending_on_nodes) == (
+        BackendJobState.PENDING,
+        shown,
+        on_nodes,
+    )
+    assert status.started_at is None
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_a_running_run_carries_its_slurm_start_time(version):
+    text = (FIXTURES / version / "squeue_running.json").read_text()
+    jobs = [j for j in parse_squeue_json(text) if j.state == "RUNNING"]
+    assert jobs and all(j.start_time for j in jobs)
+    status = job_status(jobs[0], "1", 1)
+    assert status.started_at == float(jobs[0].start_time)
