@@ -132,6 +132,10 @@ class BackendJobStatus:
     # platform's next placement avoids them; False for a reason about the job or its account
     # (a QOS or association limit), which another placement would not change.
     pending_on_nodes: bool = False
+    # A PENDING run that the cluster's own scheduler keeps from starting (Slurm: every pending
+    # run), which the platform gives up on after a grace. False where pending means starting
+    # (Kubernetes: the platform binds the pods itself; a pod pulling its image is on its way).
+    held_by_cluster: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,6 +173,7 @@ class SimulatedBackend:
                 nodes=tuple(dict.fromkeys(run.nodes)),
                 reason=reasons[0],
                 pending_on_nodes=True,
+                held_by_cluster=True,
             )
         end_of_work = run.started_at + timedelta(
             seconds=(run.service_time_s - run.resume_from_s) / self.scale

@@ -699,6 +699,8 @@ def job_status(job: SlurmJob, job_id: str, attempt: int) -> BackendJobStatus:
         else None,
         pending_on_nodes=ours == BackendJobState.PENDING
         and job.reason_code.split(",")[0].strip() in NODE_PENDING_REASONS,
+        # Pinned to its nodes, a pending run waits only because slurmctld will not start it.
+        held_by_cluster=ours == BackendJobState.PENDING,
     )
 
 

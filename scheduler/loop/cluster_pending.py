@@ -16,6 +16,9 @@ cluster may still keep the run waiting: a maintenance reservation its time limit
   When the reason was about the run's nodes, no new run is placed on them for
   ``SCHEDULER_BACKEND_PENDING_AVOID_SECONDS`` (``Node.avoid_until``), so the job goes elsewhere.
 
+Only a run the backend says the cluster holds (``held_by_cluster``): a Kubernetes run is pending
+while its pods pull their image, and is left alone.
+
 Every write is conditional on the job still running the attempt that was polled, so a sync
 repeated after a crash changes nothing more.
 """
@@ -41,7 +44,7 @@ def sync_cluster_pending(job: Job, status: BackendJobStatus, now: datetime) -> b
     was put back in the queue (the caller has nothing more to apply)."""
     if job.state != JobState.RUNNING:
         return False  # a preemption victim is stopped by the enforce stage anyway
-    if status.state == BackendJobState.PENDING:
+    if status.state == BackendJobState.PENDING and status.held_by_cluster:
         return _still_pending(job, status, now)
     if status.state == BackendJobState.RUNNING and job.cluster_pending_since is not None:
         started = now

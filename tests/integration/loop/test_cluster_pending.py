@@ -87,7 +87,9 @@ def test_a_run_started_within_the_grace_is_billed_from_the_clusters_start(platfo
     job = start_job(platform, submit)
     begin = job.allocations.get().started_at
     name = backend_run_id(job)
-    pending = BackendJobStatus(name, 1, BackendJobState.PENDING, reason="Priority")
+    pending = BackendJobStatus(
+        name, 1, BackendJobState.PENDING, reason="Priority", held_by_cluster=True
+    )
     _sync_job(job, pending, begin + timedelta(seconds=5))
     meter_run(now=begin + timedelta(seconds=20))  # metered while it waits, as every minute
     job.refresh_from_db()
@@ -134,3 +136,16 @@ def test_attempts_the_cluster_never_started_are_not_interruptions(platform, subm
     assert job_requeue(job=job, now=timezone.now(), reason="preempted by Slurm")
     job.refresh_from_db()
     assert job.state == JobState.PENDING  # one interruption, below the limit of two
+
+
+def test_a_run_pending_while_it_starts_is_left_alone(platform, submit, settings):
+    """A Kubernetes run is pending while its pods pull their image: not held by the cluster."""
+    settings.SCHEDULER_BACKEND_PENDING_GRACE_SECONDS = 120
+    job = start_job(platform, submit)
+    pulling = BackendJobStatus(
+        backend_run_id(job), 1, BackendJobState.PENDING, reason="ContainerCreating"
+    )
+    _sync_job(job, pulling, timezone.now() + timedelta(seconds=600))
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.cluster_pending_since) == (JobState.RUNNING, 1, None)
+    assert not job.events.filter(kind__in=["held_pending", "requeued"]).exists()

@@ -840,10 +840,11 @@ def test_a_pending_run_carries_slurms_reason_and_whether_it_is_about_its_nodes(
 ):
     job = SlurmJob("9", "gp-1-a1", "PENDING", reason=description or code, reason_code=code)
     status = job_status(job, "1", 1)
-    assert (status.state, status.reason, status.pending_on_nodes) == (
+    assert (status.state, status.reason, status.pending_on_nodes, status.held_by_cluster) == (
         BackendJobState.PENDING,
         shown,
         on_nodes,
+        True,
     )
     assert status.started_at is None
 
