@@ -338,7 +338,8 @@ SCHEDULER_PROBATION_SECONDS = env.float("SCHEDULER_PROBATION_SECONDS", default=6
 SCHEDULER_BACKEND_PENDING_GRACE_SECONDS = env.float(
     "SCHEDULER_BACKEND_PENDING_GRACE_SECONDS", default=120
 )
-# ... and when the reason was about the run's nodes, no new run is placed on them for this long.
+# ... and when the reason was about the run's nodes, no new run is placed on them for this long;
+# when it was about the job or its account (a QOS limit), the job is not placed again for as long.
 SCHEDULER_BACKEND_PENDING_AVOID_SECONDS = env.float(
     "SCHEDULER_BACKEND_PENDING_AVOID_SECONDS", default=600
 )

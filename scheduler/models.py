@@ -302,6 +302,9 @@ class Job(models.Model):
     # Attempts the cluster never started (given up on while still pending there): not
     # interruptions, so the interruption limit does not count them.
     unstarted_attempts = models.PositiveIntegerField(default=0)
+    # Not placed again before then: the cluster kept its last run pending for a reason about the
+    # job or its account (a QOS limit), which placing it again at once would only repeat.
+    retry_after = models.DateTimeField(null=True, blank=True)
     cluster = models.ForeignKey(
         Cluster, null=True, blank=True, related_name="jobs", on_delete=models.SET_NULL
     )

@@ -223,6 +223,9 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     pending_fields = (*job_fields, "team_id", "why_pending", "estimated_start", "routing")
     pending_rows = list(
         Job.objects.filter(state=JobState.PENDING)
+        # Held back after the cluster kept its last run pending for a limit of its own
+        # (scheduler.loop.cluster_pending): its why says until when.
+        .exclude(retry_after__gt=now)
         .values(
             *pending_fields,
             submitted_s=_seconds_of("submitted_at"),

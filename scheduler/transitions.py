@@ -351,11 +351,14 @@ def job_requeue(
 # --- a run the cluster kept pending ------------------------------------------------------------
 
 
-def job_requeue_unstarted(*, job: Job, now: datetime, reason: str) -> bool:
+def job_requeue_unstarted(
+    *, job: Job, now: datetime, reason: str, retry_after: datetime | None = None
+) -> bool:
     """Put a running job whose run the cluster never started back in the queue; its run is
     cancelled after commit. Not an interruption: no work was lost (it never ran), the
     interruption limit does not count it (``unstarted_attempts``) and each GPU's allocation
     ends where it began, so nothing is billed for the time the run waited on the cluster.
+    With ``retry_after``, the job is not placed again before then.
 
     Returns False (nothing written) when the job is no longer running on the attempt read."""
     with transaction.atomic():
@@ -375,7 +378,9 @@ def job_requeue_unstarted(*, job: Job, now: datetime, reason: str) -> bool:
             cluster_pending_since=None,
             cluster_pending_reason="",
             unstarted_attempts=F("unstarted_attempts") + 1,
-            why_pending=f"its run never started on the cluster ({reason}); to be placed again",
+            retry_after=retry_after,
+            why_pending=f"its run never started on the cluster ({reason}); to be placed again"
+            + (f" after {retry_after:%Y-%m-%d %H:%M:%S} UTC" if retry_after else ""),
         )
         Allocation.objects.filter(job=locked, ended_at__isnull=True).update(
             ended_at=F("started_at")

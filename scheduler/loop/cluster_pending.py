@@ -14,7 +14,9 @@ cluster may still keep the run waiting: a maintenance reservation its time limit
 - past the grace, the run is cancelled and the job put back in the queue
   (``transitions.job_requeue_unstarted``): not an interruption, no lost work, nothing billed.
   When the reason was about the run's nodes, no new run is placed on them for
-  ``SCHEDULER_BACKEND_PENDING_AVOID_SECONDS`` (``Node.avoid_until``), so the job goes elsewhere.
+  ``SCHEDULER_BACKEND_PENDING_AVOID_SECONDS`` (``Node.avoid_until``), so the job goes elsewhere;
+  when it was about the job or its account (a QOS limit), the job itself is not placed again for
+  as long (``Job.retry_after``): placed at once, it would only hold GPUs through another grace.
 
 Only a run the backend says the cluster holds (``held_by_cluster``): a Kubernetes run is pending
 while its pods pull their image, and is left alone.
@@ -79,13 +81,20 @@ def _still_pending(job: Job, status: BackendJobStatus, now: datetime) -> bool:
     if now - job.cluster_pending_since < grace:
         return False
     nodes = []
+    retry_after = None
+    avoid = timedelta(seconds=settings.SCHEDULER_BACKEND_PENDING_AVOID_SECONDS)
     if status.pending_on_nodes:
         live = Node.objects.filter(allocations__job=job, allocations__ended_at__isnull=True)
         nodes = list(live.distinct())
+    else:
+        retry_after = now + avoid
     waited_s = (now - job.cluster_pending_since).total_seconds()
     why = job.cluster_pending_reason or reason or "no reason given"
     if not job_requeue_unstarted(
-        job=job, now=now, reason=f"the cluster kept its run pending for {waited_s:.0f} s ({why})"
+        job=job,
+        now=now,
+        reason=f"the cluster kept its run pending for {waited_s:.0f} s ({why})",
+        retry_after=retry_after,
     ):
         return False
     _avoid(nodes, job, why, now)

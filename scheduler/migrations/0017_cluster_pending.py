@@ -26,6 +26,11 @@ class Migration(migrations.Migration):
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
+            model_name='job',
+            name='retry_after',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddField(
             model_name='node',
             name='avoid_until',
             field=models.DateTimeField(blank=True, null=True),

@@ -111,20 +111,34 @@ def test_a_run_started_within_the_grace_is_billed_from_the_clusters_start(platfo
     assert billed == pytest.approx(60.0)
 
 
-def test_a_reason_about_the_account_avoids_no_node(platform, submit, settings):
+def test_a_reason_about_the_account_holds_the_job_back_and_avoids_no_node(
+    platform, submit, settings
+):
     settings.SCHEDULER_BACKEND_PENDING_GRACE_SECONDS = 120
+    settings.SCHEDULER_BACKEND_PENDING_AVOID_SECONDS = 600
     job = start_job(platform, submit)
     run = SlurmJob("7", f"gp-{backend_run_id(job)}-a1", "PENDING", reason_code="QOSMaxGRESPerUser")
     status = job_status(run, backend_run_id(job), 1)
     assert not status.pending_on_nodes
     now = timezone.now()
-    _sync_job(job, status, now)
+    _sync_job(job, status, now - timedelta(seconds=121))
     job.refresh_from_db()
-    _sync_job(job, status, now + timedelta(seconds=121))
+    _sync_job(job, status, now)
     job.refresh_from_db()
     assert (job.state, job.unstarted_attempts) == (JobState.PENDING, 1)
     assert "QOSMaxGRESPerUser" in job.why_pending
+    assert job.retry_after == now + timedelta(seconds=600)
+    assert f"placed again after {job.retry_after:%Y-%m-%d %H:%M:%S} UTC" in job.why_pending
     assert not Node.objects.filter(avoid_until__isnull=False).exists()
+
+    # Held back: placed at once, the run would only wait on the limit through another grace.
+    run_cycle()
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (JobState.PENDING, 1)
+    Job.objects.filter(pk=job.pk).update(retry_after=timezone.now() - timedelta(seconds=1))
+    run_cycle()
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (JobState.RUNNING, 2)
 
 
 def test_attempts_the_cluster_never_started_are_not_interruptions(platform, submit, settings):
