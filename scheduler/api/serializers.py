@@ -213,6 +213,14 @@ class NodeSerializer(serializers.ModelSerializer):
         "does not lift it.",
     )
 
+    avoid_until = serializers.DateTimeField(
+        read_only=True,
+        help_text="No new run is placed on the node before this time: the cluster kept a run "
+        "placed there pending for a reason about the node (a maintenance reservation ahead), "
+        "so the platform gave up on that run; null when it does not apply. In the past, it "
+        "no longer applies.",
+    )
+
     class Meta:
         model = Node
         fields = [
@@ -231,6 +239,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "resume_state",
             "resume_reason",
             "cluster_hold",
+            "avoid_until",
             "health",
         ]
 

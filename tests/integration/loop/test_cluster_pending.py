@@ -45,7 +45,7 @@ def hold_on_cluster(cluster, nodes: dict[str, str]) -> None:
 
 
 def test_a_run_held_pending_past_the_grace_is_requeued_unbilled_and_placed_elsewhere(
-    platform, submit, settings
+    platform, submit, settings, api_as
 ):
     settings.SCHEDULER_BACKEND_PENDING_GRACE_SECONDS = 120
     job = start_job(platform, submit)
@@ -79,6 +79,8 @@ def test_a_run_held_pending_past_the_grace_is_requeued_unbilled_and_placed_elsew
     node = Node.objects.get(name=held)
     assert node.avoid_until > timezone.now()
     assert "kept job" in NodeEvent.objects.filter(node=node).latest("time").message
+    shown = api_as(platform["alice"]).get(f"/api/v1/nodes/{node.pk}/").json()
+    assert shown["avoid_until"] == node.avoid_until.isoformat().replace("+00:00", "Z")
     meter_run()
     assert not UsageRecord.objects.filter(job_id=job.pk, attempt=1, gpu_seconds__gt=0).exists()
 
