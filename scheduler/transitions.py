@@ -441,13 +441,16 @@ def job_run_started_late(*, job: Job, started_at: datetime, now: datetime) -> bo
                     for a in live
                 ]
             )
-        event_record(
-            job=locked,
-            kind="cluster_started",
-            time=now,
-            message=f"started on the cluster after waiting {waited_s:.0f} s; billed from then",
-            data={"attempt": locked.attempts, "waited_s": waited_s},
-        )
+        # A run Slurm starts within its first scheduling pass waited under its clock's second:
+        # not worth an event on every job.
+        if waited_s >= 1.0:
+            event_record(
+                job=locked,
+                kind="cluster_started",
+                time=now,
+                message=f"started on the cluster after waiting {waited_s:.0f} s; billed from then",
+                data={"attempt": locked.attempts, "waited_s": waited_s},
+            )
     return True
 
 

@@ -165,3 +165,22 @@ def test_a_run_pending_while_it_starts_is_left_alone(platform, submit, settings)
     job.refresh_from_db()
     assert (job.state, job.attempts, job.cluster_pending_since) == (JobState.RUNNING, 1, None)
     assert not job.events.filter(kind__in=["held_pending", "requeued"]).exists()
+
+
+def test_a_run_started_on_the_clusters_first_pass_is_left_as_placed(platform, submit):
+    """Slurm reports a fresh run PENDING (reason "None") until its first scheduling pass; one
+    started in the same second it was placed keeps its allocations and gets no event."""
+    job = start_job(platform, submit)
+    placed = job.allocations.get()
+    name = backend_run_id(job)
+    fresh = BackendJobStatus(name, 1, BackendJobState.PENDING, reason="", held_by_cluster=True)
+    _sync_job(job, fresh, placed.started_at + timedelta(seconds=1))
+    job.refresh_from_db()
+    assert job.cluster_pending_since is not None
+    same_second = placed.started_at.replace(microsecond=0).timestamp()
+    running = BackendJobStatus(name, 1, BackendJobState.RUNNING, started_at=same_second)
+    _sync_job(job, running, placed.started_at + timedelta(seconds=2))
+    job.refresh_from_db()
+    assert job.cluster_pending_since is None
+    assert list(job.allocations.all()) == [placed]
+    assert not job.events.filter(kind__in=["held_pending", "cluster_started"]).exists()
