@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -181,11 +182,21 @@ def _node_state(node: dict[str, Any]) -> Any:
 
 
 def _node_reason(node: dict[str, Any]) -> Any:
+    """The platform's reason, then why the cluster keeps new work off a node the platform has
+    ready (a site admin's drain, a reservation, a run it kept waiting there): such a node's
+    state reads "ready", and only this column says why nothing starts on it."""
     reason, held = node.get("state_reason"), node.get("resume_state")
-    if not held:
-        return reason
-    then = f"{held}: {node.get('resume_reason') or '(no reason given)'}"
-    return f"{reason}; {then}" if reason else then
+    parts = [reason] if reason else []
+    if held:
+        parts.append(f"{held}: {node.get('resume_reason') or '(no reason given)'}")
+    if node.get("cluster_hold"):
+        parts.append(f"no new work: {node['cluster_hold']}")
+    now = datetime.now(UTC)
+    avoid_until = output.parse_time(node.get("avoid_until"))
+    if avoid_until is not None and avoid_until > now:
+        # The cluster kept a run placed here pending (its node event says which and why).
+        parts.append(f"no new run until {output.when(node['avoid_until'], now)}")
+    return "; ".join(parts) if parts else reason
 
 
 def _health(value: Any) -> str | None:

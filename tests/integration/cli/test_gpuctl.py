@@ -411,6 +411,22 @@ def test_nodes_shows_what_a_down_node_comes_back_as(as_alice):
     assert "then" not in ready
 
 
+def test_nodes_says_why_a_ready_node_gets_no_new_work(as_alice):
+    """A node the cluster holds, or avoided after the cluster kept a run pending there, reads
+    "ready": only the reason column says why nothing starts on it."""
+    from datetime import timedelta
+
+    from scheduler.models import Node
+
+    Node.objects.filter(name="n2").update(cluster_hold="drained on the cluster: bios update")
+    Node.objects.filter(name="n3").update(avoid_until=timezone.now() + timedelta(minutes=10))
+    Node.objects.filter(name="n4").update(avoid_until=timezone.now() - timedelta(minutes=1))
+    lines = {line.split()[0]: line for line in as_alice("nodes").out.splitlines()[1:]}
+    assert lines["n2"].rstrip().endswith("no new work: drained on the cluster: bios update")
+    assert "no new run until" in lines["n3"] and "(in 9m" in lines["n3"]
+    assert "no new" not in lines["n4"] and "no new" not in lines["n1"]
+
+
 def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gpu_models):
     from datetime import date
 
