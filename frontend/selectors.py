@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Count, F, QuerySet, Sum
+from django.utils import timezone
 
 from catalogue.models import GpuModel
 from scheduler import selectors as scheduler_selectors
@@ -181,6 +182,8 @@ class GpuCell:
 class NodeCell:
     node: Node
     gpus: list[GpuCell]
+    # Why the cluster keeps new work off the node, blank when it does not (Node.no_new_work).
+    hold: str = ""
 
     @property
     def in_use(self) -> int:
@@ -214,6 +217,7 @@ def cluster_grid(*, user) -> list[ClusterCell]:
     held GPU is only "in use". 3 queries.
     """
     nodes = list(scheduler_selectors.node_list(user=user))
+    now = timezone.now()
     visible = set(
         Job.objects.visible_to(user).filter(state__in=HOLDING_STATES).values_list("pk", flat=True)
     )
@@ -248,7 +252,7 @@ def cluster_grid(*, user) -> list[ClusterCell]:
                 )
             else:
                 gpus.append(GpuCell(index=index, status=IN_USE))
-        rack.nodes.append(NodeCell(node=node, gpus=gpus))
+        rack.nodes.append(NodeCell(node=node, gpus=gpus, hold=node.no_new_work(now)))
     for cluster in clusters.values():
         cluster.racks.sort(key=lambda r: r.name)
     return list(clusters.values())
@@ -265,7 +269,7 @@ def cluster_totals(grid: list[ClusterCell]) -> dict[str, int]:
                     totals["total"] += 1
                     if gpu.status == IN_USE:
                         totals["in_use"] += 1
-                    elif cell.node.state != NodeState.READY or cell.node.cluster_hold:
+                    elif cell.node.state != NodeState.READY or cell.hold:
                         totals["unavailable"] += 1
                     else:
                         totals["free"] += 1

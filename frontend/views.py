@@ -409,7 +409,7 @@ def cluster_state(request):
                         "reason": node.state_reason,
                         "resume_state": node.resume_state,
                         "resume_reason": node.resume_reason,
-                        "cluster_hold": node.cluster_hold,
+                        "cluster_hold": cell.hold,
                         "health": node.health,
                         "gpus": [
                             {

@@ -6,6 +6,8 @@ bug, a manual shell) can break them: a GPU (node, index) is held by at most one 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -195,6 +197,19 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def no_new_work(self, now: datetime) -> str:
+        """Why the cluster keeps new work off this node though its state may read ready, blank
+        when it does not: what the cluster view, its stream and ``/cluster/state/`` show (the
+        snapshot holds such a node as draining for the same two reasons)."""
+        if self.cluster_hold:
+            return self.cluster_hold
+        if self.avoid_until is not None and self.avoid_until > now:
+            return (
+                "the cluster kept a run placed here pending; no new run until "
+                f"{self.avoid_until:%Y-%m-%d %H:%M} UTC"
+            )
+        return ""
 
 
 class NodeEvent(models.Model):

@@ -498,7 +498,7 @@ def publish_node_status(*, node: Node, now: datetime) -> None:
         "node": node.name,
         "state": node.state,
         "resume_state": node.resume_state,
-        "cluster_hold": node.cluster_hold,
+        "cluster_hold": node.no_new_work(now),
         "health": node.health,
         "gpus": {str(i): "in use" if i in in_use else "free" for i in range(node.gpu_count)},
         "time": now.isoformat(),

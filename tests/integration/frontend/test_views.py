@@ -300,6 +300,29 @@ def test_the_cluster_view_shows_a_node_the_cluster_holds(platform):
     assert nodes["n1"]["cluster_hold"] == ""
 
 
+def test_the_cluster_view_shows_a_node_avoided_after_the_cluster_kept_a_run_pending(platform):
+    """The loop gave up on a run Slurm kept pending on n3 (a reservation ahead) and avoids the
+    node for a while: ready in the platform, no new work, until when; n4's avoidance is over."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    avoided = Node.objects.get(name="n3")
+    until = timezone.now() + timedelta(minutes=10)
+    Node.objects.filter(pk=avoided.pk).update(avoid_until=until)
+    Node.objects.filter(name="n4").update(avoid_until=timezone.now() - timedelta(seconds=1))
+    why = f"the cluster kept a run placed here pending; no new run until {until:%Y-%m-%d %H:%M} UTC"
+    page = client_for(platform["alice"]).get("/cluster/").content.decode()
+    tip = re.search(r'data-field="tip-state">([^<]*)<', node_cell(page, avoided)).group(1)
+    assert tip == f"Ready — no new work: {why}"
+    unavailable = int(re.search(r'id="total-unavailable">(\d+)<', page).group(1))
+    assert unavailable == avoided.gpu_count
+    nodes = {
+        n["node"]: n for n in client_for(platform["alice"]).get("/cluster/state/").json()["nodes"]
+    }
+    assert (nodes["n3"]["cluster_hold"], nodes["n4"]["cluster_hold"]) == (why, "")
+
+
 def test_members_cannot_act_on_nodes(platform):
     node = Node.objects.get(name="n1")
     alice = client_for(platform["alice"])

@@ -415,3 +415,52 @@ def test_a_drained_node_that_goes_down_says_it_comes_back_drained(layer, platfor
         async_to_sync(run)()
     finally:
         reset_backends()
+
+
+def test_node_status_says_why_a_node_avoided_after_a_pending_run_takes_no_work(
+    layer, platform, submit
+):
+    """The loop gave up on a run Slurm kept pending on its node (a reservation ahead) and avoids
+    the node for a while: the node stays ready, so only ``cluster_hold`` tells a cluster view
+    that its idle GPUs are not free, and it must say so when it happens, not at the next
+    reload."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.backends import backend_run_id
+    from scheduler.backends.base import BackendJobState, BackendJobStatus
+    from scheduler.loop.observe import _sync_job
+    from scheduler.models import Job
+
+    job_id = submit(
+        platform["alice"], team="vision", gpu_model="h100-80gb", simulated_duration_s=100_000
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    (node,) = {a.node.name for a in job.allocations.all()}
+    held = BackendJobStatus(
+        backend_run_id(job),
+        1,
+        BackendJobState.PENDING,
+        reason="ReqNodeNotAvail, Reserved for maintenance",
+        pending_on_nodes=True,
+        held_by_cluster=True,
+    )
+    now = timezone.now()
+    _sync_job(job, held, now - timedelta(seconds=600))  # first seen pending
+    job.refresh_from_db()
+    ws = _socket(platform["bob"], "?topics=cluster")
+
+    async def run():
+        await _open(ws)
+        await database_sync_to_async(lambda: _sync_job(job, held, now))()  # past the grace
+        frames = await _drain(ws, expect=True)
+        [status] = [f for f in frames if f["type"] == "node.status" and f["node"] == node]
+        assert status["state"] == "ready"
+        assert status["cluster_hold"].startswith(
+            "the cluster kept a run placed here pending; no new run until "
+        )
+        await ws.disconnect()
+
+    async_to_sync(run)()
