@@ -779,6 +779,8 @@ _ALREADY_DONE_PATTERNS = (
     "job has already finished",
     "job is no longer pending execution",
     "invalid node state specified",
+    # 26.05's words for the same refusal (`state=resume` of a node that is not drained).
+    "invalid node state transition",
 )
 
 
