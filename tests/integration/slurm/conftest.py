@@ -1,7 +1,7 @@
 """Real local Slurm clusters for the Slurm backend tests, one per supported generation.
 
-Two clusters, each started by ``scripts/slurm-local start`` (idempotent: reuses a running one,
-starts a missing one, installs or builds what is missing):
+Up to three clusters, each started by ``scripts/slurm-local start`` (idempotent: reuses a
+running one, starts a missing one, installs or builds what is missing):
 
 - ``24.11``: Slurm 24.11 inside the Debian 13 root of ``scripts/slurm-root``
   (``$GPUPLATFORM_SLURM_ROOT``, default /var/cache/gpuplatform/debian13-slurm), in the in-root
@@ -11,10 +11,18 @@ starts a missing one, installs or builds what is missing):
   a cluster through ``ssh login-node``: commands and job files go through the prefix.
 - ``22.05``: the host's own Slurm in ``$GPUPLATFORM_SLURM_DIR`` (default /tmp/gpuplatform-slurm)
   on ``$SLURM_LOCAL_CTLD_PORT`` / ``$SLURM_LOCAL_SLURMD_BASE_PORT`` + K, without a prefix.
+- ``26.05``: Slurm 26.05 inside the Debian 14 ("forky") root of ``scripts/slurm-root --suite
+  forky`` (``$GPUPLATFORM_SLURM_2605_ROOT``, default /var/cache/gpuplatform/debian14-slurm), in
+  ``$GPUPLATFORM_SLURM_2605_DIR`` (default /srv/gpuplatform-slurm-2605) on
+  ``$SLURM_2605_CTLD_PORT`` / ``$SLURM_2605_SLURMD_BASE_PORT`` + K (default 21817 / 21800), driven
+  like 24.11. It runs only when ``$GPUPLATFORM_SLURM_VERSIONS`` names it.
 
-Every Slurm test runs on 24.11; tests marked ``slurm_smoke`` run on 22.05 too (the whole suite on
-both would not fit the test budget; the parsers are tested on both versions' captured output);
-``slurm_versions("22.05")`` names the versions outright (the PyTorch job needs the host's Python).
+Every Slurm test runs on 24.11 (and 26.05); tests marked ``slurm_smoke`` run on 22.05 too (the
+whole suite on both would not fit the test budget; the parsers are tested on every version's
+captured output); ``slurm_versions("22.05")`` names the versions outright (the PyTorch job needs
+the host's Python). ``$GPUPLATFORM_SLURM_VERSIONS`` (comma-separated, default ``22.05,24.11``)
+is the versions a run uses at all: ``GPUPLATFORM_SLURM_VERSIONS=26.05`` runs every Slurm test
+on 26.05 alone.
 Outside CI a machine that cannot run Slurm skips them with the reason; under ``CI=true`` that is
 a failure, never a skip.
 """
@@ -42,10 +50,25 @@ REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "slurm-local"
 MODERN = "24.11"
 LEGACY = "22.05"
+NEWEST = "26.05"  # Debian 14 (forky): run when $GPUPLATFORM_SLURM_VERSIONS names it
+DEFAULT_VERSIONS = (LEGACY, MODERN)
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def enabled_versions() -> tuple[str, ...]:
+    """The Slurm versions this run uses (``$GPUPLATFORM_SLURM_VERSIONS``, comma-separated)."""
+    raw = os.environ.get("GPUPLATFORM_SLURM_VERSIONS", "")
+    versions = tuple(v.strip() for v in raw.split(",") if v.strip()) or DEFAULT_VERSIONS
+    unknown = sorted(set(versions) - {LEGACY, MODERN, NEWEST})
+    if unknown:
+        raise pytest.UsageError(
+            f"GPUPLATFORM_SLURM_VERSIONS: unknown Slurm version(s) {unknown}; "
+            f"known: {LEGACY}, {MODERN}, {NEWEST}"
+        )
+    return versions
 
 
 @dataclass(frozen=True)
@@ -73,6 +96,7 @@ class LocalSlurm:
     ctld_port: int
     slurmd_base_port: int
     accounting: str = "jobcomp"  # or "slurmdbd" (scripts/slurm-local --accounting)
+    suite: str = ""  # the Debian suite a missing root is built from (scripts/slurm-root --suite)
     min_job_age_s: int = 600  # how long a finished job stays in squeue
 
     @property
@@ -103,6 +127,8 @@ class LocalSlurm:
             argv += ["--accounting", self.accounting, "--min-job-age", str(self.min_job_age_s)]
         if self.root:
             argv += ["--root", self.root]
+            if args[0] == "start" and self.suite:
+                argv += ["--suite", self.suite]
         return subprocess.run(argv, capture_output=True, text=True, timeout=600)
 
     def pid(self, daemon: str) -> int:
@@ -190,6 +216,15 @@ def local_slurm(version: str) -> LocalSlurm:
             ctld_port=int(env("SLURM_MODERN_CTLD_PORT") or 19817),
             slurmd_base_port=int(env("SLURM_MODERN_SLURMD_BASE_PORT") or 19800),
         )
+    if version == NEWEST:
+        return LocalSlurm(
+            version=version,
+            dir=env("GPUPLATFORM_SLURM_2605_DIR") or "/srv/gpuplatform-slurm-2605",
+            root=env("GPUPLATFORM_SLURM_2605_ROOT") or "/var/cache/gpuplatform/debian14-slurm",
+            ctld_port=int(env("SLURM_2605_CTLD_PORT") or 21817),
+            slurmd_base_port=int(env("SLURM_2605_SLURMD_BASE_PORT") or 21800),
+            suite="forky",
+        )
     return LocalSlurm(
         version=version,
         dir=env("GPUPLATFORM_SLURM_DIR") or "/tmp/gpuplatform-slurm",
@@ -200,14 +235,17 @@ def local_slurm(version: str) -> LocalSlurm:
 
 
 def pytest_generate_tests(metafunc):
-    # Every test that needs a Slurm runs on 24.11; the smoke subset on 22.05 as well.
+    # Every test that needs a Slurm runs on 24.11 and 26.05; the smoke subset on 22.05 as well;
+    # of those, the versions this run uses.
     if "slurm_version" in metafunc.fixturenames:
         only = metafunc.definition.get_closest_marker("slurm_versions")
-        versions = [MODERN]
+        versions = [MODERN, NEWEST]
         if only is not None:
             versions = list(only.args)
         elif metafunc.definition.get_closest_marker("slurm_smoke") is not None:
             versions.append(LEGACY)
+        enabled = enabled_versions()
+        versions = [v for v in versions if v in enabled]
         metafunc.parametrize("slurm_version", versions, indirect=True, scope="session")
 
 
@@ -284,16 +322,16 @@ def accounting_slurm(slurm_version: str) -> LocalSlurm:
     return cluster
 
 
-def host_python_version() -> str:
-    """The Slurm whose jobs can run this test run's Python: 24.11 when the interpreter lives
-    where the Debian 13 root has nothing of its own (pyenv, /opt, a checkout), so it can be
-    bound in (``host_python``); else the host's 22.05. A virtualenv of the system Python has
-    /usr as its base, and the root's /usr is its own."""
+def host_python_versions() -> tuple[str, ...]:
+    """The Slurms whose jobs can run this test run's Python: those in a Debian root (24.11,
+    26.05) when the interpreter lives where a root has nothing of its own (pyenv, /opt, a
+    checkout), so it can be bound in (``host_python``); else the host's 22.05. A virtualenv of
+    the system Python has /usr as its base, and the root's /usr is its own."""
     base = sys.base_prefix
     system = base in ("/", "/usr") or (
         base.startswith("/usr/") and not base.startswith("/usr/local")
     )
-    return LEGACY if system else MODERN
+    return (LEGACY,) if system else (MODERN, NEWEST)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import pytest
 from scheduler.backends.base import BackendJobSpec, BackendJobState, backend_job_name
 from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "22.05")]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
 
 
 def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: LocalSlurm, job_id):

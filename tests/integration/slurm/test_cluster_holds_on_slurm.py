@@ -22,7 +22,7 @@ from tests.integration.slurm.conftest import LocalSlurm
 
 pytestmark = [
     pytest.mark.slurm,
-    pytest.mark.slurm_versions("24.11", "22.05"),
+    pytest.mark.slurm_versions("24.11", "26.05", "22.05"),
     pytest.mark.django_db,
 ]
 

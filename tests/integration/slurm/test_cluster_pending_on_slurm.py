@@ -29,7 +29,7 @@ from .test_platform_on_slurm import slurm_state
 
 pytestmark = [
     pytest.mark.slurm,
-    pytest.mark.slurm_versions("24.11", "22.05"),
+    pytest.mark.slurm_versions("24.11", "26.05", "22.05"),
     pytest.mark.django_db,
 ]
 

@@ -7,9 +7,9 @@ checkpointed step (the same losses as the first attempt computed after it), the 
 records as lost is at most the time since that checkpoint, and the API and the job page show both
 attempts.
 
-Runs on Slurm 24.11, the generation sites run, like every Slurm test; its jobs run this
-checkout's virtualenv, where ``make test`` installed torch, bound read-only into the cluster's
-Debian 13 root (``host_python``). A virtualenv of the system Python cannot be shown there (its
+Runs on Slurm 24.11 (and 26.05 when that runs), the generations sites run, like every Slurm
+test; its jobs run this checkout's virtualenv, where ``make test`` installed torch, bound
+read-only into the cluster's Debian root (``host_python``). A virtualenv of the system Python cannot be shown there (its
 base is /usr, which the root has of its own): the test then runs on the host's 22.05. Slurm 22.05 is covered for the same path by the smoke tests of
 the checkpoint signal and the launcher's variables (test_slurm_backend.py); this test on both
 took 38 s more. About 40 s, most of it torch starting four times.
@@ -27,11 +27,11 @@ from django.test import Client
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, Node
 
-from .conftest import host_python_version, wait_for
+from .conftest import host_python_versions, wait_for
 
 pytestmark = [
     pytest.mark.slurm,
-    pytest.mark.slurm_versions(host_python_version()),
+    pytest.mark.slurm_versions(*host_python_versions()),
     pytest.mark.django_db,
 ]
 

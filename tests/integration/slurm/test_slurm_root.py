@@ -1,5 +1,6 @@
-"""``scripts/slurm-root bind``: host directories shown read-only inside the Debian 13 root, the way
-the PyTorch job on Slurm 24.11 reaches the checkout's virtualenv (``host_python``)."""
+"""``scripts/slurm-root bind``: host directories shown read-only inside a Debian root (13 for
+Slurm 24.11, 14 for 26.05), the way the PyTorch job there reaches the checkout's virtualenv
+(``host_python``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from .conftest import REPO
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11")]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05")]
 
 SCRIPT = REPO / "scripts" / "slurm-root"
 
