@@ -1,9 +1,11 @@
 """The backend as sites run it: as an unprivileged service account, not as root.
 
 docs/backends/slurm.md tells a site to run the platform's Slurm commands as a dedicated account
-(here ``gpuplatform-ci``, a system user with no login shell and no home, on the host and in the
-24.11 root with the same uid), whose jobs then run as that account, and to give it Slurm's
-Operator level for drains. Every other Slurm test runs as root, which Slurm lets do anything;
+(here ``gpuplatform-ci``, a system user with no home, on the host and in each root with the same
+uid), whose jobs then run as that account, and to give it Slurm's Admin level for drains. Its
+login shell must run: jobs get ``--export=NONE``, so slurmd loads the account's login environment
+(``su -``) before the batch script, and Slurm 26.05 cancels a job whose environment cannot be
+loaded (22.05 and 24.11 ran it without one). Every other Slurm test runs as root, which Slurm lets do anything;
 this one drives the accounting clusters (they have a slurmdbd, where admin levels live) through
 a prefix that drops to that account, as ``ssh gpuplatform@login-node`` would.
 """
@@ -20,17 +22,24 @@ from scheduler.backends.base import BackendJobState, BackendRejected
 from scheduler.backends.slurm import SlurmBackend
 from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "22.05")]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
 
 ACCOUNT = "gpuplatform-ci"
 
 
+SHELL = "/bin/bash"
+
+
 def _ensure_user(prefix: list[str], uid: int | None, gid: int | None) -> None:
-    """The service account where ``prefix`` runs (the host, or inside a root)."""
-    if subprocess.run([*prefix, "getent", "passwd", ACCOUNT], capture_output=True).returncode == 0:
+    """The service account where ``prefix`` runs (the host, or inside a root), with a login
+    shell (an account made by an earlier run with none gets one)."""
+    entry = subprocess.run([*prefix, "getent", "passwd", ACCOUNT], capture_output=True, text=True)
+    if entry.returncode == 0:
+        if entry.stdout.strip().split(":")[-1] != SHELL:
+            subprocess.run([*prefix, "usermod", "--shell", SHELL, ACCOUNT], check=True)
         return
     group = ["groupadd", "--system"] + (["--gid", str(gid)] if gid is not None else [])
-    user = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+    user = ["useradd", "--system", "--no-create-home", "--shell", SHELL]
     user += ["--uid", str(uid)] if uid is not None else []
     subprocess.run([*prefix, *group, ACCOUNT], check=True, capture_output=True)
     subprocess.run([*prefix, *user, "--gid", ACCOUNT, ACCOUNT], check=True, capture_output=True)

@@ -444,8 +444,10 @@ def test_controller_outage_is_unavailable_and_loses_no_job(backend, slurm_cluste
     finally:
         assert slurm_cluster.script("start").returncode == 0
 
-    # Back: the run that finished during the outage is reconciled, nothing was lost.
-    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED}, timeout=30)
+    # Back: the run that finished during the outage is reconciled, nothing was lost. Its step
+    # retries telling slurmctld it ended: within seconds on 22.05 and 24.11, once a minute on
+    # 26.05 (slurmd's log: "failed sending step completion message ... retrying", then 60 s).
+    final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED}, timeout=90)
     assert final.exit_code == 0
     backend.submit(spec(f"{job_id}-b", "true", {"node2": (0,)}))
     done = wait_state(backend, f"{job_id}-b", {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
