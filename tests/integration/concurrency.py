@@ -29,8 +29,12 @@ def _someone_waits_for_a_lock() -> bool:
 
     with connection.cursor() as cursor:
         # pg_locks is read fresh on every call (pg_stat_activity would be snapshotted for the
-        # length of this test's open transaction).
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        # length of this test's open transaction). Only a wait for a lock this session holds
+        # counts: another test run on the same server (a second pytest worker) has waits too.
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks"
+            " WHERE NOT granted AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        )
         return cursor.fetchone()[0] > 0
 
 
