@@ -1,14 +1,121 @@
 """Shared fixtures: two teams with their users (alice in vision, bob in nlp, charlie a viewer of
 vision), an admin, GPU models, priority classes and a small simulated cluster, so every test can
-assert isolation as well as behaviour."""
+assert isolation as well as behaviour.
+
+Also the rules of a parallel run (``make test`` runs two pytest-xdist workers): what two workers
+would share runs in one of them, and each worker has a Redis database of its own."""
 
 from __future__ import annotations
 
 import os
 import socket
 import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Parallel runs: `make test` runs `pytest -n 2 --dist loadgroup`. Most of the long tests wait (on
+# a real Slurm, a browser, a Celery worker, pip) rather than compute, so a second worker overlaps
+# that waiting with the CPU-bound database tests. pytest-django gives each worker a test database
+# of its own (test_<name>_gw0, _gw1) and pytest_configure below a Redis database of its own;
+# tests that share anything else run in one worker, as one xdist_group:
+#   slurm  the session's real Slurm clusters (fixed directories and ports, their slurmdbd on the
+#          machine's MariaDB, the fixture that cancels an earlier run's jobs): two workers would
+#          start and cancel on the same clusters.
+#   e2e    the session's seeded live server (test-artifacts/e2e-server, held under a file lock for
+#          the whole session, so a second worker would wait for the first to end), the OIDC
+#          provider installed into tests/e2e/oidc_provider, the screenshots.
+#   <module path>  a module with a module-scoped fixture: it is built once, in one worker (the
+#          platform's wheel is built inside the checkout; a private Redis; a simulation's results).
+# The waiting groups are handed out first, so they overlap the rest instead of ending the run.
+SLURM_FIXTURES = frozenset(
+    {"slurm_version", "slurm_cluster", "accounting_slurm", "host_python", "slurm_platform"}
+)
+WAITING_GROUPS = ("slurm", "e2e")
+
+
+def parallel_group(item: pytest.Item) -> str | None:
+    """The xdist_group ``item`` runs in, or None when it may run in any worker."""
+    path = item.path.relative_to(ROOT).as_posix()
+    if path.startswith("tests/integration/slurm/") or SLURM_FIXTURES & set(item.fixturenames):
+        return "slurm"
+    if path.startswith("tests/e2e/"):
+        return "e2e"
+    fixturedefs = getattr(item, "_fixtureinfo", None)
+    if fixturedefs is not None and any(
+        defs[-1].scope == "module" for defs in fixturedefs.name2fixturedefs.values()
+    ):
+        return path
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    # Marked before xdist's own hook reads the marks (it names each test by its group); sorted
+    # after every other plugin's order (pytest-django's database tests first), and only in a
+    # worker: a serial run keeps its order.
+    groups = {item: parallel_group(item) for item in items}
+    if config.pluginmanager.hasplugin("xdist"):
+        for item, group in groups.items():
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+    result = yield
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        first = {name: rank for rank, name in enumerate(WAITING_GROUPS)}
+        items.sort(key=lambda item: first.get(groups.get(item), len(first)))
+    return result
+
+
+def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        _redis_database_per_worker(int(worker.removeprefix("gw")))
+
+
+def _redis_database_per_worker(index: int) -> None:
+    """Worker N uses Redis database (REDIS_URL's database + N): the cache (which tests empty with
+    FLUSHDB), rate limits, the trigger debounce key and Celery's queues are per database, and two
+    workers on one would clear and trip each other. The settings are read from the environment
+    before any conftest runs (pytest-django loads them first), so every setting that names the
+    run's Redis URL is pointed at the worker's, and the environment too for subprocesses."""
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        return
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0) + index
+    if database > 15:
+        raise pytest.UsageError(
+            f"REDIS_URL {url}: worker gw{index} would use Redis database {database}; Redis has "
+            "0-15. Use a lower database number or fewer workers."
+        )
+    worker_url = parts._replace(path=f"/{database}").geturl()
+    os.environ["REDIS_URL"] = worker_url
+    from django.conf import settings
+
+    for name in dir(settings):
+        if name.isupper():
+            value = getattr(settings, name)
+            if value == url:
+                setattr(settings, name, worker_url)
+            elif isinstance(value, (dict, list)):
+                _replace_in(value, url, worker_url)
+    from gpuplatform.celery import app
+
+    if app.configured:  # it read the settings already
+        app.conf.broker_url = settings.CELERY_BROKER_URL
+
+
+def _replace_in(container: dict | list, old: str, new: str) -> None:
+    keys = container.keys() if isinstance(container, dict) else range(len(container))
+    for key in list(keys):
+        value = container[key]
+        if value == old:
+            container[key] = new
+        elif isinstance(value, (dict, list)):
+            _replace_in(value, old, new)
 
 
 def _reachable(host: str, port: int) -> bool:

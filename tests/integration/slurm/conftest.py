@@ -25,6 +25,10 @@ is the versions a run uses at all: ``GPUPLATFORM_SLURM_VERSIONS=26.05`` runs eve
 on 26.05 alone.
 Outside CI a machine that cannot run Slurm skips them with the reason; under ``CI=true`` that is
 a failure, never a skip.
+
+The clusters are fixed directories and ports shared by the whole session, so in a parallel run
+every test here, and any test elsewhere that uses these fixtures, runs in one pytest-xdist worker
+(the ``slurm`` group of tests/conftest.py; ``SLURM_FIXTURES`` there names the fixtures).
 """
 
 from __future__ import annotations
