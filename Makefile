@@ -40,13 +40,12 @@ check-migrations: $(STAMP)
 
 # The tests run in two pytest-xdist workers: most long tests wait (a real Slurm, a browser, a
 # Celery worker, pip) rather than compute, so a second worker overlaps that waiting with the
-# CPU-bound tests. Tests that share a real resource (a Slurm cluster, the browser tests' server)
-# run in one worker: the groups are in tests/conftest.py. PYTEST_WORKERS=0 runs in one process.
+# CPU-bound tests. Tests that share a real resource (the Slurm clusters, the browser tests'
+# server) run in one worker: tests/conftest.py schedules them. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
-XDIST := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: lint typecheck check-migrations
-	$(BIN)/python -m pytest $(XDIST)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 	# The double-allocation constraint must hold on both engines: when the suite ran on another
 	# database, run the engine tests once more on the embedded SQLite.
 	if [ -n "$$DATABASE_URL" ]; then \

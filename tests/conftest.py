@@ -17,55 +17,70 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Parallel runs: `make test` runs `pytest -n 2 --dist loadgroup`. Most of the long tests wait (on
-# a real Slurm, a browser, a Celery worker, pip) rather than compute, so a second worker overlaps
+# Parallel runs: `make test` runs `pytest -n 2` (pytest-xdist). Most of the long tests wait (on a
+# real Slurm, a browser, a Celery worker, pip) rather than compute, so a second worker overlaps
 # that waiting with the CPU-bound database tests. pytest-django gives each worker a test database
-# of its own (test_<name>_gw0, _gw1) and pytest_configure below a Redis database of its own;
-# tests that share anything else run in one worker, as one xdist_group:
-#   slurm  the session's real Slurm clusters (fixed directories and ports, their slurmdbd on the
-#          machine's MariaDB, the fixture that cancels an earlier run's jobs): two workers would
-#          start and cancel on the same clusters.
-#   e2e    the session's seeded live server (test-artifacts/e2e-server, held under a file lock for
-#          the whole session, so a second worker would wait for the first to end), the OIDC
-#          provider installed into tests/e2e/oidc_provider, the screenshots.
-#   <module path>  a module with a module-scoped fixture: it is built once, in one worker (the
-#          platform's wheel is built inside the checkout; a private Redis; a simulation's results).
-# The waiting groups are handed out first, so they overlap the rest instead of ending the run.
+# of its own (test_<name>_gw0, _gw1) and pytest_configure below a Redis database of its own.
+# Tests that share anything else run in one worker: the scheduler below hands out each test
+# module whole (so a module-scoped fixture is built once, in one worker: the platform's wheel is
+# built inside the checkout; a private Redis; a simulation's results), and these directories
+# whole:
+#   slurm  tests/integration/slurm: the session's real Slurm clusters (fixed directories and
+#          ports, their slurmdbd on the machine's MariaDB, the fixture that cancels an earlier
+#          run's jobs); two workers would start, stop and cancel on the same clusters.
+#   e2e    tests/e2e: the session's seeded live server (test-artifacts/e2e-server, held under a
+#          file lock for the whole session, so a second worker would wait for the first to end),
+#          the OIDC provider installed into tests/e2e/oidc_provider, the screenshots.
+# The two are handed out first (each worker orders its collection so), so their waiting overlaps
+# the rest instead of ending the run alone.
+# Not with `--dist loadgroup`: pytest 9.2's node ids dropped the group suffix it relies on, and it
+# silently stopped grouping (pytest-dev/pytest-xdist#1386).
+SHARED_DIRECTORIES = {"tests/integration/slurm/": "slurm", "tests/e2e/": "e2e"}
 SLURM_FIXTURES = frozenset(
     {"slurm_version", "slurm_cluster", "accounting_slurm", "host_python", "slurm_platform"}
 )
-WAITING_GROUPS = ("slurm", "e2e")
 
 
-def parallel_group(item: pytest.Item) -> str | None:
-    """The xdist_group ``item`` runs in, or None when it may run in any worker."""
-    path = item.path.relative_to(ROOT).as_posix()
-    if path.startswith("tests/integration/slurm/") or SLURM_FIXTURES & set(item.fixturenames):
-        return "slurm"
-    if path.startswith("tests/e2e/"):
-        return "e2e"
-    fixturedefs = getattr(item, "_fixtureinfo", None)
-    if fixturedefs is not None and any(
-        defs[-1].scope == "module" for defs in fixturedefs.name2fixturedefs.values()
-    ):
-        return path
+def shared_group(path: str) -> str | None:
+    """The group of the test file at ``path`` (relative to the checkout), or None."""
+    for directory, group in SHARED_DIRECTORIES.items():
+        if path.startswith(directory):
+            return group
     return None
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedResourceScheduling(LoadFileScheduling):
+        """Work units: a shared directory whole, every other test module whole; in the order of
+        the workers' collection (pytest_collection_modifyitems puts the shared groups first)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return shared_group(path) or path
+
+    config.option.loadscopereorder = False  # not by size: the order of the collection
+    return SharedResourceScheduling(config, log)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    # Marked before xdist's own hook reads the marks (it names each test by its group); sorted
-    # after every other plugin's order (pytest-django's database tests first), and only in a
-    # worker: a serial run keeps its order.
-    groups = {item: parallel_group(item) for item in items}
-    if config.pluginmanager.hasplugin("xdist"):
-        for item, group in groups.items():
-            if group is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
     result = yield
+    paths = {item: item.path.relative_to(ROOT).as_posix() for item in items}
+    for item, path in paths.items():
+        # The scheduler sees node ids only: a Slurm test must live where it groups them.
+        if SLURM_FIXTURES & set(item.fixturenames) and shared_group(path) != "slurm":
+            raise pytest.UsageError(
+                f"{item.nodeid} uses a real Slurm; it must live under tests/integration/slurm/ "
+                "so a parallel run keeps it in the worker that has the clusters"
+            )
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        first = {name: rank for rank, name in enumerate(WAITING_GROUPS)}
-        items.sort(key=lambda item: first.get(groups.get(item), len(first)))
+        # After every other plugin's order (pytest-django's database tests first); a serial run
+        # keeps that order.
+        first = {group: rank for rank, group in enumerate(SHARED_DIRECTORIES.values())}
+        items.sort(key=lambda item: first.get(shared_group(paths[item]), len(first)))
     return result
 
 

@@ -27,8 +27,8 @@ Outside CI a machine that cannot run Slurm skips them with the reason; under ``C
 a failure, never a skip.
 
 The clusters are fixed directories and ports shared by the whole session, so in a parallel run
-every test here, and any test elsewhere that uses these fixtures, runs in one pytest-xdist worker
-(the ``slurm`` group of tests/conftest.py; ``SLURM_FIXTURES`` there names the fixtures).
+every test of this directory runs in one pytest-xdist worker (tests/conftest.py schedules it as
+one unit); a test elsewhere that asks for these fixtures is refused at collection.
 """
 
 from __future__ import annotations
