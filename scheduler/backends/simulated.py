@@ -38,6 +38,7 @@ from .base import (
     BackendNode,
     BackendRejected,
     LogChunk,
+    backend_job_name,
     byte_chunk,
     byte_window,
     worker_envs,
@@ -169,7 +170,7 @@ class SimulatedBackend:
                 job_id=run.job_id,
                 attempt=run.attempt,
                 state=BackendJobState.PENDING,
-                backend_ref=f"gp-{run.job_id}-a{run.attempt}",
+                backend_ref=backend_job_name(run.job_id, run.attempt),
                 nodes=tuple(dict.fromkeys(run.nodes)),
                 reason=reasons[0],
                 pending_on_nodes=True,
@@ -198,7 +199,7 @@ class SimulatedBackend:
                 (run.checkpoint_requested_at - run.started_at).total_seconds() * self.scale
             )
             checkpointed = max(checkpointed, min(asked, progress))
-        ref = f"gp-{run.job_id}-a{run.attempt}"
+        ref = backend_job_name(run.job_id, run.attempt)
         common = dict(
             job_id=run.job_id,
             attempt=run.attempt,

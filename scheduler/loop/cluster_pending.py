@@ -80,33 +80,31 @@ def _still_pending(job: Job, status: BackendJobStatus, now: datetime) -> bool:
     grace = timedelta(seconds=settings.SCHEDULER_BACKEND_PENDING_GRACE_SECONDS)
     if now - job.cluster_pending_since < grace:
         return False
+    # The cause holds for a while: its node (a reason about the node) or the job (about the job
+    # or its account) is not tried again before then.
+    until = now + timedelta(seconds=settings.SCHEDULER_BACKEND_PENDING_AVOID_SECONDS)
     nodes = []
-    retry_after = None
-    avoid = timedelta(seconds=settings.SCHEDULER_BACKEND_PENDING_AVOID_SECONDS)
     if status.pending_on_nodes:
         live = Node.objects.filter(allocations__job=job, allocations__ended_at__isnull=True)
         nodes = list(live.distinct())
-    else:
-        retry_after = now + avoid
     waited_s = (now - job.cluster_pending_since).total_seconds()
     why = job.cluster_pending_reason or reason or "no reason given"
     if not job_requeue_unstarted(
         job=job,
         now=now,
         reason=f"the cluster kept its run pending for {waited_s:.0f} s ({why})",
-        retry_after=retry_after,
+        retry_after=None if status.pending_on_nodes else until,
     ):
         return False
-    _avoid(nodes, job, why, now)
+    _avoid(nodes, job, why, until, now)
     log.info("job %s: run pending on the cluster for %.0f s (%s): requeued", job.pk, waited_s, why)
     return True
 
 
-def _avoid(nodes: list[Node], job: Job, why: str, now: datetime) -> None:
-    """No new run on ``nodes`` for a while: the cluster would keep it waiting the same way."""
+def _avoid(nodes: list[Node], job: Job, why: str, until: datetime, now: datetime) -> None:
+    """No new run on ``nodes`` before ``until``: the cluster would keep it waiting the same way."""
     if not nodes:
         return
-    until = now + timedelta(seconds=settings.SCHEDULER_BACKEND_PENDING_AVOID_SECONDS)
     Node.objects.filter(pk__in=[n.pk for n in nodes]).update(avoid_until=until)
     for node in nodes:
         node.avoid_until = until
