@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,20 @@ def _itp(cluster: str, max_jobs: int | None = None, max_submit: float | None = N
     return load
 
 
+def _itp_slice(cluster: str, first: int, count: int):
+    """Jobs `first+1` to `first+count` of an ITP cluster (in submission order), their
+    submission times shifted so the slice starts at 0: a later stretch of a trace, replayed on
+    an empty cluster."""
+
+    def load(traces: Path, seed: int) -> tuple[TraceJob, ...]:
+        path = traces / ITP / f"cluster{cluster}.csv"
+        jobs = load_itp(path, max_jobs=first + count, seed=seed)[first:]
+        t0 = jobs[0].submit
+        return tuple(replace(j, submit=j.submit - t0) for j in jobs)
+
+    return load
+
+
 def _nodes(n: int) -> Callable[[Path], ClusterSpec]:
     return lambda _traces: uniform_cluster(n, 8)
 
@@ -98,9 +112,15 @@ def _synthetic(jobs: int, nodes: int, load: float):
     return build
 
 
-def _openb_stress(traces: Path, seed: int) -> tuple[TraceJob, ...]:
-    pods = load_openb(traces / OPENB / "openb_pod_list_default.csv", seed=seed)
-    return scale_arrivals(pods, 0.01)
+def _openb_pods(pod_list: str, arrival_scale: float):
+    def load(traces: Path, seed: int) -> tuple[TraceJob, ...]:
+        pods = load_openb(traces / OPENB / f"openb_pod_list_{pod_list}.csv", seed=seed)
+        return scale_arrivals(pods, arrival_scale)
+
+    return load
+
+
+_openb_stress = _openb_pods("default", 0.01)
 
 
 def _openb_stress_cluster(traces: Path) -> ClusterSpec:
@@ -146,6 +166,50 @@ CASES: tuple[Case, ...] = (
     ),
     Case("light", "cluster02, first 1,500 jobs, 16 x 8", _itp("02", 1500), _nodes(16)),
 )
+
+# Cases no rule was tuned on (`--held-out`): the ITP clusters the suite leaves out and later
+# stretches of the ones it has, other openb pod lists, and an overload level between the
+# synthetic ones. Sizes by one rule, fixed before any replay: the number of 8-GPU nodes that puts
+# the offered load nearest 1.0, but at least enough for the largest job (itp01: its 64-GPU jobs
+# need 8 nodes, load 0.66; itp10: 260 jobs of up to 16 GPUs on 2 nodes, load 0.32, a light
+# case). The 04 stretch starts after the tuning window's 10,098 jobs.
+HELD_OUT: tuple[Case, ...] = (
+    Case("itp01", "cluster01, first 1,500 jobs, 8 x 8", _itp("01", 1500), _nodes(8)),
+    Case(
+        "itp02-b", "cluster02, jobs 1,501-3,000, 14 x 8", _itp_slice("02", 1500, 1500), _nodes(14)
+    ),
+    Case(
+        "itp03-b", "cluster03, jobs 1,501-3,011, 27 x 8", _itp_slice("03", 1500, 1511), _nodes(27)
+    ),
+    Case(
+        "itp04-after",
+        "cluster04, the 1,500 jobs after the tuning window, 47 x 8",
+        _itp_slice("04", 10098, 1500),
+        _nodes(47),
+    ),
+    Case("itp05-b", "cluster05, jobs 1,501-3,000, 1 x 8", _itp_slice("05", 1500, 1500), _nodes(1)),
+    Case("itp06-b", "cluster06, jobs 1,501-2,396, 11 x 8", _itp_slice("06", 1500, 896), _nodes(11)),
+    Case(
+        "itp07-b", "cluster07, jobs 1,501-3,000, 31 x 8", _itp_slice("07", 1500, 1500), _nodes(31)
+    ),
+    Case("itp08-b", "cluster08, jobs 1,501-3,000, 8 x 8", _itp_slice("08", 1500, 1500), _nodes(8)),
+    Case("itp09", "cluster09, first 1,500 jobs, 4 x 8", _itp("09", 1500), _nodes(4)),
+    Case("itp10", "cluster10, all 260 jobs, 2 x 8", _itp("10"), _nodes(2)),
+    Case(
+        "openb-gpuspec33",
+        "openb gpuspec33 pods (GPU models asked for), arrivals x0.01, every 8th node",
+        _openb_pods("gpuspec33", 0.01),
+        _openb_stress_cluster,
+    ),
+    Case(
+        "synthetic-2x",
+        "synthetic, 1,000 jobs, 8 x 8, load 2",
+        _synthetic(1000, 8, 2.0),
+        _nodes(8),
+    ),
+)
+ALL_CASES = CASES + HELD_OUT
+
 
 # The issue's goals for the candidate, each against the same run's medians.
 GOALS = (
@@ -193,7 +257,7 @@ def _replay(
     task: tuple[str, str, int, str, float | None, float | None],
 ) -> tuple[str, str, int, dict[str, float]]:
     case_name, policy, seed, traces, on_request_s, interval_s = task
-    case = next(c for c in CASES if c.name == case_name)
+    case = next(c for c in ALL_CASES if c.name == case_name)
     trace = case.trace(Path(traces), seed)
     metrics, _ = simulate(
         trace,
@@ -226,7 +290,7 @@ def table(results: dict[str, dict[str, dict[str, float]]], candidates: list[str]
     head = "| case | policy | " + " | ".join(h for _, h, _ in COLUMNS) + " | verdict |"
     sep = "|---|---|" + "---:|" * len(COLUMNS) + "---|"
     rows = [head, sep]
-    for case in CASES:
+    for case in ALL_CASES:
         by_policy = results.get(case.name)
         if not by_policy:
             continue
@@ -252,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
     ap.add_argument("--out", type=Path, default=Path("var/benchmarks/suite.json"))
+    ap.add_argument(
+        "--held-out",
+        action="store_true",
+        help="the cases no rule was tuned on (HELD_OUT) instead of the suite's",
+    )
     ap.add_argument("--loads", action="store_true", help="print each case's offered load, exit")
     ap.add_argument(
         "--checkpoint-on-request",
@@ -270,14 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         f"(default {SimConfig().checkpoint_interval_s:.0f}; none: jobs never checkpoint)",
     )
     args = ap.parse_args(argv)
-    names = {c.name for c in CASES}
+    suite = HELD_OUT if args.held_out else CASES
+    names = {c.name for c in ALL_CASES}
     if args.cases:
         chosen = args.cases.split(",")
         unknown = set(chosen) - names
         if unknown:
             ap.error(f"unknown cases {sorted(unknown)}; expected some of {sorted(names)}")
     else:
-        chosen = [c.name for c in CASES if c.quick or not args.quick]
+        chosen = [c.name for c in suite if c.quick or not args.quick]
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
     policies = args.policies.split(",")
     for p in policies:
@@ -291,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         else [p for p in policies if p not in BASELINES]
     )
     if args.loads:
-        for case in CASES:
+        for case in ALL_CASES:
             if case.name in chosen:
                 cluster = case.cluster(args.traces)
                 trace = case.trace(args.traces, 0)
