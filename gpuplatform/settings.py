@@ -389,6 +389,9 @@ BILLING_IDLE_SOURCE = "telemetry.selectors.billing_idle_fractions"
 # EMAIL_URL smtp://user:pass@host:587 (smtp+tls://, smtp+ssl://); unset, the console backend.
 _email = env.email_url("EMAIL_URL", default="consolemail://")
 EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+if EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend":
+    # Django's bounds each socket read; ours the whole conversation (notifications/smtp.py)
+    EMAIL_BACKEND = "notifications.smtp.DeadlineEmailBackend"
 EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
 EMAIL_PORT = _email.get("EMAIL_PORT") or 25
 EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""

@@ -53,7 +53,7 @@ def smtp(settings):
         port = probe.getsockname()[1]
     controller = Controller(inbox, hostname="127.0.0.1", port=port)
     controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_BACKEND = "notifications.smtp.DeadlineEmailBackend"
     settings.EMAIL_HOST = "127.0.0.1"
     settings.EMAIL_PORT = port
     settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False

@@ -121,6 +121,134 @@ def test_a_receiver_answering_a_byte_at_a_time_is_cut_off_at_the_deadline(
     assert "ReadTimeout" in DeliveryAttempt.objects.get().error
 
 
+class DrippingSmtpServer:
+    """A local SMTP server that speaks the protocol correctly but sends every reply one byte
+    every ``drip_s`` seconds: each read is quick, the conversation is not (over a minute)."""
+
+    REPLIES = {b"EHLO": b"250 slow.example.test", b"HELO": b"250 slow.example.test"}
+
+    def __init__(self, drip_s: float) -> None:
+        self.drip_s = drip_s
+        self.stopped = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _drip(self, conn: socket.socket, line: bytes) -> None:
+        for byte in line + b"\r\n":
+            if self.stopped.wait(self.drip_s):
+                raise ConnectionAbortedError("stopped")
+            conn.sendall(bytes([byte]))
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn, conn.makefile("rb") as lines:
+            try:
+                self._drip(conn, b"220 slow.example.test ESMTP")
+                for line in lines:
+                    verb = line[:4].upper()
+                    if verb == b"DATA":
+                        self._drip(conn, b"354 go ahead")
+                        for body_line in lines:
+                            if body_line == b".\r\n":
+                                break
+                        self._drip(conn, b"250 queued")
+                    elif verb == b"QUIT":
+                        self._drip(conn, b"221 bye")
+                        return
+                    else:
+                        self._drip(conn, self.REPLIES.get(verb, b"250 ok"))
+            except OSError:
+                return  # the platform hung up, or the test ended
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def dripping_smtp(settings):
+    server = DrippingSmtpServer(drip_s=0.25)
+    settings.EMAIL_BACKEND = "notifications.smtp.DeadlineEmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", server.port
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+    yield server
+    server.stop()
+
+
+def test_an_smtp_server_answering_a_byte_at_a_time_is_cut_off_at_the_deadline(
+    platform, alice_mail, dripping_smtp, notify_settings, django_capture_on_commit_callbacks
+):
+    """As for webhooks: the timeout bounds the whole SMTP conversation, not each read of it,
+    so a relay that trickles its replies cannot hold the worker."""
+    notify_settings.NOTIFY_EMAIL_TIMEOUT_SECONDS = 1
+    _fail([running_job(alice_mail)], django_capture_on_commit_callbacks)
+    started = time.monotonic()
+    assert run_dispatch(after_window()) == ["queued"]
+    assert time.monotonic() - started < 10  # the conversation would take over a minute
+    attempt = DeliveryAttempt.objects.get()
+    assert not attempt.ok and "deadline" in attempt.error
+    assert Message.objects.get().attempts == 1  # a failed attempt, retried with backoff
+
+
+@pytest.mark.parametrize("tls", ["starttls", "implicit"])
+def test_email_over_tls_goes_through_the_deadline_backend(
+    tls,
+    tmp_path,
+    settings,
+    monkeypatch,
+    platform,
+    alice_mail,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+):
+    """The backend that bounds the conversation still speaks STARTTLS (port 587) and implicit
+    TLS (port 465) to a real server (aiosmtpd), with the certificate checked."""
+    from aiosmtpd.controller import Controller
+
+    from .conftest import SmtpInbox
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the platform trusts this server only
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inbox = SmtpInbox()
+    if tls == "starttls":
+        controller = Controller(
+            inbox, hostname="127.0.0.1", port=port, tls_context=context, require_starttls=True
+        )
+    else:
+        controller = Controller(inbox, hostname="127.0.0.1", port=port, ssl_context=context)
+    controller.start()
+    try:
+        settings.EMAIL_BACKEND = "notifications.smtp.DeadlineEmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        settings.EMAIL_USE_TLS, settings.EMAIL_USE_SSL = tls == "starttls", tls == "implicit"
+        settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+        notify_settings.NOTIFY_EMAIL_TIMEOUT_SECONDS = 5
+        _fail([running_job(alice_mail)], django_capture_on_commit_callbacks)
+        assert run_dispatch(after_window()) == ["delivered"]
+    finally:
+        controller.stop()
+    [mail] = inbox.messages
+    assert mail["to"] == ["alice@example.com"] and "failed" in mail["subject"]
+
+
 def test_an_endless_answer_is_read_only_as_far_as_its_excerpt(
     platform, receiver, notify_settings, django_capture_on_commit_callbacks
 ):
