@@ -74,7 +74,12 @@ class _DeadlineMixin:
         return super()._get_socket(host, port, timeout)
 
     def send(self, s):
-        left = self._deadline.left()
+        try:
+            left = self._deadline.left()
+        except TimeoutError as exc:
+            # what smtplib raises for a connection it can no longer use: Django's close() then
+            # drops it quietly, so a deadline passing at QUIT does not fail a delivered message
+            raise smtplib.SMTPServerDisconnected(str(exc)) from None
         if left is not None and self.sock is not None:
             # sendall's timeout bounds the whole call (Python 3.5+), so this is the deadline
             self.sock.settimeout(left)

@@ -197,6 +197,19 @@ def test_an_smtp_server_answering_a_byte_at_a_time_is_cut_off_at_the_deadline(
     assert Message.objects.get().attempts == 1  # a failed attempt, retried with backoff
 
 
+def test_a_deadline_passing_after_the_message_was_accepted_does_not_fail_it(smtp):
+    """The relay accepted the message; the deadline then passes before QUIT: the send counts
+    as done (a failure here would send the message again)."""
+    from django.core.mail import EmailMessage, get_connection
+
+    connection = get_connection(timeout=5)
+    connection.open()
+    sent = connection.send_messages([EmailMessage("s", "b", "a@example.com", ["b@example.com"])])
+    connection.connection._deadline.at = time.monotonic() - 1  # as if 5 s had passed
+    connection.close()
+    assert sent == 1 and len(smtp.messages) == 1
+
+
 @pytest.mark.parametrize("tls", ["starttls", "implicit"])
 def test_email_over_tls_goes_through_the_deadline_backend(
     tls,
