@@ -121,6 +121,18 @@ def test_a_receiver_answering_a_byte_at_a_time_is_cut_off_at_the_deadline(
     assert "ReadTimeout" in DeliveryAttempt.objects.get().error
 
 
+def _self_signed(directory: Path, name: str, alt_name: str) -> tuple[Path, Path]:
+    """A certificate (made with openssl) for `name`, and its key."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}",
+         "-addext", f"subjectAltName={alt_name}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
 class DrippingSmtpServer:
     """A local SMTP server that speaks the protocol correctly but sends every reply one byte
     every ``drip_s`` seconds: each read is quick, the conversation is not (over a minute)."""
@@ -227,13 +239,7 @@ def test_email_over_tls_goes_through_the_deadline_backend(
 
     from .conftest import SmtpInbox
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = _self_signed(tmp_path, "127.0.0.1", "IP:127.0.0.1")
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the platform trusts this server only
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
@@ -278,13 +284,7 @@ def test_an_endless_answer_is_read_only_as_far_as_its_excerpt(
 def tls_receiver(tmp_path):
     """An HTTPS receiver on 127.0.0.1 whose certificate (made here with openssl) names
     hooks.example.test; yields (port, the certificate's file)."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=hooks.example.test",
-         "-addext", "subjectAltName=DNS:hooks.example.test"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = _self_signed(tmp_path, "hooks.example.test", "DNS:hooks.example.test")
 
     class Answer(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 (http.server's API)
