@@ -1,7 +1,7 @@
 """The scheduling benchmark suite: every case, every policy, seeds 0-2, one table with verdicts.
 
-    .venv/bin/python benchmarks/suite.py [--quick] [--cases a,b] [--policies a,b] [--seeds 0,1,2]
-        [--workers 2] [--out var/benchmarks/suite.json]
+    .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
+        [--seeds 0,1,2] [--workers 2] [--out var/benchmarks/suite.json]
 
 A rule of the engine earns its place on this suite, never on one trace (docs/policy.md). The
 cases (docs/benchmarks.md, "Suite", has their offered loads and why each is there):
@@ -9,6 +9,8 @@ cases (docs/benchmarks.md, "Suite", has their offered loads and why each is ther
 - synthetic traces at 1.5x and 3x their cluster's capacity (sustained overload),
 - the openb stress variant (heterogeneous nodes, short jobs, arrivals 100x denser),
 - a light-load case (an ITP cluster at about half load), where nothing should be lost.
+`--held-out` replays instead twelve cases no rule was measured on (HELD_OUT below), to see
+whether a rule holds beyond the cases that chose it.
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -347,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"unknown cases {sorted(unknown)}; expected some of {sorted(names)}")
     else:
-        chosen = [c.name for c in suite if c.quick or not args.quick]
+        # the held-out cases have no quick subset: --quick there is every one, seed 0
+        chosen = [c.name for c in suite if c.quick or not args.quick or args.held_out]
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
     policies = args.policies.split(",")
     for p in policies:

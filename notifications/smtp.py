@@ -4,7 +4,8 @@ Django hands its timeout to the socket, where it bounds each read and write: a s
 answers one byte at a time, each within the timeout, keeps the worker (the one that also runs
 the scheduling loop) for as long as it likes. Here the connect, every command, every read of a
 reply and the QUIT end by ``timeout`` seconds after the connection was opened, as webhook
-deliveries do (``notifications.targets``). A delivery cut off raises ``TimeoutError``; the
+deliveries do (``notifications.targets``). A delivery cut off fails with an error that names
+the deadline (smtplib wraps it in ``SMTPServerDisconnected`` when it comes during a reply); the
 caller records it as a failed attempt and retries with backoff.
 """
 
