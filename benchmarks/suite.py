@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(default {SimConfig().checkpoint_interval_s:.0f}; none: jobs never checkpoint)",
     )
     args = ap.parse_args(argv)
-    suite = HELD_OUT if args.held_out else CASES
+    case_set = HELD_OUT if args.held_out else CASES
     names = {c.name for c in ALL_CASES}
     if args.cases:
         chosen = args.cases.split(",")
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown cases {sorted(unknown)}; expected some of {sorted(names)}")
     else:
         # the held-out cases have no quick subset: --quick there is every one, seed 0
-        chosen = [c.name for c in suite if c.quick or not args.quick or args.held_out]
+        chosen = [c.name for c in case_set if c.quick or not args.quick or args.held_out]
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
     policies = args.policies.split(",")
     for p in policies:

@@ -66,7 +66,12 @@ class _DeadlineMixin:
 
     sock: socket.socket | None
     file: io.BufferedReader | None
-    _deadline: _Deadline
+
+    def __init__(self, *args, timeout: float | None = None, **kwargs) -> None:
+        self._deadline = _Deadline(timeout)  # before the connect in smtplib's __init__
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        super().__init__(*args, **kwargs)
 
     def _get_socket(self, host, port, timeout):
         left = self._deadline.left()
@@ -93,19 +98,11 @@ class _DeadlineMixin:
 
 
 class _DeadlineSMTP(_DeadlineMixin, smtplib.SMTP):
-    def __init__(self, *args, timeout: float | None = None, **kwargs) -> None:
-        self._deadline = _Deadline(timeout)  # before the connect in smtplib's __init__
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        super().__init__(*args, **kwargs)
+    pass
 
 
 class _DeadlineSMTPSSL(_DeadlineMixin, smtplib.SMTP_SSL):
-    def __init__(self, *args, timeout: float | None = None, **kwargs) -> None:
-        self._deadline = _Deadline(timeout)
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        super().__init__(*args, **kwargs)
+    pass
 
 
 class DeadlineEmailBackend(EmailBackend):
