@@ -145,7 +145,7 @@
       if (gpu) paintGpu(msg.node, gpu, msg.gpus[index] !== "free");
     });
     recount();
-    scheduleResync(3000);
+    resync(3000);
   });
 
   function paintUtilization(nodeName, samples) {
@@ -193,7 +193,7 @@
       });
       recount();
     }
-    scheduleResync(1500);
+    resync(1500);
   });
 
   var feed = document.getElementById("node-events");
@@ -211,46 +211,33 @@
   });
 
   // --- resync from the server ---------------------------------------------------------------
-  var resyncTimer = null;
-  function resync() {
-    resyncTimer = null;
-    if (!window.fetch) return;
-    window
-      .fetch(stateUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) {
-        return r.ok ? r.json() : null;
-      })
-      .then(function (data) {
-        if (!data) return;
-        own = {};
-        data.nodes.forEach(function (node) {
-          node.gpus.forEach(function (g) {
-            if (g.job) (own[node.node] = own[node.node] || {})[String(g.index)] = { job: String(g.job), label: g.name + " (#" + g.job + ")" };
-          });
+  var resync = GP.stateReader(
+    stateUrl,
+    function (data) {
+      own = {};
+      data.nodes.forEach(function (node) {
+        node.gpus.forEach(function (g) {
+          if (g.job) (own[node.node] = own[node.node] || {})[String(g.index)] = { job: String(g.job), label: g.name + " (#" + g.job + ")" };
         });
-        data.nodes.forEach(function (node) {
-          var li = nodeEl(node.node);
-          if (!li) return;
-          setNodeState(
-            li, node.state, node.health, node.reason, node.resume_state, node.resume_reason,
-            node.cluster_hold
-          );
-          node.gpus.forEach(function (g) {
-            var gpu = li.querySelector('.gpu[data-gpu="' + g.index + '"]');
-            if (gpu) paintGpu(node.node, gpu, g.status !== "free");
-          });
+      });
+      data.nodes.forEach(function (node) {
+        var li = nodeEl(node.node);
+        if (!li) return;
+        setNodeState(
+          li, node.state, node.health, node.reason, node.resume_state, node.resume_reason,
+          node.cluster_hold
+        );
+        node.gpus.forEach(function (g) {
+          var gpu = li.querySelector('.gpu[data-gpu="' + g.index + '"]');
+          if (gpu) paintGpu(node.node, gpu, g.status !== "free");
         });
-        recount();
-      })
-      .catch(function () {});
-  }
-  function scheduleResync(ms) {
-    if (resyncTimer === null) resyncTimer = window.setTimeout(resync, ms);
-  }
-  GP.on("reconnected", function () {
-    scheduleResync(200);
-  });
+      });
+      recount();
+    },
+    200
+  );
+  GP.on("reconnected", resync);
   window.setInterval(function () {
-    if (!document.hidden) scheduleResync(0);
+    if (!document.hidden) resync(0);
   }, 15000);
 })();

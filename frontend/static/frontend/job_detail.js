@@ -76,18 +76,7 @@
     }
   }
 
-  function refresh() {
-    if (!window.fetch) return;
-    window
-      .fetch(statusUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) {
-        return r.ok ? r.json() : null;
-      })
-      .then(function (data) {
-        if (data) apply(data);
-      })
-      .catch(function () {});
-  }
+  var refresh = GP.stateReader(statusUrl, apply, 0);
 
   GP.on("job.status", function (msg) {
     if (msg.job !== jobId) return;

@@ -38,33 +38,36 @@
 
   // On (re)connect, re-read the shown rows' states: a change published between the page render
   // and the socket's hello would otherwise be missed.
-  function resync() {
-    var ids = [];
-    tables.forEach(function (table) {
-      table.querySelectorAll("tr[data-job]").forEach(function (row) {
-        ids.push(row.getAttribute("data-job"));
-      });
-    });
-    if (!ids.length || !window.fetch) return;
-    window
-      .fetch("/jobs/states/?ids=" + ids.join(","), { credentials: "same-origin" })
-      .then(function (r) {
-        return r.ok ? r.json() : null;
-      })
-      .then(function (data) {
-        if (!data) return;
-        tables.forEach(function (table) {
-          table.querySelectorAll("tr[data-job]").forEach(function (row) {
-            var job = data.jobs[row.getAttribute("data-job")];
-            if (job) setState(row, job);
-          });
+  var resync = GP.stateReader(
+    function () {
+      var ids = [];
+      tables.forEach(function (table) {
+        table.querySelectorAll("tr[data-job]").forEach(function (row) {
+          ids.push(row.getAttribute("data-job"));
         });
-      })
-      .catch(function () {});
-  }
+      });
+      return ids.length ? "/jobs/states/?ids=" + ids.join(",") : null;
+    },
+    function (data) {
+      tables.forEach(function (table) {
+        table.querySelectorAll("tr[data-job]").forEach(function (row) {
+          var job = data.jobs[row.getAttribute("data-job")];
+          if (job) setState(row, job);
+        });
+      });
+    },
+    0
+  );
   GP.on("hello", resync);
+  // An array's cancel is announced once for the array, not per job: its rows are re-read.
+  GP.on("array.status", function (msg) {
+    if (document.querySelector('table[data-live-jobs] tr[data-job][data-array="' + msg.array + '"]')) {
+      resync();
+    }
+  });
 
   GP.on("job.status", function (msg) {
+    if (resync.inFlight()) resync();
     tables.forEach(function (table) {
       var wanted = (table.getAttribute("data-live-states") || "").split(",").filter(Boolean);
       var row = table.querySelector('tr[data-job="' + msg.job + '"]');
@@ -97,7 +100,6 @@
   if (!document.querySelector(sel)) return;
   if (GP.want) GP.want("jobs"); // array.status and job.status come with the jobs topic
   var filtered = window.location.search.length > 1;
-  var pending = {};
 
   function renderCounts(box, counts) {
     var all = box.hasAttribute("data-all-states");
@@ -125,30 +127,26 @@
     return li;
   }
 
+  function applyCounts(id, data) {
+    document.querySelectorAll('[data-array-counts="' + id + '"]').forEach(function (box) {
+      renderCounts(box, data.counts);
+    });
+    var live = GP.LIVE_STATES.reduce(function (sum, state) {
+      return sum + (data.counts[state] || 0);
+    }, 0);
+    var cancel = document.querySelector("[data-array-cancel]");
+    if (!live && cancel) cancel.remove();
+  }
+
+  // One reader per shown array, 500 ms after the first change of a burst.
+  var readers = {};
   function refresh(id) {
-    if (pending[id] || !window.fetch) return;
-    pending[id] = window.setTimeout(function () {
-      window
-        .fetch("/arrays/" + id + "/state/", { credentials: "same-origin" })
-        .then(function (r) {
-          return r.ok ? r.json() : null;
-        })
-        .then(function (data) {
-          delete pending[id];
-          if (!data) return;
-          document.querySelectorAll('[data-array-counts="' + id + '"]').forEach(function (box) {
-            renderCounts(box, data.counts);
-          });
-          var live = GP.LIVE_STATES.reduce(function (sum, state) {
-            return sum + (data.counts[state] || 0);
-          }, 0);
-          var cancel = document.querySelector("[data-array-cancel]");
-          if (!live && cancel) cancel.remove();
-        })
-        .catch(function () {
-          delete pending[id];
-        });
-    }, 500);
+    if (!readers[id]) {
+      readers[id] = GP.stateReader("/arrays/" + id + "/state/", function (data) {
+        applyCounts(id, data);
+      }, 500);
+    }
+    readers[id]();
   }
 
   function shownArrays() {
@@ -178,7 +176,28 @@
     return row;
   }
 
+  // The array page's member rows, re-read after an array.status (see the job tables' resync).
+  var members = GP.stateReader(
+    function () {
+      var ids = [];
+      document.querySelectorAll("table[data-array-members] tr[data-job]").forEach(function (row) {
+        ids.push(row.getAttribute("data-job"));
+      });
+      return ids.length ? "/jobs/states/?ids=" + ids.join(",") : null;
+    },
+    function (data) {
+      document.querySelectorAll("table[data-array-members] tr[data-job]").forEach(function (row) {
+        var job = data.jobs[row.getAttribute("data-job")];
+        if (job) GP.paintJobRow(row, job);
+      });
+    },
+    500
+  );
+
   GP.on("array.status", function (msg) {
+    if (document.querySelector('table[data-array-members] tr[data-array="' + msg.array + '"]')) {
+      members();
+    }
     if (!document.querySelector('[data-array-counts="' + msg.array + '"]') && !filtered) {
       document.querySelectorAll("table[data-live-arrays]").forEach(function (table) {
         var body = table.tBodies[0];

@@ -65,6 +65,78 @@
     return node;
   };
 
+  /* A read of server state that a page repeats when the stream announces a change: it returns
+   * request(), which reads url (a string, or a function giving one or null for "nothing to
+   * read") delayMs later and hands the JSON to apply. Requests made meanwhile join that read.
+   * A request made while a read is in flight reads again once it lands: the answer may predate
+   * the change that was announced. A read that fails, answers 5xx or takes longer than 15 s is
+   * retried after 1 s, then 2, 4… up to 30 s; a 4xx is not (the page cannot read it). */
+  var READ_TIMEOUT_MS = 15000;
+  var READ_RETRY_MAX_MS = 30000;
+  GP.stateReader = function (url, apply, delayMs) {
+    var timer = null;
+    var inFlight = false;
+    var readAgain = false;
+    var retryMs = 1000;
+
+    function schedule(ms) {
+      if (timer === null) timer = window.setTimeout(read, ms);
+    }
+    function retry() {
+      schedule(retryMs);
+      retryMs = Math.min(retryMs * 2, READ_RETRY_MAX_MS);
+    }
+    function read() {
+      timer = null;
+      var target = typeof url === "function" ? url() : url;
+      if (!target || !window.fetch) return;
+      inFlight = true;
+      readAgain = false;
+      var abort = window.AbortController ? new window.AbortController() : null;
+      var deadline = window.setTimeout(function () {
+        if (abort) abort.abort();
+      }, READ_TIMEOUT_MS);
+      var settle = function () {
+        window.clearTimeout(deadline);
+        inFlight = false;
+      };
+      window
+        .fetch(target, {
+          credentials: "same-origin",
+          headers: { Accept: "application/json" },
+          signal: abort ? abort.signal : undefined
+        })
+        .then(function (r) {
+          if (r.status >= 400 && r.status < 500) return undefined;
+          if (!r.ok) throw new Error("HTTP " + r.status);
+          return r.json();
+        })
+        .then(
+          function (data) {
+            settle();
+            retryMs = 1000;
+            if (data !== undefined) apply(data);
+            if (readAgain) schedule(delayMs);
+          },
+          function () {
+            settle();
+            retry();
+          }
+        );
+    }
+    // request(ms) reads ms later instead of delayMs (a handler's argument, a message, is not one).
+    function request(ms) {
+      if (inFlight) readAgain = true;
+      else schedule(typeof ms === "number" ? ms : delayMs);
+    }
+    // For a page whose stream messages paint what the read also paints: a message that lands
+    // during a read calls request() so the read's older answer is corrected.
+    request.inFlight = function () {
+      return inFlight;
+    };
+    return request;
+  };
+
   var badge = document.getElementById("live-status");
   function setState(state, text) {
     GP.streamState = state;
