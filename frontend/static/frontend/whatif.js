@@ -1,8 +1,9 @@
 /* What-if run page: the progress bar and its sentence follow whatif.progress payloads of this
  * run (the "whatif" topic; only platform admins' sockets hear it). When the run ends the page
  * reloads to show the result (or why it failed, or that it was cancelled). Once the socket is
- * open (and after every reconnect) the run is read once from the API, so an end that came before
- * the socket joined is not missed. */
+ * open (and after every reconnect) the run is read from the API (GP.stateReader: retried, and
+ * read again when progress arrives meanwhile), so an end that came before the socket joined is
+ * not missed. */
 (function () {
   "use strict";
   var GP = window.GP;
@@ -25,17 +26,17 @@
     box.setAttribute("data-fraction", String(msg.fraction));
     if (LIVE.indexOf(msg.status) < 0) window.location.reload();
   }
+  var reread = GP.stateReader(
+    "/api/v1/policy/whatif/" + run,
+    function (data) {
+      show({ status: data.status, fraction: data.progress_fraction, text: data.progress_text });
+    },
+    0
+  );
   GP.on("whatif.progress", function (msg) {
-    if (msg.run === run) show(msg);
+    if (msg.run !== run) return;
+    if (reread.inFlight()) reread();
+    show(msg);
   });
-  GP.on("hello", function () {
-    fetch("/api/v1/policy/whatif/" + run, { credentials: "same-origin" })
-      .then(function (r) {
-        return r.ok ? r.json() : null;
-      })
-      .then(function (data) {
-        if (data) show({ status: data.status, fraction: data.progress_fraction, text: data.progress_text });
-      })
-      .catch(function () {});
-  });
+  GP.on("hello", reread);
 })();
