@@ -70,7 +70,8 @@
    * read") delayMs later and hands the JSON to apply. Requests made meanwhile join that read.
    * A request made while a read is in flight reads again once it lands: the answer may predate
    * the change that was announced. A read that fails, answers 5xx or takes longer than 15 s is
-   * retried after 1 s, then 2, 4… up to 30 s; a 4xx is not (the page cannot read it). */
+   * retried after 1 s, then 2, 4… up to 30 s (while the stream is not closed); a 4xx or a
+   * redirect (to the login page) is not: the page cannot read it. */
   var READ_TIMEOUT_MS = 15000;
   var READ_RETRY_MAX_MS = 30000;
   GP.stateReader = function (url, apply, delayMs) {
@@ -83,6 +84,7 @@
       if (timer === null) timer = window.setTimeout(read, ms);
     }
     function retry() {
+      if (GP.streamState === "closed") return; // signed out: nothing here will read again
       schedule(retryMs);
       retryMs = Math.min(retryMs * 2, READ_RETRY_MAX_MS);
     }
@@ -107,7 +109,8 @@
           signal: abort ? abort.signal : undefined
         })
         .then(function (r) {
-          if (r.status >= 400 && r.status < 500) return undefined;
+          // Redirected (to the login page) or refused: this page cannot read it, now or later.
+          if (r.redirected || (r.status >= 400 && r.status < 500)) return undefined;
           if (!r.ok) throw new Error("HTTP " + r.status);
           return r.json();
         })
