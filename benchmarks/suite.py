@@ -1,7 +1,7 @@
 """The scheduling benchmark suite: every case, every policy, seeds 0-2, one table with verdicts.
 
     .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
-        [--seeds 0,1,2] [--workers 2] [--out var/benchmarks/suite.json]
+        [--variant NAME=JSON ...] [--seeds 0,1,2] [--workers 2] [--out var/benchmarks/suite.json]
 
 A rule of the engine earns its place on this suite, never on one trace (docs/policy.md). The
 cases (docs/benchmarks.md, "Suite", has their offered loads and why each is there):
@@ -10,7 +10,9 @@ cases (docs/benchmarks.md, "Suite", has their offered loads and why each is ther
 - the openb stress variant (heterogeneous nodes, short jobs, arrivals 100x denser),
 - a light-load case (an ITP cluster at about half load), where nothing should be lost.
 `--held-out` replays instead twelve cases no rule was measured on (HELD_OUT below), to see
-whether a rule holds beyond the cases that chose it.
+whether a rule holds beyond the cases that chose it. `--variant NAME=JSON` adds the engine with
+some configuration fields changed (a rule switched off, say) as one more policy, so a rule's
+worth is measured on every case in one run.
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -36,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduler.policy import SnapshotError  # noqa: E402
 from scheduler.simulation import (  # noqa: E402
     SimConfig,
     generate_synthetic,
@@ -255,16 +258,27 @@ def summarize(m: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def _policy(name: str, engine_fields: dict[str, Any] | None):
+    """The policy ``name``, or the engine with ``engine_fields`` (a ``--variant``) under that
+    label."""
+    if engine_fields is None:
+        return make_policy(name)
+    from scheduler.policy import config_from_dict
+    from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy
+
+    return GpuPlatformPolicy(config_from_dict(engine_fields), name=name)
+
+
 def _replay(
-    task: tuple[str, str, int, str, float | None, float | None],
+    task: tuple[str, str, dict[str, Any] | None, int, str, float | None, float | None],
 ) -> tuple[str, str, int, dict[str, float]]:
-    case_name, policy, seed, traces, on_request_s, interval_s = task
+    case_name, policy, engine_fields, seed, traces, on_request_s, interval_s = task
     case = next(c for c in ALL_CASES if c.name == case_name)
     trace = case.trace(Path(traces), seed)
     metrics, _ = simulate(
         trace,
         case.cluster(Path(traces)),
-        make_policy(policy),
+        _policy(policy, engine_fields),
         SimConfig(
             seed=seed, checkpoint_on_request_s=on_request_s, checkpoint_interval_s=interval_s
         ),
@@ -325,6 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--loads", action="store_true", help="print each case's offered load, exit")
     ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="also replay the engine with these configuration fields (as SCHEDULER_POLICY "
+        'takes them), labelled NAME: --variant \'no-defrag={"las": {"defragment": false}}\'',
+    )
+    ap.add_argument(
         "--checkpoint-on-request",
         type=request_seconds,
         default=None,
@@ -358,6 +380,17 @@ def main(argv: list[str] | None = None) -> int:
             make_policy(p)
         except ValueError as exc:
             ap.error(str(exc))
+    variants: dict[str, dict[str, Any]] = {}
+    for spec in args.variant:
+        label, _, fields = spec.partition("=")
+        if not label or label in policies or label in variants:
+            ap.error(f"--variant {spec!r}: needs a NAME=JSON with a name of its own")
+        try:
+            variants[label] = json.loads(fields)
+            _policy(label, variants[label])
+        except (ValueError, TypeError, SnapshotError) as exc:
+            ap.error(f"--variant {label}: {exc}")
+    policies += list(variants)
     candidates = (
         args.candidates.split(",")
         if args.candidates
@@ -372,15 +405,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{case.name}: {len(trace)} jobs, {cluster.total_gpus} GPUs, load {load:.2f}")
         return 0
     # longest replays first so the pool does not end on one straggler
-    order = {"gpuplatform": 0, "tiresias": 1}
+    order = {"gpuplatform": 0, **dict.fromkeys(variants, 0), "tiresias": 1}
     tasks = sorted(
         (
-            (c, p, s, str(args.traces), args.checkpoint_on_request, args.checkpoint_interval)
+            (c, p, variants.get(p), s, str(args.traces), args.checkpoint_on_request)
+            + (args.checkpoint_interval,)
             for c in chosen
             for p in policies
             for s in seeds
         ),
-        key=lambda t: (order.get(t[1].split("-")[0], 2), t[0], t[2]),
+        key=lambda t: (order.get(t[1], order.get(t[1].split("-")[0], 2)), t[0], t[3]),
     )
     started = time.perf_counter()
     runs: dict[str, dict[str, dict[int, dict[str, float]]]] = {}

@@ -214,3 +214,38 @@ def test_the_suite_takes_the_checkpoint_interval_with_the_same_rule(capsys):
     assert "argument --checkpoint-interval: '-3': must be > 0 seconds, or none" in (
         capsys.readouterr().err
     )
+
+
+def test_a_suite_variant_is_the_engine_with_its_fields_and_a_bad_one_is_refused(capsys):
+    import sys
+    from pathlib import Path
+
+    from scheduler.simulation import SimConfig, simulate
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite
+
+    for spec, said in (
+        ('x={"las": {"nope": 1}}', "--variant x: config.las.nope: unknown config field"),
+        ("x=[1]", "--variant x: config: must be an object"),
+        ("x={", "--variant x: Expecting property name"),
+        ('tiresias={"las": null}', "needs a NAME=JSON with a name of its own"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            suite.main(["--policies", "tiresias", "--variant", spec])
+        assert exc.value.code == 2
+        assert said in capsys.readouterr().err
+
+    trace = suite._synthetic(200, 4, 3.0)(None, 0)
+    cluster = suite._nodes(4)(None)
+
+    def replay(policy):
+        return simulate(trace, cluster, policy, SimConfig(seed=0))[0]
+
+    variant = replay(suite._policy("my-nolas", {"las": None}))
+    assert variant["policy"] == "my-nolas"
+    same = replay("gpuplatform-nolas")
+    assert {k: v for k, v in variant.items() if k not in ("policy", "wall_s")} == {
+        k: v for k, v in same.items() if k not in ("policy", "wall_s")
+    }
+    assert variant["preemptions"] != replay("gpuplatform")["preemptions"]
