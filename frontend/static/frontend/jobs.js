@@ -214,6 +214,7 @@
       var id = row.getAttribute("data-array");
       if (document.querySelector('[data-array-counts="' + id + '"]')) refresh(id);
       if (!row.closest("table[data-array-members]")) return; // data-live-jobs tables do their own
+      if (members.inFlight()) members();
       GP.paintJobRow(row, msg);
     });
   });

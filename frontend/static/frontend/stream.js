@@ -66,74 +66,93 @@
   };
 
   /* A read of server state that a page repeats when the stream announces a change: it returns
-   * request(), which reads url (a string, or a function giving one or null for "nothing to
-   * read") delayMs later and hands the JSON to apply. Requests made meanwhile join that read.
-   * A request made while a read is in flight reads again once it lands: the answer may predate
-   * the change that was announced. A read that fails, answers 5xx or takes longer than 15 s is
-   * retried after 1 s, then 2, 4… up to 30 s (while the stream is not closed); a 4xx or a
-   * redirect (to the login page) is not: the page cannot read it. */
+   * request(ms), which reads url (a string, or a function giving one, or null for "nothing to
+   * read") ms later (delayMs when ms is not a number: a handler's argument is a message) and
+   * hands the JSON to apply. A request joins a read already waiting to start, or brings it
+   * forward. A request made while a read is in flight means the answer may predate the change
+   * that was announced: that answer is dropped and the state read again. A read that fails,
+   * answers 5xx or takes longer than READ_TIMEOUT_MS is retried after 1 s, then 2, 4… up to 30 s
+   * (not once the stream is closed: signed out); a 4xx or a redirect (to the login page) is not
+   * retried, since this page cannot read it. */
   var READ_TIMEOUT_MS = 15000;
+  var READ_RETRY_FIRST_MS = 1000;
   var READ_RETRY_MAX_MS = 30000;
   GP.stateReader = function (url, apply, delayMs) {
     var timer = null;
+    var dueAt = 0;
     var inFlight = false;
-    var readAgain = false;
-    var retryMs = 1000;
+    var againMs = null; // a request during the read in flight: read again this soon after it
+    var retryMs = READ_RETRY_FIRST_MS;
 
     function schedule(ms) {
-      if (timer === null) timer = window.setTimeout(read, ms);
+      var at = Date.now() + ms;
+      if (timer !== null) {
+        if (dueAt <= at) return;
+        window.clearTimeout(timer);
+      }
+      dueAt = at;
+      timer = window.setTimeout(read, ms);
     }
     function retry() {
-      if (GP.streamState === "closed") return; // signed out: nothing here will read again
+      if (GP.streamState === "closed") return;
       schedule(retryMs);
       retryMs = Math.min(retryMs * 2, READ_RETRY_MAX_MS);
+    }
+    function landed() {
+      inFlight = false;
+      var again = againMs;
+      againMs = null;
+      return again;
     }
     function read() {
       timer = null;
       var target = typeof url === "function" ? url() : url;
       if (!target || !window.fetch) return;
       inFlight = true;
-      readAgain = false;
-      var abort = window.AbortController ? new window.AbortController() : null;
+      var abort = new window.AbortController();
       var deadline = window.setTimeout(function () {
-        if (abort) abort.abort();
+        abort.abort();
       }, READ_TIMEOUT_MS);
-      var settle = function () {
-        window.clearTimeout(deadline);
-        inFlight = false;
-      };
       window
         .fetch(target, {
           credentials: "same-origin",
           headers: { Accept: "application/json" },
-          signal: abort ? abort.signal : undefined
+          signal: abort.signal
         })
         .then(function (r) {
-          // Redirected (to the login page) or refused: this page cannot read it, now or later.
           if (r.redirected || (r.status >= 400 && r.status < 500)) return undefined;
           if (!r.ok) throw new Error("HTTP " + r.status);
           return r.json();
         })
         .then(
           function (data) {
-            settle();
-            retryMs = 1000;
-            if (data !== undefined) apply(data);
-            if (readAgain) schedule(delayMs);
+            window.clearTimeout(deadline);
+            retryMs = READ_RETRY_FIRST_MS;
+            var again = landed();
+            if (again !== null) {
+              schedule(again);
+            } else if (data !== undefined) {
+              try {
+                apply(data);
+              } catch (err) {
+                if (window.console) console.error(err);
+              }
+            }
           },
           function () {
-            settle();
+            window.clearTimeout(deadline);
+            landed(); // the retry reads afresh anyway
             retry();
           }
         );
     }
-    // request(ms) reads ms later instead of delayMs (a handler's argument, a message, is not one).
     function request(ms) {
-      if (inFlight) readAgain = true;
-      else schedule(typeof ms === "number" ? ms : delayMs);
+      var wait = typeof ms === "number" ? ms : delayMs;
+      if (inFlight) againMs = againMs === null ? wait : Math.min(againMs, wait);
+      else schedule(wait);
     }
-    // For a page whose stream messages paint what the read also paints: a message that lands
-    // during a read calls request() so the read's older answer is corrected.
+    // For a page whose messages paint what the read paints too: a message that lands during a
+    // read calls request() so that the read's answer, which may be older, is not applied.
     request.inFlight = function () {
       return inFlight;
     };
