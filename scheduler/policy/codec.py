@@ -194,6 +194,9 @@ def _config(value: Any, path: str, base: Config | None = None, strict: bool = Fa
 
 # The flat las_fifo_from_gpu_s's default: the queues of jobs that attained this much or more.
 _FLAT_FIFO_FROM_GPU_S = 360000.0
+# What the flat las_fifo_one_node switch turned on when las_fifo_after_s was not given (the
+# rule's default until it was switched off by default).
+_FLAT_FIFO_ONE_NODE_AFTER_S = 600.0
 
 
 def _legacy(d: Mapping[str, Any], path: str, kw: dict[str, Any], las: Las | None) -> Las | None:
@@ -232,6 +235,8 @@ def _legacy(d: Mapping[str, Any], path: str, kw: dict[str, Any], las: Las | None
         changed["fifo_one_node_after_s"] = None
     elif after is not None:
         changed["fifo_one_node_after_s"] = after
+    elif one_node is True:
+        changed["fifo_one_node_after_s"] = _FLAT_FIFO_ONE_NODE_AFTER_S
     if defrag is not None:
         changed["defragment"] = defrag
     if reserve is not None:

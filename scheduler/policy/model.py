@@ -73,9 +73,9 @@ class Las:
     thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0, 5000000.0)
     # Inside one queue, a blocked one-node job that has waited this long in total may preempt
     # preemptible jobs of its queue submitted after it (FIFO within a queue, as Tiresias orders
-    # a queue). 600 s: at 128 x 8 on the ITP trace an immediate rule cost waiting; 1,200 s
-    # waited 1.2 % less at 80 x 8 but 38 % more on the openb stress trace.
-    fifo_one_node_after_s: float | None = 600.0
+    # a queue). Off by default: on the suite and the held-out cases it halves preemptions where
+    # it is off and wins as many cases' average wait as it loses (docs/policy.md, rule 1a).
+    fifo_one_node_after_s: float | None = None
     # A gang blocked only by fragmentation (enough GPUs free in total) may move preemptible
     # jobs of its class submitted after it, whatever their queue, when they fit in the GPUs
     # left free on other nodes.

@@ -47,6 +47,8 @@ def test_one_node_job_preempts_the_node_that_loses_the_least_work_in_total():
 
 
 def _queue_peers(**config):
+    # The submission-order rule is off by default: these tests turn it on at its former 600 s.
+    config.setdefault("las_fifo_one_node_after_s", 600.0)
     # Both running jobs are in queue 0 like 'big' (served 400 GPU-s); n1 and n2 have 4 free.
     running = [
         run("early", {"n1": range(4)}, pc="normal", started=NOW - 100, submitted=100.0),
@@ -346,8 +348,9 @@ def test_a_job_that_ran_long_is_the_first_victim_and_preempts_no_one_of_the_last
     # A waiting long-run job submitted before 'younger' would move it by submission order in
     # the last queue; from the long-run queue it takes nothing.
     waiting = [job("old", 1, 8, pc="normal", submitted=50.0, attained=60_000.0)]
-    assert [p.job for p in _decided(nodes, waiting, running[1:]).preempt] == ["younger"]
-    assert _decided(nodes, waiting, running[1:], las_long_run_s=40_000.0).preempt == ()
+    fifo = {"las_fifo_one_node_after_s": 600.0}
+    assert [p.job for p in _decided(nodes, waiting, running[1:], **fifo).preempt] == ["younger"]
+    assert _decided(nodes, waiting, running[1:], las_long_run_s=40_000.0, **fifo).preempt == ()
 
 
 def test_a_running_job_joins_the_long_run_queue_when_its_run_time_reaches_it():

@@ -2,10 +2,11 @@
 
 Short versions of three cases of the benchmark suite (``benchmarks/suite.py``: the first 300 jobs
 of its synthetic 3x overload, ITP cluster06 and cluster02 cases, on the same clusters, seed 0)
-replayed under ``gpuplatform`` give exactly the metrics the engine gave before it was split into
-modules by rule (main at 706190f, when ``scheduler/policy/engine.py`` was one file). The
-synthetic case preempts on most of its cycles, the ITP ones use every rule of the default
-configuration (LAS queues, node-wise victims, defragmenting, the reservation gate, backfill).
+replayed under ``gpuplatform`` with every rule on give exactly the metrics the engine gave before
+it was split into modules by rule (main at 706190f, when ``scheduler/policy/engine.py`` was one
+file). The synthetic case preempts on most of its cycles, the ITP ones use every rule (LAS
+queues, the one-node submission order, off by default since 5 December, node-wise victims,
+defragmenting, the reservation gate, backfill).
 
 A change meant to change decisions re-records these values (``{k: _replay(case, traces)[k] for
 k in PINNED}``) and says so in its commit message; rule 4b (preempt only if that frees GPUs
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.policy import config_from_dict
 from scheduler.simulation import SimConfig, simulate
+from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
@@ -97,7 +100,9 @@ BEFORE_THE_SPLIT = {
 
 def _replay(case: str, traces: Path) -> dict:
     trace, cluster = CASES[case]
-    metrics, _ = simulate(trace(traces, 0), cluster(traces), "gpuplatform", SimConfig(seed=0))
+    # Every rule on: the one-node submission-order rule, off by default since 5 December, too.
+    policy = GpuPlatformPolicy(config_from_dict({"las": {"fifo_one_node_after_s": 600}}))
+    metrics, _ = simulate(trace(traces, 0), cluster(traces), policy, SimConfig(seed=0))
     return metrics
 
 
