@@ -38,26 +38,7 @@
 
   // On (re)connect, re-read the shown rows' states: a change published between the page render
   // and the socket's hello would otherwise be missed.
-  var resync = GP.stateReader(
-    function () {
-      var ids = [];
-      tables.forEach(function (table) {
-        table.querySelectorAll("tr[data-job]").forEach(function (row) {
-          ids.push(row.getAttribute("data-job"));
-        });
-      });
-      return ids.length ? "/jobs/states/?ids=" + ids.join(",") : null;
-    },
-    function (data) {
-      tables.forEach(function (table) {
-        table.querySelectorAll("tr[data-job]").forEach(function (row) {
-          var job = data.jobs[row.getAttribute("data-job")];
-          if (job) setState(row, job);
-        });
-      });
-    },
-    0
-  );
+  var resync = GP.jobRowsReader("table[data-live-jobs] tr[data-job]", setState, 0);
   GP.on("hello", resync);
   // An array's cancel is announced once for the array, not per job: its rows are re-read.
   GP.on("array.status", function (msg) {
@@ -177,22 +158,7 @@
   }
 
   // The array page's member rows, re-read after an array.status (see the job tables' resync).
-  var members = GP.stateReader(
-    function () {
-      var ids = [];
-      document.querySelectorAll("table[data-array-members] tr[data-job]").forEach(function (row) {
-        ids.push(row.getAttribute("data-job"));
-      });
-      return ids.length ? "/jobs/states/?ids=" + ids.join(",") : null;
-    },
-    function (data) {
-      document.querySelectorAll("table[data-array-members] tr[data-job]").forEach(function (row) {
-        var job = data.jobs[row.getAttribute("data-job")];
-        if (job) GP.paintJobRow(row, job);
-      });
-    },
-    500
-  );
+  var members = GP.jobRowsReader("table[data-array-members] tr[data-job]", GP.paintJobRow, 500);
 
   GP.on("array.status", function (msg) {
     if (document.querySelector('table[data-array-members] tr[data-array="' + msg.array + '"]')) {

@@ -159,6 +159,27 @@
     return request;
   };
 
+  // A GP.stateReader of the states of the job rows rowSelector matches (/jobs/states/?ids=…),
+  // each row painted with paint(row, {state, why}).
+  GP.jobRowsReader = function (rowSelector, paint, delayMs) {
+    return GP.stateReader(
+      function () {
+        var ids = [];
+        document.querySelectorAll(rowSelector).forEach(function (row) {
+          ids.push(row.getAttribute("data-job"));
+        });
+        return ids.length ? "/jobs/states/?ids=" + ids.join(",") : null;
+      },
+      function (data) {
+        document.querySelectorAll(rowSelector).forEach(function (row) {
+          var job = data.jobs[row.getAttribute("data-job")];
+          if (job) paint(row, job);
+        });
+      },
+      delayMs
+    );
+  };
+
   var badge = document.getElementById("live-status");
   function setState(state, text) {
     GP.streamState = state;
