@@ -70,7 +70,8 @@
    * read") ms later (delayMs when ms is not a number: a handler's argument is a message) and
    * hands the JSON to apply. A request joins a read already waiting to start, or brings it
    * forward. A request made while a read is in flight means the answer may predate the change
-   * that was announced: that answer is dropped and the state read again. A read that fails,
+   * that was announced: that answer is dropped and the state read again (never two answers in a
+   * row, so a page under a steady stream of changes still moves). A read that fails,
    * answers 5xx or takes longer than READ_TIMEOUT_MS is retried after 1 s, then 2, 4… up to 30 s
    * (not once the stream is closed: signed out); a 4xx or a redirect (to the login page) is not
    * retried, since this page cannot read it. */
@@ -82,6 +83,7 @@
     var dueAt = 0;
     var inFlight = false;
     var againMs = null; // a request during the read in flight: read again this soon after it
+    var dropped = false; // the last answer was dropped (at most one in a row is)
     var retryMs = READ_RETRY_FIRST_MS;
 
     function schedule(ms) {
@@ -129,15 +131,20 @@
             window.clearTimeout(deadline);
             retryMs = READ_RETRY_FIRST_MS;
             var again = landed();
-            if (again !== null) {
+            if (again !== null && !dropped) {
+              dropped = true;
               schedule(again);
-            } else if (data !== undefined) {
+              return;
+            }
+            dropped = false;
+            if (data !== undefined) {
               try {
                 apply(data);
               } catch (err) {
                 if (window.console) console.error(err);
               }
             }
+            if (again !== null) schedule(again);
           },
           function () {
             window.clearTimeout(deadline);
