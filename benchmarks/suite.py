@@ -50,7 +50,7 @@ from scheduler.simulation import (  # noqa: E402
 )
 from scheduler.simulation.cli import interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
-from scheduler.simulation.runner import make_policy  # noqa: E402
+from scheduler.simulation.runner import engine_variant, make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
 
 BASELINES = ("fifo-backfill", "sjf", "tiresias")
@@ -261,12 +261,7 @@ def summarize(m: dict[str, Any]) -> dict[str, float]:
 def _policy(name: str, engine_fields: dict[str, Any] | None):
     """The policy ``name``, or the engine with ``engine_fields`` (a ``--variant``) under that
     label."""
-    if engine_fields is None:
-        return make_policy(name)
-    from scheduler.policy import config_from_dict
-    from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy
-
-    return GpuPlatformPolicy(config_from_dict(engine_fields), name=name)
+    return make_policy(name) if engine_fields is None else engine_variant(name, engine_fields)
 
 
 def _replay(

@@ -43,12 +43,18 @@ def make_policy(name: str) -> Policy:
 
         return GpuPlatformPolicy()
     if name in VARIANTS:
-        from scheduler.policy import config_from_dict
-
-        from .gpuplatform_policy import GpuPlatformPolicy
-
-        return GpuPlatformPolicy(config_from_dict(VARIANT_FIELDS[name]), name=name)
+        return engine_variant(name, VARIANT_FIELDS[name])
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
+
+
+def engine_variant(name: str, fields: dict[str, Any]) -> Policy:
+    """The engine with ``fields`` changed (JSON as ``SCHEDULER_POLICY`` takes them), reporting
+    itself as ``name``. Raises SnapshotError naming a bad field."""
+    from scheduler.policy import config_from_dict
+
+    from .gpuplatform_policy import GpuPlatformPolicy
+
+    return GpuPlatformPolicy(config_from_dict(fields), name=name)
 
 
 def simulate(

@@ -404,8 +404,13 @@ def test_alice_submits_a_sweep_sees_it_grouped_and_cancels_it_all(session_as):
 
     state_url = re.compile(rf"/arrays/{array_id}/state/$")
     listing.route(state_url, state_read)
-    failed: list[str] = []
-    listing.on("requestfailed", lambda r: failed.append(r.url) if state_url.search(r.url) else 0)
+    failed: list[str] = []  # reads of the counts the page gave up (aborted) itself
+
+    def read_failed(request):
+        if state_url.search(request.url):
+            failed.append(request.url)
+
+    listing.on("requestfailed", read_failed)
     listing.goto("/jobs/")
     wait_live(listing)
     header = listing.locator(f'tr.array-group[data-array="{array_id}"]')

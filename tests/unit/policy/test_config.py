@@ -155,7 +155,7 @@ def test_config_from_dict_changes_a_base_and_refuses_unknown_fields():
 
 
 def test_todays_defaults_in_flat_keys_are_the_default_configuration():
-    # ... but for the one-node FIFO rule, on at 600 s in their release and off by default since
+    # All but the one-node FIFO rule: on at 600 s in the flat keys' release, off by default now.
     with pytest.warns(DeprecationWarning):
         assert config_from_dict(TODAYS_DEFAULTS) == Config(las=Las(fifo_one_node_after_s=600.0))
     # The flat switch alone turns the rule on as it did then; false turns it off.

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.policy import config_from_dict
 from scheduler.simulation import SimConfig, simulate
-from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy
+from scheduler.simulation.runner import engine_variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
@@ -101,7 +100,7 @@ BEFORE_THE_SPLIT = {
 def _replay(case: str, traces: Path) -> dict:
     trace, cluster = CASES[case]
     # Every rule on: the one-node submission-order rule, off by default since 5 December, too.
-    policy = GpuPlatformPolicy(config_from_dict({"las": {"fifo_one_node_after_s": 600}}))
+    policy = engine_variant("gpuplatform", {"las": {"fifo_one_node_after_s": 600}})
     metrics, _ = simulate(trace(traces, 0), cluster(traces), policy, SimConfig(seed=0))
     return metrics
 
@@ -116,3 +115,58 @@ def test_synthetic_overload_replays_as_before_the_split():
 def test_itp_cases_replay_as_before_the_split(case, traces_dir):
     m = _replay(case, traces_dir)
     assert {k: m[k] for k in PINNED} == BEFORE_THE_SPLIT[case]
+
+
+# The same replays with the default configuration (the one-node FIFO rule off), recorded when
+# that default changed (5 December); a change meant to change decisions re-records these too.
+DEFAULTS = {
+    "synthetic-3x-300": {
+        "jobs": 300,
+        "decide_calls": 994,
+        "preemptions": 197,
+        "lost_gpu_hours": 10.383,
+        "avg_queue_s": 10093.345,
+        "p95_queue_s": 73891.575,
+        "max_queue_s": 117523.193,
+        "avg_jct_s": 21550.198,
+        "p99_jct_s": 153341.45603013257,
+        "makespan_s": 286215.38550064916,
+        "busy_gpu_hours": 3068.359,
+        "idle_while_pending_frac": 0.023472,
+    },
+    "itp06-300": {
+        "jobs": 300,
+        "decide_calls": 611,
+        "preemptions": 64,
+        "lost_gpu_hours": 13.9,
+        "avg_queue_s": 3060.95,
+        "p95_queue_s": 11892.0,
+        "max_queue_s": 275788.0,
+        "avg_jct_s": 40592.707,
+        "p99_jct_s": 530037.0,
+        "makespan_s": 1547232.0,
+        "busy_gpu_hours": 25574.001,
+        "idle_while_pending_frac": 0.008184,
+    },
+    "itp02-300": {
+        "jobs": 300,
+        "decide_calls": 762,
+        "preemptions": 73,
+        "lost_gpu_hours": 11.233,
+        "avg_queue_s": 10485.25,
+        "p95_queue_s": 41928.0,
+        "max_queue_s": 627205.0,
+        "avg_jct_s": 27474.867,
+        "p99_jct_s": 551832.0,
+        "makespan_s": 1092489.0,
+        "busy_gpu_hours": 8000.273,
+        "idle_while_pending_frac": 0.058361,
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(DEFAULTS))
+def test_the_default_configuration_replays_as_recorded(case, traces_dir):
+    trace, cluster = CASES[case]
+    m, _ = simulate(trace(traces_dir, 0), cluster(traces_dir), "gpuplatform", SimConfig(seed=0))
+    assert {k: m[k] for k in PINNED} == DEFAULTS[case]
