@@ -243,11 +243,15 @@ class GpuPlatformPolicy:
         self._running: dict[int, tuple[int, float, RunningJob]] = {}
         self._pending: dict[int, tuple[tuple, PendingJob, tuple]] = {}
         self._finished_seen = 0
-        # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index),
-        # one live entry per run, so finding the earliest crossing does not scan every running
+        # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index,
+        # the run's first checkpoint), one live entry per run, so finding the earliest crossing does not scan every running
         # job; entries of runs that ended are dropped when they reach the top.
-        self._demotions: list[tuple[float, int, int, int]] = []
+        self._demotions: list[tuple[float, int, int, int, float]] = []
         self._demotion_run: dict[int, int] = {}  # job idx -> run id with an entry in the heap
+        # Overdue wake-ups: (expected end, job idx, run id) of running jobs. When a job outruns
+        # its expected end the engine's release timeline moves (reservations, backfill windows),
+        # which the live loop notices at its next cycle: the replay looks again then too.
+        self._ends: list[tuple[float, int, int]] = []
         self.resizes_ignored = 0
         self.last_decisions = None
 
@@ -288,17 +292,27 @@ class GpuPlatformPolicy:
             self.predictor.observe_job(sim.jobs[finished[k]])
         self._finished_seen = len(finished)
 
-    def _crossing(self, job: SimJob, k: int) -> float:
+    def _crossing(self, job: SimJob, k: int, first_save: float) -> float:
         # when the run's attained GPU-s, (executed_s + now - run_start) x GPUs, reaches
-        # threshold k; k = len(las): when its run time reaches las.long_run_s in the last queue
+        # threshold k; k = len(las): when its run time reaches las.long_run_s in the last queue.
+        # Not before the run's first checkpoint (``first_save``): until then no job of its class
+        # may preempt it (the minimum quantum), so a cycle could not act on the crossing.
         if k < len(self.las):
-            return job.run_start - job.executed_s + self.las[k] / job.gpus
-        return job.run_start - job.executed_s + max(self.long_run, self.las[-1] / job.gpus)
+            t = job.run_start - job.executed_s + self.las[k] / job.gpus
+        else:
+            t = job.run_start - job.executed_s + max(self.long_run, self.las[-1] / job.gpus)
+        return max(t, first_save)
 
-    def _track_demotions(self, job: SimJob) -> None:
-        if self.las and self._demotion_run.get(job.idx) != job.run_id:
+    def _track_demotions(self, sim: Simulator, job: SimJob) -> None:
+        # a job that is never preempted is never a victim whatever its queue: no wake-up for it
+        if self.las and job.preemptible and self._demotion_run.get(job.idx) != job.run_id:
             self._demotion_run[job.idx] = job.run_id
-            heapq.heappush(self._demotions, (self._crossing(job, 0), job.idx, job.run_id, 0))
+            first_save = sim.next_checkpoint_at(job, after=job.run_start)
+            if first_save != float("inf"):
+                heapq.heappush(
+                    self._demotions,
+                    (self._crossing(job, 0, first_save), job.idx, job.run_id, 0, first_save),
+                )
 
     def _next_demotion(self, sim: Simulator, now: float) -> float:
         """The earliest time after ``now`` at which a running job crosses a LAS threshold
@@ -306,7 +320,7 @@ class GpuPlatformPolicy:
         heap = self._demotions
         jobs = sim.jobs
         while heap:
-            t, idx, run_id, k = heap[0]
+            t, idx, run_id, k, first_save = heap[0]
             job = jobs[idx]
             if job.state != "running" or job.run_id != run_id:
                 heapq.heappop(heap)
@@ -316,9 +330,9 @@ class GpuPlatformPolicy:
             # crossed already: its next threshold still ahead, if any
             while t <= now and k + 1 < len(self.las) + (1 if self.long_run > 0 else 0):
                 k += 1
-                t = self._crossing(job, k)
+                t = self._crossing(job, k, first_save)
             if t > now:
-                heapq.heapreplace(heap, (t, idx, run_id, k))
+                heapq.heapreplace(heap, (t, idx, run_id, k, first_save))
             else:
                 heapq.heappop(heap)
         return float("inf")
@@ -376,6 +390,8 @@ class GpuPlatformPolicy:
             submitted_at=job.submit,
         )
         self._running[job.idx] = (job.run_id, valid_until, rj)
+        if expected_end is not None and (cached is None or cached[2].expected_end != expected_end):
+            heapq.heappush(self._ends, (expected_end, job.idx, job.run_id))
         return rj
 
     def _estimate(self, job: SimJob, progress: float) -> float | None:
@@ -427,7 +443,7 @@ class GpuPlatformPolicy:
             c = cache.get(j.idx)
             if c is None or c[0] != j.run_id or sim_now >= c[1] or c[2].releasing_at != j.stop_at:
                 running.append(rebuild(sim, j))
-                self._track_demotions(j)
+                self._track_demotions(sim, j)
             else:
                 running.append(c[2])
         running = tuple(running)
@@ -506,10 +522,32 @@ class GpuPlatformPolicy:
         for s in decisions.start:
             job = by_id[s.job]
             if sim.start(job, {index[name]: tuple(g) for name, g in s.placement.items()}):
-                self._track_demotions(job)
+                self._track_demotions(sim, job)
         self.resizes_ignored += len(decisions.resize)
-        if self.las and sim.pending:
+        if sim.pending:
             # a running job crossing a LAS threshold may now be preempted: look again then
-            wake = self._next_demotion(sim, now)
+            wake = self._next_demotion(sim, now) if self.las else float("inf")
+            wake = min(wake, self._next_overdue(sim, now))
             if wake != float("inf"):
                 sim.wake_at(wake)
+
+    def _next_overdue(self, sim: Simulator, now: float) -> float:
+        """Just after the earliest expected end after ``now`` of a running job, or inf."""
+        heap = self._ends
+        jobs = sim.jobs
+        running = self._running
+        while heap:
+            t, idx, run_id = heap[0]
+            job = jobs[idx]
+            entry = running.get(idx)
+            if (
+                t <= now
+                or job.state != "running"
+                or job.run_id != run_id
+                or entry is None
+                or entry[2].expected_end != t
+            ):
+                heapq.heappop(heap)
+                continue
+            return t + 1e-6
+        return float("inf")

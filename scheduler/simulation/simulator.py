@@ -509,12 +509,14 @@ class Simulator:
             return job.run_start
         return job.run_start + job.overhead + (k - job.progress)
 
-    def next_checkpoint_at(self, job: SimJob) -> float:
-        """When the running job will next save a checkpoint (inf without checkpointing)."""
+    def next_checkpoint_at(self, job: SimJob, after: float | None = None) -> float:
+        """When the running job will next save a checkpoint after ``after`` (default now; inf
+        without checkpointing)."""
         ci = job.checkpoint_interval_s
         if not ci:
             return math.inf
-        useful = max(0.0, self.now - job.run_start - job.overhead)
+        at = self.now if after is None else after
+        useful = max(0.0, at - job.run_start - job.overhead)
         nxt = (math.floor((job.progress + useful) / ci) + 1) * ci
         return job.run_start + job.overhead + (nxt - job.progress)
 

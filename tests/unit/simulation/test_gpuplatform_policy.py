@@ -12,7 +12,7 @@ from scheduler.simulation import SimConfig, Simulator, generate_synthetic, unifo
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy, RuntimePredictor
 from scheduler.simulation.runner import make_policy
 
-from .builders import job
+from .builders import EXACT, job
 from .test_simulator import FAILING, assert_conserved
 
 
@@ -116,6 +116,45 @@ def test_engine_las_queues_preempt_the_job_with_more_attained_service():
     sim = Simulator(trace, uniform_cluster(1, 1), make_policy("gpuplatform-nolas"), cfg).run()
     assert sim.by_id["old"].preemptions == 0
     assert sim.by_id["new"].first_start == 20000
+    assert_conserved(sim)
+
+
+def test_the_replay_looks_again_when_a_demoted_job_saves_its_first_checkpoint():
+    # old crosses the first attained-service threshold (3,600 GPU-s) at 3,600 s, but no job of
+    # its class may preempt it before it has saved a checkpoint in this run (7,200 s). The live
+    # loop, cycling every few seconds, preempts it then; so does the replay, instead of at the
+    # next unrelated event (here none: new would wait for old's end at 20,000 s).
+    trace = [job("old", 0, 20000, 1), job("new", 1000, 100, 1)]
+    cfg = SimConfig(checkpoint_interval_s=7200.0, restart_overhead_s=30.0)
+    sim = Simulator(trace, uniform_cluster(1, 1), make_policy("gpuplatform"), cfg).run()
+    old, new = sim.by_id["old"], sim.by_id["new"]
+    assert old.preemptions == 1
+    # preempted just after 7,200 s, old runs on to just past its next checkpoint
+    assert 14400 <= new.first_start <= 14400 + 120
+    assert sim.lost_gpu_s <= 30 + 1e-6  # only its restart overhead
+    assert_conserved(sim)
+
+
+def test_the_replay_looks_again_when_a_running_job_outruns_its_expected_end():
+    # The gang waits for a's GPU, reserved at a's expected end (its estimate: 100 s, the only
+    # finished 1-GPU job). small (estimated 400 s, like the finished 2-GPU job) would end after
+    # that reservation, so it waits. Each time a outruns its expected end the estimate doubles
+    # and the reservation moves later; once small's estimated end comes before it, small
+    # starts: in the live loop at its next cycle, in the replay at that moment, instead of at
+    # the next unrelated event (a's end at 10,500 s, when the gang takes the node).
+    from scheduler.policy import Config
+
+    trace = [
+        job("w1", 0, 100, 1),
+        job("w2", 0, 400, 2),
+        job("a", 500, 10000, 1),
+        job("gang", 500, 100, 4),
+        job("small", 510, 50, 2),
+    ]
+    policy = GpuPlatformPolicy(Config(queue_order="fifo", las=None), name="easy")
+    sim = Simulator(trace, uniform_cluster(1, 4), policy, EXACT).run()
+    assert 600 < sim.by_id["small"].first_start < 2000
+    assert sim.by_id["gang"].first_start == 10500
     assert_conserved(sim)
 
 
