@@ -243,9 +243,9 @@ class GpuPlatformPolicy:
         self._running: dict[int, tuple[int, float, RunningJob]] = {}
         self._pending: dict[int, tuple[tuple, PendingJob, tuple]] = {}
         self._finished_seen = 0
-        # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index,
-        # the run's first checkpoint), one live entry per run, so finding the earliest crossing does not scan every running
-        # job; entries of runs that ended are dropped when they reach the top.
+        # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index, the
+        # run's first checkpoint), one live entry per run, so finding the earliest crossing does
+        # not scan every running job; entries of runs that ended are dropped at the top.
         self._demotions: list[tuple[float, int, int, int, float]] = []
         self._demotion_run: dict[int, int] = {}  # job idx -> run id with an entry in the heap
         # Overdue wake-ups: (expected end, job idx, run id) of running jobs. When a job outruns
@@ -513,7 +513,8 @@ class GpuPlatformPolicy:
         self.apply(sim, now, decide(self.snapshot(sim, now)))
 
     def apply(self, sim: Simulator, now: float, decisions: Decisions) -> None:
-        """Carry out one call's decisions and ask for the next LAS wake-up."""
+        """Carry out one call's decisions and ask for the next wake-up (a demotion or an
+        overrun, whichever comes first)."""
         self.last_decisions = decisions
         by_id = sim.by_id
         for p in decisions.preempt:
@@ -525,7 +526,8 @@ class GpuPlatformPolicy:
                 self._track_demotions(sim, job)
         self.resizes_ignored += len(decisions.resize)
         if sim.pending:
-            # a running job crossing a LAS threshold may now be preempted: look again then
+            # a running job crossing a LAS threshold may now be preempted, and one outrunning
+            # its expected end moves reservations: look again then, as the live loop would
             wake = self._next_demotion(sim, now) if self.las else float("inf")
             wake = min(wake, self._next_overdue(sim, now))
             if wake != float("inf"):
