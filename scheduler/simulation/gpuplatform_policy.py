@@ -226,10 +226,10 @@ class GpuPlatformPolicy:
             )
             for t, spec in (teams or {}).items()
         }
-        # The engine's least-attained-service queues (Config.las): when on, a
-        # running job crossing a threshold may become a victim, so the adapter asks for a cycle
-        # at that moment (the engine computes the queue itself from started_at and
-        # attained_service_s).
+        # The engine's least-attained-service queues (Config.las): when on, a running job that
+        # has crossed a threshold and saved a checkpoint in its run may become a victim, so the
+        # adapter asks for a cycle at that moment (the engine computes the queue itself from
+        # started_at and attained_service_s).
         las = self.config.las
         self.las = tuple(sorted(las.thresholds_gpu_s)) if las is not None else ()
         long_run = las.long_run_s if las is not None and self.las else None
@@ -315,8 +315,9 @@ class GpuPlatformPolicy:
                 )
 
     def _next_demotion(self, sim: Simulator, now: float) -> float:
-        """The earliest time after ``now`` at which a running job crosses a LAS threshold
-        (plus 1 us, so that it has crossed), or inf."""
+        """The earliest time after ``now`` at which a running job that may be preempted has
+        crossed a LAS threshold and saved a checkpoint in its run (plus 1 us, so that it has),
+        or inf."""
         heap = self._demotions
         jobs = sim.jobs
         while heap:
