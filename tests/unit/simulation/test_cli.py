@@ -249,3 +249,25 @@ def test_a_suite_variant_is_the_engine_with_its_fields_and_a_bad_one_is_refused(
         k: v for k, v in same.items() if k not in ("policy", "wall_s")
     }
     assert variant["preemptions"] != replay("gpuplatform")["preemptions"]
+
+
+def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
+    # benchmarks/replay_cadence.py: fifo-backfill decides the same whenever it is called, so a
+    # call every 600 s of simulated time changes none of its numbers, only how often it is called
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import replay_cadence
+
+    out = tmp_path / "cadence.json"
+    args = ["--cases", "synthetic-3x", "--policy", "fifo-backfill", "--every", "600"]
+    assert replay_cadence.main([*args, "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["deviation"] == 0.0
+    assert row["events"]["p99_jct_s"] == row["cadence"]["p99_jct_s"]
+    assert row["cadence"]["calls"] > row["events"]["calls"]
+    assert "| synthetic-3x | 0 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        replay_cadence.main(["--every", "0"])
+    assert exc.value.code == 2
