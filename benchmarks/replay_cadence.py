@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--cases", help="comma-separated case names (default: every case of the set)")
     ap.add_argument("--held-out", action="store_true", help="the held-out cases instead")
-    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--seeds", type=suite.seed_list, default=[0])
     ap.add_argument("--every", type=float, default=60.0, help="cadence, s of simulated time")
     ap.add_argument("--policy", default="gpuplatform")
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
@@ -86,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
         make_policy(args.policy)  # an unknown policy fails here, before any replay
     except ValueError as e:
         ap.error(str(e))
-    seeds = [int(s) for s in args.seeds.split(",")]
 
     rows = []
     deviations = []
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---:|---:|---:|---|---|---|")
     for case in (c for c in cases if c.name in chosen):
-        for seed in seeds:
+        for seed in args.seeds:
             events = replay(case, args.traces, args.policy, seed, None)
             cadence = replay(case, args.traces, args.policy, seed, args.every)
             deviation = (

@@ -258,6 +258,17 @@ def summarize(m: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def seed_list(text: str) -> list[int]:
+    """argparse type of ``--seeds``: comma-separated non-negative integers."""
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seeds like 0,1,2")
+    return seeds
+
+
 def _policy(name: str, engine_fields: dict[str, Any] | None):
     """The policy ``name``, or the engine with ``engine_fields`` (a ``--variant``) under that
     label."""
@@ -323,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="policies that get a verdict (default: every policy not a baseline)",
     )
-    ap.add_argument("--seeds", default=None, help="comma-separated (default 0,1,2; quick: 0)")
+    ap.add_argument(
+        "--seeds", type=seed_list, default=None, help="comma-separated (default 0,1,2; quick: 0)"
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
     ap.add_argument("--out", type=Path, default=Path("var/benchmarks/suite.json"))
@@ -368,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         # the held-out cases have no quick subset: --quick there is every one, seed 0
         chosen = [c.name for c in case_set if c.quick or not args.quick or args.held_out]
-    seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
+    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     policies = args.policies.split(",")
     for p in policies:
         try:
@@ -403,8 +416,15 @@ def main(argv: list[str] | None = None) -> int:
     order = {"gpuplatform": 0, **dict.fromkeys(variants, 0), "tiresias": 1}
     tasks = sorted(
         (
-            (c, p, variants.get(p), s, str(args.traces), args.checkpoint_on_request)
-            + (args.checkpoint_interval,)
+            (
+                c,
+                p,
+                variants.get(p),
+                s,
+                str(args.traces),
+                args.checkpoint_on_request,
+                args.checkpoint_interval,
+            )
             for c in chosen
             for p in policies
             for s in seeds

@@ -391,7 +391,9 @@ class GpuPlatformPolicy:
             submitted_at=job.submit,
         )
         self._running[job.idx] = (job.run_id, valid_until, rj)
-        if expected_end is not None and (cached is None or cached[2].expected_end != expected_end):
+        if expected_end is not None and (
+            cached is None or cached[0] != job.run_id or cached[2].expected_end != expected_end
+        ):
             heapq.heappush(self._ends, (expected_end, job.idx, job.run_id))
         return rj
 

@@ -271,3 +271,18 @@ def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_
     with pytest.raises(SystemExit) as exc:
         replay_cadence.main(["--every", "0"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("script", ["suite", "replay_cadence"])
+def test_bad_seeds_exit_2_naming_the_flag(script, capsys):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    main = importlib.import_module(script).main
+    for seeds in ("x", "-1", "0,,1"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--seeds", seeds])
+        assert exc.value.code == 2
+        assert f"argument --seeds: '{seeds}': expected seeds like 0,1,2" in capsys.readouterr().err
