@@ -286,3 +286,63 @@ def test_bad_seeds_exit_2_naming_the_flag(script, capsys):
             main(["--seeds", seeds])
         assert exc.value.code == 2
         assert f"argument --seeds: '{seeds}': expected seeds like 0,1,2" in capsys.readouterr().err
+
+
+def _suite_result(path, cases: dict) -> None:
+    """A suite.py --out file with these medians (case -> policy -> the columns that matter)."""
+    base = {"p95_wait_s": 0.0, "useful_util": 0.5, "wall_s": 1.0}
+    medians = {c: {p: {**base, **row} for p, row in ps.items()} for c, ps in cases.items()}
+    path.write_text(json.dumps({"seeds": [0], "runs": {}, "medians": medians}))
+
+
+def _row(wait, preempt=0.1, lost=0.1, p99=100.0):
+    return {
+        "avg_wait_s": wait,
+        "preemptions_per_job": preempt,
+        "lost_work_pct": lost,
+        "p99_jct_s": p99,
+    }
+
+
+def test_suite_diff_counts_what_a_rule_is_judged_by_and_the_goals_that_moved(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite_diff
+
+    baselines = {"tiresias": _row(1000, preempt=1.0), "fifo-backfill": _row(2000, p99=100.0)}
+    run = tmp_path / "run.json"
+    _suite_result(
+        run,
+        {
+            # the variant waits 10 % less and so passes tiresias: a wait goal gained
+            "a": {**baselines, "gpuplatform": _row(1050), "v": _row(945, preempt=0.05)},
+            # 0.5 % more is "the same"; its p99 passes 1.05 x fifo-backfill's: a goal lost
+            "b": {**baselines, "gpuplatform": _row(500), "v": _row(502.5, lost=0.2, p99=106.0)},
+            # 20 % more, still below both baselines
+            "c": {**baselines, "gpuplatform": _row(500), "v": _row(600, preempt=0.3)},
+        },
+    )
+    assert suite_diff.main([str(run), "--variant", "v"]) == 0
+    out = capsys.readouterr().out
+    assert "| a | 1,050 -> 945 (-10.0 %) (1,000 / 2,000) | 0.10 -> 0.05 (1.00) |" in out
+    assert "| b | 500 -> 502 (+0.5 %)" in out and "| 100 -> 106 (100) | 5 -> 4 |" in out
+    assert "Average wait higher by more than 1 % on 1 (c), lower on 1 (a)." in out
+    assert "Preemptions per job fewer on 1, more on 1; lost work less on 0, more on 1." in out
+    assert "Goals gained: a: wait<tiresias. Goals lost: b: p99<=1.05fifo-bf." in out
+
+    # --before: the base from an earlier run (here the same file: nothing moved)
+    assert suite_diff.main([str(run), "--before", str(run)]) == 0
+    assert "Goals gained: none. Goals lost: none." in capsys.readouterr().out
+
+    for argv, said in (
+        ([str(run), "--variant", "w"], "--variant w: no such policy in the results (they have"),
+        ([str(run)], "--variant: name the policy to compare"),
+        ([str(tmp_path / "none.json"), "--variant", "v"], "none.json: No such file"),
+        ([str(run), str(run), "--variant", "v"], "case a is also in another file"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            suite_diff.main(argv)
+        assert exc.value.code == 2
+        assert said in capsys.readouterr().err
