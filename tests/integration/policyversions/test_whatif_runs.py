@@ -126,10 +126,9 @@ def add_a_sweep_of_both_teams(*, hours_ago: float) -> None:
     """48 finished whole-node jobs of vision and nlp submitted at one instant: more than the
     H100s and both teams' quotas hold, so the replay has a queue in which fair share decides
     (the demo's own history is too light for weights to matter at some hours of the day).
-    They are not preemptible: preemptible, they would take turns by attained service (rule 1a
-    ranks the queue before fair share), and nlp's waits weighed 20 times less and 20 times more
-    then differed by -239 to +670 s depending on the hour the demo was seeded (a failure at
-    04:58 UTC); not preemptible, by 1,700-5,000 s at every hour tried."""
+    They are not preemptible: preemptible, they take turns by attained service (rule 1a ranks
+    the queue before fair share), which leaves nlp's waits under the two weights a few hundred
+    seconds apart, in either order depending on the hour the demo was seeded."""
     from catalogue.models import GpuModel
     from scheduler.models import Cluster, Job
     from tenants.models import PriorityClass, Team
