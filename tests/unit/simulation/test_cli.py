@@ -336,11 +336,14 @@ def test_suite_diff_counts_what_a_rule_is_judged_by_and_the_goals_that_moved(tmp
     assert suite_diff.main([str(run), "--before", str(run)]) == 0
     assert "Goals gained: none. Goals lost: none." in capsys.readouterr().out
 
+    alone = tmp_path / "alone.json"
+    _suite_result(alone, {"x": {"gpuplatform": _row(1), "v": _row(2)}})
     for argv, said in (
         ([str(run), "--variant", "w"], "--variant w: no such policy in the results (they have"),
         ([str(run)], "--variant: name the policy to compare"),
         ([str(tmp_path / "none.json"), "--variant", "v"], "none.json: No such file"),
         ([str(run), str(run), "--variant", "v"], "case a is also in another file"),
+        ([str(alone), "--variant", "v"], "x: the goals compare with tiresias and fifo-backfill"),
     ):
         with pytest.raises(SystemExit) as exc:
             suite_diff.main(argv)
