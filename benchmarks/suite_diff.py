@@ -33,6 +33,8 @@ from suite import GOALS  # noqa: E402
 SAME_WITHIN = 0.01
 
 Medians = dict[str, dict[str, dict[str, float]]]  # case -> policy -> column -> median
+# The columns the table and the goals read.
+COLUMNS_READ = ("avg_wait_s", "p99_jct_s", "preemptions_per_job", "lost_work_pct", "wall_s")
 
 
 def load(paths: list[Path], ap: argparse.ArgumentParser) -> Medians:
@@ -47,9 +49,18 @@ def load(paths: list[Path], ap: argparse.ArgumentParser) -> Medians:
             ap.error(
                 f"{path}: not a suite result (no medians; benchmarks/suite.py --out writes one)"
             )
+        if not isinstance(medians, dict) or not all(
+            isinstance(policies, dict) and all(isinstance(row, dict) for row in policies.values())
+            for policies in medians.values()
+        ):
+            ap.error(f"{path}: not a suite result (medians are not case -> policy -> columns)")
         for case, policies in medians.items():
             if case in out:
                 ap.error(f"{path}: case {case} is also in another file")
+            for policy, row in policies.items():
+                missing = sorted(c for c in COLUMNS_READ if not isinstance(row.get(c), int | float))
+                if missing:
+                    ap.error(f"{path}: {case} {policy}: no number for {', '.join(missing)}")
             out[case] = policies
     return out
 

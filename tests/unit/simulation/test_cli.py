@@ -338,12 +338,21 @@ def test_suite_diff_counts_what_a_rule_is_judged_by_and_the_goals_that_moved(tmp
 
     alone = tmp_path / "alone.json"
     _suite_result(alone, {"x": {"gpuplatform": _row(1), "v": _row(2)}})
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"medians": [1, 2]}))
+    short = tmp_path / "short.json"
+    _suite_result(short, {"x": {"v": {"avg_wait_s": 1.0}}})
     for argv, said in (
         ([str(run), "--variant", "w"], "--variant w: no such policy in the results (they have"),
         ([str(run)], "--variant: name the policy to compare"),
         ([str(tmp_path / "none.json"), "--variant", "v"], "none.json: No such file"),
         ([str(run), str(run), "--variant", "v"], "case a is also in another file"),
         ([str(alone), "--variant", "v"], "x: the goals compare with tiresias and fifo-backfill"),
+        ([str(odd), "--variant", "v"], "odd.json: not a suite result (medians are not case"),
+        (
+            [str(short), "--variant", "v"],
+            "short.json: x v: no number for lost_work_pct, p99_jct_s, preemptions_per_job",
+        ),
     ):
         with pytest.raises(SystemExit) as exc:
             suite_diff.main(argv)
