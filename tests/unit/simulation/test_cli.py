@@ -268,9 +268,10 @@ def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_
     assert row["events"]["p99_jct_s"] == row["cadence"]["p99_jct_s"]
     assert row["cadence"]["calls"] > row["events"]["calls"]
     assert "| synthetic-3x | 0 |" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exc:
-        replay_cadence.main(["--every", "0"])
-    assert exc.value.code == 2
+    for every in ("0", "nan", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            replay_cadence.main(["--every", every])
+        assert exc.value.code == 2
 
 
 @pytest.mark.parametrize("script", ["suite", "replay_cadence"])
