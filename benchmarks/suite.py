@@ -1,7 +1,8 @@
 """The scheduling benchmark suite: every case, every policy, seeds 0-2, one table with verdicts.
 
     .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
-        [--variant NAME=JSON ...] [--seeds 0,1,2] [--workers 2] [--out var/benchmarks/suite.json]
+        [--variant NAME=JSON ...] [--production-share F] [--seeds 0,1,2] [--workers 2]
+        [--out var/benchmarks/suite.json]
 
 A rule of the engine earns its place on this suite, never on one trace (docs/policy.md). The
 cases (docs/benchmarks.md, "Suite", has their offered loads and why each is there):
@@ -12,7 +13,10 @@ cases (docs/benchmarks.md, "Suite", has their offered loads and why each is ther
 `--held-out` replays instead twelve cases no rule was measured on (HELD_OUT below), to see
 whether a rule holds beyond the cases that chose it. `--variant NAME=JSON` adds the engine with
 some configuration fields changed (a rule switched off, say) as one more policy, so a rule's
-worth is measured on every case in one run.
+worth is measured on every case in one run. Every case's jobs are of one priority class, so
+preemption for a higher class never happens in them; `--production-share F` puts that share of
+each case's jobs (the same jobs for every policy and seed) in the `production` class to exercise
+it (the baselines ignore classes, so their rows do not change).
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -30,6 +34,7 @@ import json
 import statistics
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -48,7 +53,7 @@ from scheduler.simulation import (  # noqa: E402
     simulate,
     uniform_cluster,
 )
-from scheduler.simulation.cli import interval_seconds, request_seconds  # noqa: E402
+from scheduler.simulation.cli import fraction, interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
 from scheduler.simulation.runner import engine_variant, make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
@@ -77,6 +82,21 @@ def offered_load(trace: tuple[TraceJob, ...], cluster: ClusterSpec) -> float:
     span = trace[-1].submit - trace[0].submit
     work = sum(j.gpus * j.duration for j in trace)
     return work / (cluster.total_gpus * span) if span > 0 else float("inf")
+
+
+PRODUCTION = "production"
+
+
+def with_production_share(trace: tuple[TraceJob, ...], share: float) -> tuple[TraceJob, ...]:
+    """The trace with about ``share`` of its jobs in the production class: a job is chosen by a
+    hash of its id, so the same jobs whatever the seed's tenants or the policy."""
+    if share <= 0:
+        return trace
+    cut = round(share * 10_000)
+    return tuple(
+        replace(j, priority_class=PRODUCTION) if zlib.crc32(j.id.encode()) % 10_000 < cut else j
+        for j in trace
+    )
 
 
 def _itp(cluster: str, max_jobs: int | None = None, max_submit: float | None = None):
@@ -276,11 +296,11 @@ def _policy(name: str, engine_fields: dict[str, Any] | None):
 
 
 def _replay(
-    task: tuple[str, str, dict[str, Any] | None, int, str, float | None, float | None],
+    task: tuple[str, str, dict[str, Any] | None, int, str, float | None, float | None, float],
 ) -> tuple[str, str, int, dict[str, float]]:
-    case_name, policy, engine_fields, seed, traces, on_request_s, interval_s = task
+    case_name, policy, engine_fields, seed, traces, on_request_s, interval_s, share = task
     case = next(c for c in ALL_CASES if c.name == case_name)
-    trace = case.trace(Path(traces), seed)
+    trace = with_production_share(case.trace(Path(traces), seed), share)
     metrics, _ = simulate(
         trace,
         case.cluster(Path(traces)),
@@ -370,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
         help="every trace job saves a checkpoint every S seconds of progress "
         f"(default {SimConfig().checkpoint_interval_s:.0f}; none: jobs never checkpoint)",
     )
+    ap.add_argument(
+        "--production-share",
+        type=fraction,
+        default=0.0,
+        metavar="F",
+        help="this share of every case's jobs is in the production class, the rest in research "
+        "(default 0: one class, as the traces have it)",
+    )
     args = ap.parse_args(argv)
     case_set = HELD_OUT if args.held_out else CASES
     names = {c.name for c in ALL_CASES}
@@ -424,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.traces),
                 args.checkpoint_on_request,
                 args.checkpoint_interval,
+                args.production_share,
             )
             for c in chosen
             for p in policies

@@ -114,6 +114,14 @@ def interval_seconds(value: str) -> float | None:
     return seconds
 
 
+def fraction(value: str) -> float:
+    """A share from 0 to 1 (spot nodes, production jobs)."""
+    share = _finite(value)
+    if not 0 <= share <= 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be a fraction from 0 to 1")
+    return share
+
+
 def _seconds(value: str) -> float:
     """A duration in seconds >= 0 (restart overhead, repair time)."""
     seconds = _finite(value)
@@ -180,7 +188,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mtbf", type=interval_seconds, default=None, help="per-node MTBF s")
     p.add_argument("--repair", type=_seconds, default=4 * 3600.0, help="node repair time s")
     p.add_argument("--node-sample", type=_count, default=1, help="keep every Nth node")
-    p.add_argument("--spot-fraction", type=float, default=0.0)
+    p.add_argument("--spot-fraction", type=fraction, default=0.0)
     p.add_argument("--spot-mtbi", type=interval_seconds, default=None, help="per spot node s")
     p.add_argument("--html", help="write an offline HTML report here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -251,6 +251,51 @@ def test_a_suite_variant_is_the_engine_with_its_fields_and_a_bad_one_is_refused(
     assert variant["preemptions"] != replay("gpuplatform")["preemptions"]
 
 
+def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_preempts_for_them(
+    capsys,
+):
+    # The suite's cases have one priority class; --production-share exercises class preemption.
+    import sys
+    from pathlib import Path
+
+    from scheduler.simulation import SimConfig, simulate
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite
+
+    for bad, said in (("1.5", "must be a fraction from 0 to 1"), ("nan", "a finite number")):
+        with pytest.raises(SystemExit) as exc:
+            suite.main(["--production-share", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument --production-share: '{bad}'" in err
+        assert said in err
+
+    trace = suite._synthetic(200, 4, 3.0)(None, 0)
+    mixed = suite.with_production_share(trace, 0.3)
+    production = {j.id for j in mixed if j.priority_class == suite.PRODUCTION}
+    assert 40 <= len(production) <= 80  # about 60 of 200
+    assert [j.id for j in mixed] == [j.id for j in trace]
+    # chosen by id alone (not by position), and none at a share of 0
+    reordered = suite.with_production_share(tuple(reversed(trace)), 0.3)
+    assert production == {j.id for j in reordered if j.priority_class == suite.PRODUCTION}
+    assert suite.with_production_share(trace, 0.0) == trace
+
+    cluster = suite._nodes(4)(None)
+    one_class, _ = simulate(trace, cluster, "gpuplatform", SimConfig(seed=0))
+    two_classes, replay = simulate(mixed, cluster, "gpuplatform", SimConfig(seed=0))
+    # production jobs wait less than research ones, and the classes change what is preempted
+    waits: dict[str, list[float]] = {suite.PRODUCTION: [], "research": []}
+    for job in replay.jobs:
+        waits[job.priority_class].append(job.queue_s)
+    production_wait = sum(waits[suite.PRODUCTION]) / len(waits[suite.PRODUCTION])
+    assert production_wait < sum(waits["research"]) / len(waits["research"])
+    assert two_classes["preemptions"] != one_class["preemptions"]
+    # no storm and little lost work with two classes either (the suite's goals)
+    assert two_classes["preemptions"] <= 2 * two_classes["jobs"]
+    assert two_classes["lost_gpu_hours"] <= 0.02 * two_classes["work_gpu_hours"]
+
+
 def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
     # benchmarks/replay_cadence.py: fifo-backfill decides the same whenever it is called, so a
     # call every 600 s of simulated time changes none of its numbers, only how often it is called
