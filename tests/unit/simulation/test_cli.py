@@ -187,6 +187,8 @@ def test_checkpoint_on_request_is_validated_and_reaches_the_replay(tmp_path, cap
         ("--arrival-scale", "nan", "'nan': must be a finite number"),  # replayed forever before
         ("--max-submit", "soon", "'soon' is not a number"),
         ("--checkpoint-on-request", "inf", "'inf': must be >= 0 seconds"),
+        ("--spot-fraction", "1.5", "'1.5': must be a fraction from 0 to 1"),
+        ("--spot-fraction", "nan", "'nan': must be a finite number"),
     ],
 )
 def test_numbers_out_of_range_exit_2_naming_the_flag(tmp_path, capsys, flag, value, message):
