@@ -55,6 +55,7 @@ from scheduler.simulation import (  # noqa: E402
 )
 from scheduler.simulation.cli import fraction, interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
+from scheduler.simulation.gpuplatform_policy import PRIORITY_CLASSES  # noqa: E402
 from scheduler.simulation.runner import engine_variant, make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
 
@@ -84,7 +85,8 @@ def offered_load(trace: tuple[TraceJob, ...], cluster: ClusterSpec) -> float:
     return work / (cluster.total_gpus * span) if span > 0 else float("inf")
 
 
-PRODUCTION = "production"
+# the highest of the classes the replayed engine knows (research, the traces' class, is below it)
+PRODUCTION = max(PRIORITY_CLASSES, key=PRIORITY_CLASSES.__getitem__)
 
 
 def with_production_share(trace: tuple[TraceJob, ...], share: float) -> tuple[TraceJob, ...]:
