@@ -254,13 +254,14 @@ def test_a_suite_variant_is_the_engine_with_its_fields_and_a_bad_one_is_refused(
 
 
 def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_preempts_for_them(
-    capsys,
+    capsys, monkeypatch
 ):
     # The suite's cases have one priority class; --production-share exercises class preemption.
     import sys
     from pathlib import Path
 
     from scheduler.simulation import SimConfig, simulate
+    from scheduler.simulation.simulator import Simulator
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     import suite
@@ -285,7 +286,17 @@ def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_
 
     cluster = suite._nodes(4)(None)
     one_class, _ = simulate(trace, cluster, "gpuplatform", SimConfig(seed=0))
+    # the replay's own preemptions, recorded on their way through (the simulator still acts)
+    reasons: list[str] = []
+    preempt = Simulator.preempt
+
+    def recorded(sim, job, grace_s=0.0, reason=""):
+        reasons.append(reason)
+        return preempt(sim, job, grace_s, reason)
+
+    monkeypatch.setattr(Simulator, "preempt", recorded)
     two_classes, replay = simulate(mixed, cluster, "gpuplatform", SimConfig(seed=0))
+    assert any(r.startswith("priority: ") and f"({suite.PRODUCTION})" in r for r in reasons)
     # production jobs wait less than research ones, and the classes change what is preempted
     waits: dict[str, list[float]] = {suite.PRODUCTION: [], "research": []}
     for job in replay.jobs:
