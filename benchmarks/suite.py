@@ -1,7 +1,8 @@
 """The scheduling benchmark suite: every case, every policy, seeds 0-2, one table with verdicts.
 
     .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
-        [--variant NAME=JSON ...] [--production-share F] [--seeds 0,1,2] [--workers 2]
+        [--variant NAME=JSON ...] [--production-share F] [--guaranteed-share F]
+        [--seeds 0,1,2] [--workers 2]
         [--out var/benchmarks/suite.json]
 
 A rule of the engine earns its place on this suite, never on one trace (docs/policy.md). The
@@ -16,7 +17,10 @@ some configuration fields changed (a rule switched off, say) as one more policy,
 worth is measured on every case in one run. Every case's jobs are of one priority class, so
 preemption for a higher class never happens in them; `--production-share F` puts that share of
 each case's jobs (the same jobs for every policy and seed) in the `production` class to exercise
-it (the baselines ignore classes, so their rows do not change).
+it (the baselines ignore classes, so their rows do not change). Nor does any case have quotas;
+`--guaranteed-share F` gives each of a case's tenants a guarantee of that share of every GPU
+model's GPUs, and lets it borrow the rest, as equal ClusterQueues of one Kueue cohort would, so
+reclaiming borrowed GPUs is replayed (the baselines ignore quotas too).
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -55,8 +59,11 @@ from scheduler.simulation import (  # noqa: E402
 )
 from scheduler.simulation.cli import fraction, interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
-from scheduler.simulation.gpuplatform_policy import PRIORITY_CLASSES  # noqa: E402
-from scheduler.simulation.runner import engine_variant, make_policy  # noqa: E402
+from scheduler.simulation.gpuplatform_policy import (  # noqa: E402
+    PRIORITY_CLASSES,
+    GpuPlatformPolicy,
+)
+from scheduler.simulation.runner import VARIANT_FIELDS, engine_variant, make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
 
 BASELINES = ("fifo-backfill", "sjf", "tiresias")
@@ -99,6 +106,21 @@ def with_production_share(trace: tuple[TraceJob, ...], share: float) -> tuple[Tr
         replace(j, priority_class=PRODUCTION) if zlib.crc32(j.id.encode()) % 10_000 < cut else j
         for j in trace
     )
+
+
+def equal_guarantees(
+    trace: tuple[TraceJob, ...], cluster: ClusterSpec, share: float
+) -> dict[str, dict[str, Any]] | None:
+    """Every tenant of the trace guaranteed ``share`` of each GPU model's GPUs (rounded down) and
+    allowed to borrow the rest of them: the team tree the engine's adapter takes. None for 0."""
+    if share <= 0:
+        return None
+    gpus: dict[str, int] = {}
+    for node in cluster.nodes:
+        gpus[node.gpu_model] = gpus.get(node.gpu_model, 0) + node.gpus
+    quota = {m: (int(share * n), n - int(share * n)) for m, n in sorted(gpus.items())}
+    tenants = sorted({j.tenant for j in trace})
+    return {t: {"parent": None, "weight": 1.0, "quota": quota} for t in tenants}
 
 
 def _itp(cluster: str, max_jobs: int | None = None, max_submit: float | None = None):
@@ -291,22 +313,33 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
-def _policy(name: str, engine_fields: dict[str, Any] | None):
+def _policy(
+    name: str,
+    engine_fields: dict[str, Any] | None,
+    teams: dict[str, dict[str, Any]] | None = None,
+):
     """The policy ``name``, or the engine with ``engine_fields`` (a ``--variant``) under that
-    label."""
-    return make_policy(name) if engine_fields is None else engine_variant(name, engine_fields)
+    label; an engine gets ``teams`` (quotas), the baselines ignore them."""
+    policy = make_policy(name) if engine_fields is None else engine_variant(name, engine_fields)
+    if teams is None or not isinstance(policy, GpuPlatformPolicy):
+        return policy
+    fields = engine_fields if engine_fields is not None else VARIANT_FIELDS.get(name, {})
+    return engine_variant(name, fields, teams=teams)
 
 
 def _replay(
-    task: tuple[str, str, dict[str, Any] | None, int, str, float | None, float | None, float],
+    task: tuple[
+        str, str, dict[str, Any] | None, int, str, float | None, float | None, float, float
+    ],
 ) -> tuple[str, str, int, dict[str, float]]:
-    case_name, policy, engine_fields, seed, traces, on_request_s, interval_s, share = task
+    case_name, policy, engine_fields, seed, traces, on_request_s, interval_s, share, guar = task
     case = next(c for c in ALL_CASES if c.name == case_name)
     trace = with_production_share(case.trace(Path(traces), seed), share)
+    cluster = case.cluster(Path(traces))
     metrics, _ = simulate(
         trace,
-        case.cluster(Path(traces)),
-        _policy(policy, engine_fields),
+        cluster,
+        _policy(policy, engine_fields, equal_guarantees(trace, cluster, guar)),
         SimConfig(
             seed=seed, checkpoint_on_request_s=on_request_s, checkpoint_interval_s=interval_s
         ),
@@ -400,6 +433,14 @@ def main(argv: list[str] | None = None) -> int:
         help="this share of every case's jobs is in the production class, the rest in research "
         "(default 0: one class, as the traces have it)",
     )
+    ap.add_argument(
+        "--guaranteed-share",
+        type=fraction,
+        default=0.0,
+        metavar="F",
+        help="every tenant of a case is guaranteed this share of each GPU model's GPUs and may "
+        "borrow the rest (default 0: no quotas, as the traces have it)",
+    )
     args = ap.parse_args(argv)
     case_set = HELD_OUT if args.held_out else CASES
     names = {c.name for c in ALL_CASES}
@@ -455,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.checkpoint_on_request,
                 args.checkpoint_interval,
                 args.production_share,
+                args.guaranteed_share,
             )
             for c in chosen
             for p in policies

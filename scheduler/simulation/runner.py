@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .baselines import BASELINES
@@ -47,14 +47,17 @@ def make_policy(name: str) -> Policy:
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES + VARIANTS)}")
 
 
-def engine_variant(name: str, fields: dict[str, Any]) -> Policy:
+def engine_variant(
+    name: str, fields: dict[str, Any], *, teams: Mapping[str, Mapping[str, Any]] | None = None
+) -> Policy:
     """The engine with ``fields`` changed (JSON as ``SCHEDULER_POLICY`` takes them), reporting
-    itself as ``name``. Raises SnapshotError naming a bad field."""
+    itself as ``name``; ``teams`` as ``GpuPlatformPolicy`` takes them (quotas). Raises
+    SnapshotError naming a bad field."""
     from scheduler.policy import config_from_dict
 
     from .gpuplatform_policy import GpuPlatformPolicy
 
-    return GpuPlatformPolicy(config_from_dict(fields), name=name)
+    return GpuPlatformPolicy(config_from_dict(fields), name=name, teams=teams)
 
 
 def simulate(

@@ -309,6 +309,48 @@ def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_
     assert two_classes["lost_gpu_hours"] <= 0.02 * two_classes["work_gpu_hours"]
 
 
+def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(capsys, monkeypatch):
+    # No case of the suite has quotas; --guaranteed-share replays reclaiming borrowed GPUs.
+    import sys
+    from pathlib import Path
+
+    from scheduler.simulation import SimConfig, simulate
+    from scheduler.simulation.simulator import Simulator
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite
+
+    for bad in ("-0.1", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            suite.main(["--guaranteed-share", bad])
+        assert exc.value.code == 2
+        assert f"argument --guaranteed-share: '{bad}'" in capsys.readouterr().err
+
+    trace = suite._synthetic(200, 4, 3.0)(None, 0)
+    cluster = suite._nodes(4)(None)
+    teams = suite.equal_guarantees(trace, cluster, 0.3)
+    assert sorted(teams) == sorted({j.tenant for j in trace}) and len(teams) == 4
+    # 30 % of 32 GPUs, rounded down, and the rest of the cluster to borrow
+    assert {t["quota"]["gpu"] for t in teams.values()} == {(9, 23)}
+    assert suite.equal_guarantees(trace, cluster, 0.0) is None
+    # the baselines ignore quotas; the engine takes them
+    assert suite._policy("tiresias", None, teams).name == "tiresias"
+
+    reasons: list[str] = []
+    preempt = Simulator.preempt
+
+    def recorded(sim, job, grace_s=0.0, reason=""):
+        reasons.append(reason)
+        return preempt(sim, job, grace_s, reason)
+
+    monkeypatch.setattr(Simulator, "preempt", recorded)
+    simulate(trace, cluster, suite._policy("gpuplatform", None, teams), SimConfig(seed=0))
+    assert any(r.startswith("reclaim: team ") for r in reasons)
+    reasons.clear()
+    simulate(trace, cluster, suite._policy("gpuplatform", None), SimConfig(seed=0))
+    assert reasons and not any(r.startswith("reclaim: ") for r in reasons)
+
+
 def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
     # benchmarks/replay_cadence.py: fifo-backfill decides the same whenever it is called, so a
     # call every 600 s of simulated time changes none of its numbers, only how often it is called
