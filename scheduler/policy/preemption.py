@@ -266,7 +266,7 @@ class _Preemption:
                 if p < prio:
                     continue
                 for cost, rid, run in ms.victims[p]:
-                    if rid in gone or not reserved.isdisjoint(run.on):
+                    if rid in gone or not reserved.isdisjoint(run.on) or unsaved_peer(run):
                         continue
                     bt = borrower(run)
                     if bt is not None:
