@@ -10,7 +10,8 @@ One cycle, in order (docs/policy.md explains each rule and default):
    received less GPU service first), then hierarchical fair-share standing, then the
    ``Config.queue_order`` tie-break (default "fair": requeued jobs first, then smallest predicted
    remaining GPU-time, aged so that waiting halves a job's effective size every
-   ``queue_aging_s``).
+   ``queue_aging_s``). With quotas, among jobs of one rank those that stay within their team's
+   guarantee go before those that would borrow.
 2. Walk the queue once. A job whose dataset is not ready, or whose team (or an ancestor) would
    exceed its quota, waits without holding anyone up. Otherwise the job is placed as a gang
    (all workers or none) with topology-aware best-fit placement on ``ready`` nodes with health at
@@ -38,7 +39,8 @@ One cycle, in order (docs/policy.md explains each rule and default):
 5. Elastic running jobs grow into GPUs left idle on GPU models where no job waits for capacity.
 
 Where each rule lives: ranking, the attained-service queues and deadlines (1) in ``ranking``;
-the gates, placement, starts and capacity reasons (2, and the ``why`` texts) in ``placement``;
+guarantees before borrowing (1), the gates, placement, starts and capacity reasons (2, and the
+``why`` texts) in ``placement``;
 preemption planning (3) in ``preemption`` (its view of running jobs in ``victims``);
 reservations (4) in ``backfill``; elastic shrink and growth (3, 5) in ``elastic``; what is
 carried between calls in ``memo``; the per-cycle views in ``state``; the configuration's fields
@@ -328,7 +330,10 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                     keys = self.route_of(job)[0]
                     if len(keys) == 1:
                         self.exclusive.add(keys[0])
-        for job in queue_order(self.snap, self.pending_ranks):
+        order = queue_order(self.snap, self.pending_ranks)
+        if self.any_quota:
+            order = self.within_guarantee_first(order)
+        for job in order:
             consider(job)
         self.grow_elastic()
         # nothing reads these any more: the next call may update them

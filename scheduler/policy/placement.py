@@ -1,7 +1,8 @@
-"""Rules 2, 3 and 7 of docs/policy.md on the cycle's capacity: the quota gate (a job that would
-take its team or an ancestor past ``guaranteed + borrow_limit`` waits without holding anyone up),
-gang placement on the capacity views (all workers or none, topology-aware best fit, spot pools
-first for preemptible jobs), the bookkeeping of a start, and the capacity reasons of ``why``.
+"""Rules 1c, 2, 3 and 7 of docs/policy.md on the cycle's capacity: guarantees before borrowing
+(the order of jobs of one rank), the quota gate (a job that would take its team or an ancestor
+past ``guaranteed + borrow_limit`` waits without holding anyone up), gang placement on the
+capacity views (all workers or none, topology-aware best fit, spot pools first for preemptible
+jobs), the bookkeeping of a start, and the capacity reasons of ``why``.
 
 The views: ``ms.now`` counts the GPUs free now; ``ms.long`` (once anything is held) the GPUs
 free and not held for a reservation or a preemptor. A job whose estimated end comes before the
@@ -70,6 +71,39 @@ class _Placement:
                     f"{used} in use"
                 )
         return None
+
+    def within_guarantee_first(self, order: list[PendingJob]) -> list[PendingJob]:
+        """Rule 1c: among jobs of one rank, those whose start keeps their team within
+        its guarantee (on some GPU model they may use) come before those that would borrow,
+        as Kueue admits requests under nominal quota first. Usage is the cycle's start.
+
+        ``order`` is the queue order, whose jobs of one rank are adjacent: one pass."""
+        gpu_models = sorted({ms.gpu for ms in self.models.values()})
+        ranks = self.pending_ranks
+        borrows: dict[tuple[str, str | None, int], bool] = {}
+        out: list[PendingJob] = []
+        later: list[PendingJob] = []  # the current rank's jobs that would borrow
+        current = None
+        for job in order:
+            r = ranks.get(id(job))
+            if r is None:
+                r = self.pending_rank(job)
+            if r != current:
+                out += later
+                later = []
+                current = r
+            need = job.workers * job.gpus_per_worker
+            shape = (job.team, job.gpu_model, need)
+            b = borrows.get(shape)
+            if b is None:
+                b = borrows[shape] = all(
+                    chain and self.used.get((chain[0][0], m), 0) + need > chain[0][1].guaranteed
+                    for m in ([job.gpu_model] if job.gpu_model is not None else gpu_models)
+                    for chain in (self.quota_chain(job.team, m),)
+                )
+            (later if b else out).append(job)
+        out += later
+        return out
 
     # ------------------------------------------------------------------ capacity
 

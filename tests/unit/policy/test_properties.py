@@ -254,6 +254,76 @@ def check_quotas(s, d):
                 assert used[(t, model)] <= max(q.guaranteed + q.borrow_limit, before)
 
 
+@st.composite
+def shared_clusters(draw) -> Snapshot:
+    """A full cluster shared by teams with guarantees and room to borrow, some over their
+    guarantee and some under it with jobs waiting: where reclaims happen."""
+    teams = tuple(
+        Team(t, None, quota={"h100": Quota(draw(st.sampled_from([0, 4, 8, 12])), 32)})
+        for t in ("a", "b", "c")
+    )
+    nodes, running = [], []
+    for i in range(draw(st.integers(1, 4))):
+        nodes.append(Node(name=f"n{i}", gpu_model="h100", gpus=8, free_gpus=()))
+        at = 0
+        while at < 8:
+            gpus = min(draw(st.sampled_from([1, 2, 4, 8])), 8 - at)
+            running.append(
+                RunningJob(
+                    id=f"r{len(running)}",
+                    team=draw(st.sampled_from(("a", "b", "c"))),
+                    priority_class="low",
+                    gpu_model="h100",
+                    workers=1,
+                    gpus_per_worker=gpus,
+                    placement={f"n{i}": tuple(range(at, at + gpus))},
+                    started_at=NOW - 6000,
+                    preemptible=True,
+                    last_checkpoint_at=draw(st.sampled_from([None, NOW - 1000])),
+                    checkpoint_interval_s=3600.0,
+                    submitted_at=NOW - 7000,
+                )
+            )
+            at += gpus
+    pending = tuple(
+        PendingJob(
+            id=f"p{k}",
+            team=draw(st.sampled_from(("a", "b", "c"))),
+            priority_class="low",
+            gpu_model="h100",
+            workers=1,
+            gpus_per_worker=draw(st.sampled_from([1, 2, 4, 8])),
+            submitted_at=float(k),
+        )
+        for k in range(draw(st.integers(1, 6)))
+    )
+    config = Config(las=draw(st.sampled_from([None, Las()])))
+    return Snapshot(
+        now=NOW,
+        config=config,
+        priority_classes=CLASSES,
+        teams=teams,
+        nodes=tuple(nodes),
+        running=tuple(running),
+        pending=pending,
+    )
+
+
+@SETTINGS
+@given(shared_clusters())
+def test_reclaims_in_one_class_keep_the_minimum_quantum(s):
+    d = decide(s)
+    check_invariants(s, d)
+    check_quotas(s, d)
+    running = {r.id: r for r in s.running}
+    for p in d.preempt:
+        if p.reason.startswith("reclaim: "):
+            # every job here is of one class (rule 4a): saved in its run, runs to its checkpoint
+            r = running[p.job]
+            assert r.last_checkpoint_at is not None and r.last_checkpoint_at > r.started_at
+            assert p.grace_s > s.config.preemption_grace_s
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots(crowded=True, easy=True), st.sampled_from([1, 1, 2, 3]))
 def test_backfill_never_delays_any_reservation(s, k):

@@ -102,3 +102,25 @@ def test_rule_4a_a_reclaim_takes_a_job_of_its_own_class_only_after_its_checkpoin
     assert [p.job for p in saved.preempt] == ["lent"]
     assert saved.preempt[0].reason.startswith("reclaim: team owner is within its guarantee")
     assert saved.preempt[0].grace_s == 1700.0 - 1000.0 + 30.0
+
+
+def test_rule_1c_a_job_within_its_guarantee_starts_before_one_that_would_borrow():
+    # Team b ranks first by fair share (it has used less), but it already holds more than its
+    # guarantee: the 4 free GPUs go to team a, which is under its own (as Kueue admits requests
+    # within nominal quota before borrowing ones). Otherwise a would reclaim them at once.
+    teams = [
+        team("a", usage=1e5, quota={"h100": (4, 8)}),
+        team("b", usage=0.0, quota={"h100": (4, 8)}),
+    ]
+    s = snap(
+        [node("n1", 4), node("n2", 0)],
+        [job("b-job", 1, 4, team="b", submitted=0.0), job("a-job", 1, 4, team="a", submitted=1.0)],
+        [run("b-run", {"n2": range(8)}, gpw=4, team="b", pc="normal")],
+        teams,
+    )
+    d = decide(s)
+    check_invariants(s, d)
+    assert list(started(d)) == ["a-job"]
+    # without quotas, b's job goes first (fair share alone)
+    free = snap(s.nodes, s.pending, s.running, [team("a", usage=1e5), team("b", usage=0.0)])
+    assert list(started(decide(free))) == ["b-job"]
