@@ -96,14 +96,20 @@ class _Placement:
             shape = (job.team, job.gpu_model, need)
             b = borrows.get(shape)
             if b is None:
-                b = borrows[shape] = all(
-                    chain and self.used.get((chain[0][0], m), 0) + need > chain[0][1].guaranteed
-                    for m in ([job.gpu_model] if job.gpu_model is not None else gpu_models)
-                    for chain in (self.quota_chain(job.team, m),)
-                )
+                models = [job.gpu_model] if job.gpu_model is not None else gpu_models
+                b = borrows[shape] = all(self.would_borrow(job.team, m, need) for m in models)
             (later if b else out).append(job)
         out += later
         return out
+
+    def would_borrow(self, team: str, model: str, need: int) -> bool:
+        """Whether ``need`` more GPUs of ``model`` take the team's nearest quota for it above
+        its guarantee (a team without one is outside the quota system: never)."""
+        chain = self.quota_chain(team, model)
+        if not chain:
+            return False
+        t, q = chain[0]
+        return self.used.get((t, model), 0) + need > q.guaranteed
 
     # ------------------------------------------------------------------ capacity
 

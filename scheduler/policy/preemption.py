@@ -88,11 +88,8 @@ class _Preemption:
         need = w * g
         # no team has a quota: no chain, and nothing to reclaim
         chain = self.quota_chain(job.team, model) if self.any_quota else ()
-        reclaim_team = None
-        if chain:
-            t, q = chain[0]
-            if self.used.get((t, model), 0) + need <= q.guaranteed:
-                reclaim_team = (t, q)
+        # a team that stays within its guarantee reclaims (rule 1c's test, from the other side)
+        reclaim_team = chain[0] if chain and not self.would_borrow(job.team, model, need) else None
         # FIFO within a queue (LAS): a one-node job that has waited las.fifo_one_node_after_s
         # may also preempt jobs of its own queue submitted after it. Gangs do not: on the ITP
         # trace that more than doubled lost work.
