@@ -19,6 +19,23 @@ def trace(tmp_path):
     return path
 
 
+@pytest.fixture
+def preemption_reasons(monkeypatch):
+    """The reason of every preemption the test's replays make, recorded on its way through the
+    real simulator (which still acts on it)."""
+    from scheduler.simulation.simulator import Simulator
+
+    reasons: list[str] = []
+    preempt = Simulator.preempt
+
+    def recorded(sim, job, grace_s=0.0, reason=""):
+        reasons.append(reason)
+        return preempt(sim, job, grace_s, reason)
+
+    monkeypatch.setattr(Simulator, "preempt", recorded)
+    return reasons
+
+
 def test_replay_writes_every_metric(tmp_path, trace, capsys):
     out = tmp_path / "r.json"
     rc = main(
@@ -254,14 +271,13 @@ def test_a_suite_variant_is_the_engine_with_its_fields_and_a_bad_one_is_refused(
 
 
 def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_preempts_for_them(
-    capsys, monkeypatch
+    capsys, preemption_reasons
 ):
     # The suite's cases have one priority class; --production-share exercises class preemption.
     import sys
     from pathlib import Path
 
     from scheduler.simulation import SimConfig, simulate
-    from scheduler.simulation.simulator import Simulator
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     import suite
@@ -286,17 +302,11 @@ def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_
 
     cluster = suite._nodes(4)(None)
     one_class, _ = simulate(trace, cluster, "gpuplatform", SimConfig(seed=0))
-    # the replay's own preemptions, recorded on their way through (the simulator still acts)
-    reasons: list[str] = []
-    preempt = Simulator.preempt
-
-    def recorded(sim, job, grace_s=0.0, reason=""):
-        reasons.append(reason)
-        return preempt(sim, job, grace_s, reason)
-
-    monkeypatch.setattr(Simulator, "preempt", recorded)
+    preemption_reasons.clear()
     two_classes, replay = simulate(mixed, cluster, "gpuplatform", SimConfig(seed=0))
-    assert any(r.startswith("priority: ") and f"({suite.PRODUCTION})" in r for r in reasons)
+    assert any(
+        r.startswith("priority: ") and f"({suite.PRODUCTION})" in r for r in preemption_reasons
+    )
     # production jobs wait less than research ones, and the classes change what is preempted
     waits: dict[str, list[float]] = {suite.PRODUCTION: [], "research": []}
     for job in replay.jobs:
@@ -309,13 +319,14 @@ def test_a_production_share_puts_the_same_jobs_in_a_higher_class_and_the_engine_
     assert two_classes["lost_gpu_hours"] <= 0.02 * two_classes["work_gpu_hours"]
 
 
-def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(capsys, monkeypatch):
+def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(
+    capsys, preemption_reasons
+):
     # No case of the suite has quotas; --guaranteed-share replays reclaiming borrowed GPUs.
     import sys
     from pathlib import Path
 
     from scheduler.simulation import SimConfig, simulate
-    from scheduler.simulation.simulator import Simulator
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     import suite
@@ -336,19 +347,11 @@ def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(c
     # the baselines ignore quotas; the engine takes them
     assert suite._policy("tiresias", None, teams).name == "tiresias"
 
-    reasons: list[str] = []
-    preempt = Simulator.preempt
-
-    def recorded(sim, job, grace_s=0.0, reason=""):
-        reasons.append(reason)
-        return preempt(sim, job, grace_s, reason)
-
-    monkeypatch.setattr(Simulator, "preempt", recorded)
     simulate(trace, cluster, suite._policy("gpuplatform", None, teams), SimConfig(seed=0))
-    assert any(r.startswith("reclaim: team ") for r in reasons)
-    reasons.clear()
+    assert any(r.startswith("reclaim: team ") for r in preemption_reasons)
+    preemption_reasons.clear()
     simulate(trace, cluster, suite._policy("gpuplatform", None), SimConfig(seed=0))
-    assert reasons and not any(r.startswith("reclaim: ") for r in reasons)
+    assert preemption_reasons and not any(r.startswith("reclaim: ") for r in preemption_reasons)
 
 
 def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
