@@ -188,7 +188,9 @@ class _Preemption:
             return not run.saved and peer(run)
 
         def borrower(run: _Run) -> str | None:
-            if reclaim_team is None:
+            """The borrowing team ``run``'s GPUs are reclaimed from, or None. A higher class is
+            never reclaimed: it would take the GPUs back by priority, and so on (rule 4)."""
+            if reclaim_team is None or classes.get(run.job.priority_class, 0) > job_class:
                 return None
             for t, q in self.quota_chain(run.job.team, model):
                 if t in own:
@@ -489,7 +491,7 @@ class _Preemption:
                 t, q = reclaim_team
                 reason = (
                     f"reclaim: team {t} is within its guarantee of {q.guaranteed} {model} GPUs "
-                    f"and reclaims GPUs borrowed by team {c[6]}"
+                    f"and reclaims GPUs borrowed by team {c[6]} for {job.id} ({job.priority_class})"
                 )
                 for bt in self.ancestry(run.job.team):
                     self.reclaimed[(bt, model)] = self.reclaimed.get((bt, model), 0) + run.gpus

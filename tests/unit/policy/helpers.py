@@ -263,8 +263,8 @@ def check_invariants(s: Snapshot, d: Decisions) -> None:
             )
         # Minimum quantum: a job that has not saved a checkpoint since it (re)started is only
         # preempted for a higher class or a quota reclaim by another class, never by a job of
-        # its own class. A reclaim's reason names no preemptor's class: reclaims inside one
-        # class are checked by test_properties.test_reclaims_in_one_class_keep_the_minimum_quantum.
+        # its own class. The preemptor of a reclaim is named at the end of its reason: reclaims
+        # are checked by test_reclaims_keep_the_quantum_and_never_take_a_higher_class.
         saved = r.last_checkpoint_at is not None and r.last_checkpoint_at > r.started_at
         assert saved or pr.reason.startswith(("priority:", "reclaim:")), (
             f"{pr.job} preempted by its own class before its first checkpoint: {pr.reason}"

@@ -257,7 +257,7 @@ def check_quotas(s, d):
 @st.composite
 def shared_clusters(draw) -> Snapshot:
     """A full cluster shared by teams with guarantees and room to borrow, some over their
-    guarantee and some under it with jobs waiting: where reclaims happen."""
+    guarantee and some under it with jobs waiting, in two classes: where reclaims happen."""
     teams = tuple(
         Team(t, None, quota={"h100": Quota(draw(st.sampled_from([0, 4, 8, 12])), 32)})
         for t in ("a", "b", "c")
@@ -272,7 +272,7 @@ def shared_clusters(draw) -> Snapshot:
                 RunningJob(
                     id=f"r{len(running)}",
                     team=draw(st.sampled_from(("a", "b", "c"))),
-                    priority_class="low",
+                    priority_class=draw(st.sampled_from(("low", "low", "high"))),
                     gpu_model="h100",
                     workers=1,
                     gpus_per_worker=gpus,
@@ -289,7 +289,7 @@ def shared_clusters(draw) -> Snapshot:
         PendingJob(
             id=f"p{k}",
             team=draw(st.sampled_from(("a", "b", "c"))),
-            priority_class="low",
+            priority_class=draw(st.sampled_from(("low", "low", "high"))),
             gpu_model="h100",
             workers=1,
             gpus_per_worker=draw(st.sampled_from([1, 2, 4, 8])),
@@ -311,17 +311,23 @@ def shared_clusters(draw) -> Snapshot:
 
 @SETTINGS
 @given(shared_clusters())
-def test_reclaims_in_one_class_keep_the_minimum_quantum(s):
+def test_reclaims_keep_the_quantum_and_never_take_a_higher_class(s):
     d = decide(s)
     check_invariants(s, d)
     check_quotas(s, d)
     running = {r.id: r for r in s.running}
+    pending = {p.id: p for p in s.pending}
     for p in d.preempt:
         if p.reason.startswith("reclaim: "):
-            # every job here is of one class (rule 4a): saved in its run, runs to its checkpoint
-            r = running[p.job]
-            assert r.last_checkpoint_at is not None and r.last_checkpoint_at > r.started_at
-            assert p.grace_s > s.config.preemption_grace_s
+            victim = running[p.job]
+            by = pending[p.reason.rsplit(" for ", 1)[1].split(" (")[0]]
+            victim_class, by_class = CLASSES[victim.priority_class], CLASSES[by.priority_class]
+            assert victim_class <= by_class, p.reason
+            if victim_class == by_class:
+                # rule 4a: saved in its run, and it runs on to its next checkpoint
+                assert victim.last_checkpoint_at is not None
+                assert victim.last_checkpoint_at > victim.started_at
+                assert p.grace_s > s.config.preemption_grace_s
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -51,18 +51,33 @@ def test_rule_3_no_quota_entry_for_a_model_means_not_limited():
 
 def test_rule_3_team_within_guarantee_reclaims_borrowed_gpus_by_preemption():
     teams = [team("owner", quota={"h100": (8, 0)}), team("borrower", quota={"h100": (0, 8)})]
-    s = snap(
-        [node("n1", 0)],
-        [job("mine", 1, 8, team="owner", pc="low")],
-        [run("lent", {"n1": range(8)}, team="borrower", pc="high", ckpt=900)],
-        teams=teams,
-    )
-    d = decide(s)
-    check_invariants(s, d)
+
+    def decision(lent_class):
+        # saved at 900 and without a checkpoint interval: it stops after the ordinary grace
+        lent = run("lent", {"n1": range(8)}, team="borrower", pc=lent_class, ckpt=900)
+        s = snap(
+            [node("n1", 0)],
+            [job("mine", 1, 8, team="owner", pc="low")],
+            [lent],
+            teams=teams,
+            las=None,  # this rule is about quotas, not attained service
+        )
+        d = decide(s)
+        check_invariants(s, d)
+        return d
+
+    d = decision("low")
     assert [p.job for p in d.preempt] == ["lent"]
-    assert d.preempt[0].reason.startswith("reclaim: team owner is within its guarantee of 8")
+    assert d.preempt[0].reason == (
+        "reclaim: team owner is within its guarantee of 8 h100 GPUs and reclaims GPUs borrowed "
+        "by team borrower for mine (low)"
+    )
     assert not d.start  # GPUs come back only after the grace period
     assert "waiting for 8 preempted GPUs to be released (grace 120 s)" in why(d, "mine")
+    # A higher class is never reclaimed: it would take the GPUs back by priority at once. With
+    # two classes and equal guarantees that ping-pong preempted 13 times per job on itp06.
+    d = decision("high")
+    assert not d.preempt and not d.start
 
 
 def test_rule_3_no_reclaim_beyond_the_guarantee_or_from_non_borrowers():

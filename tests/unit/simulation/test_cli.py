@@ -352,6 +352,14 @@ def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(
     preemption_reasons.clear()
     simulate(trace, cluster, suite._policy("gpuplatform", None), SimConfig(seed=0))
     assert preemption_reasons and not any(r.startswith("reclaim: ") for r in preemption_reasons)
+    # With two classes as well: no reclaim takes a higher class, so no storm (a research job
+    # reclaiming a production job's GPUs, which it took back by priority, and so on)
+    mixed = suite.with_production_share(trace, 0.3)
+    two_classes, _ = simulate(
+        mixed, cluster, suite._policy("gpuplatform", None, teams), SimConfig(seed=0)
+    )
+    assert two_classes["preemptions"] <= 2 * two_classes["jobs"]
+    assert two_classes["lost_gpu_hours"] <= 0.02 * two_classes["work_gpu_hours"]
 
 
 def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
