@@ -19,9 +19,10 @@ One cycle, in order (docs/policy.md explains each rule and default):
    nothing else fits; nodes caching the job's dataset are preferred.
 3. A job that does not fit may (if higher priority than preemptible jobs, including
    preemptible jobs of its class in a higher attained-service queue, or reclaiming GPUs
-   borrowed from its guarantee by jobs of its class or a lower one) shrink elastic jobs and then preempt the victims that lose the
-   least work (GPUs x time since their last checkpoint), skipping victims whose next checkpoint
-   is due within ``checkpoint_protect_s`` (a one-node job takes the node whose victims lose the
+   borrowed from its guarantee by jobs of its class or a lower one) shrink elastic jobs and
+   then preempt the victims that lose the least work (GPUs x time since their last
+   checkpoint), skipping victims whose next checkpoint is due within ``checkpoint_protect_s``
+   (a one-node job takes the node whose victims lose the
    least work in total; with LAS queues it may also preempt jobs of its own queue submitted
    after it). Inside a class, a victim must have saved a checkpoint in its current run and
    runs on to just past its next one (the minimum quantum: no work lost, no storms). Nobody is
