@@ -55,7 +55,7 @@ def test_reclaims_keep_the_quantum_at_three_times_capacity_with_equal_guarantees
     # Four tenants, each guaranteed a quarter of the 16 GPUs and free to borrow the rest (as
     # `benchmarks/suite.py --guaranteed-share 0.25`): under overload every team is at times
     # under its guarantee and reclaims. Reclaims keep the quantum too (before 6 December they
-    # took jobs here the moment they started; lost work 0.87 % then, 0.39 % now).
+    # took jobs here the moment they started; lost work 0.87 % then, 0.41 % now).
     trace = overloaded_trace()
     cfg = SimConfig(checkpoint_interval_s=INTERVAL_S, restart_overhead_s=OVERHEAD_S)
     quota = {"gpu": (4, 12)}
