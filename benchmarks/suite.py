@@ -59,10 +59,7 @@ from scheduler.simulation import (  # noqa: E402
 )
 from scheduler.simulation.cli import fraction, interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
-from scheduler.simulation.gpuplatform_policy import (  # noqa: E402
-    PRIORITY_CLASSES,
-    GpuPlatformPolicy,
-)
+from scheduler.simulation.gpuplatform_policy import PRIORITY_CLASSES  # noqa: E402
 from scheduler.simulation.runner import VARIANT_FIELDS, engine_variant, make_policy  # noqa: E402
 from scheduler.simulation.traces import TraceJob, default_traces_dir, scale_arrivals  # noqa: E402
 
@@ -320,9 +317,9 @@ def _policy(
 ):
     """The policy ``name``, or the engine with ``engine_fields`` (a ``--variant``) under that
     label; an engine gets ``teams`` (quotas), the baselines ignore them."""
-    policy = make_policy(name) if engine_fields is None else engine_variant(name, engine_fields)
-    if teams is None or not isinstance(policy, GpuPlatformPolicy):
-        return policy
+    engine = engine_fields is not None or name == "gpuplatform" or name in VARIANT_FIELDS
+    if not engine or (engine_fields is None and teams is None):
+        return make_policy(name)
     fields = engine_fields if engine_fields is not None else VARIANT_FIELDS.get(name, {})
     return engine_variant(name, fields, teams=teams)
 

@@ -115,7 +115,7 @@ def interval_seconds(value: str) -> float | None:
 
 
 def fraction(value: str) -> float:
-    """A share from 0 to 1 (spot nodes, production jobs)."""
+    """A share from 0 to 1 (spot nodes; in the suite, production jobs and guarantees)."""
     share = _finite(value)
     if not 0 <= share <= 1:
         raise argparse.ArgumentTypeError(f"{value!r}: must be a fraction from 0 to 1")

@@ -11,7 +11,7 @@ only if that frees GPUs sooner than running jobs' expected ends): the same start
 preemptions. Every digest was re-recorded when jobs within their team's guarantee came to go
 before borrowing ones of their rank (rule 3; these snapshots have quotas): as many GPUs start,
 given to other teams' jobs (cold-1 855 starts instead of 857, cold-3 940 instead of 955,
-large-1 688 instead of 687; cold-3 also plans one preemption for a production gang)."""
+large-1 688 instead of 687; cold-3 also preempts two jobs for a production gang)."""
 
 from __future__ import annotations
 
