@@ -140,6 +140,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.gone: set[str] = set()  # running jobs preempted this cycle
         self.shrunk: dict[str, list[tuple[int, tuple[int, ...]]]] = {}  # job -> removed units
         self.why_cache: dict[tuple, str] = {}
+        self.borrowing: set[int] = set()  # ids of the jobs rule 1c put after their rank's others
 
         # ---- nodes: eligible ones get global ids in topology order
         min_health = cfg.min_health
@@ -561,7 +562,8 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 reasons.insert(0, held_out)
                 break
             blocked.append((ms, short, ws, gs))
-            reasons.append(self.capacity_why(ms, views["all"], short, ws, gs))
+            borrower = job.team if id(job) in self.borrowing else None
+            reasons.append(self.capacity_why(ms, views["all"], short, ws, gs, borrower))
         if not blocked:
             if router is not None and not ever:
                 return "no allowed cluster can ever hold it: " + "; ".join(reasons + excluded), None

@@ -77,7 +77,8 @@ class _Placement:
         its guarantee (on some GPU model they may use) come before those that would borrow,
         as Kueue admits requests under nominal quota first. Usage is the cycle's start.
 
-        ``order`` is the queue order, whose jobs of one rank are adjacent: one pass."""
+        ``order`` is the queue order, whose jobs of one rank are adjacent: one pass. The jobs
+        that would borrow are kept in ``borrowing`` for their ``why``."""
         gpu_models = sorted({ms.gpu for ms in self.models.values()})
         ranks = self.pending_ranks
         borrows: dict[tuple[str, str | None, int], bool] = {}
@@ -98,7 +99,11 @@ class _Placement:
             if b is None:
                 models = [job.gpu_model] if job.gpu_model is not None else gpu_models
                 b = borrows[shape] = all(self.would_borrow(job.team, m, need) for m in models)
-            (later if b else out).append(job)
+            if b:
+                later.append(job)
+                self.borrowing.add(id(job))
+            else:
+                out.append(job)
         out += later
         return out
 
@@ -204,9 +209,15 @@ class _Placement:
             f"have room for only {self.static_slots(ms, g)} workers of {g} GPUs"
         )
 
-    def capacity_why(self, ms: _Model, view: Index, short: bool, w: int, g: int) -> str:
+    def capacity_why(
+        self, ms: _Model, view: Index, short: bool, w: int, g: int, borrower: str | None = None
+    ) -> str:
+        """Why ``w`` workers of ``g`` GPUs do not fit ``view``; ``borrower`` is the team of a
+        job that rule 1c put behind the jobs of its rank within their guarantees."""
         now_view = ms.now["all"]
         key = (ms.name, w, g, id(view), view.version, now_view.version, len(ms.reservations))
+        if borrower is not None:
+            key += (borrower,)
         cached = self.why_cache.get(key)
         if cached is not None:
             return cached
@@ -230,6 +241,20 @@ class _Placement:
                 "an estimated end before then would let it backfill"
             )
         elif self.initial_slots(ms, g) >= w:
-            base += "; the free GPUs went to higher-ranked jobs this cycle (priority, fair share)"
+            if borrower is None:
+                base += (
+                    "; the free GPUs went to higher-ranked jobs this cycle (priority, fair share)"
+                )
+            else:
+                chain = self.quota_chain(borrower, ms.gpu)
+                team = chain[0][0] if chain else borrower
+                who = (
+                    f"team {team}" if team == borrower else f"team {team} (ancestor of {borrower})"
+                )
+                base += (
+                    "; the free GPUs went to jobs ahead of it this cycle (priority, fair share, "
+                    f"then guarantees: it would take {who} above its guarantee, so jobs of its "
+                    "rank within their teams' guarantees went first)"
+                )
         self.why_cache[key] = base
         return base
