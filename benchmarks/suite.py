@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
         [--variant NAME=JSON ...] [--production-share F] [--guaranteed-share F]
+        [--mtbf S] [--spot-fraction F --spot-mtbi S]
         [--seeds 0,1,2] [--workers 2]
         [--out var/benchmarks/suite.json]
 
@@ -20,7 +21,10 @@ each case's jobs (the same jobs for every policy and seed) in the `production` c
 it (the baselines ignore classes, so their rows do not change). Nor does any case have quotas;
 `--guaranteed-share F` gives each of a case's tenants a guarantee of that share of every GPU
 model's GPUs, and lets it borrow the rest, as equal ClusterQueues of one Kueue cohort would, so
-reclaiming borrowed GPUs is replayed (the baselines ignore quotas too).
+reclaiming borrowed GPUs is replayed (the baselines ignore quotas too). Nor do the traces have
+failures: `--mtbf S` makes every node fail once every S seconds on average (a job on it loses its
+work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes a share of the
+nodes spot nodes that are taken away that often, for every policy alike.
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -324,22 +328,53 @@ def _policy(
     return engine_variant(name, fields, teams=teams)
 
 
+@dataclass(frozen=True)
+class Conditions:
+    """What the suite's options change in every replay, for every policy alike: the job model
+    (checkpoints), the workload (a production share, guarantees) and the cluster's reliability
+    (node failures, spot nodes and their interruptions)."""
+
+    checkpoint_on_request_s: float | None = None
+    checkpoint_interval_s: float | None = SimConfig().checkpoint_interval_s
+    production_share: float = 0.0
+    guaranteed_share: float = 0.0
+    mtbf_s: float | None = None
+    spot_fraction: float = 0.0
+    spot_mtbi_s: float | None = None
+
+    def sim_config(self, seed: int) -> SimConfig:
+        return SimConfig(
+            seed=seed,
+            checkpoint_on_request_s=self.checkpoint_on_request_s,
+            checkpoint_interval_s=self.checkpoint_interval_s,
+            mtbf_s=self.mtbf_s,
+            spot_mtbi_s=self.spot_mtbi_s,
+        )
+
+    def cluster(self, case: Case, traces: Path, seed: int) -> ClusterSpec:
+        cluster = case.cluster(traces)
+        if self.spot_fraction:
+            # the same nodes for every policy of a seed, as the simulator's CLI chooses them
+            cluster = cluster.with_spot_fraction(self.spot_fraction, seed=seed)
+        return cluster
+
+
 def _replay(
-    task: tuple[
-        str, str, dict[str, Any] | None, int, str, float | None, float | None, float, float
-    ],
+    task: tuple[str, str, dict[str, Any] | None, int, str, Conditions],
 ) -> tuple[str, str, int, dict[str, float]]:
-    case_name, policy, engine_fields, seed, traces, on_request_s, interval_s, share, guar = task
+    case_name, policy, engine_fields, seed, traces, conditions = task
     case = next(c for c in ALL_CASES if c.name == case_name)
-    trace = with_production_share(case.trace(Path(traces), seed), share)
-    cluster = case.cluster(Path(traces))
+    trace = with_production_share(case.trace(Path(traces), seed), conditions.production_share)
+    cluster = conditions.cluster(case, Path(traces), seed)
     metrics, _ = simulate(
         trace,
         cluster,
-        _policy(policy, engine_fields, equal_guarantees(trace, cluster, guar)),
-        SimConfig(
-            seed=seed, checkpoint_on_request_s=on_request_s, checkpoint_interval_s=interval_s
+        _policy(
+            policy,
+            engine_fields,
+            equal_guarantees(trace, cluster, conditions.guaranteed_share),
         ),
+        conditions.sim_config(seed),
         timer=time.perf_counter,
     )
     return case_name, policy, seed, summarize(metrics)
@@ -438,7 +473,33 @@ def main(argv: list[str] | None = None) -> int:
         help="every tenant of a case is guaranteed this share of each GPU model's GPUs and may "
         "borrow the rest (default 0: no quotas, as the traces have it)",
     )
+    ap.add_argument(
+        "--mtbf",
+        type=interval_seconds,
+        default=None,
+        metavar="S|none",
+        help="every node fails once every S seconds on average and is repaired in "
+        f"{SimConfig().repair_s:.0f} s; a job on it loses its work since its last checkpoint "
+        "(default none: nodes never fail, as the traces have it)",
+    )
+    ap.add_argument(
+        "--spot-fraction",
+        type=fraction,
+        default=0.0,
+        metavar="F",
+        help="this share of every case's nodes are spot nodes, chosen by the seed (default 0)",
+    )
+    ap.add_argument(
+        "--spot-mtbi",
+        type=interval_seconds,
+        default=None,
+        metavar="S|none",
+        help="every spot node is taken away once every S seconds on average, for "
+        f"{SimConfig().spot_outage_s:.0f} s (default none; needs --spot-fraction)",
+    )
     args = ap.parse_args(argv)
+    if args.spot_mtbi is not None and not args.spot_fraction:
+        ap.error("--spot-mtbi needs --spot-fraction: no node is a spot node without it")
     case_set = HELD_OUT if args.held_out else CASES
     names = {c.name for c in ALL_CASES}
     if args.cases:
@@ -480,6 +541,15 @@ def main(argv: list[str] | None = None) -> int:
                 load = offered_load(trace, cluster)
                 print(f"{case.name}: {len(trace)} jobs, {cluster.total_gpus} GPUs, load {load:.2f}")
         return 0
+    conditions = Conditions(
+        checkpoint_on_request_s=args.checkpoint_on_request,
+        checkpoint_interval_s=args.checkpoint_interval,
+        production_share=args.production_share,
+        guaranteed_share=args.guaranteed_share,
+        mtbf_s=args.mtbf,
+        spot_fraction=args.spot_fraction,
+        spot_mtbi_s=args.spot_mtbi,
+    )
     # longest replays first so the pool does not end on one straggler
     order = {"gpuplatform": 0, **dict.fromkeys(variants, 0), "tiresias": 1}
     tasks = sorted(
@@ -490,10 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                 variants.get(p),
                 s,
                 str(args.traces),
-                args.checkpoint_on_request,
-                args.checkpoint_interval,
-                args.production_share,
-                args.guaranteed_share,
+                conditions,
             )
             for c in chosen
             for p in policies

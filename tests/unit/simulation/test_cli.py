@@ -362,6 +362,49 @@ def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(
     assert two_classes["lost_gpu_hours"] <= 0.02 * two_classes["work_gpu_hours"]
 
 
+def test_the_suite_replays_node_failures_and_spot_nodes_for_every_policy_alike(capsys):
+    # The traces have no failures; --mtbf and --spot-fraction/--spot-mtbi add them.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite
+
+    for args, said in (
+        (["--mtbf", "-5"], "argument --mtbf: '-5': must be > 0 seconds, or none"),
+        (["--spot-fraction", "2"], "argument --spot-fraction: '2': must be a fraction from 0 to 1"),
+        (["--spot-mtbi", "3600"], "--spot-mtbi needs --spot-fraction"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            suite.main(args)
+        assert exc.value.code == 2
+        assert said in capsys.readouterr().err
+
+    conditions = suite.Conditions(mtbf_s=86400.0, spot_fraction=0.5, spot_mtbi_s=3600.0)
+    case = next(c for c in suite.CASES if c.name == "synthetic-3x")
+    # the same spot nodes for every policy of a seed, half of them
+    spot = [n.spot for n in conditions.cluster(case, Path(), 1).nodes]
+    assert spot == [n.spot for n in conditions.cluster(case, Path(), 1).nodes]
+    assert sum(spot) == len(spot) // 2
+    assert not any(n.spot for n in suite.Conditions().cluster(case, Path(), 1).nodes)
+
+    task = ("synthetic-3x", "fifo-backfill", None, 0, "", conditions)
+    _, _, _, row = suite._replay(task)
+    plain = suite._replay(task[:-1] + (suite.Conditions(),))[3]
+    assert row["avg_wait_s"] != plain["avg_wait_s"]
+    # nodes fail and spot nodes are taken away; the jobs on them lose their work since their
+    # last checkpoint, and the engine does not answer with a storm of its own
+    metrics, _ = suite.simulate(
+        case.trace(Path(), 0),
+        conditions.cluster(case, Path(), 0),
+        "gpuplatform",
+        conditions.sim_config(0),
+    )
+    assert metrics["node_failures"] > 0 and metrics["spot_interruptions"] > 0
+    assert metrics["lost_gpu_hours"] > 0
+    assert metrics["preemptions"] <= 2 * metrics["jobs"]
+
+
 def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
     # benchmarks/replay_cadence.py: fifo-backfill decides the same whenever it is called, so a
     # call every 600 s of simulated time changes none of its numbers, only how often it is called
