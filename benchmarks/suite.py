@@ -1,7 +1,7 @@
 """The scheduling benchmark suite: every case, every policy, seeds 0-2, one table with verdicts.
 
     .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
-        [--variant NAME=JSON ...] [--production-share F] [--guaranteed-share F]
+        [--variant NAME=JSON ...] [--production-share F] [--guaranteed-share F [--organisations N]]
         [--mtbf S] [--spot-fraction F --spot-mtbi S]
         [--seeds 0,1,2] [--workers 2]
         [--out var/benchmarks/suite.json]
@@ -21,7 +21,8 @@ each case's jobs (the same jobs for every policy and seed) in the `production` c
 it (the baselines ignore classes, so their rows do not change). Nor does any case have quotas;
 `--guaranteed-share F` gives each of a case's tenants a guarantee of that share of every GPU
 model's GPUs, and lets it borrow the rest, as equal ClusterQueues of one Kueue cohort would, so
-reclaiming borrowed GPUs is replayed (the baselines ignore quotas too). Nor do the traces have
+reclaiming borrowed GPUs is replayed (the baselines ignore quotas too); `--organisations N` puts
+the tenants under N parent teams (a team tree), each guaranteed its tenants' guarantees together. Nor do the traces have
 failures: `--mtbf S` makes every node fail once every S seconds on average (a job on it loses its
 work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes a share of the
 nodes spot nodes that are taken away that often, for every policy alike.
@@ -61,7 +62,7 @@ from scheduler.simulation import (  # noqa: E402
     simulate,
     uniform_cluster,
 )
-from scheduler.simulation.cli import fraction, interval_seconds, request_seconds  # noqa: E402
+from scheduler.simulation.cli import count, fraction, interval_seconds, request_seconds  # noqa: E402
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
 from scheduler.simulation.gpuplatform_policy import PRIORITY_CLASSES  # noqa: E402
 from scheduler.simulation.runner import VARIANT_FIELDS, engine_variant, make_policy  # noqa: E402
@@ -110,18 +111,40 @@ def with_production_share(trace: tuple[TraceJob, ...], share: float) -> tuple[Tr
 
 
 def equal_guarantees(
-    trace: tuple[TraceJob, ...], cluster: ClusterSpec, share: float
+    trace: tuple[TraceJob, ...], cluster: ClusterSpec, share: float, organisations: int = 0
 ) -> dict[str, dict[str, Any]] | None:
     """Every tenant of the trace guaranteed ``share`` of each GPU model's GPUs (rounded down) and
-    allowed to borrow the rest of them: the team tree the engine's adapter takes. None for 0."""
+    allowed to borrow the rest of them: the team tree the engine's adapter takes. With
+    ``organisations`` N, the tenants (sorted) are dealt in turn to N parent teams, each
+    guaranteed the sum of its tenants' guarantees and allowed to borrow the rest: a tenant
+    borrows first from its organisation's idle guarantee, as a nested Kueue cohort lends. None
+    for a share of 0."""
     if share <= 0:
         return None
     gpus: dict[str, int] = {}
     for node in cluster.nodes:
         gpus[node.gpu_model] = gpus.get(node.gpu_model, 0) + node.gpus
-    quota = {m: (int(share * n), n - int(share * n)) for m, n in sorted(gpus.items())}
+
+    def quota(tenants: int) -> dict[str, tuple[int, int]]:
+        guaranteed = {m: min(n, tenants * int(share * n)) for m, n in gpus.items()}
+        return {m: (guaranteed[m], n - guaranteed[m]) for m, n in sorted(gpus.items())}
+
     tenants = sorted({j.tenant for j in trace})
-    return {t: {"parent": None, "weight": 1.0, "quota": quota} for t in tenants}
+    if organisations <= 0:
+        return {t: {"parent": None, "weight": 1.0, "quota": quota(1)} for t in tenants}
+    orgs = [f"org{k}" for k in range(min(organisations, len(tenants)))]
+    parent = {t: orgs[i % len(orgs)] for i, t in enumerate(tenants)}
+    teams: dict[str, dict[str, Any]] = {
+        org: {
+            "parent": None,
+            "weight": 1.0,
+            "quota": quota(sum(1 for p in parent.values() if p == org)),
+        }
+        for org in orgs
+    }
+    for t in tenants:
+        teams[t] = {"parent": parent[t], "weight": 1.0, "quota": quota(1)}
+    return teams
 
 
 def _itp(cluster: str, max_jobs: int | None = None, max_submit: float | None = None):
@@ -338,6 +361,7 @@ class Conditions:
     checkpoint_interval_s: float | None = SimConfig().checkpoint_interval_s
     production_share: float = 0.0
     guaranteed_share: float = 0.0
+    organisations: int = 0
     mtbf_s: float | None = None
     spot_fraction: float = 0.0
     spot_mtbi_s: float | None = None
@@ -372,7 +396,7 @@ def _replay(
         _policy(
             policy,
             engine_fields,
-            equal_guarantees(trace, cluster, conditions.guaranteed_share),
+            equal_guarantees(trace, cluster, conditions.guaranteed_share, conditions.organisations),
         ),
         conditions.sim_config(seed),
         timer=time.perf_counter,
@@ -474,6 +498,14 @@ def main(argv: list[str] | None = None) -> int:
         "borrow the rest (default 0: no quotas, as the traces have it)",
     )
     ap.add_argument(
+        "--organisations",
+        type=count,
+        default=0,
+        metavar="N",
+        help="with --guaranteed-share: the tenants are dealt to N parent teams, each guaranteed "
+        "its tenants' guarantees together (default: no parents)",
+    )
+    ap.add_argument(
         "--mtbf",
         type=interval_seconds,
         default=None,
@@ -498,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{SimConfig().spot_outage_s:.0f} s (default none; needs --spot-fraction)",
     )
     args = ap.parse_args(argv)
+    if args.organisations and not args.guaranteed_share:
+        ap.error("--organisations needs --guaranteed-share: a team tree without guarantees")
     if args.spot_mtbi is not None and not args.spot_fraction:
         ap.error("--spot-mtbi needs --spot-fraction: no node is a spot node without it")
     case_set = HELD_OUT if args.held_out else CASES
@@ -546,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_interval_s=args.checkpoint_interval,
         production_share=args.production_share,
         guaranteed_share=args.guaranteed_share,
+        organisations=args.organisations,
         mtbf_s=args.mtbf,
         spot_fraction=args.spot_fraction,
         spot_mtbi_s=args.spot_mtbi,

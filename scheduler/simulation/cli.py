@@ -137,7 +137,7 @@ def _positive(value: str) -> float:
     return number
 
 
-def _count(value: str) -> int:
+def count(value: str) -> int:
     """A whole number >= 1 (nodes, GPUs per node, jobs, every Nth node)."""
     try:
         number = int(value)
@@ -167,9 +167,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace CSV path, or synthetic:N")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: from the header)")
     p.add_argument("--cluster", help="NxG[:model], openb[:PATH] or a node-list CSV")
-    p.add_argument("--nodes", type=_count, help="uniform cluster: number of nodes")
-    p.add_argument("--gpus-per-node", type=_count, default=8)
-    p.add_argument("--max-jobs", type=_count, help="replay only the first N jobs")
+    p.add_argument("--nodes", type=count, help="uniform cluster: number of nodes")
+    p.add_argument("--gpus-per-node", type=count, default=8)
+    p.add_argument("--max-jobs", type=count, help="replay only the first N jobs")
     p.add_argument("--max-submit", type=_finite, help="replay jobs submitted at or before T s")
     p.add_argument(
         "--arrival-scale", type=_positive, default=1.0, help="multiply inter-arrival times (stress)"
@@ -187,7 +187,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mtbf", type=interval_seconds, default=None, help="per-node MTBF s")
     p.add_argument("--repair", type=_seconds, default=4 * 3600.0, help="node repair time s")
-    p.add_argument("--node-sample", type=_count, default=1, help="keep every Nth node")
+    p.add_argument("--node-sample", type=count, default=1, help="keep every Nth node")
     p.add_argument("--spot-fraction", type=fraction, default=0.0)
     p.add_argument("--spot-mtbi", type=interval_seconds, default=None, help="per spot node s")
     p.add_argument("--html", help="write an offline HTML report here")

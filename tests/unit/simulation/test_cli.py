@@ -344,6 +344,22 @@ def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(
     # 30 % of 32 GPUs, rounded down, and the rest of the cluster to borrow
     assert {t["quota"]["gpu"] for t in teams.values()} == {(9, 23)}
     assert suite.equal_guarantees(trace, cluster, 0.0) is None
+    # a tree: the tenants dealt to two organisations, each guaranteed its two tenants' 9 + 9
+    tree = suite.equal_guarantees(trace, cluster, 0.3, organisations=2)
+    assert {t: v["parent"] for t, v in tree.items()} == {
+        "org0": None,
+        "org1": None,
+        **{t: f"org{i % 2}" for i, t in enumerate(sorted(teams))},
+    }
+    assert tree["org0"]["quota"]["gpu"] == (18, 14)
+    # guarantees never above the cluster, whatever the share
+    assert suite.equal_guarantees(trace, cluster, 0.5, organisations=1)["org0"]["quota"] == {
+        "gpu": (32, 0)
+    }
+    with pytest.raises(SystemExit) as exc:
+        suite.main(["--organisations", "2"])
+    assert exc.value.code == 2
+    assert "--organisations needs --guaranteed-share" in capsys.readouterr().err
     # the baselines ignore quotas; the engine takes them
     assert suite._policy("tiresias", None, teams).name == "tiresias"
 
