@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
         [--variant NAME=JSON ...] [--production-share F] [--guaranteed-share F [--organisations N]]
-        [--mtbf S] [--spot-fraction F --spot-mtbi S]
+        [--runtime-limits none|exact|over:F|max:S] [--mtbf S] [--spot-fraction F --spot-mtbi S]
         [--seeds 0,1,2] [--workers 2]
         [--out var/benchmarks/suite.json]
 
@@ -22,7 +22,9 @@ it (the baselines ignore classes, so their rows do not change). Nor does any cas
 `--guaranteed-share F` gives each of a case's tenants a guarantee of that share of every GPU
 model's GPUs, and lets it borrow the rest, as equal ClusterQueues of one Kueue cohort would, so
 reclaiming borrowed GPUs is replayed (the baselines ignore quotas too); `--organisations N` puts
-the tenants under N parent teams (a team tree), each guaranteed its tenants' guarantees together. Nor do the traces have
+the tenants under N parent teams (a team tree), each guaranteed its tenants' guarantees together. `--runtime-limits`
+gives the jobs the limits users would have asked for (the traces have none; the engine plans with
+a job's limit where it has one). Nor do the traces have
 failures: `--mtbf S` makes every node fail once every S seconds on average (a job on it loses its
 work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes a share of the
 nodes spot nodes that are taken away that often, for every policy alike.
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -108,6 +111,47 @@ def with_production_share(trace: tuple[TraceJob, ...], share: float) -> tuple[Tr
         replace(j, priority_class=PRODUCTION) if zlib.crc32(j.id.encode()) % 10_000 < cut else j
         for j in trace
     )
+
+
+def runtime_limits(value: str) -> tuple[str, float]:
+    """``--runtime-limits``' argparse type: none, exact, over:F (F >= 1) or max:S (S > 0)."""
+    kind, _, number = value.partition(":")
+    if kind in ("none", "exact") and not number:
+        return kind, 0.0
+    if kind in ("over", "max") and number:
+        try:
+            x = float(number)
+        except ValueError:
+            x = math.nan
+        if kind == "over" and math.isfinite(x) and x >= 1:
+            return kind, x
+        if kind == "max" and math.isfinite(x) and x > 0:
+            return kind, x
+    raise argparse.ArgumentTypeError(
+        f"{value!r}: expected none, exact, over:F (a factor F >= 1) or max:S (seconds > 0)"
+    )
+
+
+def with_runtime_limits(
+    trace: tuple[TraceJob, ...], limits: tuple[str, float]
+) -> tuple[TraceJob, ...]:
+    """The trace with the runtime limits its users would have given (no public trace has them):
+    ``exact``, each job's own run; ``over:F``, its run times a factor from 1 to F, log-uniform
+    and chosen by a hash of its id (the same for every seed and policy); ``max:S``, S for every
+    job that ran less (users who always ask for the partition's maximum), its run for the rest
+    (a job cannot have run past its limit). The engine plans with a job's limit; the baselines
+    ignore them (`fifo-backfill` and `sjf` know the true runs)."""
+    kind, x = limits
+    if kind == "none":
+        return trace
+    if kind == "exact":
+        return tuple(replace(j, runtime_limit_s=j.duration) for j in trace)
+    if kind == "over":
+        return tuple(
+            replace(j, runtime_limit_s=j.duration * x ** (zlib.crc32(j.id.encode()) / 2**32))
+            for j in trace
+        )
+    return tuple(replace(j, runtime_limit_s=max(x, j.duration)) for j in trace)
 
 
 def equal_guarantees(
@@ -362,6 +406,7 @@ class Conditions:
     production_share: float = 0.0
     guaranteed_share: float = 0.0
     organisations: int = 0
+    runtime_limits: tuple[str, float] = ("none", 0.0)
     mtbf_s: float | None = None
     spot_fraction: float = 0.0
     spot_mtbi_s: float | None = None
@@ -388,7 +433,10 @@ def _replay(
 ) -> tuple[str, str, int, dict[str, float]]:
     case_name, policy, engine_fields, seed, traces, conditions = task
     case = next(c for c in ALL_CASES if c.name == case_name)
-    trace = with_production_share(case.trace(Path(traces), seed), conditions.production_share)
+    trace = with_runtime_limits(
+        with_production_share(case.trace(Path(traces), seed), conditions.production_share),
+        conditions.runtime_limits,
+    )
     cluster = conditions.cluster(case, Path(traces), seed)
     metrics, _ = simulate(
         trace,
@@ -506,6 +554,14 @@ def main(argv: list[str] | None = None) -> int:
         "its tenants' guarantees together (default: no parents)",
     )
     ap.add_argument(
+        "--runtime-limits",
+        type=runtime_limits,
+        default=("none", 0.0),
+        metavar="none|exact|over:F|max:S",
+        help="the runtime limits users give (the traces have none): each job's run, its run "
+        "times 1 to F, or S for every job (default none: the engine predicts)",
+    )
+    ap.add_argument(
         "--mtbf",
         type=interval_seconds,
         default=None,
@@ -581,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         production_share=args.production_share,
         guaranteed_share=args.guaranteed_share,
         organisations=args.organisations,
+        runtime_limits=args.runtime_limits,
         mtbf_s=args.mtbf,
         spot_fraction=args.spot_fraction,
         spot_mtbi_s=args.spot_mtbi,

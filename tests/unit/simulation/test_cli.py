@@ -421,6 +421,54 @@ def test_the_suite_replays_node_failures_and_spot_nodes_for_every_policy_alike(c
     assert metrics["preemptions"] <= 2 * metrics["jobs"]
 
 
+def test_the_suite_gives_jobs_the_runtime_limits_users_would_have_asked_for(capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import suite
+
+    for bad in ("over:0.5", "max:0", "max:x", "exact:2", "some"):
+        with pytest.raises(SystemExit) as exc:
+            suite.main(["--runtime-limits", bad])
+        assert exc.value.code == 2
+        assert f"argument --runtime-limits: '{bad}': expected none, exact, over:F" in (
+            capsys.readouterr().err
+        )
+
+    trace = suite._synthetic(200, 4, 3.0)(None, 0)
+    assert suite.with_runtime_limits(trace, ("none", 0.0)) == trace
+    assert [j.runtime_limit_s for j in suite.with_runtime_limits(trace, ("exact", 0.0))] == [
+        j.duration for j in trace
+    ]
+    over = suite.with_runtime_limits(trace, suite.runtime_limits("over:4"))
+    ratios = [j.runtime_limit_s / j.duration for j in over]
+    assert all(1 <= r <= 4 for r in ratios) and min(ratios) < 1.5 and max(ratios) > 3
+    # chosen by id: the same limit for a job whatever its position
+    again = suite.with_runtime_limits(tuple(reversed(trace)), ("over", 4.0))
+    assert {j.id: j.runtime_limit_s for j in again} == {j.id: j.runtime_limit_s for j in over}
+    most = suite.with_runtime_limits(trace, ("max", 3600.0))
+    assert [j.runtime_limit_s for j in most] == [max(3600.0, j.duration) for j in trace]
+
+    # the engine plans with them: every waiting job's estimate is its limit
+    from scheduler.simulation import SimConfig, simulate
+    from scheduler.simulation.runner import make_policy
+
+    policy = make_policy("gpuplatform")
+    snapshot = policy.snapshot
+    estimates: dict[str, float | None] = {}
+
+    def recording(sim, now):
+        snap = snapshot(sim, now)
+        estimates.update((p.id, p.runtime_estimate_s) for p in snap.pending)
+        return snap
+
+    policy.snapshot = recording
+    simulate(most, suite._nodes(4)(None), policy, SimConfig(seed=0))
+    assert len(estimates) > 100
+    assert estimates == {j.id: j.runtime_limit_s for j in most if j.id in estimates}
+
+
 def test_a_cadence_changes_nothing_for_a_policy_that_decides_only_on_events(tmp_path, capsys):
     # benchmarks/replay_cadence.py: fifo-backfill decides the same whenever it is called, so a
     # call every 600 s of simulated time changes none of its numbers, only how often it is called
