@@ -277,7 +277,12 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 preemptible=row["preemptible"],
                 last_checkpoint_at=_ts(row["last_checkpoint_s"]),
                 checkpoint_interval_s=row["checkpoint_interval_s"],
-                elastic=_elastic(row),
+                # Not elastic once running: no backend changes a run's workers after submit (its
+                # processes are placed then), so a shrink or growth the engine planned would be
+                # written here and never happen on the cluster: GPUs billed that the job never
+                # got, or handed to another job while it still holds them. An elastic job starts
+                # with any worker count in its range that fits; it then keeps that count.
+                elastic=None,
                 releasing_at=(
                     _ts(row["preempt_deadline_s"]) if row["state"] == JobState.PREEMPTED else None
                 ),

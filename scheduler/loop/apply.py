@@ -2,9 +2,9 @@
 
 Starts and preemptions go through ``scheduler.transitions`` (conditional UPDATEs; every GPU
 guarded by the database's partial unique constraint), so applying the same decisions twice
-changes nothing and a racing cycle cannot double-allocate. Elastic resizes and the pending jobs'
-reasons and start estimates are written here; only reasons whose text changed are written and
-streamed. Nothing here talks to a backend: that is ``enforce``, after commit.
+changes nothing and a racing cycle cannot double-allocate. The pending jobs' reasons and start
+estimates are written here; only reasons whose text changed are written and streamed. Nothing
+here talks to a backend: that is ``enforce``, after commit.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core import streams
@@ -22,10 +22,10 @@ from scheduler.policy import Decisions, Snapshot
 from scheduler.policy.ranking import DEADLINE_MISS, deadline_warning
 from scheduler.policy.routing import explain_starts
 
-from ..models import Allocation, Job, JobEvent
+from ..models import Job, JobEvent
 from ..snapshot import SnapshotIndex
 from ..states import JobState
-from ..transitions import JobStart, event_record, job_preempt, job_start_many, publish_job
+from ..transitions import JobStart, job_preempt, job_start_many
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,13 @@ def apply_decisions(
                 job_pk=job_pk, reason=preempt.reason, grace_s=preempt.grace_s, now=now
             ):
                 result.preempted.append(job_pk)
-        for resize in decisions.resize:
-            job_pk = index.job_pk.get(resize.job)
-            if job_pk is not None and resize.placement is not None:
-                _apply_resize(job_pk, resize, index, now)
+        if decisions.resize:
+            # the snapshot hands no running job as elastic (see ``snapshot``), so the engine
+            # has nothing to resize; a resize no backend carries out is not written
+            log.error(
+                "ignored %s elastic resizes: no backend resizes a running job",
+                len(decisions.resize),
+            )
         result.pending = _apply_pending(decisions, index)
     return result
 
@@ -158,48 +161,6 @@ def route_summary(route: dict) -> str:
         why = "the cheapest allowed pool that could start it now"
     egress = f", {route['egress_cost']:.2f} of it data movement" if route["egress_cost"] else ""
     return f"runs on {route['pool']}: expected {route['expected_cost']:.2f}{egress}; {why}"
-
-
-def _apply_resize(job_pk: int, resize, index: SnapshotIndex, now: datetime) -> None:
-    """Move an elastic running job to ``resize.workers`` workers on ``resize.placement``.
-
-    ``Job.workers`` holds an elastic job's current size, so the next snapshot sees the job as it
-    now runs; a resize outside the job's range or of the wrong GPU count is ignored."""
-    job = Job.objects.select_related("team").filter(pk=job_pk, state=JobState.RUNNING).first()
-    if job is None or job.elastic_min_workers is None or resize.workers == job.workers:
-        return
-    if not job.elastic_min_workers <= resize.workers <= job.elastic_max_workers:
-        log.error("engine resized job %s outside its range to %s", job_pk, resize.workers)
-        return
-    wanted = {(index.node_by_name[n].pk, g) for n, gpus in resize.placement.items() for g in gpus}
-    if len(wanted) != resize.workers * job.gpus_per_worker:
-        log.error("engine resized job %s to a placement of %s GPUs", job_pk, len(wanted))
-        return
-    live = {(a.node_id, a.gpu_index): a for a in job.allocations.filter(ended_at__isnull=True)}
-    try:
-        with transaction.atomic():
-            Allocation.objects.filter(
-                pk__in=[a.pk for key, a in live.items() if key not in wanted]
-            ).update(ended_at=now)
-            Allocation.objects.bulk_create(
-                Allocation(
-                    job=job, node_id=node_id, gpu_index=g, attempt=job.attempts, started_at=now
-                )
-                for node_id, g in sorted(wanted - set(live))
-            )
-            Job.objects.filter(pk=job.pk).update(workers=resize.workers)
-    except IntegrityError:
-        log.warning("resize of job %s lost a race for GPUs; unchanged", job_pk)
-        return
-    previous, job.workers = job.workers, resize.workers
-    event_record(
-        job=job,
-        kind="resized",
-        time=now,
-        message=f"elastic resize from {previous} to {resize.workers} workers",
-        data={"workers": resize.workers, "previous": previous},
-    )
-    publish_job(job)
 
 
 PENDING_PUBLISH_MAX = 200

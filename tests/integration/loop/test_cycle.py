@@ -272,26 +272,56 @@ def test_blocked_job_gets_a_reservation_and_an_estimated_start(platform, submit,
     assert "UTC" in job.why_pending and "t=" not in job.why_pending, job.why_pending
 
 
-def test_elastic_job_grows_to_its_maximum_once_and_stays(platform, submit):
-    job_id = submit(
-        platform["alice"],
-        name="elastic",
-        workers=2,
-        gpus_per_worker=8,
-        elastic={"min_workers": 1, "max_workers": 4},
-        simulated_duration_s=360000,
-    ).json()["id"]
-    for _ in range(4):
-        run_cycle()
-    job = Job.objects.get(pk=job_id)
-    live = Allocation.objects.filter(job=job, ended_at__isnull=True).count()
-    assert job.state == "running"
-    assert 1 <= job.workers <= 4
-    assert live == job.workers * 8, (live, job.workers)
-    resizes = JobEvent.objects.filter(job=job, kind="resized").count()
+def test_an_elastic_job_keeps_the_workers_it_started_with(platform, submit):
+    # No backend changes a run's workers after submit, so the loop neither grows a running
+    # elastic job into idle GPUs (its team would be billed for GPUs its run never got) nor
+    # shrinks it for a blocked job (the GPUs would go to a job the cluster cannot start there).
+    def elastic(model, workers):
+        response = submit(
+            platform["alice"],
+            name=f"elastic-{model}",
+            workers=workers,
+            gpus_per_worker=8,
+            gpu_model=model,
+            elastic={"min_workers": 1, "max_workers": 2},
+            simulated_duration_s=360000,
+        )
+        assert response.status_code == 201, response.json()
+        return response.json()["id"]
+
+    def live(job_id):
+        rows = Allocation.objects.filter(job_id=job_id, ended_at__isnull=True)
+        return set(rows.values_list("node", "gpu_index"))
+
+    # one H100 worker, the other H100 node idle: no growth into it
+    small = elastic("h100-80gb", 1)
+    # both A100 nodes: no shrink for a production job that needs one of them
+    big = elastic("a100-40gb", 2)
     run_cycle()
-    assert JobEvent.objects.filter(job=job, kind="resized").count() == resizes
-    assert Allocation.objects.filter(job=job, ended_at__isnull=True).count() == live
+    started = {job_id: live(job_id) for job_id in (small, big)}
+    assert [len(started[small]), len(started[big])] == [8, 16]
+    snapshot, _ = build_snapshot(now=timezone.now())
+    assert all(r.elastic is None for r in snapshot.running)
+    response = submit(
+        platform["bob"],
+        team="nlp",
+        name="next",
+        gpus_per_worker=8,
+        gpu_model="a100-40gb",
+        priority_class="production",
+    )
+    assert response.status_code == 201, response.json()
+    blocked = response.json()["id"]
+    for _ in range(3):
+        run_cycle()
+    job = Job.objects.get(pk=small)
+    assert job.state == "running" and job.workers == 1 and live(small) == started[small]
+    # the production job takes an A100 node by preempting the elastic job whole, which the
+    # cluster carries out: a new run of it with the one worker that fits
+    job = Job.objects.get(pk=big)
+    assert job.attempts == 2 and job.workers == 1 and len(live(big)) == 8
+    assert Job.objects.get(pk=blocked).state == "running"
+    assert not JobEvent.objects.filter(job_id__in=(small, big), kind="resized").exists()
 
 
 def test_snapshot_times_are_exactly_the_rows_timestamps(platform, submit):
