@@ -22,12 +22,12 @@ it (the baselines ignore classes, so their rows do not change). Nor does any cas
 `--guaranteed-share F` gives each of a case's tenants a guarantee of that share of every GPU
 model's GPUs, and lets it borrow the rest, as equal ClusterQueues of one Kueue cohort would, so
 reclaiming borrowed GPUs is replayed (the baselines ignore quotas too); `--organisations N` puts
-the tenants under N parent teams (a team tree), each guaranteed its tenants' guarantees together. `--runtime-limits`
-gives the jobs the limits users would have asked for (the traces have none; the engine plans with
-a job's limit where it has one). Nor do the traces have
-failures: `--mtbf S` makes every node fail once every S seconds on average (a job on it loses its
-work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes a share of the
-nodes spot nodes that are taken away that often, for every policy alike.
+the tenants under N parent teams (a team tree), each guaranteed its tenants' guarantees together.
+`--runtime-limits` gives the jobs the limits users would have asked for (the traces have none;
+the engine plans with a job's limit where it has one, the baselines ignore them). Nor do the
+traces have failures: `--mtbf S` makes every node fail once every S seconds on average (a job on
+it loses its work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes
+a share of the nodes spot nodes that are taken away that often, for every policy alike.
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -65,7 +65,12 @@ from scheduler.simulation import (  # noqa: E402
     simulate,
     uniform_cluster,
 )
-from scheduler.simulation.cli import count, fraction, interval_seconds, request_seconds  # noqa: E402
+from scheduler.simulation.cli import (  # noqa: E402
+    count,
+    fraction,
+    interval_seconds,
+    request_seconds,
+)
 from scheduler.simulation.cluster import ClusterSpec, sample_nodes  # noqa: E402
 from scheduler.simulation.gpuplatform_policy import PRIORITY_CLASSES  # noqa: E402
 from scheduler.simulation.runner import VARIANT_FIELDS, engine_variant, make_policy  # noqa: E402
@@ -398,8 +403,8 @@ def _policy(
 @dataclass(frozen=True)
 class Conditions:
     """What the suite's options change in every replay, for every policy alike: the job model
-    (checkpoints), the workload (a production share, guarantees) and the cluster's reliability
-    (node failures, spot nodes and their interruptions)."""
+    (checkpoints), the workload (a production share, guarantees and their tree, runtime limits)
+    and the cluster's reliability (node failures, spot nodes and their interruptions)."""
 
     checkpoint_on_request_s: float | None = None
     checkpoint_interval_s: float | None = SimConfig().checkpoint_interval_s
