@@ -254,7 +254,7 @@ class _Placement:
                 base += (
                     "; the free GPUs went to jobs ahead of it this cycle (priority, fair share, "
                     f"then guarantees: it would take {who} above its guarantee, so jobs of its "
-                    "rank within their teams' guarantees went first)"
+                    "rank within their teams' guarantees go first)"
                 )
         self.why_cache[key] = base
         return base

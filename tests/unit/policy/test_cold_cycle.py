@@ -32,14 +32,14 @@ import cold_cycle  # noqa: E402
 import policy_cycle  # noqa: E402
 
 DIGESTS = {
-    "cold-1": "951859d6ba15362b1a29cb8c280d89381f55a9291f85593e0a8998c127c039b6",  # 855 starts
-    "cold-2": "887c9acdb27e8a68254cfdb9cb27d7200ad57498e9950f5fe509d89bbfe78635",  # 918 starts
-    "cold-3": "b5a361e7ab8068a453960dd1f2acef08ccf7bfb40db0b5da696f4adad0d84b40",  # 940 starts
-    "large-1": "060c084714a7b31ab35c65dbffce599912bf38dbc3eebf4cda02ef1a48637109",  # 688 starts
-    "cold-2-no-las": "7baf34e671f34db0a98894e5911492174380cb2594c6dc1616e6a411a1c3f7e4",
-    "cold-2-fifo": "98a0221691034fafc4cd501566e6c7e32b372882768b8b28040e53fe61dd8276",
-    "cold-2-las": "98a0221691034fafc4cd501566e6c7e32b372882768b8b28040e53fe61dd8276",
-    "cold-2-sjf": "b7437d1a6a85f827cf21f1d930455a384bb94b54f3ef75cdc5cd12ab4f99613e",
+    "cold-1": "847c6d202dea5dbe855697a927dcf3faf9a9f7ac3de8b5c9e75bd36b2b919076",  # 855 starts
+    "cold-2": "d7f573f8cffb8f38fd4153fbecd6a52efceced85c259a6fbbd0c51dc71ba2207",  # 918 starts
+    "cold-3": "6b20f7314f0addc5e84362dbd345d118a1fe96e8cbf3b939fdd28e4a78276336",  # 940 starts
+    "large-1": "70b9531e79db799290050a4306bfc66bf0b6156e18d5eb78494c39cec852f889",  # 688 starts
+    "cold-2-no-las": "3ed6521e35fe9ee0d39a419bc03a9daa596fbdfd08db6a412bf0e79a39cb9056",
+    "cold-2-fifo": "304469374fa0733b115902a31e8e8267485768022b0cfa28d01ef42fb83b1e3b",
+    "cold-2-las": "304469374fa0733b115902a31e8e8267485768022b0cfa28d01ef42fb83b1e3b",
+    "cold-2-sjf": "24bbcd903cb6333af862d776c9e1a67f9e172d7740b2ef11baa7f24eeb6aabac",
 }
 
 

@@ -140,7 +140,7 @@ def test_rule_1c_a_job_within_its_guarantee_starts_before_one_that_would_borrow(
     assert why(d, "b-job").startswith(
         "needs 4 free h100 GPUs on one node; the largest free block is 0; the free GPUs went to "
         "jobs ahead of it this cycle (priority, fair share, then guarantees: it would take team "
-        "b above its guarantee, so jobs of its rank within their teams' guarantees went first); "
+        "b above its guarantee, so jobs of its rank within their teams' guarantees go first); "
     )
     # without quotas, b's job goes first (fair share alone)
     free = snap(s.nodes, s.pending, s.running, [team("a", usage=1e5), team("b", usage=0.0)])
