@@ -287,6 +287,9 @@ class Job(models.Model):
     code_ref = models.CharField(max_length=200, blank=True)
     elastic_min_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)
     elastic_max_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)
+    # An elastic job's own ``workers`` as submitted: ``workers`` holds the count its current run
+    # started with (the most that fitted), and a requeued run asks for this count again.
+    requested_workers = models.PositiveIntegerField(null=True, blank=True, validators=_WORKERS)
 
     state = models.CharField(
         max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True

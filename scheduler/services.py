@@ -340,6 +340,7 @@ def job_fields(
         ),
         "elastic_min_workers": (request.elastic or {}).get("min_workers"),
         "elastic_max_workers": (request.elastic or {}).get("max_workers"),
+        "requested_workers": request.workers if request.elastic else None,
         "simulated_duration_s": request.simulated_duration_s,
         "state": JobState.PENDING.value,
         "why_pending": "waiting for the next scheduling cycle",

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core import streams
@@ -322,6 +323,7 @@ def job_requeue(
         lost = max(0.0, since_checkpoint) * locked.total_gpus
         Job.objects.filter(pk=locked.pk).update(
             state=JobState.PENDING,
+            workers=Coalesce("requested_workers", "workers"),
             requeued=True,
             backend_ref="",
             preempt_deadline=None,
@@ -372,6 +374,7 @@ def job_requeue_unstarted(
             return False
         Job.objects.filter(pk=locked.pk).update(
             state=JobState.PENDING,
+            workers=Coalesce("requested_workers", "workers"),
             requeued=True,  # it was chosen to start already: it keeps its place ahead of peers
             backend_ref="",
             preempt_deadline=None,

@@ -12,6 +12,7 @@ from scheduler.loop.cycle import run_cycle
 from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent
 from scheduler.policy import decide
 from scheduler.snapshot import build_snapshot
+from scheduler.transitions import job_requeue
 
 pytestmark = pytest.mark.django_db
 
@@ -272,7 +273,7 @@ def test_blocked_job_gets_a_reservation_and_an_estimated_start(platform, submit,
     assert "UTC" in job.why_pending and "t=" not in job.why_pending, job.why_pending
 
 
-def test_an_elastic_job_keeps_the_workers_it_started_with(platform, submit):
+def test_an_elastic_job_keeps_the_workers_it_started_with(platform, submit, api_as):
     # No backend changes a run's workers after submit, so the loop neither grows a running
     # elastic job into idle GPUs (its team would be billed for GPUs its run never got) nor
     # shrinks it for a blocked job (the GPUs would go to a job the cluster cannot start there).
@@ -322,6 +323,13 @@ def test_an_elastic_job_keeps_the_workers_it_started_with(platform, submit):
     assert job.attempts == 2 and job.workers == 1 and len(live(big)) == 8
     assert Job.objects.get(pk=blocked).state == "running"
     assert not JobEvent.objects.filter(job_id__in=(small, big), kind="resized").exists()
+    # once the A100 nodes are free again, its next run asks for the two workers it asked for
+    assert api_as(platform["bob"]).post(f"/api/v1/jobs/{blocked}/cancel/").status_code == 200
+    assert job_requeue(job=job, now=timezone.now(), reason="node failure")
+    assert Job.objects.get(pk=big).workers == 2
+    run_cycle()
+    job = Job.objects.get(pk=big)
+    assert job.state == "running" and job.attempts == 3 and len(live(big)) == 16
 
 
 def test_snapshot_times_are_exactly_the_rows_timestamps(platform, submit):
