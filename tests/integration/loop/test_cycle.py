@@ -273,7 +273,9 @@ def test_blocked_job_gets_a_reservation_and_an_estimated_start(platform, submit,
     assert "UTC" in job.why_pending and "t=" not in job.why_pending, job.why_pending
 
 
-def test_an_elastic_job_keeps_the_workers_it_started_with(platform, submit, api_as):
+def test_an_elastic_run_keeps_its_workers_and_a_requeued_one_asks_for_its_own(
+    platform, submit, api_as
+):
     # No backend changes a run's workers after submit, so the loop neither grows a running
     # elastic job into idle GPUs (its team would be billed for GPUs its run never got) nor
     # shrinks it for a blocked job (the GPUs would go to a job the cluster cannot start there).
