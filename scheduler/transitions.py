@@ -63,8 +63,9 @@ def event_record(
 
 def job_event_kind(job: Job, placement: dict[str, list[int]] | None = None) -> str:
     """The transition a ``publish_job`` of ``job`` (just moved) announces, from its row: a start
-    carries its placement; a running job published without one was resized; a pending one was
-    requeued if it has run before, else just submitted; any other state names itself."""
+    carries its placement; a running job published without one was resized (nothing resizes a
+    running job since no backend can: kept for the one that will); a pending one was requeued
+    if it has run before, else just submitted; any other state names itself."""
     if placement:
         return "started"
     if job.state == JobState.RUNNING:

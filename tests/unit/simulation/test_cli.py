@@ -352,6 +352,21 @@ def test_a_guaranteed_share_gives_every_tenant_a_quota_and_the_engine_reclaims(
         **{t: f"org{i % 2}" for i, t in enumerate(sorted(teams))},
     }
     assert tree["org0"]["quota"]["gpu"] == (18, 14)
+    # the engine is handed the tree (each tenant under its organisation) and reclaims with it
+    tree_policy = suite._policy("gpuplatform", None, tree)
+    parents: dict[str, str | None] = {}
+    snapshot = tree_policy.snapshot
+
+    def recording(sim, now):
+        snap = snapshot(sim, now)
+        parents.update((t.name, t.parent) for t in snap.teams)
+        return snap
+
+    tree_policy.snapshot = recording
+    simulate(trace, cluster, tree_policy, SimConfig(seed=0))
+    assert parents == {t: v["parent"] for t, v in tree.items()}
+    assert any(r.startswith("reclaim: team ") for r in preemption_reasons)
+    preemption_reasons.clear()
     # guarantees never above the cluster, whatever the share
     assert suite.equal_guarantees(trace, cluster, 0.5, organisations=1)["org0"]["quota"] == {
         "gpu": (32, 0)
