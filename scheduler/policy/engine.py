@@ -21,7 +21,8 @@ One cycle, in order (docs/policy.md explains each rule and default):
    preemptible jobs of its class in a higher attained-service queue, or reclaiming GPUs
    borrowed from its guarantee by jobs of its class or a lower one) shrink elastic jobs and
    then preempt the victims that lose the least work (GPUs x time since their last
-   checkpoint), skipping victims whose next checkpoint is due within ``checkpoint_protect_s``
+   checkpoint; among victims of its own class, who lose none, the most recently started run),
+   skipping victims whose next checkpoint is due within ``checkpoint_protect_s``
    (a one-node job takes the node whose victims lose the
    least work in total; with LAS queues it may also preempt jobs of its own queue submitted
    after it). Inside a class, a victim must have saved a checkpoint in its current run and

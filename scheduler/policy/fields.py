@@ -117,8 +117,8 @@ FIELDS: tuple[Field, ...] = (
         "victims_lowest_rank_first",
         "bool",
         "preemption victims in rank order: moves first, then the lowest class / most-served LAS "
-        "queue first, least lost work within a rank (rule 4); `false` = least lost work across "
-        "all lower ranks",
+        "queue first, least lost work within a rank (a victim of the job's own class: the most "
+        "recently started run, rule 4); `false` = least lost work across all lower ranks",
     ),
     Field(
         "route_by_cost",

@@ -136,7 +136,8 @@ class Config:
     # four cut average waiting by 1-3 % at the same idle-while-pending (docs/benchmarks.md).
     reservations_per_model: int = 4
     # Preemption takes victims from the lowest rank first (a lower class, then with LAS the
-    # queue with the most attained service) and the least lost work only within a rank, as
+    # queue with the most attained service) and the least lost work only within a rank (of the
+    # job's own class, who lose none, the youngest run), as
     # Kueue and KAI pick the lowest priority first; jobs moved by the submission-order and
     # defragmenting rules come before both. Cheapest-first over all lower ranks took jobs that
     # had just dropped a queue (little lost work) before ones that had run for days. On the ITP

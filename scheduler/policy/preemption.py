@@ -3,7 +3,8 @@
 :meth:`_Preemption.plan_preemption` picks, for one blocked job, what to take: GPUs already
 being released (free), elastic jobs' spare workers, then victims of a lower rank (or borrowers
 of GPUs the job's team reclaims, or with LAS later-submitted jobs of its own queue / class), the
-least lost work first; a victim of the job's own class must have saved a checkpoint in its
+least lost work first, and among victims of the job's own class (who lose no work) the most
+recently started run first; a victim of the job's own class must have saved a checkpoint in its
 current run and runs on to just past its next one (the minimum quantum). It emits the
 preemptions, shrinks and a reservation at the end of the grace period. Its view of the running
 jobs (victims by rank, cheapest first) comes from ``victims``.
@@ -216,7 +217,13 @@ class _Preemption:
             for u in self.shrink_units(run):
                 cands.append((1, 0.0, rid, run, {u[0]: len(u[1])}, [u], bt))
         reserved = ms.reserved_nodes
-        lower = [lst for p, lst in sorted(ms.victims.items()) if p < prio]
+        levels = self.levels
+        peers = ms.peer_victims if self.cfg.victims_lowest_rank_first else {}
+        lower = [
+            peers.get(p, lst) if p // levels == prio // levels else lst
+            for p, lst in sorted(ms.victims.items())
+            if p < prio
+        ]
         found = 0
         limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
         if len(lower) <= 1 or self.cfg.victims_lowest_rank_first:
@@ -467,6 +474,12 @@ class _Preemption:
                 job.priority_class, 0
             ):
                 # Same class: only the attained-service queue separates them (LAS).
+                if (
+                    self.cfg.victims_lowest_rank_first
+                    and c[2] not in later
+                    and run.prio in ms.peer_victims
+                ):
+                    basis = "was started last of the jobs in its queue (it loses no work)"
                 reason = (
                     f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
                     f"GPUs and has received less GPU service than {c[2]}, which {basis}"

@@ -74,6 +74,7 @@ class _Model:
         "unknown_started",
         "pre_failed",
         "victims",
+        "peer_victims",
         "elastic",
         "releasing",
         "chains",
@@ -108,6 +109,9 @@ class _Model:
         # rank, cheapest first (cost = lost work; with las.bottom_fifo_queues, age in the queues a
         # class serves in submission order); elastic jobs; jobs already being preempted.
         self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
+        # The same victims as a job of their own class takes them (they lose no work, rule 4a):
+        # the most recently started run first. Only for ranks not served in submission order.
+        self.peer_victims: dict[int, list[tuple[float, str, _Run]]] = {}
         self.elastic: list[_Run] = []
         self.releasing: list[_Run] = []
         self.chains: dict[str, tuple[tuple[str, Quota], ...]] = {}

@@ -3,7 +3,8 @@
 :meth:`_Victims.ensure_runs` builds it once per cycle, and only when a rule needs it: per GPU
 model, the preemptible victims outside their checkpoint protection window by rank, cheapest
 first (lost work, or with ``las.bottom_fifo_queues`` age in the queues served in submission
-order), elastic jobs and jobs already releasing. A running job's placement view is carried over
+order) and, for a job of their own class, the most recently started run first; elastic jobs and
+jobs already releasing. A running job's placement view is carried over
 from the previous call while the caller passes the same placement mapping, and its whole view
 (model, checkpoint time, its ``_Run`` while its rank and protection are unchanged) while the
 caller passes the same RunningJob object (``memo``); protection and rank are recomputed.
@@ -48,6 +49,8 @@ class _Victims:
         th = self.th
         long_run = self.long_run
         horizon = now + protect
+        # with attained-service queues a job preempts peers of its own class (rule 4a)
+        peers_ranked = levels > 1
         seen: RunView | None
         for r in self.snap.running:
             rid = r.id
@@ -185,6 +188,14 @@ class _Victims:
                     cost = now - sub if now > sub else 0.0
                 else:
                     cost = total * (now - base) if now > base else 0.0
+                if peers_ranked and not rank % levels < fifo_queues:
+                    # A peer loses no work (rule 4a): the youngest run gives way, so that older
+                    # runs finish rather than take turns with it.
+                    age = now - r.started_at if now > r.started_at else 0.0
+                    peers = ms.peer_victims.get(rank)
+                    if peers is None:
+                        peers = ms.peer_victims[rank] = []
+                    peers.append((age, rid, run))
                 lst = ms.victims.get(rank)
                 if lst is None:
                     lst = ms.victims[rank] = []
@@ -192,7 +203,7 @@ class _Victims:
         _LAST_PLACEMENTS[0] = placements
         unique = self.runs_unique = built == len(runs)
         for ms in self.models.values():
-            for lst in ms.victims.values():
+            for lst in (*ms.victims.values(), *ms.peer_victims.values()):
                 if unique:
                     lst.sort()  # (cost, id) pairs differ, so runs are never compared: no key needed
                 else:

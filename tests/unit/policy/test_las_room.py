@@ -301,8 +301,51 @@ def test_the_most_served_queue_gives_up_its_most_recently_submitted_job_first():
         "which was submitted last of the jobs in its queue (served oldest first)"
     )
     d = _decided(nodes, pending, running, las_bottom_fifo_queues=None)
-    assert [p.job for p in d.preempt] == ["older"]
-    assert d.preempt[0].reason.endswith("which loses the least work since its last checkpoint")
+    assert [p.job for p in d.preempt] == ["older"]  # its run started last (60 s ago)
+    assert d.preempt[0].reason.endswith(
+        "which was started last of the jobs in its queue (it loses no work)"
+    )
+
+
+def _veteran_and_newcomer(pc: str = "normal"):
+    # Both in queue 1 of three (served 20,000 s x 8 GPUs = 160,000 GPU-s, not a queue served in
+    # submission order with las_bottom_fifo_queues=1), both with 30-minute checkpoints.
+    # 'veteran' has run 20,000 s in this run and saved 60 s ago (480 GPU-s unsaved); 'newcomer'
+    # restarted 2,000 s ago after 18,000 s of earlier runs and saved 200 s ago (1,600 GPU-s).
+    ckpt = {"pc": pc, "interval": 1_800.0}
+    running = [
+        run("veteran", {"n1": range(8)}, started=NOW - 20_000, ckpt=NOW - 60, submitted=5_000.0,
+            **ckpt),
+        run("newcomer", {"n2": range(8)}, started=NOW - 2_000, ckpt=NOW - 200, attained=18_000.0,
+            submitted=100.0, **ckpt),
+    ]  # fmt: skip
+    return [node("n1", 0), node("n2", 0)], [job("fresh", 1, 8, pc="normal", submitted=NOW)], running
+
+
+def test_a_job_of_the_victims_class_preempts_the_most_recently_started_run_first():
+    # A victim of the job's own class runs on to its next checkpoint and loses no work (rule
+    # 4a), so the lost work it would lose now says nothing: the run that started last gives way
+    # and the older one finishes. Least lost work, or submission order, would pick 'veteran'.
+    nodes, pending, running = _veteran_and_newcomer()
+    three = {"las_thresholds_gpu_s": (3600.0, 360000.0), "las_bottom_fifo_queues": 1}
+    d = _decided(nodes, pending, running, **three)
+    assert [p.job for p in d.preempt] == ["newcomer"]
+    assert d.preempt[0].reason.startswith("attained service: fresh")
+    assert d.preempt[0].reason.endswith(
+        "which was started last of the jobs in its queue (it loses no work)"
+    )
+
+
+def test_a_job_of_a_higher_class_preempts_the_run_that_loses_the_least_work_first():
+    # A victim of a lower class stops at the end of its grace and loses the work since its last
+    # checkpoint: there the least lost work decides, whatever the runs' ages.
+    nodes, pending, running = _veteran_and_newcomer(pc="low")
+    three = {"las_thresholds_gpu_s": (3600.0, 360000.0), "las_bottom_fifo_queues": 1}
+    d = _decided(nodes, pending, running, **three)
+    assert [p.job for p in d.preempt] == ["veteran"]
+    assert d.preempt[0].reason.endswith(
+        "veteran (low) loses the least work since its last checkpoint"
+    )
 
 
 def test_jobs_that_ran_long_are_served_after_the_rest_of_the_last_queue():

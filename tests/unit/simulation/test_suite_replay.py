@@ -13,7 +13,8 @@ k in PINNED}``) and says so in its commit message; rule 4b (preempt only if that
 sooner than running jobs' expected ends) did, and so did stopping a victim once it has saved a
 checkpoint after its preemption instead of at the end of its grace, and so did the replay's
 wake-ups when a demoted job saves its first checkpoint and when a running job outruns its
-expected end (5 December: the engine did not change, the times it is called did). At the split
+expected end (5 December: the engine did not change, the times it is called did), and so did
+taking a victim of the preempting job's own class youngest run first (6 December). At the split
 all ten full suite cases (seed 0) were also compared, every metric but wall time: equal.
 """
 
@@ -56,31 +57,31 @@ CASES = {
 BEFORE_THE_SPLIT = {
     "synthetic-3x-300": {
         "jobs": 300,
-        "decide_calls": 1754,
-        "preemptions": 306,
-        "lost_gpu_hours": 14.883,
-        "avg_queue_s": 10520.867,
-        "p95_queue_s": 64634.816,
-        "max_queue_s": 119110.704,
-        "avg_jct_s": 21997.32,
-        "p99_jct_s": 152860.99273518941,
-        "makespan_s": 281990.2459456522,
-        "busy_gpu_hours": 3072.859,
-        "idle_while_pending_frac": 0.011978,
+        "decide_calls": 1722,
+        "preemptions": 296,
+        "lost_gpu_hours": 13.683,
+        "avg_queue_s": 10345.415,
+        "p95_queue_s": 63856.595,
+        "max_queue_s": 117629.354,
+        "avg_jct_s": 21819.669,
+        "p99_jct_s": 157049.58188821241,
+        "makespan_s": 284961.2459456522,
+        "busy_gpu_hours": 3071.659,
+        "idle_while_pending_frac": 0.021074,
     },
     "itp06-300": {
         "jobs": 300,
-        "decide_calls": 822,
-        "preemptions": 108,
-        "lost_gpu_hours": 18.7,
-        "avg_queue_s": 3163.807,
-        "p95_queue_s": 12273.0,
-        "max_queue_s": 282988.0,
-        "avg_jct_s": 40702.563,
+        "decide_calls": 850,
+        "preemptions": 118,
+        "lost_gpu_hours": 20.1,
+        "avg_queue_s": 5806.347,
+        "p95_queue_s": 37642.0,
+        "max_queue_s": 286588.0,
+        "avg_jct_s": 43347.103,
         "p99_jct_s": 532583.0,
-        "makespan_s": 1554432.0,
-        "busy_gpu_hours": 25578.801,
-        "idle_while_pending_frac": 0.007302,
+        "makespan_s": 1558032.0,
+        "busy_gpu_hours": 25580.201,
+        "idle_while_pending_frac": 0.019886,
     },
     "itp02-300": {
         "jobs": 300,
@@ -120,50 +121,50 @@ def test_itp_cases_replay_as_before_the_split(case, traces_dir):
 
 
 # The same replays with the default configuration (the one-node FIFO rule off), recorded when
-# that default changed and again with the replay's new wake-ups (5 December); a change meant to
-# change decisions re-records these too.
+# that default changed, again with the replay's new wake-ups (5 December) and with peers' youngest
+# runs preempted first (6 December); a change meant to change decisions re-records these too.
 DEFAULTS = {
     "synthetic-3x-300": {
         "jobs": 300,
-        "decide_calls": 1657,
-        "preemptions": 235,
-        "lost_gpu_hours": 11.133,
-        "avg_queue_s": 10808.59,
-        "p95_queue_s": 65423.921,
-        "max_queue_s": 124488.952,
-        "avg_jct_s": 22270.643,
-        "p99_jct_s": 150982.90878231745,
-        "makespan_s": 282247.1619917802,
-        "busy_gpu_hours": 3069.109,
-        "idle_while_pending_frac": 0.030815,
+        "decide_calls": 1615,
+        "preemptions": 215,
+        "lost_gpu_hours": 11.033,
+        "avg_queue_s": 10988.413,
+        "p95_queue_s": 76605.072,
+        "max_queue_s": 120308.843,
+        "avg_jct_s": 22447.266,
+        "p99_jct_s": 156895.41392865163,
+        "makespan_s": 286858.5010104707,
+        "busy_gpu_hours": 3069.009,
+        "idle_while_pending_frac": 0.024047,
     },
     "itp06-300": {
         "jobs": 300,
-        "decide_calls": 772,
-        "preemptions": 65,
-        "lost_gpu_hours": 14.183,
-        "avg_queue_s": 2779.603,
-        "p95_queue_s": 11013.0,
-        "max_queue_s": 284788.0,
-        "avg_jct_s": 40311.76,
+        "decide_calls": 811,
+        "preemptions": 78,
+        "lost_gpu_hours": 13.967,
+        "avg_queue_s": 3720.383,
+        "p95_queue_s": 14156.0,
+        "max_queue_s": 284848.0,
+        "avg_jct_s": 41254.74,
         "p99_jct_s": 530037.0,
         "makespan_s": 1556232.0,
-        "busy_gpu_hours": 25574.284,
-        "idle_while_pending_frac": 0.003485,
+        "busy_gpu_hours": 25574.068,
+        "idle_while_pending_frac": 0.012615,
     },
     "itp02-300": {
         "jobs": 300,
-        "decide_calls": 1045,
-        "preemptions": 71,
-        "lost_gpu_hours": 10.817,
-        "avg_queue_s": 8514.263,
-        "p95_queue_s": 43098.0,
-        "max_queue_s": 316590.0,
-        "avg_jct_s": 25503.28,
+        "decide_calls": 1029,
+        "preemptions": 78,
+        "lost_gpu_hours": 11.083,
+        "avg_queue_s": 7925.023,
+        "p95_queue_s": 57769.0,
+        "max_queue_s": 298859.0,
+        "avg_jct_s": 24915.44,
         "p99_jct_s": 396092.0,
-        "makespan_s": 1086720.0,
-        "busy_gpu_hours": 7999.856,
-        "idle_while_pending_frac": 0.053689,
+        "makespan_s": 1071568.0,
+        "busy_gpu_hours": 8000.123,
+        "idle_while_pending_frac": 0.056933,
     },
 }
 
