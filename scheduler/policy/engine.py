@@ -23,9 +23,9 @@ One cycle, in order (docs/policy.md explains each rule and default):
    then preempt the victims that lose the least work (GPUs x time since their last
    checkpoint; among victims of its own class, who lose none, the most recently started run),
    skipping victims whose next checkpoint is due within ``checkpoint_protect_s``
-   (a one-node job takes the node whose victims lose the
-   least work in total; with LAS queues it may also preempt jobs of its own queue submitted
-   after it). Inside a class, a victim must have saved a checkpoint in its current run and
+   (a one-node job takes the node whose victims cost the least in total: lost work, or for
+   victims of its own class their runs' ages; with LAS queues it may also preempt jobs of its
+   own queue submitted after it). Inside a class, a victim must have saved a checkpoint in its current run and
    runs on to just past its next one (the minimum quantum: no work lost, no storms). Nobody is
    preempted when running jobs' expected ends free the GPUs no later: the job holds those.
    Freed GPUs come back only after ``preemption_grace_s``,
