@@ -479,7 +479,7 @@ class _Preemption:
                     and c[2] not in later
                     and run.prio in ms.peer_victims
                 ):
-                    basis = "was started last of the jobs in its queue (it loses no work)"
+                    basis = "was started last of the jobs in its queue"
                 reason = (
                     f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
                     f"GPUs and has received less GPU service than {c[2]}, which {basis}"
