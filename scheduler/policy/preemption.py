@@ -1,4 +1,4 @@
-"""Rules 4 and 4a of docs/policy.md: checkpoint-aware preemption when a job does not fit.
+"""Rules 4, 4a and 4c of docs/policy.md: checkpoint-aware preemption when a job does not fit.
 
 :meth:`_Preemption.plan_preemption` picks, for one blocked job, what to take: GPUs already
 being released (free), elastic jobs' spare workers, then victims of a lower rank (or borrowers

@@ -1,4 +1,4 @@
-"""The preemption planner's view of the running jobs (rules 4 and 4a of docs/policy.md).
+"""The preemption planner's view of the running jobs (rules 4, 4a and 4c of docs/policy.md).
 
 :meth:`_Victims.ensure_runs` builds it once per cycle, and only when a rule needs it: per GPU
 model, the preemptible victims outside their checkpoint protection window by rank, cheapest
