@@ -109,7 +109,8 @@ class _Model:
         # rank, cheapest first (cost = lost work; with las.bottom_fifo_queues, age in the queues a
         # class serves in submission order); elastic jobs; jobs already being preempted.
         self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
-        # The same victims as a job of their own class takes them (they lose no work, rule 4a):
+        # The same victims as a job of their own class takes them (rule 4a lets them run on to
+        # their next checkpoint):
         # the most recently started run first. Only for ranks not served in submission order.
         self.peer_victims: dict[int, list[tuple[float, str, _Run]]] = {}
         self.elastic: list[_Run] = []

@@ -49,8 +49,11 @@ class _Victims:
         th = self.th
         long_run = self.long_run
         horizon = now + protect
-        # with attained-service queues a job preempts peers of its own class (rule 4a)
-        peers_ranked = levels > 1
+        # With attained-service queues a job preempts peers of its own class (rule 4a), never
+        # those in a class's least-served queue (rank % levels == levels - 1): nobody ranks
+        # above them in it.
+        peer_ranked = levels > 1
+        least_served = levels - 1
         seen: RunView | None
         for r in self.snap.running:
             rid = r.id
@@ -188,9 +191,9 @@ class _Victims:
                     cost = now - sub if now > sub else 0.0
                 else:
                     cost = total * (now - base) if now > base else 0.0
-                if peers_ranked and not rank % levels < fifo_queues:
-                    # A peer loses no work (rule 4a): the youngest run gives way, so that older
-                    # runs finish rather than take turns with it.
+                if peer_ranked and rank % levels < least_served and rank % levels >= fifo_queues:
+                    # A peer runs on to its next checkpoint (rule 4a): the youngest run gives
+                    # way, so that older runs finish rather than take turns with it.
                     age = now - r.started_at if now > r.started_at else 0.0
                     peers = ms.peer_victims.get(rank)
                     if peers is None:
