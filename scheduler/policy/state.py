@@ -110,8 +110,8 @@ class _Model:
         # class serves in submission order); elastic jobs; jobs already being preempted.
         self.victims: dict[int, list[tuple[float, str, _Run]]] = {}
         # The same victims as a job of their own class takes them (rule 4a lets them run on to
-        # their next checkpoint):
-        # the most recently started run first. Only for ranks not served in submission order.
+        # their next checkpoint): the most recently started run first. Only for ranks that a
+        # peer can preempt and that are not served in submission order.
         self.peer_victims: dict[int, list[tuple[float, str, _Run]]] = {}
         self.elastic: list[_Run] = []
         self.releasing: list[_Run] = []
