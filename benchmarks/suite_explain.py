@@ -1,0 +1,223 @@
+"""Where a suite case's waiting goes: `gpuplatform` and a baseline replayed once each, job by job.
+
+    nice .venv/bin/python benchmarks/suite_explain.py itp07 [--seed 0] [--against tiresias]
+        [--gpus 1] [--top 8] [--out var/benchmarks/explain-itp07.json]
+
+The suite (benchmarks/suite.py) says whether a case meets a goal; this says where a miss comes
+from. Three tables, from the same two replays of one seed:
+
+- **By job size** (GPUs per job): the jobs, their average wait under each policy, what the size
+  adds to the difference in the case's average wait (its jobs' waits minus the baseline's, over
+  all of the case's jobs, so the rows sum to the difference), and the preemptions of each.
+- **Why `gpuplatform`'s jobs waited**: every job-second of waiting charged to the reason the
+  engine gave the job (`Pending.why`), with job ids and numbers folded so that one rule is one
+  row. The time from one call of the engine to the next goes to the reason each waiting job was
+  given at the first (between two calls nothing starts), so the rows sum to the jobs' waiting.
+  `--gpus N` keeps only the jobs of N GPUs.
+- **What `gpuplatform` preempted for**: its preemptions by the rule that made them (the reason up
+  to its first colon: `attained service`, `defragment`, `submission order`, ...).
+
+The cases are the suite's and its held-out ones; the replay is the suite's (its default
+conditions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import suite  # noqa: E402
+
+from scheduler.simulation import SimConfig, simulate  # noqa: E402
+from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy  # noqa: E402
+from scheduler.simulation.runner import make_policy  # noqa: E402
+from scheduler.simulation.simulator import SimJob, Simulator  # noqa: E402
+from scheduler.simulation.traces import default_traces_dir  # noqa: E402
+
+# A job id: a word of several dash-joined parts with a digit in it (the ITP traces' UUIDs,
+# `syn-000042`, `openb-pod-0017`). Folded before numbers, so that its digits do not become them.
+_JOB_ID = re.compile(r"\b(?=[\w.-]*\d)[\w.]+(?:-[\w.]+)+")
+_TIME = re.compile(r"t=[0-9][0-9.:dhms]*")
+_NUMBER = re.compile(r"\d[\d,.]*")
+
+
+def fold_reason(why: str) -> str:
+    """``why`` with job ids, times and numbers replaced, so that one rule's reasons are one row."""
+    return _NUMBER.sub("N", _TIME.sub("t=T", _JOB_ID.sub("JOB", why)))
+
+
+def preemption_rule(reason: str) -> str:
+    """The rule a preemption's reason names: the text before its first colon."""
+    return reason.split(":", 1)[0].strip() or "(no reason)"
+
+
+@dataclass
+class ReasonClock:
+    """Charges a policy's waiting jobs' time to the reasons its last call gave them, and counts
+    its preemptions by rule. ``attach`` it to a `GpuPlatformPolicy` before the replay."""
+
+    waiting_s: Counter = field(default_factory=Counter)  # (GPUs, folded why) -> job-seconds
+    preempted: Counter = field(default_factory=Counter)  # rule -> preemptions the replay made
+    _last_call: float | None = None
+    _waiting: list[tuple[int, str]] = field(default_factory=list)
+
+    def attach(self, policy: GpuPlatformPolicy) -> None:
+        apply = policy.apply
+
+        def apply_and_charge(sim: Simulator, now: float, decisions) -> None:
+            self._charge(now)
+            victims = [(sim.by_id[p.job], p.reason) for p in decisions.preempt]
+            before = [job.preemptions for job, _ in victims]
+            apply(sim, now, decisions)
+            for (job, reason), count in zip(victims, before, strict=True):
+                if job.preemptions > count:  # the simulator refuses some (already stopping)
+                    self.preempted[preemption_rule(reason)] += 1
+            by_id = sim.by_id
+            self._waiting = [(by_id[p.job].gpus, fold_reason(p.why)) for p in decisions.pending]
+
+        policy.apply = apply_and_charge
+
+    def _charge(self, now: float) -> None:
+        if self._last_call is not None and now > self._last_call:
+            elapsed = now - self._last_call
+            for key in self._waiting:
+                self.waiting_s[key] += elapsed
+        self._last_call = now
+
+
+def size_rows(ours: Sequence[SimJob], theirs: Sequence[SimJob]) -> list[dict]:
+    """Per GPUs per job: jobs, average wait under each policy, what the size adds to the
+    difference in the average wait over all jobs, and preemptions. Same jobs on both sides."""
+    theirs_by_id = {j.id: j for j in theirs}
+    n = len(ours)
+    groups: dict[int, list[tuple[SimJob, SimJob]]] = {}
+    for job in ours:
+        groups.setdefault(job.gpus, []).append((job, theirs_by_id[job.id]))
+    rows = []
+    for gpus in sorted(groups):
+        pairs = groups[gpus]
+        ours_wait = sum(a.queue_s for a, _ in pairs)
+        theirs_wait = sum(b.queue_s for _, b in pairs)
+        rows.append(
+            {
+                "gpus": gpus,
+                "jobs": len(pairs),
+                "avg_wait_s": ours_wait / len(pairs),
+                "against_avg_wait_s": theirs_wait / len(pairs),
+                "adds_s": (ours_wait - theirs_wait) / n,
+                "preemptions": sum(a.preemptions for a, _ in pairs),
+                "against_preemptions": sum(b.preemptions for _, b in pairs),
+            }
+        )
+    return rows
+
+
+def reason_rows(waiting_s: Counter, gpus: int | None, top: int) -> list[dict]:
+    """The ``top`` reasons by job-seconds (of jobs of ``gpus`` GPUs, or all), each with its share
+    of their waiting, and the rest in one row."""
+    by_reason: Counter = Counter()
+    for (size, why), seconds in waiting_s.items():
+        if gpus is None or size == gpus:
+            by_reason[why] += seconds
+    total = sum(by_reason.values())
+    rows = [
+        {"why": why, "job_s": s, "share": s / total if total else 0.0}
+        for why, s in by_reason.most_common(top)
+    ]
+    rest = total - sum(r["job_s"] for r in rows)
+    if rest > 0:
+        rows.append({"why": "(every other reason)", "job_s": rest, "share": rest / total})
+    return rows
+
+
+def explain(trace, cluster, seed: int, against: str) -> dict:
+    """Replay ``trace`` on ``cluster`` under `gpuplatform` (with a `ReasonClock`) and under
+    ``against``; the three tables' data."""
+    ours = make_policy("gpuplatform")
+    clock = ReasonClock()
+    clock.attach(ours)
+    ours_metrics, ours_sim = simulate(trace, cluster, ours, SimConfig(seed=seed))
+    theirs_metrics, theirs_sim = simulate(
+        trace, cluster, make_policy(against), SimConfig(seed=seed)
+    )
+    return {
+        "seed": seed,
+        "against": against,
+        "avg_wait_s": ours_metrics["avg_queue_s"],
+        "against_avg_wait_s": theirs_metrics["avg_queue_s"],
+        "by_size": size_rows(ours_sim.jobs, theirs_sim.jobs),
+        "waiting_s": clock.waiting_s,
+        "preempted": dict(clock.preempted.most_common()),
+        "preemptions": ours_sim.preemptions,
+    }
+
+
+def render(name: str, result: dict, gpus: int | None, top: int) -> str:
+    against = result["against"]
+    out = [
+        f"{name}, seed {result['seed']}: average wait `gpuplatform` {result['avg_wait_s']:,.0f} s, "
+        f"`{against}` {result['against_avg_wait_s']:,.0f} s "
+        f"({result['avg_wait_s'] - result['against_avg_wait_s']:+,.0f} s)",
+        "",
+        f"| GPUs per job | jobs | avg wait s: `gpuplatform` / `{against}` | adds s | "
+        f"preemptions: `gpuplatform` / `{against}` |",
+        "|---:|---:|---|---:|---|",
+    ]
+    for r in result["by_size"]:
+        out.append(
+            f"| {r['gpus']} | {r['jobs']:,} | {r['avg_wait_s']:,.0f} / {r['against_avg_wait_s']:,.0f}"
+            f" | {r['adds_s']:+,.1f} | {r['preemptions']:,} / {r['against_preemptions']:,} |"
+        )
+    chosen = "jobs" if gpus is None else f"jobs of {gpus} GPU{'s' if gpus != 1 else ''}"
+    out += ["", f"| why `gpuplatform`'s {chosen} waited | job-seconds | share |", "|---|---:|---:|"]
+    for r in reason_rows(result["waiting_s"], gpus, top):
+        out.append(f"| {r['why']} | {r['job_s']:,.0f} | {100 * r['share']:.1f} % |")
+    out += ["", "| `gpuplatform` preempted for | preemptions |", "|---|---:|"]
+    out += [f"| {rule} | {count:,} |" for rule, count in result["preempted"].items()]
+    return "\n".join(out)
+
+
+def _case(name: str, cases: Iterable[suite.Case]) -> suite.Case | None:
+    return next((c for c in cases if c.name == name), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("case", help="a case of the suite or of its held-out set")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--against", default="tiresias", help="the baseline policy (default tiresias)")
+    ap.add_argument("--gpus", type=int, help="only the waiting of jobs of this many GPUs")
+    ap.add_argument("--top", type=int, default=8, help="reasons listed (default 8)")
+    ap.add_argument("--traces", type=Path, default=default_traces_dir())
+    ap.add_argument("--out", type=Path, help="also write the data as JSON here")
+    args = ap.parse_args(argv)
+    case = _case(args.case, suite.ALL_CASES)
+    if case is None:
+        ap.error(f"unknown case {args.case!r}; expected one of {[c.name for c in suite.ALL_CASES]}")
+    if args.seed < 0 or args.top < 1 or (args.gpus is not None and args.gpus < 1):
+        ap.error("--seed must be >= 0, --top and --gpus >= 1")
+    try:
+        make_policy(args.against)
+    except ValueError as e:
+        ap.error(str(e))
+    result = explain(
+        case.trace(args.traces, args.seed), case.cluster(args.traces), args.seed, args.against
+    )
+    print(render(case.name, result, args.gpus, args.top))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        data = dict(result, waiting_s=[[g, why, s] for (g, why), s in result["waiting_s"].items()])
+        args.out.write_text(json.dumps(data, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
