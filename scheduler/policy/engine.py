@@ -586,6 +586,13 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 plan = self.plan_preemption(job, ms, wneed, g)
                 if plan is not None:
                     return plan
+        elif self.cfg.preemption and not self.hold_out and self.cfg.max_preemption_attempts > 0:
+            # Otherwise "the largest free block is 0" reads as if no running job could give way,
+            # where the planner only had no plan left for it (rule 4's budget per cycle).
+            reasons.append(
+                "no preemption plan left for it this cycle "
+                f"({self.cfg.max_preemption_attempts} per cycle went to jobs ahead of it)"
+            )
         suffix = ""
         at = None
         if self.cfg.backfill:

@@ -49,3 +49,23 @@ def test_rule_10_reservation_ahead_is_named():
         "needs 2 free h100 GPUs on one node; the largest free block is 0; the free GPUs are held "
         "for big (reserved at t=2000); an estimated end before then would let it backfill"
     )
+
+
+def test_rule_10_a_job_the_planner_had_no_plan_left_for_says_so():
+    # Two low-class runs fill two nodes; each high-class job could preempt one of them, but with
+    # one plan per cycle only the first in the queue plans, and the second must not read as if
+    # nobody could give way.
+    nodes = [node("n1", []), node("n2", [])]
+    running = [run("r1", {"n1": range(8)}, end=90_000.0), run("r2", {"n2": range(8)}, end=90_000.0)]
+    pending = [job("small", 1, 2, pc="high"), job("big", 1, 4, pc="high", submitted=1.0)]
+    one_plan = snap(nodes, pending, running, max_preemption_attempts=1)
+    d = decide(one_plan)
+    check_invariants(one_plan, d)
+    assert len(d.preempt) == 1
+    assert why(d, "big").startswith(
+        "needs 4 free h100 GPUs on one node; the largest free block is 0; no preemption plan "
+        "left for it this cycle (1 per cycle went to jobs ahead of it);"
+    )
+    two_plans = decide(snap(nodes, pending, running, max_preemption_attempts=2))
+    assert len(two_plans.preempt) == 2
+    assert why(two_plans, "big") == "waiting for 8 preempted GPUs to be released (grace 120 s)"
