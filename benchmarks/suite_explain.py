@@ -213,9 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(render(case.name, result, args.gpus, args.top))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         data = dict(result, waiting_s=[[g, why, s] for (g, why), s in result["waiting_s"].items()])
-        args.out.write_text(json.dumps(data, indent=1))
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(data, indent=1))
+        except OSError as e:
+            print(f"suite_explain.py: cannot write {args.out}: {e.strerror}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -79,3 +79,7 @@ def test_the_command_refuses_an_unknown_case_and_prints_the_tables(capsys, tmp_p
     printed = capsys.readouterr().out
     assert "| GPUs per job |" in printed and "preempted for" in printed
     assert out.read_text().startswith("{")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert suite_explain.main(["itp10", "--out", str(blocked / "explain.json")]) == 2
+    assert "cannot write" in capsys.readouterr().err
