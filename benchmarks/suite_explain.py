@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import suite  # noqa: E402
 
-from scheduler.simulation import SimConfig, simulate  # noqa: E402
+from scheduler.simulation import simulate  # noqa: E402
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy  # noqa: E402
 from scheduler.simulation.runner import make_policy  # noqa: E402
 from scheduler.simulation.simulator import SimJob, Simulator  # noqa: E402
@@ -140,14 +140,13 @@ def reason_rows(waiting_s: Counter, gpus: int | None, top: int) -> list[dict]:
 
 def explain(trace, cluster, seed: int, against: str) -> dict:
     """Replay ``trace`` on ``cluster`` under `gpuplatform` (with a `ReasonClock`) and under
-    ``against``; the three tables' data."""
+    ``against``, in the suite's default conditions; the three tables' data."""
     ours = make_policy("gpuplatform")
     clock = ReasonClock()
     clock.attach(ours)
-    ours_metrics, ours_sim = simulate(trace, cluster, ours, SimConfig(seed=seed))
-    theirs_metrics, theirs_sim = simulate(
-        trace, cluster, make_policy(against), SimConfig(seed=seed)
-    )
+    config = suite.Conditions().sim_config(seed)
+    ours_metrics, ours_sim = simulate(trace, cluster, ours, config)
+    theirs_metrics, theirs_sim = simulate(trace, cluster, make_policy(against), config)
     return {
         "seed": seed,
         "against": against,
@@ -208,9 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         make_policy(args.against)
     except ValueError as e:
         ap.error(str(e))
-    result = explain(
-        case.trace(args.traces, args.seed), case.cluster(args.traces), args.seed, args.against
-    )
+    cluster = suite.Conditions().cluster(case, args.traces, args.seed)
+    result = explain(case.trace(args.traces, args.seed), cluster, args.seed, args.against)
     print(render(case.name, result, args.gpus, args.top))
     if args.out:
         data = dict(result, waiting_s=[[g, why, s] for (g, why), s in result["waiting_s"].items()])
