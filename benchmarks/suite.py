@@ -1,7 +1,8 @@
 """The scheduling benchmark suite: every case, every policy, seeds 0-2, one table with verdicts.
 
-    .venv/bin/python benchmarks/suite.py [--quick] [--held-out] [--cases a,b] [--policies a,b]
-        [--variant NAME=JSON ...] [--production-share F] [--guaranteed-share F [--organisations N]]
+    .venv/bin/python benchmarks/suite.py [--quick] [--held-out | --shapes | --issue-table]
+        [--cases a,b] [--policies a,b] [--variant NAME=JSON ...]
+        [--production-share F] [--guaranteed-share F [--organisations N]]
         [--runtime-limits none|exact|over:F|max:S] [--mtbf S] [--spot-fraction F --spot-mtbi S]
         [--seeds 0,1,2] [--workers 2]
         [--out var/benchmarks/suite.json]
@@ -13,7 +14,9 @@ cases (docs/benchmarks.md, "Suite", has their offered loads and why each is ther
 - the openb stress variant (heterogeneous nodes, short jobs, arrivals 100x denser),
 - a light-load case (an ITP cluster at about half load), where nothing should be lost.
 `--held-out` replays instead twelve cases no rule was measured on (HELD_OUT below), to see
-whether a rule holds beyond the cases that chose it. `--variant NAME=JSON` adds the engine with
+whether a rule holds beyond the cases that chose it; `--shapes` six more (SHAPES: other node
+sizes, real traces in overload, another openb pod list), and `--issue-table` the four whole
+traces of issue 21's table (ISSUE_TABLE), to set its rows beside today's. `--variant NAME=JSON` adds the engine with
 some configuration fields changed (a rule switched off, say) as one more policy, so a rule's
 worth is measured on every case in one run. Every case's jobs are of one priority class, so
 preemption for a higher class never happens in them; `--production-share F` puts that share of
@@ -218,8 +221,8 @@ def _itp_slice(cluster: str, first: int, count: int):
     return load
 
 
-def _nodes(n: int) -> Callable[[Path], ClusterSpec]:
-    return lambda _traces: uniform_cluster(n, 8)
+def _nodes(n: int, gpus_per_node: int = 8) -> Callable[[Path], ClusterSpec]:
+    return lambda _traces: uniform_cluster(n, gpus_per_node)
 
 
 def _synthetic(jobs: int, nodes: int, load: float):
@@ -330,7 +333,37 @@ HELD_OUT: tuple[Case, ...] = (
         _nodes(8),
     ),
 )
-ALL_CASES = CASES + HELD_OUT
+
+# The issue's own table (`--issue-table`): the whole traces and clusters it measured the old
+# default's storms on, so its rows can be set beside today's. Each takes up to half a minute per
+# replay of the engine (cluster08's and cluster07's 10,000 jobs), so they are not suite cases.
+ISSUE_TABLE: tuple[Case, ...] = (
+    Case("issue-itp06", "cluster06, all 2,396 jobs, 12 x 8", _itp("06"), _nodes(12)),
+    Case("issue-itp03", "cluster03, all 3,011 jobs, 20 x 8", _itp("03"), _nodes(20)),
+    Case("issue-itp08", "cluster08, first 10,000 jobs, 10 x 8", _itp("08", 10000), _nodes(10)),
+    Case("issue-itp07", "cluster07, first 10,000 jobs, 36 x 8", _itp("07", 10000), _nodes(36)),
+)
+
+# Shapes no suite case has (`--shapes`), by one rule fixed before any replay: a suite case's
+# jobs on the same number of GPUs in nodes of 4 or 16 GPUs (gangs of 8 span two nodes, or two
+# jobs of 8 share one), or on fewer 8-GPU nodes (sustained overload of a real trace, where the
+# suite's overload is synthetic), and one more openb pod list (fractional GPU requests, each
+# replayed as one whole GPU).
+SHAPES: tuple[Case, ...] = (
+    Case("itp08-4gpu", "cluster08, first 1,500 jobs, 20 x 4", _itp("08", 1500), _nodes(20, 4)),
+    Case("itp06-4gpu", "cluster06, first 1,500 jobs, 24 x 4", _itp("06", 1500), _nodes(24, 4)),
+    Case("itp03-16gpu", "cluster03, first 1,500 jobs, 7 x 16", _itp("03", 1500), _nodes(7, 16)),
+    Case("itp07-2x", "cluster07, first 1,500 jobs, 16 x 8", _itp("07", 1500), _nodes(16)),
+    Case("itp06-1.35x", "cluster06, first 1,500 jobs, 8 x 8", _itp("06", 1500), _nodes(8)),
+    Case(
+        "openb-gpushare40",
+        "openb gpushare40 pods (40 % share a GPU), arrivals x0.01, every 8th node",
+        _openb_pods("gpushare40", 0.01),
+        _openb_stress_cluster,
+    ),
+)
+CASE_SETS = {"suite": CASES, "held-out": HELD_OUT, "issue-table": ISSUE_TABLE, "shapes": SHAPES}
+ALL_CASES = CASES + HELD_OUT + ISSUE_TABLE + SHAPES
 
 
 # The issue's goals for the candidate, each against the same run's medians.
@@ -504,10 +537,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
     ap.add_argument("--out", type=Path, default=Path("var/benchmarks/suite.json"))
-    ap.add_argument(
+    sets = ap.add_mutually_exclusive_group()
+    sets.add_argument(
         "--held-out",
         action="store_true",
         help="the cases no rule was tuned on (HELD_OUT) instead of the suite's",
+    )
+    sets.add_argument(
+        "--issue-table",
+        action="store_true",
+        help="the whole traces of issue 21's table (ISSUE_TABLE) instead of the suite's",
+    )
+    sets.add_argument(
+        "--shapes",
+        action="store_true",
+        help="the suite's jobs on other node shapes or fewer nodes (SHAPES) instead",
     )
     ap.add_argument("--loads", action="store_true", help="print each case's offered load, exit")
     ap.add_argument(
@@ -595,7 +639,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--organisations needs --guaranteed-share: a team tree without guarantees")
     if args.spot_mtbi is not None and not args.spot_fraction:
         ap.error("--spot-mtbi needs --spot-fraction: no node is a spot node without it")
-    case_set = HELD_OUT if args.held_out else CASES
+    set_name = (
+        "held-out"
+        if args.held_out
+        else "issue-table"
+        if args.issue_table
+        else "shapes"
+        if args.shapes
+        else "suite"
+    )
+    case_set = CASE_SETS[set_name]
     names = {c.name for c in ALL_CASES}
     if args.cases:
         chosen = args.cases.split(",")
@@ -603,8 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"unknown cases {sorted(unknown)}; expected some of {sorted(names)}")
     else:
-        # the held-out cases have no quick subset: --quick there is every one, seed 0
-        chosen = [c.name for c in case_set if c.quick or not args.quick or args.held_out]
+        # only the suite has a quick subset: --quick elsewhere is every case, seed 0
+        chosen = [c.name for c in case_set if c.quick or not args.quick or set_name != "suite"]
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     policies = args.policies.split(",")
     for p in policies:
