@@ -17,8 +17,8 @@ from. Three tables, from the same two replays of one seed:
 - **What `gpuplatform` preempted for**: its preemptions by the rule that made them (the reason up
   to its first colon: `attained service`, `defragment`, `submission order`, ...).
 
-The cases are the suite's and its held-out ones; the replay is the suite's (its default
-conditions).
+The cases are those of every set of the suite (`suite.ALL_CASES`: the suite, held-out, shapes
+and issue table); the replay is the suite's (its default conditions).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def _case(name: str, cases: Iterable[suite.Case]) -> suite.Case | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("case", help="a case of the suite or of its held-out set")
+    ap.add_argument("case", help="a case of any of the suite's sets (suite.ALL_CASES)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--against", default="tiresias", help="the baseline policy (default tiresias)")
     ap.add_argument("--gpus", type=int, help="only the waiting of jobs of this many GPUs")
