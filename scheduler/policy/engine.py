@@ -596,8 +596,10 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         suffix = ""
         at = None
         if self.cfg.backfill:
+            capped = False
             for ms, _, wneed, g in blocked:
                 if ms.res_count >= self.cfg.reservations_per_model:
+                    capped = True
                     continue
                 if self.reserve_later(job, ms, wneed * g):
                     # No GPUs held yet; the model's first such job still gets a start estimate
@@ -629,6 +631,13 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                         f"; no start estimate: {unknown} {ms.name} GPUs are held by "
                         "jobs without an expected end"
                     )
+            if capped and not suffix:
+                # Slurm's "Priority" beside "Resources": the job waits its turn for a
+                # reservation, not only for GPUs (rule 5's cap per GPU model and cycle).
+                suffix = (
+                    "; no reservation left for it this cycle "
+                    f"({self.cfg.reservations_per_model} per GPU model went to jobs ahead of it)"
+                )
         return "; ".join(reasons) + suffix, at
 
 

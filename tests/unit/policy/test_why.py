@@ -69,3 +69,26 @@ def test_rule_10_a_job_the_planner_had_no_plan_left_for_says_so():
     two_plans = decide(snap(nodes, pending, running, max_preemption_attempts=2))
     assert len(two_plans.preempt) == 2
     assert why(two_plans, "big") == "waiting for 8 preempted GPUs to be released (grace 120 s)"
+
+
+def test_rule_10_a_job_the_reservations_ran_out_before_says_so():
+    # Two runs fill two nodes and end at 2000 and 3000. With one reservation per GPU model only
+    # the first of the two 8-GPU jobs gets one, and the second must say that it waits its turn
+    # for a reservation (Slurm's "Priority"), not only for GPUs.
+    nodes = [node("n1", []), node("n2", [])]
+    running = [
+        run("r1", {"n1": range(8)}, end=2000.0, preemptible=False),
+        run("r2", {"n2": range(8)}, end=3000.0, preemptible=False),
+    ]
+    pending = [job("big1", 1, 8, submitted=1.0), job("big2", 1, 8, submitted=2.0)]
+    one = snap(nodes, pending, running, queue_order="fifo", reservations_per_model=1)
+    d = decide(one)
+    check_invariants(one, d)
+    assert [r.job for r in d.reserve] == ["big1"]
+    assert why(d, "big2") == (
+        "needs 8 free h100 GPUs on one node; the largest free block is 0; no reservation left "
+        "for it this cycle (1 per GPU model went to jobs ahead of it)"
+    )
+    two = decide(snap(nodes, pending, running, queue_order="fifo", reservations_per_model=2))
+    assert [r.job for r in two.reserve] == ["big1", "big2"]
+    assert why(two, "big2").endswith("reserved to start at t=3000")
