@@ -596,10 +596,10 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         suffix = ""
         at = None
         if self.cfg.backfill:
-            capped = False
+            capped = 0
             for ms, _, wneed, g in blocked:
                 if ms.res_count >= self.cfg.reservations_per_model:
-                    capped = True
+                    capped += 1
                     continue
                 if self.reserve_later(job, ms, wneed * g):
                     # No GPUs held yet; the model's first such job still gets a start estimate
@@ -631,9 +631,10 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                         f"; no start estimate: {unknown} {ms.name} GPUs are held by "
                         "jobs without an expected end"
                     )
-            if capped and not suffix:
-                # Slurm's "Priority" beside "Resources": the job waits its turn for a
-                # reservation, not only for GPUs (rule 5's cap per GPU model and cycle).
+            if capped == len(blocked):
+                # Slurm's "Priority" beside "Resources": every pool it may use had given its
+                # reservations this cycle to jobs ahead of it (rule 5's cap), so it waits its
+                # turn for one, not only for GPUs.
                 suffix = (
                     "; no reservation left for it this cycle "
                     f"({self.cfg.reservations_per_model} per GPU model went to jobs ahead of it)"
