@@ -13,24 +13,24 @@ cases (docs/benchmarks.md, "Suite", has their offered loads and why each is ther
 - synthetic traces at 1.5x and 3x their cluster's capacity (sustained overload),
 - the openb stress variant (heterogeneous nodes, short jobs, arrivals 100x denser),
 - a light-load case (an ITP cluster at about half load), where nothing should be lost.
-`--held-out` replays instead twelve cases no rule was measured on (HELD_OUT below), to see
-whether a rule holds beyond the cases that chose it; `--shapes` six more (SHAPES: other node
-sizes, real traces in overload, another openb pod list), and `--issue-table` the four whole
-traces of issue 21's table (ISSUE_TABLE), to set its rows beside today's. `--variant NAME=JSON` adds the engine with
-some configuration fields changed (a rule switched off, say) as one more policy, so a rule's
+`--held-out` replays instead twelve cases no rule was measured on (HELD_OUT below), to see whether
+a rule holds beyond the cases that chose it; `--shapes` six more (SHAPES: other node sizes, real
+traces in overload, another openb pod list), and `--issue-table` the four whole traces of issue
+21's table (ISSUE_TABLE), to set its rows beside today's. `--variant NAME=JSON` adds the engine
+with some configuration fields changed (a rule switched off, say) as one more policy, so a rule's
 worth is measured on every case in one run. Every case's jobs are of one priority class, so
-preemption for a higher class never happens in them; `--production-share F` puts that share of
-each case's jobs (the same jobs for every policy and seed) in the `production` class to exercise
-it (the baselines ignore classes, so their rows do not change). Nor does any case have quotas;
+preemption for a higher class never happens in them; `--production-share F` puts that share of each
+case's jobs (the same jobs for every policy and seed) in the `production` class to exercise it (the
+baselines ignore classes, so their rows do not change). Nor does any case have quotas;
 `--guaranteed-share F` gives each of a case's tenants a guarantee of that share of every GPU
 model's GPUs, and lets it borrow the rest, as equal ClusterQueues of one Kueue cohort would, so
 reclaiming borrowed GPUs is replayed (the baselines ignore quotas too); `--organisations N` puts
 the tenants under N parent teams (a team tree), each guaranteed its tenants' guarantees together.
-`--runtime-limits` gives the jobs the limits users would have asked for (the traces have none;
-the engine plans with a job's limit where it has one, the baselines ignore them). Nor do the
-traces have failures: `--mtbf S` makes every node fail once every S seconds on average (a job on
-it loses its work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes
-a share of the nodes spot nodes that are taken away that often, for every policy alike.
+`--runtime-limits` gives the jobs the limits users would have asked for (the traces have none; the
+engine plans with a job's limit where it has one, the baselines ignore them). Nor do the traces
+have failures: `--mtbf S` makes every node fail once every S seconds on average (a job on it loses
+its work since its last checkpoint), and `--spot-fraction F` with `--spot-mtbi S` makes a share of
+the nodes spot nodes that are taken away that often, for every policy alike.
 
 Each (case, policy, seed) is one replay; a pool of `--workers` processes runs them (2 by
 default: the machine is shared, and wall times are only compared within one run). Per case and
@@ -639,15 +639,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--organisations needs --guaranteed-share: a team tree without guarantees")
     if args.spot_mtbi is not None and not args.spot_fraction:
         ap.error("--spot-mtbi needs --spot-fraction: no node is a spot node without it")
-    set_name = (
-        "held-out"
-        if args.held_out
-        else "issue-table"
-        if args.issue_table
-        else "shapes"
-        if args.shapes
-        else "suite"
-    )
+    chosen_sets = {
+        "held-out": args.held_out,
+        "issue-table": args.issue_table,
+        "shapes": args.shapes,
+    }
+    set_name = next((name for name, on in chosen_sets.items() if on), "suite")
     case_set = CASE_SETS[set_name]
     names = {c.name for c in ALL_CASES}
     if args.cases:
