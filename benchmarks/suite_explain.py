@@ -172,8 +172,9 @@ def render(name: str, result: dict, gpus: int | None, top: int) -> str:
     ]
     for r in result["by_size"]:
         out.append(
-            f"| {r['gpus']} | {r['jobs']:,} | {r['avg_wait_s']:,.0f} / {r['against_avg_wait_s']:,.0f}"
-            f" | {r['adds_s']:+,.1f} | {r['preemptions']:,} / {r['against_preemptions']:,} |"
+            f"| {r['gpus']} | {r['jobs']:,} | {r['avg_wait_s']:,.0f} / "
+            f"{r['against_avg_wait_s']:,.0f} | {r['adds_s']:+,.1f} | "
+            f"{r['preemptions']:,} / {r['against_preemptions']:,} |"
         )
     chosen = "jobs" if gpus is None else f"jobs of {gpus} GPU{'s' if gpus != 1 else ''}"
     out += ["", f"| why `gpuplatform`'s {chosen} waited | job-seconds | share |", "|---|---:|---:|"]

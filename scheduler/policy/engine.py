@@ -17,27 +17,25 @@ One cycle, in order (docs/policy.md explains each rule and default):
    (all workers or none) with topology-aware best-fit placement on ``ready`` nodes with health at
    least ``min_health``; preemptible jobs try spot nodes first, others avoid spot nodes unless
    nothing else fits; nodes caching the job's dataset are preferred.
-3. A job that does not fit may (if higher priority than preemptible jobs, including
-   preemptible jobs of its class in a higher attained-service queue, or reclaiming GPUs
-   borrowed from its guarantee by jobs of its class or a lower one) shrink elastic jobs and
-   then preempt the victims that lose the least work (GPUs x time since their last
-   checkpoint; among victims of its own class, who lose none, the most recently started run),
-   skipping victims whose next checkpoint is due within ``checkpoint_protect_s``
-   (a one-node job takes the node whose victims cost the least in total: lost work, or for
-   victims of its own class their runs' ages; with LAS queues it may also preempt jobs of its
-   own queue submitted after it). Inside a class, a victim must have saved a checkpoint in its current run and
-   runs on to just past its next one (the minimum quantum: no work lost, no storms). Nobody is
-   preempted when running jobs' expected ends free the GPUs no later: the job holds those.
-   Freed GPUs come back only after ``preemption_grace_s``,
-   so the job is reported pending ("waiting for N preempted GPUs ...") with a reservation at the
-   end of the grace period; those GPUs are never handed to another job in the same cycle.
+3. A job that does not fit may (if higher priority than preemptible jobs, including preemptible
+   jobs of its class in a higher attained-service queue, or reclaiming GPUs borrowed from its
+   guarantee by jobs of its class or a lower one) shrink elastic jobs and then preempt the victims
+   that lose the least work (GPUs x time since their last checkpoint; among victims of its own
+   class, who lose none, the most recently started run), skipping victims whose next checkpoint is
+   due within ``checkpoint_protect_s`` (a one-node job takes the node whose victims cost the least
+   in total: lost work, or for victims of its own class their runs' ages; with LAS queues it may
+   also preempt jobs of its own queue submitted after it). Inside a class, a victim must have saved
+   a checkpoint in its current run and runs on to just past its next one (the minimum quantum: no
+   work lost, no storms). Nobody is preempted when running jobs' expected ends free the GPUs no
+   later: the job holds those. Freed GPUs come back only after ``preemption_grace_s``, so the job
+   is reported pending ("waiting for N preempted GPUs ...") with a reservation at the end of the
+   grace period; those GPUs are never handed to another job in the same cycle.
 4. Otherwise the highest-ranked blocked jobs of each GPU model (``reservations_per_model``,
    default 4) get an EASY-backfill reservation each at the earliest time the running jobs'
    expected ends free enough GPUs (a later reservation never counts on GPUs or releases an
    earlier one counts on); with LAS queues, not before a job has waited ``las.reserve_after_s``
    while preemptible work could make room. Lower-ranked jobs start only on GPUs no reservation
-   needs, or if
-   their estimated end comes before the earliest reservation.
+   needs, or if their estimated end comes before the earliest reservation.
 5. Elastic running jobs grow into GPUs left idle on GPU models where no job waits for capacity.
 
 Where each rule lives: ranking, the attained-service queues and deadlines (1) in ``ranking``;
@@ -55,17 +53,17 @@ started gang has all its workers, ``gpus_per_worker`` each on one node of the re
 every node ``ready`` and healthy; every pending job not started gets a non-empty ``why``;
 non-preemptible jobs and jobs inside their checkpoint protection window are never preempted.
 
-Cost: O(N + R) to index N nodes and R running jobs, O(P log P) to rank P pending jobs, O(1)-ish
-per job that cannot fit (memoised slot counts per request shape, and a job shaped like one that
-just waited reuses that outcome while nothing changed), O(nodes of the chosen group) per start;
-reservations walk one sorted list of expected releases only as far as they need; preemption planning is
-capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are memoised by
-value across calls (a hit equals a rebuild, so decisions never depend on the memo). Also carried
-over from the previous call, likewise exact: each pool's capacity index (updated for the nodes
-whose free count changed, O(N) compares plus O(changed nodes)), per running job its LAS rank
-(until the time it can next change) and its planner view, while the caller passes the same
-RunningJob object or placement mapping, and the summary of the running jobs the cycle starts
-from (``running``: O(R) set and identity checks plus O(changed jobs) updates).
+Cost: O(N + R) to index N nodes and R running jobs, O(P log P) to rank P pending jobs, O(1)-ish per
+job that cannot fit (memoised slot counts per request shape, and a job shaped like one that just
+waited reuses that outcome while nothing changed), O(nodes of the chosen group) per start;
+reservations walk one sorted list of expected releases only as far as they need; preemption
+planning is capped. Never jobs x nodes x GPUs. Static topology and fair-share standings are
+memoised by value across calls (a hit equals a rebuild, so decisions never depend on the memo).
+Also carried over from the previous call, likewise exact: each pool's capacity index (updated for
+the nodes whose free count changed, O(N) compares plus O(changed nodes)), per running job its LAS
+rank (until the time it can next change) and its planner view, while the caller passes the same
+RunningJob object or placement mapping, and the summary of the running jobs the cycle starts from
+(``running``: O(R) set and identity checks plus O(changed jobs) updates).
 """
 
 from __future__ import annotations
