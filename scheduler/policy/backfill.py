@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.memo import _LAST_RELEASE_NODES
 from scheduler.policy.model import PendingJob, Reserve
 from scheduler.policy.state import _INF, _Model
@@ -38,7 +39,7 @@ def _release_nodes(
     return {m: tuple(pairs) for m, pairs in per.items()}
 
 
-class _Backfill:
+class _Backfill(_CycleState):
     """Reservations of one cycle (a part of ``_Cycle``)."""
 
     # ------------------------------------------------------------------ reservations
@@ -219,7 +220,7 @@ class _Backfill:
         hold: bool = True,
         overdue: bool = True,
         until: float = _INF,
-        walked: tuple[float, dict[int, int]] | None = None,
+        walked: tuple[float | None, dict[int, int]] | None = None,
     ) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
 
@@ -255,8 +256,9 @@ class _Backfill:
             hyp = long_view.clone()
             for node, c in cnt.items():
                 hyp.set(node, min(c, cap))
-            plan = hyp.place(w, g, prefer)
-            assert plan is not None
+            placed = hyp.place(w, g, prefer)
+            assert placed is not None
+            plan = placed
             after = hyp.cnt
         claimed = ms.claimed
         for node, workers in plan:

@@ -20,7 +20,8 @@ GPUs counted in the index. Everything is deterministic (no iteration over string
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 
 __all__ = ["Pool", "Index"]
 
@@ -56,7 +57,7 @@ class Pool:
         members: list[list[int]] = [list(self.nodes)]
         groups_of: dict[int, list[int]] = {n: [0] for n in self.nodes}
 
-        def build(keyfn) -> tuple[list[int], dict[str, int]]:
+        def build(keyfn: Callable[[int], str]) -> tuple[list[int], dict[str, int]]:
             by_key: dict[str, list[int]] = {}
             for n in self.nodes:
                 by_key.setdefault(keyfn(n), []).append(n)
@@ -106,25 +107,32 @@ class Index:
 
     __slots__ = ("pool", "cnt", "buckets", "ghist", "_slots", "version")
 
-    def __init__(self, pool: Pool, counts: dict[int, int]) -> None:
-        """Index ``pool`` with ``counts[node]`` usable GPUs per node (every pool node present)."""
+    def __init__(self, pool: Pool, counts: dict[int, int] | None) -> None:
+        """Index ``pool`` with ``counts[node]`` usable GPUs per node (every pool node present);
+        with ``None``, an empty shell that :meth:`clone` fills."""
         self.pool = pool
+        if counts is None:
+            self.cnt: dict[int, int] = {}
+            self.buckets: list[list[int]] = []
+            self.ghist: list[list[int]] = []
+            self._slots: dict[int, int] = {}
+            self.version = 0
+            return
         cap = pool.cap
         self.cnt = {n: counts[n] for n in pool.nodes}
-        self.buckets: list[list[int]] = [[] for _ in range(cap + 1)]
-        self.ghist: list[list[int]] = [[0] * (cap + 1) for _ in pool.members]
+        self.buckets = [[] for _ in range(cap + 1)]
+        self.ghist = [[0] * (cap + 1) for _ in pool.members]
         for n in pool.nodes:  # ascending ids, so every bucket starts sorted
             c = self.cnt[n]
             self.buckets[c].append(n)
             for gid in pool.groups_of[n]:
                 self.ghist[gid][c] += 1
-        self._slots: dict[int, int] = {}
+        self._slots = {}
         self.version = 0  # bumped on every change, so callers can memoise answers
 
     def clone(self) -> Index:
         """An independent copy (for what-if planning: reservations, preemption)."""
-        new = Index.__new__(Index)
-        new.pool = self.pool
+        new = Index(self.pool, None)
         new.cnt = dict(self.cnt)
         new.buckets = [list(b) for b in self.buckets]
         new.ghist = [list(h) for h in self.ghist]
@@ -181,7 +189,7 @@ class Index:
 
     # ------------------------------------------------------------------ placement
 
-    def pick_node(self, need: int, prefer: frozenset[int] | set[int] | None = None) -> int | None:
+    def pick_node(self, need: int, prefer: AbstractSet[int] | None = None) -> int | None:
         """Best-fit node with at least ``need`` usable GPUs; nodes in ``prefer`` win first."""
         buckets = self.buckets
         top = len(buckets)
@@ -200,7 +208,7 @@ class Index:
         return None
 
     def pick_node_after(
-        self, counts: dict[int, int], need: int, prefer: frozenset[int] | set[int] | None = None
+        self, counts: dict[int, int], need: int, prefer: AbstractSet[int] | None = None
     ) -> int | None:
         """The node ``pick_node(need, prefer)`` would return on a copy of this index after
         ``set(n, max(c, 0))`` for every ``(n, c)`` in ``counts``, without the copy; only
@@ -220,7 +228,7 @@ class Index:
         return None if best is None else best[2]
 
     def place(
-        self, w: int, g: int, prefer: frozenset[int] | set[int] | None = None
+        self, w: int, g: int, prefer: AbstractSet[int] | None = None
     ) -> list[tuple[int, int]] | None:
         """Topology-aware placement of ``w`` workers of ``g`` GPUs, or ``None`` if it can't fit."""
         if self.slots(g) < w:
@@ -288,7 +296,7 @@ class Index:
         return racks
 
     def _fill(
-        self, nodes: list[int], w: int, g: int, prefer: frozenset[int] | set[int] | None
+        self, nodes: list[int], w: int, g: int, prefer: AbstractSet[int] | None
     ) -> list[tuple[int, int]]:
         # Best-fit inside the chosen group: fill the tightest nodes first so whole nodes survive.
         cnt = self.cnt

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -211,7 +211,7 @@ def _legacy(d: Mapping[str, Any], path: str, kw: dict[str, Any], las: Las | None
         if target in d or (target.startswith("las.") and target[4:] in (d.get("las") or {})):
             raise SnapshotError(_join(path, key), f"given with its replacement {target}")
 
-    def get(key: str, decode):
+    def get(key: str, decode: Callable[[Any, str], Any]) -> Any:
         return decode(d[key], _join(path, key)) if key in d else None
 
     if "las_lowest_queue_first" in d:
@@ -424,8 +424,9 @@ def _fast_count(value: Any) -> int:
 def _fast_num(value: Any) -> float:
     kind = type(value)
     if kind is float:
-        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
-            return value
+        number: float = value
+        if number - number == 0.0:  # finite: inf - inf and nan - nan are nan
+            return number
     elif kind is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
         return float(value)
     raise _Unusual
@@ -436,10 +437,10 @@ def _fast_opt_num(value: Any) -> float | None:
 
 
 def _fast_nonneg(value: Any) -> float:
-    value = _fast_num(value)
-    if value < 0:
+    number = _fast_num(value)
+    if number < 0:
         raise _Unusual
-    return value
+    return number
 
 
 # Larger ints take the validator's path (float() of a huge int overflows).
@@ -684,10 +685,10 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         _read_pending(p, i, classes)
         for i, p in enumerate(_list(_get(d, "pending", "", []), "pending"))
     )
-    for i, p in enumerate(pending):
-        if p.id in ids:
-            raise SnapshotError(f"pending[{i}].id", f"duplicate job {p.id!r}")
-        ids.add(p.id)
+    for i, job in enumerate(pending):
+        if job.id in ids:
+            raise SnapshotError(f"pending[{i}].id", f"duplicate job {job.id!r}")
+        ids.add(job.id)
     return Snapshot(
         now=now,
         config=config,

@@ -3,21 +3,24 @@ before anyone is preempted, and growth into GPUs no waiting job can use this cyc
 
 from __future__ import annotations
 
+from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.model import Resize
 from scheduler.policy.state import _Run
 
 
-class _Elastic:
+class _Elastic(_CycleState):
     """Elastic shrink units and growth of one cycle (a part of ``_Cycle``)."""
 
     def shrink_units(self, run: _Run) -> list[tuple[int, tuple[int, ...]]]:
         """Workers an elastic job can give up (down to its minimum), last nodes first."""
         job = run.job
-        spare = job.workers - max(1, job.elastic.min_workers)
+        elastic = job.elastic
+        assert elastic is not None
+        spare = job.workers - max(1, elastic.min_workers)
         if spare <= 0:
             return []
         g = job.gpus_per_worker
-        units = []
+        units: list[tuple[int, tuple[int, ...]]] = []
         for name in sorted(job.placement, reverse=True):
             i = self.id_of.get(name)
             idxs = sorted(job.placement[name], reverse=True)
@@ -52,7 +55,9 @@ class _Elastic:
             job = run.job
             ms = self.models[run.model]
             g = job.gpus_per_worker
-            extra = job.elastic.max_workers - job.workers
+            e = job.elastic
+            assert e is not None  # growers are elastic
+            extra = e.max_workers - job.workers
             for t, q in self.quota_chain(job.team, ms.gpu):
                 room = q.guaranteed + q.borrow_limit - self.used.get((t, ms.gpu), 0)
                 extra = min(extra, room // g)

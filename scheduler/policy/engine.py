@@ -138,7 +138,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.preempt_attempts = 0
         self.gone: set[str] = set()  # running jobs preempted this cycle
         self.shrunk: dict[str, list[tuple[int, tuple[int, ...]]]] = {}  # job -> removed units
-        self.why_cache: dict[tuple, str] = {}
+        self.why_cache: dict[tuple[Any, ...], str] = {}
         self.borrowing: set[int] = set()  # ids of the jobs rule 1c put after their rank's others
 
         # ---- nodes: eligible ones get global ids in topology order
@@ -163,7 +163,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.protected = [0] * len(elig)
         self.free0 = [len(f) for f in self.free]
         self.models: dict[str, _Model] = {}
-        self._pools_of: list[list[tuple[_Model, str]]] | None = None  # see refresh
+        self._pools_of = None  # see refresh
         free = self.free
         for model, pools, ds_nodes, sizes in topo.models:
             ms = _Model(model, topo.gpu_of[model])
@@ -185,11 +185,11 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         if self.routed:
             for key in self.model_names:
                 self.keys_of.setdefault(topo.gpu_of[key], []).append(key)
-            pools = {}
+            pool_facts = {}
             for key, ms in self.models.items():
                 first = elig[ms.pools["all"].nodes[0]]
-                pools[key] = (first.cluster, first.gpu_model, first.spot, ms.pools["all"].cap)
-            self.router = Router(snap, pools)
+                pool_facts[key] = (first.cluster, first.gpu_model, first.spot, ms.pools["all"].cap)
+            self.router = Router(snap, pool_facts)
 
         # ---- teams and quotas
         self.teams = {t.name: t for t in snap.teams}
@@ -218,7 +218,8 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             and las.reserve_after_s > 0
             and cfg.preemption
         )
-        run_rank = self.run_rank = {}  # LAS: effective rank of preemptible running jobs
+        run_rank: dict[str, int] = {}
+        self.run_rank = run_rank  # LAS: effective rank of preemptible running jobs
         any_quota = self.any_quota
         long_run = self.long_run
         # Without quotas the summary is kept from the previous call and updated for the jobs
@@ -234,9 +235,9 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             memo_classes, memo_th, memo_ranks = _LAST_RANKS[0]
             if memo_th != (th, long_run) or memo_classes != classes:
                 memo_classes, memo_ranks = dict(classes), {}
-            ranks: dict[str, tuple] = {}
+            ranks: dict[str, tuple[Any, ...]] = {}
             for r in snap.running:
-                model = r.gpu_model
+                run_model = r.gpu_model
                 if r.elastic is not None:
                     self.has_elastic = True
                 if r.releasing_at is not None:
@@ -260,20 +261,20 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                         ranks[r.id] = span
                         p = run_rank[r.id] = span[3]
                         if gate:
-                            vg = victim_gpus.setdefault(model, {})
+                            vg = victim_gpus.setdefault(run_model, {})
                             vg[p] = vg.get(p, 0) + r.workers * r.gpus_per_worker
                     else:
                         p = classes.get(r.priority_class, 0)
-                    m = min_victim.get(model)
+                    m = min_victim.get(run_model)
                     if m is None or p < m:
-                        min_victim[model] = p
+                        min_victim[run_model] = p
                 if any_quota:
-                    if model is None:
-                        model = self.model_of_placement(r)
-                        if model is None:
+                    if run_model is None:
+                        run_model = self.model_of_placement(r)
+                        if run_model is None:
                             continue
-                    key = (r.team, model)
-                    per[key] = per.get(key, 0) + r.workers * r.gpus_per_worker
+                    team_model = (r.team, run_model)
+                    per[team_model] = per.get(team_model, 0) + r.workers * r.gpus_per_worker
             if th:
                 _LAST_RANKS[0] = (memo_classes, (th, long_run), ranks)
         self.min_victim = min_victim
@@ -288,11 +289,11 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self._runs_built = False
         self.runs_unique = True  # no two running jobs share an id (set by ensure_runs)
         self.epoch = 0  # bumped by every change of capacity or reservations in this cycle
-        self.fail_cache: dict[tuple, tuple[int, str, tuple]] = {}
+        self.fail_cache: dict[tuple[Any, ...], tuple[int, str, tuple[Any, ...]]] = {}
         self.soft_plain: str | None = None  # see place_or_plan (start estimate, nothing held)
         self.hold_out = False  # see place_or_plan (held out for a cheaper pool, rule 3b)
         # GPU model -> its releases in time order (see release_order)
-        self._release_order: dict[str, list[tuple[float, int, str, tuple]]] | None = None
+        self._release_order = None
         self._unknown_runs: list[int] = []
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
         self.last_pending = _LAST_PENDING[0]  # see waits
@@ -310,7 +311,9 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 keys = self.keys_of.get(job.gpu_model, [])
             else:
                 keys = self.model_names
-            r = self.routes[id(job)] = self.router.route(job, keys)
+            router = self.router
+            assert router is not None
+            r = self.routes[id(job)] = router.route(job, keys)
         return r
 
     def model_of_placement(self, r: RunningJob) -> str | None:
@@ -392,12 +395,13 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         # and the planning. This keeps a long blocked queue near O(1) per job.
         key = None
         if job.elastic is None:
-            rank = 0
+            rank: int | None = 0
             if self.th:
                 rank = self.pending_ranks.get(id(job))  # filled by queue_order
                 if rank is None:
                     rank = self.pending_rank(job)
             est = job.runtime_estimate_s
+            short: object
             if self.routed:
                 # the job's own pools, in its order; its constraints and costs are in the key
                 keys = self.route_of(job)[0]
@@ -459,6 +463,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             # a start estimate without held GPUs is the first job's only: the next
             # same-shaped job is told the rest
             cached = why if at is None else soft_plain
+            assert cached is not None  # the condition above
             # With FIFO within a queue, a job submitted later than one that failed fails too
             # (fewer jobs were submitted after it); one submitted earlier may not.
             las = self.las
@@ -581,9 +586,9 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             and self.preempt_attempts < self.cfg.max_preemption_attempts
         ):
             for ms, _, wneed, g in blocked:
-                plan = self.plan_preemption(job, ms, wneed, g)
-                if plan is not None:
-                    return plan
+                planned = self.plan_preemption(job, ms, wneed, g)
+                if planned is not None:
+                    return planned
         elif self.cfg.preemption and not self.hold_out and self.cfg.max_preemption_attempts > 0:
             # Otherwise "the largest free block is 0" reads as if no running job could give way,
             # where the planner only had no plan left for it (rule 4's budget per cycle).
@@ -606,9 +611,11 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                     if not ms.soft_estimated:
                         ms.soft_estimated = True
                         soft = self.reserve(job, ms, wneed, g, hold=False)
+                    las = self.las  # reserve_later: only with a positive las.reserve_after_s
+                    assert las is not None and las.reserve_after_s is not None
                     plain = (
                         "; no GPUs held for it before it has waited "
-                        f"{_fmt_s(self.las.reserve_after_s)} s (preemptible jobs hold enough "
+                        f"{_fmt_s(las.reserve_after_s)} s (preemptible jobs hold enough "
                         "GPUs and change hands by attained service)"
                     )
                     suffix = plain

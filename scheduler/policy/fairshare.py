@@ -35,7 +35,7 @@ def decay_usage(usage_gpu_s: float, elapsed_s: float, half_life_s: float) -> flo
     """
     if elapsed_s <= 0:
         return usage_gpu_s
-    return usage_gpu_s * 0.5 ** (elapsed_s / half_life_s)
+    return float(usage_gpu_s * 0.5 ** (elapsed_s / half_life_s))  # float ** float is Any to mypy
 
 
 def _band(ratio: float, log_base: float) -> int:
@@ -67,8 +67,8 @@ def _tree_standings(teams: list[Team], band: float) -> tuple[dict[str, int], int
     for t in teams:
         parent = t.parent if t.parent in by_name else None
         children.setdefault(parent, []).append(t)
-    for sibs in children.values():
-        sibs.sort(key=lambda t: t.name)
+    for siblings in children.values():
+        siblings.sort(key=lambda t: t.name)
 
     subtree: dict[str, float] = {}
 
@@ -85,7 +85,7 @@ def _tree_standings(teams: list[Team], band: float) -> tuple[dict[str, int], int
     stack: list[tuple[str | None, tuple[int, ...]]] = [(None, ())]
     while stack:
         parent, path = stack.pop()
-        sibs = children.get(parent, ())
+        sibs = children.get(parent, [])
         total_w = sum(t.weight for t in sibs) or 1.0
         total_u = sum(subtree[t.name] for t in sibs)
         for t in sibs:

@@ -66,14 +66,14 @@ def _num(value: Any, path: str, *, minimum: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SnapshotError(path, "must be a number")
     try:
-        value = float(value)
+        number = float(value)
     except OverflowError:  # an int beyond the float range (JSON allows any length)
         raise SnapshotError(path, "must be finite") from None
-    if not math.isfinite(value):
+    if not math.isfinite(number):
         raise SnapshotError(path, "must be finite")
-    if minimum is not None and value < minimum:
+    if minimum is not None and number < minimum:
         raise SnapshotError(path, f"must be >= {_fmt(minimum)}")
-    return value
+    return number
 
 
 def _opt_num(value: Any, path: str, *, minimum: float | None = None) -> float | None:

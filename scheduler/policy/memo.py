@@ -22,16 +22,17 @@ are taken by one call at a time and handed back when its cycle is done).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.fairshare import standings
-from scheduler.policy.model import Node, Pending, RunningJob
+from scheduler.policy.model import Node, Pending, RunningJob, Team
 
 _MEMO_SIZE = 8
 
 
-def _memo_put(memo: dict, key: tuple, value: object) -> None:
+def _memo_put(memo: dict[Any, Any], key: tuple[Any, ...], value: object) -> None:
     """Insert into a small memo, evicting the oldest entry; safe if threads race (a lost
     eviction or insertion only costs a rebuild later, never a wrong answer)."""
     while len(memo) >= _MEMO_SIZE:
@@ -42,10 +43,10 @@ def _memo_put(memo: dict, key: tuple, value: object) -> None:
     memo[key] = value
 
 
-_STANDINGS_MEMO: dict[tuple, tuple[dict[str, int], int]] = {}
+_STANDINGS_MEMO: dict[tuple[Any, ...], tuple[dict[str, int], int]] = {}
 
 
-def _standings(teams, band: float) -> tuple[dict[str, int], int]:
+def _standings(teams: Sequence[Team], band: float) -> tuple[dict[str, int], int]:
     # Memoised by value (the fields fair share reads): teams rarely change between cycles.
     key = (band, tuple((t.name, t.parent, t.weight, t.usage_gpu_s) for t in teams))
     out = _STANDINGS_MEMO.get(key)
@@ -115,10 +116,10 @@ class _Topology:
 # cost of a small cycle, and consecutive cycles (live loop, simulator) nearly always see the same
 # nodes; only free GPUs change. Keyed by value (every static field of every eligible node, in
 # order), so a hit is exactly what a rebuild would produce: decisions do not depend on the memo.
-_TOPOLOGY_MEMO: dict[tuple, _Topology] = {}
+_TOPOLOGY_MEMO: dict[tuple[Any, ...], _Topology] = {}
 
 
-def _static(n: Node) -> tuple:
+def _static(n: Node) -> tuple[Any, ...]:
     return (
         n.name,
         n.gpu_model,
@@ -156,10 +157,11 @@ def _topology(eligible: list[Node], routed: bool = False) -> _Topology:
             _LAST_TOPOLOGY[0] = (eligible, topo, routed)
             return topo
     key = (routed, *(_static(n) for n in eligible))
-    topo = _TOPOLOGY_MEMO.get(key)
-    if topo is None:
-        topo = _Topology(eligible, routed)
-        _memo_put(_TOPOLOGY_MEMO, key, topo)
+    known = _TOPOLOGY_MEMO.get(key)
+    if known is None:
+        known = _Topology(eligible, routed)
+        _memo_put(_TOPOLOGY_MEMO, key, known)
+    topo = known
     _LAST_TOPOLOGY[0] = (eligible, topo, routed)
     return topo
 
@@ -202,7 +204,9 @@ def _free_lists(elig: list[Node]) -> list[list[int]]:
 # Both are replaced atomically; concurrent callers only cost each other rebuilds.
 #
 # LAS rank: (job, valid_from, valid_until, rank), with ``classes`` and thresholds it holds for.
-_LAST_RANKS: list[tuple[dict, tuple, dict[str, tuple]]] = [({}, ((), 0.0), {})]
+_LAST_RANKS: list[tuple[dict[str, int], tuple[Any, ...], dict[str, tuple[Any, ...]]]] = [
+    ({}, ((), 0.0), {})
+]
 
 
 def _same_service(a: RunningJob, b: RunningJob) -> bool:
@@ -221,7 +225,9 @@ def _same_service(a: RunningJob, b: RunningJob) -> bool:
 # function of those, so a hit is a rebuild; the entry is replaced whole when the classes or
 # thresholds differ, or emptied when large (attained service takes many values over time).
 # Concurrent callers write equal values for equal keys.
-_PENDING_RANKS: list[tuple[dict, tuple, dict[tuple, int]]] = [({}, ((), 0.0), {})]
+_PENDING_RANKS: list[tuple[dict[str, int], tuple[Any, ...], dict[tuple[Any, ...], int]]] = [
+    ({}, ((), 0.0), {})
+]
 _PENDING_RANKS_MAX = 4096
 
 
@@ -242,7 +248,7 @@ class RunView(NamedTuple):
 
     placement: Any  # the job's placement mapping, as passed
     topology: Any  # the _Topology its node indexes refer to
-    model: str | None  # GPU model (or pool, rule 3b) the job's GPUs count for
+    model: str  # GPU model (or pool, rule 3b) the job's GPUs count for
     total: int  # GPUs the job holds
     on: dict[int, int]  # GPUs per eligible node index, of that model
     job: RunningJob

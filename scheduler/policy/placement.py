@@ -12,11 +12,12 @@ model's earliest reservation backfills on ``now``; every other job places on ``l
 from __future__ import annotations
 
 from scheduler.policy.capacity import Index
+from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.model import PendingJob, Quota, Start
 from scheduler.policy.state import _fmt_t, _Model
 
 
-class _Placement:
+class _Placement(_CycleState):
     """Quotas, capacity views, starts and capacity reasons of one cycle (a part of ``_Cycle``,
     whose ``__init__`` in ``engine`` sets the state these methods read)."""
 
@@ -28,7 +29,7 @@ class _Placement:
         if a is None:
             out = []
             seen = set()
-            t = team
+            t: str | None = team
             while t is not None and t in self.teams and t not in seen:
                 seen.add(t)
                 out.append(t)
@@ -179,7 +180,9 @@ class _Placement:
             ms.static_slots[g] = s
         return s
 
-    def start(self, job: PendingJob, ms: _Model, plan: list[tuple[int, int]], g: int, k: int):
+    def start(
+        self, job: PendingJob, ms: _Model, plan: list[tuple[int, int]], g: int, k: int
+    ) -> None:
         # GPUs held for a reservation that this (short, backfilled) job borrows go back to that
         # reservation when it ends: its release must not be promised to a later reservation.
         protected = self.protected
@@ -215,9 +218,16 @@ class _Placement:
         """Why ``w`` workers of ``g`` GPUs do not fit ``view``; ``borrower`` is the team of a
         job that rule 1c put behind the jobs of its rank within their guarantees."""
         now_view = ms.now["all"]
-        key = (ms.name, w, g, id(view), view.version, now_view.version, len(ms.reservations))
-        if borrower is not None:
-            key += (borrower,)
+        key = (
+            ms.name,
+            w,
+            g,
+            id(view),
+            view.version,
+            now_view.version,
+            len(ms.reservations),
+            borrower,
+        )
         cached = self.why_cache.get(key)
         if cached is not None:
             return cached

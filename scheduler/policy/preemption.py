@@ -15,11 +15,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
+from typing import Any
 
 from scheduler.policy.capacity import Index
-from scheduler.policy.model import PendingJob, Preempt, Reserve, Resize
+from scheduler.policy.cycle_state import _CycleState
+from scheduler.policy.model import PendingJob, Preempt, Quota, Reserve, Resize
 from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run
 
 # Preemption planning looks at no more than this many candidate victims per blocked job; it
@@ -33,7 +35,14 @@ _MAX_NODE_CANDIDATES = 1024
 _AFTER_CHECKPOINT_S = 30.0
 # Preemption candidates sort by (kind, cost, job id); never by the rest (unorderable).
 _KIND_COST_ID = itemgetter(0, 1, 2)
-_UNKNOWN = object()
+
+# Who could give up GPUs for a blocked job (built by ``_Preemption._candidates``): ``(kind,
+# cost, tiebreak, run, on, units, reason_team)``. Kind 0: already being preempted; 1: an elastic
+# job's spare workers (``units``); 2: a victim. ``on`` is GPUs per eligible node; ``run`` the
+# job's ``_Run``; ``reason_team`` the team a reclaim takes the GPUs back for.
+_Candidate = tuple[Any, ...]
+# A lower-ranked victim in a victim list: (cost, job id, run).
+_Victim = tuple[float, str, _Run]
 
 
 class _Attempt:
@@ -56,7 +65,20 @@ class _Attempt:
         "lower",
     )
 
-    def __init__(self, job, ms, w, g, prio, need, reclaim_team, fifo, defrag, mine, fail_key):
+    def __init__(
+        self,
+        job: PendingJob,
+        ms: _Model,
+        w: int,
+        g: int,
+        prio: int,
+        need: int,
+        reclaim_team: tuple[str, Quota] | None,
+        fifo: bool,
+        defrag: bool,
+        mine: tuple[Any, ...],
+        fail_key: tuple[int, bool, bool, bool],
+    ) -> None:
         self.job = job
         self.ms = ms
         self.w = w
@@ -72,10 +94,12 @@ class _Attempt:
         self.lower = (0, 0)
 
 
-class _Preemption:
+class _Preemption(_CycleState):
     """The preemption planner of one cycle (a part of ``_Cycle``)."""
 
-    def plan_preemption(self, job: PendingJob, ms: _Model, w: int, g: int):
+    def plan_preemption(
+        self, job: PendingJob, ms: _Model, w: int, g: int
+    ) -> tuple[str, float | None] | None:
         """Shrink elastic jobs, then preempt the cheapest eligible victims, so ``job`` fits.
 
         Returns ``(why, estimated_start)`` after emitting the decisions, or ``None``. In steps:
@@ -121,9 +145,11 @@ class _Preemption:
         failed = ms.pre_failed.get(fail_key)
         if failed and any(fg <= g and fw <= w and fm <= mine for fw, fg, fm in failed):
             return None
-        lowest = self.lowest_victim.get(model, _UNKNOWN)
-        if lowest is _UNKNOWN:
-            lowest = self.lowest_victim[model] = min(
+        lowest_of = self.lowest_victim
+        if model in lowest_of:
+            lowest = lowest_of[model]
+        else:
+            lowest = lowest_of[model] = min(
                 (p for m, p in self.min_victim.items() if m is None or m == model), default=None
             )
         if (
@@ -168,9 +194,10 @@ class _Preemption:
                     "expected to release (no preemption frees them sooner)",
                     at,
                 )
-        return self._emit(attempt, later, *chosen, freed_at, graces)
+        victims, take, base = chosen
+        return self._emit(attempt, later, victims, take, base, freed_at, graces)
 
-    def _candidates(self, a: _Attempt) -> tuple[list[tuple], set[str]]:
+    def _candidates(self, a: _Attempt) -> tuple[list[_Candidate], set[str]]:
         """Who could give up GPUs for the attempt's job, and which of them were submitted after
         it (moved by the submission-order rules)."""
         job, ms, w, prio, mine = a.job, a.ms, a.w, a.prio, a.mine
@@ -203,7 +230,7 @@ class _Preemption:
         # Candidates: (kind, cost, tiebreak, run, on, units, reason_team). Kind 0: already
         # being preempted (free of further cost); 1: an elastic job's spare worker; 2: a victim.
         # ``on`` is read-only: for kinds 0 and 2 it is the run's own map, which later calls reuse.
-        cands = []
+        cands: list[_Candidate] = []
         for run in ms.releasing:
             if run.job.id not in gone:
                 cands.append((0, 0.0, run.job.id, run, run.on, None, None))
@@ -228,7 +255,7 @@ class _Preemption:
         limit = _MAX_NODE_CANDIDATES if w == 1 else _MAX_VICTIM_CANDIDATES
         if len(lower) <= 1 or self.cfg.victims_lowest_rank_first:
             # under the candidate cap, the lowest ranks (each cheapest first) as they are tried
-            source = itertools.chain.from_iterable(lower)
+            source: Iterable[_Victim] = itertools.chain.from_iterable(lower)
         elif self.runs_unique and sum(map(len, lower)) <= limit:
             # all of them are taken, and candidates are sorted by (kind, cost, id) below, which
             # orders them as the merge would (ids are unique): skip the merge
@@ -248,7 +275,7 @@ class _Preemption:
         a.lower = (lower_from, len(cands))
         later: set[str] = set()  # victims submitted after the job (submission-order rules)
 
-        def add_submitted_later(victims) -> None:
+        def add_submitted_later(victims: Iterable[_Victim]) -> None:
             for cost, rid, run in victims:
                 sub = run.job.submitted_at
                 if sub is None or (sub, rid) <= mine or rid in gone or unsaved_peer(run):
@@ -279,19 +306,23 @@ class _Preemption:
                         cands.append((2, cost, rid, run, run.on, None, bt))
         return cands, later
 
-    def _choose(self, a: _Attempt, cands: list[tuple], later: set[str]):
+    def _choose(
+        self, a: _Attempt, cands: list[_Candidate], later: set[str]
+    ) -> tuple[list[_Candidate], dict[int, int], Index] | None:
         """The fewest candidates, in preference order, whose GPUs make the gang fit, and where
         it would go: ``(chosen, take, base)``, or None (recorded as failed for this shape)."""
         job, ms, w, g, prio = a.job, a.ms, a.w, a.g, a.prio
         defrag, fail_key, mine = a.defrag, a.fail_key, a.mine
-        tier = None
+        tier: Callable[[_Candidate], int] | None = None
         if self.cfg.victims_lowest_rank_first:
             # Moves (later-submitted jobs under submission order or defragmenting, borrowed GPUs
             # under reclaim) first; then victims of lower ranks, the lowest rank first: a lower
             # class, then the LAS queue with the most attained service.
-            def tier(c: tuple) -> int:
-                rank = c[3].prio
+            def lower_rank_first(c: _Candidate) -> int:
+                rank: int = c[3].prio
                 return -1 if rank >= prio or c[2] in later else rank
+
+            tier = lower_rank_first
 
             lo, hi = a.lower
             if lo < hi and self.runs_unique and cands[lo][3].prio >= 0:
@@ -299,11 +330,11 @@ class _Preemption:
                 # chain of sorted lists), and everything else sorts before them (kinds 0 and 1,
                 # and moves of tier -1): only the rest is sorted.
                 rest = cands[:lo] + cands[hi:]
-                rest.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
+                rest.sort(key=lambda c: (c[0], lower_rank_first(c), c[1], c[2]))
                 rest.extend(cands[lo:hi])
                 cands = rest
             else:
-                cands.sort(key=lambda c: (c[0], tier(c), c[1], c[2]))
+                cands.sort(key=lambda c: (c[0], lower_rank_first(c), c[1], c[2]))
         else:
             cands.sort(key=_KIND_COST_ID)
         picked = None
@@ -328,7 +359,7 @@ class _Preemption:
                 cnt[i] = new
                 slots += min(new, cap) // g - min(old, cap) // g
 
-        chosen = []
+        chosen: list[_Candidate] = []
         units_on: dict[str, dict[int, int]] = {}
         fits = False
         for c in cands:
@@ -350,8 +381,8 @@ class _Preemption:
             ms.pre_failed.setdefault(fail_key, []).append((w, g, mine))
             return None
         # Drop what is not needed, most expensive first (victims before elastic shrinks).
-        kept = []
-        for c in reversed(chosen):
+        kept: list[_Candidate] = []
+        for c in chosen[::-1]:
             add(c[4], -1)
             if slots < w:
                 add(c[4], 1)
@@ -364,8 +395,8 @@ class _Preemption:
             take = {one: g}
         else:
             hyp = base.clone()
-            for i, c in cnt.items():
-                hyp.set(i, min(max(c, 0), cap))
+            for i, n in cnt.items():
+                hyp.set(i, min(max(n, 0), cap))
             plan = hyp.place(w, g, prefer)
             assert plan is not None
             take = {i: workers * g for i, workers in plan}
@@ -383,7 +414,7 @@ class _Preemption:
             return None
         return chosen, take, base
 
-    def _grace_of(self, job: PendingJob, c: tuple) -> float:
+    def _grace_of(self, job: PendingJob, c: _Candidate) -> float:
         """The grace a chosen candidate gets: a victim of the job's own class runs on to just
         past its next checkpoint, so it loses no work (the GPUs come a little later; the job
         keeps its reservation)."""
@@ -393,7 +424,8 @@ class _Preemption:
             job.priority_class, 0
         ):
             return grace
-        r = c[3].job
+        run: _Run = c[3]
+        r = run.job
         interval = r.checkpoint_interval_s
         base = r.last_checkpoint_at
         if not interval or base is None:
@@ -416,7 +448,9 @@ class _Preemption:
             return False, None
         return True, (None if passed_over else (natural, cnt))
 
-    def _freed_at(self, job: PendingJob, chosen: list) -> tuple[float, dict[str, float]]:
+    def _freed_at(
+        self, job: PendingJob, chosen: list[_Candidate]
+    ) -> tuple[float, dict[str, float]]:
         """When the chosen candidates' GPUs are all free for ``job``, and each victim's grace
         (:meth:`_grace_of`) by job id; shrinks get the ordinary grace."""
         grace = self.cfg.preemption_grace_s
@@ -437,12 +471,12 @@ class _Preemption:
         self,
         a: _Attempt,
         later: set[str],
-        chosen: list,
+        chosen: list[_Candidate],
         take: dict[int, int],
         base: Index,
         at: float,
         graces: dict[str, float],
-    ):
+    ) -> tuple[str, float | None]:
         """The preemptions (each victim with its grace from ``graces``), shrinks and the
         reservation at ``at`` (the end of the grace period; both from :meth:`_freed_at`) for the
         chosen candidates; returns the job's ``(why, estimated_start)``."""
@@ -458,7 +492,7 @@ class _Preemption:
                 n_gpus += sum(c[4].values())
         victims = [c for c in chosen if c[0] == 2]
         victim_ids = {c[2] for c in victims}
-        by_job: dict[str, list] = {}
+        by_job: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
         for c in chosen:
             if c[0] == 1 and c[2] not in victim_ids:
                 by_job.setdefault(c[2], []).extend(c[5])
@@ -501,6 +535,7 @@ class _Preemption:
                     f"{c[2]} ({run.job.priority_class}) {basis}"
                 )
             else:
+                assert reclaim_team is not None  # a victim of neither rule is a reclaim's
                 t, q = reclaim_team
                 reason = (
                     f"reclaim: team {t} is within its guarantee of {q.guaranteed} {model} GPUs "
@@ -543,7 +578,9 @@ class _Preemption:
         return f"{'; '.join(parts)} ({when})", at
 
     @staticmethod
-    def moves_fit(chosen: list, later: set[str], base: Index, take: dict[int, int], cap: int):
+    def moves_fit(
+        chosen: list[_Candidate], later: set[str], base: Index, take: dict[int, int], cap: int
+    ) -> bool:
         """Defragmenting: every moved job's workers fit, node by node, in the GPUs that stay
         free outside the gang's nodes (largest workers first, into the largest holes)."""
         workers = []
@@ -568,8 +605,11 @@ class _Preemption:
 
     @staticmethod
     def cheapest_node(
-        cands: list, base: Index, g: int, tier: Callable[[tuple], int] | None = None
-    ) -> list | None:
+        cands: list[_Candidate],
+        base: Index,
+        g: int,
+        tier: Callable[[_Candidate], int] | None = None,
+    ) -> list[_Candidate] | None:
         """For a one-node job of ``g`` GPUs: the candidates that complete one node for the
         least lost work (each node's cheapest candidates first), or None if no node completes.
         With ``tier`` (the candidates are sorted by it first), a node's highest tier counts
@@ -581,7 +621,7 @@ class _Preemption:
         have: dict[int, int] = {}
         top: dict[int, int] = {}
         cost: dict[int, float] = {}
-        picks: dict[int, list] = {}
+        picks: dict[int, list[_Candidate]] = {}
         best = None
         for c in cands:  # sorted: by tier, then cheapest first
             t = tier(c) if tier is not None else 0

@@ -16,29 +16,33 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Mapping
+from typing import Any
 
 from scheduler.policy.memo import _PENDING_RANKS, _PENDING_RANKS_MAX, _standings
-from scheduler.policy.model import Las, PendingJob, RunningJob, Snapshot
+from scheduler.policy.model import Config, Las, PendingJob, RunningJob, Snapshot
 
 _INF = math.inf
 
 
-def _las(cfg) -> Las | None:
+def _las(cfg: Config) -> Las | None:
     """The attained-service section when the queues are on (it has thresholds), else None."""
     las = cfg.las
     return las if las is not None and las.thresholds_gpu_s else None
 
 
-def _thresholds(cfg) -> tuple[float, ...]:
+def _thresholds(cfg: Config) -> tuple[float, ...]:
     las = _las(cfg)
     return tuple(sorted(las.thresholds_gpu_s)) if las is not None else ()
 
 
-def _long_run(cfg, th: tuple[float, ...]) -> float:
+def _long_run(cfg: Config, th: tuple[float, ...]) -> float:
     """``las.long_run_s`` where it applies (LAS on), else 0."""
     if not th:
         return 0.0
-    long_run = cfg.las.long_run_s
+    las = cfg.las
+    assert las is not None  # th is non-empty only with LAS on
+    long_run = las.long_run_s
     return long_run if long_run is not None and long_run > 0 else 0.0
 
 
@@ -47,14 +51,16 @@ def _levels(th: tuple[float, ...], long_run: float) -> int:
     return len(th) + 1 + (1 if long_run else 0)
 
 
-def _fifo_queues(cfg, th: tuple[float, ...]) -> int:
+def _fifo_queues(cfg: Config, th: tuple[float, ...]) -> int:
     """How many of a class's most-served LAS queues are served in submission order
     (``las.bottom_fifo_queues`` of them, at least the last one and at most all, and the
     long-run queue below them); 0 when LAS or the rule is off. A rank ``r`` is in one of them
     when ``r % levels < _fifo_queues(...)``."""
     if not th:
         return 0
-    n = cfg.las.bottom_fifo_queues
+    las = cfg.las
+    assert las is not None  # th is non-empty only with LAS on
+    n = las.bottom_fifo_queues
     if n is None:
         return 0
     return min(max(n, 1), len(th) + 1) + (1 if _long_run(cfg, th) else 0)
@@ -80,7 +86,9 @@ def _rank(prio: int, gpu_s: float, th: tuple[float, ...], served_s: float, long_
     return prio * n + (n - 1 - _queue(gpu_s, served_s, th, long_run))
 
 
-def _pending_rank(p: PendingJob, classes, th: tuple[float, ...], long_run: float) -> int:
+def _pending_rank(
+    p: PendingJob, classes: Mapping[str, int], th: tuple[float, ...], long_run: float
+) -> int:
     prio = classes.get(p.priority_class, 0)
     if not th:
         return prio
@@ -89,7 +97,7 @@ def _pending_rank(p: PendingJob, classes, th: tuple[float, ...], long_run: float
 
 
 def _running_rank(
-    r: RunningJob, classes, th: tuple[float, ...], long_run: float, now: float
+    r: RunningJob, classes: Mapping[str, int], th: tuple[float, ...], long_run: float, now: float
 ) -> int:
     prio = classes.get(r.priority_class, 0)
     if not th:
@@ -138,7 +146,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
     order = cfg.queue_order
     if order == "fifo":
 
-        def key(p: PendingJob):
+        def key(p: PendingJob) -> tuple[Any, ...]:
             return (
                 -rank_by_id(id(p)),
                 fs_rank.get(p.team, neutral),
@@ -148,7 +156,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
 
     elif order == "las":
 
-        def key(p: PendingJob):
+        def key(p: PendingJob) -> tuple[Any, ...]:
             return (
                 -rank_by_id(id(p)),
                 fs_rank.get(p.team, neutral),
@@ -170,7 +178,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
         # ~130,000 times, and a shorter tuple halves the element comparisons.
         fs_span = max([neutral, *fs_rank.values()]) + 1
 
-        def key(p: PendingJob):
+        def key(p: PendingJob) -> tuple[Any, ...]:
             r = rank_by_id(id(p))
             head = (fs_rank.get(p.team, neutral) - r * fs_span) * 2
             if r % levels < fifo_queues:
@@ -198,7 +206,7 @@ def queue_order(snapshot: Snapshot, ranks: dict[int, int] | None = None) -> list
         dflt_s = cfg.default_runtime_s
         base = key
 
-        def key(p: PendingJob):  # type: ignore[no-redef]
+        def key(p: PendingJob) -> tuple[Any, ...]:
             slack = deadline_slack_s(p, now, dflt_s)
             urgent = slack is not None and 0.0 <= slack <= window
             return (-rank_by_id(id(p)), 0 if urgent else 1, slack if urgent else 0.0, base(p))
@@ -245,7 +253,7 @@ def _duration(seconds: float) -> str:
 
 def _rank_span(
     r: RunningJob, cls_rank: int, th: tuple[float, ...], long_run: float, now: float
-) -> tuple:
+) -> tuple[RunningJob, float, float, int]:
     """``(r, now, until, rank)``: the running job's LAS rank now, and a time up to which it is
     still the same. The rank is computed exactly as the setup loop computes it; attained service
     only grows with time (every float step of it is monotone), so a rank found both at ``now``

@@ -39,6 +39,7 @@ and for the simulator's count of violations.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from scheduler.policy.memo import pool_key
 from scheduler.policy.model import (
@@ -319,7 +320,7 @@ def start_violations(snap: Snapshot, start: Start) -> list[str]:
     return [f"{job.id}: {v}" for v in out]
 
 
-def explain_starts(snap: Snapshot, starts: list[Start]) -> dict[str, dict]:
+def explain_starts(snap: Snapshot, starts: list[Start]) -> dict[str, dict[str, Any]]:
     """Where each of ``starts`` runs and why there, for the job's page: its pool, price and
     expected total (GPU time plus data movement), whether it was preferred, and every other pool
     of its GPU model with its expected total or the constraint that excluded it. Empty without

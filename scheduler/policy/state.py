@@ -6,6 +6,7 @@ and one GPU model's state during a cycle (:class:`_Model`), plus the number form
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from scheduler.policy.capacity import Index, Pool
 from scheduler.policy.model import Quota, RunningJob
@@ -104,7 +105,9 @@ class _Model:
         self.capacity_wait = False
         self.started_ends: list[tuple[float, int, int]] = []
         self.unknown_started = 0
-        self.pre_failed: dict[tuple[int, bool, bool], list[tuple[int, int, tuple]]] = {}
+        self.pre_failed: dict[
+            tuple[int, bool, bool, bool], list[tuple[int, int, tuple[Any, ...]]]
+        ] = {}
         # Planner view of running jobs (built lazily): preemptible, unprotected victims by
         # rank, cheapest first (cost = lost work; with las.bottom_fifo_queues, age in the queues a
         # class serves in submission order); elastic jobs; jobs already being preempted.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.memo import _LAST_PLACEMENTS, RunView
 from scheduler.policy.ranking import _running_rank
 from scheduler.policy.state import _Run
@@ -22,7 +23,7 @@ from scheduler.policy.state import _Run
 _COST_ID = itemgetter(0, 1)
 
 
-class _Victims:
+class _Victims(_CycleState):
     """The planner's view of running jobs for one cycle (a part of ``_Cycle``)."""
 
     def ensure_runs(self) -> None:
@@ -55,20 +56,23 @@ class _Victims:
         peer_ranked = levels > 1
         least_served = levels - 1
         seen: RunView | None
+        model: str | None
         for r in self.snap.running:
             rid = r.id
             seen = memo.get(rid)
             fast = False
             if seen is not None:
                 # unpacked once: cheaper than reading the fields by name in this loop
-                (_, vtopo, model, total, on, vjob, vrank, vprot, vrun, ckpt, quiet, model_node,
+                (_, vtopo, vmodel, total, on, vjob, vrank, vprot, vrun, ckpt, quiet, model_node,
                  base, end) = seen  # fmt: skip
+                model = vmodel
                 fast = vjob is r and vtopo is topo and model_node is not None
                 if fast and model_node:
                     # a model read from a node is read again
                     node = node_by_name.get(model_node)
                     fast = node is not None and node.gpu_model == model
             if fast:
+                assert seen is not None and model is not None
                 # The same job object as last call, same topology and model: its placement
                 # view and checkpoint time stand; what depends on the time (protection, rank)
                 # is recomputed.
