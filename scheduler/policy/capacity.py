@@ -132,6 +132,7 @@ class Index:
 
     def clone(self) -> Index:
         """An independent copy (for what-if planning: reservations, preemption)."""
+        # through __init__, not Index.__new__: a class compiled by mypyc has no bare __new__
         new = Index(self.pool, None)
         new.cnt = dict(self.cnt)
         new.buckets = [list(b) for b in self.buckets]

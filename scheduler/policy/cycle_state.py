@@ -4,8 +4,8 @@
 preemption planning, elastic jobs). Each mixin reads state that ``_Cycle.__init__`` sets up and
 calls methods another mixin defines; this base class names both, with their types, so each rule's
 module type-checks on its own and a reader finds the cycle's state in one place. It holds no
-state and no code of its own: the stubs below are always overridden (``_Cycle`` lists every
-mixin before this class in its bases).
+state and no code of its own: the stubs below are always overridden (every mixin inherits this
+class, so ``_Cycle``'s method resolution order reaches a mixin's method before the stub).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from scheduler.policy.state import _INF, _Model, _Run
 
 
 class _CycleState:
+    """The state of one ``decide`` call, as the rules' mixins see it (set by ``_Cycle``)."""
+
     # ---- the snapshot and the configuration (set once per cycle)
     snap: Snapshot
     cfg: Config

@@ -294,7 +294,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         self.hold_out = False  # see place_or_plan (held out for a cheaper pool, rule 3b)
         # GPU model -> its releases in time order (see release_order)
         self._release_order = None
-        self._unknown_runs: list[int] = []
+        self._unknown_runs = []
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
         self.last_pending = _LAST_PENDING[0]  # see waits
 

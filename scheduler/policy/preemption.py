@@ -382,7 +382,7 @@ class _Preemption(_CycleState):
             return None
         # Drop what is not needed, most expensive first (victims before elastic shrinks).
         kept: list[_Candidate] = []
-        for c in chosen[::-1]:
+        for c in chosen[::-1]:  # not reversed(): mypyc fails to compile that here
             add(c[4], -1)
             if slots < w:
                 add(c[4], 1)
