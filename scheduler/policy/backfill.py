@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.memo import _LAST_RELEASE_NODES
 from scheduler.policy.model import PendingJob, Reserve
-from scheduler.policy.state import _INF, _Model
+from scheduler.policy.state import _INF, ReleaseWalk, _Model
 
 # A GPU model gets at most ``Config.reservations_per_model`` EASY reservations; blocked jobs that
 # cannot get one (their GPUs are held by jobs without an expected end) may cost this many extra
@@ -220,7 +220,7 @@ class _Backfill(_CycleState):
         hold: bool = True,
         overdue: bool = True,
         until: float = _INF,
-        walked: tuple[float | None, dict[int, int]] | None = None,
+        walked: ReleaseWalk | None = None,
     ) -> float | None:
         """Give ``job`` the model's EASY reservation if its gang fits on the release timeline.
 

@@ -28,7 +28,7 @@ from scheduler.policy.model import (
     Team,
 )
 from scheduler.policy.routing import Router
-from scheduler.policy.state import _INF, _Model, _Run
+from scheduler.policy.state import _INF, ReleaseWalk, _Model, _Run
 
 
 class _CycleState:
@@ -124,15 +124,9 @@ class _CycleState:
     ) -> tuple[float | None, dict[int, int], bool]:  # backfill
         raise NotImplementedError
 
+    # Other rules only hold a reservation, from a walk of the release timeline they made;
+    # backfill's own options (an estimate without holding, a horizon) stay its own.
     def reserve(
-        self,
-        job: PendingJob,
-        ms: _Model,
-        w: int,
-        g: int,
-        hold: bool = True,
-        overdue: bool = True,
-        until: float = _INF,
-        walked: tuple[float | None, dict[int, int]] | None = None,
+        self, job: PendingJob, ms: _Model, w: int, g: int, *, walked: ReleaseWalk | None
     ) -> float | None:  # backfill
         raise NotImplementedError

@@ -22,7 +22,7 @@ from typing import Any
 from scheduler.policy.capacity import Index
 from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.model import PendingJob, Preempt, Quota, Reserve, Resize
-from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run
+from scheduler.policy.state import ReleaseWalk, _fmt_s, _fmt_t, _Model, _Run
 
 # Preemption planning looks at no more than this many candidate victims per blocked job; it
 # bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
@@ -436,7 +436,7 @@ class _Preemption(_CycleState):
 
     def _released_in_time(
         self, job: PendingJob, ms: _Model, w: int, g: int, at: float
-    ) -> tuple[bool, tuple[float, dict[int, int]] | None]:
+    ) -> tuple[bool, ReleaseWalk | None]:
         """Whether running jobs' expected ends (not those already past) free GPUs for ``job``'s
         gang no later than ``at``, when the chosen candidates would; and if so, and no overdue
         release was passed over, that walk (the one ``reserve`` would make: it stops at the

@@ -13,6 +13,10 @@ from scheduler.policy.model import Quota, RunningJob
 
 _INF = math.inf
 
+# A walk of a GPU model's release timeline, handed to the reservation it leads to: the time the
+# gang fits (None: not by the walk's horizon) and the GPUs per node counted free by then.
+ReleaseWalk = tuple[float | None, dict[int, int]]
+
 
 def _fmt_t(t: float) -> str:
     return f"{t:.0f}" if abs(t) >= 1 or t == 0 else f"{t:g}"
