@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     traces = default_traces_dir()
     rows: dict[str, dict[str, float]] = {}
     print(
-        "| case | calls (same as the last) | walk / replay | walk kept | setup+order+snapshot"
-        " / replay | simulator / replay | now / `tiresias` | keep prefix | keep all"
+        "| case | calls (same as the last) | walk, share of the replay | of it kept (same prefix)"
+        " | snapshot + setup + order | simulator | now / `tiresias` | keep prefix | keep all"
         " | changed only | no engine |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
