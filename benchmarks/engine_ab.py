@@ -25,6 +25,7 @@ compared within one run. Exit status 1 if any check differs, else 0.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -47,11 +48,24 @@ SAME = (
 )
 
 
+def hashed_decisions(policy):  # type: ignore[no-untyped-def]
+    """A SHA-256 that ``policy`` (an engine adapter) updates with every call's ``Decisions``
+    (their ``repr``: whys and estimates included) as it applies them; read it after the replay."""
+    digest = hashlib.sha256()
+    apply = policy.apply
+
+    def hashed_apply(sim, now, decisions):  # type: ignore[no-untyped-def]
+        digest.update(repr(decisions).encode())
+        apply(sim, now, decisions)
+
+    policy.apply = hashed_apply
+    return digest
+
+
 def _worker(tree: str, case_name: str, policy: str, seed: int, digest: bool, traces: str) -> dict:
     """One replay with ``tree``'s engine (runs in a child process)."""
     sys.path.insert(0, str(Path(tree) / "benchmarks"))
     sys.path.insert(0, tree)
-    import hashlib
 
     import suite
 
@@ -65,15 +79,7 @@ def _worker(tree: str, case_name: str, policy: str, seed: int, digest: bool, tra
     case = next(c for c in suite.CASES if c.name == case_name)
     trace = case.trace(traces, seed)
     pol = make_policy(policy)
-    h = hashlib.sha256()
-    if digest:
-        apply = pol.apply
-
-        def hashed_apply(sim, now, decisions):
-            h.update(repr(decisions).encode())
-            apply(sim, now, decisions)
-
-        pol.apply = hashed_apply
+    h = hashed_decisions(pol) if digest else None
     cpu0 = time.process_time()
     metrics, sim = simulate(
         trace, case.cluster(traces), pol, SimConfig(seed=seed), timer=time.perf_counter
@@ -82,7 +88,7 @@ def _worker(tree: str, case_name: str, policy: str, seed: int, digest: bool, tra
     row = suite.summarize(metrics)
     row["cpu_s"] = cpu_s
     row["decide_calls"] = sim.decide_calls
-    if digest:
+    if h is not None:
         row["digest"] = h.hexdigest()
     return row
 

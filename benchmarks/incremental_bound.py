@@ -47,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import suite  # noqa: E402
+from engine_ab import hashed_decisions  # noqa: E402
 
 from scheduler.policy import engine  # noqa: E402
 from scheduler.simulation import SimConfig, simulate  # noqa: E402
@@ -149,16 +150,9 @@ def _replay(trace, cluster, seed: int, policy) -> float:  # type: ignore[no-unty
 
 
 def _digest(trace, cluster, seed: int) -> str:  # type: ignore[no-untyped-def]
-    """A SHA-256 over every call's decisions of a plain `gpuplatform` replay (untimed)."""
+    """The decisions' SHA-256 of a plain `gpuplatform` replay (untimed), as engine_ab checks."""
     policy = make_policy("gpuplatform")
-    digest = hashlib.sha256()
-    apply = policy.apply
-
-    def hashed_apply(sim, now, decisions):  # type: ignore[no-untyped-def]
-        digest.update(repr(decisions).encode())
-        apply(sim, now, decisions)
-
-    policy.apply = hashed_apply
+    digest = hashed_decisions(policy)
     _replay(trace, cluster, seed, policy)
     return digest.hexdigest()
 
