@@ -271,6 +271,6 @@ class _Backfill(_CycleState):
         ms.res_count += 1
         self.epoch += 1
         ms.min_res_at = min(ms.min_res_at, found)
-        ms.reservations.append((job.id, found))
+        ms.reservations.append((job.id, found, job.team))
         self.reserves.append(Reserve(job.id, found, tuple(sorted(self.names[n] for n, _ in plan))))
         return found

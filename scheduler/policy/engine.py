@@ -108,7 +108,7 @@ from scheduler.policy.ranking import (
 )
 from scheduler.policy.routing import Router
 from scheduler.policy.running import keep, running_summary
-from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run
+from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run, other_team_job
 from scheduler.policy.victims import _Victims
 
 __all__ = ["decide", "queue_order"]
@@ -527,8 +527,9 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                     reasons.append(q)
                 continue
             if not self.cfg.backfill and ms.blocked_by is not None:
+                ahead = other_team_job(ms.blocked_by, ms.blocked_by_team, job.team)
                 reasons.append(
-                    f"queued behind {ms.blocked_by}, which waits for {model} GPUs (backfill is off)"
+                    f"queued behind {ahead}, which waits for {model} GPUs (backfill is off)"
                 )
                 ms.capacity_wait = True
                 continue
@@ -567,7 +568,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
                 break
             blocked.append((ms, short, ws, gs))
             borrower = job.team if id(job) in self.borrowing else None
-            reasons.append(self.capacity_why(ms, views["all"], short, ws, gs, borrower))
+            reasons.append(self.capacity_why(ms, views["all"], short, ws, gs, job.team, borrower))
         if not blocked:
             if router is not None and not ever:
                 return "no allowed cluster can ever hold it: " + "; ".join(reasons + excluded), None
@@ -576,6 +577,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
             ms.capacity_wait = True
             if not self.cfg.backfill and ms.blocked_by is None:
                 ms.blocked_by = job.id
+                ms.blocked_by_team = job.team
                 self.epoch += 1  # later jobs now wait behind this one, not for capacity
         # Capacity-blocked: preempt (priority or reclaim), else an EASY reservation.
         # A job holding out for a cheaper pool (rule 3b) could start now elsewhere: money saved

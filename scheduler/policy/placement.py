@@ -14,7 +14,7 @@ from __future__ import annotations
 from scheduler.policy.capacity import Index
 from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.model import PendingJob, Quota, Start
-from scheduler.policy.state import _fmt_t, _Model
+from scheduler.policy.state import _fmt_t, _Model, other_team_job
 
 
 class _Placement(_CycleState):
@@ -213,11 +213,20 @@ class _Placement(_CycleState):
         )
 
     def capacity_why(
-        self, ms: _Model, view: Index, short: bool, w: int, g: int, borrower: str | None = None
+        self,
+        ms: _Model,
+        view: Index,
+        short: bool,
+        w: int,
+        g: int,
+        team: str,
+        borrower: str | None = None,
     ) -> str:
-        """Why ``w`` workers of ``g`` GPUs do not fit ``view``; ``borrower`` is the team of a
-        job that rule 1c put behind the jobs of its rank within their guarantees."""
+        """Why ``w`` workers of ``g`` GPUs do not fit ``view``, told to a job of ``team``;
+        ``borrower`` is the team of a job that rule 1c put behind the jobs of its rank within
+        their guarantees."""
         now_view = ms.now["all"]
+        reservations = ms.reservations
         key = (
             ms.name,
             w,
@@ -225,8 +234,9 @@ class _Placement(_CycleState):
             id(view),
             view.version,
             now_view.version,
-            len(ms.reservations),
+            len(reservations),
             borrower,
+            bool(reservations) and reservations[0][2] == team,
         )
         cached = self.why_cache.get(key)
         if cached is not None:
@@ -244,10 +254,11 @@ class _Placement(_CycleState):
             )
             if free >= w * g:
                 base += f" ({free} GPUs free in total, spread too thinly across nodes)"
-        if view is not now_view and now_view.slots(g) >= w and ms.reservations:
-            rj, rat = ms.reservations[0]
+        if view is not now_view and now_view.slots(g) >= w and reservations:
+            rj, rat, rteam = reservations[0]
             base += (
-                f"; the free GPUs are held for {rj} (reserved at t={_fmt_t(rat)}); "
+                f"; the free GPUs are held for {other_team_job(rj, rteam, team)} "
+                f"(reserved at t={_fmt_t(rat)}); "
                 "an estimated end before then would let it backfill"
             )
         elif self.initial_slots(ms, g) >= w:

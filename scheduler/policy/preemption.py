@@ -22,7 +22,7 @@ from typing import Any
 from scheduler.policy.capacity import Index
 from scheduler.policy.cycle_state import _CycleState
 from scheduler.policy.model import PendingJob, Preempt, Quota, Reserve, Resize
-from scheduler.policy.state import ReleaseWalk, _fmt_s, _fmt_t, _Model, _Run
+from scheduler.policy.state import ReleaseWalk, _fmt_s, _fmt_t, _Model, _Run, other_team_job
 
 # Preemption planning looks at no more than this many candidate victims per blocked job; it
 # bounds the cycle's cost on huge clusters (the cheapest candidates come first anyway).
@@ -500,6 +500,13 @@ class _Preemption(_CycleState):
             run = c[3]
             self.gone.add(c[2])
             n_gpus += sum(c[4].values())
+            # the reason is the victim's team's to read: another team's job is not named
+            preemptor_id = other_team_job(job.id, job.team, run.job.team)
+            preemptor = (
+                f"{job.id} ({job.priority_class})"
+                if job.team == run.job.team
+                else f"a {job.priority_class} job of another team"
+            )
             if run.prio % self.levels < self.fifo_queues:
                 basis = "was submitted last of the jobs in its queue (served oldest first)"
             else:
@@ -515,31 +522,33 @@ class _Preemption(_CycleState):
                 ):
                     basis = "was started last of the jobs in its queue"
                 reason = (
-                    f"attained service: {job.id} ({job.priority_class}) needs {need} {model} "
+                    f"attained service: {preemptor} needs {need} {model} "
                     f"GPUs and has received less GPU service than {c[2]}, which {basis}"
                 )
             elif c[2] in later and defrag:
                 reason = (
-                    f"defragment: {job.id} needs {w}x{g} {model} GPUs, as many are free but "
-                    f"spread across nodes; {c[2]}, submitted after it, can restart on the GPUs "
-                    "left free on other nodes"
+                    f"defragment: {preemptor_id} needs {w}x{g} {model} GPUs, as many are free "
+                    f"but spread across nodes; {c[2]}, submitted after it, can restart on the "
+                    "GPUs left free on other nodes"
                 )
             elif c[2] in later:
                 reason = (
-                    f"submission order: {job.id} needs {g} {model} GPUs on one node and was "
-                    f"submitted before {c[2]}, in the same attained-service queue; {c[2]} {basis}"
+                    f"submission order: {preemptor_id} needs {g} {model} GPUs on one node and "
+                    f"was submitted before {c[2]}, in the same attained-service queue; {c[2]} "
+                    f"{basis}"
                 )
             elif run.prio < prio:
                 reason = (
-                    f"priority: {job.id} ({job.priority_class}) needs {need} {model} GPUs; "
+                    f"priority: {preemptor} needs {need} {model} GPUs; "
                     f"{c[2]} ({run.job.priority_class}) {basis}"
                 )
             else:
                 assert reclaim_team is not None  # a victim of neither rule is a reclaim's
                 t, q = reclaim_team
+                reclaimer = f"team {t}" if t in self.ancestry(run.job.team) else "another team"
                 reason = (
-                    f"reclaim: team {t} is within its guarantee of {q.guaranteed} {model} GPUs "
-                    f"and reclaims GPUs borrowed by team {c[6]} for {job.id} ({job.priority_class})"
+                    f"reclaim: {reclaimer} is within its guarantee of {q.guaranteed} {model} "
+                    f"GPUs and reclaims GPUs borrowed by team {c[6]} for {preemptor}"
                 )
                 for bt in self.ancestry(run.job.team):
                     self.reclaimed[(bt, model)] = self.reclaimed.get((bt, model), 0) + run.gpus
@@ -564,7 +573,7 @@ class _Preemption(_CycleState):
             ms.reserved_nodes.add(i)
         self.epoch += 1
         ms.min_res_at = min(ms.min_res_at, at)
-        ms.reservations.append((job.id, at))
+        ms.reservations.append((job.id, at, job.team))
         self.reserves.append(Reserve(job.id, at, tuple(sorted(self.names[i] for i in take))))
         parts = []
         if n_gpus:

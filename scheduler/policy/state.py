@@ -22,6 +22,13 @@ def _fmt_t(t: float) -> str:
     return f"{t:.0f}" if abs(t) >= 1 or t == 0 else f"{t:g}"
 
 
+def other_team_job(job_id: str, job_team: str, reader_team: str) -> str:
+    """How a why or a preemption reason told to a job of ``reader_team`` names another job: by
+    its id within the team, as "a job of another team" otherwise (whose jobs are not the
+    reader's to see, so neither are their ids)."""
+    return job_id if job_team == reader_team else "a job of another team"
+
+
 def _fmt_s(s: float) -> str:
     return f"{s:.0f}" if float(s).is_integer() or s >= 10 else f"{s:g}"
 
@@ -74,6 +81,7 @@ class _Model:
         "easy_tries",
         "easy_failed",
         "blocked_by",
+        "blocked_by_team",
         "capacity_wait",
         "started_ends",
         "unknown_started",
@@ -99,13 +107,15 @@ class _Model:
         self.ds_nodes: dict[str, frozenset[int]] = {}
         self.static_slots: dict[int, int] = {}
         self.min_res_at = _INF
-        self.reservations: list[tuple[str, float]] = []
+        # (job, start time, its team): a why names the job only to its own team
+        self.reservations: list[tuple[str, float, str]] = []
         self.reserved_nodes: set[int] = set()
         self.res_count = 0  # EASY reservations made this cycle
         self.claimed: dict[int, int] = {}  # node -> future releases a reservation counts on
         self.easy_tries = 0
         self.easy_failed: list[tuple[int, int]] = []
         self.blocked_by: str | None = None
+        self.blocked_by_team = ""
         self.capacity_wait = False
         self.started_ends: list[tuple[float, int, int]] = []
         self.unknown_started = 0

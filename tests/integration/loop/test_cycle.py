@@ -1,6 +1,8 @@
 """The live loop on the simulated backend: submit → running → succeeded, idempotent apply,
 node failure → requeue from checkpoint, quarantine after K failures, release after probation."""
 
+import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -530,3 +532,28 @@ def test_a_node_released_while_down_comes_back_ready(
         "released",
         "recovered",
     ]
+
+
+def test_a_preemption_for_another_teams_job_does_not_name_it_to_the_victims_team(
+    platform, submit, api_as
+):
+    # The victim's team reads the reason (its job's events, in the portal and the API), and
+    # another team's job is a 404 to it: the reason says what kind of job, not which one.
+    victim = submit(
+        platform["alice"], workers=2, gpus_per_worker=8, gpu_model="a100-40gb",
+        priority_class="best-effort", simulated_duration_s=360000,
+    ).json()["id"]  # fmt: skip
+    run_cycle()
+    response = submit(
+        platform["bob"], team="nlp", name="bobs-urgent-run", gpus_per_worker=8,
+        gpu_model="a100-40gb", priority_class="production",
+    )  # fmt: skip
+    assert response.status_code == 201, response.json()
+    preemptor = str(response.json()["id"])
+    run_cycle()
+    assert Job.objects.get(pk=victim).state in ("preempted", "pending")
+    events = api_as(platform["alice"]).get(f"/api/v1/jobs/{victim}/events/").json()
+    (preempted,) = [e for e in events if e["kind"] == "preempted"]
+    assert "a production job of another team needs 8 a100-40gb GPUs" in preempted["message"]
+    told = json.dumps(preempted)
+    assert not re.search(rf"\b{preemptor}\b", told) and "nlp" not in told, told

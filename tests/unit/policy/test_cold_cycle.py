@@ -18,7 +18,10 @@ plan left for came to say so in its why (rule 4's budget per cycle): the same de
 of about 8,600 pending jobs per snapshot changed. And ``cold-2-no-las`` and ``large-1`` again
 when a job whose GPU model's reservations this cycle had all gone to jobs ahead of it came to say
 so (rule 5's cap): the same decisions, the why of 8,598 and 8,788 pending jobs changed (with the
-attained-service queues on, the other snapshots hold few reservations and reach no cap)."""
+attained-service queues on, the other snapshots hold few reservations and reach no cap). And
+``cold-1``, ``cold-3`` and ``large-1`` again when a preemption reason came to name a preemptor of
+another team by its class only ("a production job of another team"): the same decisions, the
+reasons of 6, 2 and 1 preemptions changed."""
 
 from __future__ import annotations
 
@@ -37,10 +40,10 @@ import cold_cycle  # noqa: E402
 import policy_cycle  # noqa: E402
 
 DIGESTS = {
-    "cold-1": "5f176aadd40ba4d71a69ef8d65180b3479885caaa1f09804604077862bf4cab0",  # 855 starts
+    "cold-1": "41c76234232270901672aeb5e35a7a931afe84d7665e8d53846475b67a7ccfad",  # 855 starts
     "cold-2": "cffd4830b7ac6643e19313a1c779b033e4290b7b47049a1d15947eac1c3db135",  # 918 starts
-    "cold-3": "b349399cb0700366ad962d518ca8d1bc803eb65887575d4f5d45cb618e5d5c07",  # 940 starts
-    "large-1": "605714e3d07917bf0931cc54e0b1902a4a55f7817aca492425a824032eead08b",  # 688 starts
+    "cold-3": "b41c43f718cfa03472d5954b4fc05484f02d77ab437db18e32e2fbae911f6558",  # 940 starts
+    "large-1": "ab10bd1f50f61dd797d72e5b9043bba4aeb2f836d9f9a7dbae3a1cbe74c3a000",  # 688 starts
     "cold-2-no-las": "66ce05d812e85eb860ecdaa9a2cf738d1c600e6df08ae18d90301e994d0ce29d",
     "cold-2-fifo": "d568f8ffee16cdaecfeba94c5d3127e11b620edf08d03f79e7048e219482d471",
     "cold-2-las": "d568f8ffee16cdaecfeba94c5d3127e11b620edf08d03f79e7048e219482d471",

@@ -11,6 +11,7 @@ quotas never exceeded by the starts.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -320,14 +321,37 @@ def test_reclaims_keep_the_quantum_and_never_take_a_higher_class(s):
     for p in d.preempt:
         if p.reason.startswith("reclaim: "):
             victim = running[p.job]
-            by = pending[p.reason.rsplit(" for ", 1)[1].split(" (")[0]]
-            victim_class, by_class = CLASSES[victim.priority_class], CLASSES[by.priority_class]
+            # "... for mine (low)" within a team, "... for a low job of another team" across
+            by = p.reason.rsplit(" for ", 1)[1]
+            if by.startswith("a ") and by.endswith(" job of another team"):
+                by_class_name = by.removeprefix("a ").removesuffix(" job of another team")
+            else:
+                by_class_name = pending[by.split(" (")[0]].priority_class
+            victim_class, by_class = CLASSES[victim.priority_class], CLASSES[by_class_name]
             assert victim_class <= by_class, p.reason
             if victim_class == by_class:
                 # rule 4a: saved in its run, and it runs on to its next checkpoint
                 assert victim.last_checkpoint_at is not None
                 assert victim.last_checkpoint_at > victim.started_at
                 assert p.grace_s > s.config.preemption_grace_s
+
+
+def named_jobs(text: str) -> set[str]:
+    """The job ids (``r3``, ``p12``) a reason or a why names."""
+    return set(re.findall(r"\b[rp]\d+\b", text))
+
+
+@SETTINGS
+@given(st.one_of(snapshots(crowded=True), shared_clusters()))
+def test_no_reason_names_a_job_of_another_team(s):
+    """What a job's team reads (why it waits, why it was preempted) names jobs of that team only:
+    the others' are "a job of another team", as cross-team access is a 404."""
+    d = decide(s)
+    team_of = {j.id: j.team for j in (*s.running, *s.pending)}
+    told = [(p.job, p.reason) for p in d.preempt] + [(p.job, p.why) for p in d.pending]
+    for job, text in told:
+        others = {j for j in named_jobs(text) if team_of[j] != team_of[job]}
+        assert not others, (job, text)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -68,9 +68,10 @@ def test_rule_3_team_within_guarantee_reclaims_borrowed_gpus_by_preemption():
 
     d = decision("low")
     assert [p.job for p in d.preempt] == ["lent"]
+    # told to the borrower's team, which does not see the owner's team or jobs
     assert d.preempt[0].reason == (
-        "reclaim: team owner is within its guarantee of 8 h100 GPUs and reclaims GPUs borrowed "
-        "by team borrower for mine (low)"
+        "reclaim: another team is within its guarantee of 8 h100 GPUs and reclaims GPUs "
+        "borrowed by team borrower for a low job of another team"
     )
     assert not d.start  # GPUs come back only after the grace period
     assert "waiting for 8 preempted GPUs to be released (grace 120 s)" in why(d, "mine")
@@ -115,7 +116,7 @@ def test_rule_4a_a_reclaim_takes_a_job_of_its_own_class_only_after_its_checkpoin
     assert not unsaved.preempt and not unsaved.start
     saved = decision(800.0)  # saved at 800, after its start at 500; the next one is due at 1700
     assert [p.job for p in saved.preempt] == ["lent"]
-    assert saved.preempt[0].reason.startswith("reclaim: team owner is within its guarantee")
+    assert saved.preempt[0].reason.startswith("reclaim: another team is within its guarantee")
     assert saved.preempt[0].grace_s == 1700.0 - 1000.0 + 30.0
 
 
