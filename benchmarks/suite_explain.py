@@ -1,10 +1,11 @@
-"""Where a suite case's waiting goes: `gpuplatform` and a baseline replayed once each, job by job.
+"""Where a suite case's waiting and its p99 JCT go: `gpuplatform` and baselines replayed, job by job.
 
     nice .venv/bin/python benchmarks/suite_explain.py itp07 [--seed 0] [--against tiresias]
         [--gpus 1] [--top 8] [--out var/benchmarks/explain-itp07.json]
+    nice .venv/bin/python benchmarks/suite_explain.py itp02 itp03 ... --p99-only
 
 The suite (benchmarks/suite.py) says whether a case meets a goal; this says where a miss comes
-from. Three tables, from the same two replays of one seed:
+from. Four tables, from the replays of one seed:
 
 - **By job size** (GPUs per job): the jobs, their average wait under each policy, what the size
   adds to the difference in the case's average wait (its jobs' waits minus the baseline's, over
@@ -16,6 +17,12 @@ from. Three tables, from the same two replays of one seed:
   `--gpus N` keeps only the jobs of N GPUs.
 - **What `gpuplatform` preempted for**: its preemptions by the rule that made them (the reason up
   to its first colon: `attained service`, `defragment`, `submission order`, ...).
+- **What its p99 JCT is made of**, against `fifo-backfill`'s (the p99 goal's baseline, replayed
+  too unless it is ``--against``): the jobs that finish later after submission than the goal
+  allows (1.05 x `fifo-backfill`'s p99 JCT), how many of them must finish sooner for the goal to
+  hold (the p99 is the nearest rank), and, by job size, where their time went: waiting for the
+  first start, waiting again after a preemption, and running (redone work and restarts
+  included); and how many of them `fifo-backfill` also finishes that late.
 
 The cases are those of every set of the suite (`suite.ALL_CASES`: the suite, held-out, shapes
 and issue table); the replay is the suite's (its default conditions).
@@ -25,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -38,6 +47,7 @@ import suite  # noqa: E402
 
 from scheduler.simulation import simulate  # noqa: E402
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy  # noqa: E402
+from scheduler.simulation.metrics import percentile  # noqa: E402
 from scheduler.simulation.runner import make_policy  # noqa: E402
 from scheduler.simulation.simulator import SimJob, Simulator  # noqa: E402
 from scheduler.simulation.traces import default_traces_dir  # noqa: E402
@@ -138,15 +148,76 @@ def reason_rows(waiting_s: Counter, gpus: int | None, top: int) -> list[dict]:
     return rows
 
 
+# The p99 goal of issue 21: `gpuplatform`'s p99 JCT within this factor of `fifo-backfill`'s.
+P99_GOAL_FACTOR = 1.05
+
+
+def _jct_s(job: SimJob) -> float:
+    assert job.finish is not None  # every job of a replay finishes
+    return job.finish - job.submit
+
+
+def p99_rows(ours: Sequence[SimJob], fifo: Sequence[SimJob]) -> dict:
+    """What stands between `gpuplatform`'s p99 JCT and the goal (``P99_GOAL_FACTOR`` x the
+    nearest-rank p99 of ``fifo``'s JCTs): the jobs over that limit, by GPUs per job, with the
+    medians of where their time went; the same jobs' JCT under ``fifo``."""
+    fifo_by_id = {j.id: j for j in fifo}
+    fifo_p99 = percentile(sorted(_jct_s(j) for j in fifo), 99)
+    ours_p99 = percentile(sorted(_jct_s(j) for j in ours), 99)
+    limit = P99_GOAL_FACTOR * fifo_p99
+    # The p99 is the job at rank ceil(0.99 n): it is within the limit iff at most n - rank jobs
+    # are over it.
+    allowed = max(0, len(ours) - max(1, math.ceil(0.99 * len(ours))))
+    over = [j for j in ours if _jct_s(j) > limit]
+    groups: dict[int, list[SimJob]] = {}
+    for job in over:
+        groups.setdefault(job.gpus, []).append(job)
+    rows = []
+    for gpus in sorted(groups):
+        jobs = groups[gpus]
+        first_wait = [(j.first_start or j.submit) - j.submit for j in jobs]
+        rows.append(
+            {
+                "gpus": gpus,
+                "jobs": len(jobs),
+                "jct_s": statistics.median(_jct_s(j) for j in jobs),
+                "first_wait_s": statistics.median(first_wait),
+                "wait_after_s": statistics.median(
+                    j.queue_s - w for j, w in zip(jobs, first_wait, strict=True)
+                ),
+                "running_s": statistics.median(_jct_s(j) - j.queue_s for j in jobs),
+                "preempted": sum(1 for j in jobs if j.preemptions),
+                "preemptions": statistics.median(j.preemptions for j in jobs),
+                "fifo_jct_s": statistics.median(_jct_s(fifo_by_id[j.id]) for j in jobs),
+                "fifo_over": sum(1 for j in jobs if _jct_s(fifo_by_id[j.id]) > limit),
+            }
+        )
+    total_s = sum(_jct_s(j) for j in over)
+    wait_after_s = sum(j.queue_s - ((j.first_start or j.submit) - j.submit) for j in over)
+    return {
+        "p99_jct_s": ours_p99,
+        "fifo_p99_jct_s": fifo_p99,
+        "limit_s": limit,
+        "over": len(over),
+        "allowed": allowed,
+        "wait_after_share": wait_after_s / total_s if total_s else 0.0,
+        "rows": rows,
+    }
+
+
 def explain(trace, cluster, seed: int, against: str) -> dict:
-    """Replay ``trace`` on ``cluster`` under `gpuplatform` (with a `ReasonClock`) and under
-    ``against``, in the suite's default conditions; the three tables' data."""
+    """Replay ``trace`` on ``cluster`` under `gpuplatform` (with a `ReasonClock`), under
+    ``against`` and, for the p99 table, under `fifo-backfill`, in the suite's default conditions;
+    the four tables' data."""
     ours = make_policy("gpuplatform")
     clock = ReasonClock()
     clock.attach(ours)
     config = suite.Conditions().sim_config(seed)
     ours_metrics, ours_sim = simulate(trace, cluster, ours, config)
     theirs_metrics, theirs_sim = simulate(trace, cluster, make_policy(against), config)
+    fifo_sim = theirs_sim
+    if against != "fifo-backfill":
+        _, fifo_sim = simulate(trace, cluster, make_policy("fifo-backfill"), config)
     return {
         "seed": seed,
         "against": against,
@@ -156,6 +227,7 @@ def explain(trace, cluster, seed: int, against: str) -> dict:
         "waiting_s": clock.waiting_s,
         "preempted": dict(clock.preempted.most_common()),
         "preemptions": ours_sim.preemptions,
+        "p99": p99_rows(ours_sim.jobs, fifo_sim.jobs),
     }
 
 
@@ -182,6 +254,34 @@ def render(name: str, result: dict, gpus: int | None, top: int) -> str:
         out.append(f"| {r['why']} | {r['job_s']:,.0f} | {100 * r['share']:.1f} % |")
     out += ["", "| `gpuplatform` preempted for | preemptions |", "|---|---:|"]
     out += [f"| {rule} | {count:,} |" for rule, count in result["preempted"].items()]
+    return "\n".join(out + ["", render_p99(result["p99"])])
+
+
+def render_p99(p99: dict) -> str:
+    over, allowed = p99["over"], p99["allowed"]
+    verdict = (
+        "the goal holds"
+        if over <= allowed
+        else f"{over - allowed:,} of them must finish sooner for the goal to hold"
+    )
+    out = [
+        f"p99 JCT: `gpuplatform` {p99['p99_jct_s']:,.0f} s, `fifo-backfill` "
+        f"{p99['fifo_p99_jct_s']:,.0f} s, limit {p99['limit_s']:,.0f} s; {over:,} jobs finish "
+        f"later than the limit, {allowed:,} may: {verdict}; waiting after a preemption is "
+        f"{100 * p99['wait_after_share']:.0f} % of their JCT",
+        "",
+        "| GPUs per job | jobs over the limit | JCT s | waiting for the first start s | "
+        "waiting after preemptions s | running s | preempted (median times) | "
+        "`fifo-backfill`: JCT s, jobs over the limit |",
+        "|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in p99["rows"]:
+        out.append(
+            f"| {r['gpus']} | {r['jobs']:,} | {r['jct_s']:,.0f} | {r['first_wait_s']:,.0f} | "
+            f"{r['wait_after_s']:,.0f} | {r['running_s']:,.0f} | {r['preempted']:,} "
+            f"({r['preemptions']:g}) | {r['fifo_jct_s']:,.0f}, {r['fifo_over']:,} |"
+        )
+    out.append("(medians over each row's jobs)")
     return "\n".join(out)
 
 
@@ -191,26 +291,39 @@ def _case(name: str, cases: Iterable[suite.Case]) -> suite.Case | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("case", help="a case of any of the suite's sets (suite.ALL_CASES)")
+    ap.add_argument(
+        "cases", nargs="+", metavar="case", help="cases of any of the suite's sets (ALL_CASES)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--against", default="tiresias", help="the baseline policy (default tiresias)")
     ap.add_argument("--gpus", type=int, help="only the waiting of jobs of this many GPUs")
     ap.add_argument("--top", type=int, default=8, help="reasons listed (default 8)")
     ap.add_argument("--traces", type=Path, default=default_traces_dir())
-    ap.add_argument("--out", type=Path, help="also write the data as JSON here")
+    ap.add_argument("--out", type=Path, help="also write the data as JSON here (one case only)")
+    ap.add_argument("--p99-only", action="store_true", help="print only the p99 table of each case")
     args = ap.parse_args(argv)
-    case = _case(args.case, suite.ALL_CASES)
-    if case is None:
-        ap.error(f"unknown case {args.case!r}; expected one of {[c.name for c in suite.ALL_CASES]}")
+    cases = [_case(name, suite.ALL_CASES) for name in args.cases]
+    unknown = [name for name, case in zip(args.cases, cases, strict=True) if case is None]
+    if unknown:
+        ap.error(
+            f"unknown case {unknown[0]!r}; expected one of {[c.name for c in suite.ALL_CASES]}"
+        )
+    if args.out and len(cases) > 1:
+        ap.error("--out takes one case")
     if args.seed < 0 or args.top < 1 or (args.gpus is not None and args.gpus < 1):
         ap.error("--seed must be >= 0, --top and --gpus >= 1")
     try:
         make_policy(args.against)
     except ValueError as e:
         ap.error(str(e))
-    cluster = suite.Conditions().cluster(case, args.traces, args.seed)
-    result = explain(case.trace(args.traces, args.seed), cluster, args.seed, args.against)
-    print(render(case.name, result, args.gpus, args.top))
+    for case in cases:
+        assert case is not None  # refused above
+        cluster = suite.Conditions().cluster(case, args.traces, args.seed)
+        result = explain(case.trace(args.traces, args.seed), cluster, args.seed, args.against)
+        if args.p99_only:
+            print(f"{case.name}, seed {args.seed}: {render_p99(result['p99'])}\n")
+        else:
+            print(render(case.name, result, args.gpus, args.top))
     if args.out:
         data = dict(result, waiting_s=[[g, why, s] for (g, why), s in result["waiting_s"].items()])
         try:

@@ -1,14 +1,19 @@
-"""``benchmarks/suite_explain.py``: its three tables account for every second of waiting and every
-preemption of the replays they come from, and one rule's reasons fold into one row."""
+"""``benchmarks/suite_explain.py``: its tables account for every second of waiting and every
+preemption of the replays they come from, one rule's reasons fold into one row, and the p99 table
+counts the jobs over the goal's limit as the p99 itself does."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import pytest
 
-from scheduler.simulation import uniform_cluster
+from scheduler.simulation import simulate, uniform_cluster
+from scheduler.simulation.metrics import percentile
+from scheduler.simulation.runner import make_policy
+from scheduler.simulation.simulator import SimJob
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
@@ -83,3 +88,72 @@ def test_the_command_refuses_an_unknown_case_and_prints_the_tables(capsys, tmp_p
     blocked.write_text("")
     assert suite_explain.main(["itp10", "--out", str(blocked / "explain.json")]) == 2
     assert "cannot write" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        suite_explain.main(["itp10", "itp10", "--out", str(out)])
+    assert refused.value.code == 2 and "one case" in capsys.readouterr().err
+    assert suite_explain.main(["itp10", "itp10", "--p99-only"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("itp10, seed 0: p99 JCT") == 2 and "preempted for" not in printed
+
+
+def _finished(
+    idx: int,
+    jct_s: float,
+    *,
+    first_wait_s: float = 0.0,
+    queue_s: float = 0.0,
+    gpus: int = 1,
+    preemptions: int = 0,
+) -> SimJob:
+    return SimJob(
+        idx=idx, id=f"job-{idx}", tenant="t", priority_class="research", submit=100.0,
+        duration=jct_s - queue_s, gpus=gpus, workers=1, gpus_per_worker=gpus, models=None,
+        preemptible=True, checkpoint_interval_s=None, state="done", queue_s=queue_s,
+        first_start=100.0 + first_wait_s, finish=100.0 + jct_s, preemptions=preemptions,
+    )  # fmt: skip
+
+
+def test_the_p99_table_says_the_goal_holds_exactly_when_the_p99_is_within_the_limit():
+    # 200 jobs: the nearest-rank p99 is the 198th, so 2 jobs may be over the limit
+    fifo = [_finished(i, 1000.0 + i) for i in range(200)]
+    limit = suite_explain.P99_GOAL_FACTOR * percentile(sorted(1000.0 + i for i in range(200)), 99)
+    for over in (0, 2, 3, 7):
+        ours = [_finished(i, 900.0) for i in range(200 - over)] + [
+            _finished(200 - over + k, limit + 1 + k, first_wait_s=10.0, queue_s=60.0, gpus=8,
+                      preemptions=2)
+            for k in range(over)
+        ]  # fmt: skip
+        p99 = suite_explain.p99_rows(ours, fifo)
+        holds = percentile(sorted(j.finish - j.submit for j in ours), 99) <= limit
+        assert p99["allowed"] == 200 - math.ceil(0.99 * 200) == 2
+        assert p99["over"] == over
+        assert (p99["over"] <= p99["allowed"]) == holds
+        assert sum(r["jobs"] for r in p99["rows"]) == over
+        if over:
+            (row,) = p99["rows"]
+            assert (row["gpus"], row["preempted"], row["preemptions"]) == (8, over, 2)
+            # the JCT splits into the first wait, the waiting after preemptions and running
+            assert row["first_wait_s"] == 10.0 and row["wait_after_s"] == 50.0
+            assert row["running_s"] == pytest.approx(row["jct_s"] - 60.0)
+            assert p99["wait_after_share"] == pytest.approx(
+                50.0 * over / sum(limit + 1 + k for k in range(over))
+            )
+            assert row["fifo_over"] == 0  # fifo's JCTs of the same jobs are under the limit
+
+
+def test_the_p99_table_of_a_replay_agrees_with_the_replays_own_p99():
+    """A two-node case at twice its capacity where `gpuplatform` misses the p99 goal (seed 0)."""
+    trace = suite._synthetic(240, 2, 2.0)(Path("."), 0)
+    cluster = uniform_cluster(2, 8)
+    config = suite.Conditions().sim_config(0)
+    ours, ours_sim = simulate(trace, cluster, make_policy("gpuplatform"), config)
+    fifo, fifo_sim = simulate(trace, cluster, make_policy("fifo-backfill"), config)
+    p99 = suite_explain.p99_rows(ours_sim.jobs, fifo_sim.jobs)
+    assert (p99["p99_jct_s"], p99["fifo_p99_jct_s"]) == (ours["p99_jct_s"], fifo["p99_jct_s"])
+    assert p99["limit_s"] == pytest.approx(suite_explain.P99_GOAL_FACTOR * fifo["p99_jct_s"])
+    assert p99["over"] > p99["allowed"] and ours["p99_jct_s"] > p99["limit_s"]
+    assert sum(r["jobs"] for r in p99["rows"]) == p99["over"]
+    assert 0.0 < p99["wait_after_share"] < 1.0
+    for r in p99["rows"]:
+        assert r["jct_s"] > p99["limit_s"]
+        assert min(r["first_wait_s"], r["wait_after_s"]) >= 0 and r["running_s"] > 0
