@@ -36,12 +36,19 @@ from .throttles import password_attempt_failed, password_attempt_refused
 
 
 class TeamSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    parent = serializers.SerializerMethodField(
+        help_text="the parent team's slug, if the caller may see it (null otherwise, as for a root)"
+    )
     role = serializers.SerializerMethodField()
 
     class Meta:
         model = Team
         fields = ["slug", "name", "parent", "fair_share_weight", "role"]
+
+    def get_parent(self, team) -> str | None:
+        # a parent the caller is no member of is hidden, as the portal's team tree hides it
+        visible = self.context.get("visible_team_ids", ())
+        return team.parent.slug if team.parent_id in visible else None
 
     def get_role(self, team) -> str | None:
         roles = self.context.get("roles", {})
@@ -155,6 +162,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             context["roles"] = dict(
                 Membership.objects.filter(user=user).values_list("team_id", "role")
             )
+            context["visible_team_ids"] = set(visible_teams(user).values_list("pk", flat=True))
         return context
 
     @extend_schema(
