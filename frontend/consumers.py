@@ -135,14 +135,19 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
             return None, CLOSE_SSO_RECHECK
         return user, None
 
+    async def refuse(self, code: int) -> None:
+        """On connect: close with ``code``. Accepted first: a refused handshake shows the browser
+        1006 (the server answers it with an HTTP 403), not the code, and the portal would only
+        reconnect into the same refusal instead of signing in again or stopping."""
+        await self.accept()
+        await self.close(code=code)
+
     async def closed_for_sso_recheck(self) -> bool:
         """On connect: close (4440) a single sign-on session whose check with the provider is
-        due, and say so. Accepted first: a refused handshake shows the browser 1006, not the
-        code, and the portal would only reconnect into the same refusal."""
+        due, and say so."""
         if not sso_recheck_due(self.scope["session"]):
             return False
-        await self.accept()
-        await self.close(code=CLOSE_SSO_RECHECK)
+        await self.refuse(CLOSE_SSO_RECHECK)
         return True
 
     @classmethod
@@ -180,7 +185,7 @@ class StreamConsumer(ReadOnlySocket):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_SIGNED_OUT)
+            await self.refuse(CLOSE_SIGNED_OUT)
             return
         if await self.closed_for_sso_recheck():
             return

@@ -94,12 +94,12 @@ class JobLogConsumer(ReadOnlySocket):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         if await self.closed_for_sso_recheck():
             return
         if _open_by_user.get(user.pk, 0) >= MAX_SOCKETS_PER_USER:
-            await self.close(code=4429)
+            await self.refuse(4429)
             return
         # Counted at once, before the job read below awaits (counted after it, sockets opened
         # together all passed the bound); given back by cleanup, however the socket ends.
@@ -111,13 +111,13 @@ class JobLogConsumer(ReadOnlySocket):
         # ASCII digits only: str.isdigit() also says yes to "²", which int() refuses.
         if wanted and not (wanted.isascii() and wanted.isdigit() and 0 < int(wanted) < 100000):
             await self.cleanup()
-            await self.close(code=4400)
+            await self.refuse(4400)
             return
         try:
             await _visible(user=user, job_id=job_id)
         except NotFound:
             await self.cleanup()
-            await self.close(code=4404)
+            await self.refuse(4404)
             return
         self.remember_session(user)
         await self.accept()

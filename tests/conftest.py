@@ -151,6 +151,18 @@ def require_service(name: str, host: str, port: int) -> None:
     pytest.skip(message)
 
 
+async def refused_with(socket, timeout: float = 5) -> int | None:
+    """The code a websocket refused at connect closes with, or None if it stayed open. A socket
+    refuses by accepting and closing at once: a handshake refused outright reaches a browser as
+    1006 (an HTTP 403), without the code."""
+    connected, _ = await socket.connect(timeout=timeout)
+    assert connected, "refused before the handshake: the browser would see 1006, not a code"
+    if await socket.receive_nothing(timeout=0.5):
+        return None
+    output = await socket.receive_output(timeout=timeout)
+    return output.get("code") if output["type"] == "websocket.close" else None
+
+
 def use_channel_layer(settings, kind: str) -> None:
     """Point the channel layer at a fresh in-memory one (``memory``) or at the test Redis
     (``redis``), with a key prefix of its own: other test runs on the same Redis use the same

@@ -16,6 +16,7 @@ from gpuplatform.asgi import application
 from policyversions import whatif_runs
 from scheduler import services
 from scheduler.models import Allocation
+from tests.conftest import refused_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,9 +62,7 @@ def test_anonymous_connection_is_refused(platform):
     communicator = _communicator()
 
     async def run():
-        connected, code = await communicator.connect(timeout=5)
-        assert not connected
-        assert code == 4401
+        assert await refused_with(communicator) == 4401
         await communicator.disconnect()
 
     async_to_sync(run)()
