@@ -72,6 +72,18 @@ def range_text(model: type[models.Model], name: str) -> str:
     return f"between {_shown(lo)} and {_shown(hi)}"
 
 
+def finite_number(value) -> bool:
+    """Whether a value parsed from JSON is a finite number: an int or a float, not a bool, not
+    NaN or an infinity, and within the float range (JSON's integers are unbounded, and
+    ``math.isfinite`` or ``float`` raise on one beyond it, ``10**309``)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def number_error(model: type[models.Model], name: str, value) -> str | None:
     """Why ``value`` is not allowed in ``model.name`` (None when it is): not a finite number, a
     fraction for a whole-number field, or outside the declared bounds."""

@@ -14,14 +14,14 @@ changes this code keeps working.
 from __future__ import annotations
 
 import logging
-import math
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.bounds import finite_number
 from core.errors import Conflict, FieldErrors, NotFound
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
 from tenants import services as tenant_services
@@ -129,12 +129,7 @@ def validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, float
         field = f"team_weights.{slug}"
         if slug not in known:
             errors[field] = ["no such team"]
-        elif (
-            isinstance(weight, bool)
-            or not isinstance(weight, Real)
-            or not math.isfinite(weight)
-            or not 0 <= weight <= MAX_WEIGHT
-        ):
+        elif not finite_number(weight) or not 0 <= weight <= MAX_WEIGHT:
             errors[field] = [f"must be a number from 0 to {MAX_WEIGHT:,.0f}"]
         else:
             out[slug] = float(weight)

@@ -10,10 +10,8 @@ or cancel. Progress is published to the platform admins' what-if group after eac
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from datetime import timedelta
-from numbers import Real
 from typing import Any
 
 from celery import current_app
@@ -22,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.bounds import finite_number
 from core.errors import Conflict, FieldErrors, NotFound
 from core.streams import WHATIF_GROUP, WhatIfProgressPayload, publish
 from scheduler.models import Cluster
@@ -159,11 +158,7 @@ def whatif_run_start(
     ):
         errors["cluster"] = ["no such cluster"]
     days = None
-    if (
-        isinstance(window_days, bool)
-        or not isinstance(window_days, Real)
-        or not (math.isfinite(window_days))
-    ):
+    if not finite_number(window_days):
         errors["window_days"] = ["must be a number of days"]
     elif not 0 < window_days <= MAX_WINDOW.days:
         errors["window_days"] = [

@@ -16,13 +16,13 @@ A job's own routing object is validated elsewhere, by ``scheduler.services.routi
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
 
+from core.bounds import finite_number
 from core.errors import FieldErrors, Forbidden, NotFound, duplicate_refused
 from tenants.audit import audit_record
 from tenants.models import Team
@@ -136,7 +136,7 @@ def _check_dataset(
     if size_gb is not _UNSET and size_gb is not None:
         if isinstance(size_gb, bool) or not isinstance(size_gb, int | float):
             errors["size_gb"] = ["must be a number of GB, or null for unknown"]
-        elif not math.isfinite(size_gb) or size_gb < 0:
+        elif not finite_number(size_gb) or size_gb < 0:
             errors["size_gb"] = ["must be >= 0"]
         elif size_gb > MAX_DATASET_SIZE_GB:
             errors["size_gb"] = [f"must be at most {MAX_DATASET_SIZE_GB:.0f}"]

@@ -57,6 +57,19 @@ def _is_int(value) -> bool:
     return type(value) is int
 
 
+# Samples an agent may say it dropped, in all: a 63-bit column holds any count an agent reaches.
+MAX_DROPPED = 10**15
+
+
+def _epoch(value: int | float) -> float | None:
+    """Epoch seconds from a JSON number; None for one beyond the float range (an integer of
+    more than 308 digits), which the time window then refuses."""
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
 def _time(value) -> float | None:
     if _is_number(value):
         return float(value)
@@ -103,8 +116,8 @@ def parse_batch(
             err("agent.version", "must be a string of at most 64 characters")
             version = ""
         dropped = agent.get("dropped")
-        if dropped is not None and (not _is_int(dropped) or dropped < 0):
-            err("agent.dropped", "must be an integer >= 0")
+        if dropped is not None and (not _is_int(dropped) or not 0 <= dropped <= MAX_DROPPED):
+            err("agent.dropped", f"must be an integer from 0 to {MAX_DROPPED:,}")
     samples = body.get("samples")
     if not isinstance(samples, list) or not samples:
         raise BatchInvalid({"samples": ["must be a non-empty list"]})
@@ -127,7 +140,7 @@ def parse_batch(
             err(f"{p}.gpu", f"must be an integer between 0 and {gpu_count - 1}")
             ok = False
         ts = get("time")
-        ts = float(ts) if type(ts) in _NUMBER else _time(ts)
+        ts = _epoch(ts) if type(ts) in _NUMBER else _time(ts)
         if ts is None:
             err(f"{p}.time", "must be epoch seconds or an ISO 8601 time with a zone")
             ok = False

@@ -299,18 +299,24 @@ class TokenExchangeView(APIView):
         },
     )
     def post(self, request):
-        username = request.data.get("username")
-        password = request.data.get("password")
+        data = request.data
+        if not hasattr(data, "get"):  # a JSON list, string, number or null
+            return Response({"non_field_errors": ["expected a JSON object"]}, status=400)
+        username = data.get("username")
+        password = data.get("password")
         errors = {}
-        if not isinstance(username, str) or not username:
-            errors["username"] = ["this field is required"]
-        if not isinstance(password, str) or not password:
-            errors["password"] = ["this field is required"]
+        for field, value in (("username", username), ("password", password)):
+            if value is None or value == "":
+                errors[field] = ["this field is required"]
+            elif not isinstance(value, str):
+                errors[field] = ["must be a string"]
         if errors:
             return Response(errors, status=status.HTTP_400_BAD_REQUEST)
-        name = request.data.get("name") or "api"
-        if not isinstance(name, str):
-            return Response({"name": ["must be a string"]}, status=400)
+        name = data.get("name")
+        if name is None:
+            name = "api"
+        elif not isinstance(name, str) or not name.strip():
+            return Response({"name": ["must be a non-empty string"]}, status=400)
         # The portal's login form and this exchange share one budget of failed attempts.
         wait = password_attempt_refused(request)
         if wait is not None:

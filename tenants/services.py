@@ -10,9 +10,8 @@ naming the field at fault and write nothing.
 from __future__ import annotations
 
 import logging
-import math
 from datetime import datetime
-from numbers import Integral, Real
+from numbers import Integral
 
 from django.contrib.auth import authenticate, get_user_model
 from django.db import transaction
@@ -20,7 +19,7 @@ from django.db.models import ProtectedError, Sum
 from django.utils import timezone
 
 from core import streams
-from core.bounds import MAX_GPUS, number_error
+from core.bounds import MAX_GPUS, finite_number, number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound, duplicate_refused
 from scheduler.models import Node
 
@@ -311,7 +310,7 @@ def _weight(errors: dict[str, list[str]], value) -> float | None:
         except ValueError:
             errors.setdefault("fair_share_weight", []).append("must be a number")
             return None
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+    if not finite_number(value):
         errors.setdefault("fair_share_weight", []).append("must be a finite number")
         return None
     problem = number_error(Team, "fair_share_weight", value)

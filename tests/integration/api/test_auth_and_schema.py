@@ -1,5 +1,6 @@
 """Token exchange, token authentication, and the OpenAPI schema."""
 
+import json
 import re
 
 import pytest
@@ -35,6 +36,30 @@ def test_wrong_password_is_400_without_a_token(platform, api_as):
 def test_missing_fields_are_named(platform, api_as):
     response = api_as().post("/api/v1/auth/token", {}, format="json")
     assert response.status_code == 400 and set(response.json()) == {"username", "password"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        # a JSON body that is no object: was a 500 (AttributeError), reachable without a login
+        ([], "non_field_errors", "expected a JSON object"),
+        ("alice", "non_field_errors", "expected a JSON object"),
+        (None, "non_field_errors", "expected a JSON object"),
+        (1, "non_field_errors", "expected a JSON object"),
+        ({"username": ["alice"], "password": "pw-alice"}, "username", "must be a string"),
+        # a name that is no string was silently replaced by "api"
+        ({"username": "alice", "password": "pw-alice", "name": []}, "name", "non-empty string"),
+        ({"username": "alice", "password": "pw-alice", "name": " "}, "name", "non-empty string"),
+    ],
+)
+def test_a_token_request_that_is_not_an_object_of_strings_is_a_400(
+    platform, api_as, body, field, reason
+):
+    response = api_as().post(
+        "/api/v1/auth/token", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 400 and reason in response.json()[field][0], response.content
+    assert ApiToken.objects.count() == 0
 
 
 def test_revoked_token_authenticates_nobody(platform, api_as):

@@ -193,3 +193,19 @@ def test_everyone_but_a_platform_admin_is_refused_and_changes_nothing(platform, 
     assert Cluster.objects.get(name="test").region == ""
     assert list(Dataset.objects.values_list("name", "size_gb")) == [("c4", 1.0)]
     assert not TeamClusterAccess.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_a_dataset_size_beyond_the_float_range_is_a_400_not_a_500(platform, api_as):
+    admin = api_as(platform["admin"])
+    created = admin.post(
+        "/api/v1/admin/datasets/", {"name": "ovf", "size_gb": 10**309}, format="json"
+    )
+    assert created.status_code == 400 and created.json()["size_gb"] == ["must be >= 0"]
+    assert not Dataset.objects.exists()
+    dataset = Dataset.objects.create(name="c4", size_gb=10)
+    changed = admin.patch(
+        f"/api/v1/admin/datasets/{dataset.pk}/", {"size_gb": 10**309}, format="json"
+    )
+    assert changed.status_code == 400 and "size_gb" in changed.json()
+    dataset.refresh_from_db()
+    assert dataset.size_gb == 10

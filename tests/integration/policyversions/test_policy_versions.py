@@ -79,6 +79,7 @@ def test_apply_puts_a_new_version_in_force_for_the_next_cycle(platform, env_poli
         ({"engine_config": [1]}, "engine_config"),
         ({"team_weights": {"nlp": -1}}, "team_weights.nlp"),
         ({"team_weights": {"nlp": "heavy"}}, "team_weights.nlp"),
+        ({"team_weights": {"nlp": 10**309}}, "team_weights.nlp"),  # beyond floats: was a 500
         ({"team_weights": {"ghosts": 1}}, "team_weights.ghosts"),
         ({"priority_classes": {"research": {"value": 1.5}}}, "priority_classes.research.value"),
         ({"priority_classes": {"vip": {}}}, "priority_classes.vip"),

@@ -286,6 +286,12 @@ def test_a_run_whose_worker_died_no_longer_holds_the_cluster(demo):
         ({"candidate_versions": {"old": 99}}, "candidate_versions.old"),
         ({"candidates": {"c": {"team_weights": {"ghost": 2}}}}, "candidates.c.team_weights.ghost"),
         ({"candidates": {"c": {"team_weights": {"nlp": -1}}}}, "candidates.c.team_weights.nlp"),
+        # an integer beyond the float range (JSON's are unbounded): was a 500
+        (
+            {"candidates": {"c": {"team_weights": {"nlp": 10**309}}}},
+            "candidates.c.team_weights.nlp",
+        ),
+        ({"window_days": 10**309, "candidates": {"c": {}}}, "window_days"),
         (
             {"candidates": {"c": {"priority_classes": {"research": {"value": "x"}}}}},
             "candidates.c.priority_classes.research.value",

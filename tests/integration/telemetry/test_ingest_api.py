@@ -58,6 +58,20 @@ def test_a_bad_sample_refuses_the_whole_batch_naming_the_field(post_batch):
     assert NodeTelemetry.objects.count() == 0
 
 
+def test_numbers_beyond_what_a_float_or_a_column_holds_are_400s_storing_nothing(post_batch):
+    # JSON integers are unbounded: 10**309 overflowed float(), 2**63 the 63-bit column (500s)
+    sample = make_sample(gpu=0)
+    sample["time"] = 10**309
+    response = post_batch([sample])
+    assert response.status_code == 400 and list(response.json()) == ["samples[0].time"]
+    response = post_batch([make_sample(gpu=1)], agent={"dropped": 2**63})
+    assert response.status_code == 400
+    assert response.json() == {
+        "agent.dropped": ["must be an integer from 0 to 1,000,000,000,000,000"]
+    }
+    assert GpuSample.objects.count() == 0 and NodeTelemetry.objects.count() == 0
+
+
 def test_gpu_index_is_checked_against_the_nodes_gpu_count(post_batch):
     response = post_batch([make_sample(gpu=8)])
     assert response.status_code == 400
