@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+import io
+
+from django.http import JsonResponse, QueryDict
+from django.http.multipartparser import MultiPartParserError
 
 
 def content_security_policy(overrides: dict[str, str] | None = None) -> str:
@@ -51,7 +54,10 @@ class RejectNulBytesMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        sources = [request.GET, request.POST] if _is_form(request) else [request.GET]
+        sources = [request.GET]
+        form = _form_fields(request)
+        if form is not None:
+            sources.append(form)
         for source in sources:
             for key, values in source.lists():
                 if "\x00" in key or any("\x00" in value for value in values):
@@ -62,12 +68,25 @@ class RejectNulBytesMiddleware:
         return self.get_response(request)
 
 
-def _is_form(request) -> bool:
+def _form_fields(request) -> QueryDict | None:
+    """The fields of a form-encoded body (None for any other body). Django parses one only for
+    POST; the API's PUT and PATCH take forms too, and their fields reach queries just the same."""
     content_type = request.META.get("CONTENT_TYPE", "")
-    return request.method == "POST" and (
-        content_type.startswith("application/x-www-form-urlencoded")
-        or content_type.startswith("multipart/form-data")
-    )
+    urlencoded = content_type.startswith("application/x-www-form-urlencoded")
+    multipart = content_type.startswith("multipart/form-data")
+    if not (urlencoded or multipart):
+        return None
+    if request.method == "POST":
+        return request.POST
+    if request.method not in ("PUT", "PATCH"):
+        return None
+    if urlencoded:
+        return QueryDict(request.body, encoding=request.encoding)
+    try:
+        fields, _files = request.parse_file_upload(request.META, io.BytesIO(request.body))
+    except MultiPartParserError:
+        return None  # the view's parser refuses it with a 400
+    return fields
 
 
 class SameOriginWebsocketValidator:
