@@ -15,6 +15,7 @@ differs between SQLite and PostgreSQL), so a value means the same on every engin
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from numbers import Real
@@ -105,6 +106,28 @@ def number_error(model: type[models.Model], name: str, value) -> str | None:
     return None
 
 
+# A number written as text (a form field, or a JSON string): ASCII digits, an optional sign,
+# fraction and exponent. Python's int() and float() also take "1_000" and full-width digits.
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+class _PlainNumber:
+    """A DRF number field that takes a JSON number or its plain spelling as text, and refuses a
+    boolean (which DRF reads as 0 or 1) and the spellings only Python reads."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or (
+            isinstance(data, str) and not _NUMBER_TEXT.fullmatch(data.strip())
+        ):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+@cache
+def _plain(field_class: type) -> type:
+    return type(field_class.__name__, (_PlainNumber, field_class), {})
+
+
 def api_number(model: type[models.Model], name: str, **kwargs):
     """A DRF field for ``model.name`` bounded as the model declares (integer, float or decimal
     as the model field is). ``kwargs`` are passed on (required, allow_null, default, …)."""
@@ -115,7 +138,7 @@ def api_number(model: type[models.Model], name: str, **kwargs):
     described = kwargs.pop("help_text", "")
     kwargs["help_text"] = (described + " " if described else "") + f"({range_text(model, name)})"
     if isinstance(field, models.DecimalField):
-        return serializers.DecimalField(
+        return _plain(serializers.DecimalField)(
             max_digits=field.max_digits,
             decimal_places=field.decimal_places,
             min_value=lo,
@@ -123,10 +146,10 @@ def api_number(model: type[models.Model], name: str, **kwargs):
             **kwargs,
         )
     if isinstance(field, models.IntegerField):
-        return serializers.IntegerField(min_value=lo, max_value=hi, **kwargs)
+        return _plain(serializers.IntegerField)(min_value=lo, max_value=hi, **kwargs)
     if isinstance(field, models.FloatField):
         # DRF's FloatField refuses NaN and infinities; the bounds refuse the finite giants.
-        return serializers.FloatField(min_value=lo, max_value=hi, **kwargs)
+        return _plain(serializers.FloatField)(min_value=lo, max_value=hi, **kwargs)
     raise ImproperlyConfigured(f"{model._meta.label}.{name} is not a numeric field")
 
 

@@ -115,6 +115,24 @@ def test_api_refuses_job_numbers_outside_the_model_bounds(platform, submit, fiel
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("checkpoint_interval_s", "1_000"),  # Python's int() reads it as 1000
+        ("runtime_limit_s", "\uff11\uff12\uff10\uff10"),  # full-width "1200"
+        ("simulated_duration_s", True),  # DRF reads a boolean as 1
+        ("workers", False),
+    ],
+)
+def test_api_numbers_are_numbers_not_what_python_happens_to_read(platform, submit, field, value):
+    response = submit(platform["alice"], **{field: value})
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Job.objects.exists()
+    # a number given as plain text, as a form sends it, is still one
+    assert submit(platform["alice"], checkpoint_interval_s=" 1800 ").status_code == 201
+
+
 def test_array_submissions_bound_every_index(platform, api_as):
     api = api_as(platform["alice"])
     body = {
