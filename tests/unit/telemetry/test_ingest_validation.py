@@ -117,9 +117,12 @@ def test_batch_shape_errors():
         "samples": ["at most 4 samples per batch"]
     }
     assert errors_of({"samples": [sample(), 7]}) == {"samples[1]": ["must be an object"]}
-    assert errors_of({"agent": {"dropped": -1}, "samples": [sample()]}) == {
-        "agent.dropped": ["must be an integer >= 0"]
-    }
+    for dropped in (-1, 2**63):  # 2**63 overflowed the 63-bit column (a 500)
+        assert errors_of({"agent": {"dropped": dropped}, "samples": [sample()]}) == {
+            "agent.dropped": ["must be an integer from 0 to 1,000,000,000,000,000"]
+        }
+    # a time beyond the float range (float() raised OverflowError)
+    assert list(errors_of({"samples": [sample(time=10**309)]})) == ["samples[0].time"]
 
 
 def test_the_error_report_is_bounded():
