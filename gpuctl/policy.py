@@ -10,9 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
-from . import output
+from . import output, yamltext
 from .common import UsageError
 from .common import client as _client
 from .common import out as _out
@@ -150,9 +148,12 @@ def _candidate(path: str) -> dict[str, Any]:
 
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"FILE: cannot read {path} ({exc})", {"FILE": [str(exc)]}) from None
+    try:
+        data = yamltext.load_one(text)
+    except yamltext.YamlTextError as exc:
+        raise UsageError(f"FILE: {path}: {exc}", {"FILE": [str(exc)]}) from None
     if not isinstance(data, dict):
         raise UsageError("FILE: must be a mapping", {"FILE": ["must be a mapping"]})
     unknown = sorted(set(data) - set(CANDIDATE_KEYS))

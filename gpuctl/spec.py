@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-import yaml
+from . import yamltext
 
 API_VERSION = "gpuplatform/v1"
 KIND = "TrainingJob"
@@ -174,12 +174,9 @@ def _ordered_units(text: str) -> bool:
 def load_spec_text(text: str, *, source: str = "<spec>") -> Any:
     """Parse YAML (or JSON, a subset) text; a syntax error becomes a ``SpecError`` on ``source``."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError({source: [f"not valid YAML{where}: {problem}"]}) from None
+        documents = [d for d in yamltext.load_all(text) if d is not None]
+    except yamltext.YamlTextError as exc:
+        raise SpecError({source: [str(exc)]}) from None
     if not documents:
         raise SpecError({source: ["is empty"]})
     if len(documents) > 1:

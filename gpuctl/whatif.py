@@ -14,9 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
-from . import output
+from . import output, yamltext
 from .client import Client
 from .common import UsageError
 from .common import client as _client
@@ -111,11 +109,13 @@ def _candidate(spec: str) -> tuple[str, dict[str, Any]]:
             name = "c_" + name
     flag = f"--candidate {spec}"
     try:
-        data = yaml.safe_load(
-            sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        )
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{flag}: cannot read {path} ({exc})", {flag: [str(exc)]}) from None
+    try:
+        data = yamltext.load_one(text)
+    except yamltext.YamlTextError as exc:
+        raise UsageError(f"{flag}: {path}: {exc}", {flag: [str(exc)]}) from None
     if not isinstance(data, dict):
         raise UsageError(
             f"{flag}: must be a mapping: a policy ({', '.join(POLICY_PARTS)}) or engine "

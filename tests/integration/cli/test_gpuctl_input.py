@@ -1,0 +1,60 @@
+"""Hostile or broken input to ``gpuctl``: every case ends in a one-line message and an exit code
+(2 for bad input), never a traceback, and never with the token in the message.
+
+Where nothing should reach the server, the URL is a closed port: a request that went out anyway
+would end as exit 1 ("cannot reach"), so exit 2 also proves nothing was sent."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens in the test environment
+JOB = """\
+apiVersion: gpuplatform/v1
+kind: TrainingJob
+metadata: {name: x, team: vision}
+spec:
+  image: registry.example.com/x:1
+  command: [python, train.py]
+  workers: 1
+  gpusPerWorker: 1
+  deadline: 2030-13-45
+"""
+
+
+@pytest.fixture
+def offline(gpuctl, monkeypatch):
+    """gpuctl with a URL and token configured, pointing at a port where nothing listens."""
+    monkeypatch.setenv("GPUCTL_URL", NOWHERE)
+    monkeypatch.setenv("GPUCTL_TOKEN", "a-plain-token")
+    return gpuctl
+
+
+def assert_one_line_usage_error(result, *fragments: str) -> None:
+    assert result.code == 2, result.err
+    assert "Traceback" not in result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err
+    for fragment in fragments:
+        assert fragment in result.err, result.err
+
+
+# --- YAML the parser cannot build -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (JOB, "month must be in 1..12"),
+        ("[" * 20000, "nested too deeply"),
+        ("a: [1,\n  b: {\n", "not valid YAML (line 3, column 1)"),
+    ],
+    ids=["impossible-date", "deep-nesting", "syntax-error"],
+)
+def test_every_yaml_loader_reports_an_unreadable_file_in_one_line(offline, tmp_path, text, reason):
+    path = tmp_path / "input.yaml"
+    path.write_text(text)
+    assert_one_line_usage_error(offline("submit", "-f", str(path)), reason)
+    assert_one_line_usage_error(offline("policy", "apply", str(path), "-m", "x"), reason)
+    assert_one_line_usage_error(offline("whatif", "run", "--candidate", str(path)), reason)
