@@ -8,6 +8,8 @@ in an error message.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +51,35 @@ def flatten_errors(body: Any, prefix: str = "") -> dict[str, list[str]]:
     return out
 
 
+class UnsendableError(ValueError):
+    """A request body JSON cannot carry (NaN, infinity); ``field`` is its dotted path."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def encode_body(body: Any) -> bytes:
+    """``body`` as JSON, or ``UnsendableError`` naming the first value JSON has no spelling for.
+
+    YAML spells NaN and infinity (``.nan``, ``.inf``) and Python's float() reads 400-digit
+    numbers as infinity; JSON has neither, so they are refused here, before anything is sent."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:  # iterative: a body nested deeper than the recursion limit still gets checked
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UnsendableError(path or "body", f"must be a finite number, not {value}")
+        if isinstance(value, Mapping):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+    try:
+        return json.dumps(body, allow_nan=False).encode("utf-8")
+    except RecursionError:
+        raise UnsendableError("body", "is nested too deeply to send") from None
+
+
 class Client:
     """One authenticated session against ``url``. Use as a context manager."""
 
@@ -70,7 +101,12 @@ class Client:
         return self._request("GET", path, params=clean)
 
     def post(self, path: str, body: Any = None) -> Any:
-        return self._request("POST", path, json=body)
+        """POST ``body`` as JSON; ``UnsendableError`` (nothing sent) when JSON cannot carry it."""
+        if body is None:
+            return self._request("POST", path)
+        return self._request(
+            "POST", path, content=encode_body(body), headers={"Content-Type": "application/json"}
+        )
 
     def get_all(
         self, path: str, params: Mapping[str, Any] | None = None, *, max_pages: int = 100

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from typing import Any, NoReturn, TextIO
 from . import __version__, config, output, reports
 from . import policy as policy_commands
 from . import whatif as whatif_commands
-from .client import ApiError, Client
+from .client import ApiError, Client, UnsendableError
 from .common import UsageError
 from .common import client as _client
 from .common import err as _err
@@ -258,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except config.ConfigError as exc:
         _report(json_mode, "usage", str(exc), {})
+        return EXIT_USAGE
+    except UnsendableError as exc:
+        _report(json_mode, "usage", str(exc), {exc.field: [exc.message]})
         return EXIT_USAGE
     except ApiError as exc:
         _report(json_mode, "api", exc.message, exc.fields, status=exc.status)
@@ -771,7 +775,12 @@ def cmd_resubmit(args: argparse.Namespace) -> int:
 
 
 def _positive(
-    text: str | None, flag: str, *, number: Callable[[str], float] = int, minimum: float = 1
+    text: str | None,
+    flag: str,
+    *,
+    number: Callable[[str], float] = int,
+    minimum: float = 1,
+    maximum: float | None = None,
 ) -> Any:
     if text is None:
         return None
@@ -781,9 +790,22 @@ def _positive(
         raise UsageError(
             f"{flag} must be a number, not {text!r}", {flag: [f"must be a number, not {text!r}"]}
         ) from None
+    # float() accepts "nan" and "inf", and NaN compares false with every bound.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(
+            f"{flag} must be a finite number, not {text!r}",
+            {flag: [f"must be a finite number, not {text!r}"]},
+        )
     if value < minimum:
         raise UsageError(f"{flag} must be >= {minimum}", {flag: [f"must be >= {minimum}"]})
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{flag} must be <= {maximum}", {flag: [f"must be <= {maximum}"]})
     return value
+
+
+# Following logs reads at least once an hour; a longer pause is a typo (time.sleep overflows on
+# 1e300 long before that would matter).
+_MAX_LOG_INTERVAL = 3600
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -792,7 +814,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     ``--attempt``, stop at the end of that attempt). A pending job is waited for."""
     job_id = _job_id(args.job_id)
     attempt = _positive(args.attempt, "--attempt")
-    interval = float(_positive(args.interval, "--interval", number=float, minimum=0.05))
+    interval = float(
+        _positive(
+            args.interval, "--interval", number=float, minimum=0.05, maximum=_MAX_LOG_INTERVAL
+        )
+    )
     out = _out()
     path = f"/api/v1/jobs/{job_id}/logs/"
     with _client(args) as api:

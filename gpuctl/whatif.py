@@ -7,6 +7,7 @@ that failed or was cancelled is exit 1; everyone but platform admins gets the AP
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -97,7 +98,14 @@ def window_days(text: str) -> float:
             f"--window: expected a length like 30d, 2w or 36h, not {text!r}",
             {"--window": ["expected a length like 30d, 2w or 36h"]},
         )
-    return float(match.group(1)) * WINDOW_UNITS_DAYS[match.group(2) or "d"]
+    days = float(match.group(1)) * WINDOW_UNITS_DAYS[match.group(2) or "d"]
+    # float() reads a 400-digit length as infinity, which JSON cannot carry to the server.
+    if not math.isfinite(days):
+        raise UsageError(
+            "--window: is too long a window",
+            {"--window": ["is too long a window"]},
+        )
+    return days
 
 
 def _candidate(spec: str) -> tuple[str, dict[str, Any]]:

@@ -58,3 +58,27 @@ def test_every_yaml_loader_reports_an_unreadable_file_in_one_line(offline, tmp_p
     assert_one_line_usage_error(offline("submit", "-f", str(path)), reason)
     assert_one_line_usage_error(offline("policy", "apply", str(path), "-m", "x"), reason)
     assert_one_line_usage_error(offline("whatif", "run", "--candidate", str(path)), reason)
+
+
+# --- numbers JSON cannot carry ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "3601"])
+def test_logs_interval_must_be_a_sane_finite_number(offline, value):
+    result = offline("logs", "1", "-f", f"--interval={value}")
+    assert_one_line_usage_error(result, "--interval")
+
+
+def test_a_nan_team_weight_is_refused_before_sending(offline, tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("team_weights: {vision: .nan}\n")
+    result = offline("policy", "apply", str(path), "-m", "x")
+    assert_one_line_usage_error(result, "team_weights.vision: must be a finite number")
+
+    result = offline("whatif", "run", "--candidate", f"weights={path}")
+    assert_one_line_usage_error(result, "candidates.weights.team_weights.vision")
+
+
+def test_a_window_too_long_for_a_float_is_refused(offline):
+    result = offline("whatif", "run", "--window", "9" * 400)
+    assert_one_line_usage_error(result, "--window")
