@@ -341,10 +341,12 @@ def cmd_login(args: argparse.Namespace) -> int:
     """Exchange username + password for a token and save {url, token, username} (mode 0600).
     With ``--token-stdin``, check a token created in the portal and save it instead."""
     stored = config.read_file()
-    url = args.url or os.environ.get("GPUCTL_URL") or stored.get("url")
+    url, url_source = config.pick_url(args.url, stored)
     if not url:
         raise UsageError("--url is required the first time", {"--url": ["is required"]})
-    url = config.normalise_url(url)
+    url = config.normalise_url(url, url_source)
+    # Before the server issues a token: a token it cannot save would be lost.
+    config.check_writable()
     if args.token_stdin:
         return _login_with_token(args, url)
     username = args.username
@@ -393,6 +395,7 @@ def _login_with_token(args: argparse.Namespace, url: str) -> int:
     token = sys.stdin.readline().strip()
     if not token:
         raise UsageError("the token is empty", {"--token-stdin": ["no token on standard input"]})
+    config.check_token(token, "the token on standard input")
     with Client(url, token) as api:
         me = api.get("/api/v1/auth/me")
     username = str(me["username"])

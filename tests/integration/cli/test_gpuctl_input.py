@@ -6,7 +6,11 @@ would end as exit 1 ("cannot reach"), so exit 2 also proves nothing was sent."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from tenants.models import ApiToken
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,3 +86,68 @@ def test_a_nan_team_weight_is_refused_before_sending(offline, tmp_path):
 def test_a_window_too_long_for_a_float_is_refused(offline):
     result = offline("whatif", "run", "--window", "9" * 400)
     assert_one_line_usage_error(result, "--window")
+
+
+# --- URL and token ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", [8103, ["http://x"], "http://[::1", "ftp://host"])
+def test_a_bad_url_in_the_config_file_is_named(gpuctl, cli_config, url):
+    cli_config.parent.mkdir(parents=True)
+    cli_config.write_text(json.dumps({"url": url, "token": "a-plain-token"}))
+    assert_one_line_usage_error(gpuctl("ls"), f"the url in {cli_config}")
+    assert_one_line_usage_error(gpuctl("login", "--token-stdin", stdin="t\n"), "the url in")
+
+
+def test_a_malformed_url_flag_or_variable_is_bad_usage(offline, monkeypatch):
+    assert_one_line_usage_error(offline("--url", "http://[::1", "ls"), "--url is not a valid URL")
+    monkeypatch.setenv("GPUCTL_URL", "http://[::1")
+    assert_one_line_usage_error(offline("ls"), "GPUCTL_URL is not a valid URL")
+
+
+@pytest.mark.parametrize("token", ["tökén", "secret-part\r\nX-Injected: 1", "two words"])
+def test_a_token_that_cannot_be_a_header_is_refused_without_printing_it(
+    offline, monkeypatch, cli_config, token
+):
+    monkeypatch.setenv("GPUCTL_TOKEN", token)
+    result = offline("ls")
+    assert_one_line_usage_error(result, "GPUCTL_TOKEN is not a valid API token")
+    assert "secret-part" not in result.err and "tök" not in result.err
+
+    monkeypatch.delenv("GPUCTL_TOKEN")
+    cli_config.parent.mkdir(parents=True, exist_ok=True)
+    cli_config.write_text(json.dumps({"url": NOWHERE, "token": token}))
+    assert_one_line_usage_error(offline("ls"), "is not a valid API token")
+
+    # A pasted token is checked before it is sent or saved.
+    cli_config.unlink()
+    result = offline("login", "--token-stdin", stdin=token.replace("\r\n", " ") + "\n")
+    assert_one_line_usage_error(result, "the token on standard input is not a valid API token")
+    assert not cli_config.exists()
+
+
+# --- the config file --------------------------------------------------------------------------
+
+
+def test_login_to_an_unwritable_config_asks_the_server_for_no_token(
+    platform, live_server, gpuctl, monkeypatch
+):
+    monkeypatch.setenv("GPUCTL_CONFIG", "/proc/gpuctl.json")
+    tokens = ApiToken.objects.count()
+    result = gpuctl(
+        "login", "--url", live_server.url, "--username", "alice", "--password-stdin",
+        stdin="pw-alice\n",
+    )  # fmt: skip
+    assert_one_line_usage_error(result, "cannot write /proc/gpuctl.json")
+    assert ApiToken.objects.count() == tokens
+
+
+def test_logout_with_a_config_path_that_is_no_file_says_so(gpuctl, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCTL_CONFIG", str(tmp_path))
+    assert_one_line_usage_error(gpuctl("logout"), "it is a directory")
+    assert tmp_path.is_dir()
+
+    regular = tmp_path / "regular"
+    regular.write_text("")
+    monkeypatch.setenv("GPUCTL_CONFIG", str(regular / "config.json"))
+    assert_one_line_usage_error(gpuctl("logout"), "cannot remove", "Not a directory")
