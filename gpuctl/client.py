@@ -148,6 +148,16 @@ def _error_from(response: httpx.Response) -> ApiError:
         body = response.json()
     except ValueError:
         body = None
+    if status == 404 and body is None:
+        # The API answers a missing object with JSON; an HTML 404 means no API route matched:
+        # a --url that is not the platform's root, or an id no route accepts.
+        url = response.request.url  # without its query, and without any user:password in it
+        where = f"{url.scheme}://{url.netloc.decode('ascii')}{url.path}"
+        return ApiError(
+            status,
+            f"{where} was not found (HTTP 404): is the URL the gpuplatform server's root, "
+            "and the id right?",
+        )
     if status in (401, 403):
         detail = body.get("detail") if isinstance(body, Mapping) else None
         if not detail and status == 403 and isinstance(body, Mapping):

@@ -6,6 +6,7 @@ Exit codes (the contract scripts rely on):
      field the server objected to, e.g. ``spec.gpuModel: unknown GPU model 'tpu-v5'``)
   2  bad usage: unknown option, a job spec that fails local validation (nothing is sent to the
      server), or no login configured
+  141  standard output was closed early (``gpuctl ls | head -1``); nothing is printed about it
 
 Human-readable tables go to stdout by default; ``--json`` prints the API's objects instead.
 Errors always go to stderr (as one JSON object with ``--json``). The API token is printed only by
@@ -36,6 +37,7 @@ from .spec import SpecError, array_path_for, spec_path_for
 from .submission import build_submission, flag_for, submit_arguments
 
 EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # killed by SIGPIPE, as the shell reports it
 LIVE_STATES = ("pending", "running", "preempted")
 STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
 # A subcommand: parsed arguments in, exit code out.
@@ -250,7 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "handler", None):
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        return args.handler(args) or EXIT_OK
+        code = args.handler(args) or EXIT_OK
+        # Flushed here, not at exit, so a reader that went away is handled below.
+        sys.stdout.flush()
+        return code
     except UsageError as exc:
         _report(json_mode, "usage", exc.message, exc.fields)
         return EXIT_USAGE
@@ -269,6 +274,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE if exc.status == 400 else EXIT_API
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gpuctl ls | head -1`): stop quietly, as Unix tools do, with the
+        # status a SIGPIPE death would give. What is still buffered for stdout goes to devnull,
+        # or the interpreter's flush at exit would fail on the closed pipe again.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no real file (captured in a test): nothing to flush
+        pass
 
 
 def _report(

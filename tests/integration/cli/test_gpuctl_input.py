@@ -7,6 +7,10 @@ would end as exit 1 ("cannot reach"), so exit 2 also proves nothing was sent."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +18,7 @@ from tenants.models import ApiToken
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+ROOT = Path(__file__).resolve().parents[3]
 NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens in the test environment
 JOB = """\
 apiVersion: gpuplatform/v1
@@ -151,3 +156,39 @@ def test_logout_with_a_config_path_that_is_no_file_says_so(gpuctl, tmp_path, mon
     regular.write_text("")
     monkeypatch.setenv("GPUCTL_CONFIG", str(regular / "config.json"))
     assert_one_line_usage_error(gpuctl("logout"), "cannot remove", "Not a directory")
+
+
+# --- a reader that goes away ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_output_to_a_closed_pipe_ends_quietly(as_alice, cli_config, json_flag):
+    env = {**os.environ, "GPUCTL_CONFIG": str(cli_config)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    reader, writer = os.pipe()
+    os.close(reader)  # as `| head -1` does once it has its line: every write now fails
+    try:
+        # `python -m` from the checkout, so the code under test is this tree's.
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuctl", "ls", *json_flag],
+            cwd=ROOT,
+            env=env,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 141
+    assert done.stderr == ""
+
+
+# --- a URL that is not the platform -----------------------------------------------------------
+
+
+def test_a_url_that_is_not_the_api_root_says_what_was_not_found(as_alice, live_server):
+    result = as_alice("--url", f"{live_server.url}/static/", "ls")
+    assert result.code == 1
+    assert f"{live_server.url}/static/api/v1/jobs/ was not found (HTTP 404)" in result.err
+    assert "the server failed" not in result.err
