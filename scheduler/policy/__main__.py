@@ -12,7 +12,9 @@ import argparse
 import gc
 import json
 import math
+import os
 import sys
+import warnings
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any
 
@@ -108,8 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:
         print(f"{source}: invalid JSON: nested too deeply", file=sys.stderr)
         return 2
+    except ValueError:
+        # json reads an integer of any length, but int() refuses one of more digits than the
+        # interpreter's limit (a guard against quadratic conversion)
+        limit = sys.get_int_max_str_digits()
+        print(f"{source}: invalid JSON: an integer has more than {limit} digits", file=sys.stderr)
+        return 2
     try:
-        snapshot = snapshot_from_dict(data)
+        with warnings.catch_warnings():
+            # each deprecated key is reported once, as the warning: line below; the codec's
+            # DeprecationWarning would print it a second time, as a raw Python warning
+            warnings.simplefilter("ignore", DeprecationWarning)
+            snapshot = snapshot_from_dict(data)
     except SnapshotError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -118,8 +130,17 @@ def main(argv: list[str] | None = None) -> int:
         for message in config_deprecations(data.get("config"), "config"):
             print(f"warning: {message}", file=sys.stderr)
     decisions = decide(snapshot)
-    sys.stdout.write(dumps(decisions_to_dict(decisions), args.indent or None))
-    sys.stdout.write("\n")
+    try:
+        sys.stdout.write(dumps(decisions_to_dict(decisions), args.indent or None))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (``decide ... | head``): it has all it wanted, so no
+        # traceback. Point stdout at /dev/null so the interpreter's flush at exit does not fail
+        # again, and exit 1, as Python's own recipe does: not all the output was delivered.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return 0
 
 

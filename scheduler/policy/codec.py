@@ -63,6 +63,8 @@ from scheduler.policy.model import (
 from scheduler.policy.routing_codec import _cluster, _dataset, _opt_names, _routing, _routing_out
 
 __all__ = [
+    "MAX_JOB_WORKERS",
+    "MAX_NODE_GPUS",
     "SnapshotError",
     "config_deprecations",
     "config_from_dict",
@@ -72,6 +74,16 @@ __all__ = [
     "decisions_to_dict",
     "decisions_from_dict",
 ]
+
+# The most GPUs one node may have. The engine sizes per-node tables by the largest node
+# (capacity.Index keeps a bucket per possible free count), so 10^9 GPUs was a 5 GB hang. Real
+# nodes have 8 to 16 GPUs, a whole NVL72 rack 72; the platform's Node.gpu_count stops at 1024.
+# 4096 leaves room for any node the platform stores while keeping the tables small.
+MAX_NODE_GPUS = 4096
+# The most workers a job (or its elastic range) may ask for. Placing a job tries each worker
+# count from the largest down, so 10^9 workers hung; 65,536 decide in a third of a second. The
+# platform's jobs stop at 4096 workers (core.bounds.MAX_WORKERS).
+MAX_JOB_WORKERS = 65_536
 
 
 def config_from_dict(data: Any, *, base: Config | None = None, path: str = "config") -> Config:
@@ -260,8 +272,18 @@ def _elastic(value: Any, path: str) -> Elastic | None:
     if value is None:
         return None
     d = _obj(value, path)
-    lo = _int(_get(d, "min_workers", path), _join(path, "min_workers"), minimum=1)
-    hi = _int(_get(d, "max_workers", path), _join(path, "max_workers"), minimum=1)
+    lo = _int(
+        _get(d, "min_workers", path),
+        _join(path, "min_workers"),
+        minimum=1,
+        maximum=MAX_JOB_WORKERS,
+    )
+    hi = _int(
+        _get(d, "max_workers", path),
+        _join(path, "max_workers"),
+        minimum=1,
+        maximum=MAX_JOB_WORKERS,
+    )
     if hi < lo:
         raise SnapshotError(_join(path, "max_workers"), "must be >= min_workers")
     return Elastic(min_workers=lo, max_workers=hi)
@@ -293,7 +315,7 @@ def _team(value: Any, path: str) -> Team:
 
 def _node(value: Any, path: str) -> Node:
     d = _obj(value, path)
-    gpus = _int(_get(d, "gpus", path), _join(path, "gpus"), minimum=1)
+    gpus = _int(_get(d, "gpus", path), _join(path, "gpus"), minimum=1, maximum=MAX_NODE_GPUS)
     state = _str(_get(d, "state", path, "ready"), _join(path, "state"))
     if state not in NODE_STATES:
         raise SnapshotError(_join(path, "state"), f"must be one of {', '.join(NODE_STATES)}")
@@ -338,7 +360,9 @@ def _job_common(d: Mapping[str, Any], path: str, classes: Mapping[str, int]) -> 
         "team": _str(_get(d, "team", path), _join(path, "team")),
         "priority_class": pclass,
         "gpu_model": _opt_str(_get(d, "gpu_model", path, None), _join(path, "gpu_model")),
-        "workers": _int(_get(d, "workers", path, 1), _join(path, "workers"), minimum=1),
+        "workers": _int(
+            _get(d, "workers", path, 1), _join(path, "workers"), minimum=1, maximum=MAX_JOB_WORKERS
+        ),
         "gpus_per_worker": _int(
             _get(d, "gpus_per_worker", path, 1), _join(path, "gpus_per_worker"), minimum=1
         ),
@@ -416,7 +440,7 @@ class _Unusual(Exception):
 
 
 def _fast_count(value: Any) -> int:
-    if type(value) is not int or value < 1:
+    if type(value) is not int or value < 1 or value > MAX_JOB_WORKERS:
         raise _Unusual
     return value
 
@@ -493,7 +517,7 @@ def _fast_running(d: Any, classes: Mapping[str, int]) -> RunningJob:
         and pclass in classes
         and (model is None or (type(model) is str and model))
         and type(workers) is int
-        and workers >= 1
+        and 1 <= workers <= MAX_JOB_WORKERS
         and type(gpus_per_worker) is int
         and gpus_per_worker >= 1
         and type(preemptible) is bool
@@ -541,7 +565,7 @@ def _fast_pending(d: Any, classes: Mapping[str, int]) -> PendingJob:
         and pclass in classes
         and (model is None or (type(model) is str and model))
         and type(workers) is int
-        and workers >= 1
+        and 1 <= workers <= MAX_JOB_WORKERS
         and type(gpus_per_worker) is int
         and gpus_per_worker >= 1
         and type(preemptible) is bool

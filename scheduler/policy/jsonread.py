@@ -80,7 +80,7 @@ def _opt_num(value: Any, path: str, *, minimum: float | None = None) -> float | 
     return None if value is None else _num(value, path, minimum=minimum)
 
 
-def _int(value: Any, path: str, *, minimum: int | None = None) -> int:
+def _int(value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool):
         raise SnapshotError(path, "must be an integer")
     if isinstance(value, float) and value.is_integer():
@@ -89,6 +89,8 @@ def _int(value: Any, path: str, *, minimum: int | None = None) -> int:
         raise SnapshotError(path, "must be an integer")
     if minimum is not None and value < minimum:
         raise SnapshotError(path, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise SnapshotError(path, f"must be <= {maximum}")
     return value
 
 

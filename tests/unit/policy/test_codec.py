@@ -3,6 +3,7 @@ the `python -m scheduler.policy decide` command line."""
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,73 @@ def test_rule_1_cli_exits_2_with_field_reason_never_a_traceback(tmp_path, capsys
     assert err.startswith(f"{path}: invalid JSON") and "Traceback" not in err
     assert main(["decide", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_cli_exits_2_for_an_integer_longer_than_the_interpreter_reads(tmp_path, capsys):
+    path = tmp_path / "digits.json"
+    path.write_text('{"now": ' + "9" * 5000 + "}")
+    assert main(["decide", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"{path}: invalid JSON: an integer has more than 4300 digits\n"
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value", "message"),
+    [
+        ("nodes", "gpus", 10**9, "nodes[0].gpus: must be <= 4096"),
+        ("pending", "workers", 10**9, "pending[0].workers: must be <= 65536"),
+        (
+            "pending",
+            "elastic",
+            {"min_workers": 1, "max_workers": 10**9},
+            "pending[0].elastic.max_workers: must be <= 65536",
+        ),
+    ],
+)
+def test_counts_that_size_the_engines_work_are_bounded(
+    tmp_path, capsys, where, key, value, message
+):
+    data = copy.deepcopy(CONTRACT_EXAMPLE)
+    data[where][0][key] = value
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(data))
+    assert main(["decide", str(path)]) == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
+def test_cli_is_quiet_when_the_reader_closes_the_pipe(tmp_path):
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(CONTRACT_EXAMPLE))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `decide ... | head` after head has exited
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "scheduler.policy", "decide", str(path)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""
+    assert proc.returncode == 1
+
+
+def test_cli_reports_a_deprecated_key_once(tmp_path):
+    data = copy.deepcopy(CONTRACT_EXAMPLE)
+    data["config"]["las_long_run_s"] = 7200
+    path = tmp_path / "flat.json"
+    path.write_text(json.dumps(data))
+    proc = subprocess.run(
+        [sys.executable, "-m", "scheduler.policy", "decide", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert proc.stderr == (
+        "warning: config.las_long_run_s is deprecated: use las.long_run_s (0 is null)\n"
+    )
