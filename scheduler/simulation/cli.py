@@ -24,16 +24,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from .cluster import ClusterSpec, parse_cluster, sample_nodes, uniform_cluster
+from .cluster import (
+    MAX_NODES,
+    ClusterSpec,
+    parse_cluster,
+    sample_nodes,
+    uniform_cluster,
+)
 from .history import History, PolicyChangeError, load_history, with_policy
 from .metrics import compute_metrics
 from .runner import POLICIES, VARIANT_FIELDS, VARIANTS, make_policy
 from .simulator import SimConfig, SimulationError, Simulator
+from .trace_job import MAX_NODE_GPUS, MAX_TRACE_JOBS
 from .traces import (
     FORMATS,
     TraceJob,
@@ -148,6 +157,45 @@ def count(value: str) -> int:
     return number
 
 
+def _at_most(limit: int) -> Any:
+    """``count`` no larger than ``limit``: a size the replay allocates for."""
+
+    def bounded(value: str) -> int:
+        number = count(value)
+        if number > limit:
+            raise argparse.ArgumentTypeError(f"{value!r}: must be <= {limit}")
+        return number
+
+    return bounded
+
+
+# A node fails (or a spot node is interrupted) at most this often on average. Real GPU nodes
+# fail every few months and spot capacity is reclaimed every few hours; below a minute the
+# replay does nothing but fail and repair nodes (--mtbf 0.001 never finished).
+MIN_EVENT_INTERVAL_S = 60.0
+# The longest repair: a node out for more than a year is gone, and --repair 1e300 left the
+# replay waiting for repairs forever.
+MAX_REPAIR_S = 366 * 24 * 3600.0
+
+
+def event_interval(value: str) -> float | None:
+    """``interval_seconds`` for --mtbf and --spot-mtbi: at least MIN_EVENT_INTERVAL_S."""
+    seconds = interval_seconds(value)
+    if seconds is not None and seconds < MIN_EVENT_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: must be >= {MIN_EVENT_INTERVAL_S:g} seconds, or none"
+        )
+    return seconds
+
+
+def repair_seconds(value: str) -> float:
+    """``--repair``: seconds from 0 to MAX_REPAIR_S."""
+    seconds = _seconds(value)
+    if seconds > MAX_REPAIR_S:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be <= {MAX_REPAIR_S:g} seconds")
+    return seconds
+
+
 def request_seconds(value: str) -> float | None:
     """``--checkpoint-on-request``'s argparse type: seconds >= 0, or none/off."""
     if value.lower() in ("none", "off"):
@@ -167,8 +215,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace CSV path, or synthetic:N")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: from the header)")
     p.add_argument("--cluster", help="NxG[:model], openb[:PATH] or a node-list CSV")
-    p.add_argument("--nodes", type=count, help="uniform cluster: number of nodes")
-    p.add_argument("--gpus-per-node", type=count, default=8)
+    p.add_argument("--nodes", type=_at_most(MAX_NODES), help="uniform cluster: number of nodes")
+    p.add_argument("--gpus-per-node", type=_at_most(MAX_NODE_GPUS), default=8)
     p.add_argument("--max-jobs", type=count, help="replay only the first N jobs")
     p.add_argument("--max-submit", type=_finite, help="replay jobs submitted at or before T s")
     p.add_argument(
@@ -185,11 +233,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         metavar="S|none",
         help="jobs save a checkpoint S s after a preemption asks (default none: periodic only)",
     )
-    p.add_argument("--mtbf", type=interval_seconds, default=None, help="per-node MTBF s")
-    p.add_argument("--repair", type=_seconds, default=4 * 3600.0, help="node repair time s")
+    p.add_argument("--mtbf", type=event_interval, default=None, help="per-node MTBF s")
+    p.add_argument("--repair", type=repair_seconds, default=4 * 3600.0, help="node repair time s")
     p.add_argument("--node-sample", type=count, default=1, help="keep every Nth node")
     p.add_argument("--spot-fraction", type=fraction, default=0.0)
-    p.add_argument("--spot-mtbi", type=interval_seconds, default=None, help="per spot node s")
+    p.add_argument("--spot-mtbi", type=event_interval, default=None, help="per spot node s")
     p.add_argument("--html", help="write an offline HTML report here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
@@ -237,7 +285,12 @@ def _load(
 ) -> tuple[tuple[TraceJob, ...], ClusterSpec, str, History | None]:
     history = None
     if args.trace.startswith("synthetic:"):
-        trace = generate_synthetic(int(args.trace.split(":", 1)[1]), seed=args.seed)
+        size = args.trace.split(":", 1)[1]
+        if not size.isdigit() or not 1 <= int(size) <= MAX_TRACE_JOBS:
+            raise ValueError(
+                f"--trace {args.trace!r}: synthetic:N needs N from 1 to {MAX_TRACE_JOBS}"
+            )
+        trace = generate_synthetic(int(size), seed=args.seed)
         fmt = "synthetic"
         if args.max_jobs:
             trace = trace[: args.max_jobs]
@@ -290,6 +343,8 @@ def _named_objects(specs: list[str], option: str, what: str) -> dict[str, dict[s
             fields = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{option} {name}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{option} {name}: not JSON (nested too deeply)") from None
         if not isinstance(fields, dict):
             raise ValueError(f"{option} {name}: expected a JSON object of {what}")
         named[name] = fields
@@ -484,10 +539,50 @@ def replay_policies(
     return results, sims, history
 
 
+def _check_output(option: str, path: str) -> None:
+    """ValueError unless ``path`` can be written: checked before the replay, which may take
+    hours, rather than after it."""
+    if not path:
+        raise ValueError(f"{option}: the path is empty")
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path}: is a directory")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise ValueError(f"{option} {path}: no such directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{option} {path}: directory {parent} is not writable")
+
+
+def _write_all(texts: dict[str, str]) -> None:
+    """Write every ``path: text``, or none: each goes to a temporary file beside its path and
+    the files are renamed into place only when all were written."""
+    staged: list[tuple[str, str]] = []
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        for path, text in texts.items():
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".sim-")
+            staged.append((tmp, path))
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the report from others
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        for option, path in (("--out", args.out), ("--html", args.html)):
+            if path is not None:
+                _check_output(option, path)
+        if args.out is not None and args.out == args.html:
+            raise ValueError(f"--out and --html name the same file {args.out}")
         trace, cluster, _, objects = _prepare(args)
         if not args.quiet:
             sys.stderr.write(
@@ -506,14 +601,21 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, SimulationError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    texts: dict[str, str] = {}
     if args.command == "replay":
-        Path(args.out).write_text(json.dumps(results[args.policy], indent=2) + "\n")
+        texts[args.out] = json.dumps(results[args.policy], indent=2) + "\n"
     else:
         print(format_table(results))
         if args.out:
-            Path(args.out).write_text(json.dumps({"results": results}, indent=2) + "\n")
+            texts[args.out] = json.dumps({"results": results}, indent=2) + "\n"
     if args.html:
-        from .report import write_html
+        from .report import render_html
 
-        write_html(args.html, runs, f"{args.trace} on {cluster.name}")
+        texts[args.html] = render_html(runs, f"{args.trace} on {cluster.name}")
+    try:
+        _write_all(texts)
+    except OSError as exc:
+        # the checks above passed, so only something that changed during the replay
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     return 0

@@ -17,7 +17,11 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .trace_job import default_traces_dir
+from .trace_job import MAX_NODE_GPUS, csv_cell, default_traces_dir
+
+# The most nodes a cluster may have: the largest GPU clusters have tens of thousands of nodes;
+# --nodes 10^8 ran out of memory building them.
+MAX_NODES = 100_000
 
 OPENB_NODE_LIST = Path("alibaba-gpu-v2023-openb") / "openb_node_list_gpu_node.csv"
 
@@ -80,6 +84,10 @@ def uniform_cluster(
     own NVLink domain (an HGX board)."""
     if nodes <= 0 or gpus_per_node <= 0:
         raise ValueError("nodes and gpus_per_node must be > 0")
+    if nodes > MAX_NODES or gpus_per_node > MAX_NODE_GPUS:
+        raise ValueError(
+            f"a cluster has at most {MAX_NODES} nodes of at most {MAX_NODE_GPUS} GPUs each"
+        )
     width = len(str(nodes - 1))
     specs = tuple(
         NodeSpec(
@@ -94,6 +102,13 @@ def uniform_cluster(
     return ClusterSpec(specs, name=f"{nodes}x{gpus_per_node}")
 
 
+def _node_gpus(value: str) -> int:
+    number = int(value)
+    if not 0 <= number <= MAX_NODE_GPUS:
+        raise ValueError(value)
+    return number
+
+
 def load_openb_nodes(path: str | os.PathLike[str], *, nodes_per_rack: int = 16) -> ClusterSpec:
     """The openb node list as a heterogeneous cluster: one node per row with `gpu > 0`, its
     `model` as GPU model. The list has no topology, so racks group `nodes_per_rack` consecutive
@@ -101,20 +116,23 @@ def load_openb_nodes(path: str | os.PathLike[str], *, nodes_per_rack: int = 16) 
     specs = []
     per_model: dict[str, int] = {}
     with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            gpus = int(row["gpu"])
+        for lineno, row in enumerate(csv.DictReader(fh), start=2):
+            gpus = csv_cell(path, lineno, row, "gpu", _node_gpus, f"must be 0 to {MAX_NODE_GPUS}")
             if gpus <= 0:
                 continue
-            model = row["model"]
+            if len(specs) >= MAX_NODES:
+                raise ValueError(f"{path}:{lineno}: more than {MAX_NODES} GPU nodes")
+            model = csv_cell(path, lineno, row, "model", str, "")
+            name = csv_cell(path, lineno, row, "sn", str, "")
             k = per_model.get(model, 0)
             per_model[model] = k + 1
             specs.append(
                 NodeSpec(
-                    name=row["sn"],
+                    name=name,
                     gpu_model=model,
                     gpus=gpus,
                     rack=f"{model}-r{k // nodes_per_rack}",
-                    nvlink_domain=row["sn"],
+                    nvlink_domain=name,
                 )
             )
     if not specs:
@@ -138,4 +156,8 @@ def parse_cluster(spec: str, *, traces_dir: Path | None = None) -> ClusterSpec:
     n, sep, g = shape.lower().partition("x")
     if not sep or not n.isdigit() or not g.isdigit():
         raise ValueError(f"cluster spec {spec!r}: expected NxG[:model], openb[:PATH] or a CSV path")
+    if not 1 <= int(n) <= MAX_NODES or not 1 <= int(g) <= MAX_NODE_GPUS:
+        raise ValueError(
+            f"cluster spec {spec!r}: N must be 1 to {MAX_NODES} nodes, G 1 to {MAX_NODE_GPUS} GPUs"
+        )
     return uniform_cluster(int(n), int(g), gpu_model=model or "gpu")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cluster import ClusterSpec, NodeSpec
-from .trace_job import TraceJob, finish_trace
+from .trace_job import MAX_NODE_GPUS, MAX_TRACE_TIME_S, TraceJob, finish_trace
 
 FORMAT = "gpuplatform-trace"
 VERSION = 1
@@ -64,18 +64,24 @@ class _Line:
             raise self.fail(key, f"expected {_name(kind)}")
         return value
 
-    def number(self, key: str, *, minimum: float, optional: bool = False) -> float | None:
+    def number(
+        self, key: str, *, minimum: float, optional: bool = False, maximum: float = math.inf
+    ) -> float | None:
         value = self.get(key, (int, float), optional=optional)
         if value is None:
             return None
         if not math.isfinite(value) or value < minimum:
             raise self.fail(key, f"must be a finite number >= {minimum:g}")
+        if value > maximum:
+            raise self.fail(key, f"must be <= {maximum:g}")
         return float(value)
 
-    def count(self, key: str) -> int:
+    def count(self, key: str, *, maximum: int | None = None) -> int:
         value = self.get(key, int)
         if value < 1:
             raise self.fail(key, "must be >= 1")
+        if maximum is not None and value > maximum:
+            raise self.fail(key, f"must be <= {maximum}")
         return value
 
 
@@ -98,6 +104,10 @@ def _lines(path: str) -> Iterator[tuple[int, Any]]:
                 yield lineno, json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{lineno}: not JSON (nested too deeply)") from None
+            except ValueError:  # an integer longer than the interpreter converts
+                raise ValueError(f"{path}:{lineno}: not JSON (an integer is too long)") from None
 
 
 def _nodes(head: _Line) -> tuple[NodeSpec, ...]:
@@ -113,7 +123,7 @@ def _nodes(head: _Line) -> tuple[NodeSpec, ...]:
             NodeSpec(
                 name=name,
                 gpu_model=n.get("gpu_model", str),
-                gpus=n.count("gpus"),
+                gpus=n.count("gpus", maximum=MAX_NODE_GPUS),
                 zone=n.get("zone", str, optional=True) or "",
                 rack=n.get("rack", str, optional=True) or "",
                 nvlink_domain=n.get("nvlink_domain", str, optional=True) or "",
@@ -241,14 +251,14 @@ def load_history(
     ids: set[str] = set()
     for lineno, obj in lines:
         j = _Line(f"{path}:{lineno}", obj)
-        submit = j.number("submit_s", minimum=0.0)
+        submit = j.number("submit_s", minimum=0.0, maximum=MAX_TRACE_TIME_S)
         if max_submit is not None and submit > max_submit:
             continue
         job_id = j.get("id", str)
         if job_id in ids:
             raise j.fail("id", f"job {job_id!r} listed twice")
         ids.add(job_id)
-        duration = j.number("duration_s", minimum=0.0)
+        duration = j.number("duration_s", minimum=0.0, maximum=MAX_TRACE_TIME_S)
         if duration <= 0:
             raise j.fail("duration_s", "must be > 0")
         workers, gpw = j.count("workers"), j.count("gpus_per_worker")
@@ -256,7 +266,9 @@ def load_history(
         if pc not in classes:
             raise j.fail("priority_class", f"{pc!r} is not in the header's priority_classes")
         model = j.get("gpu_model", str, optional=True)
-        interval = j.number("checkpoint_interval_s", minimum=0.0, optional=True)
+        interval = j.number(
+            "checkpoint_interval_s", minimum=0.0, optional=True, maximum=MAX_TRACE_TIME_S
+        )
         jobs.append(
             TraceJob(
                 id=job_id,
@@ -270,7 +282,10 @@ def load_history(
                 preemptible=j.get("preemptible", bool),
                 # a zero interval checkpoints never, as in the live platform's job spec
                 checkpoint_interval_s=interval or None,
-                runtime_limit_s=j.number("runtime_limit_s", minimum=0.0, optional=True) or None,
+                runtime_limit_s=j.number(
+                    "runtime_limit_s", minimum=0.0, optional=True, maximum=MAX_TRACE_TIME_S
+                )
+                or None,
                 # optional: files written before they were exported have none
                 user=j.get("user", str, optional=True) or "",
                 name=j.get("name", str, optional=True) or "",

@@ -3,8 +3,23 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
+
+from scheduler.policy.codec import MAX_NODE_GPUS as MAX_NODE_GPUS
+
+T = TypeVar("T")
+
+# Sizes and times a trace or cluster may state. Every one sizes the replay's work, so an
+# absurd value (10^9 jobs, nodes or GPUs) ran out of memory or never finished; the limits are
+# far above the largest public traces and clusters (the Alibaba and Microsoft traces hold under
+# a million jobs over months on a few thousand nodes).
+MAX_TRACE_JOBS = 10_000_000
+# Ten years in seconds: the traces span weeks to months. NaN or infinity spun the replay forever.
+MAX_TRACE_TIME_S = 10 * 366 * 24 * 3600.0
 
 # TraceJob.checkpoint_interval_s when the trace does not say: the simulation's own setting
 SIM_DEFAULT_CHECKPOINTS = -1.0
@@ -51,3 +66,34 @@ def finish_trace(jobs: list[TraceJob], max_jobs: int | None) -> tuple[TraceJob, 
         shift = -jobs[0].submit
         jobs = [replace(j, submit=j.submit + shift) for j in jobs]
     return tuple(jobs)
+
+
+def csv_cell(
+    path: object,
+    lineno: int,
+    row: Mapping[str, str | None],
+    column: str,
+    parse: Callable[[str], T],
+    reason: str,
+) -> T:
+    """``parse(row[column])``, or ValueError naming the file, line and column: a column missing
+    from the header or from a short row, or a value ``parse`` refuses (``reason`` says what it
+    must be)."""
+    value = row.get(column)
+    if value is None:
+        raise ValueError(f"{path}:{lineno}: column {column!r} is missing")
+    try:
+        return parse(value)
+    except ValueError:
+        raise ValueError(f"{path}:{lineno}: {column} {value!r}: {reason}") from None
+
+
+def trace_time(value: str) -> float:
+    """A time or duration of a trace: finite, at most MAX_TRACE_TIME_S either way."""
+    number = float(value)
+    if not math.isfinite(number) or abs(number) > MAX_TRACE_TIME_S:
+        raise ValueError(value)
+    return number
+
+
+TRACE_TIME = "must be a finite number of seconds, at most 10 years"

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from .history import load_history
 from .trace_job import SIM_DEFAULT_CHECKPOINTS as SIM_DEFAULT_CHECKPOINTS
-from .trace_job import TraceJob, finish_trace
+from .trace_job import TRACE_TIME, TraceJob, csv_cell, finish_trace, trace_time
 from .trace_job import default_traces_dir as default_traces_dir
 
 DEFAULT_TENANTS = ("team-a", "team-b", "team-c", "team-d")
@@ -70,25 +70,20 @@ def load_itp(
     jobs: list[TraceJob] = []
     with open(path, newline="") as fh:
         for lineno, row in enumerate(csv.DictReader(fh), start=2):
-            submit = float(row["submission_time"])
+            submit = csv_cell(path, lineno, row, "submission_time", trace_time, TRACE_TIME)
             if max_submit is not None and submit > max_submit:
                 # the files are sorted by submission_time, so nothing later can qualify
                 break
             if max_jobs is not None and len(jobs) >= max_jobs and submit > jobs[-1].submit:
                 # the file is sorted: every later row sorts after the first max_jobs
                 break
-            duration = float(row["duration"])
-            gpus = int(row["num_gpu"])
+            duration = csv_cell(path, lineno, row, "duration", trace_time, TRACE_TIME)
+            gpus = csv_cell(path, lineno, row, "num_gpu", int, "must be a whole number")
+            job_id = csv_cell(path, lineno, row, "job_id", str, "")
             if duration <= 0 or gpus <= 0:
                 raise ValueError(f"{path}:{lineno}: duration and num_gpu must be > 0")
             jobs.append(
-                TraceJob(
-                    row["job_id"],
-                    submit,
-                    duration,
-                    gpus,
-                    assign_tenant(row["job_id"], seed, tenants),
-                )
+                TraceJob(job_id, submit, duration, gpus, assign_tenant(job_id, seed, tenants))
             )
     return finish_trace(jobs, max_jobs)
 
@@ -108,23 +103,29 @@ def load_openb(
         reader = csv.DictReader(fh)
         if "creation_time" not in (reader.fieldnames or ()):
             raise ValueError(f"{path}: this pod list has no timestamps; it cannot be replayed")
-        for row in reader:
-            gpus = int(row["num_gpu"])
-            if gpus <= 0 or not row.get("scheduled_time") or not row.get("deletion_time"):
+        for lineno, row in enumerate(reader, start=2):
+            gpus = csv_cell(path, lineno, row, "num_gpu", int, "must be a whole number")
+            # empty times: a pod never scheduled (skipped); missing ones: a short row (refused)
+            scheduled = csv_cell(path, lineno, row, "scheduled_time", str, "")
+            deleted = csv_cell(path, lineno, row, "deletion_time", str, "")
+            if gpus <= 0 or not scheduled or not deleted:
                 continue
-            submit = float(row["creation_time"])
+            submit = csv_cell(path, lineno, row, "creation_time", trace_time, TRACE_TIME)
             if max_submit is not None and submit > max_submit:
                 continue
-            duration = max(1.0, float(row["deletion_time"]) - float(row["scheduled_time"]))
+            ended = csv_cell(path, lineno, row, "deletion_time", trace_time, TRACE_TIME)
+            started = csv_cell(path, lineno, row, "scheduled_time", trace_time, TRACE_TIME)
+            duration = max(1.0, ended - started)
             spec = (row.get("gpu_spec") or "").strip()
             models = tuple(sorted(m for m in spec.split("|") if m)) if spec else None
+            name = csv_cell(path, lineno, row, "name", str, "")
             jobs.append(
                 TraceJob(
-                    row["name"],
+                    name,
                     submit,
                     duration,
                     gpus,
-                    assign_tenant(row["name"], seed, tenants),
+                    assign_tenant(name, seed, tenants),
                     models,
                 )
             )

@@ -206,6 +206,12 @@ def test_checkpoint_on_request_is_validated_and_reaches_the_replay(tmp_path, cap
         ("--checkpoint-on-request", "inf", "'inf': must be >= 0 seconds"),
         ("--spot-fraction", "1.5", "'1.5': must be a fraction from 0 to 1"),
         ("--spot-fraction", "nan", "'nan': must be a finite number"),
+        # each of these never finished (or ran out of memory) before
+        ("--mtbf", "0.001", "'0.001': must be >= 60 seconds, or none"),
+        ("--spot-mtbi", "1e-9", "'1e-9': must be >= 60 seconds, or none"),
+        ("--repair", "1e300", "'1e300': must be <= 3.16224e+07 seconds"),
+        ("--nodes", "100000000", "'100000000': must be <= 100000"),
+        ("--gpus-per-node", "1000000000", "'1000000000': must be <= 4096"),
     ],
 )
 def test_numbers_out_of_range_exit_2_naming_the_flag(tmp_path, capsys, flag, value, message):
@@ -592,3 +598,122 @@ def test_suite_diff_counts_what_a_rule_is_judged_by_and_the_goals_that_moved(tmp
             suite_diff.main(argv)
         assert exc.value.code == 2
         assert said in capsys.readouterr().err
+
+
+def _replay(*extra):
+    return main(["replay", "--policy", "fifo", "--quiet", *extra])
+
+
+@pytest.mark.parametrize("where", ["dir", "nodir/x.json", ""])
+def test_an_unwritable_out_exits_2_before_the_replay(tmp_path, capsys, trace, where):
+    out = {"dir": str(tmp_path), "nodir/x.json": str(tmp_path / "nodir" / "x.json")}.get(where, "")
+    html = tmp_path / "r.html"
+    assert _replay("--trace", str(trace), "--out", out, "--html", str(html)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and err.count("\n") == 1
+    assert not html.exists()  # nothing replayed, nothing written
+
+
+def test_an_unwritable_html_leaves_no_half_result(tmp_path, capsys, trace):
+    out = tmp_path / "o.json"
+    html = tmp_path / "nodir" / "r.html"
+    assert _replay("--trace", str(trace), "--out", str(out), "--html", str(html)) == 2
+    assert capsys.readouterr().err == f"error: --html {html}: no such directory {html.parent}\n"
+    assert not out.exists()
+
+
+def test_outputs_are_written_whole_and_nothing_else_is_left_beside_them(tmp_path, trace):
+    out, html = tmp_path / "o.json", tmp_path / "r.html"
+    assert _replay("--trace", str(trace), "--out", str(out), "--html", str(html)) == 0
+    assert json.loads(out.read_text())["policy"] == "fifo"
+    assert html.read_text().endswith("</html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json", "r.html", "t.csv"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "job_id,submission_time,duration,num_gpu\nj1,0,100\n",
+            "t.csv:2: column 'num_gpu' is missing",
+        ),
+        ("a,b,c\n1,2,3\n", "unknown trace format"),
+        (
+            "job_id,submission_time,duration,num_gpu\nj1,0,100,x\n",
+            "t.csv:2: num_gpu 'x': must be a whole number",
+        ),
+        (
+            "job_id,submission_time,duration,num_gpu\nj1,nan,100,1\n",
+            "t.csv:2: submission_time 'nan': must be a finite number of seconds, at most 10 years",
+        ),
+        (
+            "job_id,submission_time,duration,num_gpu\nj1,0,inf,1\n",
+            "t.csv:2: duration 'inf': must be a finite number of seconds, at most 10 years",
+        ),
+        (
+            "name,num_gpu,creation_time,scheduled_time,deletion_time\np1,1\n",
+            "t.csv:2: column 'scheduled_time' is missing",
+        ),
+        (
+            "name,num_gpu,creation_time,scheduled_time,deletion_time\np1,1,0,0,nan\n",
+            "t.csv:2: deletion_time 'nan': must be a finite number of seconds, at most 10 years",
+        ),
+    ],
+)
+def test_bad_trace_rows_exit_2_naming_file_line_and_column(tmp_path, capsys, text, message):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    out = tmp_path / "o.json"
+    assert _replay("--trace", str(path), "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_a_trace_read_in_the_wrong_format_names_the_missing_column(tmp_path, capsys):
+    openb = tmp_path / "p.csv"
+    openb.write_text("name,num_gpu,creation_time,scheduled_time,deletion_time\np1,1,0,0,9\n")
+    out = tmp_path / "o.json"
+    assert _replay("--trace", str(openb), "--format", "itp", "--out", str(out)) == 2
+    assert capsys.readouterr().err == f"error: {openb}:2: column 'submission_time' is missing\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sn,gpu,model\nn1,8\n", "nodes.csv:2: column 'model' is missing"),
+        ("sn,gpus,model\nn1,8,a100\n", "nodes.csv:2: column 'gpu' is missing"),
+        ("sn,gpu,model\nn1,eight,a100\n", "nodes.csv:2: gpu 'eight': must be 0 to 4096"),
+        ("sn,gpu,model\nn1,1000000000,a100\n", "nodes.csv:2: gpu '1000000000': must be 0 to 4096"),
+    ],
+)
+def test_bad_node_lists_exit_2_naming_file_line_and_column(tmp_path, capsys, trace, text, message):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(text)
+    out = tmp_path / "o.json"
+    assert _replay("--trace", str(trace), "--cluster", str(nodes), "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--trace", "synthetic:-5"), "--trace 'synthetic:-5': synthetic:N needs N from 1 to"),
+        (("--trace", "synthetic:1000000000"), "synthetic:N needs N from 1 to 10000000"),
+        (
+            ("--trace", "synthetic:5", "--cluster", "100000000x8"),
+            "cluster spec '100000000x8': N must be 1 to 100000 nodes, G 1 to 4096 GPUs",
+        ),
+        (
+            ("--trace", "synthetic:5", "--cluster", "2x1000000000"),
+            "cluster spec '2x1000000000': N must be 1 to 100000 nodes, G 1 to 4096 GPUs",
+        ),
+    ],
+)
+def test_sizes_out_of_range_exit_2(tmp_path, capsys, args, message):
+    out = tmp_path / "o.json"
+    assert _replay(*args, "--out", str(out)) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -120,6 +120,10 @@ def test_who_asked_and_what_it_is_load_when_exported(tmp_path):
             lambda h, js: h.update(teams=[{"name": "a", "quota": {"h100": [1]}}]),
             r"teams\[0\]: quota.h100: expected \[guaranteed, borrow_limit\]",
         ),
+        # each of these replayed for hours, or ran out of memory
+        (lambda h, js: h["nodes"][0].update(gpus=10**9), r":1: nodes\[0\]: gpus: must be <= 4096"),
+        (lambda h, js: js[0].update(submit_s=1e300), r":2: submit_s: must be <= 3.16224e\+08"),
+        (lambda h, js: js[0].update(duration_s=1e300), r":2: duration_s: must be <= 3.16224e\+08"),
     ],
 )
 def test_malformed_histories_are_refused_with_the_line_and_the_key(tmp_path, mutate, message):
@@ -135,6 +139,14 @@ def test_not_json_and_empty_files_are_refused(tmp_path):
     bad.write_text(json.dumps(HEADER) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not JSON"):
         load_history(bad)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ValueError, match=r"deep.jsonl:1: not JSON \(nested too deeply\)"):
+        load_history(deep)
+    digits = tmp_path / "digits.jsonl"
+    digits.write_text('{"version": ' + "9" * 5000 + "}\n")
+    with pytest.raises(ValueError, match=r"digits.jsonl:1: not JSON \(an integer is too long\)"):
+        load_history(digits)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(ValueError, match=r"empty file"):
@@ -280,6 +292,7 @@ def test_the_header_config_is_what_gpuplatform_runs_with(tmp_path):
         ("fifo={}", "--engine-config fifo: the name is taken"),
         ("x={oops", "--engine-config x: not JSON"),
         ("x=[1]", "--engine-config x: expected a JSON object of Config fields"),
+        ("x=" + "[" * 100_000 + "]" * 100_000, "--engine-config x: not JSON (nested too deeply)"),
         ('x={"las_treshold": 1}', "--engine-config x.las_treshold: unknown config field"),
         ('x={"reservations_per_model": 0}', "--engine-config x.reservations_per_model: must be"),
     ],
