@@ -12,7 +12,6 @@ import argparse
 import gc
 import json
 import math
-import os
 import sys
 import warnings
 from json.encoder import encode_basestring_ascii as _quote
@@ -136,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader stopped early (``decide ... | head``): it has all it wanted, so no
-        # traceback. Point stdout at /dev/null so the interpreter's flush at exit does not fail
-        # again, and exit 1, as Python's own recipe does: not all the output was delivered.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # traceback. Closing stdout drops what is still buffered (the close reports the broken
+        # pipe once more), so the interpreter's flush at exit has nothing left to fail on. Exit
+        # 1, as Python's own recipe does: not all the output was delivered.
+        try:
+            sys.stdout.close()
+        except BrokenPipeError:
+            pass
         return 1
     return 0
 
