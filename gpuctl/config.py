@@ -163,14 +163,14 @@ def normalise_url(url: Any, source: str = "--url") -> str:
     ``source`` when it is not an http(s) URL."""
     if not isinstance(url, str):
         raise ConfigError(f"{source} must be a URL string, not {type(url).__name__}")
-    url = url.strip()
-    if "://" not in url:
-        url = "http://" + url
-    url = url.rstrip("/")
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    text = text.rstrip("/")
     try:
-        parsed = httpx.URL(url)
+        parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
         raise ConfigError(f"{source} is not a valid URL: {exc}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ConfigError(f"{source} is not a valid URL: expected http(s)://host[:port]")
-    return url
+    return text

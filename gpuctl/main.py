@@ -813,8 +813,13 @@ def _positive(
         raise UsageError(
             f"{flag} must be a number, not {text!r}", {flag: [f"must be a number, not {text!r}"]}
         ) from None
-    # float() accepts "nan" and "inf", and NaN compares false with every bound.
-    if isinstance(value, float) and not math.isfinite(value):
+    # float() accepts "nan" and "inf", and NaN compares false with every bound; an int of
+    # hundreds of digits is no float at all.
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
         raise UsageError(
             f"{flag} must be a finite number, not {text!r}",
             {flag: [f"must be a finite number, not {text!r}"]},

@@ -5,6 +5,8 @@ snapshot always gives the same decisions. See docs/policy.md for the rules and d
 """
 
 from scheduler.policy.codec import (
+    MAX_JOB_WORKERS,
+    MAX_NODE_GPUS,
     SnapshotError,
     config_deprecations,
     config_from_dict,
@@ -41,6 +43,8 @@ from scheduler.policy.routing import start_violations
 from scheduler.policy.routing_codec import routing_from_dict, routing_to_dict
 
 __all__ = [
+    "MAX_JOB_WORKERS",
+    "MAX_NODE_GPUS",
     "NODE_STATES",
     "QUEUE_ORDERS",
     "Cluster",

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from scheduler.policy.codec import MAX_NODE_GPUS as MAX_NODE_GPUS
+# the engine's own bound: a node the simulator replays is one the engine accepts
+from scheduler.policy import MAX_NODE_GPUS as MAX_NODE_GPUS
 
 T = TypeVar("T")
 
