@@ -48,8 +48,8 @@ _DIGEST_IN_REFERENCE = re.compile(r"@(?P<digest>sha256:[0-9a-f]{64})$")
 # Both run on text a user wrote (a command, an environment value of any length), so each match
 # attempt is bounded: the scheme is at most 32 characters (only its tail is ever matched, and
 # kept), and a flag starts where no name character precedes it and names at most 64 on either
-# side of its keyword. Unbounded, a 10,000-character value of dashes took 6 s, and a 2 MB one
-# held the interpreter (and every request of the server) for hours.
+# side of its keyword. Unbounded, they backtracked over every start position of a long value,
+# holding the interpreter's lock (and so every request of the server) for as long.
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^/\s:@]+:)[^@\s/]+@")
 _SECRET_ARGUMENT = re.compile(
     r"(?<![A-Za-z0-9_-])(?P<flag>--?[A-Za-z0-9_-]{0,64}?"

@@ -76,12 +76,12 @@ __all__ = [
 ]
 
 # The most GPUs one node may have. The engine sizes per-node tables by the largest node
-# (capacity.Index keeps a bucket per possible free count), so 10^9 GPUs was a 5 GB hang. Real
+# (capacity.Index keeps a bucket per possible free count), so a huge count is a hang. Real
 # nodes have 8 to 16 GPUs, a whole NVL72 rack 72; the platform's Node.gpu_count stops at 1024.
 # 4096 leaves room for any node the platform stores while keeping the tables small.
 MAX_NODE_GPUS = 4096
 # The most workers a job (or its elastic range) may ask for. Placing a job tries each worker
-# count from the largest down, so 10^9 workers hung; 65,536 decide in a third of a second. The
+# count from the largest down, so a huge count is a hang; 65,536 still decides at once. The
 # platform's jobs stop at 4096 workers (core.bounds.MAX_WORKERS).
 MAX_JOB_WORKERS = 65_536
 
