@@ -1,6 +1,6 @@
 """What gpuctl's command modules share: the usage error (exit 2), the API client the flags and
 the saved login name, and the terminal writers. ``main`` and the command modules (``policy``,
-``whatif``) import it; it imports none of them."""
+``whatif``, ``session``) import it; it imports none of them."""
 
 from __future__ import annotations
 
