@@ -93,8 +93,8 @@ def number_error(model: type[models.Model], name: str, value) -> str | None:
     if isinstance(value, bool) or not isinstance(value, Real | Decimal):
         return "must be a whole number" if whole else "must be a number"
     try:
-        finite = value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)
-    except (InvalidOperation, OverflowError):
+        finite = value.is_finite() if isinstance(value, Decimal) else finite_number(value)
+    except InvalidOperation:
         finite = False
     if not finite:
         return "must be a finite number"
