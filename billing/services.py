@@ -533,6 +533,11 @@ def _refresh_rollups(*, daily_keys: set[tuple[int, date]], job_keys: set[tuple[i
             .values("job_id", "team_id")
             .annotate(s_secs=Sum("gpu_seconds"), s_cost=Sum("cost"))
         ]
+        # A (job, month) whose usage rows were all deleted (a run the cluster never started, an
+        # end before a metered hour) has no row to upsert: its old one would bill it still.
+        UsageJobMonth.objects.filter(month=month, job_id__in=job_ids).exclude(
+            job_id__in=[row.job_id for row in rows]
+        ).delete()
         UsageJobMonth.objects.bulk_create(
             rows,
             batch_size=1000,

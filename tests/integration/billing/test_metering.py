@@ -10,7 +10,14 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from billing import services
-from billing.models import AllocationMeter, LostWork, Statement, UsageDaily, UsageRecord
+from billing.models import (
+    AllocationMeter,
+    LostWork,
+    Statement,
+    UsageDaily,
+    UsageJobMonth,
+    UsageRecord,
+)
 from scheduler.models import JobEvent, Node
 
 from .conftest import utc
@@ -144,6 +151,36 @@ def test_an_allocation_ended_at_its_start_is_billed_nothing(make_job, allocate, 
     assert _rows() == []
     assert sum(UsageDaily.objects.values_list("gpu_seconds", flat=True)) == 0
     assert AllocationMeter.objects.get(allocation_id=alloc.pk).finalized
+
+
+def test_a_run_the_cluster_never_started_leaves_no_job_cost_behind(
+    make_job, allocate, price, api_as, alice
+):
+    """8 GPUs placed at 23:55 on Nov 30, metered at 00:04 while the cluster kept the run
+    pending (8 x 300 s in November, 8 x 240 s in December at $0.001/GPU-s: $2.40 + $1.92),
+    then requeued as never started: the team's spend went back to $0, but the job's month
+    rollup kept $2.40 and $1.92, so top jobs and the per-user split billed a run that never
+    ran and no longer added up to the spend."""
+    from scheduler.transitions import job_requeue_unstarted
+
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))  # $0.001 per GPU-second
+    job = make_job(name="ghost", attempts=1, started_at=utc(2026, 11, 30, 23, 55))
+    for gpu in range(8):
+        allocate(job, "n1", gpu, utc(2026, 11, 30, 23, 55))
+    services.meter_run(now=utc(2026, 12, 1, 0, 4))
+    assert list(UsageJobMonth.objects.order_by("month").values_list("cost", flat=True)) == [
+        Decimal("2.400000"),
+        Decimal("1.920000"),
+    ]
+
+    job_requeue_unstarted(job=job, now=utc(2026, 12, 1, 0, 5), reason="cluster kept it pending")
+    services.meter_run(now=utc(2026, 12, 1, 0, 6))
+
+    assert _rows() == []
+    assert not UsageJobMonth.objects.exists()
+    for month in ("2026-11", "2026-12"):
+        body = api_as(alice).get(f"/api/v1/billing/costs/?team=vision&month={month}").json()
+        assert (body["spend"], body["top_jobs"], body["by_user"]) == ("0.00", [], [])
 
 
 def test_rerunning_the_meter_changes_nothing(make_job, allocate, price):
