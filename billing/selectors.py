@@ -526,19 +526,20 @@ def team_cost_dashboard(
 @dataclass(frozen=True, slots=True)
 class TeamRow:
     """One team's month on the admin overview. ``own_spend`` and ``spend`` are GPU time + egress
-    (the budget's measure); ``own_egress`` and ``egress`` are the egress parts of each."""
+    (the budget's measure); ``own_egress`` and ``egress`` are the egress parts of each. Every
+    other figure includes the sub-teams, like ``spend`` and the team's own dashboard."""
 
     slug: str
     name: str
     parent: str | None
     own_spend: Decimal
     spend: Decimal  # including sub-teams
-    gpu_hours: float
+    gpu_hours: float  # including sub-teams
     budget: Decimal | None
     hard_stop: bool
     forecast: Decimal
-    idle_cost: Decimal | None  # None: no telemetry
-    lost_cost: Decimal
+    idle_cost: Decimal | None  # including sub-teams; None: no telemetry in any of them
+    lost_cost: Decimal  # including sub-teams
     own_egress: Decimal = Decimal(0)
     egress: Decimal = Decimal(0)  # including sub-teams
 
@@ -637,9 +638,18 @@ def admin_cost_overview(
     rolled = tree.roll_up(own_total)
     rolled_egress = tree.roll_up(own_egress)
     rolled_trailing = tree.roll_up(trailing)
+    # Every column but the "own" ones covers the sub-teams, as the team's dashboard does: a
+    # parent's row read "spend incl. sub-teams" beside its own GPU-hours, idle and lost (often 0).
+    rolled_lost = tree.roll_up(lost)
+    rolled_idle = tree.roll_up({t: r["s_idle_cost"] or Decimal(0) for t, r in per_team.items()})
+    rolled_secs: dict[int, float] = defaultdict(float)
+    rolled_tel: dict[int, float] = defaultdict(float)
+    for team_id, r in per_team.items():
+        for ancestor in tree.ancestors_and_self(team_id):
+            rolled_secs[ancestor] += r["s_secs"] or 0.0
+            rolled_tel[ancestor] += r["s_tel"] or 0.0
     rows = []
     for team in Team.objects.select_related("parent").order_by("slug"):
-        r = per_team.get(team.pk, {})
         spend = rolled.get(team.pk, Decimal(0))
         budget = budgets.get(team.pk)
         rows.append(
@@ -651,7 +661,7 @@ def admin_cost_overview(
                 spend=spend.quantize(calc.CENT),
                 own_egress=own_egress.get(team.pk, Decimal(0)).quantize(calc.CENT),
                 egress=rolled_egress.get(team.pk, Decimal(0)).quantize(calc.CENT),
-                gpu_hours=(r.get("s_secs") or 0.0) / 3600,
+                gpu_hours=rolled_secs.get(team.pk, 0.0) / 3600,
                 budget=budget.amount if budget else None,
                 hard_stop=bool(budget and budget.hard_stop),
                 forecast=calc.forecast_month_end(
@@ -661,10 +671,10 @@ def admin_cost_overview(
                     now=now,
                     month=month,
                 ),
-                idle_cost=(r["s_idle_cost"] or Decimal(0)).quantize(calc.CENT)
-                if r.get("s_tel")
+                idle_cost=rolled_idle.get(team.pk, Decimal(0)).quantize(calc.CENT)
+                if rolled_tel.get(team.pk)
                 else None,
-                lost_cost=(lost.get(team.pk) or Decimal(0)).quantize(calc.CENT),
+                lost_cost=rolled_lost.get(team.pk, Decimal(0)).quantize(calc.CENT),
             )
         )
     if sort not in SORT_KEYS:

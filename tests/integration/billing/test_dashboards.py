@@ -101,6 +101,41 @@ def test_admin_overview_is_sortable(december, client, platform_admin):
     assert 'aria-sort="ascending"' in html
 
 
+def test_a_parents_overview_row_counts_its_sub_teams_like_its_dashboard(
+    december, api_as, platform_admin, alice, bob
+):
+    """research has no jobs of its own; its sub-teams ran 41 GPU-h (vision) + 5 GPU-h (nlp)
+    and nlp lost 0.5 GPU-h ($0.50). The overview row and the cost API's team row said
+    "spend incl. sub-teams $86.00" beside 0.0 GPU-hours and $0.00 lost work (research's own),
+    while research's dashboard, one click away, says 46 GPU-h and $0.50."""
+    o = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=utc(2026, 12, 3))
+    rows = {r.slug: r for r in o.rows}
+    research = selectors.team_cost_dashboard(
+        user=platform_admin, team_slug="research", month=DEC, now=utc(2026, 12, 3)
+    )
+    assert (research.spend, research.gpu_hours, research.lost_cost) == (
+        Decimal("86.00"),
+        46.0,
+        Decimal("0.50"),
+    )
+    assert (rows["research"].spend, rows["research"].gpu_hours, rows["research"].lost_cost) == (
+        Decimal("86.00"),
+        46.0,
+        Decimal("0.50"),
+    )
+    assert (rows["vision"].gpu_hours, rows["nlp"].gpu_hours) == (41.0, 5.0)
+    assert rows["research"].idle_cost is None  # no telemetry in the subtree either
+    body = api_as(platform_admin).get("/api/v1/billing/costs/?month=2026-12").json()
+    team = next(t for t in body["teams"] if t["team"] == "research")
+    mine = api_as(platform_admin).get("/api/v1/billing/costs/?team=research&month=2026-12")
+    assert (team["gpu_hours"], team["lost_cost"]) == (46.0, "0.50")
+    assert (mine.json()["gpu_hours"], mine.json()["lost_work"]["cost"]) == (46.0, "0.50")
+    by_hours = selectors.admin_cost_overview(
+        user=platform_admin, month=DEC, now=utc(2026, 12, 3), sort="gpu_hours"
+    )
+    assert [r.slug for r in by_hours.rows] == ["research", "vision", "nlp"]
+
+
 def test_forecast_uses_the_trailing_day(make_job, allocate, price, alice):
     price("h100", "on_demand", "1.00", utc(2026, 1, 1))
     allocate(make_job(), "n1", 0, utc(2026, 12, 10, 0))  # running since day 10, $1/h
