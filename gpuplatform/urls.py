@@ -106,7 +106,9 @@ urlpatterns = [
     ),
     path("api/v1/outcomes/", scheduler_outcomes_api.OutcomesView.as_view(), name="outcomes"),
     path("api/v1/policy/", include("policyversions.api")),
-    path("api/v1/", include(router.urls)),
+    # A namespace of their own: the portal names its pages like the router's routes ("job-list"
+    # is /jobs/), and the API root reversed the portal's names for its links.
+    path("api/v1/", include((router.urls, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's init script as a file (no inline script: the CSP).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
