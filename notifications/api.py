@@ -15,7 +15,7 @@ from core.ids import parse_id
 from tenants.pagination import BoundedLimitOffsetPagination
 
 from . import selectors, services
-from .events import Channel, EventKind
+from .events import TEAM_HOOK_EVENTS, Channel, EventKind
 from .models import DeliveryAttempt, Message, Webhook, WebhookFormat
 
 
@@ -121,21 +121,34 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         hook = services.webhook_create(user=request.user, **incoming.validated_data)
         return Response(WebhookSerializer(hook).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
-    def partial_update(self, request, *args, **kwargs):
+    def _write(self, request, *, partial: bool) -> Response:
         webhook_id = _pk(self.kwargs, "webhook")
-        services.webhook_get(user=request.user, webhook_id=webhook_id)  # 404 first
-        incoming = WebhookWriteSerializer(data=request.data, partial=True)
+        hook = services.webhook_get(user=request.user, webhook_id=webhook_id)  # 404 first
+        incoming = WebhookWriteSerializer(data=request.data, partial=partial)
         incoming.is_valid(raise_exception=True)
         fields = dict(incoming.validated_data)
-        if "team" in fields:
+        # A team stated is accepted when it is the hook's own, so a PUT may send back what a
+        # GET answered.
+        if "team" in fields and (fields.pop("team") or None) != (
+            hook.team.slug if hook.team else None
+        ):
             raise FieldErrors({"team": ["a webhook cannot move to another team"]})
+        if not partial and fields.get("events") is None:
+            # A replacement leaves nothing of the old hook: no events stated means what a new
+            # hook gets.
+            fields["events"] = list(TEAM_HOOK_EVENTS) if hook.team else None
         hook = services.webhook_update(user=request.user, webhook_id=webhook_id, **fields)
         return Response(WebhookSerializer(hook).data)
 
     @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
+    def partial_update(self, request, *args, **kwargs):
+        return self._write(request, partial=True)
+
+    @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
     def update(self, request, *args, **kwargs):
-        return self.partial_update(request, *args, **kwargs)
+        """Replace the hook: ``name`` and ``url`` are required; ``format``, ``events`` and
+        ``allow_private_network`` not stated take the values a new hook gets."""
+        return self._write(request, partial=False)
 
     @extend_schema(request=None, responses={204: None})
     def destroy(self, request, *args, **kwargs):

@@ -134,7 +134,11 @@ def _check_fields(
     if format not in WebhookFormat.values:
         errors.setdefault("format", []).append(f"must be one of {', '.join(WebhookFormat.values)}")
     if events is not None:
-        if team is None:
+        # An empty list is what a personal hook holds (and what a GET shows, so a PUT may send
+        # it back).
+        if team is None and events == []:
+            pass
+        elif team is None:
             errors.setdefault("events", []).append(
                 "a personal webhook follows your notification settings; leave events out"
             )
