@@ -227,10 +227,24 @@ class PreferencesView(APIView):
                 {"non_field_errors": ["expected a list of {event, channel, enabled}"]}
             )
         choices = {}
+        first: dict[tuple[str, str], int] = {}
         for n, item in enumerate(items):
             if not isinstance(item, dict) or not {"event", "channel", "enabled"} <= set(item):
                 raise FieldErrors({f"{n}": ["needs event, channel and enabled"]})
-            choices[(str(item["event"]), str(item["channel"]))] = item["enabled"]
+            pair = (str(item["event"]), str(item["channel"]))
+            # Two choices for one pair are a mistake in the list (the last silently won): say
+            # so rather than guess which was meant.
+            if pair in first:
+                raise FieldErrors(
+                    {
+                        f"{n}": [
+                            f"repeats item {first[pair]} (event {pair[0]!r}, channel "
+                            f"{pair[1]!r}): state each pair once"
+                        ]
+                    }
+                )
+            first[pair] = n
+            choices[pair] = item["enabled"]
         services.preferences_set(user=request.user, choices=choices)
         return Response(self._body(request.user))
 
