@@ -1,12 +1,21 @@
-"""The one rule for the names people give jobs and arrays: one line of printable text. A name is
-shown to the team, to platform admins and by gpuctl in a terminal: a line break, an escape
-sequence or a bidirectional override in it would break an e-mail header, forge table rows or
-recolour and reorder what an admin's terminal shows. The API, the portal and arrays check it
-alike (``scheduler.services``)."""
+"""The one rule for the names people give things others see (jobs, arrays, teams, datasets,
+webhooks, API tokens): one line of printable text. A name is shown to the team, to platform
+admins, in e-mail subjects and by gpuctl in a terminal: a line break, an escape sequence or a
+bidirectional override in it would break an e-mail header, forge table rows or recolour and
+reorder what an admin's terminal shows. Ordinary text of any script, spaces and punctuation are
+names.
+
+Services check names with :func:`name_errors` (the REST API, the portal's forms and gpuctl all
+reach them, and refuse alike); the model fields carry :func:`validate_name` too, so Django admin
+and ``full_clean`` refuse the same names. Free text (descriptions, reasons, comments) may hold
+line breaks and is not checked here; a NUL is refused everywhere before it (the JSON parser and
+``gpuplatform.middleware``)."""
 
 from __future__ import annotations
 
 import unicodedata
+
+from django.core.exceptions import ValidationError
 
 # Explicit bidirectional embeddings, overrides and isolates: they reorder the text around them
 # ("Trojan Source"); right-to-left scripts need none of them.
@@ -14,7 +23,8 @@ _BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u20
 
 
 def name_errors(name: object) -> list[str]:
-    """What is wrong with ``name`` as a job or array name (empty: nothing)."""
+    """What is wrong with ``name`` as a name others see (empty: nothing). Not a string: nothing
+    here (the caller checks types)."""
     if not isinstance(name, str):
         return []
     for char in name:
@@ -30,3 +40,10 @@ def name_errors(name: object) -> list[str]:
                 "reorders how the text around it is shown"
             ]
     return []
+
+
+def validate_name(value: object) -> None:
+    """A model field validator: :func:`name_errors` as a ValidationError."""
+    errors = name_errors(value)
+    if errors:
+        raise ValidationError(errors, code="invalid_name")

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core.names import validate_name
 from tenants.models import Team
 
 from .events import Channel, EventKind
@@ -99,7 +100,7 @@ class Webhook(models.Model):
         related_name="webhooks",
         on_delete=models.CASCADE,
     )
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_name])
     url = models.CharField(max_length=500)
     format = models.CharField(
         max_length=16, choices=WebhookFormat.choices, default=WebhookFormat.GENERIC

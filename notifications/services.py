@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import DomainError, FieldErrors, NotFound
+from core.names import name_errors
 from tenants.audit import audit_record
 from tenants.models import MANAGE_ROLES, Membership, Team
 from tenants.permissions import can_manage_team, can_view_team, is_platform_admin
@@ -131,6 +132,8 @@ def _check_fields(
         errors.setdefault("name", []).append("must not be blank")
     elif len(name.strip()) > 100:
         errors.setdefault("name", []).append("must be at most 100 characters")
+    elif problems := name_errors(name):
+        errors.setdefault("name", []).extend(problems)
     if format not in WebhookFormat.values:
         errors.setdefault("format", []).append(f"must be one of {', '.join(WebhookFormat.values)}")
     if events is not None:

@@ -20,6 +20,7 @@ from core.bounds import (
     MAX_GPUS_PER_WORKER,
     MAX_WORKERS,
 )
+from core.names import validate_name
 from tenants.models import Membership, Team
 
 from .states import JobState
@@ -80,7 +81,7 @@ class Dataset(models.Model):
     that lacks it, and where it may be read (residency). A name no row describes has no size and
     no residency: it may be read anywhere and moving it is free."""
 
-    name = models.CharField(max_length=200, unique=True)
+    name = models.CharField(max_length=200, validators=[validate_name], unique=True)
     size_gb = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
     # The regions the dataset may be read in (a list of region names); null: anywhere.
     residency_regions = models.JSONField(null=True, blank=True)
@@ -251,7 +252,7 @@ class Job(models.Model):
     submitter = models.ForeignKey(
         settings.AUTH_USER_MODEL, related_name="jobs", on_delete=models.PROTECT
     )
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_name])
     image = models.CharField(max_length=300, blank=True)
     command = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True)
@@ -277,9 +278,9 @@ class Job(models.Model):
     # When the user needs it finished: the engine ranks it first within its class as its slack
     # runs out (scheduler.policy.ranking, rule 1b); the outcomes count hits and misses.
     deadline = models.DateTimeField(null=True, blank=True)
-    dataset = models.CharField(max_length=200, blank=True)
+    dataset = models.CharField(max_length=200, blank=True, validators=[validate_name])
     # What the job says it ran, for its reproducibility record (scheduler.reproducibility).
-    dataset_version = models.CharField(max_length=100, blank=True)
+    dataset_version = models.CharField(max_length=100, blank=True, validators=[validate_name])
     # Where the job may and would rather run (docs/routing.md: clusters, regions, preferences,
     # a price cap, spot, communication-heavy), as the policy contract's ``routing`` object;
     # null: no constraints of its own.
@@ -473,7 +474,7 @@ class JobArray(models.Model):
     submitter = models.ForeignKey(
         settings.AUTH_USER_MODEL, related_name="job_arrays", on_delete=models.PROTECT
     )
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_name])
     size = models.PositiveIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(MAX_ARRAY_SIZE)]
     )

@@ -24,6 +24,7 @@ from django.db import transaction
 
 from core.bounds import finite_number
 from core.errors import FieldErrors, Forbidden, NotFound, duplicate_refused
+from core.names import name_errors
 from tenants.audit import audit_record
 from tenants.models import Team
 from tenants.permissions import is_platform_admin
@@ -133,6 +134,8 @@ def _check_dataset(
             errors["name"] = [f"must be at most {DATASET_NAME_MAX_LENGTH} characters"]
         elif name != name.strip():
             errors["name"] = ["must not start or end with spaces (jobs name it exactly)"]
+        elif problems := name_errors(name):
+            errors["name"] = problems
     if size_gb is not _UNSET and size_gb is not None:
         if isinstance(size_gb, bool) or not isinstance(size_gb, int | float):
             errors["size_gb"] = ["must be a number of GB, or null for unknown"]

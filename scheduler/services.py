@@ -141,6 +141,10 @@ def _validate_request(
 
     for message in name_errors(req.name):
         err("name", message)
+    # Shown with the job as the name is, and matched to a dataset's name, which is one line.
+    for field in ("dataset", "dataset_version"):
+        for message in name_errors(getattr(req, field)):
+            err(field, message)
 
     if target is not None and target[0] == req.team:
         team, role = target[1], target[2]

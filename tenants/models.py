@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from core.bounds import MAX_GPUS
+from core.names import validate_name
 
 _GPUS = [MinValueValidator(0), MaxValueValidator(MAX_GPUS)]
 _JOBS = [MinValueValidator(0), MaxValueValidator(1_000_000)]
@@ -33,7 +34,7 @@ class Team(models.Model):
     by ``fair_share_weight``."""
 
     slug = models.SlugField(unique=True, max_length=64)
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_name])
     parent = models.ForeignKey(
         "self", null=True, blank=True, related_name="children", on_delete=models.PROTECT
     )
@@ -168,7 +169,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, related_name="api_tokens", on_delete=models.CASCADE
     )
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_name])
     key_hash = models.CharField(max_length=64, unique=True)
     key_prefix = models.CharField(max_length=12)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -21,6 +21,7 @@ from django.utils import timezone
 from core import streams
 from core.bounds import MAX_GPUS, finite_number, number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound, duplicate_refused
+from core.names import name_errors
 from scheduler.models import Node
 
 from . import permissions
@@ -159,6 +160,8 @@ def token_create(*, user, name: str, expires_at: datetime | None = None) -> tupl
         raise DomainError("must not be blank", field="name")
     if len(name.strip()) > 100:
         raise DomainError("must be at most 100 characters", field="name")
+    if problems := name_errors(name):
+        raise FieldErrors({"name": problems})
     if expires_at is not None and expires_at <= timezone.now():
         raise DomainError("must be in the future", field="expires_at")
     raw = ApiToken.generate()
@@ -344,6 +347,8 @@ def team_create(
         errors.setdefault("slug", []).append("must be a new, non-empty slug")
     if not name or not name.strip():
         errors.setdefault("name", []).append("must not be blank")
+    for message in name_errors(name):
+        errors.setdefault("name", []).append(message)
     if errors:
         raise FieldErrors(errors)
     with duplicate_refused("slug", "must be a new, non-empty slug"):
@@ -386,6 +391,8 @@ def team_update(
     if name is not None:
         if not name.strip():
             errors.setdefault("name", []).append("must not be blank")
+        for message in name_errors(name):
+            errors.setdefault("name", []).append(message)
         team.name = name.strip()
     if parent is not ...:
         _check_parent(team, parent, errors)
