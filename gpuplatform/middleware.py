@@ -44,16 +44,19 @@ class SecurityHeadersMiddleware:
 
 
 class RejectNulBytesMiddleware:
-    """Answer 400 to a query string or form field containing a NUL byte.
+    """Answer 400 to a URL path, query string or form field containing a NUL byte.
 
     PostgreSQL text cannot hold NUL, so such a value reaching a filter or a form would end as a
-    500 (DataError); refusing it up front names the field instead.
+    500 (DataError); refusing it up front names the field instead. The path too: a route's
+    ``<str:...>`` part (a username to remove from a team) reaches a query as it is.
     """
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
+        if "\x00" in request.path_info:
+            return JsonResponse({"path": ["must not contain NUL (0x00) characters"]}, status=400)
         sources = [request.GET]
         form = _form_fields(request)
         if form is not None:

@@ -1,0 +1,34 @@
+"""Hostile and careless input to the portal's forms and query parameters (a review of the HTML
+pages on 6 December): each refusal is a 400 that names the field, never a 500, and a refused
+request writes nothing and drops nothing it was given."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tenants.models import Membership
+from tests.integration.roles import make_user
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def vera(teams):
+    """An admin of vision."""
+    return make_user("vera", teams["vision"], "admin")
+
+
+def test_a_nul_in_a_url_path_is_a_400_not_a_500(platform, teams, vera):
+    # <str:username> takes any text; PostgreSQL cannot compare it with a NUL in it.
+    before = set(Membership.objects.values_list("pk", "role"))
+    response = client_for(vera).post("/teams/team/vision/members/a%00b/remove/")
+    assert response.status_code == 400
+    assert "path" in response.json()
+    assert set(Membership.objects.values_list("pk", "role")) == before
