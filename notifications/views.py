@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import BadRequest
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from core.errors import DomainError, NotFound
+from core.ids import parse_id
 from tenants.forms import add_domain_error
 from tenants.models import MANAGE_ROLES, Team
 from tenants.permissions import is_platform_admin
@@ -146,8 +148,13 @@ def deliveries(request):
     """Every message sent to the caller's email or to webhooks they may see, with each attempt."""
     queryset = selectors.message_list(user=request.user)
     hook = request.GET.get("webhook", "")
-    if hook.isdigit():
-        queryset = queryset.filter(webhook_id=int(hook))
+    if hook:
+        # As the API's filter: "²" passes str.isdigit() and int() refuses it, and a filter that
+        # is not an id is said to be wrong rather than ignored (the page said "one webhook").
+        webhook_id = parse_id(hook)
+        if webhook_id is None:
+            raise BadRequest("webhook: must be a webhook id (a whole number)")
+        queryset = queryset.filter(webhook_id=webhook_id)
     page = Paginator(queryset, 50).get_page(request.GET.get("page"))
     return render(
         request,

@@ -32,3 +32,16 @@ def test_a_nul_in_a_url_path_is_a_400_not_a_500(platform, teams, vera):
     assert response.status_code == 400
     assert "path" in response.json()
     assert set(Membership.objects.values_list("pk", "role")) == before
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "1" * 5000, "abc", "-1"])
+def test_a_deliveries_filter_that_is_not_a_webhook_id_is_a_400(platform, value):
+    response = client_for(platform["alice"]).get("/notifications/deliveries/", {"webhook": value})
+    assert response.status_code == 400
+    assert "webhook" in response.content.decode()
+
+
+def test_the_deliveries_filter_by_id_and_without_one_still_answer(platform):
+    client = client_for(platform["alice"])
+    assert client.get("/notifications/deliveries/", {"webhook": ""}).status_code == 200
+    assert client.get("/notifications/deliveries/", {"webhook": "12345"}).status_code == 200
