@@ -9,6 +9,7 @@ from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
 from core.errors import Conflict, FieldErrors, NotFound
+from core.ids import parse_id
 from scheduler.models import Cluster
 from tenants.permissions import is_platform_admin
 
@@ -91,11 +92,12 @@ def diff(request):
     errors = []
     numbers = {}
     for key in ("a", "b"):
-        raw = request.GET.get(key, "")
-        if not raw.isdigit() or not 1 <= int(raw) <= 2**31:
+        # parse_id, not str.isdigit(): "²" is a digit to isdigit() and not to int().
+        number = parse_id(request.GET.get(key, ""))
+        if number is None or number > 2**31:
             errors.append(f"{key}: must be a version number")
         else:
-            numbers[key] = int(raw)
+            numbers[key] = number
     rows = None
     if not errors:
         try:

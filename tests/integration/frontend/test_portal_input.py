@@ -45,3 +45,14 @@ def test_the_deliveries_filter_by_id_and_without_one_still_answer(platform):
     client = client_for(platform["alice"])
     assert client.get("/notifications/deliveries/", {"webhook": ""}).status_code == 200
     assert client.get("/notifications/deliveries/", {"webhook": "12345"}).status_code == 200
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "1" * 5000])
+def test_a_policy_diff_with_a_number_that_is_not_one_is_a_400(platform, priorities, value):
+    client = client_for(platform["admin"])
+    assert client.get("/policy/").status_code == 200  # the first version
+    for query in ({"a": value, "b": "1"}, {"a": "1", "b": value}):
+        response = client.get("/policy/diff/", query)
+        assert response.status_code == 400
+        key = "a" if query["a"] == value else "b"
+        assert f"{key}: must be a version number" in response.content.decode()
