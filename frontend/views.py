@@ -33,7 +33,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.charts import plotly_version
-from core.errors import DomainError, Forbidden, NotFound
+from core.errors import DomainError, FieldErrors, Forbidden, NotFound
 from core.ids import parse_id_list
 from core.jsonlimits import JsonRefused, loads_bounded
 from scheduler import arrays, services, transitions
@@ -159,7 +159,20 @@ def job_new(request):
             {"form": form, "page": "new", **submit_advice_context(request.user)},
         )
     form = _submit_form(request, request.POST)
-    if form.is_valid() and "estimate" in request.POST and not form.is_array():
+    if form.is_valid() and "estimate" in request.POST and form.is_array():
+        # The button promises that nothing is written: an array is not estimated, and must not
+        # fall through to the submission below.
+        form.add_domain_error(
+            FieldErrors(
+                {
+                    "array_count": [
+                        "Estimate finish is for one job: clear the array fields to estimate "
+                        "one, or submit the array"
+                    ]
+                }
+            )
+        )
+    elif form.is_valid() and "estimate" in request.POST:
         # "Estimate finish": the same checks as a submission, nothing written.
         try:
             feasibility = job_feasibility(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from scheduler.models import Job, JobArray
 from tenants.models import Membership
 from tests.integration.roles import make_user
 
@@ -56,3 +57,21 @@ def test_a_policy_diff_with_a_number_that_is_not_one_is_a_400(platform, prioriti
         assert response.status_code == 400
         key = "a" if query["a"] == value else "b"
         assert f"{key}: must be a version number" in response.content.decode()
+
+
+def test_estimate_finish_with_an_array_writes_nothing(platform):
+    # The button promises an estimate; with the array fields filled it submitted the sweep.
+    response = client_for(platform["alice"]).post(
+        "/jobs/new/",
+        {
+            "name": "sweep",
+            "team": "vision",
+            "workers": "1",
+            "gpus_per_worker": "1",
+            "array_count": "5",
+            "estimate": "1",
+        },
+    )
+    assert response.status_code == 400
+    assert 'data-errors-for="array_count"' in response.content.decode()
+    assert not Job.objects.exists() and not JobArray.objects.exists()
