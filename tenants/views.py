@@ -181,8 +181,12 @@ def quota_request_decide(request, pk: int, decision: str):
     if not permissions.can_decide_quota_request(request.user):
         raise PermissionDenied("platform admins only")
     form = forms.DecisionForm(request.POST)
-    form.is_valid()
-    comment = form.cleaned_data.get("comment", "")
+    if not form.is_valid():
+        # Deciding without the comment that did not validate would drop what the admin wrote.
+        detail = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        messages.error(request, f"Request #{pk}: not decided: {detail}")
+        return redirect("tenants:requests")
+    comment = form.cleaned_data["comment"]
     try:
         if decision == "approve":
             services.quota_request_approve(

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from scheduler.models import Job, JobArray
+from tenants import services as tenant_services
 from tenants.models import Membership
 from tests.integration.roles import make_user
 
@@ -75,3 +76,27 @@ def test_estimate_finish_with_an_array_writes_nothing(platform):
     assert response.status_code == 400
     assert 'data-errors-for="array_count"' in response.content.decode()
     assert not Job.objects.exists() and not JobArray.objects.exists()
+
+
+def test_a_decision_comment_too_long_is_refused_not_dropped(platform, teams, gpu_models, vera):
+    request = tenant_services.quota_request_create(
+        user=vera,
+        team=teams["vision"],
+        gpu_model=gpu_models["h100"],
+        guaranteed_gpus=2,
+        borrow_limit_gpus=None,
+        reason="ablation",
+        until=None,
+    )
+    client = client_for(platform["admin"])
+    for decision in ("approve", "reject"):
+        response = client.post(
+            f"/teams/requests/{request.pk}/{decision}/", {"comment": "x" * 2001}, follow=True
+        )
+        shown = [str(m) for m in response.context["messages"]]
+        assert any("comment" in m and "2000" in m for m in shown), shown
+        request.refresh_from_db()
+        assert request.status == "pending" and request.decision_comment == ""
+    client.post(f"/teams/requests/{request.pk}/approve/", {"comment": "x" * 2000})
+    request.refresh_from_db()
+    assert request.status == "approved" and request.decision_comment == "x" * 2000
