@@ -12,7 +12,7 @@ import csv
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -439,7 +439,11 @@ def _audit_entries(request):
     if not permissions.can_view_audit(request.user):
         raise PermissionDenied("platform admins and team admins only")
     form = forms.AuditFilterForm(request.GET or None)
-    filters = form.cleaned_data if form.is_valid() else {}
+    if form.is_bound and not form.is_valid():
+        # A filter that does not parse is said to be wrong: ignored, it showed (and exported)
+        # the whole log as if it were the answer.
+        return form, None
+    filters = form.cleaned_data if form.is_bound else {}
     entries = selectors.audit_list(
         user=request.user,
         team=filters.get("team") or None,
@@ -459,10 +463,11 @@ def audit(request):
         "tenants/audit.html",
         {
             "form": form,
-            "entries": entries[:500],
+            "entries": entries[:500] if entries is not None else [],
             "query": request.GET.urlencode(),
             "page": "audit",
         },
+        status=400 if entries is None else 200,
     )
 
 
@@ -474,7 +479,9 @@ class _Echo:
 @login_required
 def audit_csv(request):
     """The filtered audit log as CSV (streamed, so a long log does not sit in memory)."""
-    _form, entries = _audit_entries(request)
+    form, entries = _audit_entries(request)
+    if entries is None:
+        raise BadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
     writer = csv.writer(_Echo())
 
     def rows():

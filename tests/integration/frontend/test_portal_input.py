@@ -100,3 +100,21 @@ def test_a_decision_comment_too_long_is_refused_not_dropped(platform, teams, gpu
     client.post(f"/teams/requests/{request.pk}/approve/", {"comment": "x" * 2000})
     request.refresh_from_db()
     assert request.status == "approved" and request.decision_comment == "x" * 2000
+
+
+@pytest.mark.parametrize("path", ["/teams/audit/", "/teams/audit.csv"])
+def test_an_audit_filter_that_does_not_parse_is_a_400_not_the_whole_log(
+    platform, teams, gpu_models, path
+):
+    tenant_services.quota_set(
+        user=platform["admin"],
+        team=teams["vision"],
+        gpu_model=gpu_models["h100"],
+        guaranteed_gpus=4,
+        borrow_limit_gpus=0,
+    )
+    client = client_for(platform["admin"])
+    response = client.get(path, {"since": "2024-13-45"})
+    assert response.status_code == 400
+    assert "Enter a valid date/time." in response.content.decode()
+    assert client.get(path, {"since": "2024-01-01"}).status_code == 200
