@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import FieldErrors
+from core.ids import parse_id
 from tenants.permissions import is_platform_admin
 
 from . import selectors, services, whatif_runs
@@ -141,10 +142,11 @@ class PolicyRollbackView(APIView):
 
 
 def _version_number(request, key: str) -> int:
-    raw = request.query_params.get(key, "")
-    if not raw.isdigit() or not 1 <= int(raw) <= 2**31:
+    # parse_id, not str.isdigit(): "²" is a digit to isdigit() and not to int().
+    number = parse_id(request.query_params.get(key, ""))
+    if number is None or number > 2**31:
         raise FieldErrors({key: ["must be a version number"]})
-    return int(raw)
+    return number
 
 
 class PolicyDiffView(APIView):

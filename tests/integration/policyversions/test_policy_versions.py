@@ -124,6 +124,15 @@ def test_diff_and_rollback(platform, env_policy, api_as):
     assert client.post("/api/v1/policy/versions/9/rollback", {"reason": "x"}).status_code == 404
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "1" * 5000])
+def test_a_diff_number_that_int_refuses_is_a_400_not_a_500(platform, env_policy, api_as, value):
+    # "²" passes str.isdigit(); 5,000 digits pass it too and go over Python's limit on digits.
+    services.policy_version_seed()
+    response = api_as(platform["admin"]).get("/api/v1/policy/diff", {"a": value, "b": "1"})
+    assert response.status_code == 400
+    assert response.json() == {"a": ["must be a version number"]}
+
+
 def test_an_unchanged_apply_is_refused(platform, env_policy):
     services.policy_version_seed()
     with pytest.raises(services.FieldErrors):
