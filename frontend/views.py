@@ -448,7 +448,7 @@ def cluster_state(request):
 @require_POST
 def node_action(request, node_id: int, action: str):
     """Drain, quarantine or release a node (platform admins; the service checks)."""
-    reason = request.POST.get("reason", "").strip()[:300]
+    reason = request.POST.get("reason", "").strip()
     try:
         if action == "quarantine":
             node = services.node_quarantine(user=request.user, node_id=node_id, reason=reason)

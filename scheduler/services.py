@@ -523,6 +523,17 @@ def _backend_after_commit(node, action: str, *args) -> None:
     transaction.on_commit(run)
 
 
+def _node_reason(reason: str) -> str:
+    """An admin's reason as the node's ``state_reason`` column holds it, whole: a longer one is
+    refused (the portal cut it silently where the API refused it)."""
+    limit = Node._meta.get_field("state_reason").max_length
+    if len(reason) > limit:
+        raise DomainError(
+            f"a reason is at most {limit} characters ({len(reason)} given)", field="reason"
+        )
+    return reason
+
+
 def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     """Quarantine a node by hand (platform admins): no new work, drained on the backend, released
     only by :func:`node_release`. Running jobs keep running.
@@ -533,7 +544,7 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     comes back quarantined."""
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
-    stored = reason.strip()[:300]  # what the state_reason column holds
+    stored = _node_reason(reason.strip())
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
         if _held(node) == (NodeState.QUARANTINED, stored) and node.probation_until is None:
@@ -554,12 +565,13 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
 def node_drain(*, user, node_id: int, reason: str) -> Node:
     """Let running work finish but place nothing new on the node (platform admins). A down node
     stays down and comes back drained. A node already out of service is left as it is."""
+    stored = _node_reason(reason or "drained by admin")
     with transaction.atomic():
         node = _node_for_admin(user=user, node_id=node_id)
         if _held(node)[0] in (NodeState.DRAINING, NodeState.QUARANTINED):
             return node
         before = _service_state(node)
-        _node_set(node, NodeState.DRAINING, (reason or "drained by admin")[:300])
+        _node_set(node, NodeState.DRAINING, stored)
         _node_changed(
             node,
             "drained",

@@ -215,6 +215,17 @@ def test_admin_quarantines_drains_and_releases_from_the_cluster_view(platform):
     assert other.state == "ready" and "give a reason" in response.content.decode()
     assert admin.post(f"/cluster/nodes/{other.pk}/explode/").status_code == 404
 
+    # A reason longer than the node's record holds is refused whole, not cut (as the API does).
+    for action in ("quarantine", "drain"):
+        response = admin.post(
+            f"/cluster/nodes/{other.pk}/{action}/", {"reason": "r" * 301}, follow=True
+        )
+        other.refresh_from_db()
+        assert other.state == "ready" and "at most 300 characters" in response.content.decode()
+    admin.post(f"/cluster/nodes/{other.pk}/drain/", {"reason": "r" * 300})
+    other.refresh_from_db()
+    assert other.state == "draining" and other.state_reason == "r" * 300
+
 
 def release_form_shown(html: str, node: Node) -> bool:
     form = re.search(rf'<form[^>]*action="/cluster/nodes/{node.pk}/release/"[^>]*>', html)
