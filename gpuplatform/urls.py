@@ -102,9 +102,9 @@ urlpatterns = [
     path(
         "api/v1/jobs/<id:job_id>/resubmit/",
         scheduler_records_api.JobResubmitView.as_view(),
-        name="job-resubmit",
+        name="api-job-resubmit",
     ),
-    path("api/v1/outcomes/", scheduler_outcomes_api.OutcomesView.as_view(), name="outcomes"),
+    path("api/v1/outcomes/", scheduler_outcomes_api.OutcomesView.as_view(), name="api-outcomes"),
     path("api/v1/policy/", include("policyversions.api")),
     # A namespace of their own: the portal names its pages like the router's routes ("job-list"
     # is /jobs/), and the API root reversed the portal's names for its links.
