@@ -172,30 +172,47 @@ def memberships_sync(*, user, groups: list[str]) -> list[str]:
         membership = current.get(team_id)
         team = teams[team_id]
         if membership is None:
-            Membership.objects.create(user=user, team=team, role=role, source=MembershipSource.SSO)
+            created = Membership.objects.create(
+                user=user, team=team, role=role, source=MembershipSource.SSO
+            )
             changes.append(f"+{team.slug}:{role}")
-            _audit_change(user, team, "membership.sso_add", None, role, comment)
+            _audit_change(user, team, created.pk, "membership.sso_add", None, role, comment)
         elif membership.source == MembershipSource.SSO and membership.role != role:
             Membership.objects.filter(pk=membership.pk).update(role=role)
             changes.append(f"~{team.slug}:{membership.role}->{role}")
-            _audit_change(user, team, "membership.sso_role", membership.role, role, comment)
+            _audit_change(
+                user, team, membership.pk, "membership.sso_role", membership.role, role, comment
+            )
     for team_id, membership in sorted(current.items()):
         if membership.source != MembershipSource.SSO or team_id in wanted:
             continue
         team = teams[team_id]
+        membership_id = membership.pk
         membership.delete()
         changes.append(f"-{team.slug}")
-        _audit_change(user, team, "membership.sso_remove", membership.role, None, comment)
+        _audit_change(
+            user, team, membership_id, "membership.sso_remove", membership.role, None, comment
+        )
     return changes
 
 
-def _audit_change(user, team: Team, action: str, before: str | None, after: str | None, comment):
+def _audit_change(
+    user,
+    team: Team,
+    membership_id: int,
+    action: str,
+    before: str | None,
+    after: str | None,
+    comment,
+):
     """One audited membership change made by a login (the user is the actor)."""
     audit_record(
         actor=user,
         action=action,
         target_type="membership",
-        target_id=f"{team.slug}/{user.username}",
+        # The membership's id, as the portal's membership entries have: "<team>/<username>"
+        # outgrew the log's 64-character target id with a long provider username (a 500).
+        target_id=membership_id,
         team=team,
         before=None if before is None else {"user": user.username, "role": before},
         after=None if after is None else {"user": user.username, "role": after},

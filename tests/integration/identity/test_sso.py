@@ -321,3 +321,17 @@ def test_a_login_and_an_admin_adding_the_same_membership_at_once(rules, platform
         assert outcome == dora, repr(outcome)
         assert _roles(dora) == {"vision": ("viewer", "manual")}
         assert not AuditEntry.objects.filter(action__startswith="membership.sso").exists()
+
+
+def test_a_long_provider_username_still_gets_its_teams(rules):
+    """A 60-character preferred_username (an e-mail-like name, say) made the membership's audit
+    target 'vision/<username>', longer than the audit log's 64-character target id: a
+    DataError, a 500 at the callback."""
+    name = "dora.directory-" + "x" * 45
+    dora = _login(["ml-vision", "ml-nlp"], preferred_username=name)
+    assert dora.username == name
+    assert _roles(dora) == {"vision": ("member", "sso"), "nlp": ("viewer", "sso")}
+    _login(["ml-nlp"], preferred_username=name)
+    assert _roles(dora) == {"nlp": ("viewer", "sso")}
+    removed = AuditEntry.objects.get(action="membership.sso_remove")
+    assert removed.before == {"user": name, "role": "member"} and removed.team.slug == "vision"
