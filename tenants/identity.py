@@ -103,6 +103,12 @@ def sso_login(
     subject = claims.get("sub")
     if not isinstance(subject, str) or not subject:
         raise SsoRefused("the provider sent no subject")
+    # OpenID Connect caps a subject at 255 ASCII characters; what the identity's columns cannot
+    # hold (longer, a NUL) would fail the lookup itself, a 500 instead of a refusal.
+    if len(subject) > 255 or "\x00" in subject:
+        raise SsoRefused("the provider's subject is longer than 255 characters or holds a NUL")
+    if len(issuer) > 300 or "\x00" in issuer:
+        raise SsoRefused("the provider's issuer is longer than 300 characters or holds a NUL")
     groups = groups_from(claims, groups_claim)
     email = claims.get("email") if isinstance(claims.get("email"), str) else ""
     identity = None

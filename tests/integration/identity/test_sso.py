@@ -335,3 +335,20 @@ def test_a_long_provider_username_still_gets_its_teams(rules):
     assert _roles(dora) == {"nlp": ("viewer", "sso")}
     removed = AuditEntry.objects.get(action="membership.sso_remove")
     assert removed.before == {"user": name, "role": "member"} and removed.team.slug == "vision"
+
+
+@pytest.mark.parametrize("sub", ["s" * 256, "u-\x00123"], ids=["longer-than-openid-allows", "nul"])
+def test_a_subject_the_platform_cannot_store_is_refused(rules, sub):
+    """OpenID Connect caps a subject at 255 ASCII characters; a longer one, or one holding a
+    NUL, failed the lookup (a DataError, a 500 at the callback) instead of being refused."""
+    with pytest.raises(identity.SsoRefused, match="subject"):
+        _login(["ml-vision"], sub=sub)
+    assert not SsoIdentity.objects.exists()
+    assert not get_user_model().objects.filter(username__startswith="dora").exists()
+    with pytest.raises(identity.SsoRefused, match="issuer"):
+        identity.sso_login(
+            claims={"sub": "u-123", "groups": []},
+            issuer="https://idp.example.com/" + "r" * 300,
+            groups_claim="groups",
+            username_claim="preferred_username",
+        )
