@@ -14,6 +14,8 @@ import re
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -40,6 +42,20 @@ def groups_from(claims: dict, claim: str) -> list[str]:
     if isinstance(value, list):
         return sorted({v for v in value if isinstance(v, str) and v})
     return []
+
+
+def _email_from(claims: dict) -> str:
+    """The email claim if it is an address, else "" (as if absent). It becomes the To: of
+    notifications: one with a line break would fail every one of them, one longer than the
+    column or holding a NUL would fail the login."""
+    email = claims.get("email")
+    if not isinstance(email, str) or len(email) > 254:
+        return ""
+    try:
+        validate_email(email)
+    except ValidationError:
+        return ""
+    return email
 
 
 def desired_roles(groups: list[str]) -> dict[int, str]:
@@ -110,7 +126,7 @@ def sso_login(
     if len(issuer) > 300 or "\x00" in issuer:
         raise SsoRefused("the provider's issuer is longer than 300 characters or holds a NUL")
     groups = groups_from(claims, groups_claim)
-    email = claims.get("email") if isinstance(claims.get("email"), str) else ""
+    email = _email_from(claims)
     identity = None
     created = False
     # Two first logins at once (one person in two tabs; two people the provider names alike)

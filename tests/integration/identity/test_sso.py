@@ -352,3 +352,22 @@ def test_a_subject_the_platform_cannot_store_is_refused(rules, sub):
             groups_claim="groups",
             username_claim="preferred_username",
         )
+
+
+@pytest.mark.parametrize(
+    "email",
+    ["d" * 1_000_000 + "@example.com", "dora@exam\x00ple.com", "dora@example.com\r\nBcc: x@evil"],
+    ids=["1MB", "nul", "header-injection"],
+)
+def test_an_email_claim_that_is_no_address_is_ignored(rules, email):
+    """The email claim goes to notifications' To: header and the profile. One longer than the
+    column (254) or holding a NUL was a DataError (a 500 at the callback); one with a line
+    break was stored, and every notification to it then failed. Such a claim now counts as
+    absent: a first login gets no address, a later one keeps the address it had."""
+    dora = _login(["ml-vision"], email=email)
+    dora.refresh_from_db()
+    assert dora.email == "" and _roles(dora) == {"vision": ("member", "sso")}
+    _login(["ml-vision"], email="dora@new.example.com")  # changed at the provider: followed
+    _login(["ml-vision"], email=email)
+    dora.refresh_from_db()
+    assert dora.email == "dora@new.example.com"
