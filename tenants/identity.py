@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
+from core.names import name_errors
 
 from . import permissions
 from .audit import audit_record
@@ -69,6 +70,14 @@ def desired_roles(groups: list[str]) -> dict[int, str]:
     return out
 
 
+def _printable(value: object) -> str:
+    """``value`` as one line of printable text (core.names' rule: the characters it refuses
+    dropped, a NUL among them); "" if it is not text."""
+    if not isinstance(value, str):
+        return ""
+    return "".join(char for char in value if not name_errors(char))
+
+
 def _free_username(wanted: str) -> str:
     user_model = get_user_model()
     base = (_USERNAME_BAD.sub("-", wanted) or "user")[:140]
@@ -87,8 +96,8 @@ def _first_login(*, claims, issuer, subject, email, groups, username_claim, now)
         username=_free_username(str(wanted)), email=email or ""
     )
     user.set_unusable_password()
-    user.first_name = str(claims.get("given_name") or "")[:150]
-    user.last_name = str(claims.get("family_name") or "")[:150]
+    user.first_name = _printable(claims.get("given_name"))[:150]
+    user.last_name = _printable(claims.get("family_name"))[:150]
     user.save()
     identity = SsoIdentity.objects.create(
         user=user, issuer=issuer, subject=subject, groups=groups, last_login_at=now

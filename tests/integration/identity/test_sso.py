@@ -371,3 +371,17 @@ def test_an_email_claim_that_is_no_address_is_ignored(rules, email):
     _login(["ml-vision"], email=email)
     dora.refresh_from_db()
     assert dora.email == "dora@new.example.com"
+
+
+def test_given_and_family_names_are_one_line_of_printable_text(rules):
+    """The name claims become the user's first and last name (the admin site lists them). A
+    NUL in one was a DataError (a 500 at the callback); line breaks, escapes and bidirectional
+    overrides were stored as sent. They are dropped now (core.names' rule); a claim that is not
+    text is no name."""
+    dora = _login(
+        ["ml-vision"], given_name="Do\x00ra\u202e", family_name="\x1b[2JDi\nrectory\u2066"
+    )
+    dora.refresh_from_db()
+    assert (dora.first_name, dora.last_name) == ("Dora", "[2JDirectory")
+    other = _login([], sub="u-456", given_name={"x": 1}, family_name=["Doe"])
+    assert (other.first_name, other.last_name) == ("", "")
