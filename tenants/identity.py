@@ -29,6 +29,7 @@ from .models import Membership, MembershipSource, Role, SsoGroupRule, SsoIdentit
 # Strongest first: a user in two groups mapped to one team gets the stronger role.
 ROLE_RANK = {Role.OWNER: 4, Role.ADMIN: 3, Role.MEMBER: 2, Role.VIEWER: 1}
 _USERNAME_BAD = re.compile(r"[^\w.@+-]")
+GROUP_MAX = 200  # SsoGroupRule.group
 
 
 class SsoRefused(Exception):
@@ -36,13 +37,19 @@ class SsoRefused(Exception):
 
 
 def groups_from(claims: dict, claim: str) -> list[str]:
-    """The provider's groups: a list of strings, one string, or nothing."""
+    """The provider's groups: a list of strings, one string, or nothing. Only names a rule
+    could hold are kept: the others can give nothing, and a NUL among them would fail the
+    login where the groups are stored, control characters end up in the audit comments."""
     value = claims.get(claim)
     if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return sorted({v for v in value if isinstance(v, str) and v})
-    return []
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    return sorted({v for v in value if isinstance(v, str) and _rule_group(v)})
+
+
+def _rule_group(group: str) -> bool:
+    return 0 < len(group) <= GROUP_MAX and not name_errors(group)
 
 
 def _email_from(claims: dict) -> str:
@@ -264,8 +271,11 @@ def sso_rule_create(*, user, group: str, team: str, role: str) -> SsoGroupRule:
     errors: dict[str, list[str]] = {}
     if not isinstance(group, str) or not group.strip():
         errors["group"] = ["must not be blank"]
-    elif len(group.strip()) > 200:
-        errors["group"] = ["must be at most 200 characters"]
+    elif len(group.strip()) > GROUP_MAX:
+        errors["group"] = [f"must be at most {GROUP_MAX} characters"]
+    elif name_errors(group.strip()):
+        # groups_from drops such names from a login's groups: a rule for one would never apply
+        errors["group"] = name_errors(group.strip())
     team_row = Team.objects.filter(slug=team).first() if isinstance(team, str) else None
     if team_row is None:
         errors["team"] = [f"no team '{team}'"]

@@ -385,3 +385,31 @@ def test_given_and_family_names_are_one_line_of_printable_text(rules):
     assert (dora.first_name, dora.last_name) == ("Dora", "[2JDirectory")
     other = _login([], sub="u-456", given_name={"x": 1}, family_name=["Doe"])
     assert (other.first_name, other.last_name) == ("", "")
+
+
+def test_group_claims_of_any_shape_give_only_what_the_rules_say(rules):
+    """The groups claim as providers may send it. A group name holding a NUL failed the login
+    (the identity's JSON column refuses it: a DataError, a 500 at the callback); names no rule
+    can ever match (control characters, longer than a rule's 200 characters) were stored and
+    listed in every audit comment. Such names are dropped; a claim that is not a list of
+    strings gives what its strings say, or nothing."""
+    odd = ["ml-vision", "bad\x00", "esc\x1b[31m", "rtl\u202e", "g" * 1_000_000, 7, None, {}]
+    dora = _login(odd)
+    assert SsoIdentity.objects.get(user=dora).groups == ["ml-vision"]
+    assert _roles(dora) == {"vision": ("member", "sso")}
+    for claim in ["ml-nlp", None, {"ml-vision": True}, 42, [1, 2.5, True], ""]:
+        _login(claim)
+        expected = {"nlp": ("viewer", "sso")} if claim == "ml-nlp" else {}
+        assert _roles(dora) == expected, claim
+    many = [f"directory-group-{i}" for i in range(10_000)]
+    _login([*many, "ml-leads"])
+    assert _roles(dora) == {"vision": ("admin", "sso")}
+    assert len(SsoIdentity.objects.get(user=dora).groups) == 10_001
+
+
+def test_a_rule_group_no_login_could_match_is_refused(platform, teams):
+    with pytest.raises(FieldErrors) as bad:
+        identity.sso_rule_create(
+            user=platform["admin"], group="ml\x1b[31m-vision", team="vision", role="member"
+        )
+    assert "control character" in bad.value.errors["group"][0]
