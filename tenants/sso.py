@@ -18,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
+from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.module_loading import import_string
@@ -44,6 +45,20 @@ class LocalPasswordBackend(ModelBackend):
 class SsoBackend(OIDCAuthenticationBackend):
     """Verified claims (ID token merged with userinfo: some providers put groups only in the
     token) become a user and memberships through ``tenants.identity.sso_login``."""
+
+    def verify_token(self, token, **kwargs):
+        """The library's signature and nonce checks, and the audience it leaves out (it decodes
+        with ``verify_aud`` off): an ID token the provider issued to another of its clients must
+        not sign anyone in here (OpenID Connect Core 3.1.3.7)."""
+        payload = super().verify_token(token, **kwargs)
+        client_id = settings.OIDC_RP_CLIENT_ID
+        audience = payload.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if client_id not in audiences:
+            raise SuspiciousOperation("the ID token's audience is not this client")
+        if len(audiences) > 1 and payload.get("azp") != client_id:
+            raise SuspiciousOperation("the ID token's authorized party is not this client")
+        return payload
 
     def get_or_create_user(self, access_token, id_token, payload):
         userinfo = self.get_userinfo(access_token, id_token, payload)

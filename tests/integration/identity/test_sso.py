@@ -413,3 +413,40 @@ def test_a_rule_group_no_login_could_match_is_refused(platform, teams):
             user=platform["admin"], group="ml\x1b[31m-vision", team="vision", role="member"
         )
     assert "control character" in bad.value.errors["group"][0]
+
+
+@pytest.mark.parametrize(
+    "aud, azp, accepted",
+    [
+        ("gpuplatform", None, True),
+        (["gpuplatform", "other-app"], "gpuplatform", True),
+        ("other-app", None, False),
+        (["other-app", "gpuplatform"], "other-app", False),
+        (None, None, False),
+    ],
+)
+def test_an_id_token_issued_to_another_client_is_refused(settings, aud, azp, accepted):
+    """The library checks the ID token's signature and nonce but not its audience (it decodes
+    with verify_aud off), though OpenID Connect requires it and docs/tenancy.md said it was
+    checked: a token the provider issued to another client of the same provider signed in."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from django.core.exceptions import SuspiciousOperation
+
+    from tenants.sso import SsoBackend
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    settings.OIDC_RP_CLIENT_ID = "gpuplatform"
+    settings.OIDC_RP_IDP_SIGN_KEY = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    claims = {"iss": ISSUER, "sub": "u-123", "nonce": "n-1", "exp": 2_000_000_000}
+    claims.update({k: v for k, v in {"aud": aud, "azp": azp}.items() if v is not None})
+    token = jwt.encode(claims, key, algorithm="RS256")
+    backend = SsoBackend()
+    if accepted:
+        assert backend.verify_token(token, nonce="n-1")["sub"] == "u-123"
+    else:
+        with pytest.raises(SuspiciousOperation, match="audience|authorized party"):
+            backend.verify_token(token, nonce="n-1")
