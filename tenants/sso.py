@@ -62,6 +62,10 @@ class SsoBackend(OIDCAuthenticationBackend):
 
     def get_or_create_user(self, access_token, id_token, payload):
         userinfo = self.get_userinfo(access_token, id_token, payload)
+        if not isinstance(userinfo, dict):
+            # the provider's answer, not the user's fault: a refused login, not a 500
+            log.warning("single sign-on refused: the userinfo answer is not a JSON object")
+            return None
         if userinfo.get("sub") not in (None, payload.get("sub")):
             log.warning("single sign-on refused: userinfo subject differs from the ID token's")
             return None

@@ -441,7 +441,7 @@ def test_an_id_token_issued_to_another_client_is_refused(settings, aud, azp, acc
     settings.OIDC_RP_IDP_SIGN_KEY = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    claims = {"iss": ISSUER, "sub": "u-123", "nonce": "n-1", "exp": 2_000_000_000}
+    claims = {"iss": ISSUER, "sub": "u-123", "nonce": "n-1", "exp": 4_000_000_000}
     claims.update({k: v for k, v in {"aud": aud, "azp": azp}.items() if v is not None})
     token = jwt.encode(claims, key, algorithm="RS256")
     backend = SsoBackend()
@@ -450,3 +450,19 @@ def test_an_id_token_issued_to_another_client_is_refused(settings, aud, azp, acc
     else:
         with pytest.raises(SuspiciousOperation, match="audience|authorized party"):
             backend.verify_token(token, nonce="n-1")
+
+
+@pytest.mark.parametrize("answer", [[], ["sub", "u-123"], "u-123", None, 7])
+def test_a_userinfo_answer_that_is_no_object_refuses_the_login(platform, teams, answer):
+    """A provider (or a proxy before it) answering the userinfo request with JSON that is not an
+    object: the login is refused and no user is made, where it used to be a 500."""
+    from django.contrib.auth import get_user_model
+
+    from tenants.sso import SsoBackend
+
+    backend = SsoBackend()
+    backend.get_userinfo = lambda access_token, id_token, payload: answer
+    users_before = get_user_model().objects.count()
+    payload = {"iss": ISSUER, "sub": "u-123", "preferred_username": "dora"}
+    assert backend.get_or_create_user("access", "id", payload) is None
+    assert get_user_model().objects.count() == users_before
