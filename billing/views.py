@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from core.errors import DomainError, NotFound
+from tenants.forms import errors_text
 from tenants.permissions import can_manage_team, is_platform_admin, visible_teams
 
 from . import calc, charts, selectors, services, statements
@@ -110,7 +111,7 @@ def budget_set(request, slug: str):
     if not form.is_valid():
         if "month" in form.errors:
             raise BadRequest(f"month: {' '.join(form.errors['month'])}")
-        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        problems = errors_text(form)
         messages.error(request, f"Budget not set: {problems}")
         return redirect(
             reverse("billing:team", kwargs={"slug": team.slug})

@@ -12,7 +12,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import FieldErrors
-from core.ids import parse_id
 from tenants.permissions import is_platform_admin
 
 from . import selectors, services, whatif_runs
@@ -142,9 +141,8 @@ class PolicyRollbackView(APIView):
 
 
 def _version_number(request, key: str) -> int:
-    # parse_id, not str.isdigit(): "²" is a digit to isdigit() and not to int().
-    number = parse_id(request.query_params.get(key, ""))
-    if number is None or number > 2**31:
+    number = selectors.version_number(request.query_params.get(key, ""))
+    if number is None:
         raise FieldErrors({key: ["must be a version number"]})
     return number
 

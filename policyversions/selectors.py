@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from core.errors import NotFound
+from core.ids import parse_id
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict, config_to_dict
 from tenants.permissions import is_platform_admin
 
@@ -24,6 +25,13 @@ from .services import current_tables, version_content
 from .whatif import BASELINE
 
 log = logging.getLogger(__name__)
+
+
+def version_number(text: str) -> int | None:
+    """A version number as a page or the API is given it (1 .. 2**31), or None when it is not
+    one. ``parse_id``, not ``str.isdigit()``: "²" is a digit to isdigit() and not to int()."""
+    number = parse_id(text)
+    return number if number is not None and number <= 2**31 else None
 
 
 def engine_config_in_force() -> dict | None:

@@ -9,7 +9,6 @@ from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
 from core.errors import Conflict, FieldErrors, NotFound
-from core.ids import parse_id
 from scheduler.models import Cluster
 from tenants.permissions import is_platform_admin
 
@@ -92,9 +91,8 @@ def diff(request):
     errors = []
     numbers = {}
     for key in ("a", "b"):
-        # parse_id, not str.isdigit(): "²" is a digit to isdigit() and not to int().
-        number = parse_id(request.GET.get(key, ""))
-        if number is None or number > 2**31:
+        number = selectors.version_number(request.GET.get(key, ""))
+        if number is None:
             errors.append(f"{key}: must be a version number")
         else:
             numbers[key] = number

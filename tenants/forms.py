@@ -20,6 +20,11 @@ def add_domain_error(form: forms.Form, exc: DomainError) -> None:
             form.add_error(field if field in form.fields else None, message)
 
 
+def errors_text(form: forms.Form) -> str:
+    """The form's errors as one line (``field: message; ...``), for a message or a 400."""
+    return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())
+
+
 def _gpu_models():
     return GpuModel.objects.order_by("name")
 

@@ -29,7 +29,10 @@ from .models import Membership, MembershipSource, Role, SsoGroupRule, SsoIdentit
 # Strongest first: a user in two groups mapped to one team gets the stronger role.
 ROLE_RANK = {Role.OWNER: 4, Role.ADMIN: 3, Role.MEMBER: 2, Role.VIEWER: 1}
 _USERNAME_BAD = re.compile(r"[^\w.@+-]")
-GROUP_MAX = 200  # SsoGroupRule.group
+# The columns' own limits: what they cannot hold is refused or dropped before it reaches them.
+GROUP_MAX = SsoGroupRule._meta.get_field("group").max_length
+SUBJECT_MAX = SsoIdentity._meta.get_field("subject").max_length
+ISSUER_MAX = SsoIdentity._meta.get_field("issuer").max_length
 
 
 class SsoRefused(Exception):
@@ -137,10 +140,14 @@ def sso_login(
         raise SsoRefused("the provider sent no subject")
     # OpenID Connect caps a subject at 255 ASCII characters; what the identity's columns cannot
     # hold (longer, a NUL) would fail the lookup itself, a 500 instead of a refusal.
-    if len(subject) > 255 or "\x00" in subject:
-        raise SsoRefused("the provider's subject is longer than 255 characters or holds a NUL")
-    if len(issuer) > 300 or "\x00" in issuer:
-        raise SsoRefused("the provider's issuer is longer than 300 characters or holds a NUL")
+    if len(subject) > SUBJECT_MAX or "\x00" in subject:
+        raise SsoRefused(
+            f"the provider's subject is longer than {SUBJECT_MAX} characters or holds a NUL"
+        )
+    if len(issuer) > ISSUER_MAX or "\x00" in issuer:
+        raise SsoRefused(
+            f"the provider's issuer is longer than {ISSUER_MAX} characters or holds a NUL"
+        )
     groups = groups_from(claims, groups_claim)
     email = _email_from(claims)
     identity = None

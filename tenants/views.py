@@ -98,7 +98,7 @@ def member_set(request, slug: str):
             _domain_refusal(exc)
             messages.error(request, exc.message)
     else:
-        messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        messages.error(request, forms.errors_text(form))
     return redirect("tenants:team", slug=team.slug)
 
 
@@ -183,7 +183,7 @@ def quota_request_decide(request, pk: int, decision: str):
     form = forms.DecisionForm(request.POST)
     if not form.is_valid():
         # Deciding without the comment that did not validate would drop what the admin wrote.
-        detail = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        detail = forms.errors_text(form)
         messages.error(request, f"Request #{pk}: not decided: {detail}")
         return redirect("tenants:requests")
     comment = form.cleaned_data["comment"]
@@ -319,7 +319,7 @@ def manage_team_weight(request, slug: str):
             return redirect("tenants:manage")
         except DomainError as exc:
             forms.add_domain_error(form, exc)
-    errors = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+    errors = forms.errors_text(form)
     messages.error(request, f"{team.slug}: {errors}")
     return render(request, "tenants/manage.html", _manage_context(request), status=400)
 
@@ -481,7 +481,7 @@ def audit_csv(request):
     """The filtered audit log as CSV (streamed, so a long log does not sit in memory)."""
     form, entries = _audit_entries(request)
     if entries is None:
-        raise BadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        raise BadRequest(forms.errors_text(form))
     writer = csv.writer(_Echo())
 
     def rows():
