@@ -136,12 +136,10 @@ def _check_fields(
         errors.setdefault("name", []).extend(problems)
     if format not in WebhookFormat.values:
         errors.setdefault("format", []).append(f"must be one of {', '.join(WebhookFormat.values)}")
-    if events is not None:
-        # An empty list is what a personal hook holds (and what a GET shows, so a PUT may send
-        # it back).
-        if team is None and events == []:
-            pass
-        elif team is None:
+    # An empty list is what a personal hook holds (and what a GET shows, so a PUT may send it
+    # back): only events stated for one are refused.
+    if events is not None and events != []:
+        if team is None:
             errors.setdefault("events", []).append(
                 "a personal webhook follows your notification settings; leave events out"
             )
