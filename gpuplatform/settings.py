@@ -183,6 +183,9 @@ OIDC_OP_USER_ENDPOINT = env.str("OIDC_OP_USER_ENDPOINT", default="")
 OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT", default="")
 # The provider's end_session_endpoint: logout ends the provider's session too (RP-initiated).
 OIDC_OP_LOGOUT_ENDPOINT = env.str("OIDC_OP_LOGOUT_ENDPOINT", default="")
+# The provider's `issuer` (its discovery document's): when set, an ID token whose `iss` differs is
+# refused, so keys a provider shares between organisations (Entra ID's) admit only this one.
+OIDC_OP_ISSUER = env.str("OIDC_OP_ISSUER", default="")
 OIDC_RP_SIGN_ALGO = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
 OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile")
 OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")

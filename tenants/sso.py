@@ -47,10 +47,14 @@ class SsoBackend(OIDCAuthenticationBackend):
     token) become a user and memberships through ``tenants.identity.sso_login``."""
 
     def verify_token(self, token, **kwargs):
-        """The library's signature and nonce checks, and the audience it leaves out (it decodes
-        with ``verify_aud`` off): an ID token the provider issued to another of its clients must
-        not sign anyone in here (OpenID Connect Core 3.1.3.7)."""
+        """The library's signature and nonce checks, and the issuer and audience it leaves out (it
+        decodes with ``verify_aud`` off): an ID token the provider issued to another of its
+        clients, or for another organisation signed with the same keys, must not sign anyone in
+        here (OpenID Connect Core 3.1.3.7)."""
         payload = super().verify_token(token, **kwargs)
+        issuer = settings.OIDC_OP_ISSUER
+        if issuer and payload.get("iss") != issuer:
+            raise SuspiciousOperation("the ID token's issuer is not the configured provider")
         client_id = settings.OIDC_RP_CLIENT_ID
         audience = payload.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]

@@ -123,6 +123,7 @@ def sso_platform(chromium_path, tmp_path_factory):
             OIDC_OP_USER_ENDPOINT=discovery["userinfo_endpoint"],
             OIDC_OP_JWKS_ENDPOINT=discovery["jwks_uri"],
             OIDC_OP_LOGOUT_ENDPOINT=discovery["end_session_endpoint"],
+            OIDC_OP_ISSUER=discovery["issuer"],
             OIDC_RP_SCOPES="openid email profile groups",
             SSO_PROVIDER_NAME="Test IdP",
             LOCAL_LOGIN_ENABLED="false",

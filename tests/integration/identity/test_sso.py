@@ -415,6 +415,21 @@ def test_a_rule_group_no_login_could_match_is_refused(platform, teams):
     assert "control character" in bad.value.errors["group"][0]
 
 
+def _signed_id_token(settings, claims):
+    """``claims`` signed with a fresh RSA key the backend is configured to trust (the signature
+    check passes, so what a test sees is the claims' checks)."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    settings.OIDC_RP_CLIENT_ID = "gpuplatform"
+    settings.OIDC_RP_IDP_SIGN_KEY = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return jwt.encode(claims, key, algorithm="RS256")
+
+
 @pytest.mark.parametrize(
     "aud, azp, accepted",
     [
@@ -429,26 +444,51 @@ def test_an_id_token_issued_to_another_client_is_refused(settings, aud, azp, acc
     """The library checks the ID token's signature and nonce but not its audience (it decodes
     with verify_aud off), though OpenID Connect requires it and docs/tenancy.md said it was
     checked: a token the provider issued to another client of the same provider signed in."""
-    import jwt
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
     from django.core.exceptions import SuspiciousOperation
 
     from tenants.sso import SsoBackend
 
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    settings.OIDC_RP_CLIENT_ID = "gpuplatform"
-    settings.OIDC_RP_IDP_SIGN_KEY = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
     claims = {"iss": ISSUER, "sub": "u-123", "nonce": "n-1", "exp": 4_000_000_000}
     claims.update({k: v for k, v in {"aud": aud, "azp": azp}.items() if v is not None})
-    token = jwt.encode(claims, key, algorithm="RS256")
+    token = _signed_id_token(settings, claims)
     backend = SsoBackend()
     if accepted:
         assert backend.verify_token(token, nonce="n-1")["sub"] == "u-123"
     else:
         with pytest.raises(SuspiciousOperation, match="audience|authorized party"):
+            backend.verify_token(token, nonce="n-1")
+
+
+@pytest.mark.parametrize(
+    "configured, iss, accepted",
+    [
+        ("", "https://login.example.com/other-org/v2.0", True),  # not configured: not compared
+        (ISSUER, ISSUER, True),
+        (ISSUER, "https://login.example.com/other-org/v2.0", False),
+        (ISSUER, ISSUER + "/", False),
+        (ISSUER, None, False),
+    ],
+)
+def test_an_id_token_from_another_issuer_is_refused_when_the_issuer_is_configured(
+    settings, configured, iss, accepted
+):
+    """A provider that signs every organisation's tokens with the same keys (Entra ID's
+    multi-tenant endpoints) gives an ID token that passes the signature and audience checks for
+    a user of another organisation; with OIDC_OP_ISSUER set, only its own issuer signs in."""
+    from django.core.exceptions import SuspiciousOperation
+
+    from tenants.sso import SsoBackend
+
+    settings.OIDC_OP_ISSUER = configured
+    claims = {"aud": "gpuplatform", "sub": "u-123", "nonce": "n-1", "exp": 4_000_000_000}
+    if iss is not None:
+        claims["iss"] = iss
+    token = _signed_id_token(settings, claims)
+    backend = SsoBackend()
+    if accepted:
+        assert backend.verify_token(token, nonce="n-1")["sub"] == "u-123"
+    else:
+        with pytest.raises(SuspiciousOperation, match="issuer"):
             backend.verify_token(token, nonce="n-1")
 
 
