@@ -69,15 +69,18 @@ def _email_from(claims: dict) -> str:
     return email
 
 
-def desired_roles(groups: list[str]) -> dict[int, str]:
-    """team id -> the strongest role the rules give for ``groups``."""
-    out: dict[int, str] = {}
-    for team_id, role in SsoGroupRule.objects.filter(group__in=groups).values_list(
-        "team_id", "role"
+def desired_roles(groups: list[str]) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """team id -> the strongest role the rules give for ``groups``, and team id -> the groups
+    (of ``groups``) that have a rule for that team, sorted."""
+    roles: dict[int, str] = {}
+    matched: dict[int, list[str]] = {}
+    for team_id, role, group in SsoGroupRule.objects.filter(group__in=groups).values_list(
+        "team_id", "role", "group"
     ):
-        if ROLE_RANK[role] > ROLE_RANK.get(out.get(team_id), 0):
-            out[team_id] = role
-    return out
+        if ROLE_RANK[role] > ROLE_RANK.get(roles.get(team_id), 0):
+            roles[team_id] = role
+        matched.setdefault(team_id, []).append(group)
+    return roles, {team_id: sorted(set(names)) for team_id, names in matched.items()}
 
 
 def _printable(value: object) -> str:
@@ -207,12 +210,18 @@ def memberships_sync(*, user, groups: list[str]) -> list[str]:
     its team: an admin adding the user to one of them at the same moment is then either seen
     here (a manual membership, kept) or sees what this login made (and changes its role),
     instead of both inserting the same membership."""
-    wanted = desired_roles(groups)
+    wanted, matched = desired_roles(groups)
     list(Team.objects.select_for_update(no_key=True).filter(pk__in=wanted).order_by("pk"))
     current = {m.team_id: m for m in Membership.objects.filter(user=user).select_related("team")}
     teams = Team.objects.in_bulk(set(wanted) | set(current))
     changes: list[str] = []
-    comment = f"identity provider groups at login: {', '.join(groups) or 'none'}"
+
+    def comment(team_id: int) -> str:
+        # Only the groups with a rule for this team: the team's admins read its audit entries,
+        # and the user's other directory groups (thousands, some private) are none of theirs.
+        names = ", ".join(matched.get(team_id, ())) or "none"
+        return f"identity provider groups with a rule for this team at login: {names}"
+
     for team_id, role in sorted(wanted.items()):
         membership = current.get(team_id)
         team = teams[team_id]
@@ -221,12 +230,20 @@ def memberships_sync(*, user, groups: list[str]) -> list[str]:
                 user=user, team=team, role=role, source=MembershipSource.SSO
             )
             changes.append(f"+{team.slug}:{role}")
-            _audit_change(user, team, created.pk, "membership.sso_add", None, role, comment)
+            _audit_change(
+                user, team, created.pk, "membership.sso_add", None, role, comment(team_id)
+            )
         elif membership.source == MembershipSource.SSO and membership.role != role:
             Membership.objects.filter(pk=membership.pk).update(role=role)
             changes.append(f"~{team.slug}:{membership.role}->{role}")
             _audit_change(
-                user, team, membership.pk, "membership.sso_role", membership.role, role, comment
+                user,
+                team,
+                membership.pk,
+                "membership.sso_role",
+                membership.role,
+                role,
+                comment(team_id),
             )
     for team_id, membership in sorted(current.items()):
         if membership.source != MembershipSource.SSO or team_id in wanted:
@@ -236,7 +253,13 @@ def memberships_sync(*, user, groups: list[str]) -> list[str]:
         membership.delete()
         changes.append(f"-{team.slug}")
         _audit_change(
-            user, team, membership_id, "membership.sso_remove", membership.role, None, comment
+            user,
+            team,
+            membership_id,
+            "membership.sso_remove",
+            membership.role,
+            None,
+            comment(team_id),
         )
     return changes
 

@@ -88,7 +88,26 @@ def test_each_login_re_evaluates_the_rules_and_audits_every_change(rules):
         ("membership.sso_add", "nlp", None, {"user": "dora", "role": "viewer"}),
         ("membership.sso_remove", "vision", {"user": "dora", "role": "admin"}, None),
     ]
-    assert "ml-nlp" in AuditEntry.objects.filter(actor=dora).order_by("id").last().comment
+    assert AuditEntry.objects.filter(actor=dora).order_by("id").last().comment == (
+        "identity provider groups with a rule for this team at login: none"
+    )
+
+
+def test_a_teams_audit_entry_names_only_the_groups_with_a_rule_for_that_team(rules):
+    """The team's admins read its audit entries: the comment of a login's change names the
+    groups that gave that team's role, not every directory group the user is in (it listed all
+    of them: other teams' groups, private ones, 10,000 names in one comment)."""
+    dora = _login(["ml-leads", "ml-nlp", "hr-disciplinary", "ml-vision"])
+    comments = dict(
+        AuditEntry.objects.filter(actor=dora, action="membership.sso_add").values_list(
+            "team__slug", "comment"
+        )
+    )
+    rule_groups = "identity provider groups with a rule for this team at login: "
+    assert comments == {
+        "vision": rule_groups + "ml-leads, ml-vision",
+        "nlp": rule_groups + "ml-nlp",
+    }
 
 
 def test_manual_memberships_are_left_alone(rules, teams):
