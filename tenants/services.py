@@ -132,9 +132,14 @@ def overcommit_problems(*, team: Team, gpu_model, guaranteed_gpus: int) -> list[
             f"guarantees of {gpu_model.name} would sum to {top_sum}, above the cluster's "
             f"capacity of {capacity}"
         )
-    # The sibling group the change belongs to: children of the nearest quota-holding ancestor.
-    holder = holder_above(team.pk)
-    if holder is not None and guaranteed_gpus > 0:
+    # The two groups the change can overfill: the one the team belongs to (children of its
+    # nearest quota-holding ancestor) when it is raised, and the one under the team itself when
+    # it is lowered. (At 0 the team's children join the group above in its place, with no more
+    # than it held if they fitted in it.)
+    holders = (holder_above(team.pk), team.pk) if guaranteed_gpus > 0 else ()
+    for holder in holders:
+        if holder is None:
+            continue
         group = sum(
             g
             for tid, g in quotas.items()

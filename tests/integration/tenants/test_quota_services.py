@@ -124,6 +124,43 @@ def test_children_count_inside_their_parent(platform, teams, h100):
     )
 
 
+def test_a_parent_cannot_be_lowered_below_its_childrens_guarantees(platform, teams, h100):
+    admin = platform["admin"]
+    for slug, gpus in (("research", 12), ("vision", 8), ("nlp", 4)):
+        services.quota_set(
+            user=admin, team=teams[slug], gpu_model=h100, guaranteed_gpus=gpus, borrow_limit_gpus=0
+        )
+    entries = AuditEntry.objects.count()
+    # The children's 12 no longer fit in 10: the same refusal as raising a child past it.
+    with pytest.raises(FieldErrors) as err:
+        services.quota_set(
+            user=admin,
+            team=teams["research"],
+            gpu_model=h100,
+            guaranteed_gpus=10,
+            borrow_limit_gpus=0,
+        )
+    assert "under research would sum to 12, above its own guarantee of 10" in " ".join(
+        err.value.errors["guaranteed_gpus"]
+    )
+    assert Quota.objects.get(team=teams["research"]).guaranteed_gpus == 12
+    assert AuditEntry.objects.count() == entries
+    # A parent that takes a guarantee above children that hold theirs must cover them too.
+    Quota.objects.filter(team=teams["research"]).delete()
+    with pytest.raises(FieldErrors):
+        services.quota_set(
+            user=admin,
+            team=teams["research"],
+            gpu_model=h100,
+            guaranteed_gpus=6,
+            borrow_limit_gpus=0,
+        )
+    assert not Quota.objects.filter(team=teams["research"]).exists()
+    services.quota_set(
+        user=admin, team=teams["research"], gpu_model=h100, guaranteed_gpus=12, borrow_limit_gpus=0
+    )
+
+
 def test_team_tree_changes_are_audited_and_cycles_refused(platform, teams):
     admin = platform["admin"]
     services.team_update(user=admin, team=teams["vision"], fair_share_weight="3.5")
