@@ -59,6 +59,21 @@ def version_content(version: PolicyVersion) -> dict:
     }
 
 
+def policy_base(version: PolicyVersion) -> dict:
+    """What a change is made to: ``version``'s engine configuration and the weights and classes
+    the loop reads now. Weights and classes changed under Teams since ``version`` ("changed
+    outside the policy") are kept, and the next version records them: built on ``version``'s own
+    tables, a change of anything else (an engine setting over the API or ``gpuctl policy
+    apply``) wrote them back and silently undid the edit, while the portal's form, which starts
+    from the tables in force, kept it."""
+    weights, classes = current_tables()
+    return {
+        "engine_config": version.engine_config,
+        "team_weights": weights,
+        "priority_classes": classes,
+    }
+
+
 def policy_content_with(
     base: dict,
     *,
@@ -66,7 +81,7 @@ def policy_content_with(
     team_weights: dict | None = None,
     priority_classes: dict | None = None,
 ) -> dict:
-    """The policy ``base`` (a ``version_content``) with a change: ``engine_config`` replaces
+    """The policy ``base`` (a ``version_content`` or a ``policy_base``) with a change: ``engine_config`` replaces
     (None keeps base's), the named teams' weights and classes change and the others keep
     base's. What ``policy_apply`` puts in force, and what the what-if apply page shows first."""
     return {
@@ -254,8 +269,9 @@ def policy_apply(
     team_weights: Any = None,
     priority_classes: Any = None,
 ) -> PolicyVersion:
-    """Make a new version in force (platform admins only; anyone else NotFound). A part left
-    None keeps the version in force's; named teams and classes change, the others keep theirs.
+    """Make a new version in force (platform admins only; anyone else NotFound). An engine
+    configuration left None keeps the version in force's; named teams and classes change, the
+    others keep what the loop reads now (:func:`policy_base`).
     Bad input is FieldErrors naming each field (``engine_config.<field>``,
     ``team_weights.<slug>``, ``priority_classes.<name>.<field>``, ``reason``) and nothing is
     written."""
@@ -274,7 +290,7 @@ def policy_apply(
     if errors:
         raise FieldErrors(errors)
     content = policy_content_with(
-        version_content(base),
+        policy_base(base),
         engine_config=config,
         team_weights=weights,
         priority_classes=classes,

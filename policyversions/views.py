@@ -243,7 +243,7 @@ def whatif_apply(request, run_id: int):
     policy = run.candidates[name]
     proposed = (
         services.policy_content_with(
-            current,
+            services.policy_base(in_force),
             engine_config=policy.get("engine_config"),
             team_weights=policy.get("team_weights"),
             priority_classes=policy.get("priority_classes"),

@@ -5,7 +5,7 @@ admins gets a 404."""
 
 import pytest
 
-from policyversions import services
+from policyversions import selectors, services
 from policyversions.models import PolicyVersion
 from tenants.models import AuditEntry, PriorityClass, Team
 
@@ -161,6 +161,29 @@ def test_drift_shows_weights_changed_outside_the_policy(platform, env_policy, cl
     page = client.get("/policy/")
     assert page.status_code == 200
     assert [(r.key, r.before, r.after) for r in page.context["drift"]] == [("vision", 2.0, 7.0)]
+
+
+def test_a_change_through_the_api_keeps_weights_changed_outside_the_policy(
+    platform, env_policy, api_as
+):
+    from tenants.services import team_update
+
+    services.policy_version_seed()
+    team_update(user=platform["admin"], team=Team.objects.get(slug="vision"), fair_share_weight=7)
+    updates = AuditEntry.objects.filter(action="team.update").count()
+    response = api_as(platform["admin"]).post(
+        "/api/v1/policy/versions",
+        {"reason": "age faster", "engine_config": {"queue_aging_s": 3600}},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    # An engine setting was changed, nothing else: vision keeps the weight set under Teams,
+    # as the portal's form keeps it, and the new version records it.
+    assert Team.objects.get(slug="vision").fair_share_weight == 7.0
+    assert response.json()["team_weights"]["vision"] == 7.0
+    assert AuditEntry.objects.filter(action="team.update").count() == updates
+    version = PolicyVersion.objects.get(number=2)
+    assert selectors.policy_drift(user=platform["admin"], version=version) == []
 
 
 def test_the_portal_form_applies_and_shows_field_errors(platform, env_policy, client):
