@@ -27,6 +27,7 @@ from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
 from core.errors import DomainError, FieldErrors, Forbidden, duplicate_refused
+from core.names import text_errors
 from scheduler.models import Allocation, Cluster, ClusterDataset, Dataset, Job, JobEvent
 from scheduler.outcomes import loss_cause
 from tenants.models import Team
@@ -125,6 +126,8 @@ def price_set(
         errors["rate_per_gpu_hour"] = ["must be a decimal amount >= 0"]
     elif problem := number_error(PriceRate, "rate_per_gpu_hour", rate_per_gpu_hour):
         errors["rate_per_gpu_hour"] = [problem]
+    if problems := text_errors(note):
+        errors["note"] = problems
     if effective_from < now - timedelta(seconds=1):
         errors["effective_from"] = [
             "must not be in the past: a price change applies from its date only"

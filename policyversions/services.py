@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from core.bounds import finite_number
 from core.errors import Conflict, FieldErrors, NotFound
+from core.names import text_errors
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
 from tenants import services as tenant_services
 from tenants.audit import audit_record
@@ -192,6 +193,8 @@ def _reason(reason: Any, errors: dict[str, list[str]]) -> str:
         return ""
     if len(reason) > MAX_REASON:
         errors["reason"] = [f"at most {MAX_REASON} characters"]
+    elif problems := text_errors(reason):
+        errors["reason"] = problems
     return reason.strip()
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from core import streams
 from core.bounds import MAX_GPUS, finite_number, number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound, duplicate_refused
-from core.names import name_errors
+from core.names import name_errors, text_errors
 from scheduler.models import Node
 
 from . import permissions
@@ -276,6 +276,8 @@ def quota_set(
         errors["gpu_model"] = ["this field is required"]
     guaranteed = _whole(errors, "guaranteed_gpus", guaranteed_gpus)
     borrow = _whole(errors, "borrow_limit_gpus", borrow_limit_gpus)
+    if problems := text_errors(comment):
+        errors["comment"] = problems
     if errors:
         raise FieldErrors(errors)
     _lock_quotas_of(gpu_model)
@@ -452,6 +454,11 @@ def priority_class_set(
     if errors:
         raise FieldErrors(errors)
     existing = PriorityClass.objects.select_for_update().filter(name=name).first()
+    # Only a new description is checked: a policy change rewrites the class with the one it
+    # has, which may predate the check, and must not fail on a field it did not touch.
+    changed = existing is None or (description or "") != existing.description
+    if changed and (problems := text_errors(description)):
+        raise FieldErrors({"description": problems})
     before = _priority_state(existing)
     pc, _ = PriorityClass.objects.update_or_create(
         name=name,
@@ -694,6 +701,8 @@ def quota_request_create(
         borrow = _whole(errors, "borrow_limit_gpus", borrow_limit_gpus)
     if not isinstance(reason, str) or not reason.strip():
         errors["reason"] = ["say why"]
+    elif problems := text_errors(reason):
+        errors["reason"] = problems
     if until is not None and until <= timezone.now():
         errors["until"] = ["must be in the future"]
     if errors:
@@ -739,6 +748,8 @@ def quota_request_approve(
     """
     if not permissions.can_decide_quota_request(user):
         raise PermissionDenied("only platform admins decide quota requests", field="id")
+    if problems := text_errors(comment):
+        raise FieldErrors({"comment": problems})
     req = QuotaRequest.objects.select_related("team", "gpu_model").filter(pk=request_id).first()
     if req is None:
         raise NotFound("no such quota request", field="id")
@@ -800,6 +811,8 @@ def quota_request_reject(*, user, request_id: int, comment: str) -> QuotaRequest
         raise PermissionDenied("only platform admins decide quota requests", field="id")
     if not isinstance(comment, str) or not comment.strip():
         raise DomainError("say why the request is rejected", field="comment")
+    if problems := text_errors(comment):
+        raise FieldErrors({"comment": problems})
     req = QuotaRequest.objects.filter(pk=request_id).first()
     if req is None:
         raise NotFound("no such quota request", field="id")
