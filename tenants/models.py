@@ -6,6 +6,7 @@ import hashlib
 import secrets as _secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -54,6 +55,28 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def closes_cycle(self, parent: Team | None) -> bool:
+        """Whether ``parent`` is this team or one of its descendants, so that making it the
+        parent would close a cycle in the tree (read from the database as it is now)."""
+        if parent is None or self.pk is None:
+            return False
+        parents = dict(Team.objects.values_list("id", "parent_id"))
+        node, seen = parent.pk, set()
+        while node is not None and node not in seen:
+            if node == self.pk:
+                return True
+            seen.add(node)
+            node = parents.get(node)
+        return False
+
+    def clean(self) -> None:
+        # The services refuse a cycle; this refuses it in Django admin too, where a cycle (the
+        # research -> vision -> research kind) emptied the portal's team tree of every team
+        # under it and made the tree unreadable to export_trace and what-if replays.
+        super().clean()
+        if self.closes_cycle(self.parent):
+            raise ValidationError({"parent": "would make the tree a cycle"})
 
 
 class MembershipSource(models.TextChoices):

@@ -331,14 +331,8 @@ def _weight(errors: dict[str, list[str]], value) -> float | None:
 
 
 def _check_parent(team: Team | None, parent: Team | None, errors: dict[str, list[str]]) -> None:
-    node = parent
-    seen = set()
-    while team is not None and node is not None and node.pk not in seen:
-        if node.pk == team.pk:
-            errors.setdefault("parent", []).append("would make the tree a cycle")
-            return
-        seen.add(node.pk)
-        node = node.parent
+    if team is not None and team.closes_cycle(parent):
+        errors.setdefault("parent", []).append("would make the tree a cycle")
 
 
 @transaction.atomic

@@ -71,3 +71,37 @@ def test_admin_inline_quota_rows_are_audited(platform, teams, gpu_models, client
     assert AuditEntry.objects.get(action="team.set").after["fair_share_weight"] == 3.0
     inline = AuditEntry.objects.get(action="quota.create")
     assert inline.after["guaranteed_gpus"] == 2 and inline.team == vision
+
+
+def test_admin_refuses_a_parent_that_makes_the_tree_a_cycle(platform, teams, client):
+    client.force_login(platform["admin"])
+    research = teams["research"]
+    members = list(research.memberships.all())
+    data = {
+        "slug": "research",
+        "name": "Research",
+        "parent": teams["vision"].pk,  # vision is research's child
+        "fair_share_weight": "1",
+        "memberships-TOTAL_FORMS": str(len(members)),
+        "memberships-INITIAL_FORMS": str(len(members)),
+        "quotas-TOTAL_FORMS": "0",
+        "quotas-INITIAL_FORMS": "0",
+    }
+    for i, m in enumerate(members):
+        data.update(
+            {
+                f"memberships-{i}-id": m.pk,
+                f"memberships-{i}-team": research.pk,
+                f"memberships-{i}-user": m.user_id,
+                f"memberships-{i}-role": m.role,
+            }
+        )
+    response = client.post(f"/admin/tenants/team/{research.pk}/change/", data)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["parent"] == ["would make the tree a cycle"]
+    research.refresh_from_db()
+    assert research.parent_id is None
+    assert not AuditEntry.objects.filter(action="team.set").exists()
+    # The tree is intact: every team still shows on the teams page.
+    rows = client.get("/teams/").context["rows"]
+    assert [row.team.slug for row in rows] == ["research", "nlp", "vision"]
