@@ -819,6 +819,8 @@ def quota_request_reject(*, user, request_id: int, comment: str) -> QuotaRequest
         decision_comment=comment.strip(),
     )
     if claimed is None:
+        # Read again: the status read above may be from before a decision this one waited for.
+        req.refresh_from_db(fields=["status"])
         raise Conflict(f"the request is already {req.status}", field="status")
     audit_record(
         actor=user,

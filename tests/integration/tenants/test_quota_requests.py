@@ -199,3 +199,24 @@ def test_two_approvals_at_once_revert_to_the_quota_before_them(platform, teams, 
     assert _quota(teams["vision"], h100) == (2, 0)
     services.quota_requests_expire(now + timedelta(days=4))
     assert _quota(teams["vision"], h100) == (4, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rejection_racing_an_approval_says_what_happened(platform, teams, h100, vera):
+    """Approved and rejected at the same moment: one decision wins, the other is a 409 that says
+    what the request became (it said "the request is already pending": the state it read
+    before it waited)."""
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+    req = _ask(vera, teams["vision"], h100, 4)
+    outcome = race(
+        lambda: services.quota_request_approve(user=admin, request_id=req.pk),
+        lambda: services.quota_request_reject(user=admin, request_id=req.pk, comment="no"),
+    )
+    assert isinstance(outcome, DomainError) and outcome.status_code == 409
+    assert outcome.message == "the request is already approved"
+    req.refresh_from_db()
+    assert req.status == "approved" and req.decision_comment == ""
+    assert _quota(teams["vision"], h100) == (4, 0)
+    assert not AuditEntry.objects.filter(action="quota_request.reject").exists()
