@@ -78,6 +78,23 @@ class QuotaSerializer(serializers.ModelSerializer):
             "confirm_overcommit",
         ]
 
+    def validate(self, attrs):
+        # A quota is one team's for one GPU model. Changing either on PUT/PATCH wrote (or
+        # created) another team's or model's quota with this one's numbers and left this one as
+        # it was, while answering as if this one had changed.
+        if self.instance is not None:
+            for field in ("team", "gpu_model"):
+                if field in attrs and attrs[field] != getattr(self.instance, field):
+                    raise serializers.ValidationError(
+                        {
+                            field: [
+                                f"a quota's {field} cannot change; POST /api/v1/quotas/ sets "
+                                "the quota of another team or GPU model"
+                            ]
+                        }
+                    )
+        return attrs
+
 
 class PriorityClassSerializer(serializers.ModelSerializer):
     class Meta:

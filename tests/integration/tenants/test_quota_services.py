@@ -324,3 +324,28 @@ def test_a_tenancy_change_and_a_submission_to_the_team_at_once_both_succeed(
     assert not isinstance(outcome, Exception), repr(outcome)
     assert Job.objects.filter(team=vision).count() == 1
     assert AuditEntry.objects.count() == 1
+
+
+def test_a_quota_keeps_its_team_and_gpu_model_on_put_and_patch(platform, teams, h100, api_as):
+    admin = platform["admin"]
+    vision = services.quota_set(
+        user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
+    )
+    url = f"/api/v1/quotas/{vision.pk}/"
+    entries = AuditEntry.objects.count()
+    api = api_as(admin)
+    moved = api.patch(url, {"gpu_model": "a100-40gb"}, format="json")
+    assert moved.status_code == 400
+    assert "cannot change" in moved.json()["gpu_model"][0]
+    body = {"team": "nlp", "gpu_model": "h100-80gb", "guaranteed_gpus": 1, "borrow_limit_gpus": 0}
+    assert "cannot change" in api.put(url, body, format="json").json()["team"][0]
+    # Nothing else was written: no a100 quota for vision, none for nlp, this one as it was.
+    assert list(Quota.objects.values_list("team__slug", "gpu_model__name", "guaranteed_gpus")) == [
+        ("vision", "h100-80gb", 4)
+    ]
+    assert AuditEntry.objects.count() == entries
+    # Naming its own team and model is fine: the numbers change.
+    body["team"] = "vision"
+    changed = api.put(url, body, format="json")
+    assert changed.status_code == 200 and changed.json()["id"] == vision.pk
+    assert Quota.objects.get().guaranteed_gpus == 1
