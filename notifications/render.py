@@ -133,7 +133,9 @@ def slack_body(lines: list[Line], *, heading: str) -> dict:
         chunk.append(item)
     if chunk:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(chunk)}})
-    return {"text": heading, "blocks": blocks[:50]}
+    # Slack reads ``text`` as mrkdwn too (it is the notification shown on phones and in the
+    # sidebar): unescaped, a job named "<!channel>" would page the whole channel.
+    return {"text": _escape_mrkdwn(heading), "blocks": blocks[:50]}
 
 
 def teams_body(lines: list[Line], *, heading: str) -> dict:

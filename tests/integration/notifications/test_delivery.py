@@ -111,6 +111,33 @@ def test_slack_and_teams_bodies(
     assert card["content"]["body"][0]["text"] == f"Job vit (#{job.pk}) failed"
 
 
+def test_a_job_name_cannot_page_a_slack_channel(
+    platform, receiver, notify_settings, django_capture_on_commit_callbacks
+):
+    # Slack turns <!channel>, <!here> and <@U…> into mentions wherever it reads mrkdwn, the
+    # top-level "text" (the phone notification) included.
+    services.webhook_create(
+        user=platform["admin"],
+        team="vision",
+        name="chat",
+        url=receiver.url,
+        format="slack",
+        allow_private_network=True,
+    )
+    job = running_job(platform["alice"], name="<!channel> & <@U024BE7LH>")
+    with django_capture_on_commit_callbacks(execute=True):
+        job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
+    assert run_dispatch(after_window()) == ["delivered"]
+
+    [request] = receiver.requests
+    body = request["json"]
+    escaped = f"Job &lt;!channel&gt; &amp; &lt;@U024BE7LH&gt; (#{job.pk}) failed"
+    assert body["text"] == escaped
+    assert body["blocks"][0]["text"]["text"] == f"*{escaped}*"
+    assert "<!channel>" not in request["body"].decode()
+    assert "<@U024BE7LH>" not in request["body"].decode()
+
+
 def test_failing_receiver_is_retried_with_backoff_then_disabled_and_the_owner_sees_why(
     platform, vera, receiver, notify_settings, django_capture_on_commit_callbacks
 ):
