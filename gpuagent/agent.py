@@ -10,7 +10,8 @@ Guarantees:
   count rides in every batch (``agent.dropped``) so the platform shows it.
 - A batch leaves the buffer only once the platform accepted it (2xx) or refused it as invalid
   (400: resending cannot help; counted in ``rejected``). Network errors, 5xx, 401/403 and 429 are
-  retried with exponential backoff and full jitter, capped at ``--max-backoff`` seconds.
+  retried with exponential backoff and full jitter, capped at ``--max-backoff`` seconds, each
+  time with the very same batch (the platform stores a repeated batch once).
 - ECC counts are sent as errors since the GPU's previous sample (NVML's volatile counters are
   cumulative since the driver loaded); XID codes come from an NVML event set.
 """
@@ -317,6 +318,11 @@ class Sender:
         self.failures = 0
         self.sent = 0
         self.rejected = 0
+        # The batch of a failed attempt, sent again as it was until it is settled. The platform
+        # may have stored it and lost only its answer; it knows a repeat only when the very
+        # same samples come back (docs/telemetry.md), and a batch grown by the samples taken
+        # meanwhile would store the first ones, and their ECC and XID errors, twice.
+        self.in_flight: list[Sample] | None = None
 
     def body(self, batch: list[Sample]) -> bytes:
         return json.dumps(
@@ -350,20 +356,21 @@ class Sender:
 
     def send_once(self) -> bool:
         """Try to ship one batch; True when the buffer moved on (sent or refused for good)."""
-        batch = self.buffer.peek(self.batch_size)
+        batch = self.in_flight or self.buffer.peek(self.batch_size)
         if not batch:
             return False
         status = self.post(batch)
         if 200 <= status < 300:
             self.buffer.remove(batch)
             self.sent += len(batch)
-            self.failures = 0
+            self.failures, self.in_flight = 0, None
             return True
         if 400 <= status < 500 and status not in self.RETRYABLE_CLIENT:
             self.buffer.remove(batch)  # invalid: resending the same bytes cannot succeed
             self.rejected += len(batch)
-            self.failures = 0
+            self.failures, self.in_flight = 0, None
             return True
+        self.in_flight = batch
         self.failures += 1
         self.sleep(self.backoff())
         return False
