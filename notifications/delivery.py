@@ -164,7 +164,7 @@ def _send_webhook(message: Message, lines: list[render.Line], heading: str) -> O
 def message_deliver(*, message_id: int, now: datetime | None = None) -> str:
     """Make one delivery attempt of an enqueued message; returns its new status. Claims the
     message first (enqueued → sending), so a duplicate task does nothing ("skipped"). A message
-    or webhook gone meanwhile is a clean exit."""
+    or webhook gone meanwhile is a clean exit ("gone" when it went during the attempt)."""
     now = now or timezone.now()
     if not Message.objects.filter(pk=message_id, status=MessageStatus.ENQUEUED).update(
         status=MessageStatus.SENDING, claimed_at=now
@@ -212,6 +212,16 @@ def _record(
     count: int,
 ) -> str:
     with transaction.atomic():
+        # Deleting a webhook (or a person) deletes its messages, this one too, while the
+        # attempt ran. Locked, the rows stay until this record commits (``webhook_delete``
+        # locks the hook first too, and then deletes this attempt with the rest); gone already,
+        # there is nothing to record an attempt or count a failure on.
+        hook_gone = (
+            message.webhook_id is not None
+            and not Webhook.objects.select_for_update().filter(pk=message.webhook_id).exists()
+        )
+        if hook_gone or not Message.objects.select_for_update().filter(pk=message.pk).exists():
+            return "gone"
         DeliveryAttempt.objects.create(
             message=message,
             number=number,

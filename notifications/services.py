@@ -292,6 +292,11 @@ def webhook_update(
 def webhook_delete(*, user, webhook_id) -> None:
     hook = webhook_get(user=user, webhook_id=webhook_id)
     with transaction.atomic():
+        # Locked before its messages are collected: a delivery recording an attempt holds the
+        # lock, and its new attempt row is then collected too (else it kept the message alive
+        # and the delete failed on its foreign key).
+        if not Webhook.objects.select_for_update().filter(pk=hook.pk).exists():
+            raise NotFound("no such webhook", field="id")
         _audit_hook(user, hook, "webhook.delete", _hook_state(hook), None)
         hook.delete()
 

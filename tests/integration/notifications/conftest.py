@@ -79,6 +79,9 @@ class Receiver:
         self.drip_s = 0.0
         self.endless = False
         self.sent_bytes = 0
+        # Called (in the server's thread) after a request is recorded, before it is answered:
+        # what happens elsewhere while a delivery waits for its answer.
+        self.meanwhile = None
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self.port = self._server.server_address[1]
         self.url = f"http://{host}:{self.port}/hook"
@@ -112,6 +115,8 @@ class Receiver:
                         "answered": status,
                     }
                 )
+                if receiver.meanwhile is not None:
+                    receiver.meanwhile()
                 time.sleep(receiver.delay)
                 if receiver.drip_s:
                     self._drip(status)

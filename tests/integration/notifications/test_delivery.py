@@ -518,3 +518,53 @@ def test_an_edit_racing_the_disabling_delivery_keeps_the_hook_disabled(
     assert hook.disabled_reason.startswith("disabled after 5 failed deliveries in a row")
     update = AuditEntry.objects.get(action="webhook.update")
     assert update.before["enabled"] is False and update.after["enabled"] is False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("answer", [200, 500])
+def test_a_webhook_deleted_while_its_message_is_sent_ends_the_delivery_cleanly(
+    platform, vera, receiver, notify_settings, answer
+):
+    """vera deletes the team hook while a delivery to it waits for the receiver's answer: the
+    delete takes the hook's messages with it, and recording the attempt (an attempt row for a
+    message gone, a failure counted on a hook gone) raised in the worker."""
+    from django.db import connection
+
+    hook = team_hook(platform["admin"], receiver)
+    services.webhook_send_test(user=vera, webhook_id=hook.pk)
+    receiver.script = [answer]
+
+    def delete_the_hook():
+        try:
+            services.webhook_delete(user=vera, webhook_id=hook.pk)
+        finally:
+            connection.close()  # the receiver thread's own connection
+
+    receiver.meanwhile = delete_the_hook
+    assert run_dispatch(timezone.now()) == ["gone"]
+    assert len(receiver.requests) == 1
+    assert not Webhook.objects.filter(pk=hook.pk).exists()
+    assert not Message.objects.exists() and not DeliveryAttempt.objects.exists()
+    assert AuditEntry.objects.filter(action="webhook.delete").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_deleted_while_its_attempt_is_recorded_is_deleted_with_it(
+    platform, vera, receiver, notify_settings
+):
+    """The delete comes while the delivery records its attempt: it waits for it and deletes the
+    new attempt with the message. It collected the message's attempts before the new one
+    committed and then failed on the attempt's foreign key."""
+    from tests.integration.concurrency import race
+
+    hook = team_hook(platform["admin"], receiver)
+    services.webhook_send_test(user=vera, webhook_id=hook.pk)
+
+    deleted = race(
+        lambda: run_dispatch(timezone.now()),
+        lambda: services.webhook_delete(user=vera, webhook_id=hook.pk),
+    )
+    assert deleted is None
+    assert len(receiver.requests) == 1
+    assert not Webhook.objects.filter(pk=hook.pk).exists()
+    assert not Message.objects.exists() and not DeliveryAttempt.objects.exists()
