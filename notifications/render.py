@@ -139,14 +139,21 @@ def slack_body(lines: list[Line], *, heading: str) -> dict:
 
 
 def teams_body(lines: list[Line], *, heading: str) -> dict:
+    """An Adaptive Card. User text (job, array and team names) goes in TextRuns, which render no
+    markdown: in a TextBlock a job named ``x](https://evil) [y`` became a link of its owner's
+    choosing, and ``**`` or a list marker reshaped the card."""
     body: list[dict] = [
-        {"type": "TextBlock", "text": heading, "weight": "Bolder", "size": "Medium", "wrap": True}
+        _rich_text(
+            {"type": "TextRun", "text": heading, "weight": "Bolder", "size": "Medium"},
+        )
     ]
     for line in lines[:MAX_LISTED]:
-        text = f"[{line.title}]({line.url})" if line.url else line.title
-        if line.detail:
-            text += f" — {line.detail}"
-        body.append({"type": "TextBlock", "text": text, "wrap": True, "spacing": "Small"})
+        title: dict = {"type": "TextRun", "text": line.title}
+        if line.url:
+            title["selectAction"] = {"type": "Action.OpenUrl", "url": line.url}
+            title["color"] = "Accent"
+        detail = [{"type": "TextRun", "text": f" — {line.detail}"}] if line.detail else []
+        body.append({**_rich_text(title, *detail), "spacing": "Small"})
     if len(lines) > MAX_LISTED:
         body.append({"type": "TextBlock", "text": f"… and {len(lines) - MAX_LISTED} more"})
     return {
@@ -164,6 +171,10 @@ def teams_body(lines: list[Line], *, heading: str) -> dict:
             }
         ],
     }
+
+
+def _rich_text(*runs: dict) -> dict:
+    return {"type": "RichTextBlock", "inlines": list(runs)}
 
 
 def encode(body: dict) -> bytes:

@@ -108,7 +108,43 @@ def test_slack_and_teams_bodies(
     assert teams["type"] == "message"
     assert card["contentType"] == "application/vnd.microsoft.card.adaptive"
     assert card["content"]["type"] == "AdaptiveCard"
-    assert card["content"]["body"][0]["text"] == f"Job vit (#{job.pk}) failed"
+    heading, line = card["content"]["body"][:2]
+    assert heading["inlines"][0]["text"] == f"Job vit (#{job.pk}) failed"
+    title = line["inlines"][0]
+    assert title["selectAction"] == {
+        "type": "Action.OpenUrl",
+        "url": f"https://gpus.example.com/jobs/{job.pk}/",
+    }
+
+
+def test_a_job_name_cannot_put_markdown_in_a_teams_card(
+    platform, receiver, notify_settings, django_capture_on_commit_callbacks
+):
+    """Adaptive Cards read markdown in a TextBlock: a job named like a link gave the team's
+    channel a link of its owner's choosing. User text now goes in TextRuns, which read none."""
+    services.webhook_create(
+        user=platform["admin"],
+        team="vision",
+        name="teams",
+        url=receiver.url,
+        format="teams",
+        allow_private_network=True,
+    )
+    name = "x](https://evil.example) **[y"
+    job = running_job(platform["alice"], name=name)
+    with django_capture_on_commit_callbacks(execute=True):
+        job_finish(job=job, target=JobState.FAILED, now=timezone.now(), exit_code=1)
+    assert run_dispatch(after_window()) == ["delivered"]
+
+    [request] = receiver.requests
+    body = request["json"]["attachments"][0]["content"]["body"]
+    shown_as_markdown = [block for block in body if block["type"] == "TextBlock"]
+    assert not any(name in block["text"] for block in shown_as_markdown)
+    runs = [run for block in body for run in block.get("inlines", [])]
+    assert all(run["type"] == "TextRun" for run in runs)
+    assert any(name in run["text"] for run in runs)
+    links = [run["selectAction"]["url"] for run in runs if "selectAction" in run]
+    assert links == [f"https://gpus.example.com/jobs/{job.pk}/"]
 
 
 def test_a_job_name_cannot_page_a_slack_channel(
