@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -201,7 +202,7 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
             submitter=user,
             name=request.name,
             size=len(members),
-            template=request.template,
+            template=_stored_template(request.template),
             submitted_at=now,
         )
         jobs = []
@@ -224,6 +225,16 @@ def array_submit(*, user, request: ArrayRequest) -> JobArray:
         _publish_array(array, {JobState.PENDING.value: len(jobs)})
         request_cycle()
     return array
+
+
+def _stored_template(template: dict[str, Any]) -> dict[str, Any]:
+    """The template as its JSON column keeps it. A deadline is the one job field whose value is
+    no JSON type: it is kept as ISO 8601 text, the way the API writes a job's deadline (handed
+    to the column as a datetime, the write failed and the submission with it)."""
+    stored = dict(template)
+    if isinstance(stored.get("deadline"), datetime):
+        stored["deadline"] = stored["deadline"].isoformat()
+    return stored
 
 
 def _insert_members(members: list[dict[str, Any]]) -> None:

@@ -41,6 +41,21 @@ def test_count_makes_equal_indices(platform, api_as):
     assert Job.objects.filter(array_id=response.json()["id"]).count() == 25
 
 
+def test_a_template_deadline_is_every_members_and_kept_with_the_template(platform, api_as):
+    from datetime import datetime, timedelta
+
+    from django.utils import timezone
+
+    due = (timezone.now() + timedelta(days=2)).replace(microsecond=0)
+    template = dict(TEMPLATE, deadline=due.isoformat())
+    response = post_array(api_as(platform["alice"]), template=template, count=3)
+    assert response.status_code == 201, response.content
+    array = JobArray.objects.get()
+    assert [j.deadline for j in Job.objects.filter(array=array)] == [due] * 3
+    assert datetime.fromisoformat(array.template["deadline"]) == due
+    assert datetime.fromisoformat(response.json()["template"]["deadline"]) == due
+
+
 def test_one_bad_index_refuses_the_whole_array_naming_index_and_field(platform, api_as):
     items = [{} for _ in range(6)]
     items[3] = {"gpus_per_worker": 16}

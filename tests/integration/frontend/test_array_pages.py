@@ -222,6 +222,20 @@ def test_form_submits_an_array_with_per_index_env_and_fields(platform):
     }
 
 
+def test_form_submits_an_array_with_a_deadline(platform):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    due = (timezone.now() + timedelta(days=1)).replace(second=0, microsecond=0)
+    response = post_form(
+        platform["alice"], array_count="2", deadline=due.strftime("%Y-%m-%dT%H:%M")
+    )
+    array = JobArray.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/arrays/{array.pk}/"
+    assert [j.deadline for j in Job.objects.filter(array=array)] == [due, due]
+
+
 def test_form_array_size_defaults_to_the_parameter_count(platform):
     post_form(platform["alice"], array_params="seed=1,2,3,4")
     assert JobArray.objects.get().size == 4 and Job.objects.count() == 4
