@@ -42,6 +42,7 @@ from .models import Cluster, Job, JobArray, JobEvent
 from .services import (
     JobRequest,
     _validate_request,
+    deadline_error,
     job_fields,
     pending_caps_check,
     references_checked,
@@ -71,6 +72,10 @@ _RULE_FIELDS = (
 )
 # Numeric fields outside the rule key (sweeps vary them per index): bounded index by index.
 _PER_INDEX_NUMBERS = frozenset({"simulated_duration_s"})
+# Other fields outside the rule key whose rules read no database: checked index by index too.
+# Checked only with each group's first index, another index's deadline in the past or years
+# ahead, or a dataset name with a line break, was accepted where a single job's was refused.
+_PER_INDEX_RULES = ("deadline", "dataset", "dataset_version")
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,20 @@ def _rule_key(job_request: JobRequest) -> tuple:
         else getattr(job_request, name)
         for name in _RULE_FIELDS
     )
+
+
+def _index_rule_errors(member: JobRequest, *, now) -> dict[str, list[str]]:
+    """The rules of ``_PER_INDEX_RULES`` for one index, as ``_validate_request`` states them."""
+    errors: dict[str, list[str]] = {}
+    if member.deadline is not None:
+        problem = deadline_error(member.deadline, now=now)
+        if problem:
+            errors["deadline"] = [problem]
+    for name in ("dataset", "dataset_version"):
+        problems = name_errors(getattr(member, name))
+        if problems:
+            errors[name] = problems
+    return errors
 
 
 def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, dict]:
@@ -149,8 +168,13 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
             resolved[key] = _validate_request(members[indices[0]], user=user)
         except FieldErrors as exc:
             for bad_field, messages in exc.errors.items():
-                # numbers, environments and names differ by index: checked for each, below
-                if bad_field not in _PER_INDEX_NUMBERS and bad_field not in ("env", "name"):
+                # numbers, environments, names, deadlines and datasets differ by index:
+                # checked for each, below
+                if (
+                    bad_field not in _PER_INDEX_NUMBERS
+                    and bad_field not in _PER_INDEX_RULES
+                    and bad_field not in ("env", "name")
+                ):
                     attribute(bad_field, messages, indices)
     template_env = env_name_errors(req.template.get("env"))
     if template_env:
@@ -159,7 +183,10 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
     array_name = name_errors(req.name)
     if array_name:
         errors["name"] = array_name
+    now = timezone.now()
     for i, member in enumerate(members):
+        for bad_field, messages in _index_rule_errors(member, now=now).items():
+            attribute(bad_field, messages, [i])
         if any(getattr(member, name) is not None for name in _PER_INDEX_NUMBERS):
             for bad_field, messages in request_number_errors(member).items():
                 if bad_field in _PER_INDEX_NUMBERS:

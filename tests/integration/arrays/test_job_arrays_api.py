@@ -81,6 +81,12 @@ def test_one_bad_index_refuses_the_whole_array_naming_index_and_field(platform, 
             "items[1].elastic.max_workers",
             "min_workers",
         ),
+        # Index 0 is checked with the domain rules for the group of equal indices; these rules
+        # hold for every index, not only the first of a group.
+        ([{}, {"deadline": "2001-01-01T00:00:00Z"}], "items[1].deadline", "in the future"),
+        ([{}, {"deadline": "2099-01-01T00:00:00Z"}], "items[1].deadline", "days ahead"),
+        ([{}, {"dataset": "imagenet\u202e"}], "items[1].dataset", "bidirectional"),
+        ([{}, {}, {"dataset_version": "v1\nv2"}], "items[2].dataset_version", "line break"),
     ],
 )
 def test_bad_item_shapes_and_rules_are_named(platform, api_as, items, key, needle):
@@ -98,6 +104,14 @@ def test_bad_template_is_named_once_as_template(platform, api_as):
     assert response.status_code == 400
     assert list(response.json()) == ["template.gpu_model"]
     assert Job.objects.count() == 0
+
+
+def test_a_bad_template_deadline_is_named_once_as_template(platform, api_as):
+    template = dict(TEMPLATE, deadline="2001-01-01T00:00:00Z")
+    response = post_array(api_as(platform["alice"]), template=template, count=100)
+    assert response.status_code == 400
+    assert response.json() == {"template.deadline": ["must be in the future"]}
+    assert Job.objects.count() == 0 and JobArray.objects.count() == 0
 
 
 def test_many_bad_indices_are_summarised(platform, api_as):
