@@ -284,6 +284,15 @@ class JobSubmitForm(forms.Form):
                     except ValueError:
                         what = "an integer" if kind is int else "a number"
                         errors.append(f"index {index}: {name} must be {what}, not {value!r}")
+                        continue
+                    # The bound the field of the same name has for one job: past it, the
+                    # column refused the text and the submission was a 500.
+                    limit = getattr(JobSubmitForm.base_fields[name], "max_length", None)
+                    if limit is not None and len(value) > limit:
+                        errors.append(
+                            f"index {index}: {name} must be at most {limit} characters "
+                            f"(it has {len(value)})"
+                        )
         if errors:
             raise forms.ValidationError(errors)
         return items

@@ -284,6 +284,16 @@ def test_one_bad_index_shows_its_error_and_creates_nothing(platform):
             "array_params",
             "index 1: workers must be an integer, not &#x27;two&#x27;",
         ),
+        (
+            {"array_params": "image=registry/a:1," + "x" * 301},
+            "array_params",
+            "index 1: image must be at most 300 characters (it has 301)",
+        ),
+        (
+            {"array_params": "dataset=" + "d" * 201 + ",imagenet"},
+            "array_params",
+            "index 0: dataset must be at most 200 characters (it has 201)",
+        ),
         ({"array_count": "0"}, "array_count", "greater than or equal to 1"),
         ({"array_count": "10001"}, "array_count", "less than or equal to 10000"),
         ({"array_count": "2", "gpu_model": "tpu-v5"}, "gpu_model", "unknown GPU model"),
