@@ -183,6 +183,15 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
     array_name = name_errors(req.name)
     if array_name:
         errors["name"] = array_name
+    elif any("name" not in item for item in req.items):
+        # The longest such name must fit the job's column: past it, the write failed (a 500).
+        longest = Job._meta.get_field("name").max_length
+        room = longest - len(f"-{size - 1}")
+        if len(req.name) > room:
+            errors["name"] = [
+                f"at most {room} characters for an array of {size:,} (its jobs are named "
+                f"<name>-<index>, at most {longest} characters)"
+            ]
     now = timezone.now()
     for i, member in enumerate(members):
         for bad_field, messages in _index_rule_errors(member, now=now).items():

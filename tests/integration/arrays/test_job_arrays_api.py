@@ -114,6 +114,30 @@ def test_a_bad_template_deadline_is_named_once_as_template(platform, api_as):
     assert Job.objects.count() == 0 and JobArray.objects.count() == 0
 
 
+def test_the_array_name_leaves_room_for_the_index_in_its_jobs_names(platform):
+    from core.errors import FieldErrors
+    from scheduler.arrays import ArrayRequest, array_submit
+
+    def submit(name, items):
+        request = ArrayRequest(name=name, team="vision", template=dict(TEMPLATE), items=items)
+        return array_submit(user=platform["alice"], request=request)
+
+    with pytest.raises(FieldErrors) as refused:
+        submit("a" * 198, [{} for _ in range(11)])  # "a…a-10" would be 201 characters
+    assert refused.value.errors == {
+        "name": [
+            "at most 197 characters for an array of 11 (its jobs are named <name>-<index>, "
+            "at most 200 characters)"
+        ]
+    }
+    assert Job.objects.count() == 0 and JobArray.objects.count() == 0
+
+    assert submit("a" * 198, [{} for _ in range(10)]).size == 10
+    # Jobs that name themselves take nothing from the array's name.
+    assert submit("b" * 200, [{"name": "one"}, {"name": "two"}]).size == 2
+    assert max(len(name) for name in Job.objects.values_list("name", flat=True)) == 200
+
+
 def test_many_bad_indices_are_summarised(platform, api_as):
     items = [{"gpus_per_worker": 16} for _ in range(120)]
     response = post_array(api_as(platform["alice"]), items=items)

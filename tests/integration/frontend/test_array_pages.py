@@ -294,6 +294,11 @@ def test_one_bad_index_shows_its_error_and_creates_nothing(platform):
             "array_params",
             "index 0: dataset must be at most 200 characters (it has 201)",
         ),
+        (
+            {"name": "n" * 199, "array_count": "12"},
+            "name",
+            "at most 197 characters for an array of 12",
+        ),
         ({"array_count": "0"}, "array_count", "greater than or equal to 1"),
         ({"array_count": "10001"}, "array_count", "less than or equal to 10000"),
         ({"array_count": "2", "gpu_model": "tpu-v5"}, "gpu_model", "unknown GPU model"),
