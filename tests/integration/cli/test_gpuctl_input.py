@@ -32,6 +32,11 @@ spec:
   deadline: 2030-13-45
 """
 
+# Seven levels of ten aliases each: 20 lines that stand for ten million values.
+LAUGHS = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 7)
+)
+
 
 @pytest.fixture
 def offline(gpuctl, monkeypatch):
@@ -58,8 +63,11 @@ def assert_one_line_usage_error(result, *fragments: str) -> None:
         (JOB, "month must be in 1..12"),
         ("[" * 20000, "nested too deeply"),
         ("a: [1,\n  b: {\n", "not valid YAML (line 3, column 1)"),
+        # Both parse at once; sending them walked (or spelled out) the value without end.
+        ("a: &a [*a]\n", "an alias makes a value that holds itself"),
+        (LAUGHS, "its aliases spell out more than 1,000,000 values"),
     ],
-    ids=["impossible-date", "deep-nesting", "syntax-error"],
+    ids=["impossible-date", "deep-nesting", "syntax-error", "self-alias", "alias-bomb"],
 )
 def test_every_yaml_loader_reports_an_unreadable_file_in_one_line(offline, tmp_path, text, reason):
     path = tmp_path / "input.yaml"
