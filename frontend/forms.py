@@ -10,7 +10,7 @@ message whatever the client.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 from django import forms
 
@@ -42,6 +42,9 @@ ARRAY_FIELD_PARAMS: dict[str, type] = {
     "dataset": str,
     "image": str,
 }
+# Job fields that do not vary by index here: taken for environment variables, they left every
+# job with the form's value while the user meant to vary it.
+_FIXED_JOB_FIELDS = frozenset(f.name for f in fields(JobRequest)) - set(ARRAY_FIELD_PARAMS)
 _ITEM_ERROR = re.compile(r"^items\[(\d+)\]\.(.+)$")
 
 PREEMPTIBLE_CHOICES = [("", "Priority class default"), ("yes", "Yes"), ("no", "No")]
@@ -197,8 +200,9 @@ class JobSubmitForm(forms.Form):
         label="Array: per-index parameters",
         required=False,
         help_text="One line per parameter, NAME=value0,value1,… (one value per index), e.g. "
-        "lr=0.1,0.01,0.001. A job field name (gpus_per_worker, gpu_model, runtime_limit_s, …) "
-        "sets that field; any other name becomes an environment variable.",
+        "lr=0.1,0.01,0.001. The job fields " + ", ".join(ARRAY_FIELD_PARAMS) + " set that "
+        "field (the other job fields are the same for every index); any other name becomes an "
+        "environment variable.",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
     )
 
@@ -249,6 +253,12 @@ class JobSubmitForm(forms.Form):
             name = name.strip()
             if not sep or not name:
                 errors.append(f"line {number}: write NAME=value0,value1,…")
+                continue
+            if name in _FIXED_JOB_FIELDS:
+                errors.append(
+                    f"line {number}: {name} is a job field that cannot vary by index here (those "
+                    f"that can: {', '.join(ARRAY_FIELD_PARAMS)}); set it above for every job"
+                )
                 continue
             if name not in ARRAY_FIELD_PARAMS and not is_env_name(name):
                 errors.append(

@@ -299,6 +299,11 @@ def test_one_bad_index_shows_its_error_and_creates_nothing(platform):
             "name",
             "at most 197 characters for an array of 12",
         ),
+        (
+            {"array_params": "dataset_version=v1,v2"},
+            "array_params",
+            "line 1: dataset_version is a job field that cannot vary by index here",
+        ),
         ({"array_count": "0"}, "array_count", "greater than or equal to 1"),
         ({"array_count": "10001"}, "array_count", "less than or equal to 10000"),
         ({"array_count": "2", "gpu_model": "tpu-v5"}, "gpu_model", "unknown GPU model"),
