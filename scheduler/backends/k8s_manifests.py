@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from core.envvars import env_name_error
 from scheduler.backends.base import (
     BackendJobSpec,
     BackendJobState,
@@ -220,6 +221,10 @@ def pod_manifest(
         launch = _launch_envs(spec, cfg)[worker_index]
     if not spec.image:
         raise BackendRejected("job has no image")
+    for key in spec.env:
+        problem = env_name_error(key)
+        if problem:
+            raise BackendRejected(problem)
     try:
         argv = shlex.split(spec.command)
     except ValueError as exc:

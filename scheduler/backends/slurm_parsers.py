@@ -17,7 +17,8 @@ Guarantees:
 - ``classify_error`` sorts an error message into unavailable (retry later), already-done (success
   for idempotent calls) or rejected (do not retry).
 - ``build_job_script`` embeds the user's command and environment values only through
-  :func:`shlex.quote`; environment names must be shell identifiers.
+  :func:`shlex.quote`; environment names must be shell identifiers and none of the variables a
+  container runtime reads to choose a container's GPUs (:func:`core.envvars.env_name_error`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from core.envvars import is_env_name
+from core.envvars import env_name_error
 from scheduler.backends.base import (
     DEFAULT_MASTER_PORT,
     BackendJobSpec,
@@ -249,8 +250,9 @@ def build_job_script(
     (see :func:`parse_checkpoint_progress`).
     """
     for key in spec.env:
-        if not is_env_name(key):
-            raise ValueError(f"not a valid environment variable name: {key!r}")
+        problem = env_name_error(key)
+        if problem:
+            raise ValueError(problem)
     q = shlex.quote
     # The job's own variables first; the platform's win a clash (a wrong RANK breaks the gang).
     exports = {

@@ -218,6 +218,9 @@ def test_team_that_is_not_a_label_value_stays_in_the_annotation():
         {"workers": 3},  # 2 nodes of 4 GPUs cannot hold 3 workers of 4
         {"workers": 3, "gpus_per_worker": 3},  # 4 GPUs do not split into groups of 3
         {"image": ""},
+        {"env": {"A=B": "x"}},  # not a variable name
+        # The NVIDIA container runtime would hand the pod every GPU of the node.
+        {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}},
     ],
 )
 def test_specs_kubernetes_cannot_run_are_rejected_before_any_call(overrides):

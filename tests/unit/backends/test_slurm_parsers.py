@@ -754,6 +754,11 @@ def test_job_script_forwards_usr1_and_records_the_request(tmp_path):
 def test_job_script_rejects_bad_env_names():
     with pytest.raises(ValueError, match="environment variable name"):
         build_job_script(make_spec(env={"A=B; rm": "x"}), checkpoint_request_path="/c")
+    # A container plugin's runtime hook would read it to choose the node's GPUs the job gets.
+    with pytest.raises(ValueError, match="NVIDIA_VISIBLE_DEVICES may not be set"):
+        build_job_script(
+            make_spec(env={"NVIDIA_VISIBLE_DEVICES": "all"}), checkpoint_request_path="/c"
+        )
 
 
 def test_container_option_runs_the_image():
