@@ -9,7 +9,8 @@ Guarantees:
 - :func:`pod_manifest` is deterministic for a given spec, worker index and config (the same run
   always yields the same pod name and body), which is what makes ``submit`` idempotent.
 - The workload's command is split into an argument list with :func:`shlex.split`; it is never
-  handed to a shell.
+  handed to a shell. Environment values reach the container as written (no ``$(NAME)``
+  expansion: :func:`literal_env_value`).
 - Node patches (:func:`quarantine_patch`, :func:`release_patch`) are computed from the node as
   read, carry its ``resourceVersion`` (so a concurrent writer makes the patch fail with 409 instead
   of being overwritten) and are ``None`` when the node is already in the asked-for state.
@@ -252,9 +253,11 @@ def pod_manifest(
     ours = {**identity_env(spec), "GPUPLATFORM_PODINFO_DIR": PODINFO_DIR, **dict(launch)}
     # The job's own variables first; the platform's win a clash (a wrong RANK breaks the gang).
     env: list[dict[str, Any]] = [
-        {"name": k, "value": str(v)} for k, v in sorted(spec.env.items()) if k not in ours
+        {"name": k, "value": literal_env_value(str(v))}
+        for k, v in sorted(spec.env.items())
+        if k not in ours
     ]
-    env += [{"name": k, "value": v} for k, v in ours.items()]
+    env += [{"name": k, "value": literal_env_value(v)} for k, v in ours.items()]
     env += [
         {"name": "GPUPLATFORM_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {
@@ -348,6 +351,13 @@ def pod_manifest(
         },
         "spec": pod_spec,
     }
+
+
+def literal_env_value(value: str) -> str:
+    """``value`` written so the container gets it exactly: Kubernetes expands ``$(NAME)`` in an
+    env value and reduces ``$$`` to ``$``, so a password ``pa$$word`` would arrive as ``pa$word``
+    (on Slurm the same value arrives as written). Every ``$`` doubled comes back as one."""
+    return value.replace("$", "$$")
 
 
 def worker_slots(spec: BackendJobSpec) -> list[tuple[str, tuple[int, ...]]]:

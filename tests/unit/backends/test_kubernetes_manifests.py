@@ -204,6 +204,44 @@ def test_manifests_are_deterministic():
     assert m.pod_manifests(make_spec(), cfg()) == m.pod_manifests(make_spec(), cfg())
 
 
+def kubelet_env(container: dict) -> dict[str, str]:
+    """The environment the kubelet gives ``container``, by the rule of the EnvVar ``value``
+    field's API documentation: in order, ``$(NAME)`` of a variable defined earlier becomes its
+    value, ``$$`` becomes ``$``, any other ``$`` stays."""
+    seen: dict[str, str] = {}
+    for var in container["env"]:
+        if "value" not in var:
+            continue
+        text, out, i = var["value"], [], 0
+        while i < len(text):
+            if text.startswith("$$", i):
+                out.append("$")
+                i += 2
+            elif text.startswith("$(", i) and ")" in text[i:]:
+                end = text.index(")", i)
+                name = text[i + 2 : end]
+                out.append(seen.get(name, text[i : end + 1]))
+                i = end + 1
+            else:
+                out.append(text[i])
+                i += 1
+        seen[var["name"]] = "".join(out)
+    return seen
+
+
+def test_env_values_reach_the_container_as_written():
+    env = {
+        "A_PASSWORD": "pa$$word",
+        "B_REF": "$(A_PASSWORD)/$(GPUPLATFORM_JOB_ID)",
+        "C_SHELLISH": "$HOME and $$(x) and $(",
+    }
+    name = "sweep $(A_PASSWORD) $$"
+    pod, _ = m.pod_manifests(make_spec(env=env, name=name), cfg())[0]
+    seen = kubelet_env(pod["spec"]["containers"][0])
+    assert {k: seen[k] for k in env} == env
+    assert seen["GPUPLATFORM_JOB_NAME"] == name
+
+
 def test_team_that_is_not_a_label_value_stays_in_the_annotation():
     pod, _ = m.pod_manifests(make_spec(team="Alice Lab/ML"), cfg())[0]
     assert "gpuplatform.io/team" not in pod["metadata"]["labels"]
