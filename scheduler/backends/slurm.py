@@ -11,7 +11,9 @@ checkpoint progress) are then read through the same prefix (``dd``, ``grep``), e
 host's filesystem.
 
 Guarantees (on top of :mod:`scheduler.backends.base`):
-- Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``.
+- Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``
+  that the account running the commands owns (another user's job of that name is not ours: it is
+  never adopted, reported or cancelled).
   ``submit`` first looks that name up (squeue, then accounting) and returns the existing Slurm job
   id; ``cancel`` / ``checkpoint`` act by name, so a missing or finished run is a quiet no-op;
   draining a drained node or resuming a node in service succeeds.
@@ -91,8 +93,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_SACCT_FORMAT = "jobid,jobname,state,exitcode,nodelist"
+_SACCT_FORMAT = "jobid,jobname,state,exitcode,nodelist,uid"
 _MUTATING = {"sbatch", "scancel", "scontrol"}
+_SLURM_COMMANDS = {"sbatch", "squeue", "sinfo", "scancel", "scontrol", "sacct"}
 
 
 class SlurmBackend:
@@ -163,6 +166,7 @@ class SlurmBackend:
         self._sleep = sleep
         self._accounting_mode: str | None = None if self.accounting == "auto" else self.accounting
         self._version: str | None = None
+        self._uid: int | None = None
 
     # -----------------------------------------------------------------------------------------
     # Running commands
@@ -175,8 +179,11 @@ class SlurmBackend:
         return env
 
     def _command(self, argv: list[str]) -> list[str]:
-        """The argument list to execute: ``bin_dir`` and ``command_prefix`` applied."""
-        program = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
+        """The argument list to execute: ``bin_dir`` (for Slurm's own commands) and
+        ``command_prefix`` applied."""
+        program = argv[0]
+        if self.bin_dir and program in _SLURM_COMMANDS:
+            program = os.path.join(self.bin_dir, program)
         command = [program, *argv[1:]]
         if not self.command_prefix:
             return command
@@ -258,13 +265,45 @@ class SlurmBackend:
     # -----------------------------------------------------------------------------------------
     # Finding our runs
 
+    def _own_uid(self) -> int:
+        """The uid the Slurm commands run as (through ``command_prefix``: the remote account),
+        which owns every run the platform submitted; asked once."""
+        if self._uid is None:
+            if not self.command_prefix:
+                self._uid = os.getuid()
+            else:
+                try:
+                    proc = subprocess.run(
+                        self._command(["id", "-u"]),
+                        capture_output=True,
+                        text=True,
+                        timeout=self.command_timeout_s,
+                        env=self._env(),
+                        check=False,
+                    )
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    raise BackendUnavailable(f"id -u: {exc}") from exc
+                if proc.returncode != 0 or not proc.stdout.strip().isdigit():
+                    raise BackendUnavailable(f"id -u: {proc.stderr.strip() or proc.stdout!r}")
+                self._uid = int(proc.stdout.strip())
+        return self._uid
+
+    def _ours(self, jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
+        """The jobs of ``jobs`` the platform's account owns. On a shared cluster anyone may
+        name a job ``gp-<id>-a<n>``; taken for our run it would be adopted by ``submit``,
+        reported as our job's state, and cancelled by the stale-run sweep."""
+        mine = self._own_uid()
+        return [job for job in jobs if job.user_id is None or job.user_id == mine]
+
     def _squeue(self) -> list[SlurmJob]:
         # One call answers for every run we track. --states=all: 23.02 and later honour squeue's
-        # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter.
-        argv = ["squeue", "--json", "--states=all"]
+        # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter
+        # (--me too, so the owner is checked on each job as well).
+        argv = ["squeue", "--json", "--states=all", "--me"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
-        return self._run(argv, parse=parse_squeue_json)  # type: ignore[return-value]
+        jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_json)  # type: ignore[assignment]
+        return self._ours(jobs)
 
     def _accounting_jobs(self, names: list[str]) -> list[SlurmJob]:
         """Finished jobs from accounting (sacct, or the jobcomp file via ``sacct -c``)."""
@@ -284,7 +323,8 @@ class SlurmBackend:
                 logger.info("slurm accounting via %s not available: %s", mode, exc)
                 continue
             self._accounting_mode = mode
-            return jobs  # type: ignore[return-value]
+            # sacct -c reads the jobcomp file, every user's jobs, whatever --user says.
+            return self._ours(jobs)  # type: ignore[arg-type]
         self._accounting_mode = "none"
         return []
 
@@ -403,7 +443,9 @@ class SlurmBackend:
 
     def cancel(self, job_id: str, attempt: int) -> None:
         """Cancel the run (pending, running or requeued); no run, or a finished one, is fine."""
-        argv = ["scancel", f"--name={backend_job_name(job_id, attempt)}"]
+        # --me: with Slurm's Admin level (for drains) scancel --name would also stop another
+        # user's job that happens to carry the run's name.
+        argv = ["scancel", "--me", f"--name={backend_job_name(job_id, attempt)}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         self._run(argv, already_done_ok=True)
@@ -423,6 +465,7 @@ class SlurmBackend:
             "--batch",
             "--signal=USR1",
             "--state=RUNNING",
+            "--me",
             f"--name={name}",
         ]
         if self.partition:
@@ -519,7 +562,7 @@ class SlurmBackend:
     def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
         """Our runs Slurm has not finished (of ``partition`` when set), from one light
         ``squeue``. COMPLETING runs are left out: they are already ending."""
-        argv = ["squeue", "--noheader", f"--format={SQUEUE_LIVE_FORMAT}"]
+        argv = ["squeue", "--noheader", "--me", f"--format={SQUEUE_LIVE_FORMAT}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_live)  # type: ignore[assignment]

@@ -63,6 +63,9 @@ class SlurmJob:
     # Slurm's estimate, so only read for a running one).
     reason_code: str = ""
     start_time: int | None = None
+    # The uid of the job's owner; None when the output does not say. On a shared cluster
+    # another user may name a job like one of our runs: only our own uid's jobs are ours.
+    user_id: int | None = None
 
     @property
     def numeric_id(self) -> int:
@@ -536,6 +539,7 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
                 required_nodes=expand_hostlist(reader.text(raw, "required_nodes", where)),
                 reason_code="" if reason == "None" else reason,
                 start_time=reader.number(raw, "start_time", where),
+                user_id=reader.number(raw, "user_id", where),
             )
         )
     return jobs
@@ -565,7 +569,8 @@ def parse_squeue_live(text: str) -> list[SlurmJob]:
 
 
 def parse_sacct_parsable(text: str) -> list[SlurmJob]:
-    """Jobs from ``sacct -P -n -o jobid,jobname,state,exitcode,nodelist`` (also with ``-c``).
+    """Jobs from ``sacct -P -n -o jobid,jobname,state,exitcode,nodelist[,uid]`` (also with
+    ``-c``, whose jobcomp file holds every user's jobs whatever ``--user`` says).
 
     Job steps (``42.batch``) are skipped; when a job appears several times (the jobcomp file
     logs a NODE_FAIL and later the requeued run), the last line wins.
@@ -583,6 +588,8 @@ def parse_sacct_parsable(text: str) -> list[SlurmJob]:
         exit_code = None if signal else (int(code) if code.isdigit() else None)
         # "CANCELLED by 0" -> CANCELLED
         state_word = state.split()[0].upper() if state.strip() else ""
+        # Last: a name holding "|" shifts the fields after it (never one of our run names).
+        uid = fields[-1].strip() if len(fields) > 5 else ""
         latest[job_id] = SlurmJob(
             job_id=job_id,
             name=name,
@@ -590,6 +597,7 @@ def parse_sacct_parsable(text: str) -> list[SlurmJob]:
             nodes=expand_hostlist(nodelist),
             exit_code=exit_code,
             signal=signal,
+            user_id=int(uid) if uid.isdigit() else None,
         )
     return list(latest.values())
 

@@ -252,7 +252,8 @@ def test_commands_through_an_ssh_prefix_arrive_as_the_same_arguments(fake, tmp_p
     # Every argument survived the remote shell as one argument, metacharacters as data.
     assert "--comment=two words; touch PWNED" in sbatch
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
-    assert (fake.bin / "ssh-hosts.log").read_text().split() == ["login1", "login1"]
+    # squeue, the remote account's uid (its runs are those it owns), sbatch
+    assert (fake.bin / "ssh-hosts.log").read_text().split() == ["login1"] * 3
     backend.drain_node("n1", "gpuplatform quarantine: xid 79; $(reboot)")
     (scontrol,) = fake.calls("scontrol")
     assert scontrol[-1] == "reason=gpuplatform quarantine: xid 79; $(reboot)"

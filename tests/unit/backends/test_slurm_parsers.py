@@ -405,6 +405,19 @@ def test_sacct_skips_steps_and_headers_and_normalises_cancelled_by():
     assert (job.job_id, job.state, job.signal) == ("42", "CANCELLED", 15)
 
 
+def test_sacct_reads_the_owner_uid_when_asked_for_it():
+    text = "7|gp-a-a1|COMPLETED|0:0|n1|65534\n8|x|y|RUNNING|0:0|n2|0\n9|gp-b-a1|FAILED|1:0|n1\n"
+    jobs = {j.job_id: j for j in parse_sacct_parsable(text)}
+    assert jobs["7"].user_id == 65534
+    assert jobs["8"].user_id == 0  # a name holding "|" does not move the owner
+    assert jobs["9"].user_id is None  # the five columns of before: not said
+
+
+def test_squeue_json_says_who_owns_each_job(version):
+    jobs = parse_squeue_json(fixture("squeue_gang_running.json", version))
+    assert jobs and {j.user_id for j in jobs} == {0}
+
+
 # --- sinfo --json ------------------------------------------------------------------------------
 
 
