@@ -248,7 +248,9 @@ def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
                     .exclude(state=NodeState.DOWN)
                     .update(
                         state=NodeState.DOWN,
-                        state_reason=seen.reason or "node failure",
+                        # The cluster's reason may be any length (an admin's text, a health
+                        # check's output); the column keeps 300 characters.
+                        state_reason=(seen.reason or "node failure")[:300],
                         resume_state=Case(When(held, then=F("state")), default=Value("")),
                         resume_reason=Case(When(held, then=F("state_reason")), default=Value("")),
                     )

@@ -87,3 +87,25 @@ def test_a_site_admins_drain_and_a_reservation_keep_new_work_off_the_node(
         slurm.run("scontrol", "delete", f"reservation={name}")
     assert sync().cluster_hold == ""
     assert schedulable(cluster) == {"node1": "ready", "node2": "ready"}
+
+
+def test_a_node_down_with_a_long_reason_is_down_and_the_sync_goes_on(
+    accounting_slurm: LocalSlurm, platform_cluster
+):
+    # Slurm keeps a reason of any length (an admin's, a health check's output); the platform
+    # keeps 300 characters of it. Before, PostgreSQL refused the longer value and the cluster's
+    # whole sync failed every pass, its jobs' news with it, while the node stayed down.
+    from scheduler.loop.observe import sync_all
+
+    slurm, cluster = accounting_slurm, platform_cluster
+    reason = "nhc: " + "gpu 3 xid 79 fallen off the bus; " * 20
+    slurm.run("scontrol", "update", "nodename=node2", "state=down", f"reason={reason}")
+    try:
+        sync_all(now=timezone.now())
+        cluster.refresh_from_db()
+        assert cluster.backend_available, cluster.backend_error
+        node2 = Node.objects.get(cluster=cluster, name="node2")
+        assert node2.state == "down" and node2.state_reason == reason[:300]
+        assert NodeEvent.objects.filter(node=node2, kind="failed").exists()
+    finally:
+        slurm.run("scontrol", "update", "nodename=node2", "state=resume")
