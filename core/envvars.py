@@ -1,7 +1,8 @@
-"""The one rule for the names of environment variables a job sets: portable POSIX names, and none
-of the variables through which a container runtime chooses the devices a container gets. The API,
-the portal and both cluster backends check it alike (gpuctl, which imports nothing of the
-platform, keeps its own copy of the pattern; the server's 400 covers the rest)."""
+"""The one rule for the environment variables a job sets: portable POSIX names, none of the
+variables through which a container runtime chooses the devices a container gets, and sizes a
+program can be started with. The API and the portal check all of it, both cluster backends the
+names (gpuctl, which imports nothing of the platform, keeps its own copy of the name pattern;
+the server's 400 covers the rest)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,33 @@ def env_name_error(name: object) -> str:
     return ""
 
 
+# Linux refuses to start a program whose environment holds one ``NAME=value`` string longer than
+# 128 KiB (MAX_ARG_STRLEN) or whose arguments and environment together pass ARG_MAX (2 MiB with
+# the usual 8 MiB stack): Slurm's srun and a container's entry point would fail with "Argument
+# list too long" and the job could never run. The room left is for the platform's own variables
+# and, on Slurm, the script around the command.
+MAX_ENTRY_BYTES = 120 * 1024
+MAX_TOTAL_BYTES = 1024 * 1024
+
+
 def env_name_errors(env: object) -> list[str]:
-    """What is wrong with the names of ``env`` (a mapping of names to values), one line each."""
+    """What is wrong with ``env`` (a mapping of names to values), one line each: its names, and
+    a variable or a whole environment too large for a program to be started with."""
     if not isinstance(env, dict):
         return []
-    return [message for message in map(env_name_error, env) if message]
+    problems = [message for message in map(env_name_error, env) if message]
+    total = 0
+    for name, value in env.items():
+        size = len(f"{name}={value}".encode(errors="surrogatepass"))
+        total += size
+        if size > MAX_ENTRY_BYTES:
+            problems.append(
+                f"{str(name)[:40]!r} is {size} bytes as NAME=value; at most {MAX_ENTRY_BYTES} "
+                "(a program cannot be started with a longer variable)"
+            )
+    if total > MAX_TOTAL_BYTES:
+        problems.append(
+            f"the variables add up to {total} bytes; at most {MAX_TOTAL_BYTES} (a program "
+            "cannot be started with a larger environment)"
+        )
+    return problems

@@ -19,7 +19,7 @@ from django.utils import timezone
 from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
-from core.envvars import env_name_errors
+from core.envvars import MAX_ENTRY_BYTES, env_name_errors
 from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
 from core.names import name_errors
 from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
@@ -138,6 +138,15 @@ def _validate_request(
 
     for message in env_name_errors(req.env):
         err("env", message)
+    # Slurm runs it as the one argument of bash -c, which Linux caps as it caps a variable.
+    command = req.command if isinstance(req.command, str) else ""
+    command_bytes = len(command.encode(errors="surrogatepass"))
+    if command_bytes > MAX_ENTRY_BYTES:
+        err(
+            "command",
+            f"is {command_bytes} bytes; at most {MAX_ENTRY_BYTES} (a longer command cannot be "
+            "started: put it in a script the job runs)",
+        )
 
     for message in name_errors(req.name):
         err("name", message)
