@@ -47,6 +47,7 @@ from .services import (
     pending_caps_check,
     references_checked,
     request_number_errors,
+    request_text_errors,
 )
 from .states import LIVE_STATES, JobState
 from .transitions import jobs_cancel_locked
@@ -75,7 +76,9 @@ _PER_INDEX_NUMBERS = frozenset({"simulated_duration_s"})
 # Other fields outside the rule key whose rules read no database: checked index by index too.
 # Checked only with each group's first index, another index's deadline in the past or years
 # ahead, or a dataset name with a line break, was accepted where a single job's was refused.
-_PER_INDEX_RULES = ("deadline", "dataset", "dataset_version")
+_PER_INDEX_RULES = frozenset({"deadline", "dataset", "dataset_version"})
+# Text fields outside the rule key that the cluster must be able to start: checked by index.
+_PER_INDEX_TEXT = frozenset({"image", "command"})
 
 
 @dataclass(frozen=True)
@@ -168,13 +171,10 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
             resolved[key] = _validate_request(members[indices[0]], user=user)
         except FieldErrors as exc:
             for bad_field, messages in exc.errors.items():
-                # numbers, environments, names, deadlines and datasets differ by index:
-                # checked for each, below
-                if (
-                    bad_field not in _PER_INDEX_NUMBERS
-                    and bad_field not in _PER_INDEX_RULES
-                    and bad_field not in ("env", "name")
-                ):
+                # numbers, environments, names, deadlines, datasets, images and commands
+                # differ by index: checked for each, below
+                per_index = _PER_INDEX_NUMBERS | _PER_INDEX_RULES | _PER_INDEX_TEXT
+                if bad_field not in per_index | {"env", "name"}:
                     attribute(bad_field, messages, indices)
     template_env = env_name_errors(req.template.get("env"))
     if template_env:
@@ -200,6 +200,8 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
             for bad_field, messages in request_number_errors(member).items():
                 if bad_field in _PER_INDEX_NUMBERS:
                     attribute(bad_field, messages, [i])
+        for bad_field, messages in request_text_errors(member).items():
+            attribute(bad_field, messages, [i])
         item_env = env_name_errors(req.items[i].get("env"))
         if item_env:
             if reported < MAX_REPORTED_ERRORS:

@@ -21,6 +21,7 @@ from core import streams
 from core.bounds import number_error
 from core.envvars import MAX_ENTRY_BYTES, env_name_errors
 from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
+from core.images import image_error
 from core.names import name_errors
 from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
 from tenants.models import SUBMIT_ROLES, PriorityClass, Team
@@ -102,6 +103,23 @@ def request_number_errors(req: JobRequest) -> dict[str, list[str]]:
     return errors
 
 
+def request_text_errors(req: JobRequest) -> dict[str, list[str]]:
+    """What in ``req``'s image and command no cluster could start, by field. Pure (no database):
+    arrays run it for every index, since these differ by index."""
+    errors: dict[str, list[str]] = {}
+    if isinstance(req.image, str) and image_error(req.image):
+        errors["image"] = [image_error(req.image)]
+    # Slurm runs it as the one argument of bash -c, which Linux caps as it caps a variable.
+    command = req.command if isinstance(req.command, str) else ""
+    command_bytes = len(command.encode(errors="surrogatepass"))
+    if command_bytes > MAX_ENTRY_BYTES:
+        errors["command"] = [
+            f"is {command_bytes} bytes; at most {MAX_ENTRY_BYTES} (a longer command cannot be "
+            "started: put it in a script the job runs)"
+        ]
+    return errors
+
+
 # A deadline further out than this is a typo more often than a plan, and it would never be urgent.
 MAX_DEADLINE_AHEAD = timedelta(days=90)
 
@@ -138,15 +156,8 @@ def _validate_request(
 
     for message in env_name_errors(req.env):
         err("env", message)
-    # Slurm runs it as the one argument of bash -c, which Linux caps as it caps a variable.
-    command = req.command if isinstance(req.command, str) else ""
-    command_bytes = len(command.encode(errors="surrogatepass"))
-    if command_bytes > MAX_ENTRY_BYTES:
-        err(
-            "command",
-            f"is {command_bytes} bytes; at most {MAX_ENTRY_BYTES} (a longer command cannot be "
-            "started: put it in a script the job runs)",
-        )
+    for field, messages in request_text_errors(req).items():
+        errors.setdefault(field, []).extend(messages)
 
     for message in name_errors(req.name):
         err("name", message)

@@ -81,3 +81,16 @@ def test_a_large_environment_a_program_can_start_with_is_kept(platform, submit):
     response = submit(platform["alice"], env=env, command="echo " + "x" * 100_000)
     assert response.status_code == 201, response.json()
     assert Job.objects.get().env == env
+
+
+def test_an_array_item_with_a_command_too_large_to_start_is_refused(platform, api_as):
+    body = {
+        "name": "sweep",
+        "team": "vision",
+        "template": {"workers": 1, "gpus_per_worker": 1, "command": "echo ok"},
+        "items": [{}, {"command": "echo " + "x" * 140_000}],
+    }
+    response = api_as(platform["alice"]).post("/api/v1/job-arrays/", body, format="json")
+    assert response.status_code == 400, response.json()
+    assert list(response.json()) == ["items[1].command"]
+    assert JobArray.objects.count() == 0 and Job.objects.count() == 0
