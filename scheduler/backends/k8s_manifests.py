@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.envvars import env_name_error
+from core.images import oci_image_error
 from scheduler.backends.base import (
     BackendJobSpec,
     BackendJobState,
@@ -222,6 +223,10 @@ def pod_manifest(
         launch = _launch_envs(spec, cfg)[worker_index]
     if not spec.image:
         raise BackendRejected("job has no image")
+    # A pyxis form (an enroot URI, a squashfs file) is valid for Slurm, but no kubelet pulls it.
+    problem = oci_image_error(spec.image)
+    if problem:
+        raise BackendRejected(f"Kubernetes pulls OCI image references only: {problem}")
     for key in spec.env:
         problem = env_name_error(key)
         if problem:

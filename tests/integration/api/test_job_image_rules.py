@@ -1,6 +1,7 @@
-"""``image`` is an OCI image reference or nothing. A reference outside that grammar is never
-pulled: the kubelet fails every pod with InvalidImageName (a Slurm container plugin likewise),
-so such a job used to wait its turn, take its GPUs and fail; now it is a 400 on ``image``."""
+"""``image`` is an OCI image reference, a pyxis form (an enroot URI, a squashfs file) or nothing.
+A reference outside those is never pulled: the kubelet fails every pod with InvalidImageName
+(enroot likewise), so such a job used to wait its turn, take its GPUs and fail; now it is a 400
+on ``image``."""
 
 import pytest
 
@@ -21,6 +22,9 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
         "train:" + "t" * 129,  # tags are at most 128 characters
         "train@sha256:abc",  # not a digest
         "train:1 ; rm -rf /",
+        "nvcr.io#NVIDIA/pytorch:24.05",  # an enroot URI's path is lower case too
+        "#pytorch",
+        "/shared/images/pytorch 24.05.sqsh",
     ],
 )
 def test_an_image_no_cluster_could_pull_is_a_400_on_image(platform, submit, image):
@@ -39,6 +43,10 @@ def test_an_image_no_cluster_could_pull_is_a_400_on_image(platform, submit, imag
         "Registry.Example.com:5000/vision/train_v2__x/res-net:1.4",
         f"registry.example.com/vision/train@{DIGEST}",
         f"localhost:5000/a/b:1.2@{DIGEST}",
+        # Slurm with pyxis (--container-image): an enroot URI, a squashfs file on the nodes
+        "nvcr.io#nvidia/pytorch:24.05-py3",
+        "alice@registry.example.com:5000#vision/train:1",
+        "/shared/images/pytorch-24.05.sqsh",
     ],
 )
 def test_images_a_cluster_pulls_are_kept_as_given(platform, submit, image):

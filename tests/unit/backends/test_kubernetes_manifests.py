@@ -259,6 +259,9 @@ def test_team_that_is_not_a_label_value_stays_in_the_annotation():
         {"env": {"A=B": "x"}},  # not a variable name
         # The NVIDIA container runtime would hand the pod every GPU of the node.
         {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}},
+        # Slurm's pyxis takes these (the platform accepts them); no kubelet pulls them.
+        {"image": "nvcr.io#nvidia/pytorch:24.05-py3"},
+        {"image": "/shared/images/pytorch.sqsh"},
     ],
 )
 def test_specs_kubernetes_cannot_run_are_rejected_before_any_call(overrides):
