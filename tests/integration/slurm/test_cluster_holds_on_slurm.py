@@ -18,7 +18,7 @@ from scheduler.loop.observe import sync_cluster
 from scheduler.models import Cluster, Node, NodeEvent
 from scheduler.services import cluster_import_nodes
 from scheduler.snapshot import build_snapshot
-from tests.integration.slurm.conftest import LocalSlurm
+from tests.integration.slurm.conftest import LocalSlurm, wait_for
 
 pytestmark = [
     pytest.mark.slurm,
@@ -108,4 +108,11 @@ def test_a_node_down_with_a_long_reason_is_down_and_the_sync_goes_on(
         assert node2.state == "down" and node2.state_reason == reason[:300]
         assert NodeEvent.objects.filter(node=node2, kind="failed").exists()
     finally:
-        slurm.run("scontrol", "update", "nodename=node2", "state=resume")
+        # ReturnToService=2: the node may be back already once its slurmd re-registered, and
+        # resuming a node in service is refused (24.11), so resume only where it is not.
+        slurm.run("scontrol", "update", "nodename=node2", "state=resume", check=False)
+        wait_for(
+            lambda: "DOWN" not in slurm.run("scontrol", "show", "node", "node2").stdout,
+            60,
+            "node2 back in service",
+        )
