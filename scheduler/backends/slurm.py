@@ -98,6 +98,16 @@ _MUTATING = {"sbatch", "scancel", "scontrol"}
 _SLURM_COMMANDS = {"sbatch", "squeue", "sinfo", "scancel", "scontrol", "sacct"}
 
 
+def _prefix(cfg: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A configured argument list (``command_prefix``, ``node_command_prefix``)."""
+    prefix = cfg.get(key)
+    if prefix is None:
+        return default
+    if isinstance(prefix, str) or not all(isinstance(a, str) and a for a in prefix):
+        raise ValueError(f"{key} must be a list of arguments, e.g. ['ssh', 'login1']")
+    return tuple(prefix)
+
+
 class SlurmBackend:
     """A Slurm cluster driven through its command-line tools.
 
@@ -122,6 +132,10 @@ class SlurmBackend:
       "login-node"]`` or ``["chroot", "/srv/root"]``; ``SLURM_CONF`` then travels as ``env
       SLURM_CONF=...`` after it. When it runs ``ssh``, which hands the remote side one command
       line, every argument after it is shell-quoted. Job files are read through it.
+    - ``node_command_prefix``: the same, for the node changes alone (``scontrol update`` of a
+      drain or undrain), e.g. ``["sudo", "-n", "-u", "slurm"]``; default ``command_prefix``.
+      With it the account jobs run as needs no Slurm Admin level, which would let any job's
+      command drain the cluster's nodes.
     - ``command_timeout_s`` (30), ``tries`` (3), ``backoff_s`` (0.5), ``backoff_max_s`` (4).
     - ``checkpoint_min_interval_s`` (60): a run asked to checkpoint less than this long ago is
       not asked again.
@@ -153,10 +167,8 @@ class SlurmBackend:
             # It would override our --no-requeue: Slurm would restart attempts by itself.
             raise ValueError("extra_sbatch_args must not contain --requeue: the platform requeues")
         self.bin_dir = str(cfg.get("bin_dir") or "")
-        prefix = cfg.get("command_prefix") or ()
-        if isinstance(prefix, str) or not all(isinstance(a, str) and a for a in prefix):
-            raise ValueError("command_prefix must be a list of arguments, e.g. ['ssh', 'login1']")
-        self.command_prefix = tuple(prefix)
+        self.command_prefix = _prefix(cfg, "command_prefix", ())
+        self.node_command_prefix = _prefix(cfg, "node_command_prefix", self.command_prefix)
         self.command_timeout_s = float(cfg.get("command_timeout_s", 30))
         self.tries = max(1, int(cfg.get("tries", 3)))
         self.backoff_s = float(cfg.get("backoff_s", 0.5))
@@ -178,21 +190,22 @@ class SlurmBackend:
             env["SLURM_CONF"] = self.slurm_conf
         return env
 
-    def _command(self, argv: list[str]) -> list[str]:
+    def _command(self, argv: list[str], *, node_change: bool = False) -> list[str]:
         """The argument list to execute: ``bin_dir`` (for Slurm's own commands) and
-        ``command_prefix`` applied."""
+        ``command_prefix`` (``node_command_prefix`` for a node change) applied."""
         program = argv[0]
         if self.bin_dir and program in _SLURM_COMMANDS:
             program = os.path.join(self.bin_dir, program)
         command = [program, *argv[1:]]
-        if not self.command_prefix:
+        prefix = self.node_command_prefix if node_change else self.command_prefix
+        if not prefix:
             return command
         settings = ["LC_ALL=C"] + ([f"SLURM_CONF={self.slurm_conf}"] if self.slurm_conf else [])
         remote = ["env", *settings, *command]
-        if os.path.basename(self.command_prefix[0]) == "ssh":
+        if os.path.basename(prefix[0]) == "ssh":
             # ssh joins its arguments into one line for the remote shell: quote each one.
             remote = [shlex.quote(arg) for arg in remote]
-        return [*self.command_prefix, *remote]
+        return [*prefix, *remote]
 
     def _backoff(self, try_no: int) -> None:
         # Full jitter: spreads retries of many callers after a shared outage.
@@ -207,6 +220,7 @@ class SlurmBackend:
         parse: Callable[[str], T] | None = None,
         already_done_ok: bool = False,
         retry: bool = True,
+        node_change: bool = False,
     ) -> T | str:
         """Run one Slurm command; return its stdout (or ``parse(stdout)``).
 
@@ -219,7 +233,7 @@ class SlurmBackend:
             if stdin:
                 logger.info("slurm dry-run stdin:\n%s", stdin)
             return ""
-        command = self._command(argv)
+        command = self._command(argv, node_change=node_change)
         tries = self.tries if retry else 1
         problem = ""
         for try_no in range(1, tries + 1):
@@ -496,15 +510,17 @@ class SlurmBackend:
             self._run(
                 ["scontrol", "update", f"nodename={name}", *settings],
                 already_done_ok=already_done_ok,
+                node_change=True,
             )
         except BackendRejected as exc:
             if "invalid user id" not in str(exc).lower():
                 raise
             # Slurm's whole answer to a user below its Admin level; say what to change.
             raise BackendRejected(
-                f"{exc}: the account running the platform's Slurm commands may not change "
-                "nodes; give it Slurm's Admin level (sacctmgr modify user <account> set "
-                "adminlevel=Admin) or a sudo rule for scontrol update (docs/backends/slurm.md)"
+                f"{exc}: the account running the platform's node changes may not change "
+                "nodes; run them as one that may (node_command_prefix, e.g. a sudo rule for "
+                "scontrol update) or give it Slurm's Admin level (sacctmgr modify user "
+                "<account> set adminlevel=Admin; docs/backends/slurm.md)"
             ) from exc
 
     def list_nodes(self) -> list[BackendNode]:

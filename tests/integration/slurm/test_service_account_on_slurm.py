@@ -133,6 +133,37 @@ def test_jobs_run_as_the_service_account_and_drains_need_admin(
         cluster.run("scontrol", "update", "nodename=node2", "state=undrain", check=False)
 
 
+def test_node_changes_run_through_their_own_prefix_so_jobs_need_no_admin_level(
+    accounting_slurm: LocalSlurm, service_account, job_id
+):
+    """With ``node_command_prefix`` (a sudo rule at a site; here the cluster's root) the
+    account jobs run as keeps no Slurm admin level, so no job's command can drain nodes, and
+    the platform's quarantines still reach Slurm."""
+    cluster = accounting_slurm
+    set_admin_level(cluster, "None")
+    wait_for(lambda: admin_level_seen(cluster) == "None", 30, "slurmctld to see no admin level")
+    backend = SlurmBackend(
+        {
+            **service_account_config(cluster, *service_account),
+            "node_command_prefix": cluster.prefix,  # root: Slurm lets it change nodes
+        }
+    )
+    try:
+        backend.drain_node("node2", "gpuplatform quarantine: test")
+        assert drained(cluster, "node2")
+        assert {n.name: n.state for n in backend.list_nodes()}["node2"] == "drained"
+        backend.undrain_node("node2")
+        assert not drained(cluster, "node2")
+        # Everything else still runs as the account: its job runs as it.
+        whoami = cluster.file(f"{job_id}.whoami")
+        backend.submit(spec(job_id, f"id -un > {whoami}; exec sleep 300", {"node1": (0,)}))
+        wait_for(whoami.exists, 30, "the job to start")
+        assert whoami.read_text().strip() == ACCOUNT
+        backend.cancel(job_id, 1)
+    finally:
+        cluster.run("scontrol", "update", "nodename=node2", "state=undrain", check=False)
+
+
 def admin_level_seen(cluster: LocalSlurm) -> str:
     """The service account's admin level as slurmctld holds it (slurmdbd pushes changes)."""
     shown = cluster.run("scontrol", "show", "assoc_mgr", "flags=users", f"users={ACCOUNT}").stdout
