@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -273,11 +273,25 @@ def _started_event(job: Job, placement: dict[str, list[int]], now: datetime) -> 
 # --- running → preempted → pending ------------------------------------------------------------
 
 
+# The latest preemption deadline written. The policy's grace may be any finite number (a huge
+# one says "never stop a victim before it checkpoints") but datetime ends in the year 9999;
+# past this date the deadline never comes, which is what such a grace means.
+LATEST_PREEMPT_DEADLINE = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _preempt_deadline(now: datetime, grace_s: float) -> datetime:
+    try:
+        return min(now + timedelta(seconds=grace_s), LATEST_PREEMPT_DEADLINE)
+    except OverflowError:
+        return LATEST_PREEMPT_DEADLINE
+
+
 def job_preempt(*, job_pk: int, reason: str, grace_s: float, now: datetime) -> bool:
     """Mark a running preemptible job as a preemption victim with ``grace_s`` seconds to write a
     final checkpoint; the enforce stage asks for the checkpoint and requeues it when the grace
-    ends. False when the job is no longer running (or not preemptible)."""
-    deadline = now + timedelta(seconds=grace_s)
+    ends (a grace reaching past ``LATEST_PREEMPT_DEADLINE`` ends never, not with an error).
+    False when the job is no longer running (or not preemptible)."""
+    deadline = _preempt_deadline(now, grace_s)
     moved = Job.objects.filter(pk=job_pk, state=JobState.RUNNING, preemptible=True).update(
         state=JobState.PREEMPTED, preempt_deadline=deadline
     )

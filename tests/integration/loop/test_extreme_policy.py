@@ -1,0 +1,62 @@
+"""A policy version with extreme but valid values (the engine's codec accepts any finite
+number above the field's lower bound) must not stop the loop: the times the loop derives from
+them can lie beyond what ``datetime`` holds (year 9999), and the loop has to cope with that
+instead of raising in every cycle for every team. Real loop, real simulated backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from policyversions.services import policy_apply
+from scheduler.backends import reset_backends
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Job, JobEvent
+from scheduler.states import JobState
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_simulation(settings):
+    settings.SIMULATED_TIME_SCALE = 3600.0
+    reset_backends()
+    yield
+    reset_backends()
+
+
+def test_a_grace_beyond_the_calendar_preempts_instead_of_failing_every_cycle(platform, submit):
+    # "Never cut a victim before it checkpoints": a trillion seconds, which the codec accepts.
+    policy_apply(
+        user=platform["admin"], reason="no forced stops", engine_config={"preemption_grace_s": 1e12}
+    )
+    low = [
+        submit(
+            platform["bob"],
+            team="nlp",
+            name=f"low-{i}",
+            gpus_per_worker=8,
+            priority_class="best-effort",
+            preemptible=True,
+        ).json()["id"]
+        for i in range(4)
+    ]
+    assert run_cycle().ran
+    high = submit(
+        platform["alice"], name="urgent", gpus_per_worker=8, priority_class="production"
+    ).json()["id"]
+    # Before the fix the apply stage overflowed on now + grace: the cycle raised here, every
+    # cycle after it too, and nobody's job was scheduled any more.
+    result = run_cycle()
+    assert result.ran and len(result.preempted) == 1
+    victim = Job.objects.get(pk=result.preempted[0])
+    assert victim.pk in low and victim.state == JobState.PREEMPTED
+    assert victim.preempt_deadline.year >= 9000  # as far as the calendar goes: no forced stop
+    event = JobEvent.objects.get(job=victim, kind="preempted")
+    assert event.data["grace_s"] == 1e12
+    # The victim checkpoints when asked (the simulated run does at once), is requeued, and the
+    # job that needed its GPUs starts.
+    for _ in range(3):
+        assert run_cycle().ran
+    victim.refresh_from_db()
+    assert victim.state == JobState.PENDING and victim.requeued
+    assert Job.objects.get(pk=high).state == JobState.RUNNING
