@@ -92,7 +92,9 @@ def policy_config() -> Config:
 
 def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
     """GPU-seconds per team id, each second weighted by 0.5 ** (age / half-life)."""
-    horizon = now.timestamp() - 6 * half_life_s
+    # No job ran before the epoch: a half-life so long (any is valid, "never decay") that six of
+    # them reach further back would overflow datetime, and reads nothing more.
+    horizon = max(now.timestamp() - 6 * half_life_s, 0.0)
     rows = (
         Job.objects.filter(started_at__isnull=False)
         .filter(
@@ -117,9 +119,10 @@ def _decayed_usage(now: datetime, half_life_s: float) -> dict[int, float]:
         end = _ts(finished) if finished is not None else t_now
         if end <= start:
             continue
-        # Integral of the decay over [start, end], closed form.
+        # Integral of the decay over [start, end], closed form, written with expm1: as a
+        # difference of two exponentials it rounds to 0 when the half-life dwarfs the run.
         k = math.log(2) / half_life_s
-        weight = (math.exp(-k * (t_now - end)) - math.exp(-k * (t_now - start))) / k
+        weight = math.exp(-k * (t_now - end)) * -math.expm1(-k * (end - start)) / k
         usage[team_id] += workers * gpw * weight
     return usage
 

@@ -5,12 +5,15 @@ instead of raising in every cycle for every team. Real loop, real simulated back
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from policyversions.services import policy_apply
 from scheduler.backends import reset_backends
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, JobEvent
+from scheduler.snapshot import build_snapshot
 from scheduler.states import JobState
 
 pytestmark = pytest.mark.django_db
@@ -60,3 +63,24 @@ def test_a_grace_beyond_the_calendar_preempts_instead_of_failing_every_cycle(pla
     victim.refresh_from_db()
     assert victim.state == JobState.PENDING and victim.requeued
     assert Job.objects.get(pk=high).state == JobState.RUNNING
+
+
+def test_a_half_life_beyond_the_calendar_counts_usage_without_decay(platform, submit):
+    # "Usage never decays": the codec accepts any positive half-life.
+    policy_apply(
+        user=platform["admin"],
+        reason="no decay",
+        engine_config={"fair_share_half_life_s": 1e300},
+    )
+    job_id = submit(platform["bob"], team="nlp", name="used", gpus_per_worker=2).json()["id"]
+    assert run_cycle().ran  # before the fix: the usage horizon overflowed in every snapshot
+    # An hour into the run.
+    snapshot, _ = build_snapshot(now=Job.objects.get(pk=job_id).started_at + timedelta(hours=1))
+    usage = {t.name: t.usage_gpu_s for t in snapshot.teams}
+    # Without decay, usage is exactly the GPU-seconds run so far (two GPUs for an hour), not
+    # zero from a difference of two exponentials both rounded to 1.0.
+    assert usage["nlp"] == pytest.approx(2 * 3600, rel=1e-9)
+    assert usage["vision"] == 0.0
+    other = submit(platform["alice"], name="next").json()["id"]
+    assert run_cycle().ran
+    assert Job.objects.get(pk=other).state == JobState.RUNNING
