@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
@@ -198,6 +199,15 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # The scheduler reads a list of names; say so where the node is edited (Django admin)
+        # rather than have the snapshot drop what it cannot read.
+        value = self.datasets
+        if not isinstance(value, list) or not all(isinstance(d, str) and d for d in value):
+            raise ValidationError(
+                {"datasets": 'must be a list of dataset names, e.g. ["imagenet"]'}
+            )
 
     def no_new_work(self, now: datetime) -> str:
         """Why the cluster keeps new work off this node though its state may read ready, blank

@@ -7,6 +7,7 @@ epoch seconds.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,8 @@ from .models import Node as NodeRow
 from .routing_facts import job_routing, routing_facts, routing_in_force
 from .runtime_prediction import describe, predict_runtime_s
 from .states import JobState
+
+log = logging.getLogger(__name__)
 
 # A node whose cluster's backend is unreachable gets no new work: it is shown as down.
 UNREACHABLE_NODE_STATE = "down"
@@ -190,7 +193,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 spot=row.spot,
                 health=row.health,
                 state=state,
-                datasets=tuple(row.datasets or ()),
+                datasets=_cached_datasets(row),
             )
         )
 
@@ -347,6 +350,17 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         datasets=facts.datasets if facts is not None else (),
     )
     return snapshot, index
+
+
+def _cached_datasets(row: NodeRow) -> tuple[str, ...]:
+    """The dataset names a node caches: the strings of its ``datasets`` list. The field is free
+    JSON edited by hand (Django admin, SQL); a number or an object there used to raise in every
+    snapshot, stopping the loop for every team, so what is not a name is left out and logged."""
+    value = row.datasets
+    names = tuple(d for d in value if isinstance(d, str) and d) if isinstance(value, list) else ()
+    if value and (not isinstance(value, list) or len(names) != len(value)):
+        log.error("node %s: datasets %r is not a list of names; read as %r", row.name, value, names)
+    return names
 
 
 def _runtime_estimates(rows: list[dict]) -> dict[int, float]:

@@ -7,11 +7,13 @@ isolation rule), on the real simulated backend and the real loop:
   observed and new jobs start;
 - a job row whose numbers break the model's bounds (written before they existed) is failed with
   the field named, before it reaches the engine or a backend;
-- estimates too far in the future to be dates do not break the apply step.
+- estimates too far in the future to be dates do not break the apply step;
+- a node record whose cached datasets are not a list of names does not break the snapshot.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -146,3 +148,32 @@ def test_estimates_beyond_the_calendar_do_not_break_the_cycle(platform, prioriti
     assert _humanize_times("waits until t=1764685234") == "waits until 2025-12-02 14:21 UTC"
     assert _humanize_times("until t=100000000000000000000") == "until an unknown time"
     assert _humanize_times("until t=100000000000000") == "until an unknown time"
+
+
+@pytest.mark.parametrize("datasets", [5, [{"name": "imagenet"}], {"imagenet": True}])
+def test_a_node_whose_datasets_are_not_names_stops_no_ones_scheduling(
+    platform, submit, datasets, caplog
+):
+    """``Node.datasets`` is free JSON an operator edits by hand; what is not a list of names is
+    read as no cached dataset (and logged), and the Django admin's form refuses it."""
+    from django.forms import modelform_factory
+
+    from scheduler.models import Node
+
+    node = Node.objects.get(name="n3")
+    Node.objects.filter(pk=node.pk).update(datasets=datasets)
+    jobs = [
+        submit(platform["alice"], name="a", gpu_model="a100-40gb", gpus_per_worker=8).json()["id"],
+        submit(platform["bob"], team="nlp", name="b", gpus_per_worker=8).json()["id"],
+    ]
+    result = run_cycle()  # before the fix: TypeError in the snapshot, in every cycle
+    assert result.ran and sorted(result.started) == sorted(jobs)
+    assert all(Job.objects.get(pk=pk).state == JobState.RUNNING for pk in jobs)
+    assert "node n3: datasets" in caplog.text
+    form = modelform_factory(Node, fields=["datasets"])(
+        {"datasets": json.dumps(datasets)}, instance=node
+    )
+    assert not form.is_valid()
+    assert "list of dataset names" in form.errors["datasets"][0]
+    good = modelform_factory(Node, fields=["datasets"])({"datasets": '["imagenet"]'}, instance=node)
+    assert good.is_valid(), good.errors
