@@ -18,6 +18,7 @@ from django.db import connection
 from django.db.models import F, FloatField, Func, Q
 from django.utils.module_loading import import_string
 
+from core.bounds import bounds, number_error
 from scheduler.policy import (
     Config,
     Elastic,
@@ -150,7 +151,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         Team(
             name=slug,
             parent=parent,
-            weight=weight,
+            weight=_fair_share_weight(slug, weight),
             quota=quotas.get(pk, {}),
             usage_gpu_s=usage.get(pk, 0.0),
         )
@@ -350,6 +351,21 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         datasets=facts.datasets if facts is not None else (),
     )
     return snapshot, index
+
+
+def _fair_share_weight(slug: str, weight: float) -> float:
+    """A team's weight as the engine reads it. The database refuses a negative one but not an
+    infinite or NaN one (written around the services: a manual UPDATE), and either made the
+    engine raise in every cycle, for every team. Such a weight is read as its nearest bound
+    (infinity: the highest weight), NaN as the default weight every team starts with."""
+    if number_error(TeamRow, "fair_share_weight", weight) is None:
+        return weight
+    lo, hi = bounds(TeamRow, "fair_share_weight")
+    read = TeamRow._meta.get_field("fair_share_weight").default
+    if not math.isnan(weight):
+        read = min(max(weight, lo), hi)
+    log.error("team %s: fair-share weight %r is out of bounds; read as %r", slug, weight, read)
+    return read
 
 
 def _cached_datasets(row: NodeRow) -> tuple[str, ...]:

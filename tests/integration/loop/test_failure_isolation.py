@@ -8,7 +8,8 @@ isolation rule), on the real simulated backend and the real loop:
 - a job row whose numbers break the model's bounds (written before they existed) is failed with
   the field named, before it reaches the engine or a backend;
 - estimates too far in the future to be dates do not break the apply step;
-- a node record whose cached datasets are not a list of names does not break the snapshot.
+- a node record whose cached datasets are not a list of names does not break the snapshot;
+- nor does a team whose fair-share weight is infinite or NaN.
 """
 
 from __future__ import annotations
@@ -177,3 +178,33 @@ def test_a_node_whose_datasets_are_not_names_stops_no_ones_scheduling(
     assert "list of dataset names" in form.errors["datasets"][0]
     good = modelform_factory(Node, fields=["datasets"])({"datasets": '["imagenet"]'}, instance=node)
     assert good.is_valid(), good.errors
+
+
+@pytest.mark.parametrize("weight", [float("inf"), float("nan")])
+def test_a_team_whose_weight_no_engine_reads_stops_no_ones_scheduling(
+    platform, submit, weight, caplog
+):
+    """The database refuses a negative fair-share weight but takes an infinite or NaN one
+    (a manual UPDATE): it is read as its nearest bound, NaN as the default weight."""
+    from scheduler.snapshot import build_snapshot
+    from tenants.models import Team
+
+    # Both teams have used GPUs, so fair share weighs their usage against their weights.
+    used = [
+        submit(platform["alice"], name="a0").json()["id"],
+        submit(platform["bob"], team="nlp", name="b0").json()["id"],
+    ]
+    assert run_cycle().started
+    Team.objects.filter(slug="vision").update(fair_share_weight=weight)
+    jobs = [
+        submit(platform["alice"], name="a").json()["id"],
+        submit(platform["bob"], team="nlp", name="b").json()["id"],
+    ]
+    result = run_cycle()  # before the fix: ValueError in the engine's fair share, every cycle
+    assert result.ran and sorted(result.started) == sorted(jobs)
+    assert all(Job.objects.get(pk=pk).state == JobState.RUNNING for pk in used + jobs)
+    assert "team vision: fair-share weight" in caplog.text
+    snapshot, _ = build_snapshot(now=timezone.now())
+    read = {t.name: t.weight for t in snapshot.teams}
+    assert read["vision"] == (1_000_000.0 if weight == float("inf") else 1.0)
+    assert read["nlp"] == 1.0
