@@ -121,7 +121,13 @@ def reconcile(*, now: datetime) -> None:
         .annotate(preempted_at=Max("events__time", filter=Q(events__kind="preempted")))
     )
     for job in victims:
-        backend = get_backend(job.cluster) if job.cluster else None
+        try:
+            backend = get_backend(job.cluster) if job.cluster else None
+        except Exception as exc:
+            # As for a submission: the sync reports the cluster's misconfiguration; the victim
+            # keeps its GPUs until its run can be stopped.
+            log.warning("cluster %s: no backend to stop job %s: %s", job.cluster, job.pk, exc)
+            continue
         saved = (
             job.last_checkpoint_at is not None
             and job.preempted_at is not None

@@ -9,7 +9,8 @@ isolation rule), on the real simulated backend and the real loop:
   the field named, before it reaches the engine or a backend;
 - estimates too far in the future to be dates do not break the apply step;
 - a node record whose cached datasets are not a list of names does not break the snapshot;
-- nor does a team whose fair-share weight is infinite or NaN.
+- nor does a team whose fair-share weight is infinite or NaN;
+- a preemption victim on a cluster whose backend cannot be built waits, and the cycle goes on.
 """
 
 from __future__ import annotations
@@ -208,3 +209,45 @@ def test_a_team_whose_weight_no_engine_reads_stops_no_ones_scheduling(
     read = {t.name: t.weight for t in snapshot.teams}
     assert read["vision"] == (1_000_000.0 if weight == float("inf") else 1.0)
     assert read["nlp"] == 1.0
+
+
+def test_a_victim_on_a_cluster_without_a_backend_waits_and_the_cycle_goes_on(platform, submit):
+    """A worker that restarts after an admin broke a cluster's backend configuration cannot
+    build that backend: the cluster is marked, its preemption victim keeps its state and GPUs
+    (as in an outage), and the cycle completes; once the configuration is fixed the victim is
+    stopped and the job that needs its GPUs starts."""
+    from scheduler.models import Cluster
+
+    for i in range(4):
+        submit(
+            platform["bob"],
+            team="nlp",
+            name=f"low-{i}",
+            gpus_per_worker=8,
+            priority_class="best-effort",
+            preemptible=True,
+            simulated_duration_s=1_000_000,  # none ends by itself during the test
+        )
+    assert run_cycle().ran
+    high = submit(
+        platform["alice"], name="urgent", gpus_per_worker=8, priority_class="production"
+    ).json()["id"]
+    [victim_id] = run_cycle().preempted
+    cluster = platform["cluster"]
+    Cluster.objects.filter(pk=cluster.pk).update(
+        backend_config={"seed": 1, "run_namespace": "Prod"}  # refused: not lowercase
+    )
+    reset_backends()  # the worker restarted: its backend is built from the new configuration
+    result = run_cycle()  # before the fix: the ValueError left the enforce stage, every cycle
+    assert result.ran
+    cluster.refresh_from_db()
+    assert not cluster.backend_available and "run_namespace" in cluster.backend_error
+    victim = Job.objects.get(pk=victim_id)
+    assert victim.state == JobState.PREEMPTED
+    assert Allocation.objects.filter(job=victim, ended_at__isnull=True).count() == 8
+    Cluster.objects.filter(pk=cluster.pk).update(backend_config={"seed": 1})
+    reset_backends()
+    for _ in range(3):
+        assert run_cycle().ran
+    assert JobEvent.objects.filter(job_id=victim_id, kind="requeued").count() == 1
+    assert Job.objects.get(pk=high).state == JobState.RUNNING
