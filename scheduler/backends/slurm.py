@@ -98,6 +98,34 @@ _MUTATING = {"sbatch", "scancel", "scontrol"}
 _SLURM_COMMANDS = {"sbatch", "squeue", "sinfo", "scancel", "scontrol", "sacct"}
 
 
+# The configuration keys SlurmBackend reads (the class docstring says what each does), and the
+# run namespace every backend's configuration may carry (scheduler.backends.run_namespace).
+_CONFIG_KEYS = frozenset(
+    {
+        "slurm_conf",
+        "partition",
+        "account",
+        "job_workdir",
+        "log_dir",
+        "accounting",
+        "sacct_since",
+        "topology_conf",
+        "container_option",
+        "extra_sbatch_args",
+        "bin_dir",
+        "command_prefix",
+        "node_command_prefix",
+        "command_timeout_s",
+        "tries",
+        "backoff_s",
+        "backoff_max_s",
+        "checkpoint_min_interval_s",
+        "dry_run",
+        "run_namespace",
+    }
+)
+
+
 def _prefix(cfg: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
     """A configured argument list (``command_prefix``, ``node_command_prefix``)."""
     prefix = cfg.get(key)
@@ -151,6 +179,10 @@ class SlurmBackend:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         cfg = dict(config or {})
+        unknown = set(cfg) - _CONFIG_KEYS
+        if unknown:
+            # A misspelt key ("partiton") was ignored: jobs went to the default partition.
+            raise ValueError(f"unknown slurm backend settings: {sorted(unknown)}")
         self.slurm_conf = str(cfg.get("slurm_conf") or "")
         self.partition = str(cfg.get("partition") or "")
         self.account = str(cfg.get("account") or "")

@@ -265,6 +265,15 @@ def test_a_missing_prefix_program_means_unavailable(tmp_path):
         backend.list_nodes()
     with pytest.raises(ValueError, match="command_prefix must be a list"):
         SlurmBackend({"command_prefix": "ssh login1"})
+    with pytest.raises(ValueError, match="node_command_prefix must be a list"):
+        SlurmBackend({"node_command_prefix": "sudo -n"})
+
+
+def test_a_misspelt_setting_is_refused_not_ignored():
+    # "partiton" was ignored: every job went to the cluster's default partition.
+    with pytest.raises(ValueError, match=r"unknown slurm backend settings: \['partiton'\]"):
+        SlurmBackend({"partiton": "gpu"})
+    SlurmBackend({"partition": "gpu", "run_namespace": "prod-"})
 
 
 def test_unknown_output_shape_is_rejected_naming_the_field(fake):
