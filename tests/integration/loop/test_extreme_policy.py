@@ -57,12 +57,13 @@ def test_a_grace_beyond_the_calendar_preempts_instead_of_failing_every_cycle(pla
     event = JobEvent.objects.get(job=victim, kind="preempted")
     assert event.data["grace_s"] == 1e12
     # The victim checkpoints when asked (the simulated run does at once), is requeued, and the
-    # job that needed its GPUs starts.
+    # job that needed its GPUs starts. (Events, not states: at this time scale a job's work
+    # takes half a second, so on a slow machine both may have moved on by the last cycle.)
     for _ in range(3):
         assert run_cycle().ran
-    victim.refresh_from_db()
-    assert victim.state == JobState.PENDING and victim.requeued
-    assert Job.objects.get(pk=high).state == JobState.RUNNING
+    requeue = JobEvent.objects.get(job=victim, kind="requeued")
+    assert requeue.data["reason"] == "preempted" and requeue.data["attempt"] == 1
+    assert JobEvent.objects.filter(job_id=high, kind="started").exists()
 
 
 def test_a_half_life_beyond_the_calendar_counts_usage_without_decay(platform, submit):
