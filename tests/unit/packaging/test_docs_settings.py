@@ -1,0 +1,27 @@
+"""What the documentation and the deployment files say about settings is what the code reads.
+
+An operator learns the settings from README.md and docs/*.md and sets them in docker/.env; a
+setting read by gpuplatform/settings.py that no document names cannot be found, and a variable of
+docker/.env.example that docker/compose.yaml never interpolates is silently dropped: Compose hands
+the containers only the variables its `environment:` blocks name (DJANGO_HSTS_SECONDS=0 in
+docker/.env once left HSTS on)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def example_env_names() -> list[str]:
+    text = (ROOT / "docker" / ".env.example").read_text()
+    return re.findall(r"^([A-Z][A-Z0-9_]*)=", text, re.MULTILINE)
+
+
+def test_every_variable_of_the_example_env_reaches_the_compose_stack():
+    compose = (ROOT / "docker" / "compose.yaml").read_text()
+    names = example_env_names()
+    assert "DJANGO_SECRET_KEY" in names
+    dropped = [name for name in names if not re.search(r"\$\{" + name + r"[:}-]", compose)]
+    assert not dropped, f"docker/.env.example sets what compose.yaml never passes on: {dropped}"
