@@ -25,3 +25,16 @@ def test_every_variable_of_the_example_env_reaches_the_compose_stack():
     assert "DJANGO_SECRET_KEY" in names
     dropped = [name for name in names if not re.search(r"\$\{" + name + r"[:}-]", compose)]
     assert not dropped, f"docker/.env.example sets what compose.yaml never passes on: {dropped}"
+
+
+def settings_env_names() -> set[str]:
+    text = (ROOT / "gpuplatform" / "settings.py").read_text()
+    return set(re.findall(r"\benv(?:\.\w+)?\(\s*\"([A-Z][A-Z0-9_]*)\"", text))
+
+
+def test_every_setting_read_from_the_environment_is_named_in_a_document():
+    names = settings_env_names()
+    assert {"DATABASE_URL", "SCHEDULER_CYCLE_SECONDS", "NOTIFY_MAX_ATTEMPTS"} <= names
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+    unnamed = sorted(name for name in names if not re.search(rf"\b{name}\b", docs))
+    assert not unnamed, f"settings.py reads what no document names: {unnamed}"
