@@ -36,6 +36,18 @@ class OptionalText(serializers.CharField):
         return super().validate_empty_values(data)
 
 
+class AwareDateTimeField(serializers.DateTimeField):
+    """A time that states its zone. DRF reads a zoneless time in the server's zone (UTC), so a
+    user in Berlin who sent local 18:00 would get a deadline two hours late without a word."""
+
+    default_error_messages = {"naive": "must include a time zone (e.g. 2030-01-31T18:00:00Z)"}
+
+    def enforce_timezone(self, value):
+        if value.tzinfo is None:
+            self.fail("naive")
+        return super().enforce_timezone(value)
+
+
 class JobSubmitSerializer(serializers.Serializer):
     """A submission. Every optional field accepts null for "not given"; numbers are bounded as
     the Job model declares (``core.bounds``)."""
@@ -58,7 +70,7 @@ class JobSubmitSerializer(serializers.Serializer):
     runtime_limit_s = api_number(
         Job, "runtime_limit_s", required=False, allow_null=True, default=None
     )
-    deadline = serializers.DateTimeField(
+    deadline = AwareDateTimeField(
         required=False,
         allow_null=True,
         default=None,

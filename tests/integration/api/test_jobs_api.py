@@ -55,6 +55,8 @@ def test_submit_returns_the_job_in_contract_field_names(platform, submit):
         ({"deadline": "2001-01-01T00:00:00Z"}, "deadline", "must be in the future"),
         ({"deadline": "2999-01-01T00:00:00Z"}, "deadline", "at most 90 days ahead"),
         ({"deadline": "friday"}, "deadline", "Datetime has wrong format"),
+        # docs/jobspec.md: "with a time zone"; read as UTC it would be off by the user's offset
+        ({"deadline": "2099-01-01T18:00:00"}, "deadline", "must include a time zone"),
     ],
 )
 def test_bad_submission_is_400_naming_the_field_and_writes_nothing(

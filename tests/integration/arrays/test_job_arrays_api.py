@@ -85,6 +85,7 @@ def test_one_bad_index_refuses_the_whole_array_naming_index_and_field(platform, 
         # hold for every index, not only the first of a group.
         ([{}, {"deadline": "2001-01-01T00:00:00Z"}], "items[1].deadline", "in the future"),
         ([{}, {"deadline": "2099-01-01T00:00:00Z"}], "items[1].deadline", "days ahead"),
+        ([{}, {"deadline": "2099-01-01T00:00:00"}], "items[1].deadline", "time zone"),
         ([{}, {"dataset": "imagenet\u202e"}], "items[1].dataset", "bidirectional"),
         ([{}, {}, {"dataset_version": "v1\nv2"}], "items[2].dataset_version", "line break"),
     ],
