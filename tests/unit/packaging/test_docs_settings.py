@@ -1,10 +1,10 @@
 """What the documentation and the deployment files say about settings is what the code reads.
 
-An operator learns the settings from README.md and docs/*.md and sets them in docker/.env; a
-setting read by gpuplatform/settings.py that no document names cannot be found, and a variable of
-docker/.env.example that docker/compose.yaml never interpolates is silently dropped: Compose hands
-the containers only the variables its `environment:` blocks name (DJANGO_HSTS_SECONDS=0 in
-docker/.env once left HSTS on)."""
+An operator learns the settings and commands from README.md and docs/*.md and sets variables in
+docker/.env; a setting read by gpuplatform/settings.py or a manage.py command that no document
+names cannot be found, and a variable of docker/.env.example that docker/compose.yaml never
+interpolates is silently dropped: Compose hands the containers only the variables its
+`environment:` blocks name (DJANGO_HSTS_SECONDS=0 in docker/.env once left HSTS on)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,15 @@ def test_every_setting_read_from_the_environment_is_named_in_a_document():
     docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
     unnamed = sorted(name for name in names if not re.search(rf"\b{name}\b", docs))
     assert not unnamed, f"settings.py reads what no document names: {unnamed}"
+
+
+def test_every_management_command_is_named_in_a_document():
+    commands = sorted(
+        p.stem
+        for p in ROOT.glob("*/management/commands/*.py")
+        if not p.stem.startswith("_") and ".venv" not in p.parts
+    )
+    assert "seed_demo" in commands
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+    unnamed = [name for name in commands if not re.search(rf"\b{name}\b", docs)]
+    assert not unnamed, f"manage.py commands no document names: {unnamed}"
