@@ -38,6 +38,17 @@ def decay_usage(usage_gpu_s: float, elapsed_s: float, half_life_s: float) -> flo
     return float(usage_gpu_s * 0.5 ** (elapsed_s / half_life_s))  # float ** float is Any to mypy
 
 
+def _ratio(share: float, u: float, total_u: float) -> float:
+    """share / (u / total_u): infinite for a team that used nothing, or so little beside its
+    siblings that its part of their usage rounds to 0. That happens with valid input: a short
+    half-life (60 s) decays an idle team's usage to a subnormal number within a day, and beside a
+    busy sibling's it divided by zero in every cycle."""
+    if u <= 0 or total_u <= 0:
+        return math.inf
+    part = u / total_u
+    return math.inf if part == 0 else share / part
+
+
 def _band(ratio: float, log_base: float) -> int:
     if math.isinf(ratio):
         return MAX_BAND
@@ -90,7 +101,7 @@ def _tree_standings(teams: list[Team], band: float) -> tuple[dict[str, int], int
         total_u = sum(subtree[t.name] for t in sibs)
         for t in sibs:
             u = subtree[t.name]
-            ratio = math.inf if u <= 0 or total_u <= 0 else (t.weight / total_w) / (u / total_u)
+            ratio = _ratio(t.weight / total_w, u, total_u)
             p = path + (-_band(ratio, log_base),)
             paths[t.name] = p
             stack.append((t.name, p))
@@ -114,7 +125,7 @@ def _flat_standings(teams: list[Team], band: float) -> tuple[dict[str, int], int
     path_of: dict[str, int] = {}
     for t in sibs:
         u = t.usage_gpu_s + 0
-        ratio = math.inf if u <= 0 or total_u <= 0 else (t.weight / total_w) / (u / total_u)
+        ratio = _ratio(t.weight / total_w, u, total_u)
         path_of[t.name] = -_band(ratio, log_base)
     rank_of = {k: i for i, k in enumerate(sorted(set(path_of.values()) | {0}))}
     return {name: rank_of[p] for name, p in path_of.items()}, rank_of[0]
