@@ -583,9 +583,12 @@ class Simulator:
         self.busy_gpu_s += self.used_gpus * dt
         if self._last_time < self.window_end:
             self.busy_window_gpu_s += self.used_gpus * (min(t, self.window_end) - self._last_time)
-        # exponentially decayed usage, exact for GPUs held constant over dt
+        # exponentially decayed usage, exact for GPUs held constant over dt. The gain is written
+        # with expm1, as the live loop's snapshot writes it: 1 - keep rounds to 0 once the
+        # half-life dwarfs dt (a valid "never decay" half-life of 1e20 s), and every team then
+        # counted as having used nothing.
         keep = math.exp(-self._decay * dt)
-        gain = (1.0 - keep) / self._decay
+        gain = -math.expm1(-self._decay * dt) / self._decay
         usage = self.tenant_usage
         for tenant, used in self.tenant_used.items():
             usage[tenant] = usage[tenant] * keep + used * gain

@@ -172,6 +172,21 @@ def test_usage_handed_to_the_engine_decays_with_the_engines_half_life():
     assert usage[3600.0] < 0.01 * 8 * 3600 < usage[604800.0]
 
 
+def test_a_half_life_that_dwarfs_the_replay_counts_usage_without_decay():
+    # Any half-life > 0 is valid ("never decay" in practice); 1 - exp(-dt ln2 / 1e20) rounds to
+    # 0, and the replay handed the engine no usage at all while the live loop counts it.
+    from scheduler.policy import Config
+    from scheduler.simulation import SimConfig, Simulator, uniform_cluster
+    from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy
+    from scheduler.simulation.traces import TraceJob
+
+    jobs = [TraceJob("a", 0.0, 3600.0, 8, "team-a"), TraceJob("b", 36000.0, 60.0, 1, "team-b")]
+    for half_life in (1e12, 1e20, 1e300):
+        policy = GpuPlatformPolicy(Config(fair_share_half_life_s=half_life))
+        sim = Simulator(jobs, uniform_cluster(1, 8), policy, SimConfig()).run()
+        assert sim.tenant_usage == pytest.approx({"team-a": 8 * 3600.0, "team-b": 60.0}), half_life
+
+
 def test_checkpoint_on_request_is_validated_and_reaches_the_replay(tmp_path, capsys):
     def replay(value: str) -> int:
         out = tmp_path / f"{value}.json"
