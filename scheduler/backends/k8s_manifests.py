@@ -60,6 +60,12 @@ ANN_CHECKPOINT_REQUEST = f"{PREFIX}/checkpoint-request"
 ANN_QUARANTINE_REASON = f"{PREFIX}/quarantine-reason"
 ANN_CORDONED_BY = f"{PREFIX}/cordoned-by"
 
+# The longest termination grace a pod is given. The policy's grace may be any finite number (a
+# huge one says "never force-stop a victim"), but the API server decodes the field as an int64
+# and the kubelet waits seconds x time.Second, a Go Duration of int64 nanoseconds: a grace of
+# 1e19 s had every pod refused (so every job failed), and anything above this bound (about 292
+# years, "never" in practice) overflows the kubelet's wait.
+MAX_TERMINATION_GRACE_S = (2**63 - 1) // 10**9
 WORKER_CONTAINER = "worker"
 PODINFO_DIR = "/etc/gpuplatform/podinfo"
 
@@ -295,7 +301,7 @@ def pod_manifest(
         "restartPolicy": "Never",
         # Deleting the pod sends SIGTERM and waits this long before SIGKILL: the workload's
         # window to write its final checkpoint.
-        "terminationGracePeriodSeconds": int(spec.checkpoint_grace_s),
+        "terminationGracePeriodSeconds": min(int(spec.checkpoint_grace_s), MAX_TERMINATION_GRACE_S),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "tolerations": [

@@ -69,6 +69,17 @@ def node_object(name: str = "gpu-a", **spec) -> dict:
 # ------------------------------------------------------------------ content
 
 
+@pytest.mark.parametrize("grace", [10**19, round(1e300)])
+def test_a_grace_past_any_clock_is_the_longest_the_kubelet_can_wait(grace):
+    # What the loop hands over for a policy grace of 1e19 s or 1e300 s (any finite grace is a
+    # valid policy): the API server decodes the field as int64 and refused every such pod.
+    pod, _ = m.pod_manifests(make_spec(checkpoint_grace_s=grace), cfg())[0]
+    seconds = pod["spec"]["terminationGracePeriodSeconds"]
+    assert seconds == m.MAX_TERMINATION_GRACE_S
+    assert seconds * 10**9 <= 2**63 - 1  # the kubelet's wait, in Go's int64 nanoseconds
+    assert seconds > 200 * 365 * 86400  # still "never" in practice
+
+
 def test_one_pod_per_worker_pinned_to_the_engines_node():
     pods = m.pod_manifests(make_spec(), cfg())
     assert [(p["metadata"]["name"], node) for p, node in pods] == [
