@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.policy import config_from_dict
 from scheduler.simulation import SimConfig, Simulator, generate_synthetic, uniform_cluster
 from scheduler.simulation.gpuplatform_policy import GpuPlatformPolicy, RuntimePredictor
 from scheduler.simulation.runner import make_policy
 
+from ..policy.test_config_range import engine_configs
 from .builders import EXACT, job
 from .test_simulator import FAILING, assert_conserved
 
@@ -352,3 +354,18 @@ def test_victims_stopped_at_their_checkpoint_conserve_work(jobs, interval, on_re
     sim = Simulator(trace, uniform_cluster(1, 8), make_policy("gpuplatform"), cfg).run()
     assert_conserved(sim)
     assert 0.0 <= sim.lost_gpu_s <= sim.busy_gpu_s
+
+
+@settings(max_examples=50, deadline=None)
+@given(engine_configs(), st.integers(0, 5))
+def test_every_accepted_configuration_replays_a_trace_to_the_end(data, seed):
+    # What a what-if replays for a candidate: any configuration validation accepts, with
+    # failures, spot interruptions and (with a short half-life) usages decayed to subnormal
+    # numbers. Every job must finish with the work conserved, and the usage handed to the
+    # engine must stay a number.
+    config = config_from_dict(data, path="engine_config")
+    trace = generate_synthetic(30, seed=seed, mean_interarrival_s=100.0)
+    cluster = uniform_cluster(3, 8).with_spot_fraction(0.5, seed=1)
+    sim = Simulator(trace, cluster, GpuPlatformPolicy(config), FAILING).run()
+    assert_conserved(sim)
+    assert all(0 <= u < float("inf") for u in sim.tenant_usage.values()), sim.tenant_usage
