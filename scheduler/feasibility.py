@@ -6,7 +6,7 @@ asks the engine about the cluster as it is: the current snapshot plus the candid
 (it would start now) or gives its reserved start; the finish adds the run time the engine plans
 with (the user's limit, else the history's prediction, else the engine's default). Without a
 reservation (the engine plans only its first few blocked jobs per GPU model) the start is
-unknown and so is the finish.
+unknown and so is the finish; so is a start or finish past ``LATEST_ESTIMATE``.
 
 Cost: one snapshot and one engine call, the cost of a scheduling cycle without its writes.
 """
@@ -14,7 +14,7 @@ Cost: one snapshot and one engine call, the cost of a scheduling cycle without i
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from scheduler.policy import PendingJob, decide, routing_from_dict
 
@@ -24,6 +24,9 @@ from .services import JobRequest, _validate_request
 from .snapshot import build_snapshot
 
 CANDIDATE_ID = "feasibility-candidate"
+# Estimates past this are unknown, as the loop shows a pending job's (loop/apply.py): a policy
+# may set any finite default run time or preemption grace, and datetime ends in the year 9999.
+LATEST_ESTIMATE = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,11 @@ def job_feasibility(*, user, request: JobRequest, now: datetime) -> Feasibility:
         start = now
     else:
         at = next((p.estimated_start for p in decisions.pending if p.job == CANDIDATE_ID), None)
-        if at is not None:
+        if at is not None and at < LATEST_ESTIMATE.timestamp():
             start = datetime.fromtimestamp(at, now.tzinfo)
-    finish = start + timedelta(seconds=runtime_s) if start is not None else None
+    finish = None
+    if start is not None and start.timestamp() + runtime_s < LATEST_ESTIMATE.timestamp():
+        finish = start + timedelta(seconds=runtime_s)
     meets = None
     if request.deadline is not None and finish is not None:
         meets = finish <= request.deadline

@@ -45,3 +45,49 @@ def test_bad_input_is_the_submissions_400(platform, api_as):
     assert other_team.status_code == 400
     assert other_team.json()["team"] == ["you are not a member of a team 'nosuch'"]
     assert estimate(api_as, None).status_code in (401, 403)
+
+
+@pytest.mark.parametrize("default_runtime_s", [1e12, 1e300])
+def test_a_default_run_time_past_the_calendar_gives_an_unknown_finish(
+    platform, api_as, settings, default_runtime_s
+):
+    # Any finite default_runtime_s is a valid policy; a job with no limit and no history
+    # finishes past the year 9999 and the estimate raised OverflowError (a 500 for every user).
+    settings.SCHEDULER_POLICY = {"default_runtime_s": default_runtime_s}
+    due = timezone.now() + timedelta(hours=3)
+    response = estimate(api_as, platform["alice"], deadline=due.isoformat())
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["runtime_s"], body["runtime_source"]) == (default_runtime_s, "the default")
+    assert body["starts_now"] is True and body["start"] is not None
+    assert body["finish"] is None and body["meets_deadline"] is None
+
+
+def test_a_start_past_the_calendar_is_unknown(platform, api_as, submit, settings):
+    # A grace of 1e300 s (valid: never force-stop a victim) puts a job that must preempt at the
+    # end of that grace; turning the engine's start into a date raised (a 500).
+    from scheduler.loop.cycle import run_cycle
+
+    settings.SCHEDULER_POLICY = {"preemption_grace_s": 1e300}
+    for _ in range(2):
+        filler = submit(
+            platform["bob"],
+            team="nlp",
+            gpus_per_worker=8,
+            gpu_model="h100-80gb",
+            priority_class="best-effort",
+        )
+        assert filler.status_code == 201, filler.content
+    run_cycle(now=timezone.now())
+    assert Job.objects.filter(state="running").count() == 2
+    response = estimate(
+        api_as,
+        platform["alice"],
+        gpus_per_worker=8,
+        priority_class="production",
+        gpu_model="h100-80gb",
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["starts_now"] is False
+    assert body["start"] is None and body["finish"] is None
