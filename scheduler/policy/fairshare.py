@@ -30,8 +30,9 @@ MAX_BAND = 8
 def decay_usage(usage_gpu_s: float, elapsed_s: float, half_life_s: float) -> float:
     """``usage_gpu_s`` decayed over ``elapsed_s`` with ``half_life_s`` (for the caller's books).
 
-    The engine takes ``Team.usage_gpu_s`` as already decayed; the live loop and the simulator
-    use this to keep it so between cycles.
+    The engine takes ``Team.usage_gpu_s`` as already decayed. The live loop and the simulator
+    decay with the same half-life in their own way (the loop integrates each job's GPU-seconds,
+    the simulator decays as its clock moves); this is the decay for any other caller's books.
     """
     if elapsed_s <= 0:
         return usage_gpu_s

@@ -59,8 +59,8 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "fair_share_half_life_s",
         "number",
-        "half-life for `decay_usage()` (the engine takes usage as decayed; the loop and the "
-        "simulator decay with it)",
+        "half-life of the usage fair share reads (the engine takes usage as decayed; the loop "
+        "and the simulator decay with it)",
         low=0,
         above=True,
     ),
