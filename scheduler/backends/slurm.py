@@ -244,6 +244,21 @@ class SlurmBackend:
         cap = min(self.backoff_max_s, self.backoff_s * (2 ** (try_no - 1)))
         self._sleep(random.uniform(0, cap))
 
+    def _exec(
+        self, command: list[str], *, stdin: str | None = None, binary: bool = False
+    ) -> subprocess.CompletedProcess:
+        """Run ``command`` (already through :meth:`_command`) with the backend's environment and
+        deadline; its exit status is the caller's to read."""
+        return subprocess.run(
+            command,
+            input=stdin,
+            capture_output=True,
+            text=not binary,
+            timeout=self.command_timeout_s,
+            env=self._env(),
+            check=False,
+        )
+
     def _run(
         self,
         argv: list[str],
@@ -270,15 +285,7 @@ class SlurmBackend:
         problem = ""
         for try_no in range(1, tries + 1):
             try:
-                proc = subprocess.run(
-                    command,
-                    input=stdin,
-                    capture_output=True,
-                    text=True,
-                    timeout=self.command_timeout_s,
-                    env=self._env(),
-                    check=False,
-                )
+                proc = self._exec(command, stdin=stdin)
             except FileNotFoundError as exc:
                 raise BackendUnavailable(f"Slurm command not found: {command[0]}") from exc
             except subprocess.TimeoutExpired:
@@ -319,14 +326,7 @@ class SlurmBackend:
                 self._uid = os.getuid()
             else:
                 try:
-                    proc = subprocess.run(
-                        self._command(["id", "-u"]),
-                        capture_output=True,
-                        text=True,
-                        timeout=self.command_timeout_s,
-                        env=self._env(),
-                        check=False,
-                    )
+                    proc = self._exec(self._command(["id", "-u"]))
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     raise BackendUnavailable(f"id -u: {exc}") from exc
                 if proc.returncode != 0 or not proc.stdout.strip().isdigit():
@@ -642,14 +642,7 @@ class SlurmBackend:
             # One command for all of them: grep prints "path:line" for each line of each file.
             command = self._command(["grep", "-s", "-H", "-e", "", "--", *paths])
             try:
-                proc = subprocess.run(
-                    command,
-                    capture_output=True,
-                    text=True,
-                    timeout=self.command_timeout_s,
-                    env=self._env(),
-                    check=False,
-                )
+                proc = self._exec(command)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 logger.warning("slurm: cannot read progress files: %s", exc)
                 return {}
@@ -719,14 +712,7 @@ class SlurmBackend:
         """A file-reading command through the prefix; a missing file is FileNotFoundError, any
         other failure BackendUnavailable (the logs are shown when the cluster answers)."""
         try:
-            proc = subprocess.run(
-                self._command(argv),
-                capture_output=True,
-                timeout=self.command_timeout_s,
-                env=self._env(),
-                check=False,
-                text=not binary,
-            )
+            proc = self._exec(self._command(argv), binary=binary)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendUnavailable(f"{argv[0]}: {exc}") from exc
         if proc.returncode != 0:

@@ -10,21 +10,12 @@ from datetime import timedelta
 import pytest
 
 from policyversions.services import policy_apply
-from scheduler.backends import reset_backends
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, JobEvent
 from scheduler.snapshot import build_snapshot
 from scheduler.states import JobState
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fast_simulation(settings):
-    settings.SIMULATED_TIME_SCALE = 3600.0
-    reset_backends()
-    yield
-    reset_backends()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_simulation")]
 
 
 def test_a_grace_beyond_the_calendar_preempts_instead_of_failing_every_cycle(platform, submit):

@@ -27,15 +27,7 @@ from scheduler.loop.cycle import run_cycle
 from scheduler.models import Allocation, Job, JobEvent, SimulatedRun
 from scheduler.states import JobState
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fast_simulation(settings):
-    settings.SIMULATED_TIME_SCALE = 3600.0
-    reset_backends()
-    yield
-    reset_backends()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_simulation")]
 
 
 def _failure_reason(job: Job) -> str:
