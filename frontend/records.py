@@ -50,7 +50,12 @@ def job_record_json(request, job_id: int, attempt: int):
 def job_resubmit(request, job_id: int):
     """Submit a job that runs exactly what the posted attempt ran; go to the new job's page.
     Refusals (a viewer, a budget stop, a pending cap) come back as a message on this job."""
-    attempt = parse_id(request.POST.get("attempt") or "")
+    posted = request.POST.get("attempt") or ""
+    attempt = parse_id(posted)
+    if posted and attempt is None:
+        # Not "the latest attempt": that would run something the user did not pick.
+        messages.error(request, f"Not resubmitted: attempt {posted[:20]!r} is not a number.")
+        return redirect("job-detail", job_id=job_id)
     try:
         new_job = reproducibility.job_resubmit(user=request.user, job_id=job_id, attempt=attempt)
     except NotFound:

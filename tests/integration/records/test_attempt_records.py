@@ -201,3 +201,18 @@ def test_a_resubmission_whose_event_fails_writes_no_job(
         job_resubmit(user=platform["alice"], job_id=job.pk, attempt=1)
     assert list(Job.objects.values_list("pk", flat=True)) == [job.pk]
     assert JobEvent.objects.count() == events
+
+
+def test_the_portals_resubmit_of_an_attempt_that_is_no_number_resubmits_nothing(
+    platform, submit, client
+):
+    """It resubmitted the latest attempt, which the user had not picked."""
+    job = _run(platform, submit)
+    client.force_login(platform["alice"])
+    response = client.post(f"/jobs/{job.pk}/resubmit/", {"attempt": "1x"}, follow=True)
+    assert response.status_code == 200
+    assert "is not a number" in response.content.decode()
+    assert Job.objects.count() == 1
+    # Without an attempt, the latest is meant, as before.
+    assert client.post(f"/jobs/{job.pk}/resubmit/", {}).status_code == 302
+    assert Job.objects.count() == 2
