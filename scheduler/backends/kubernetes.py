@@ -86,9 +86,15 @@ def _retry_after(exc: BaseException) -> float | None:
     headers = getattr(exc, "headers", None) or {}
     try:
         value = headers.get("Retry-After")
-        return float(value) if value is not None else None
+        delay = float(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+    # Only delay-seconds (a non-negative number) is a usable answer: time.sleep refuses a
+    # negative or NaN delay with ValueError, which would escape the retry loop as an error that
+    # is not BackendUnavailable (and the loop fails the cluster's jobs one by one on those).
+    if delay is None or not math.isfinite(delay) or delay < 0:
+        return None
+    return delay
 
 
 class PodWatcher:

@@ -118,7 +118,7 @@ class Fault:
     path: re.Pattern[str]
     status: int  # 0 = drop without handling; -1 = handle, then drop the answer; -2 = callback
     remaining: int
-    retry_after: int | None = None
+    retry_after: int | str | None = None
     callback: Any = None
 
 
@@ -373,7 +373,7 @@ class FakeKubeApiServer:
         path_pattern: str,
         status: int,
         times: int = 1,
-        retry_after: int | None = None,
+        retry_after: int | str | None = None,
     ) -> None:
         """The next ``times`` matching requests get ``status`` (0 = connection dropped)."""
         with self.cond:

@@ -198,6 +198,15 @@ def test_429_honours_retry_after(server, harness):
     assert harness.sleeps == [2.0]
 
 
+@pytest.mark.parametrize("retry_after", ["-3", "nan"])
+def test_an_unusable_retry_after_falls_back_to_backoff(server, retry_after):
+    # The real time.sleep: it raises ValueError on a negative or NaN delay.
+    backend = KubernetesBackend({"host": server.url, "retry_base_s": 0.01})
+    server.fail("GET", r"^/api/v1/nodes$", 429, times=1, retry_after=retry_after)
+    assert len(backend.list_nodes()) == 3
+    assert len(server.requests_matching("GET", r"^/api/v1/nodes$")) == 2
+
+
 def test_persistent_outage_is_unavailable_after_the_configured_tries(server, harness):
     server.fail("GET", r"^/api/v1/nodes$", 500, times=100)
     with pytest.raises(BackendUnavailable, match="500"):
