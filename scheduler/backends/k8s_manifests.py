@@ -657,6 +657,18 @@ def _exit_code(pod: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _terminated_reason(pod: Mapping[str, Any]) -> str:
+    """The runtime's word for how the worker container ended, when it says more than the exit
+    code: ``OOMKilled`` (its memory limit), ``StartError``/``ContainerCannotRun`` (the command
+    could not be started). ``Error`` and ``Completed`` only restate the exit code."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term is not None and cs.get("name") == WORKER_CONTAINER:
+            reason = term.get("reason") or ""
+            return "" if reason in ("Error", "Completed") else str(reason)
+    return ""
+
+
 def _checkpointed_progress(pods: Sequence[Mapping[str, Any]]) -> float | None:
     """Seconds of work checkpointed, as workers report it in their termination message.
 
@@ -790,7 +802,10 @@ def run_status(
             if st.get("reason") == "DeadlineExceeded":
                 return status(BackendJobState.FAILED, "runtime limit exceeded", _exit_code(pod))
             code = _exit_code(pod)
-            why = st.get("reason") or (f"exit code {code}" if code is not None else "failed")
+            exited = f"exit code {code}" if code is not None else "failed"
+            container = _terminated_reason(pod)
+            # Exit code 137 alone does not tell the user their job ran out of memory.
+            why = st.get("reason") or (f"{container} ({exited})" if container else exited)
             return status(BackendJobState.FAILED, f"worker {index(pod)}: {why}", code)
         waiting = _waiting_reason(pod)
         if waiting in _PERMANENT_WAITING_REASONS:

@@ -153,6 +153,19 @@ def test_failed_worker_fails_the_run_with_its_exit_code():
     assert "worker 1" in status.reason
 
 
+def test_a_worker_killed_for_its_memory_says_so():
+    live = pods("Running", "Failed")
+    terminated(live[1], 137)["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = (
+        "OOMKilled"
+    )
+    status = state(live)
+    assert (status.state, status.exit_code) == (BackendJobState.FAILED, 137)
+    assert status.reason == "worker 1: OOMKilled (exit code 137)"
+    # The runtime's generic word adds nothing to the exit code.
+    live[1]["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "Error"
+    assert state(live).reason == "worker 1: exit code 137"
+
+
 def test_runtime_limit():
     live = pods("Failed", "Failed")
     live[0]["status"]["reason"] = "DeadlineExceeded"
