@@ -642,9 +642,10 @@ def node_from_k8s(
 
 
 def _quantity_int(value: Any) -> int:
-    # nvidia.com/gpu is always a whole count; anything else (e.g. "500m") is not a usable GPU.
+    # nvidia.com/gpu is always a whole count; anything else (e.g. "500m") is not a usable GPU,
+    # and neither is a negative count (it would read as a ready node, imported with 1 GPU).
     try:
-        return int(str(value))
+        return max(0, int(str(value)))
     except ValueError:
         return 0
 

@@ -75,6 +75,13 @@ def test_node_states():
     assert (cordoned.state, cordoned.reason) == ("drained", "cordoned outside gpuplatform")
 
 
+@pytest.mark.parametrize("gpus", ["-4", "500m", "eight", ""])
+def test_an_allocatable_that_is_not_a_gpu_count_is_a_down_node(gpus):
+    node = m.node_from_k8s(k8s_node(gpus=gpus), CFG)
+    assert (node.state, node.gpus) == ("down", 0)
+    assert node.reason == "no allocatable nvidia.com/gpu"
+
+
 def test_nodes_without_gpus_are_not_inventory():
     cpu = k8s_node(labels={})
     del cpu["metadata"]["labels"]["nvidia.com/gpu.product"]
