@@ -730,6 +730,15 @@ def _node_failure(
     return ""
 
 
+def _gang_size(annotations: Mapping[str, Any]) -> int:
+    # Anyone who may patch pods in the namespace can rewrite the annotation; a value that is not
+    # a count must not make the run's state (and the poll of the whole cluster) raise.
+    try:
+        return max(0, int(str(annotations.get(ANN_WORKERS) or 0)))
+    except ValueError:
+        return 0
+
+
 def _worker_order(pod: Mapping[str, Any]) -> tuple[int, str]:
     meta = pod.get("metadata") or {}
     index = (meta.get("labels") or {}).get(LABEL_WORKER_INDEX, "")
@@ -781,7 +790,7 @@ def run_status(
     annotations = [(p.get("metadata") or {}).get("annotations") or {} for p in everything]
     if any(a.get(ANN_CANCELLED) == "true" for a in annotations):
         return status(BackendJobState.CANCELLED, "cancelled by the platform")
-    workers = max(int(a.get(ANN_WORKERS, "0") or 0) for a in annotations) or len(everything)
+    workers = max(_gang_size(a) for a in annotations) or len(everything)
 
     def phase(p: Mapping[str, Any]) -> str:
         return (p.get("status") or {}).get("phase", "Pending")

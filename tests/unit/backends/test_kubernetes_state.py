@@ -147,6 +147,15 @@ def test_pending_until_every_worker_runs():
     assert state(pods("Succeeded", "Running")).state is BackendJobState.RUNNING
 
 
+@pytest.mark.parametrize("workers", ["two", "²", "-1"])
+def test_a_rewritten_gang_size_annotation_does_not_break_the_state(workers):
+    live = pods("Running", "Running")
+    live[0]["metadata"]["annotations"][m.ANN_WORKERS] = workers
+    assert state(live).state is BackendJobState.RUNNING
+    # The other worker's annotation still says two workers: one pod is not the whole gang.
+    assert state(live[1:]).state is BackendJobState.PENDING
+
+
 def test_all_succeeded_even_if_some_pods_are_already_gone():
     live, gone = pods("Succeeded", "Succeeded")
     assert state([live], [gone]).state is BackendJobState.SUCCEEDED
