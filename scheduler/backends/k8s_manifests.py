@@ -700,6 +700,34 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return ""
 
 
+def _node_disruption(pod: Mapping[str, Any]) -> str:
+    """Why the cluster took this pod off its node (a ``DisruptionTarget`` condition from the
+    taint manager, pod GC, kubelet or the eviction API), or ""."""
+    disruption = _condition(pod, "DisruptionTarget")
+    if (
+        disruption
+        and disruption.get("status") == "True"
+        and disruption.get("reason") in _NODE_DISRUPTION_REASONS
+    ):
+        return f"{disruption.get('reason')}: {disruption.get('message', '')}".strip(": ")
+    return ""
+
+
+def _succeeded(pod: Mapping[str, Any]) -> bool:
+    """The worker finished its work: phase Succeeded, and not because the cluster stopped it.
+
+    A workload obeys SIGTERM by checkpointing and exiting, usually with 0, so a pod evicted
+    (``kubectl drain``, a NoExecute taint) ends Succeeded although its work is not done. It
+    counts as done only if it finished before the disruption began."""
+    if (pod.get("status") or {}).get("phase") != "Succeeded":
+        return False
+    if not _node_disruption(pod):
+        return True
+    began = _parse_time((_condition(pod, "DisruptionTarget") or {}).get("lastTransitionTime"))
+    finished = _finished_at(pod)
+    return began is not None and finished is not None and finished < began
+
+
 def _node_failure(
     pod: Mapping[str, Any], nodes: Mapping[str, NodeHealth], now: datetime, grace_s: float
 ) -> str:
@@ -710,13 +738,9 @@ def _node_failure(
     # pod the default scheduler placed there); the run never started, so it is not its fault.
     if reason in _NODE_FAILURE_REASONS or reason.startswith("OutOf"):
         return f"{reason}: {status.get('message', '')}".strip(": ")
-    disruption = _condition(pod, "DisruptionTarget")
-    if (
-        disruption
-        and disruption.get("status") == "True"
-        and disruption.get("reason") in _NODE_DISRUPTION_REASONS
-    ):
-        return f"{disruption.get('reason')}: {disruption.get('message', '')}".strip(": ")
+    disruption = _node_disruption(pod)
+    if disruption:
+        return disruption
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
         return ""
@@ -798,10 +822,10 @@ def run_status(
     def index(p: Mapping[str, Any]) -> str:
         return ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_INDEX, "?")
 
-    succeeded = {index(p) for p in everything if phase(p) == "Succeeded"}
+    succeeded = {index(p) for p in everything if _succeeded(p)}
     if len(succeeded) >= workers:
         return status(BackendJobState.SUCCEEDED, exit_code=0)
-    unfinished = [p for p in everything if phase(p) != "Succeeded"]
+    unfinished = [p for p in everything if not _succeeded(p)]
     for pod in unfinished:
         why = _node_failure(pod, nodes, now, cfg.node_not_ready_grace_s)
         if why:

@@ -209,6 +209,45 @@ def test_pods_lost_to_their_node_are_node_failed(mutate):
     assert state(live).state is BackendJobState.NODE_FAILED
 
 
+def disrupted(pod, reason, at):
+    pod["status"].setdefault("conditions", []).append(
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "lastTransitionTime": at.isoformat(),
+        }
+    )
+    return pod
+
+
+def test_a_worker_that_exited_0_on_an_eviction_did_not_succeed():
+    # kubectl drain: the eviction API marks the pod, SIGTERM, the worker checkpoints and exits 0.
+    live = pods("Succeeded", "Running")
+    terminated(live[0], 0)["status"]["containerStatuses"][0]["state"]["terminated"].update(
+        finishedAt=NOW.isoformat(), message='{"checkpointed_progress_s": 1800}'
+    )
+    disrupted(live[0], "EvictionByEvictionAPI", NOW - timedelta(seconds=40))
+    status = state(live)
+    assert status.state is BackendJobState.NODE_FAILED
+    assert status.reason.startswith("worker 0: EvictionByEvictionAPI")
+    assert status.checkpointed_progress_s == 1800
+    # Both workers gone that way: still not done.
+    other = disrupted(copy.deepcopy(live[0]), "DeletionByTaintManager", NOW - timedelta(seconds=9))
+    other["metadata"] = live[1]["metadata"]
+    assert state([live[0]], [other]).state is BackendJobState.NODE_FAILED
+
+
+def test_a_worker_that_had_finished_before_a_disruption_succeeded():
+    live = pods("Succeeded", "Succeeded")
+    for pod in live:
+        terminated(pod, 0)["status"]["containerStatuses"][0]["state"]["terminated"][
+            "finishedAt"
+        ] = (NOW - timedelta(minutes=5)).isoformat()
+    disrupted(live[1], "EvictionByEvictionAPI", NOW)
+    assert state(live).state is BackendJobState.SUCCEEDED
+
+
 def test_node_gone_or_not_ready_past_the_grace_is_node_failed():
     live = pods("Running", "Running")
     assert state(live, nodes={"gpu-a": HEALTHY["gpu-a"]}).state is BackendJobState.NODE_FAILED
