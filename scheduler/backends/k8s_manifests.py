@@ -87,6 +87,9 @@ _NODE_FAILURE_REASONS = frozenset(
 _NODE_DISRUPTION_REASONS = frozenset(
     {"DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet", "EvictionByEvictionAPI"}
 )
+# The default scheduler preempts any lower-priority pod on a node, ours included, to place a
+# pod of higher priority: the cluster's scheduler stopped the run, not the job or the node.
+_SCHEDULER_PREEMPTION_REASON = "PreemptionByScheduler"
 # Waiting reasons that will not resolve by themselves: the run has failed even though the pod
 # still says Pending.
 _PERMANENT_WAITING_REASONS = frozenset(
@@ -700,17 +703,20 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return ""
 
 
-def _node_disruption(pod: Mapping[str, Any]) -> str:
-    """Why the cluster took this pod off its node (a ``DisruptionTarget`` condition from the
-    taint manager, pod GC, kubelet or the eviction API), or ""."""
+def _node_disruption(
+    pod: Mapping[str, Any], reasons: frozenset[str] = _NODE_DISRUPTION_REASONS
+) -> str:
+    """Why the cluster is taking this pod off its node (a ``DisruptionTarget`` condition with
+    one of ``reasons``: by default the taint manager's, pod GC's, kubelet's or the eviction
+    API's), or ""."""
     disruption = _condition(pod, "DisruptionTarget")
-    if (
-        disruption
-        and disruption.get("status") == "True"
-        and disruption.get("reason") in _NODE_DISRUPTION_REASONS
-    ):
+    if disruption and disruption.get("status") == "True" and disruption.get("reason") in reasons:
         return f"{disruption.get('reason')}: {disruption.get('message', '')}".strip(": ")
     return ""
+
+
+def _preempted(pod: Mapping[str, Any]) -> str:
+    return _node_disruption(pod, frozenset({_SCHEDULER_PREEMPTION_REASON}))
 
 
 def _succeeded(pod: Mapping[str, Any]) -> bool:
@@ -721,7 +727,7 @@ def _succeeded(pod: Mapping[str, Any]) -> bool:
     counts as done only if it finished before the disruption began."""
     if (pod.get("status") or {}).get("phase") != "Succeeded":
         return False
-    if not _node_disruption(pod):
+    if not _node_disruption(pod) and not _preempted(pod):
         return True
     began = _parse_time((_condition(pod, "DisruptionTarget") or {}).get("lastTransitionTime"))
     finished = _finished_at(pod)
@@ -784,8 +790,9 @@ def run_status(
     ``nodes`` the health of every node that exists. Precedence, first match wins:
     no pod at all -> UNKNOWN; a pod we cancelled -> CANCELLED; every worker Succeeded ->
     SUCCEEDED; a worker lost to its node (gone, NotReady, evicted, kubelet admission) ->
-    NODE_FAILED; a worker Failed or stuck on a permanent error -> FAILED; a worker pod deleted
-    behind our back -> FAILED; every worker Running (or done) -> RUNNING; else PENDING.
+    NODE_FAILED; a worker preempted by the default scheduler -> INTERRUPTED; a worker Failed or
+    stuck on a permanent error -> FAILED; a worker pod deleted behind our back -> FAILED; every
+    worker Running (or done) -> RUNNING; else PENDING.
     """
     now = now or datetime.now(UTC)
     ref = f"{cfg.namespace}/{backend_job_name(job_id, attempt)}"
@@ -830,6 +837,10 @@ def run_status(
         why = _node_failure(pod, nodes, now, cfg.node_not_ready_grace_s)
         if why:
             return status(BackendJobState.NODE_FAILED, f"worker {index(pod)}: {why}")
+    for pod in unfinished:
+        why = _preempted(pod)
+        if why:
+            return status(BackendJobState.INTERRUPTED, f"worker {index(pod)}: {why}")
     for pod in unfinished:
         st = pod.get("status") or {}
         if phase(pod) == "Failed":

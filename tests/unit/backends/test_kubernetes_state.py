@@ -238,6 +238,21 @@ def test_a_worker_that_exited_0_on_an_eviction_did_not_succeed():
     assert state([live[0]], [other]).state is BackendJobState.NODE_FAILED
 
 
+@pytest.mark.parametrize("phase,code", [("Failed", 143), ("Succeeded", 0)])
+def test_a_worker_preempted_by_the_default_scheduler_is_interrupted(phase, code):
+    # A higher-priority pod of another workload took the node: not the job's failure, not done.
+    live = pods("Running", phase)
+    terminated(live[1], code)["status"]["containerStatuses"][0]["state"]["terminated"][
+        "finishedAt"
+    ] = NOW.isoformat()
+    disrupted(live[1], "PreemptionByScheduler", NOW - timedelta(seconds=30))
+    # As the pod is last seen, and once it is gone.
+    for live_pods, deleted in ((live, []), (live[:1], live[1:])):
+        status = state(live_pods, deleted)
+        assert status.state is BackendJobState.INTERRUPTED
+        assert status.reason.startswith("worker 1: PreemptionByScheduler")
+
+
 def test_a_worker_that_had_finished_before_a_disruption_succeeded():
     live = pods("Succeeded", "Succeeded")
     for pod in live:
