@@ -633,11 +633,22 @@ def node_release(*, user, node_id: int) -> Node:
 def cluster_import_nodes(*, cluster) -> tuple[int, int]:
     """Create or update the cluster's nodes from its backend's inventory (GPU count and model,
     rack, NVLink domain, zone, fabric, spot). Nodes the backend no longer lists are left alone
-    (an admin removes them). Returns ``(created, updated)``. Idempotent."""
+    (an admin removes them). A node a Node row cannot hold (a name longer than the column, a GPU
+    count outside the model's bounds) is skipped with a warning, so one odd node does not stop
+    the others' import. Returns ``(created, updated)``. Idempotent."""
     seen = get_backend(cluster).list_nodes()
     created = updated = 0
+    name_limit = Node._meta.get_field("name").max_length or 0
     with transaction.atomic():
         for item in seen:
+            why = (
+                f"its name is longer than {name_limit} characters"
+                if len(item.name) > name_limit
+                else number_error(Node, "gpu_count", max(1, item.gpus))
+            )
+            if why:
+                log.warning("cluster %s: node %.200s not imported: %s", cluster, item.name, why)
+                continue
             model_name = item.gpu_model or "gpu"
             gpu_model, _ = GpuModel.objects.get_or_create(name=model_name)
             defaults = {

@@ -37,6 +37,25 @@ def kube(priorities, teams, settings):
         reset_backends()
 
 
+def test_import_skips_a_node_the_platform_cannot_hold_and_imports_the_others(db):
+    # A valid Kubernetes node name (a DNS subdomain, up to 253 characters) longer than the
+    # Node column, and a device plugin claiming more GPUs than a node may have.
+    long_name = "gpu-" + "a" * 60 + "." + "b" * 60 + ".rack-07.dc-west.example.internal"
+    with FakeKubeApiServer(watch_hold_s=0.05) as server:
+        server.add_node("gpu-a")
+        server.add_node(long_name)
+        server.add_node("gpu-huge", gpus=2**40)
+        reset_backends()
+        cluster = Cluster.objects.create(
+            name="kube", backend_kind="kubernetes", backend_config={"host": server.url}
+        )
+        try:
+            assert cluster_import_nodes(cluster=cluster) == (1, 0)
+        finally:
+            reset_backends()
+    assert list(cluster.nodes.values_list("name", "gpu_count")) == [("gpu-a", 8)]
+
+
 def env_of(server, pod: str) -> dict[str, str]:
     container = server.pods[(NS, pod)]["spec"]["containers"][0]
     return {e["name"]: e.get("value", "") for e in container["env"]}
