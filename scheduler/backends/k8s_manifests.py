@@ -22,7 +22,7 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,6 +95,8 @@ _SCHEDULER_PREEMPTION_REASON = "PreemptionByScheduler"
 _PERMANENT_WAITING_REASONS = frozenset(
     {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError"}
 )
+# A container waiting for a pull that failed and is retried with back-off.
+_FAILED_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -871,7 +873,14 @@ def run_status(
     waiting = next((w for w in map(_waiting_reason, pods) if w), "")
     unbound = sum(1 for p in pods if not (p.get("spec") or {}).get("nodeName"))
     reason = waiting or (f"{unbound} worker pods not bound yet" if unbound else "")
-    return status(BackendJobState.PENDING, reason)
+    pending = status(BackendJobState.PENDING, reason)
+    if waiting in _FAILED_PULL_REASONS:
+        # A pull in progress may take long (a large image) and is left alone; one that failed
+        # and is being retried (a wrong tag, a registry refusing us) would hold the run's GPUs,
+        # billed, for as long as nobody looks: the loop's grace for runs the cluster holds
+        # puts the job back in the queue instead.
+        return replace(pending, held_by_cluster=True)
+    return pending
 
 
 # --------------------------------------------------------------------------- finished runs

@@ -18,8 +18,8 @@ cluster may still keep the run waiting: a maintenance reservation its time limit
   when it was about the job or its account (a QOS limit), the job itself is not placed again for
   as long (``Job.retry_after``): placed at once, it would only hold GPUs through another grace.
 
-Only a run the backend says the cluster holds (``held_by_cluster``): a Kubernetes run is pending
-while its pods pull their image, and is left alone.
+Only a run the backend says the cluster holds (``held_by_cluster``): a Kubernetes run whose pods
+are pulling their image is left alone, one whose pull failed and is retried is held.
 
 Every write is conditional on the job still running the attempt that was polled, so a sync
 repeated after a crash changes nothing more.

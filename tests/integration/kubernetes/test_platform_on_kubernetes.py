@@ -120,3 +120,36 @@ def test_job_runs_as_pods_with_launcher_variables_logs_and_is_purged(
     run_cycle()
     job.refresh_from_db()
     assert (job.state, job.attempts) == ("succeeded", 1)
+
+
+def test_a_pull_that_keeps_failing_puts_the_job_back_in_the_queue_unbilled(
+    kube, alice, submit, settings
+):
+    """A wrong tag or a registry refusing the cluster leaves the pods in ImagePullBackOff. The
+    platform counted the run as running (GPUs held, billed) for as long as nobody looked; past
+    the grace for runs the cluster holds, the run is cancelled and the job requeued, not billed
+    and not placed again at once."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.SCHEDULER_BACKEND_PENDING_GRACE_SECONDS = 120
+    job_id = submit(alice, name="typo", gpus_per_worker=8, image="registry.example/tain:1").json()[
+        "id"
+    ]
+    run_cycle()
+    run = f"gp-{job_id}-a1"
+    kube.set_pod_phase(f"{run}-w0", "Pending", waiting_reason="ImagePullBackOff")
+    run_cycle()
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "running" and job.cluster_pending_since is not None
+    assert "ImagePullBackOff" in job.events.get(kind="held_pending").message
+    Job.objects.filter(pk=job_id).update(
+        cluster_pending_since=timezone.now() - timedelta(seconds=121)
+    )
+    run_cycle()
+    job.refresh_from_db()
+    requeue = job.events.get(kind="requeued")
+    assert requeue.data["never_ran"] is True and "ImagePullBackOff" in requeue.data["reason"]
+    assert (job.state, job.lost_gpu_seconds) == ("pending", 0.0)
+    assert job.retry_after is not None and job.retry_after > timezone.now()

@@ -294,6 +294,11 @@ def test_permanent_image_errors_fail_but_pull_backoff_waits():
         {"name": "worker", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
     ]
     assert (state(live).state, state(live).reason) == (BackendJobState.PENDING, "ImagePullBackOff")
+    # A pull that failed is the cluster holding the run (the loop's grace requeues it); a pull
+    # in progress is not.
+    assert state(live).held_by_cluster and not state(live).pending_on_nodes
+    live[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "ContainerCreating"
+    assert not state(live).held_by_cluster
     live[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] = "InvalidImageName"
     assert state(live).state is BackendJobState.FAILED
 
