@@ -195,3 +195,14 @@ def test_the_demo_has_a_past(sign_in):
     )
     assert points >= 24 * 7, points
     shot(page, "demo-cluster-history")
+
+
+def test_the_submit_form_with_checkpoint_advice_fits_a_phone(sign_in):
+    """The history's interruptions give alice advice rows: their table scrolls inside its box
+    instead of widening the page."""
+    phone = sign_in("alice", viewport={"width": 390, "height": 844})
+    page = phone.login()
+    page.goto("/jobs/new/")
+    page.wait_for_selector("#pool-advice table")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 1, f"the submit form overflows a phone screen by {overflow}px"
