@@ -326,11 +326,20 @@ def test_pages_fit_a_phone_and_work_with_the_keyboard(session_as):
         ("/jobs/", "jobs"),
         ("/jobs/new/", "submit"),
         ("/cluster/", "cluster"),
+        ("/teams/", "teams"),
+        ("/teams/team/vision/", "team"),
+        ("/teams/requests/", "quota-requests"),
     ]:
         page.goto(path)
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{path} overflows a phone screen by {overflow}px"
         shot(page, f"phone-{name}")
+    # The admin's pages carry the widest tables (weight forms in rows, the audit's details).
+    admin = session_as("admin", viewport={"width": 390, "height": 844}).login()
+    for path in ("/teams/manage/", "/teams/audit/"):
+        admin.goto(path)
+        overflow = admin.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{path} overflows a phone screen by {overflow}px"
 
     page.goto("/")
     page.keyboard.press("Tab")
