@@ -62,3 +62,13 @@ def test_a_member_has_no_policy_pages(session_as):
     ).to_have_count(0)
     response = page.goto("/policy/")
     assert response is not None and response.status == 404
+
+
+def test_the_policy_pages_fit_a_phone(session_as):
+    """The engine settings, priority classes and version history are wide tables: they scroll in
+    their own box, the page does not."""
+    page = session_as("admin", viewport={"width": 390, "height": 844}).login()
+    for path in ("/policy/", "/policy/whatif/", "/policy/versions/1/"):
+        page.goto(path)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{path} overflows a phone screen by {overflow}px"
