@@ -370,3 +370,14 @@ def test_no_job_of_another_team_leaks_into_any_page(platform):
         response = bob.get(path)
         assert b"alice-vision-secret" not in response.content, path
     assert Job.objects.get(pk=job.pk).state == "running"
+
+
+def test_job_list_says_when_a_pending_job_should_start_with_its_date_and_time_zone(platform):
+    """The job page shows the estimated start in UTC; the list showed a bare "est. start 09:30",
+    which reads as local time and hides that the start may be days away."""
+    from datetime import UTC, datetime
+
+    job = submit(platform["alice"])
+    Job.objects.filter(pk=job.pk).update(estimated_start=datetime(2031, 3, 4, 9, 30, tzinfo=UTC))
+    html = client_for(platform["alice"]).get("/jobs/").content.decode()
+    assert re.search(r"est\. start <time[^>]*>Mar 4, 09:30</time> UTC", html), html
