@@ -10,3 +10,20 @@ def fast_simulation(settings):
     reset_backends()
     yield
     reset_backends()
+
+
+def fill_with_best_effort(platform, submit, **extra) -> list[int]:
+    """Four preemptible best-effort jobs of nlp, eight GPUs each: the test cluster full, so a
+    production job must preempt one. Returns their ids."""
+    return [
+        submit(
+            platform["bob"],
+            team="nlp",
+            name=f"low-{i}",
+            gpus_per_worker=8,
+            priority_class="best-effort",
+            preemptible=True,
+            **extra,
+        ).json()["id"]
+        for i in range(4)
+    ]

@@ -14,6 +14,7 @@ from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, JobEvent
 from scheduler.snapshot import build_snapshot
 from scheduler.states import JobState
+from tests.integration.loop.conftest import fill_with_best_effort
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_simulation")]
 
@@ -23,17 +24,7 @@ def test_a_grace_beyond_the_calendar_preempts_instead_of_failing_every_cycle(pla
     policy_apply(
         user=platform["admin"], reason="no forced stops", engine_config={"preemption_grace_s": 1e12}
     )
-    low = [
-        submit(
-            platform["bob"],
-            team="nlp",
-            name=f"low-{i}",
-            gpus_per_worker=8,
-            priority_class="best-effort",
-            preemptible=True,
-        ).json()["id"]
-        for i in range(4)
-    ]
+    low = fill_with_best_effort(platform, submit)
     assert run_cycle().ran
     high = submit(
         platform["alice"], name="urgent", gpus_per_worker=8, priority_class="production"

@@ -26,6 +26,7 @@ from scheduler.backends import reset_backends
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Allocation, Job, JobEvent, SimulatedRun
 from scheduler.states import JobState
+from tests.integration.loop.conftest import fill_with_best_effort
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_simulation")]
 
@@ -210,16 +211,8 @@ def test_a_victim_on_a_cluster_without_a_backend_waits_and_the_cycle_goes_on(pla
     stopped and the job that needs its GPUs starts."""
     from scheduler.models import Cluster
 
-    for i in range(4):
-        submit(
-            platform["bob"],
-            team="nlp",
-            name=f"low-{i}",
-            gpus_per_worker=8,
-            priority_class="best-effort",
-            preemptible=True,
-            simulated_duration_s=1_000_000,  # none ends by itself during the test
-        )
+    # none ends by itself during the test
+    fill_with_best_effort(platform, submit, simulated_duration_s=1_000_000)
     assert run_cycle().ran
     high = submit(
         platform["alice"], name="urgent", gpus_per_worker=8, priority_class="production"
