@@ -546,25 +546,37 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
 
 
 SQUEUE_LIVE_FORMAT = "%i|%j|%T"
+# The same and the owner's uid: which account a run belongs to (team_accounts).
+SQUEUE_OWNED_FORMAT = "%i|%j|%T|%U"
 
 
-def parse_squeue_live(text: str) -> list[SlurmJob]:
-    """Jobs from ``squeue --noheader --format=%i|%j|%T`` (id, full name, state).
+def parse_squeue_live(text: str, *, with_user_id: bool = False) -> list[SlurmJob]:
+    """Jobs from ``squeue --noheader --format=%i|%j|%T`` (id, full name, state), or with
+    ``with_user_id`` from :data:`SQUEUE_OWNED_FORMAT` (and the owner's uid last).
 
     Without ``--states`` squeue lists only jobs that are not finished. Unlike ``--json`` in
-    22.05, this form honours ``--partition``, and it is far smaller on a busy cluster. A name may
-    itself contain ``|``: the id is the first field and the state the last.
+    22.05, this form honours ``--partition``, ``--users`` and ``--name``, and it is far smaller on
+    a busy cluster. A name may itself contain ``|``: the id is the first field, then the name,
+    the other fields are the last ones.
     """
     jobs = []
     for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
-        job_id, sep, rest = line.partition("|")
+        fields, user_id = line, None
+        if with_user_id:
+            fields, sep0, uid = line.rpartition("|")
+            if not (sep0 and uid.strip().isdigit()):
+                raise SlurmQueryError(f"squeue printed an unexpected line: {line[:200]!r}")
+            user_id = int(uid)
+        job_id, sep, rest = fields.partition("|")
         name, sep2, state = rest.rpartition("|")
         if not (sep and sep2 and job_id and state):
             raise SlurmQueryError(f"squeue printed an unexpected line: {line[:200]!r}")
-        jobs.append(SlurmJob(job_id=job_id, name=name, state=state.strip().upper()))
+        jobs.append(
+            SlurmJob(job_id=job_id, name=name, state=state.strip().upper(), user_id=user_id)
+        )
     return jobs
 
 

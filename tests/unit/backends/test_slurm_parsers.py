@@ -35,6 +35,7 @@ from scheduler.backends.slurm_nodes import (
 )
 from scheduler.backends.slurm_parsers import (
     SQUEUE_LIVE_FORMAT,
+    SQUEUE_OWNED_FORMAT,
     ErrorKind,
     SlurmFormatError,
     SlurmJob,
@@ -199,6 +200,21 @@ def test_squeue_live_lists_unfinished_jobs_with_full_names(version):
     ]
     assert SQUEUE_LIVE_FORMAT == "%i|%j|%T"
     assert parse_squeue_live("") == []
+
+
+@pytest.mark.parametrize("captured_on", ["22.05", "24.11"])
+def test_squeue_owned_reads_each_jobs_owner_uid(captured_on):
+    # `squeue --noheader --format=%i|%j|%T|%U`, one job of root and one of a team account
+    # whose name holds the separator (captured by hand: the text format is the same on both).
+    jobs = parse_squeue_live(fixture("squeue_owned.txt", captured_on), with_user_id=True)
+    assert sorted((j.name, j.state, j.user_id) for j in jobs) == [
+        ("gp-owned-a1", "PENDING", 0),
+        ("weird|name with space", "PENDING", 999),
+    ]
+    assert all(j.job_id.isdigit() for j in jobs)
+    assert SQUEUE_OWNED_FORMAT == "%i|%j|%T|%U"
+    with pytest.raises(SlurmQueryError, match="unexpected line"):
+        parse_squeue_live("6|gp-x-a1|RUNNING\n", with_user_id=True)
 
 
 def test_squeue_live_refuses_a_line_it_cannot_read():
