@@ -12,8 +12,12 @@ host's filesystem.
 
 Guarantees (on top of :mod:`scheduler.backends.base`):
 - Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``
-  that the account running the commands owns (another user's job of that name is not ours: it is
-  never adopted, reported or cancelled).
+  that the account running the commands owns, or, with ``team_accounts``, one of the team
+  accounts (another user's job of that name is not ours: it is never adopted, reported or
+  cancelled).
+- With ``team_accounts`` a team's run is submitted, signalled and cancelled as the team's own
+  account and its files are private to that account; a team without one is refused, never run
+  as the service account.
   ``submit`` first looks that name up (squeue, then accounting) and returns the existing Slurm job
   id; ``cancel`` / ``checkpoint`` act by name, so a missing or finished run is a quiet no-op;
   draining a drained node or resuming a node in service succeeds.
@@ -42,7 +46,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import pwd
 import random
+import re
 import shlex
 import subprocess
 import time
@@ -72,6 +78,7 @@ from scheduler.backends.slurm_nodes import (
 )
 from scheduler.backends.slurm_parsers import (
     SQUEUE_LIVE_FORMAT,
+    SQUEUE_OWNED_FORMAT,
     ErrorKind,
     SlurmJob,
     SlurmQueryError,
@@ -122,8 +129,16 @@ _CONFIG_KEYS = frozenset(
         "checkpoint_min_interval_s",
         "dry_run",
         "run_namespace",
+        "team_accounts",
+        "team_command_prefix",
     }
 )
+
+# A Unix account name as useradd takes it, and nothing a shell or sudo would read as syntax:
+# the name goes into a command prefix and into directory names.
+_ACCOUNT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_ACCOUNT_PLACEHOLDER = "{account}"
+DEFAULT_TEAM_COMMAND_PREFIX = ("sudo", "-n", "-u", _ACCOUNT_PLACEHOLDER)
 
 
 def _prefix(cfg: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -134,6 +149,49 @@ def _prefix(cfg: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple
     if isinstance(prefix, str) or not all(isinstance(a, str) and a for a in prefix):
         raise ValueError(f"{key} must be a list of arguments, e.g. ['ssh', 'login1']")
     return tuple(prefix)
+
+
+def _team_accounts(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``team_accounts``: team slug -> the Unix account its jobs run as."""
+    accounts = cfg.get("team_accounts")
+    if accounts is None:
+        return {}
+    if not isinstance(accounts, Mapping):
+        raise ValueError(
+            "team_accounts must be a mapping of team slug to Unix account, "
+            "e.g. {'vision': 'gp-vision'}"
+        )
+    out = {}
+    for team, account in accounts.items():
+        if not isinstance(team, str) or not team:
+            raise ValueError(f"team_accounts: {team!r} is not a team slug")
+        if not isinstance(account, str) or not _ACCOUNT_NAME.fullmatch(account):
+            raise ValueError(
+                f"team_accounts[{team!r}]: {account!r} is not a Unix account name (a letter or "
+                "'_', then letters, digits, '.', '_' or '-'; at most 32 characters)"
+            )
+        out[team] = account
+    return out
+
+
+def _team_command_prefix(cfg: Mapping[str, Any], enabled: bool) -> tuple[str, ...]:
+    """``team_command_prefix``: how a command reaches a team's account."""
+    if cfg.get("team_command_prefix") is None:
+        return DEFAULT_TEAM_COMMAND_PREFIX if enabled else ()
+    if not enabled:
+        raise ValueError("team_command_prefix is set but team_accounts is not: set both")
+    prefix = _prefix(cfg, "team_command_prefix", ())
+    if not any(_ACCOUNT_PLACEHOLDER in arg for arg in prefix):
+        # Without the placeholder every team's commands would run as one account.
+        raise ValueError(
+            f"team_command_prefix must name the account as {_ACCOUNT_PLACEHOLDER}, "
+            "e.g. ['sudo', '-n', '-u', '{account}']"
+        )
+    return prefix
+
+
+def _is_ssh(program: str) -> bool:
+    return os.path.basename(program) == "ssh"
 
 
 class SlurmBackend:
@@ -168,6 +226,13 @@ class SlurmBackend:
     - ``checkpoint_min_interval_s`` (60): a run asked to checkpoint less than this long ago is
       not asked again.
     - ``dry_run``: log cluster-changing commands instead of running them.
+    - ``team_accounts``: team slug -> Unix account. When set, a team's runs are submitted,
+      signalled, cancelled and their files read as its account, through
+      ``team_command_prefix`` (default ``["sudo", "-n", "-u", "{account}"]``, put after
+      ``command_prefix``); their files live in ``<job_workdir>/<account>`` and
+      ``<log_dir>/<account>``, mode 0700. A team without an account is refused
+      (``BackendRejected``), never run as the service account. The runs the platform counts as
+      its own are those of these accounts and of the service account.
     """
 
     kind = "slurm"
@@ -207,10 +272,16 @@ class SlurmBackend:
         self.backoff_max_s = float(cfg.get("backoff_max_s", 4))
         self.dry_run = bool(cfg.get("dry_run", False))
         self.checkpoint_min_interval_s = float(cfg.get("checkpoint_min_interval_s", 60))
+        self.team_accounts = _team_accounts(cfg)
+        self.team_command_prefix = _team_command_prefix(cfg, bool(self.team_accounts))
         self._sleep = sleep
         self._accounting_mode: str | None = None if self.accounting == "auto" else self.accounting
         self._version: str | None = None
         self._uid: int | None = None
+        self._account_uids: dict[str, int] | None = None
+        # Run name -> the team account that owns it (None: the service account). A Slurm job's
+        # owner never changes; remembered so reading a log does not query Slurm each time.
+        self._run_accounts: dict[str, str | None] = {}
 
     # -----------------------------------------------------------------------------------------
     # Running commands
@@ -222,22 +293,33 @@ class SlurmBackend:
             env["SLURM_CONF"] = self.slurm_conf
         return env
 
-    def _command(self, argv: list[str], *, node_change: bool = False) -> list[str]:
+    def _command(
+        self, argv: list[str], *, node_change: bool = False, account: str | None = None
+    ) -> list[str]:
         """The argument list to execute: ``bin_dir`` (for Slurm's own commands) and
-        ``command_prefix`` (``node_command_prefix`` for a node change) applied."""
+        ``command_prefix`` (``node_command_prefix`` for a node change) applied, then, for a
+        team ``account``, ``team_command_prefix``."""
         program = argv[0]
         if self.bin_dir and program in _SLURM_COMMANDS:
             program = os.path.join(self.bin_dir, program)
         command = [program, *argv[1:]]
-        prefix = self.node_command_prefix if node_change else self.command_prefix
-        if not prefix:
+        outer = self.node_command_prefix if node_change else self.command_prefix
+        inner = (
+            tuple(a.replace(_ACCOUNT_PLACEHOLDER, account) for a in self.team_command_prefix)
+            if account
+            else ()
+        )
+        if not outer and not inner:
             return command
+        # sudo and ssh do not pass this process's environment on: the settings travel as env.
         settings = ["LC_ALL=C"] + ([f"SLURM_CONF={self.slurm_conf}"] if self.slurm_conf else [])
-        remote = ["env", *settings, *command]
-        if os.path.basename(prefix[0]) == "ssh":
-            # ssh joins its arguments into one line for the remote shell: quote each one.
-            remote = [shlex.quote(arg) for arg in remote]
-        return [*prefix, *remote]
+        tail = ["env", *settings, *command]
+        # ssh joins its arguments into one line for the remote shell: quote each one after it.
+        if outer and _is_ssh(outer[0]):
+            return [*outer, *(shlex.quote(arg) for arg in [*inner, *tail])]
+        if inner and _is_ssh(inner[0]):
+            return [*outer, *inner, *(shlex.quote(arg) for arg in tail)]
+        return [*outer, *inner, *tail]
 
     def _backoff(self, try_no: int) -> None:
         # Full jitter: spreads retries of many callers after a shared outage.
@@ -268,6 +350,7 @@ class SlurmBackend:
         already_done_ok: bool = False,
         retry: bool = True,
         node_change: bool = False,
+        account: str | None = None,
     ) -> T | str:
         """Run one Slurm command; return its stdout (or ``parse(stdout)``).
 
@@ -280,7 +363,7 @@ class SlurmBackend:
             if stdin:
                 logger.info("slurm dry-run stdin:\n%s", stdin)
             return ""
-        command = self._command(argv, node_change=node_change)
+        command = self._command(argv, node_change=node_change, account=account)
         tries = self.tries if retry else 1
         problem = ""
         for try_no in range(1, tries + 1):
@@ -334,18 +417,71 @@ class SlurmBackend:
                 self._uid = int(proc.stdout.strip())
         return self._uid
 
+    def _team_account_uids(self) -> dict[str, int]:
+        """The uid of each ``team_accounts`` account where the commands run (through
+        ``command_prefix``), in one ``getent``. An account that does not exist there is left
+        out (logged; none of its jobs can exist) and asked about again next time."""
+        if self._account_uids is not None:
+            return self._account_uids
+        names = sorted(set(self.team_accounts.values()))
+        uids: dict[str, int] = {}
+        if not self.command_prefix:
+            for name in names:
+                try:
+                    uids[name] = pwd.getpwnam(name).pw_uid
+                except KeyError:
+                    continue
+        elif names:
+            try:
+                proc = self._exec(self._command(["getent", "passwd", *names]))
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise BackendUnavailable(f"getent passwd: {exc}") from exc
+            if proc.returncode not in (0, 2):  # 2: some name not found
+                raise BackendUnavailable(f"getent passwd: {proc.stderr.strip() or proc.returncode}")
+            for line in proc.stdout.splitlines():
+                fields = line.split(":")
+                if len(fields) > 2 and fields[0] in names and fields[2].isdigit():
+                    uids[fields[0]] = int(fields[2])
+        missing = sorted(set(names) - set(uids))
+        if missing:
+            logger.warning("slurm: team accounts %s do not exist where commands run", missing)
+        else:
+            self._account_uids = uids
+        return uids
+
+    def _our_uids(self) -> set[int]:
+        """The owners whose jobs are the platform's: the service account, and every team
+        account of ``team_accounts``."""
+        return {self._own_uid(), *self._team_account_uids().values()}
+
+    def _account_of(self, job: SlurmJob) -> str | None:
+        """The team account that owns ``job``; None for the service account's own runs (those
+        submitted before ``team_accounts`` was set), which are acted on as before."""
+        if job.user_id is None:
+            return None
+        for account, uid in self._team_account_uids().items():
+            if uid == job.user_id and uid != self._own_uid():
+                return account
+        return None
+
+    def _owner_filter(self) -> list[str]:
+        """squeue's / sacct's filter for the owners of our runs."""
+        if not self.team_accounts:
+            return ["--me"]
+        return ["--user=" + ",".join(str(uid) for uid in sorted(self._our_uids()))]
+
     def _ours(self, jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
-        """The jobs of ``jobs`` the platform's account owns. On a shared cluster anyone may
+        """The jobs of ``jobs`` the platform's accounts own. On a shared cluster anyone may
         name a job ``gp-<id>-a<n>``; taken for our run it would be adopted by ``submit``,
         reported as our job's state, and cancelled by the stale-run sweep."""
-        mine = self._own_uid()
-        return [job for job in jobs if job.user_id is None or job.user_id == mine]
+        mine = self._our_uids()
+        return [job for job in jobs if job.user_id is None or job.user_id in mine]
 
     def _squeue(self) -> list[SlurmJob]:
         # One call answers for every run we track. --states=all: 23.02 and later honour squeue's
         # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter
-        # (--me too, so the owner is checked on each job as well).
-        argv = ["squeue", "--json", "--states=all", "--me"]
+        # (--me / --user too, so the owner is checked on each job as well).
+        argv = ["squeue", "--json", "--states=all", *self._owner_filter()]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_json)  # type: ignore[assignment]
@@ -354,6 +490,9 @@ class SlurmBackend:
     def _accounting_jobs(self, names: list[str]) -> list[SlurmJob]:
         """Finished jobs from accounting (sacct, or the jobcomp file via ``sacct -c``)."""
         base = ["sacct", "-X", "-P", "-n", "-o", _SACCT_FORMAT, "-S", self.sacct_since]
+        if self.team_accounts:
+            # sacct shows its caller's jobs alone unless told whose.
+            base += self._owner_filter()
         if len(names) <= 50:
             base.append("--name=" + ",".join(names))
         modes = [self._accounting_mode] if self._accounting_mode else ["sacct", "jobcomp"]
@@ -404,32 +543,39 @@ class SlurmBackend:
     # The Backend protocol
 
     def submit(self, spec: BackendJobSpec) -> str:
-        """Start ``spec`` on exactly its nodes; return the Slurm job id (existing one if known)."""
+        """Start ``spec`` on exactly its nodes; return the Slurm job id (existing one if known).
+        With ``team_accounts`` the run is submitted as its team's account, into that account's
+        private directories; a team without an account is refused before anything runs."""
         name = spec.backend_name
+        account = self._submit_account(spec.team)
         try:
             argv = build_sbatch_argv(
                 spec,
-                log_path=self._log_path(name),
-                workdir=self.job_workdir,
+                log_path=self._log_path(name, account),
+                workdir=self._job_dir(account),
                 partition=self.partition,
                 account=self.account,
                 extra_args=self.extra_sbatch_args,
             )
             script = build_job_script(
                 spec,
-                checkpoint_request_path=self._checkpoint_request_path(name),
-                progress_path=self._progress_path(name),
+                checkpoint_request_path=self._checkpoint_request_path(name, account),
+                progress_path=self._progress_path(name, account),
                 container_option=self.container_option,
             )
         except ValueError as exc:
             raise BackendRejected(str(exc)) from exc
+        prepared = False
         for try_no in range(1, self.tries + 1):
             existing = self._find_runs([name]).get(name)
             if existing is not None:
                 logger.info("slurm: %s already submitted as job %s", name, existing.job_id)
                 return existing.job_id
             try:
-                out = self._run(argv, stdin=script, retry=False)
+                if account and not prepared:
+                    self._prepare_account_dirs(account)
+                    prepared = True
+                out = self._run(argv, stdin=script, retry=False, account=account)
             except BackendUnavailable:
                 if try_no == self.tries:
                     raise
@@ -444,8 +590,44 @@ class SlurmBackend:
                 # looks the name up before submitting again.
                 raise BackendUnavailable(str(exc)) from exc
             logger.info("slurm: submitted %s as job %s on %s", name, job_id, list(spec.placement))
+            self._run_accounts[name] = account
             return job_id
         raise BackendUnavailable("Slurm unavailable")  # not reached: the loop raises or returns
+
+    def _submit_account(self, team: str) -> str | None:
+        """The account ``team``'s runs are submitted as: None (the service account) without
+        ``team_accounts``; with it, the team's own, or a refusal. Refused rather than held: the
+        job cannot run here until an admin maps the team, and failing it says so at once,
+        where a held job would sit on its place in the queue with no end."""
+        if not self.team_accounts:
+            return None
+        account = self.team_accounts.get(team)
+        if account is None:
+            raise BackendRejected(
+                f"team {team!r} has no Unix account on this cluster (the Slurm backend's "
+                "team_accounts); its jobs are not run as the platform's service account"
+            )
+        return account
+
+    def _prepare_account_dirs(self, account: str) -> None:
+        """Create ``account``'s job and log directories as ``account``, mode 0700, so no other
+        team's account can read or write its runs' files. ``install -d`` also sets the mode of a
+        directory that exists, and fails on one the account does not own (another account made
+        it first, to read what lands there): a refusal, and nothing is submitted."""
+        dirs = list(dict.fromkeys([self._job_dir(account), self._log_dir(account)]))
+        argv = ["install", "-d", "-m", "0700", *dirs]
+        if self.dry_run:
+            logger.info("slurm dry-run: as %s: %s", account, argv)
+            return
+        try:
+            proc = self._exec(self._command(argv, account=account))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendUnavailable(f"install -d as {account}: {exc}") from exc
+        if proc.returncode != 0:
+            raise BackendRejected(
+                f"cannot prepare the directories {dirs} as {account}: "
+                f"{proc.stderr.strip() or proc.returncode}"
+            )
 
     def run_provenance(self, spec: BackendJobSpec) -> dict[str, Any]:
         """What this cluster can say about what ``spec``'s run executes (its reproducibility
@@ -455,10 +637,11 @@ class SlurmBackend:
         sha256 of the exact batch script submitted (command, exported environment, srun line)
         and the Slurm version."""
         name = spec.backend_name
+        account = self.team_accounts.get(spec.team)
         script = build_job_script(
             spec,
-            checkpoint_request_path=self._checkpoint_request_path(name),
-            progress_path=self._progress_path(name),
+            checkpoint_request_path=self._checkpoint_request_path(name, account),
+            progress_path=self._progress_path(name, account),
             container_option=self.container_option,
         )
         if self._version is None:
@@ -489,12 +672,33 @@ class SlurmBackend:
 
     def cancel(self, job_id: str, attempt: int) -> None:
         """Cancel the run (pending, running or requeued); no run, or a finished one, is fine."""
+        if self.team_accounts:
+            # As the account that owns it: a team account may cancel its own jobs alone, and
+            # the service account needs no Slurm privilege over the teams'.
+            for job in self._unfinished_runs(backend_job_name(job_id, attempt)):
+                if job.state != "COMPLETING":
+                    account = self._account_of(job)
+                    self._run(["scancel", job.job_id], already_done_ok=True, account=account)
+            return
         # --me: with Slurm's Admin level (for drains) scancel --name would also stop another
         # user's job that happens to carry the run's name.
         argv = ["scancel", "--me", f"--name={backend_job_name(job_id, attempt)}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         self._run(argv, already_done_ok=True)
+
+    def _unfinished_runs(self, name: str) -> list[SlurmJob]:
+        """The unfinished Slurm jobs named ``name`` that our accounts own, each with its
+        owner's uid (one light squeue)."""
+        argv = ["squeue", "--noheader", *self._owner_filter(), f"--name={name}"]
+        argv.append(f"--format={SQUEUE_OWNED_FORMAT}")
+        if self.partition:
+            argv.append(f"--partition={self.partition}")
+        jobs: list[SlurmJob] = self._run(  # type: ignore[assignment]
+            argv, parse=lambda text: parse_squeue_live(text, with_user_id=True)
+        )
+        mine = self._our_uids()
+        return [job for job in jobs if job.name == name and job.user_id in mine]
 
     def checkpoint(self, job_id: str, attempt: int) -> None:
         """Send USR1 to the run's batch script, which records the request (touches
@@ -503,6 +707,17 @@ class SlurmBackend:
         (by that file's time) is not asked again, so a caller repeating the request every cycle
         of a preemption grace does not make the job checkpoint over and over."""
         name = backend_job_name(job_id, attempt)
+        if self.team_accounts:
+            for job in self._unfinished_runs(name):
+                if job.state != "RUNNING":
+                    continue
+                account = self._account_of(job)
+                asked = self._file_mtime(self._checkpoint_request_path(name, account), account)
+                if asked is not None and time.time() - asked < self.checkpoint_min_interval_s:
+                    continue
+                argv = ["scancel", "--batch", "--signal=USR1", job.job_id]
+                self._run(argv, already_done_ok=True, account=account)
+            return
         asked = self._file_mtime(self._checkpoint_request_path(name))
         if asked is not None and time.time() - asked < self.checkpoint_min_interval_s:
             return
@@ -584,7 +799,14 @@ class SlurmBackend:
         if not runs:
             return []
         found = self._find_runs(backend_job_name(j, a) for j, a in runs)
-        saved = self._read_progress_files(sorted(found))
+        by_account: dict[str | None, list[str]] = {}
+        for name in sorted(found):
+            account = self._account_of(found[name]) if self.team_accounts else None
+            self._remember_account(name, account)
+            by_account.setdefault(account, []).append(name)
+        saved: dict[str, float] = {}
+        for account, names in by_account.items():
+            saved.update(self._read_progress_files(names, account))
         out = []
         for job_id, attempt in runs:
             job = found.get(backend_job_name(job_id, attempt))
@@ -610,7 +832,7 @@ class SlurmBackend:
     def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
         """Our runs Slurm has not finished (of ``partition`` when set), from one light
         ``squeue``. COMPLETING runs are left out: they are already ending."""
-        argv = ["squeue", "--noheader", "--me", f"--format={SQUEUE_LIVE_FORMAT}"]
+        argv = ["squeue", "--noheader", *self._owner_filter(), f"--format={SQUEUE_LIVE_FORMAT}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_live)  # type: ignore[assignment]
@@ -626,12 +848,29 @@ class SlurmBackend:
     # -----------------------------------------------------------------------------------------
     # Job files: through the command prefix when there is one, else on this host
 
-    def _read_progress_files(self, names: list[str]) -> dict[str, float]:
-        """Checkpointed seconds each run reported in ``<job_workdir>/<run>.progress`` (runs
-        without a readable file are left out). Best effort: a failed read means no news."""
-        paths = {self._progress_path(name): name for name in names}
+    def _remember_account(self, name: str, account: str | None) -> None:
+        if len(self._run_accounts) >= 10000:  # a long-lived worker: keep it bounded
+            self._run_accounts.clear()
+        self._run_accounts[name] = account
+
+    def _run_account(self, name: str) -> str | None:
+        """The team account that owns run ``name`` (None: the service account, or not found)."""
+        if not self.team_accounts:
+            return None
+        if name not in self._run_accounts:
+            job = self._find_runs([name]).get(name)
+            if job is None:
+                return None
+            self._remember_account(name, self._account_of(job))
+        return self._run_accounts[name]
+
+    def _read_progress_files(self, names: list[str], account: str | None) -> dict[str, float]:
+        """Checkpointed seconds each run reported in its ``.progress`` file (runs without a
+        readable file are left out), read as ``account``. Best effort: a failed read means no
+        news."""
+        paths = {self._progress_path(name, account): name for name in names}
         texts: dict[str, str] = {}
-        if not self.command_prefix:
+        if self._reads_locally(account):
             for path in paths:
                 try:
                     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -640,7 +879,7 @@ class SlurmBackend:
                     continue
         elif paths:
             # One command for all of them: grep prints "path:line" for each line of each file.
-            command = self._command(["grep", "-s", "-H", "-e", "", "--", *paths])
+            command = self._command(["grep", "-s", "-H", "-e", "", "--", *paths], account=account)
             try:
                 proc = self._exec(command)
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -661,58 +900,73 @@ class SlurmBackend:
                 out[paths[path]] = value
         return out
 
-    def _checkpoint_request_path(self, name: str) -> str:
-        return os.path.join(self.job_workdir, f"{name}.checkpoint-request")
+    def _reads_locally(self, account: str | None) -> bool:
+        """Job files are read on this host only without any prefix: a team account's private
+        directory is readable through its ``team_command_prefix`` alone."""
+        return not self.command_prefix and account is None
 
-    def _file_mtime(self, path: str) -> float | None:
+    def _job_dir(self, account: str | None) -> str:
+        return os.path.join(self.job_workdir, account) if account else self.job_workdir
+
+    def _log_dir(self, account: str | None) -> str:
+        return os.path.join(self.log_dir, account) if account else self.log_dir
+
+    def _checkpoint_request_path(self, name: str, account: str | None = None) -> str:
+        return os.path.join(self._job_dir(account), f"{name}.checkpoint-request")
+
+    def _file_mtime(self, path: str, account: str | None = None) -> float | None:
         """Modification time (epoch seconds) of a job file, None when missing or unreadable."""
         try:
-            if not self.command_prefix:
+            if self._reads_locally(account):
                 return os.stat(path).st_mtime
-            return float(self._file_command(["stat", "-L", "-c", "%Y", path]).stdout.strip())
+            proc = self._file_command(["stat", "-L", "-c", "%Y", path], account=account)
+            return float(proc.stdout.strip())
         except (OSError, ValueError, BackendUnavailable):
             return None
 
-    def _progress_path(self, name: str) -> str:
-        return os.path.join(self.job_workdir, f"{name}.progress")
+    def _progress_path(self, name: str, account: str | None = None) -> str:
+        return os.path.join(self._job_dir(account), f"{name}.progress")
 
     def read_log(
         self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
         """The run's output file ``<log_dir>/<run>.out`` (all workers' output, as Slurm writes
         it), by byte offset. A file not written yet is an empty chunk."""
-        path = self._log_path(backend_job_name(job_id, attempt))
+        name = backend_job_name(job_id, attempt)
+        account = self._run_account(name)
+        path = self._log_path(name, account)
         limit = max(1, int(limit_bytes))
         try:
-            size = None if cursor is not None else self._file_size(path)
+            size = None if cursor is not None else self._file_size(path, account)
             start, truncated = byte_window(size, cursor, limit)
-            data = self._read_bytes(path, start, limit)
+            data = self._read_bytes(path, start, limit, account)
         except FileNotFoundError:
             return LogChunk(text="", cursor=cursor or "0")
         except ValueError as exc:
             raise BackendRejected(str(exc)) from exc
         return byte_chunk(data, start, limit=limit, tail=cursor is None, truncated=truncated)
 
-    def _file_size(self, path: str) -> int:
-        if not self.command_prefix:
+    def _file_size(self, path: str, account: str | None) -> int:
+        if self._reads_locally(account):
             return os.stat(path).st_size
-        proc = self._file_command(["stat", "-L", "-c", "%s", path])
+        proc = self._file_command(["stat", "-L", "-c", "%s", path], account=account)
         return int(proc.stdout.strip() or 0)
 
-    def _read_bytes(self, path: str, start: int, limit: int) -> bytes:
-        if not self.command_prefix:
+    def _read_bytes(self, path: str, start: int, limit: int, account: str | None) -> bytes:
+        if self._reads_locally(account):
             with open(path, "rb") as fh:
                 fh.seek(start)
                 return fh.read(limit)
         argv = ["dd", f"if={path}", "iflag=skip_bytes,count_bytes", f"skip={start}"]
         argv += [f"count={limit}", "bs=65536", "status=none"]
-        return self._file_command(argv, binary=True).stdout
+        return self._file_command(argv, binary=True, account=account).stdout
 
-    def _file_command(self, argv: list[str], *, binary: bool = False):
-        """A file-reading command through the prefix; a missing file is FileNotFoundError, any
-        other failure BackendUnavailable (the logs are shown when the cluster answers)."""
+    def _file_command(self, argv: list[str], *, binary: bool = False, account: str | None = None):
+        """A file-reading command through the prefix (and as ``account``); a missing file is
+        FileNotFoundError, any other failure BackendUnavailable (the logs are shown when the
+        cluster answers)."""
         try:
-            proc = self._exec(self._command(argv), binary=binary)
+            proc = self._exec(self._command(argv, account=account), binary=binary)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendUnavailable(f"{argv[0]}: {exc}") from exc
         if proc.returncode != 0:
@@ -726,5 +980,5 @@ class SlurmBackend:
             raise BackendUnavailable(f"{argv[0]}: {err.strip() or proc.returncode}")
         return proc
 
-    def _log_path(self, name: str) -> str:
-        return os.path.join(self.log_dir, f"{name}.out")
+    def _log_path(self, name: str, account: str | None = None) -> str:
+        return os.path.join(self._log_dir(account), f"{name}.out")

@@ -284,3 +284,75 @@ def test_unknown_output_shape_is_rejected_naming_the_field(fake):
     with pytest.raises(BackendRejected, match=r"jobs\[0\]\.job_state: expected a string or a list"):
         fake.backend().poll_jobs([("j1", 1)])
     assert len(fake.calls("squeue")) == 1  # not retried: waiting will not change the shape
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"team_accounts": ["gp-vision"]}, "team_accounts must be a mapping of team slug"),
+        ({"team_accounts": {"vision": 1001}}, r"team_accounts\['vision'\]: 1001 is not a Unix"),
+        ({"team_accounts": {"vision": "gp-a; scancel -u gp-b"}}, "is not a Unix account name"),
+        ({"team_accounts": {"vision": "$(id)"}}, "is not a Unix account name"),
+        ({"team_accounts": {"vision": "-n"}}, "is not a Unix account name"),
+        ({"team_accounts": {"": "gp-vision"}}, "'' is not a team slug"),
+        (
+            {"team_accounts": {"vision": "gp-vision"}, "team_command_prefix": "sudo -u {account}"},
+            "team_command_prefix must be a list of arguments",
+        ),
+        (
+            {"team_accounts": {"vision": "gp-vision"}, "team_command_prefix": ["sudo", 7]},
+            "team_command_prefix must be a list of arguments",
+        ),
+        (
+            {"team_accounts": {"vision": "gp-vision"}, "team_command_prefix": ["sudo", "-u", "x"]},
+            r"team_command_prefix must name the account as \{account\}",
+        ),
+        ({"team_command_prefix": ["sudo", "-u", "{account}"]}, "team_accounts is not: set both"),
+    ],
+)
+def test_bad_team_account_settings_are_refused_with_the_reason(config, message):
+    with pytest.raises(ValueError, match=message):
+        SlurmBackend(config)
+
+
+def test_team_accounts_default_to_sudo_and_leave_the_service_account_unchanged_when_unset():
+    backend = SlurmBackend({"team_accounts": {"vision": "gp-vision"}})
+    assert backend.team_command_prefix == ("sudo", "-n", "-u", "{account}")
+    assert SlurmBackend({}).team_command_prefix == ()
+
+
+# sudo as the backend calls it (sudo -n -u ACCOUNT COMMAND...), recording whom it ran as.
+SUDO = r"""#!/bin/bash
+printf '%s\n' "$*" >> "$(dirname "$0")/sudo.log"
+shift 3
+exec "$@"
+"""
+
+
+def test_a_teams_run_is_submitted_as_its_account_into_its_own_directories(fake, tmp_path):
+    sudo = fake.bin / "sudo"
+    sudo.write_text(SUDO)
+    sudo.chmod(0o755)
+    workdir = tmp_path / "jobs"
+    workdir.mkdir()
+    backend = fake.backend(
+        job_workdir=str(workdir),
+        team_accounts={"t": "gp-t"},
+        team_command_prefix=[str(sudo), "-n", "-u", "{account}"],
+    )
+    backend.submit(spec())
+    (sbatch,) = fake.calls("sbatch")
+    assert f"--chdir={workdir}/gp-t" in sbatch
+    assert f"--output={workdir}/gp-t/gp-j1-a1.out" in sbatch
+    # The directories first, then sbatch, each as the team's account.
+    ran = (fake.bin / "sudo.log").read_text().splitlines()
+    assert len(ran) == 2 and all(line.startswith("-n -u gp-t env ") for line in ran)
+    assert f"install -d -m 0700 {workdir}/gp-t" in ran[0] and "/sbatch --parsable" in ran[1]
+    assert (workdir / "gp-t").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_team_without_an_account_is_refused_before_any_command(fake):
+    backend = fake.backend(team_accounts={"other-team": "gp-other"})
+    with pytest.raises(BackendRejected, match="team 't' has no Unix account on this cluster"):
+        backend.submit(spec())
+    assert fake.calls() == []
