@@ -415,6 +415,30 @@ def spec(job_id: str, command: str, placement: dict[str, tuple[int, ...]], **kw)
     )
 
 
+def ensure_system_user(
+    prefix: list[str], account: str, uid: int | None = None, gid: int | None = None
+) -> None:
+    """A system user ``account`` (no home, a login shell that runs, a group of its name) where
+    ``prefix`` runs: the host, or inside a root, there with the host's ``uid`` / ``gid`` so a
+    job's files and processes have one owner on both sides. Jobs get ``--export=NONE``, so
+    slurmd loads the account's login environment (``su -``), and Slurm 26.05 cancels a job
+    whose environment cannot be loaded; an account made by an earlier run with another shell
+    gets this one."""
+    entry = subprocess.run([*prefix, "getent", "passwd", account], capture_output=True, text=True)
+    if entry.returncode == 0:
+        if entry.stdout.strip().split(":")[-1] != LOGIN_SHELL:
+            subprocess.run([*prefix, "usermod", "--shell", LOGIN_SHELL, account], check=True)
+        return
+    group = ["groupadd", "--system"] + (["--gid", str(gid)] if gid is not None else [])
+    user = ["useradd", "--system", "--no-create-home", "--shell", LOGIN_SHELL]
+    user += ["--uid", str(uid)] if uid is not None else []
+    subprocess.run([*prefix, *group, account], check=True, capture_output=True)
+    subprocess.run([*prefix, *user, "--gid", account, account], check=True, capture_output=True)
+
+
+LOGIN_SHELL = "/bin/bash"
+
+
 def wait_for(condition: Callable[[], object], timeout: float, what: str, every: float = 0.5):
     """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout

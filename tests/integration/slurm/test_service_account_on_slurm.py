@@ -14,43 +14,24 @@ from __future__ import annotations
 
 import grp
 import pwd
-import subprocess
 
 import pytest
 
 from scheduler.backends.base import BackendJobState, BackendRejected
 from scheduler.backends.slurm import SlurmBackend
-from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, spec, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
 
 ACCOUNT = "gpuplatform-ci"
 
 
-SHELL = "/bin/bash"
-
-
-def _ensure_user(prefix: list[str], uid: int | None, gid: int | None) -> None:
-    """The service account where ``prefix`` runs (the host, or inside a root), with a login
-    shell (an account made by an earlier run with none gets one)."""
-    entry = subprocess.run([*prefix, "getent", "passwd", ACCOUNT], capture_output=True, text=True)
-    if entry.returncode == 0:
-        if entry.stdout.strip().split(":")[-1] != SHELL:
-            subprocess.run([*prefix, "usermod", "--shell", SHELL, ACCOUNT], check=True)
-        return
-    group = ["groupadd", "--system"] + (["--gid", str(gid)] if gid is not None else [])
-    user = ["useradd", "--system", "--no-create-home", "--shell", SHELL]
-    user += ["--uid", str(uid)] if uid is not None else []
-    subprocess.run([*prefix, *group, ACCOUNT], check=True, capture_output=True)
-    subprocess.run([*prefix, *user, "--gid", ACCOUNT, ACCOUNT], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="session")
 def service_account(accounting_slurm: LocalSlurm) -> tuple[int, int]:
-    _ensure_user([], None, None)
+    ensure_system_user([], ACCOUNT)
     uid, gid = pwd.getpwnam(ACCOUNT).pw_uid, grp.getgrnam(ACCOUNT).gr_gid
     if accounting_slurm.root:
-        _ensure_user(accounting_slurm.prefix, uid, gid)
+        ensure_system_user(accounting_slurm.prefix, ACCOUNT, uid, gid)
     # In slurmdbd (an account to belong to), with no admin level until a test grants one.
     cluster_name = "gpuplatform-local"
     # (sacctmgr exits 1 with "Nothing new added" when an earlier run added them.)

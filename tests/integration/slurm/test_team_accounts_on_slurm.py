@@ -1,0 +1,136 @@
+"""Each team's runs as that team's own Unix account (``team_accounts``), on a real Slurm.
+
+Two team accounts, ``gp-ci-team-a`` and ``gp-ci-team-b`` (system users with a login shell, on
+the host and in each root with the same uid, as ``test_service_account_on_slurm.py`` makes its
+account). The platform runs as root here and reaches a team's account through
+``runuser -u {account} --`` (a site: ``sudo -n -u {account}``), after ``chroot ROOT`` on 24.11.
+What is shown: team A's job runs as team A's uid; its command cannot cancel team B's job nor
+read or write B's files (it tries, in a real job); the platform still sees, reads, checkpoints
+and cancels both; a team with no account is refused before anything reaches Slurm.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shlex
+
+import pytest
+
+from scheduler.backends.base import BackendJobState, BackendRejected, backend_job_name
+from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, spec, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
+
+TEAM_ACCOUNTS = {"team-a": "gp-ci-team-a", "team-b": "gp-ci-team-b"}
+
+
+@pytest.fixture(scope="session")
+def team_uids(slurm_cluster: LocalSlurm) -> dict[str, int]:
+    uids = {}
+    for account in TEAM_ACCOUNTS.values():
+        ensure_system_user([], account)
+        uid, gid = pwd.getpwnam(account).pw_uid, grp.getgrnam(account).gr_gid
+        if slurm_cluster.root:
+            ensure_system_user(slurm_cluster.prefix, account, uid, gid)
+        uids[account] = uid
+    return uids
+
+
+@pytest.fixture()
+def team_backend(slurm_cluster: LocalSlurm, team_uids):
+    return slurm_cluster.backend(
+        team_accounts=TEAM_ACCOUNTS, team_command_prefix=["runuser", "-u", "{account}", "--"]
+    )
+
+
+def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
+    slurm_cluster: LocalSlurm, team_backend, team_uids, job_id
+):
+    cluster, backend = slurm_cluster, team_backend
+    job_a, job_b = f"{job_id}-a", f"{job_id}-b"
+    jobs_dir = f"{cluster.dir}/jobs"
+    b_files = f"{jobs_dir}/gp-ci-team-b/{backend_job_name(job_b, 1)}"
+
+    def state(job: str) -> BackendJobState:
+        return backend.poll_jobs([(job, 1)])[0].state
+
+    b_ref = backend.submit(
+        spec(
+            job_b,
+            'echo "b secret"; echo 42 > "$GPUPLATFORM_CHECKPOINT_PROGRESS"; exec sleep 300',
+            {"node2": (0,)},
+            team="team-b",
+        )
+    )
+    a_ref = ""
+    try:
+        wait_for(lambda: "b secret" in backend.read_log(job_b, 1).text, 30, "B's output")
+        # Every attempt prints what happened: a refusal, or what it got.
+        tries = {
+            "scancel": f"scancel {b_ref}",
+            "read-log": f"cat {shlex.quote(b_files + '.out')}",
+            "read-progress": f"cat {shlex.quote(b_files + '.progress')}",
+            "request-checkpoint": f"touch {shlex.quote(b_files + '.checkpoint-request')}",
+            "list": f"ls {shlex.quote(jobs_dir + '/gp-ci-team-b')}",
+        }
+        command = "echo ran as $(id -un) uid $(id -u)\n"
+        command += f"echo sees B as $(squeue -h -j {b_ref} -o %T)\n"
+        for what, attempt in tries.items():
+            command += (
+                f"if {attempt} 2>&1; then echo '{what}: done'; else echo '{what}: refused'; fi\n"
+            )
+        command += "echo tried all; exec sleep 300\n"
+        a_ref = backend.submit(spec(job_a, command, {"node1": (0,)}, team="team-a"))
+
+        def a_log_when_done() -> str:
+            text = backend.read_log(job_a, 1).text
+            return text if "tried all" in text else ""
+
+        log = wait_for(a_log_when_done, 30, "A's attempts")
+        assert f"ran as gp-ci-team-a uid {team_uids['gp-ci-team-a']}" in log
+        assert "sees B as RUNNING" in log  # Slurm's commands work in the job: a fair try
+        for what in tries:
+            assert f"{what}: refused" in log, log
+        # Refused for the reason under test, not for a missing tool or configuration.
+        assert f"Kill job error on job id {b_ref}: Access/permission denied" in log
+        assert log.count("Permission denied") == 4, log
+        assert "b secret" not in log
+
+        # The platform sees both, as their accounts own them, and reads B's progress.
+        for ref, account in ((a_ref, "gp-ci-team-a"), (b_ref, "gp-ci-team-b")):
+            owner = cluster.run("squeue", "-h", "-j", ref, "-o", "%U").stdout.strip()
+            assert owner == str(team_uids[account])
+        assert state(job_b) is BackendJobState.RUNNING
+        (status_b,) = backend.poll_jobs([(job_b, 1)])
+        assert status_b.checkpointed_progress_s == 42
+        assert {(job_a, 1), (job_b, 1)} <= set(backend.live_runs(job_id))
+        for account in ("gp-ci-team-a", "gp-ci-team-b"):
+            private = os.stat(f"{cluster.host_dir}/jobs/{account}")
+            assert (private.st_uid, private.st_mode & 0o777) == (team_uids[account], 0o700)
+
+        # It asks each for a checkpoint (the request file appears, written by the job itself)
+        # and cancels each.
+        for job, account in ((job_a, "gp-ci-team-a"), (job_b, "gp-ci-team-b")):
+            backend.checkpoint(job, 1)
+            request = (
+                f"{cluster.host_dir}/jobs/{account}/{backend_job_name(job, 1)}.checkpoint-request"
+            )
+            wait_for(lambda r=request: os.path.exists(r), 15, f"{job}'s checkpoint request")
+            assert os.stat(request).st_uid == team_uids[account]
+        for job in (job_a, job_b):
+            backend.cancel(job, 1)
+        for job in (job_a, job_b):
+            wait_for(lambda j=job: state(j) is BackendJobState.CANCELLED, 30, f"{job} cancelled")
+    finally:
+        cluster.run("scancel", b_ref, *([a_ref] if a_ref else []), check=False)
+
+
+def test_a_team_without_an_account_is_refused_and_nothing_reaches_slurm(
+    slurm_cluster: LocalSlurm, team_backend, job_id
+):
+    with pytest.raises(BackendRejected, match="team 'team-c' has no Unix account"):
+        team_backend.submit(spec(job_id, "exec sleep 300", {"node1": (0,)}, team="team-c"))
+    name = backend_job_name(job_id, 1)
+    assert slurm_cluster.run("squeue", "-h", f"--name={name}", "-o", "%i").stdout.strip() == ""
