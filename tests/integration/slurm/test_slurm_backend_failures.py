@@ -356,3 +356,29 @@ def test_a_team_without_an_account_is_refused_before_any_command(fake):
     with pytest.raises(BackendRejected, match="team 't' has no Unix account on this cluster"):
         backend.submit(spec())
     assert fake.calls() == []
+
+
+def test_a_teams_commands_through_an_ssh_prefix_arrive_as_the_same_arguments(fake, tmp_path):
+    # ssh joins what follows it into one line for the remote shell: the team's prefix and the
+    # command after it must arrive as the same arguments.
+    for name, text in (("ssh", SSH), ("sudo", SUDO)):
+        (fake.bin / name).write_text(text)
+        (fake.bin / name).chmod(0o755)
+    workdir = tmp_path / "team jobs"
+    workdir.mkdir()
+    backend = fake.backend(
+        command_prefix=[str(fake.bin / "ssh"), "login1"],
+        job_workdir=str(workdir),
+        team_accounts={"t": "gp-t"},
+        team_command_prefix=[str(fake.bin / "sudo"), "-n", "-u", "{account}"],
+        extra_sbatch_args=["--comment=two words; touch PWNED"],
+    )
+    backend.submit(spec())
+    (sbatch,) = fake.calls("sbatch")
+    assert "--comment=two words; touch PWNED" in sbatch
+    assert f"--chdir={workdir}/gp-t" in sbatch
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+    assert (workdir / "gp-t").is_dir()
+    assert [line.split()[:3] for line in (fake.bin / "sudo.log").read_text().splitlines()] == [
+        ["-n", "-u", "gp-t"]
+    ] * 2
