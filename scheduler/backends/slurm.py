@@ -15,12 +15,12 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
   that the account running the commands owns, or, with ``team_accounts``, one of the team
   accounts (another user's job of that name is not ours: it is never adopted, reported or
   cancelled).
-- With ``team_accounts`` a team's run is submitted, signalled and cancelled as the team's own
-  account and its files are private to that account; a team without one is refused, never run
-  as the service account.
   ``submit`` first looks that name up (squeue, then accounting) and returns the existing Slurm job
   id; ``cancel`` / ``checkpoint`` act by name, so a missing or finished run is a quiet no-op;
   draining a drained node or resuming a node in service succeeds.
+- With ``team_accounts`` a team's run is submitted, signalled and cancelled as the team's own
+  account and its files are private to that account; a team without one is refused, never run
+  as the service account.
 - A Slurm outage (slurmctld unreachable, command timeout, missing client tools) raises
   :class:`BackendUnavailable` after a few quick retries with capped exponential backoff and full
   jitter. Nothing is changed on our side, so the caller simply retries later. ``sbatch`` itself
@@ -590,7 +590,7 @@ class SlurmBackend:
                 # looks the name up before submitting again.
                 raise BackendUnavailable(str(exc)) from exc
             logger.info("slurm: submitted %s as job %s on %s", name, job_id, list(spec.placement))
-            self._run_accounts[name] = account
+            self._remember_account(name, account)
             return job_id
         raise BackendUnavailable("Slurm unavailable")  # not reached: the loop raises or returns
 
@@ -930,8 +930,9 @@ class SlurmBackend:
     def read_log(
         self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
-        """The run's output file ``<log_dir>/<run>.out`` (all workers' output, as Slurm writes
-        it), by byte offset. A file not written yet is an empty chunk."""
+        """The run's output file ``<log_dir>/<run>.out`` (with ``team_accounts``
+        ``<log_dir>/<account>/<run>.out``, read as that account; all workers' output, as Slurm
+        writes it), by byte offset. A file not written yet is an empty chunk."""
         name = backend_job_name(job_id, attempt)
         account = self._run_account(name)
         path = self._log_path(name, account)
