@@ -134,3 +134,44 @@ def test_a_team_without_an_account_is_refused_and_nothing_reaches_slurm(
         team_backend.submit(spec(job_id, "exec sleep 300", {"node1": (0,)}, team="team-c"))
     name = backend_job_name(job_id, 1)
     assert slurm_cluster.run("squeue", "-h", f"--name={name}", "-o", "%i").stdout.strip() == ""
+
+
+@pytest.mark.django_db
+def test_the_platform_runs_a_mapped_teams_job_as_its_account_and_fails_an_unmapped_teams(
+    slurm_platform, team_uids, submit, alice, bob, api_as
+):
+    """Through the API and the loop: vision (mapped) runs as its account and its output reaches
+    its member; nlp (no account) fails with the reason, and nothing of it reaches Slurm."""
+    from scheduler.backends import reset_backends
+    from scheduler.loop.cycle import run_cycle
+    from scheduler.models import Job, Node
+
+    cluster = slurm_platform["cluster"]
+    cluster.backend_config = {
+        **cluster.backend_config,
+        "team_accounts": {"vision": "gp-ci-team-a"},
+        "team_command_prefix": ["runuser", "-u", "{account}", "--"],
+    }
+    cluster.save(update_fields=["backend_config"])
+    reset_backends()
+    gpu_model = Node.objects.filter(cluster=cluster).first().gpu_model.name
+    mapped = submit(alice, gpu_model=gpu_model, command="echo trained as $(id -un)").json()["id"]
+    unmapped = submit(bob, team="nlp", gpu_model=gpu_model, command="echo ran").json()["id"]
+    run_cycle()
+    refused = Job.objects.get(pk=unmapped)
+    assert refused.state == "failed", refused.state
+    # Its owner reads why (the job's "why" and its failed event).
+    assert "team 'nlp' has no Unix account on this cluster" in refused.why_pending
+    run = f"gp-{cluster.backend_config['run_namespace']}{unmapped}-a1"
+    slurm = slurm_platform["slurm"]
+    assert slurm.run("squeue", "-h", f"--name={run}", "-o", "%i").stdout.strip() == ""
+
+    def succeeded():
+        run_cycle()
+        return Job.objects.get(pk=mapped).state == "succeeded"
+
+    wait_for(succeeded, 60, "vision's job to succeed", every=1.0)
+    logs = api_as(alice).get(f"/api/v1/jobs/{mapped}/logs/").json()
+    assert "trained as gp-ci-team-a" in logs["text"]
+    run = f"gp-{cluster.backend_config['run_namespace']}{mapped}-a1"
+    assert os.path.exists(f"{slurm.host_dir}/jobs/gp-ci-team-a/{run}.out")
