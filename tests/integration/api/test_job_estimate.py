@@ -91,3 +91,56 @@ def test_a_start_past_the_calendar_is_unknown(platform, api_as, submit, settings
     body = response.json()
     assert body["starts_now"] is False
     assert body["start"] is None and body["finish"] is None
+
+
+def _succeeded(team_slug: str, username: str, n: int, *, name: str, run_s: float) -> None:
+    from django.contrib.auth import get_user_model
+
+    from tenants.models import PriorityClass, Team
+
+    end = timezone.now() - timedelta(hours=1)
+    Job.objects.bulk_create(
+        Job(
+            team=Team.objects.get(slug=team_slug),
+            submitter=get_user_model().objects.get(username=username),
+            name=f"{name}-{i}",
+            workers=1,
+            gpus_per_worker=1,
+            priority_class=PriorityClass.objects.get(name="research"),
+            state="succeeded",
+            submitted_at=end - timedelta(seconds=run_s + 60),
+            started_at=end - timedelta(seconds=run_s),
+            finished_at=end,
+        )
+        for i in range(n)
+    )
+
+
+def test_the_shown_run_time_is_learned_from_the_callers_team_only(platform, api_as):
+    # nlp's history of a job name must not reach vision's estimate: with the model pooled
+    # across teams, alice's estimate of "llama-70b-secret" was nlp's two-day median (its "name"
+    # group), which told her nlp runs such a job and for how long.
+    from scheduler import runtime_prediction
+
+    _succeeded("vision", "alice", 25, name="train", run_s=600)
+    alone = estimate(api_as, platform["alice"], name="llama-70b-secret-7").json()
+    assert alone["runtime_source"] == "your team's similar past jobs"
+
+    _succeeded("nlp", "bob", 30, name="llama-70b-secret", run_s=2 * 86400)
+    runtime_prediction.reset()
+    pooled = estimate(api_as, platform["alice"], name="llama-70b-secret-7").json()
+    assert (pooled["runtime_s"], pooled["runtime_source"]) == (
+        alone["runtime_s"],
+        alone["runtime_source"],
+    )
+    assert pooled["runtime_s"] < 3600
+
+    # nlp's own estimate learns from nlp's history.
+    theirs = estimate(api_as, platform["bob"], team="nlp", name="llama-70b-secret-7").json()
+    assert theirs["runtime_s"] > 86400
+
+
+def test_a_team_with_too_little_history_gets_the_default_not_other_teams(platform, api_as):
+    _succeeded("nlp", "bob", 30, name="llama-70b-secret", run_s=2 * 86400)
+    body = estimate(api_as, platform["alice"], name="llama-70b-secret-7").json()
+    assert body["runtime_source"] == "the default"
