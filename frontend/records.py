@@ -57,11 +57,15 @@ def job_resubmit(request, job_id: int):
         messages.error(request, f"Not resubmitted: attempt {posted[:20]!r} is not a number.")
         return redirect("job-detail", job_id=job_id)
     try:
-        new_job = reproducibility.job_resubmit(user=request.user, job_id=job_id, attempt=attempt)
+        resubmission = reproducibility.job_resubmit(
+            user=request.user, job_id=job_id, attempt=attempt
+        )
     except NotFound:
         raise Http404("no such job") from None
     except DomainError as exc:
         messages.error(request, f"Not resubmitted: {exc.message}")
         return redirect("job-detail", job_id=job_id)
-    messages.success(request, f"Resubmitted as job #{new_job.pk}.")
+    new_job = resubmission.job
+    notes = "".join(f" Note: {note}." for note in resubmission.notes)
+    messages.success(request, f"Resubmitted as job #{new_job.pk}.{notes}")
     return redirect("job-detail", job_id=new_job.pk)

@@ -713,6 +713,8 @@ def cmd_resubmit(args: argparse.Namespace) -> int:
         output.print_json(job, _out())
     else:
         _out().write(f"job {job['id']} submitted (exactly as job {job_id} ran)\n")
+        for note in job.get("notes") or ():
+            _out().write(f"note: {note}\n")
     return EXIT_OK
 
 

@@ -141,7 +141,9 @@ def record_build(
         "priority_class": job.priority_class.name,
         "preemptible": job.preemptible,
         "checkpoint_interval_s": job.checkpoint_interval_s,
+        "checkpoint_on_advice": job.checkpoint_on_advice,
         "runtime_limit_s": job.runtime_limit_s,
+        "deadline": job.deadline.isoformat() if job.deadline else None,
         "dataset": job.dataset,
         "dataset_version": job.dataset_version,
         "code_ref": job.code_ref,
@@ -236,13 +238,29 @@ def attempt_record_get(*, user, job_id: int, attempt: int | None = None) -> Atte
 # --- "resubmit exactly this" -------------------------------------------------------------------
 
 
-def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
+@dataclasses.dataclass(frozen=True)
+class Resubmission:
+    """The new job, and what of the original's submission it does not carry and why (one
+    sentence each), for the caller to show."""
+
+    job: Job
+    notes: tuple[str, ...] = ()
+
+
+def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Resubmission:
     """Submit a new job that runs exactly what the given attempt ran: its record's submission
     (image pinned to the digest when one was known, the GPU model it ran on, the code reference
-    and dataset version), with the secret env values taken from the original job. Checked like
-    any submission (the caller must be able to submit to the team). The job and its
-    "resubmitted" event are written in one transaction: all or nothing. Raises NotFound for a job
-    outside the caller's teams or an attempt without a record."""
+    and dataset version), with the secret env values taken from the original job. Every other
+    field of the original's submission carries over (an elastic job asks for the workers it
+    asked for, not the count its run started with), except a deadline that has passed: the new
+    job has none, and a note says so. Checked like any submission (the caller must be able to
+    submit to the team). The job and its "resubmitted" event are written in one transaction: all
+    or nothing. Raises NotFound for a job outside the caller's teams or an attempt without a
+    record."""
+    from django.utils import timezone
+
+    from .services import deadline_error
+
     chosen = attempt_record_get(user=user, job_id=job_id, attempt=attempt)
     original = chosen.job
     body = dict(chosen.record.get("resubmit") or {})
@@ -251,6 +269,22 @@ def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
     body["env"] = {str(k): str(v) for k, v in (original.env or {}).items()}
     # Records written before jobs had routing lack the key: the job's own routing is what held.
     body.setdefault("routing", original.routing)
+    # Records written before these were recorded lack them; they are the submission's, and no
+    # attempt changes them, so the job's own values are the record's.
+    body["checkpoint_on_advice"] = original.checkpoint_on_advice
+    body["deadline"] = original.deadline
+    if original.requested_workers:
+        # An elastic run starts with the workers that fit; the request is what the user asked.
+        body["workers"] = original.requested_workers
+    notes: list[str] = []
+    if original.deadline is not None and deadline_error(original.deadline, now=timezone.now()):
+        # Refusing would leave no way to rerun an old job; keeping it would make the new job
+        # late at birth. Dropped, and said.
+        body["deadline"] = None
+        notes.append(
+            f"job {original.pk}'s deadline ({original.deadline:%Y-%m-%d %H:%M} UTC) has passed: "
+            "the new job has none"
+        )
     known = {f.name for f in dataclasses.fields(JobRequest)}
     request = JobRequest(**{k: v for k, v in body.items() if k in known})
     # One transaction: a job without its "resubmitted" event would not say where it came from.
@@ -259,7 +293,9 @@ def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Job:
         event_record(
             job=new_job,
             kind="resubmitted",
-            message=f"resubmission of job {original.pk} attempt {chosen.attempt}",
+            message="; ".join(
+                [f"resubmission of job {original.pk} attempt {chosen.attempt}", *notes]
+            ),
             data={"job": original.pk, "attempt": chosen.attempt},
         )
-    return new_job
+    return Resubmission(job=new_job, notes=tuple(notes))

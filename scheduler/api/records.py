@@ -45,6 +45,22 @@ class JobRecordView(APIView):
         return Response(record.record)
 
 
+class ResubmittedJobSerializer(JobSerializer):
+    """The new job, and what of the original's submission it does not carry."""
+
+    notes = serializers.ListField(
+        child=serializers.CharField(),
+        source="resubmit_notes",
+        read_only=True,
+        help_text="What of the original's submission the new job does not carry and why, e.g. "
+        "a deadline that has passed (the new job has none); empty when it carries everything.",
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "notes"]
+        read_only_fields = fields
+
+
 class JobResubmitView(APIView):
     """Submit a new job that runs exactly what an attempt of this job ran."""
 
@@ -53,12 +69,14 @@ class JobResubmitView(APIView):
 
         return job_submit_throttles()
 
-    @extend_schema(request=ResubmitSerializer, responses={201: JobSerializer})
+    @extend_schema(request=ResubmitSerializer, responses={201: ResubmittedJobSerializer})
     def post(self, request, job_id: int):
         body = ResubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = reproducibility.job_resubmit(
+        resubmission = reproducibility.job_resubmit(
             user=request.user, job_id=job_id, attempt=body.validated_data["attempt"]
         )
+        job = resubmission.job
         job.live_allocations = []
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        job.resubmit_notes = list(resubmission.notes)
+        return Response(ResubmittedJobSerializer(job).data, status=status.HTTP_201_CREATED)

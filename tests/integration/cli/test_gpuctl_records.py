@@ -78,3 +78,16 @@ def test_record_errors(as_alice):
     assert none_yet.code == 1 and "no record yet" in none_yet.err
     assert as_alice("resubmit", str(pending["id"])).code == 1
     assert Job.objects.count() == 1
+
+
+def test_resubmit_says_when_a_passed_deadline_is_dropped(as_alice):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job_id = _started_job(as_alice)
+    Job.objects.filter(pk=job_id).update(deadline=timezone.now() - timedelta(minutes=5))
+    result = as_alice("resubmit", str(job_id))
+    assert result.code == 0, result.err
+    assert f"note: job {job_id}'s deadline" in result.out and "has passed" in result.out
+    assert Job.objects.exclude(pk=job_id).get().deadline is None

@@ -216,3 +216,94 @@ def test_the_portals_resubmit_of_an_attempt_that_is_no_number_resubmits_nothing(
     # Without an attempt, the latest is meant, as before.
     assert client.post(f"/jobs/{job.pk}/resubmit/", {}).status_code == 302
     assert Job.objects.count() == 2
+
+
+def _submission_fields(job: Job) -> dict:
+    """Every field a submission sets on a job (``JobRequest``), as the job holds it."""
+    import dataclasses
+
+    from scheduler.services import JobRequest
+
+    out = {}
+    for f in dataclasses.fields(JobRequest):
+        if f.name == "team":
+            out["team"] = job.team_id
+        elif f.name in ("gpu_model", "priority_class"):
+            out[f.name] = getattr(job, f"{f.name}_id")
+        elif f.name == "elastic":
+            out["elastic"] = job.elastic
+        else:
+            out[f.name] = getattr(job, f.name)
+    return out
+
+
+def test_resubmit_carries_every_field_of_the_submission(platform, submit, api_as):
+    # checkpoint_on_advice and deadline were not in the record's submission: the resubmitted
+    # job was not checkpointed on advice and had no deadline, with no word said.
+    from datetime import timedelta
+
+    due = timezone.now() + timedelta(hours=6)
+    job = _run(
+        platform,
+        submit,
+        gpu_model="h100-80gb",
+        checkpoint_on_advice=True,
+        deadline=due.isoformat(),
+        runtime_limit_s=7200,
+        priority_class="research",
+        routing={"clusters": ["test"]},
+    )
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", {"attempt": 1}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["notes"] == []
+    again = Job.objects.get(pk=response.json()["id"])
+    assert _submission_fields(again) == _submission_fields(job)
+    assert again.checkpoint_on_advice is True and again.deadline == due
+
+
+def test_resubmit_of_a_job_whose_deadline_passed_drops_it_and_says_so(
+    platform, submit, api_as, client
+):
+    from datetime import timedelta
+
+    job = _run(platform, submit, deadline=(timezone.now() + timedelta(hours=1)).isoformat())
+    passed = timezone.now() - timedelta(minutes=5)
+    Job.objects.filter(pk=job.pk).update(deadline=passed)
+
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", {"attempt": 1}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    (note,) = response.json()["notes"]
+    assert "deadline" in note and "passed" in note
+    again = Job.objects.get(pk=response.json()["id"])
+    assert again.deadline is None
+    assert note in again.events.get(kind="resubmitted").message
+
+    client.force_login(platform["alice"])
+    page = client.post(f"/jobs/{job.pk}/resubmit/", {"attempt": "1"}, follow=True)
+    assert "deadline" in page.content.decode() and "passed" in page.content.decode()
+    assert Job.objects.filter(deadline__isnull=True).count() == 2
+
+
+def test_resubmit_of_an_elastic_job_asks_for_the_workers_it_asked_for(platform, submit, api_as):
+    # An elastic run starts with as many workers as fit; its record holds that count. The
+    # resubmission asks for the original request again, as a requeue of the job would.
+    job = _run(
+        platform, submit, workers=4, gpus_per_worker=1, elastic={"min_workers": 1, "max_workers": 4}
+    )
+    record = AttemptRecord.objects.get(job=job)
+    record.record["resubmit"]["workers"] = 2  # as recorded by a run that started shrunk
+    record.save(update_fields=["record"])
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", {"attempt": 1}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    again = Job.objects.get(pk=response.json()["id"])
+    assert (again.workers, again.requested_workers, again.elastic) == (
+        4,
+        4,
+        {"min_workers": 1, "max_workers": 4},
+    )
