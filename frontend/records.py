@@ -21,8 +21,12 @@ def record_context(request, job) -> dict:
     """What the job page's record section shows: the latest attempt's record, links to the
     earlier ones, and whether the caller may resubmit (may submit to the job's team)."""
     records = reproducibility.attempt_records(user=request.user, job_id=job.pk)
+    latest = records[-1] if records else None
     return {
-        "record": records[-1] if records else None,
+        "record": latest,
+        "record_shown": (
+            reproducibility.record_shown(user=request.user, record=latest) if latest else None
+        ),
         "other_records": records[:-1],
         "can_resubmit": bool(records) and can_submit_to(request.user, job.team),
     }
@@ -39,7 +43,12 @@ def job_record_json(request, job_id: int, attempt: int):
     except NotFound:
         raise Http404("no such record") from None
     response = HttpResponse(
-        json.dumps(record.record, indent=2, sort_keys=True), content_type="application/json"
+        json.dumps(
+            reproducibility.record_shown(user=request.user, record=record),
+            indent=2,
+            sort_keys=True,
+        ),
+        content_type="application/json",
     )
     response["Content-Disposition"] = f'attachment; filename="job-{job_id}-attempt-{attempt}.json"'
     return response

@@ -38,6 +38,7 @@ from core.ids import parse_id_list
 from core.jsonlimits import JsonRefused, loads_bounded
 from scheduler import arrays, services, transitions
 from scheduler import selectors as scheduler_selectors
+from scheduler.env_visibility import may_see_env_values
 from scheduler.feasibility import job_feasibility
 from scheduler.states import LIVE_STATES, JobState
 from tenants.permissions import can_submit_to, is_platform_admin
@@ -320,14 +321,15 @@ def array_detail(request, array_id: int):
     members_page = paginator.get_page(request.GET.get("page"))
     counts = arrays.array_counts(array)
     live = sum(counts[state] for state in LIVE_STATES)
-    may_see_env = can_submit_to(request.user, array.team)
+    may_see_env = may_see_env_values(request.user, array.team)
+    for job in members_page:
+        job.env_shown = arrays.shown_env(job.env, visible=may_see_env)
     return render(
         request,
         "frontend/array_detail.html",
         {
             "array": array,
             "template": arrays.shown_template(array, may_see=None if may_see_env else set()),
-            "may_see_env": may_see_env,
             "counts": [(value, label, counts[value]) for value, label in JobState.choices],
             "live": live,
             "members": members_page,

@@ -38,6 +38,7 @@ from core.names import name_errors
 from tenants.permissions import can_submit_to
 
 from .admission import check_submission
+from .env_visibility import HIDDEN_VALUE, shown_env
 from .models import Cluster, Job, JobArray, JobEvent
 from .services import (
     JobRequest,
@@ -411,9 +412,6 @@ def array_get(*, user, array_id: int) -> JobArray:
     return array
 
 
-HIDDEN_VALUE = "(hidden)"
-
-
 def submit_team_ids(user) -> set[int] | None:
     """Teams whose arrays' environment values ``user`` may read (those they may submit to);
     None for platform admins (all). One query."""
@@ -427,13 +425,6 @@ def submit_team_ids(user) -> set[int] | None:
             "team_id", flat=True
         )
     )
-
-
-def shown_env(env: dict | None, *, visible: bool) -> dict:
-    """An environment as shown: names always, values only to those who may submit to the team
-    (a template's env often carries a token; viewers read the jobs, not their secrets)."""
-    env = env or {}
-    return dict(env) if visible else {name: HIDDEN_VALUE for name in env}
 
 
 def shown_template(array: JobArray, *, may_see: set[int] | None) -> dict:

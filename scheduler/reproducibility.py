@@ -222,7 +222,18 @@ def attempt_records(*, user, job_id: int) -> list[AttemptRecord]:
     from .selectors import job_get
 
     job = job_get(user=user, job_id=job_id)
-    return list(AttemptRecord.objects.filter(job=job).order_by("attempt"))
+    records = list(AttemptRecord.objects.filter(job=job).order_by("attempt"))
+    for record in records:
+        record.job = job  # the caller's copy, with its team: no query per record
+    return records
+
+
+def record_shown(*, user, record: AttemptRecord) -> dict[str, Any]:
+    """A record as ``user`` may see it: env values hidden from those who may not submit to the
+    job's team (``scheduler.env_visibility``)."""
+    from .env_visibility import may_see_env_values, shown_record
+
+    return shown_record(record.record, visible=may_see_env_values(user, record.job.team))
 
 
 def attempt_record_get(*, user, job_id: int, attempt: int | None = None) -> AttemptRecord:

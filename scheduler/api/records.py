@@ -30,11 +30,13 @@ class JobRecordsView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request, job_id: int):
         records = reproducibility.attempt_records(user=request.user, job_id=job_id)
-        return Response({"job": job_id, "records": [r.record for r in records]})
+        shown = [reproducibility.record_shown(user=request.user, record=r) for r in records]
+        return Response({"job": job_id, "records": shown})
 
 
 class JobRecordView(APIView):
-    """One attempt's reproducibility record, as exported (JSON)."""
+    """One attempt's reproducibility record, as exported (JSON); env values hidden from the
+    team's viewers."""
 
     # Both record routes would otherwise get the operation id api_v1_jobs_records_retrieve.
     @extend_schema(operation_id="api_v1_jobs_record_retrieve", responses={200: OpenApiTypes.OBJECT})
@@ -42,7 +44,7 @@ class JobRecordView(APIView):
         record = reproducibility.attempt_record_get(
             user=request.user, job_id=job_id, attempt=attempt
         )
-        return Response(record.record)
+        return Response(reproducibility.record_shown(user=request.user, record=record))
 
 
 class ResubmittedJobSerializer(JobSerializer):

@@ -91,3 +91,21 @@ def test_resubmit_says_when_a_passed_deadline_is_dropped(as_alice):
     assert result.code == 0, result.err
     assert f"note: job {job_id}'s deadline" in result.out and "has passed" in result.out
     assert Job.objects.exclude(pk=job_id).get().deadline is None
+
+
+def test_record_shows_a_viewer_the_env_names_not_the_values(as_alice, gpuctl, live_server):
+    job_id = _started_job(as_alice)
+    Job.objects.filter(pk=job_id).update(env={"DATA_BUCKET": "private-bucket-7"})
+    from scheduler.models import AttemptRecord
+
+    stored = AttemptRecord.objects.get(job_id=job_id)
+    stored.record["env"]["DATA_BUCKET"] = "private-bucket-7"
+    stored.save(update_fields=["record"])
+    login = gpuctl(
+        "login", "--url", live_server.url, "-u", "charlie", "--password-stdin", stdin="pw-charlie\n"
+    )
+    assert login.code == 0, login.err
+    result = gpuctl("record", str(job_id))
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["env"]["DATA_BUCKET"] == "(hidden)"
+    assert "private-bucket-7" not in result.out

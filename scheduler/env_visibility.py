@@ -1,0 +1,45 @@
+"""Who sees a job's environment values: one rule for every surface that shows them.
+
+A job's ``env`` often carries a token or a private location. Those who may submit to the job's
+team (its members, admins and owners; platform admins) see the values; everyone else who may
+read the job (the team's viewers) sees the names, every value ``(hidden)``. The rule is applied
+where a surface shapes what it shows (the record API and export, the job page's record, the
+array API and page); the job API and the live updates carry no env at all. On top of it, the
+stored reproducibility record never holds a secret-named value, for anyone
+(``scheduler.reproducibility.redact_env``): it is exported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenants.permissions import can_submit_to
+
+HIDDEN_VALUE = "(hidden)"
+
+
+def may_see_env_values(user, team) -> bool:
+    """Whether ``user`` sees the values of the env of ``team``'s jobs (not only the names)."""
+    return can_submit_to(user, team)
+
+
+def shown_env(env: dict | None, *, visible: bool) -> dict:
+    """An environment as shown: the values when ``visible``, else the names with every value
+    hidden."""
+    env = env or {}
+    return dict(env) if visible else {name: HIDDEN_VALUE for name in env}
+
+
+def shown_record(record: dict[str, Any], *, visible: bool) -> dict[str, Any]:
+    """An attempt record as shown: its env and its resubmission's env by :func:`shown_env`."""
+    if visible:
+        return record
+    shown = dict(record)
+    if "env" in shown:
+        shown["env"] = shown_env(shown["env"], visible=False)
+    if isinstance(shown.get("resubmit"), dict) and "env" in shown["resubmit"]:
+        shown["resubmit"] = {
+            **shown["resubmit"],
+            "env": shown_env(shown["resubmit"]["env"], visible=False),
+        }
+    return shown
