@@ -12,9 +12,9 @@ A job's run seconds are its last attempt's plus ``earlier_runs_s`` (what earlier
 Two uses, two scopes:
 
 - **The scheduler's planning** (``predict_runtime_s``: the snapshot's pending and running jobs)
-  learns from every team's history: a shape or a name run by another team is evidence of how
-  long a job takes, and what reaches users from it is a start time or an order, which any shared
-  queue reveals.
+  learns from every team's history, but teams share only what identifies no job (shapes, GPU
+  models, classes; ``scheduler.prediction.runtime``): what it plans shows in estimated starts
+  and deadline warnings.
 - **A run time shown to a user** (``predict_team_runtime_s``: the submit form's and the API's
   estimate) learns from the requesting team's history only: a pooled model answers a made-up
   name with another team's median for it, which tells the caller that team runs such a job and

@@ -5,13 +5,17 @@ What is predicted is ``log(run seconds)``: run times span four orders of magnitu
 of "twice as long" should cost the same for a ten-minute job as for a two-day one.
 
 - **Base:** the median log run time of the last ``HISTORY_RUNS`` finished jobs of the job's most
-  specific group with at least ``MIN_GROUP_RUNS`` (the same user and name, team and name, name,
-  user and image, user and shape, team and shape, user, team, shape); the centre (the log-mean
-  of the first batch learned) when no group has that many.
+  specific group with at least ``MIN_GROUP_RUNS`` (within the job's team: the same user and name,
+  name, user and image, user and shape, shape, user, the team; then the shape across teams);
+  the centre (the log-mean of the first batch learned) when no group has that many.
 - **Correction:** ``SGDRegressor`` (``partial_fit`` on each batch) learns ``log(run) - base``
-  from one-hot features through ``FeatureHasher``: team, user, the job's name with its numbers
-  taken out, the name's words, image, shape, GPU model, their pairs (user and name, team and
-  name, user and image, ...), and which group the base came from.
+  from one-hot features through ``FeatureHasher``: GPU count, shape, GPU model and class shared
+  by all teams; within the team, the team, user, the job's name with its numbers taken out, the
+  name's words, image and their pairs; and which group the base came from.
+
+Teams learn from each other only what identifies no job (shapes, GPU models, classes): the
+predictions show (in estimated starts, deadline warnings), and a name, an image or a user pooled
+across teams would let one team learn that another runs such a job and for how long.
 
 ``history=False`` drops the base (the centre for every job): the model as first landed, which
 had to learn each group's level weight by weight with a small step and fell far below a median on
@@ -72,51 +76,57 @@ def name_stem(name: str) -> str:
 
 
 def features(job: JobDescription) -> list[str]:
-    """The hashed model's input: one string per active one-hot feature."""
+    """The hashed model's input: one string per active one-hot feature. Only what identifies no
+    job is shared across teams (GPU count, shape, GPU model, class); a user, a name, its words
+    and an image are features only within their team (``team=<slug>|...``), so what one team's
+    runs teach about a name never moves another team's prediction."""
     stem = name_stem(job.name)
     gpus = job.workers * job.gpus_per_worker
     shape = f"{job.workers}x{job.gpus_per_worker}"
-    team, user = job.team, job.user
+    t = f"team={job.team}"
+    user = job.user
     out = [
-        f"team={team}",
+        t,
         f"gpus={gpus}",
         f"shape={shape}",
         f"model={job.gpu_model or '*'}",
         f"class={job.priority_class}",
-        f"team={team}|shape={shape}",
+        f"{t}|shape={shape}",
     ]
     if user:
-        out += [f"user={user}", f"user={user}|shape={shape}"]
+        out += [f"{t}|user={user}", f"{t}|user={user}|shape={shape}"]
     if stem:
-        out += [f"name={stem}", f"team={team}|name={stem}", f"name={stem}|shape={shape}"]
+        out += [f"{t}|name={stem}", f"{t}|name={stem}|shape={shape}"]
         if user:
-            out.append(f"user={user}|name={stem}")
+            out.append(f"{t}|user={user}|name={stem}")
         # Words of the name ("finetune", "eval") carry over to names never seen whole.
-        out += [f"word={w}" for w in set(re.split(r"[^a-z#]+", stem)) if w and w != "#"]
+        out += [f"{t}|word={w}" for w in set(re.split(r"[^a-z#]+", stem)) if w and w != "#"]
     if job.image:
-        out += [f"image={job.image}", f"team={team}|image={job.image}"]
+        out.append(f"{t}|image={job.image}")
         if user:
-            out.append(f"user={user}|image={job.image}")
+            out.append(f"{t}|user={user}|image={job.image}")
     return out
 
 
 def groups(job: JobDescription) -> list[tuple[str, str]]:
-    """The groups whose past runs describe ``job``, most specific first, as ``(level, key)``."""
+    """The groups whose past runs describe ``job``, most specific first, as ``(level, key)``.
+    Every group but the last is the job's team's (its key starts with the team); only the shape
+    (workers x GPUs and GPU model), which identifies no job, pools every team's runs."""
     stem = name_stem(job.name)
     shape = f"{job.workers}x{job.gpus_per_worker}@{job.gpu_model or '*'}"
     team, user = job.team, job.user
     out = []
     if stem:
         if user:
-            out.append(("user+name", f"{user}|{stem}"))
-        out += [("team+name", f"{team}|{stem}"), ("name", stem)]
+            out.append(("user+name", f"{team}|{user}|{stem}"))
+        out.append(("team+name", f"{team}|{stem}"))
     if user and job.image:
-        out.append(("user+image", f"{user}|{job.image}"))
+        out.append(("user+image", f"{team}|{user}|{job.image}"))
     if user:
-        out.append(("user+shape", f"{user}|{shape}"))
+        out.append(("user+shape", f"{team}|{user}|{shape}"))
     out.append(("team+shape", f"{team}|{shape}"))
     if user:
-        out.append(("user", user))
+        out.append(("user", f"{team}|{user}"))
     out += [("team", team), ("shape", shape)]
     return out
 

@@ -77,3 +77,42 @@ def test_jobs_finished_after_the_first_read_are_learned_once(platform, submit):
     snapshot, _ = build_snapshot(now=timezone.now())
     assert runtime_prediction._learner.model.samples == 28
     assert {p.id for p in snapshot.pending} == {str(job)}
+
+
+def _succeeded(team, user, n: int, *, name: str, run_s: float) -> None:
+    end = timezone.now() - timedelta(hours=1)
+    research = Job._meta.get_field("priority_class").related_model.objects.get(name="research")
+    Job.objects.bulk_create(
+        Job(
+            team=team,
+            submitter=user,
+            name=f"{name}-{i}",
+            workers=1,
+            gpus_per_worker=1,
+            priority_class=research,
+            state="succeeded",
+            submitted_at=end - timedelta(seconds=run_s + 60),
+            started_at=end - timedelta(seconds=run_s),
+            finished_at=end,
+        )
+        for i in range(n)
+    )
+
+
+def test_another_teams_runs_of_a_name_do_not_show_in_a_deadline_warning(platform, submit):
+    # The loop's prediction reaches the user: a job that starts with a deadline it will miss is
+    # told "expected to finish N after it". Pooled by name, vision's job named like nlp's
+    # two-day runs was told it would finish days late: nlp's run time, read through a warning.
+    from scheduler.loop.cycle import run_cycle
+
+    alice, bob = platform["alice"], platform["bob"]
+    _succeeded(alice.memberships.get().team, alice, 25, name="eval", run_s=600)
+    _succeeded(bob.memberships.get().team, bob, 30, name="llama-70b-secret", run_s=2 * 86400)
+    due = timezone.now() + timedelta(hours=3)
+    job = submit(alice, name="llama-70b-secret-7", deadline=due.isoformat()).json()["id"]
+    run_cycle(now=timezone.now())
+    started = Job.objects.get(pk=job)
+    assert started.state == "running"
+    assert not started.events.filter(kind="deadline_at_risk").exists(), list(
+        started.events.values_list("message", flat=True)
+    )
