@@ -38,7 +38,7 @@ from core.ids import parse_id_list
 from core.jsonlimits import JsonRefused, loads_bounded
 from scheduler import arrays, services, transitions
 from scheduler import selectors as scheduler_selectors
-from scheduler.env_visibility import may_see_env_values
+from scheduler.env_visibility import may_see_env_values, shown_command
 from scheduler.feasibility import job_feasibility
 from scheduler.states import LIVE_STATES, JobState
 from tenants.permissions import can_submit_to, is_platform_admin
@@ -236,6 +236,9 @@ def job_detail(request, job_id: int):
             "attempts": scheduler_selectors.job_attempts(user=request.user, job_id=job.pk),
             "log_tail": page_selectors.job_log_tail(job=job),
             "can_cancel": job.state in LIVE_STATES and can_submit_to(request.user, job.team),
+            "command_shown": shown_command(
+                job.command, visible=may_see_env_values(request.user, job.team)
+            ),
             # missed as soon as it passes unfinished, as the outcomes page counts it
             "deadline_passed": job.deadline is not None
             and job.finished_at is None

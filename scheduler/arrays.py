@@ -38,7 +38,7 @@ from core.names import name_errors
 from tenants.permissions import can_submit_to
 
 from .admission import check_submission
-from .env_visibility import HIDDEN_VALUE, shown_env
+from .env_visibility import HIDDEN_VALUE, shown_command, shown_env
 from .models import Cluster, Job, JobArray, JobEvent
 from .services import (
     JobRequest,
@@ -428,12 +428,14 @@ def submit_team_ids(user) -> set[int] | None:
 
 
 def shown_template(array: JobArray, *, may_see: set[int] | None) -> dict:
-    """The array's template with its env values hidden unless the team is in ``may_see``
-    (``submit_team_ids``; None: everything shown)."""
+    """The array's template with its env values hidden and its command's secrets redacted unless
+    the team is in ``may_see`` (``submit_team_ids``; None: everything shown)."""
     template = dict(array.template or {})
+    visible = may_see is None or array.team_id in may_see
     if "env" in template:
-        visible = may_see is None or array.team_id in may_see
         template["env"] = shown_env(template["env"], visible=visible)
+    if isinstance(template.get("command"), str):
+        template["command"] = shown_command(template["command"], visible=visible)
     return template
 
 

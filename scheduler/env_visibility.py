@@ -1,12 +1,14 @@
-"""Who sees a job's environment values: one rule for every surface that shows them.
+"""Who sees a job's secrets: its environment values and the secrets in its command. One rule for
+every surface that shows them.
 
-A job's ``env`` often carries a token or a private location. Those who may submit to the job's
-team (its members, admins and owners; platform admins) see the values; everyone else who may
-read the job (the team's viewers) sees the names, every value ``(hidden)``. The rule is applied
-where a surface shapes what it shows (the record API and export, the job page's record, the
-array API and page); the job API and the live updates carry no env at all. On top of it, the
-stored reproducibility record never holds a secret-named value, for anyone
-(``scheduler.reproducibility.redact_env``): it is exported.
+A job's ``env`` often carries a token or a private location, its command a ``--token=...``.
+Those who may submit to the job's team (its members, admins and owners; platform admins) see
+them as submitted; everyone else who may read the job (the team's viewers) sees the env's names,
+every value ``(hidden)``, and the command with its secrets redacted as the record redacts them
+(``scheduler.reproducibility.redact_text``). The rule is applied where a surface shapes what it
+shows (the job API, the job page, the record API and export, the array API and page); the live
+updates carry neither. On top of it, the stored reproducibility record never holds a
+secret-named value, for anyone (``scheduler.reproducibility.redact_env``): it is exported.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ def shown_env(env: dict | None, *, visible: bool) -> dict:
     hidden."""
     env = env or {}
     return dict(env) if visible else {name: HIDDEN_VALUE for name in env}
+
+
+def shown_command(command: str, *, visible: bool) -> str:
+    """A command as shown: as submitted when ``visible``, else with its secrets redacted."""
+    if visible or not command:
+        return command
+    from .reproducibility import redact_text  # it imports the services, which import arrays
+
+    return redact_text(command)
 
 
 def shown_record(record: dict[str, Any], *, visible: bool) -> dict[str, Any]:

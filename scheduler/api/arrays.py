@@ -169,4 +169,6 @@ class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Ret
         array = arrays.array_get(user=request.user, array_id=self._array_id())
         members = selectors.job_list(user=request.user).filter(array=array).order_by("array_index")
         page = self.paginate_queryset(members)
-        return self.get_paginated_response(JobSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            JobSerializer(page, many=True, context=self.get_serializer_context()).data
+        )

@@ -81,4 +81,8 @@ class JobResubmitView(APIView):
         job = resubmission.job
         job.live_allocations = []
         job.resubmit_notes = list(resubmission.notes)
-        return Response(ResubmittedJobSerializer(job).data, status=status.HTTP_201_CREATED)
+        return Response(
+            # The caller just submitted it to the team: they see its command.
+            ResubmittedJobSerializer(job, context={"may_see": None}).data,
+            status=status.HTTP_201_CREATED,
+        )

@@ -10,6 +10,8 @@ from rest_framework import serializers
 from catalogue.models import GpuModel
 from core.bounds import api_number
 
+from ..arrays import submit_team_ids
+from ..env_visibility import shown_command
 from ..models import Cluster, Job, JobEvent, Node
 from ..selectors import job_placement
 
@@ -136,6 +138,10 @@ class JobSerializer(serializers.ModelSerializer):
     placement = serializers.SerializerMethodField()
     total_gpus = serializers.IntegerField(read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    command = serializers.SerializerMethodField(
+        help_text="As submitted; for a viewer of the team, with --token=... style arguments, "
+        "passwords in URLs and API tokens redacted."
+    )
 
     class Meta:
         model = Job
@@ -177,6 +183,17 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_elastic(self, job: Job) -> dict | None:
         return job.elastic
+
+    def get_command(self, job: Job) -> str:
+        # The teams whose secrets the caller sees, read once per response (a list shows many);
+        # without a request to say who asks, nobody's.
+        if "may_see" not in self.context:
+            request = self.context.get("request")
+            self.context["may_see"] = (
+                submit_team_ids(request.user) if request is not None else set()
+            )
+        may_see = self.context["may_see"]
+        return shown_command(job.command, visible=may_see is None or job.team_id in may_see)
 
     def get_placement(self, job: Job) -> dict[str, list[int]]:
         return job_placement(job)

@@ -96,14 +96,21 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         # The job just written is the response: a new job holds no GPUs, and its team, submitter,
         # model and class are the objects validation loaded (re-reading it cost two queries).
         job.live_allocations = []
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        # The submitter just proved they may submit to the job's team: they see its command.
+        return Response(
+            JobSerializer(job, context={"may_see": None}).data, status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         transitions.job_cancel(user=request.user, job_id=self._job_id())
         return Response(
-            JobSerializer(selectors.job_get(user=request.user, job_id=self._job_id())).data
+            # Only those who may submit to the job's team cancel it: they see its command.
+            JobSerializer(
+                selectors.job_get(user=request.user, job_id=self._job_id()),
+                context={"may_see": None},
+            ).data
         )
 
     @extend_schema(responses={200: JobEventSerializer(many=True)})

@@ -1,6 +1,8 @@
 """A job's environment values, one rule on every surface: those who may submit to the team see
 them; a viewer of the team sees the names, every value ``(hidden)``. The stored record (which is
-exported) also never holds a secret-named value, for anyone."""
+exported) also never holds a secret-named value, for anyone. A command's secrets (``--token=``
+arguments, URL passwords, API tokens) are redacted for viewers wherever the command shows, as
+the record redacts them for everyone."""
 
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ pytestmark = pytest.mark.django_db
 PRIVATE = "s3-bucket-of-project-nightingale"
 SECRET = "wandb-s3cr3t"
 ENV = {"DATA_BUCKET": PRIVATE, "WANDB_API_KEY": SECRET}
+COMMAND = "python train.py --wandb-token=tok-hunter2 --lr 0.1"
 
 
 @pytest.fixture
 def started_job(platform, submit):
-    response = submit(platform["alice"], name="envjob", env=ENV, simulated_duration_s=10_000)
+    response = submit(
+        platform["alice"], name="envjob", env=ENV, command=COMMAND, simulated_duration_s=10_000
+    )
     assert response.status_code == 201, response.json()
     run_cycle()
     job = Job.objects.get(pk=response.json()["id"])
@@ -36,7 +41,12 @@ def array_id(platform, api_as):
     body = {
         "name": "sweep",
         "team": "vision",
-        "template": {"workers": 1, "gpus_per_worker": 1, "env": {"DATA_BUCKET": PRIVATE}},
+        "template": {
+            "workers": 1,
+            "gpus_per_worker": 1,
+            "env": {"DATA_BUCKET": PRIVATE},
+            "command": COMMAND,
+        },
         "items": [{"env": {"LR_SCHEDULE": "cosine-private-0"}}, {"env": {"LR_SCHEDULE": "x"}}],
     }
     created = api_as(platform["alice"]).post("/api/v1/job-arrays/", body, format="json")
@@ -74,6 +84,10 @@ def test_a_viewer_sees_no_env_value_on_any_surface(platform, api_as, started_job
     for surface, text in shown.items():
         assert PRIVATE not in text and SECRET not in text, surface
         assert "cosine-private-0" not in text, surface
+        assert "tok-hunter2" not in text, surface
+    assert json.loads(shown["api job"])["command"] == (
+        "python train.py --wandb-token=[redacted] --lr 0.1"
+    )
     record = json.loads(shown["api record"])
     assert record["env"]["DATA_BUCKET"] == "(hidden)"
     assert record["resubmit"]["env"] == {"DATA_BUCKET": "(hidden)", "WANDB_API_KEY": "(hidden)"}
@@ -92,6 +106,9 @@ def test_a_member_sees_the_values_the_record_keeps(platform, api_as, started_job
     portal.force_login(platform["alice"])
     assert f"DATA_BUCKET={PRIVATE}" in portal.get(f"/jobs/{started_job.pk}/").content.decode()
     assert "cosine-private-0" in portal.get(f"/arrays/{array_id}/").content.decode()
+    assert api.get(f"/api/v1/jobs/{started_job.pk}/").json()["command"] == COMMAND
+    assert "tok-hunter2" in portal.get(f"/jobs/{started_job.pk}/").content.decode()
+    assert api.get(f"/api/v1/job-arrays/{array_id}/").json()["template"]["command"] == COMMAND
 
 
 def test_another_teams_member_gets_404_not_a_redacted_record(platform, api_as, started_job):
