@@ -4,9 +4,7 @@
 asks the engine about the cluster as it is: the current snapshot plus the candidate job, one
 ``decide`` call, nothing written and nothing applied. The engine either starts the candidate
 (it would start now) or gives its reserved start; the finish adds the run time the engine plans
-with (the user's limit, else the prediction from the team's own history, else the engine's
-default). The prediction shown learns from the caller's team only
-(``runtime_prediction.predict_team_runtime_s``): another team's jobs must not show through it. Without a
+with (the user's limit, else the history's prediction, else the engine's default). Without a
 reservation (the engine plans only its first few blocked jobs per GPU model) the start is
 unknown and so is the finish; so is a start or finish past ``LATEST_ESTIMATE``.
 
@@ -21,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from scheduler.policy import PendingJob, decide, routing_from_dict
 
 from .models import Dataset
-from .runtime_prediction import predict_team_runtime_s
+from .runtime_prediction import predict_runtime_s
 from .services import JobRequest, _validate_request
 from .snapshot import build_snapshot
 
@@ -37,7 +35,7 @@ class Feasibility:
     starts_now: bool
     finish: datetime | None
     runtime_s: float
-    runtime_source: str  # "your runtime limit", "your team's similar past jobs", "the default"
+    runtime_source: str  # "your runtime limit", "similar past jobs", "the default"
     deadline: datetime | None
     meets_deadline: bool | None  # None: no deadline, or no estimate
 
@@ -52,9 +50,8 @@ def job_feasibility(*, user, request: JobRequest, now: datetime) -> Feasibility:
     if request.runtime_limit_s:
         runtime_s, source = float(request.runtime_limit_s), "your runtime limit"
     else:
-        (predicted,) = predict_team_runtime_s(
-            team_id=team.pk,
-            jobs=[
+        (predicted,) = predict_runtime_s(
+            [
                 JobDescription(
                     team=team.slug,
                     user=user.get_username(),
@@ -65,10 +62,10 @@ def job_feasibility(*, user, request: JobRequest, now: datetime) -> Feasibility:
                     gpu_model=gpu_model.name if gpu_model else None,
                     priority_class=priority.name,
                 )
-            ],
+            ]
         )
         if predicted is not None:
-            runtime_s, source = predicted, "your team's similar past jobs"
+            runtime_s, source = predicted, "similar past jobs"
         else:
             runtime_s, source = snapshot.config.default_runtime_s, "the default"
     candidate = PendingJob(

@@ -9,22 +9,14 @@ about how long the work takes.
 
 A job's run seconds are its last attempt's plus ``earlier_runs_s`` (what earlier attempts ran).
 
-Two uses, two scopes:
-
-- **The scheduler's planning** (``predict_runtime_s``: the snapshot's pending and running jobs)
-  learns from every team's history, but teams share only what identifies no job (shapes, GPU
-  models, classes; ``scheduler.prediction.runtime``): what it plans shows in estimated starts
-  and deadline warnings.
-- **A run time shown to a user** (``predict_team_runtime_s``: the submit form's and the API's
-  estimate) learns from the requesting team's history only: a pooled model answers a made-up
-  name with another team's median for it, which tells the caller that team runs such a job and
-  for how long. One model per team, the last ``TEAM_MODELS_KEPT`` teams asked for kept.
+Every team's history teaches one model, but teams share only what identifies no job (shapes, GPU
+models, classes; ``scheduler.prediction.runtime``): its predictions show in estimates, estimated
+starts and deadline warnings.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -36,10 +28,6 @@ from .models import Job
 from .states import JobState
 
 HISTORY_JOBS = 20_000
-# Team models kept per process (least recently asked forgotten), each with a smaller hashed
-# feature space than the pooled model (a team's names, users and images are few): ~1 MB each.
-TEAM_MODELS_KEPT = 16
-TEAM_MODEL_FEATURES = 2**16
 _DESCRIPTION_FIELDS = (
     "team__slug",
     "submitter__username",
@@ -81,19 +69,13 @@ def describe_job(job: Job) -> JobDescription:
 
 
 def finished_history(
-    after: tuple[datetime, int] | None = None,
-    *,
-    limit: int = HISTORY_JOBS,
-    team_id: int | None = None,
+    after: tuple[datetime, int] | None = None, *, limit: int = HISTORY_JOBS
 ) -> list[tuple[tuple[datetime, int], JobDescription, float]]:
     """Succeeded jobs as ``((finished_at, id), description, run seconds)``, oldest first: those
-    finished after ``after``, or the most recent ``limit`` when ``after`` is None; only team
-    ``team_id``'s when given. One query."""
+    finished after ``after``, or the most recent ``limit`` when ``after`` is None. One query."""
     qs = Job.objects.filter(
         state=JobState.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False
     )
-    if team_id is not None:
-        qs = qs.filter(team_id=team_id)
     if after is not None:
         at, pk = after
         qs = qs.filter(Q(finished_at__gt=at) | Q(finished_at=at, id__gt=pk)).order_by(
@@ -115,20 +97,16 @@ def finished_history(
 
 
 class _Learner:
-    """A model and how far through the history (every team's, or ``team_id``'s) it has
-    learned."""
+    """The process's model and how far through the history it has learned."""
 
-    def __init__(self, *, team_id: int | None = None) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.team_id = team_id
-        self.model = (
-            RuntimeModel() if team_id is None else RuntimeModel(n_features=TEAM_MODEL_FEATURES)
-        )
+        self.model = RuntimeModel()
         self.watermark: tuple[datetime, int] | None = None
 
     def refresh(self) -> RuntimeModel:
         with self.lock:
-            rows = finished_history(self.watermark, team_id=self.team_id)
+            rows = finished_history(self.watermark)
             if rows:
                 self.model.learn([d for _, d, _ in rows], [r for _, _, r in rows])
                 self.watermark = rows[-1][0]
@@ -138,16 +116,13 @@ class _Learner:
 # Made at the first prediction, not at import: scikit-learn takes ~2 s to import, and every
 # manage.py command and web worker imports this module through the loop without predicting.
 _learner: _Learner | None = None
-_team_learners: OrderedDict[int, _Learner] = OrderedDict()
 _learner_lock = threading.Lock()
 
 
 def reset() -> None:
     """Forget everything learned (tests that rebuild the database between cases)."""
     global _learner
-    with _learner_lock:
-        _learner = None
-        _team_learners.clear()
+    _learner = None
 
 
 def predict_runtime_s(jobs: Sequence[JobDescription] | Iterable[JobDescription]) -> list:
@@ -158,17 +133,4 @@ def predict_runtime_s(jobs: Sequence[JobDescription] | Iterable[JobDescription])
         if _learner is None:
             _learner = _Learner()
         learner = _learner
-    return learner.refresh().predict_s(jobs)
-
-
-def predict_team_runtime_s(*, team_id: int, jobs: Sequence[JobDescription]) -> list:
-    """Predicted run seconds per job of team ``team_id`` (None while the team has too little
-    history), learned from that team's succeeded jobs only: what may be shown to its users."""
-    with _learner_lock:
-        learner = _team_learners.get(team_id)
-        if learner is None:
-            learner = _team_learners[team_id] = _Learner(team_id=team_id)
-        _team_learners.move_to_end(team_id)
-        while len(_team_learners) > TEAM_MODELS_KEPT:
-            _team_learners.popitem(last=False)
     return learner.refresh().predict_s(jobs)

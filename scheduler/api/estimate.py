@@ -24,8 +24,7 @@ class JobEstimateSerializer(serializers.Serializer):
         read_only=True, help_text="the run time the scheduler plans with"
     )
     runtime_source = serializers.CharField(
-        help_text="your runtime limit, your team's similar past jobs (learned from the team's own "
-        "finished jobs only), or the default"
+        help_text="your runtime limit, similar past jobs, or the default"
     )
     deadline = serializers.DateTimeField(allow_null=True)
     meets_deadline = serializers.BooleanField(
