@@ -259,7 +259,18 @@ def job_states(request):
     ids = parse_id_list(request.GET.get("ids", ""), limit=JOB_LIST_LIMIT)
     jobs = scheduler_selectors.job_list(user=request.user).filter(pk__in=ids)
     return JsonResponse(
-        {"jobs": {str(job.pk): {"state": job.state, "why": job.why_pending} for job in jobs}}
+        {
+            "jobs": {
+                str(job.pk): {
+                    "state": job.state,
+                    "why": job.why_pending,
+                    "estimated_start": (
+                        job.estimated_start.isoformat() if job.estimated_start else None
+                    ),
+                }
+                for job in jobs
+            }
+        }
     )
 
 

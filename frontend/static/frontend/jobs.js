@@ -31,7 +31,9 @@
     var stateCell = GP.el("td");
     stateCell.appendChild(GP.el("span", { "data-field": "state" }));
     row.appendChild(stateCell);
-    row.appendChild(GP.el("td", { class: "why", "data-field": "why" }));
+    row.appendChild(
+      GP.el("td", { class: "why", "data-field": "why", "data-shows-estimate": "" })
+    );
     row.appendChild(GP.el("td", { class: "muted" }, GP.timeOf(msg.time)));
     return row;
   }

@@ -23,8 +23,24 @@
     cancelled: "Cancelled"
   };
   GP.LIVE_STATES = ["pending", "running", "preempted"];
+  var MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  function twoDigits(n) {
+    return (n < 10 ? "0" : "") + n;
+  }
+  // "Mar 4, 09:30" in UTC: what the server renders with Django's date:"M j, H:i" (TIME_ZONE is
+  // UTC), so a row painted live reads like the row the page came with.
+  GP.utcMinute = function (iso) {
+    var d = new Date(iso);
+    if (isNaN(d)) return "";
+    return (
+      MONTHS[d.getUTCMonth()] + " " + d.getUTCDate() + ", " +
+      twoDigits(d.getUTCHours()) + ":" + twoDigits(d.getUTCMinutes())
+    );
+  };
   // A job row's state badge and "why pending" cell from a job.status payload (job tables and
-  // array member tables share the markup).
+  // array member tables share the markup). A why cell marked data-shows-estimate (the job
+  // tables') also gets the pending job's estimated start, as templates/frontend/_job_rows.html
+  // renders it; without it a live update or a resync dropped the note the page came with.
   GP.paintJobRow = function (row, msg) {
     var badge = row.querySelector("[data-field=state]");
     if (badge) {
@@ -32,7 +48,17 @@
       badge.textContent = GP.STATE_LABELS[msg.state] || msg.state;
     }
     var why = row.querySelector("[data-field=why]");
-    if (why) why.textContent = msg.state === "pending" ? msg.why || "" : "";
+    if (!why) return;
+    var pending = msg.state === "pending";
+    why.textContent = pending ? msg.why || "" : "";
+    var when = pending && msg.estimated_start ? GP.utcMinute(msg.estimated_start) : "";
+    if (when && why.hasAttribute("data-shows-estimate")) {
+      var note = GP.el("span", { class: "muted" }, "est. start ");
+      note.appendChild(GP.el("time", { datetime: msg.estimated_start }, when));
+      note.appendChild(document.createTextNode(" UTC"));
+      why.appendChild(document.createTextNode(" "));
+      why.appendChild(note);
+    }
   };
   var topics = [];
   GP.want = function () {
@@ -167,7 +193,7 @@
   };
 
   // A GP.stateReader of the states of the job rows rowSelector matches (/jobs/states/?ids=…),
-  // each row painted with paint(row, {state, why}).
+  // each row painted with paint(row, {state, why, estimated_start}).
   GP.jobRowsReader = function (rowSelector, paint, delayMs) {
     return GP.stateReader(
       function () {

@@ -108,7 +108,9 @@ def test_job_states_for_table_resync_are_scoped_to_the_caller(platform):
     transitions.job_cancel(user=platform["alice"], job_id=mine.pk)
     client = client_for(platform["alice"])
     data = client.get(f"/jobs/states/?ids={mine.pk},{theirs.pk},x,").json()
-    assert data == {"jobs": {str(mine.pk): {"state": "cancelled", "why": ""}}}
+    assert data == {
+        "jobs": {str(mine.pk): {"state": "cancelled", "why": "", "estimated_start": None}}
+    }
     assert client.get("/jobs/states/").json() == {"jobs": {}}
 
 
@@ -381,3 +383,15 @@ def test_job_list_says_when_a_pending_job_should_start_with_its_date_and_time_zo
     Job.objects.filter(pk=job.pk).update(estimated_start=datetime(2031, 3, 4, 9, 30, tzinfo=UTC))
     html = client_for(platform["alice"]).get("/jobs/").content.decode()
     assert re.search(r"est\. start <time[^>]*>Mar 4, 09:30</time> UTC", html), html
+
+
+def test_job_states_give_a_pending_jobs_estimated_start_for_the_resync_to_paint(platform):
+    """The job tables re-read their rows from /jobs/states/ when their stream says hello; an
+    answer without the estimated start repainted every pending row without the "est. start"
+    note the page had just rendered."""
+    from datetime import UTC, datetime
+
+    job = submit(platform["alice"])
+    Job.objects.filter(pk=job.pk).update(estimated_start=datetime(2031, 3, 4, 9, 30, tzinfo=UTC))
+    data = client_for(platform["alice"]).get(f"/jobs/states/?ids={job.pk}").json()
+    assert data["jobs"][str(job.pk)]["estimated_start"] == "2031-03-04T09:30:00+00:00"
