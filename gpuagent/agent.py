@@ -29,7 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, NotRequired, Protocol, TypedDict, TypeVar, overload
 
@@ -246,9 +246,28 @@ def open_source(kind: str, *, gpus: int = 8, seed: int = 0, **fault_rates: float
 
 # -------------------------------------------------------------------------------- buffer
 
+# The platform refuses a whole batch holding a sample with more XID codes than this
+# (docs/telemetry.md), and the agent drops a refused batch.
+MAX_XIDS_PER_SAMPLE = 100
+
+
+def bounded_xids(codes: list[int]) -> list[int]:
+    """At most ``MAX_XIDS_PER_SAMPLE`` of ``codes``: every distinct code first, then repeats.
+
+    An application's XID storm (XID 13 hundreds of times a second) used to make a sample the
+    platform refuses, and with it the batch, including the one XID 79 of a GPU that fell off
+    the bus meanwhile. Cut to the bound, the storm still counts as repeated XIDs (the health
+    rules quarantine at a handful) and no code is lost."""
+    if len(codes) <= MAX_XIDS_PER_SAMPLE:
+        return codes
+    distinct = list(dict.fromkeys(codes))
+    repeats = list((Counter(codes) - Counter(distinct)).elements())
+    return (distinct + repeats)[:MAX_XIDS_PER_SAMPLE]
+
 
 class SampleBuffer:
-    """Bounded FIFO of samples; when full, appending drops the oldest and counts it."""
+    """Bounded FIFO of samples; when full, appending drops the oldest and counts it. A sample's
+    XID codes are cut to the platform's bound on the way in (:func:`bounded_xids`)."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -263,6 +282,8 @@ class SampleBuffer:
     def extend(self, samples: list[Sample]) -> None:
         with self.lock:
             for s in samples:
+                if "xid" in s:
+                    s["xid"] = bounded_xids(s["xid"])
                 if len(self.items) >= self.capacity:
                     self.items.popleft()
                     self.dropped += 1
