@@ -466,26 +466,70 @@ def _read_token(args: argparse.Namespace) -> str:
     return args.token or os.environ.get("GPUPLATFORM_NODE_TOKEN", "")
 
 
+def _count(text: str) -> int:
+    """A whole number >= 1 (``--batch-size``, ``--buffer``, ``--gpus``, ``--samples``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+# The longest wait an option may ask for; a far larger one overflows the thread waits.
+MAX_OPTION_SECONDS = 86400.0
+
+
+def _seconds(text: str) -> float:
+    """Seconds, more than 0 and at most a day (``--interval``, ``--flush-seconds``,
+    ``--timeout``, ``--max-backoff``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_OPTION_SECONDS:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {MAX_OPTION_SECONDS:.0f} seconds, not {text}"
+        )
+    return value
+
+
+def _rate(text: str) -> float:
+    """A probability per sample, 0 to 1 (``--xid-rate``, ``--dbe-rate``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Numbers are checked here, where a mistake is an exit 2 naming the option: accepted, a
+    # zero buffer crashed the agent at its first sample, a zero batch size shipped nothing
+    # ever, and a negative --max-backoff killed the sender thread at the first failed post
+    # while sampling went on (a node that looked alive and reported nothing).
     parser = argparse.ArgumentParser(prog="gpuagent")
     parser.add_argument("--url", default=os.environ.get("GPUPLATFORM_URL", ""), required=False)
     parser.add_argument("--token", help="node token (prefer --token-file or the environment)")
     parser.add_argument("--token-file")
     parser.add_argument("--source", choices=["auto", "nvml", "simulated"], default="auto")
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs of the simulated source")
+    parser.add_argument("--gpus", type=_count, default=8, help="GPUs of the simulated source")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--xid-rate", type=float, default=0.0, help="simulated XIDs per sample")
-    parser.add_argument("--dbe-rate", type=float, default=0.0, help="simulated DBEs per sample")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
-    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--xid-rate", type=_rate, default=0.0, help="simulated XIDs per sample")
+    parser.add_argument("--dbe-rate", type=_rate, default=0.0, help="simulated DBEs per sample")
+    parser.add_argument("--interval", type=_seconds, default=1.0, help="seconds between samples")
+    parser.add_argument("--batch-size", type=_count, default=1000)
     # 30 s: 240 samples per batch on an 8-GPU node; the platform's cost is per request, so
     # small batches from a thousand nodes cost far more than the samples (docs/telemetry.md).
     # Samples with ECC double-bit errors or XIDs are shipped at once regardless.
-    parser.add_argument("--flush-seconds", type=float, default=30.0)
-    parser.add_argument("--buffer", type=int, default=100_000, help="samples kept while offline")
-    parser.add_argument("--timeout", type=float, default=10.0)
-    parser.add_argument("--max-backoff", type=float, default=60.0)
-    parser.add_argument("--samples", type=int, help="stop after this many sampling rounds")
+    parser.add_argument("--flush-seconds", type=_seconds, default=30.0)
+    parser.add_argument("--buffer", type=_count, default=100_000, help="samples kept while offline")
+    parser.add_argument("--timeout", type=_seconds, default=10.0)
+    parser.add_argument("--max-backoff", type=_seconds, default=60.0)
+    parser.add_argument("--samples", type=_count, help="stop after this many sampling rounds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     token = _read_token(args)

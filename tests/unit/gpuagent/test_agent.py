@@ -181,3 +181,40 @@ def test_stop_returns_without_waiting_out_the_flush_period(platform):
     thread.join(timeout=5)  # well under the join's own bound (request timeout + 1 s = 11 s)
     assert not thread.is_alive()
     assert platform.received and sum(len(b["samples"]) for b in platform.received) >= 8
+
+
+def _run_agent(*args: str, url: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuagent", "--url", url, "--token", "gpn_test"]
+        + ["--source", "simulated", "--gpus", "2", "--samples", "2", "--timeout", "2", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--buffer", "0"),  # crashed at the first sample (IndexError)
+        ("--batch-size", "0"),  # ran, and never shipped a sample
+        ("--max-backoff", "-1"),  # the first failed post killed the sender thread
+        ("--interval", "-5"),  # sampled as fast as the CPU goes
+        ("--flush-seconds", "nan"),
+        ("--timeout", "1e300"),  # overflows the thread waits
+        ("--gpus", "-1"),
+        ("--xid-rate", "2"),
+    ],
+)
+def test_a_bad_number_on_the_command_line_is_exit_2_naming_the_option(platform, option, value):
+    out = _run_agent(option, value, url=platform.url)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"argument {option}:" in out.stderr
+    assert platform.received == []  # it stopped before sampling or sending anything
+
+
+def test_the_command_line_defaults_still_run_and_ship(platform):
+    out = _run_agent("--flush-seconds", "0.1", url=platform.url)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sum(len(batch["samples"]) for batch in platform.received) == 4
