@@ -13,10 +13,12 @@ Sessions follow membership: every socket also joins its user's control group; a 
 change, a logout or a deactivation there (``frontend/signals.py``), and a timer every
 ``STREAM_RECHECK_SECONDS`` otherwise, make it read its session and teams again. A socket whose
 session ended closes with 4401 (the portal shows "signed out"); one whose teams changed closes
-with 4403 and the portal reconnects with the groups it may now hear. A single sign-on session
-whose ID token expiry has passed closes with 4440, on connect and at those checks: only an HTTP
-request re-checks it with the provider (``tenants.sso.SessionRefresh``), so the portal loads
-the page again.
+with 4403 and the portal reconnects with the groups it may now hear. From a control group's
+re-check request until its answer, what the socket's groups publish is held back (relayed if
+the teams are unchanged, dropped with the close otherwise): a removed member hears nothing the
+team publishes after the removal. A single sign-on session whose ID token expiry has passed
+closes with 4440, on connect and at those checks: only an HTTP request re-checks it with the
+provider (``tenants.sso.SessionRefresh``), so the portal loads the page again.
 
 Frames from the client go through ``core.jsonlimits`` (size- and depth-bounded): one too
 large closes the socket with 1009, one nested too deep or holding text the platform cannot
@@ -193,6 +195,10 @@ class StreamConsumer(ReadOnlySocket):
         self.topics, unknown = parse_topics(self.scope.get("query_string", b""))
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=self.QUEUE_MAX)
         self.live, self.recheck_due = False, False
+        # Content heard while a check asked for by the control group runs (None: none runs),
+        # and how many such checks were asked for (see control()).
+        self.held: list[str] | None = None
+        self.checks_asked = 0
         self.hub = hub()
         # The user's control group first, then the teams: a membership change that commits
         # after the teams are read announces itself to this socket (checked once it is live),
@@ -230,14 +236,28 @@ class StreamConsumer(ReadOnlySocket):
 
     def push(self, text: str) -> None:
         """Called by the hub for each message of this socket's groups."""
+        if self.held is not None:  # a check is running: its answer says whether this may go
+            if len(self.held) >= self.QUEUE_MAX:
+                self._close_soon(4408)
+            else:
+                self.held.append(text)
+            return
         try:
             self.queue.put_nowait(text)
         except asyncio.QueueFull:  # the client stopped reading: let it reconnect and resync
             self._close_soon(4408)
 
     def control(self, text: str) -> None:
-        """Called by the hub for a message of this user's control group."""
+        """Called by the hub for a message of this user's control group.
+
+        Content heard from now on is held until the check answers. The change that asked for
+        it (a removal from a team) committed before this message was published, and anything
+        the team published after it may be for members only: relayed while the check read the
+        database, a removed member heard the team's next jobs before the socket closed."""
         if streams.RECHECK_SESSIONS in text:
+            self.checks_asked += 1
+            if self.held is None:
+                self.held = []
             if not self.live:  # still connecting: checked once connect has finished
                 self.recheck_due = True
                 return
@@ -250,22 +270,42 @@ class StreamConsumer(ReadOnlySocket):
 
     async def recheck(self) -> None:
         """Close when the session ended (4401), its single sign-on check is due (4440) or the
-        teams it may hear changed (4403)."""
+        teams it may hear changed (4403); otherwise relay the content held meanwhile, if no
+        newer check was asked for since this one started (its reads may predate that change:
+        the newer check decides)."""
         if getattr(self, "closing", False):
             return
+        asked = self.checks_asked
         user, code = await self.session_user(None)
         if code is not None:
             self._close_soon(code)
             return
-        if user is None:  # a database hiccup (logged): keep the socket, the next check decides
+        if user is None:  # a database hiccup (logged)
+            self._undecided()
             return
         try:
             groups = await _groups_for(user, self.topics)
         except Exception:  # a database hiccup, likewise
             log.warning("stream session check failed", exc_info=True)
+            self._undecided()
             return
         if sorted(groups) != sorted(self.content_groups):
             self._close_soon(CLOSE_PERMISSIONS_CHANGED)
+        elif self.checks_asked == asked:
+            self._release_held()
+
+    def _undecided(self) -> None:
+        """A check that could not read the database. Without content held (a periodic check),
+        keep the socket: the next check decides. With content held, a change was announced that
+        could not be checked: close (4403) so the portal reconnects with the groups it may
+        hear now and re-reads its state, rather than relay what may not be this user's."""
+        if self.held is not None:
+            self._close_soon(CLOSE_PERMISSIONS_CHANGED)
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, None
+        for text in held or ():
+            self.push(text)
 
     async def _recheck_periodically(self) -> None:
         """The backstop for changes no signal announces (an expired session, a row changed in

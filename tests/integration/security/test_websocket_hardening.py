@@ -172,6 +172,70 @@ def test_a_removed_member_is_cut_off_within_seconds(platform, teams, vera):
     assert "vision-secret" not in repr(heard)
 
 
+def test_a_removed_member_hears_nothing_of_the_team_before_the_socket_closes(platform, teams, vera):
+    """The removal's session.recheck reaches the socket first, the team's next job update right
+    after it. The socket went on relaying the team's messages while it re-read its session and
+    teams from the database, so the removed member heard the job submitted after the removal
+    before the close (4403) came."""
+    cookie, _ = _cookie(platform["alice"])
+
+    async def scenario():
+        socket = _socket(cookie)
+        await _open(socket)
+
+        def remove_then_submit():
+            tenant_services.membership_remove(user=vera, team=teams["vision"], username="alice")
+            services.job_submit(
+                user=vera,
+                request=services.JobRequest(
+                    name="vision-after-removal", team="vision", workers=1, gpus_per_worker=1
+                ),
+            )
+
+        await database_sync_to_async(remove_then_submit)()
+        heard = []
+        while True:
+            output = await socket.receive_output(timeout=5)
+            if output["type"] == "websocket.close":
+                return output.get("code"), heard
+            heard.append(output.get("text"))
+
+    code, heard = async_to_sync(scenario)()
+    assert code == 4403
+    assert "vision-after-removal" not in repr(heard)
+
+
+def test_a_membership_change_that_keeps_the_teams_holds_nothing_back(platform, teams, vera):
+    """The content held while the check runs goes out once it finds the same teams: a role
+    change loses no job update and keeps the socket open."""
+    cookie, _ = _cookie(platform["alice"])
+
+    async def scenario():
+        socket = _socket(cookie)
+        await _open(socket)
+
+        def promote_then_submit():
+            tenant_services.membership_set(
+                user=vera, team=teams["vision"], username="alice", role="admin"
+            )
+            services.job_submit(
+                user=vera,
+                request=services.JobRequest(
+                    name="vision-after-promotion", team="vision", workers=1, gpus_per_worker=1
+                ),
+            )
+
+        await database_sync_to_async(promote_then_submit)()
+        heard = await socket.receive_json_from(timeout=5)
+        still_open = await socket.receive_nothing(timeout=0.5)
+        await socket.disconnect()
+        return heard, still_open
+
+    heard, still_open = async_to_sync(scenario)()
+    assert heard["name"] == "vision-after-promotion"
+    assert still_open
+
+
 def test_a_member_removed_while_the_socket_connects_is_cut_off(platform, teams, vera, monkeypatch):
     """The removal commits after the connecting socket read alice's teams and before it joined
     its groups: the session.recheck it publishes reached alice's control group while this socket
