@@ -55,6 +55,7 @@ CLOSE_PERMISSIONS_CHANGED = 4403
 CLOSE_SSO_RECHECK = 4440
 CLOSE_TOO_BIG = 1009
 CLOSE_BAD_PAYLOAD = 1007
+CLOSE_TOO_MANY_SOCKETS = 4429
 
 
 def parse_topics(query_string: bytes) -> tuple[list[str], list[str]]:
@@ -179,6 +180,9 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
         await self.receive_json(content)
 
 
+_stream_sockets_by_user: dict[int, int] = {}
+
+
 class StreamConsumer(ReadOnlySocket):
     # No channel of its own (ReadOnlySocket): the server loop's hub listens on the channel layer
     # for every socket and pushes each message's text into this socket's queue (frontend/hub.py).
@@ -191,6 +195,15 @@ class StreamConsumer(ReadOnlySocket):
             return
         if await self.closed_for_sso_recheck():
             return
+        # Unbounded, one signed-in user could open sockets until the server process, which
+        # every team's sockets share, ran out (each costs a task, a place in the hub and a
+        # database check a minute). Counted before the first await below (sockets opened
+        # together must not all pass), given back by cleanup however the socket ends.
+        if _stream_sockets_by_user.get(user.pk, 0) >= settings.STREAM_MAX_SOCKETS_PER_USER:
+            await self.refuse(CLOSE_TOO_MANY_SOCKETS)
+            return
+        self.counted = user.pk
+        _stream_sockets_by_user[user.pk] = _stream_sockets_by_user.get(user.pk, 0) + 1
         self.remember_session(user)
         self.topics, unknown = parse_topics(self.scope.get("query_string", b""))
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=self.QUEUE_MAX)
@@ -326,6 +339,13 @@ class StreamConsumer(ReadOnlySocket):
 
     async def cleanup(self) -> None:
         await self._leave()
+        counted, self.counted = getattr(self, "counted", None), None
+        if counted is not None:
+            left = _stream_sockets_by_user.get(counted, 1) - 1
+            if left > 0:
+                _stream_sockets_by_user[counted] = left
+            else:
+                _stream_sockets_by_user.pop(counted, None)
 
     async def _leave(self) -> None:
         """Leave the hub and stop this socket's tasks. Idempotent."""

@@ -269,6 +269,9 @@ WEBSOCKET_FRAME_MAX_BYTES = env.int("WEBSOCKET_FRAME_MAX_BYTES", default=64 * 10
 # Every open websocket re-checks its session and teams this often (a membership change or a
 # logout makes it check at once); see frontend/consumers.py.
 STREAM_RECHECK_SECONDS = env.float("STREAM_RECHECK_SECONDS", default=60.0)
+# Stream sockets one user may hold per server process (one per open portal page); more are
+# closed with 4429. The load benchmark, 1,000 sockets of one session, raises it.
+STREAM_MAX_SOCKETS_PER_USER = env.int("STREAM_MAX_SOCKETS_PER_USER", default=32)
 
 # Caps on pending jobs (arrays count by size): per team, and per submitter within a team. A team's
 # quota settings may set its own (docs/tenancy.md). They bound the scheduling cycle's work.

@@ -29,6 +29,8 @@ export SIMULATED_FAILURE_RATE_PER_NODE_HOUR=${FAILURE_RATE:-0}
 # (docs/tenancy.md) so the runs measure throughput, not the caps.
 export JOB_PENDING_MAX_TEAM=${JOB_PENDING_MAX_TEAM:-1000000}
 export JOB_PENDING_MAX_USER=${JOB_PENDING_MAX_USER:-1000000}
+# The ws scenario opens up to thousands of sockets of one session.
+export STREAM_MAX_SOCKETS_PER_USER=${STREAM_MAX_SOCKETS_PER_USER:-100000}
 
 case "${1:-}" in
 start)

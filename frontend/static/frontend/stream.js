@@ -303,7 +303,13 @@
         GP.recheckSignIn();
         return;
       }
-      setState("reconnecting", "Reconnecting…");
+      if (event.code === 4429) {
+        // Too many of this user's pages hold a socket: try again slowly, one may close.
+        setState("reconnecting", "Too many open pages; retrying…");
+        delay = 15000;
+      } else {
+        setState("reconnecting", "Reconnecting…");
+      }
       window.setTimeout(connect, delay);
       delay = Math.min(delay * 2, 15000);
     };

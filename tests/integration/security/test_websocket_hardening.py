@@ -103,6 +103,37 @@ def test_hostile_frames_close_the_socket_and_leave_the_hub(platform, frame, code
     async_to_sync(scenario)()
 
 
+def test_one_user_holds_a_bounded_number_of_stream_sockets(platform, settings):
+    """Stream sockets had no bound: one signed-in user could open them until the server process
+    that every team's sockets share gave out. Over the bound: 4429; another user is not
+    affected, and a socket closed (however it ends) frees its place."""
+    settings.STREAM_MAX_SOCKETS_PER_USER = 3
+    alice_cookie, _ = _cookie(platform["alice"])
+    bob_cookie, _ = _cookie(platform["bob"])
+
+    async def scenario():
+        opened = []
+        for _ in range(settings.STREAM_MAX_SOCKETS_PER_USER):
+            socket = _socket(alice_cookie)
+            await _open(socket)
+            opened.append(socket)
+        over = _socket(alice_cookie)
+        assert (await over.connect(timeout=5))[0]  # refusals accept, then close with a code
+        first = await over.receive_output(timeout=5)
+        refused = first.get("code") if first["type"] == "websocket.close" else first
+        bob = _socket(bob_cookie)
+        await _open(bob)
+        await opened.pop().disconnect()
+        await asyncio.sleep(0.05)
+        again = _socket(alice_cookie)
+        await _open(again)
+        for socket in [*opened, bob, again]:
+            await socket.disconnect()
+        return refused
+
+    assert async_to_sync(scenario)() == 4429
+
+
 @pytest.mark.parametrize(
     ("origin", "allowed"),
     [
