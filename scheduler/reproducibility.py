@@ -33,9 +33,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from core.errors import NotFound
-from tenants.audit import redact
+from tenants.audit import REDACTED, redact
 
 from .backends.base import BackendJobSpec
+from .env_visibility import may_see_env_values, redact_text, shown_record
 from .models import AttemptRecord, Job, Node
 from .services import JobRequest, job_submit
 from .transitions import event_record
@@ -43,28 +44,7 @@ from .transitions import event_record
 log = logging.getLogger(__name__)
 
 RECORD_FORMAT = "gpuplatform.attempt-record/v1"
-REDACTED = "[redacted]"
 _DIGEST_IN_REFERENCE = re.compile(r"@(?P<digest>sha256:[0-9a-f]{64})$")
-# Both run on text a user wrote (a command, an environment value of any length), so each match
-# attempt is bounded: the scheme is at most 32 characters (only its tail is ever matched, and
-# kept), and a flag starts where no name character precedes it and names at most 64 on either
-# side of its keyword. Unbounded, they backtracked over every start position of a long value,
-# holding the interpreter's lock (and so every request of the server) for as long.
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^/\s:@]+:)[^@\s/]+@")
-_SECRET_ARGUMENT = re.compile(
-    r"(?<![A-Za-z0-9_-])(?P<flag>--?[A-Za-z0-9_-]{0,64}?"
-    r"(?:pass(?:word)?|secret|token|key|credential)[A-Za-z0-9_-]{0,64}"
-    r"(?:=|\s+))(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
-    re.I,
-)
-
-
-def redact_text(text: str) -> str:
-    """``text`` with passwords in URLs, values of secret-named ``--flags`` and platform API
-    tokens replaced by ``[redacted]``."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-    text = _SECRET_ARGUMENT.sub(lambda m: f"{m['flag']}{REDACTED}", text)
-    return str(redact(text))
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -231,7 +211,6 @@ def attempt_records(*, user, job_id: int) -> list[AttemptRecord]:
 def record_shown(*, user, record: AttemptRecord) -> dict[str, Any]:
     """A record as ``user`` may see it: env values hidden from those who may not submit to the
     job's team (``scheduler.env_visibility``)."""
-    from .env_visibility import may_see_env_values, shown_record
 
     return shown_record(record.record, visible=may_see_env_values(user, record.job.team))
 
