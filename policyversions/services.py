@@ -223,16 +223,18 @@ def _write_tables(*, user, weights: dict[str, float], classes: dict[str, dict]) 
             )
 
 
-def _new_version(
-    *, user, base: PolicyVersion, content: dict, reason: str, source: str, restores=None
-):
-    """Write version ``base.number + 1``, if ``base`` (the version the caller read and built
-    ``content`` from) is still the newest; else a Conflict, and nothing is written.
+def _lock_in_force(base: PolicyVersion) -> PolicyVersion:
+    """Lock ``base`` (the version the caller read) and then the tables a policy writes; return
+    ``base`` as locked, or a Conflict if a newer version exists.
 
     Two admins applying at once both read the same version: locking the newest row did not
     serialize them (the second waited, then got that same row back, and failed on the unique
     number: a 500), and a retry would silently undo the first one's change. Locking ``base``
-    makes the second wait; the fresh read after the lock then sees the first's version."""
+    makes the second wait; the fresh read after the lock then sees the first's version.
+
+    The teams and classes are locked after the version (the order every policy write takes, so
+    two of them cannot deadlock) and before the caller reads them: a weight changed under Teams
+    after an unlocked read was written back over by the new version, silently undone."""
     previous = PolicyVersion.objects.select_for_update().filter(pk=base.pk).first()
     newer = PolicyVersion.objects.filter(number__gt=base.number).order_by("-number").first()
     if previous is None or newer is not None:
@@ -242,6 +244,22 @@ def _new_version(
             "review it and apply again",
             field="number",
         )
+    # FOR NO KEY UPDATE: a team_update or priority_class_set waits for the policy (and the
+    # policy for it), while rows that merely refer to a team or class (jobs, memberships) do not.
+    list(Team.objects.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
+    list(
+        PriorityClass.objects.select_for_update(no_key=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    return previous
+
+
+def _new_version(
+    *, user, previous: PolicyVersion, content: dict, reason: str, source: str, restores=None
+):
+    """Write version ``previous.number + 1`` and the tables ``content`` sets; ``previous`` is
+    the version :func:`_lock_in_force` returned, in the same transaction."""
     version = PolicyVersion.objects.create(
         number=previous.number + 1,
         created_at=timezone.now(),
@@ -292,17 +310,18 @@ def policy_apply(
     classes = None if priority_classes is None else validate_classes(priority_classes, errors)
     if errors:
         raise FieldErrors(errors)
-    content = policy_content_with(
-        policy_base(base),
-        engine_config=config,
-        team_weights=weights,
-        priority_classes=classes,
-    )
-    if content == version_content(base):
-        raise FieldErrors({"engine_config": ["nothing changed from the version in force"]})
     with transaction.atomic():
+        previous = _lock_in_force(base)
+        content = policy_content_with(
+            policy_base(previous),
+            engine_config=config,
+            team_weights=weights,
+            priority_classes=classes,
+        )
+        if content == version_content(previous):
+            raise FieldErrors({"engine_config": ["nothing changed from the version in force"]})
         return _new_version(
-            user=user, base=base, content=content, reason=why, source=PolicySource.EDIT
+            user=user, previous=previous, content=content, reason=why, source=PolicySource.EDIT
         )
 
 
@@ -324,7 +343,7 @@ def policy_rollback(*, user, number: int, reason: Any) -> PolicyVersion:
     with transaction.atomic():
         return _new_version(
             user=user,
-            base=base,
+            previous=_lock_in_force(base),
             content=version_content(target),
             reason=why,
             source=PolicySource.ROLLBACK,

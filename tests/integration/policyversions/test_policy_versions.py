@@ -7,6 +7,7 @@ import pytest
 
 from policyversions import selectors, services
 from policyversions.models import PolicyVersion
+from tenants import services as services_of_tenants
 from tenants.models import AuditEntry, PriorityClass, Team
 
 pytestmark = pytest.mark.django_db
@@ -300,3 +301,40 @@ def test_two_admins_applying_at_once_the_second_is_a_conflict_not_a_500(
     assert PolicyVersion.objects.count() == 2
     assert Team.objects.get(slug="nlp").fair_share_weight == 1.0
     assert AuditEntry.objects.filter(action="policy.apply").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("weight_commits", ["before the apply reads", "while the apply waits"])
+def test_a_weight_changed_under_teams_during_an_apply_is_kept(platform, env_policy, weight_commits):
+    """An admin sets vision's weight to 5 under Teams while another applies an engine change.
+    The apply read the weights before its transaction: a weight committed while it then waited
+    for the version's lock was written back to the old 2.0 (silently undone), and one still
+    uncommitted was recorded in the new version as 2.0 while the loop read 5. The apply now
+    locks the teams before reading them, so it waits for the weight and keeps it."""
+    from tests.integration.concurrency import race
+
+    admin = platform["admin"]
+    first = services.policy_version_seed()
+
+    def set_weight():
+        services_of_tenants.team_update(
+            user=admin, team=Team.objects.get(slug="vision"), fair_share_weight=5
+        )
+        if weight_commits == "while the apply waits":
+            # Holds the version as a concurrent policy write does, so the apply reads the
+            # weights, then waits here until the weight is committed.
+            PolicyVersion.objects.select_for_update().get(pk=first.pk)
+
+    version = race(
+        set_weight,
+        lambda: services.policy_apply(
+            user=admin, reason="age faster", engine_config={"queue_aging_s": 3600}
+        ),
+    )
+    assert isinstance(version, PolicyVersion), version
+    assert Team.objects.get(slug="vision").fair_share_weight == 5.0
+    version.refresh_from_db()
+    assert version.team_weights["vision"] == 5.0
+    assert version.engine_config == {"queue_aging_s": 3600}
+    updates = AuditEntry.objects.filter(action="team.update")
+    assert [e.after["fair_share_weight"] for e in updates] == [5.0]
