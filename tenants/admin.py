@@ -2,11 +2,13 @@
 (``AuditedAdmin``), so the audit log holds every admin and quota change whichever door it came
 through. Quota requests and the audit log are read-only here."""
 
+from django import forms
 from django.contrib import admin
 from django.forms.models import model_to_dict
 
 from .audit import audit_record
 from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
+from .services import overcommit_problems
 
 _SKIP_FIELDS = {"key_hash", "password"}
 
@@ -68,6 +70,35 @@ class AuditedAdmin(admin.ModelAdmin):
         formset.save_m2m()
 
 
+class QuotaAdminForm(forms.ModelForm):
+    """A quota row as ``quota_set`` takes it: a guarantee that would overcommit the GPU model
+    (above the cluster's capacity, or children above their parent's guarantee) is refused on
+    ``guaranteed_gpus``. Saved here as posted, such a guarantee promised GPUs the cluster does
+    not have, and reclaiming them by preemption cut the other teams' jobs inside their own
+    guarantees. Admin has no "confirm the overcommit" step: the portal or the API do."""
+
+    class Meta:
+        model = Quota
+        fields = ("team", "gpu_model", "guaranteed_gpus", "borrow_limit_gpus")
+
+    def clean(self):
+        cleaned = super().clean()
+        team, gpu_model = cleaned.get("team"), cleaned.get("gpu_model")
+        guaranteed = cleaned.get("guaranteed_gpus")
+        # An edit that leaves the guarantee where it is (a borrow limit) is not refused for an
+        # overcommit confirmed earlier through the service.
+        touched = self.instance.pk is None or {"team", "gpu_model", "guaranteed_gpus"} & set(
+            self.changed_data
+        )
+        if touched and None not in (team, gpu_model, guaranteed):
+            problems = overcommit_problems(
+                team=team, gpu_model=gpu_model, guaranteed_gpus=guaranteed
+            )
+            if problems:
+                self.add_error("guaranteed_gpus", problems)
+        return cleaned
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
@@ -77,6 +108,7 @@ class MembershipInline(admin.TabularInline):
 
 class QuotaInline(admin.TabularInline):
     model = Quota
+    form = QuotaAdminForm
     extra = 0
 
 
@@ -94,6 +126,7 @@ class PriorityClassAdmin(AuditedAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(AuditedAdmin):
+    form = QuotaAdminForm
     list_display = ("team", "gpu_model", "guaranteed_gpus", "borrow_limit_gpus")
     list_filter = ("gpu_model",)
 
