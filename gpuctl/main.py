@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     whatif_commands.register(add_whatif)
 
     nodes = add("nodes", reports.cmd_nodes, "cluster nodes, their state and health")
-    nodes.add_argument("--state", help="e.g. ready, drained, quarantined")
+    nodes.add_argument("--state", help="comma-separated states: ready, draining, quarantined, down")
     nodes.add_argument("--rack", help="only this rack")
     nodes.add_argument("--gpu-model", help="only this GPU model")
     nodes.add_argument("--cluster", help="only this cluster")

@@ -20,7 +20,7 @@ from tenants.permissions import IsPlatformAdmin
 
 from .. import selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
-from ..models import Cluster, Job, Node
+from ..models import Cluster, Job, Node, NodeState
 from ..states import JobState
 from .serializers import (
     ClusterSerializer,
@@ -45,19 +45,24 @@ class JobFilter(django_filters.FilterSet):
         fields = ["state", "team", "submitter"]
 
     def filter_state(self, queryset, _name, value):
-        states = [v.strip() for v in value.split(",") if v.strip()]
-        unknown = [v for v in states if v not in JobState.values]
-        if unknown:
-            # a misspelt state would otherwise filter on the others, or on nothing at all
-            raise serializers.ValidationError(
-                {
-                    "state": [
-                        f"unknown state {', '.join(map(repr, unknown))} "
-                        f"(known: {', '.join(JobState.values)})"
-                    ]
-                }
-            )
-        return queryset.filter(state__in=states)
+        return _filter_by_states(queryset, value, known=JobState.values)
+
+
+def _filter_by_states(queryset, value: str, *, known: list[str]):
+    """``queryset`` in any of the comma-separated states of ``value``; a 400 on ``state``
+    naming the states known when one is not."""
+    states = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in states if v not in known]
+    if unknown:
+        # a misspelt state would otherwise filter on the others, or on nothing at all
+        raise serializers.ValidationError(
+            {
+                "state": [
+                    f"unknown state {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
+                ]
+            }
+        )
+    return queryset.filter(state__in=states)
 
 
 class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -155,9 +160,22 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Cluster.objects.order_by("name")
 
 
+class NodeFilter(django_filters.FilterSet):
+    # Not the model field's choice filter: its 400 ("Select a valid choice. drained is not one
+    # of the available choices.") named no state a node can be in.
+    state = django_filters.CharFilter(method="filter_state", help_text="comma-separated states")
+
+    class Meta:
+        model = Node
+        fields = ["state", "rack", "gpu_model__name", "cluster__name"]
+
+    def filter_state(self, queryset, _name, value):
+        return _filter_by_states(queryset, value, known=NodeState.values)
+
+
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
-    filterset_fields = ["state", "rack", "gpu_model__name", "cluster__name"]
+    filterset_class = NodeFilter
 
     def get_queryset(self):
         return selectors.node_list(user=self.request.user)

@@ -158,3 +158,18 @@ def test_the_schema_documents_the_hold_as_read_only(db):
     for name in ("resume_state", "resume_reason"):
         assert fields[name].get("readOnly") is True, fields[name]
         assert "down" in fields[name]["description"]
+
+
+def test_an_unknown_node_state_filter_is_a_400_naming_the_states(platform, api_as):
+    """``?state=drained`` (the word gpuctl's help suggested) was "Select a valid choice.
+    drained is not one of the available choices.": no state a node can be in was named."""
+    Node.objects.filter(name="n2").update(state="draining")
+    client = api_as(platform["alice"])
+    for query in ("drained", "ready,drained"):
+        response = client.get("/api/v1/nodes/", {"state": query})
+        assert response.status_code == 400, query
+        assert response.json() == {
+            "state": ["unknown state 'drained' (known: ready, draining, quarantined, down)"]
+        }
+    listed = client.get("/api/v1/nodes/", {"state": "draining,down", "limit": 100}).json()
+    assert [n["name"] for n in listed["results"]] == ["n2"]

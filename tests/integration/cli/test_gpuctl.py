@@ -411,6 +411,19 @@ def test_nodes_shows_what_a_down_node_comes_back_as(as_alice):
     assert "then" not in ready
 
 
+def test_nodes_with_an_unknown_state_names_the_states_and_exits_2(as_alice):
+    """``gpuctl nodes --state drained`` (the example its help gave) printed "Select a valid
+    choice. drained is not one of the available choices." and no state to use instead."""
+    result = as_alice("nodes", "--state", "drained")
+    assert result.code == 2 and result.out == ""
+    assert result.err == (
+        "error: state: unknown state 'drained' (known: ready, draining, quarantined, down)\n"
+    )
+    ready = as_alice("nodes", "--state", "ready,draining")
+    assert ready.code == 0, ready.err
+    assert len(ready.out.splitlines()) == 5
+
+
 def test_nodes_says_why_a_ready_node_gets_no_new_work(as_alice):
     """A node the cluster holds, or avoided after the cluster kept a run pending there, reads
     "ready": only the reason column says why nothing starts on it."""
