@@ -56,11 +56,19 @@ def _rule_group(group: str) -> bool:
 
 
 def _email_from(claims: dict) -> str:
-    """The email claim if it is an address, else "" (as if absent). It becomes the To: of
-    notifications: one with a line break would fail every one of them, one longer than the
-    column or holding a NUL would fail the login."""
+    """The email claim if it is an address the provider does not call unverified, else "" (as
+    if absent). It becomes the To: of notifications: one with a line break would fail every one
+    of them, one longer than the column or holding a NUL would fail the login.
+
+    An ``email_verified`` of false (a JSON false, or "false" as some providers send it) means
+    the provider let its user type any address, someone else's included: taken, it made the
+    platform mail that user's job notifications to a stranger. Without the claim the address
+    is taken, as providers that verify every address (or say nothing) send none."""
     email = claims.get("email")
     if not isinstance(email, str) or len(email) > 254:
+        return ""
+    verified = claims.get("email_verified")
+    if verified is False or (isinstance(verified, str) and verified.strip().lower() == "false"):
         return ""
     try:
         validate_email(email)

@@ -392,6 +392,26 @@ def test_an_email_claim_that_is_no_address_is_ignored(rules, email):
     assert dora.email == "dora@new.example.com"
 
 
+@pytest.mark.parametrize("unverified", [False, "false", "False"])
+def test_an_email_the_provider_has_not_verified_is_ignored(rules, unverified):
+    """A provider that lets its users type any address marks it ``email_verified: false``.
+    It was taken as the user's address, so a user could have the platform mail their job
+    notifications to someone else. Such an address now counts as absent: a first login gets
+    none, a later one keeps the address it had."""
+    dora = _login(["ml-vision"], email="victim@example.org", email_verified=unverified)
+    dora.refresh_from_db()
+    assert dora.email == "" and dora.username == "dora"
+    assert AuditEntry.objects.get(action="user.sso_create").after["email"] == ""
+    _login(["ml-vision"], email="dora@example.com", email_verified=True)
+    _login(["ml-vision"], email="victim@example.org", email_verified=unverified)
+    dora.refresh_from_db()
+    assert dora.email == "dora@example.com"
+    # A provider that sends no email_verified (it verifies every address, or says nothing).
+    _login(["ml-vision"], email="dora@new.example.com")
+    dora.refresh_from_db()
+    assert dora.email == "dora@new.example.com"
+
+
 def test_given_and_family_names_are_one_line_of_printable_text(rules):
     """The name claims become the user's first and last name (the admin site lists them). A
     NUL in one was a DataError (a 500 at the callback); line breaks, escapes and bidirectional
