@@ -53,6 +53,7 @@ from scheduler.policy.model import (
 )
 
 __all__ = [
+    "COST_CEILING",
     "Router",
     "comm_heavy",
     "egress_cost",
@@ -90,15 +91,30 @@ def team_clusters(teams: Mapping[str, Team], team: str) -> frozenset[str] | None
     return allowed
 
 
+# The most an expected total (or a price of waiting) counts for, in the price book's currency.
+# The factors are each bounded, but a policy's default run time may be any finite number: at
+# 1e305 s a gang's total overflowed to inf, which the routed event could not store (PostgreSQL
+# refuses Infinity in JSON), so every cycle failed for every team; two such totals subtracted
+# made NaN. No budget tells pools apart past this, so they tie there and go by name.
+COST_CEILING = 1e15
+
+
+def _capped(amount: float) -> float:
+    """``amount`` (never negative here) at most :data:`COST_CEILING`; NaN counts as the
+    ceiling (every comparison with NaN is false, so it is caught by the same test)."""
+    return amount if amount < COST_CEILING else COST_CEILING
+
+
 def egress_cost(job: PendingJob, cluster: Cluster, clusters: Mapping[str, Cluster]) -> float:
     """What moving ``job``'s dataset to ``cluster`` costs: nothing if it holds the dataset (or
-    nobody does, or the size is unknown), else the size x the cheapest holder's egress price."""
+    nobody does, or the size is unknown), else the size x the cheapest holder's egress price
+    (at most :data:`COST_CEILING`)."""
     d = job.dataset
     size = job.dataset_size_gb
     if not d or not size or d in cluster.datasets:
         return 0.0
     prices = [c.datasets[d] for c in clusters.values() if d in c.datasets]
-    return size * min(prices) if prices else 0.0
+    return _capped(size * min(prices)) if prices else 0.0
 
 
 def price_of(cluster: Cluster, gpu: str, spot: bool) -> float | None:
@@ -115,13 +131,15 @@ def expected_cost(
     config: Config,
 ) -> float:
     """Expected total of running ``job`` on the pool: price x GPUs x expected remaining run
-    hours (on spot, the run divided by ``1 - spot_interruption_rate``), plus data movement."""
+    hours (on spot, the run divided by ``1 - spot_interruption_rate``), plus data movement; a
+    finite number, at most :data:`COST_CEILING`."""
     est = job.runtime_estimate_s if job.runtime_estimate_s is not None else config.default_runtime_s
     run_h = max(est - job.attained_service_s, 0.0) / 3600.0
     if spot and cluster.spot_interruption_rate > 0:
         run_h /= 1.0 - min(cluster.spot_interruption_rate, 0.99)
     price = price_of(cluster, gpu, spot) or 0.0
-    return price * job.workers * job.gpus_per_worker * run_h + egress_cost(job, cluster, clusters)
+    gpu_time = _capped(price * job.workers * job.gpus_per_worker * run_h)
+    return _capped(gpu_time + egress_cost(job, cluster, clusters))
 
 
 class _PoolInfo:
@@ -264,7 +282,7 @@ class Router:
         saving = self.cost(job, key) - self.cost(job, cheap)
         waited_h = max(now - job.submitted_at, 0.0) / 3600.0
         gpus = job.workers * job.gpus_per_worker
-        if saving <= price * gpus * waited_h:
+        if saving <= _capped(price * gpus * waited_h):
             return None
         return (
             f"holding out for {cheap}: {saving:.2f} cheaper than {key}, which could start it "

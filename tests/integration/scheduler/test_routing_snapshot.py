@@ -219,3 +219,23 @@ def test_a_job_with_a_choice_leaves_a_confined_cluster_and_says_why(two_clusters
         "runs on h100-80gb@cloud: expected 2.00; the cheaper pools are on clusters some jobs may "
         "only use: it leaves them to those"
     )
+
+
+def test_an_expected_total_beyond_a_float_does_not_stop_the_loop(two_clusters, submit):
+    """A policy's default run time of 1e306 s (the codec takes any finite number) and a price
+    of 100,000 per GPU-hour made 8 GPUs' expected total inf: the routed event's JSON held
+    Infinity, PostgreSQL refused it, and the cycle failed, every cycle, for every team."""
+    from policyversions.services import policy_apply
+    from scheduler.policy.routing import COST_CEILING
+
+    PriceRate.objects.update(rate_per_gpu_hour=Decimal("100000"))
+    policy_apply(
+        user=two_clusters["admin"],
+        reason="no estimate means forever",
+        engine_config={"default_runtime_s": 1e306},
+    )
+    job_id = submit(two_clusters["alice"], gpu_model="h100-80gb", gpus_per_worker=8).json()["id"]
+    assert run_cycle().started == [job_id]
+    routed = Job.objects.get(pk=job_id).events.get(kind="routed")
+    assert routed.data["expected_cost"] == COST_CEILING
+    assert f"expected {COST_CEILING:.2f}" in routed.message

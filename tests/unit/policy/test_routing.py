@@ -8,13 +8,20 @@ spot at 1.0) and ``edge`` (eu, Ethernet, H100 on demand at 1.5); two nodes of 8 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from scheduler.policy import Cluster, Dataset, JobRouting, Snapshot, decide
 from scheduler.policy.codec import SnapshotError, snapshot_from_dict, snapshot_to_dict
-from scheduler.policy.routing import start_violations
+from scheduler.policy.routing import (
+    COST_CEILING,
+    egress_cost,
+    expected_cost,
+    explain_starts,
+    start_violations,
+)
 
 from .helpers import check_invariants, job, node, run, snap, started, team, why
 
@@ -133,6 +140,43 @@ def test_a_price_of_waiting_holds_a_job_for_the_cheaper_cluster_only_while_it_pa
     old = routed("a", est=36000, submitted=1000.0 - 6 * 3600)  # waited 6 h: 48 > 40
     d = decide_checked(world([old], running=running, node_list=busy_edge, wait_price_per_gpu_h=1.0))
     assert cluster_of(d, "a") == "onprem"
+
+
+def test_an_expected_total_beyond_a_float_stays_finite_and_holds_no_job_out():
+    """A policy's default run time may be any finite number. At 1e306 s, 8 GPUs at 100,000 per
+    GPU-hour came to inf: two such pools' saving was inf - inf = NaN, which no price of waiting
+    covers, so the job held out ("nan cheaper") for good; and the routed event's inf could not
+    be stored (a failed cycle for everyone). Totals now stop at COST_CEILING: the pools tie,
+    the busy one first by name, and the job starts on the other."""
+    dear = Cluster("dear", "eu", "infiniband", {"h100": {"on_demand": 1e5}})
+    dearer = Cluster("pricier", "eu", "infiniband", {"h100": {"on_demand": 2e5}})
+    node_list = nodes("dear", free=0) + nodes("pricier")
+    running = [run("r", {"dear-0": range(8)}, end=2000.0), run("s", {"dear-1": range(8)})]
+    s = world(
+        [routed("a", submitted=1000.0 - 60)],  # no estimate: the default run time counts
+        running=running,
+        node_list=node_list,
+        clusters=(dear, dearer),
+        default_runtime_s=1e306,
+        wait_price_per_gpu_h=1.0,
+    )
+    d = decide_checked(s)
+    assert cluster_of(d, "a") == "pricier", why(d, "a")
+    route = explain_starts(s, list(d.start))["a"]
+    assert route["expected_cost"] == COST_CEILING
+    assert [a["expected_cost"] for a in route["alternatives"]] == [COST_CEILING]
+    json.dumps(route, allow_nan=False)  # what the routed event stores
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.99])
+def test_data_movement_and_spot_beyond_a_float_stay_finite(rate):
+    cloud = replace(CLOUD, prices={"h100": {"spot": 1e5}}, spot_interruption_rate=rate)
+    holder = replace(ONPREM, datasets={"c4": 1000.0})
+    big = routed("a", workers=64, preemptible=True, dataset="c4", size_gb=1e306)
+    config = snap([], default_runtime_s=1e308).config
+    clusters = {"cloud": cloud, "onprem": holder}
+    assert egress_cost(big, cloud, clusters) == COST_CEILING
+    assert expected_cost(big, cloud, "h100", True, clusters, config) == COST_CEILING
 
 
 def test_a_job_with_a_choice_leaves_the_pool_another_waiting_job_can_only_use():
