@@ -3,8 +3,10 @@ changes state only through the services (the portal, the API, the loop), which k
 the audit trail, billing and the live streams in step; an edit in this admin would bypass all of
 them."""
 
+from django import forms
 from django.contrib import admin
 
+from .backends import backend_config_problem
 from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
 
 
@@ -21,8 +23,40 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class ClusterAdminForm(forms.ModelForm):
+    """Refuses a backend configuration the loop's backend registry would refuse, on
+    ``backend_config``, with the registry's own reason. Saved as posted, a misspelt Slurm
+    setting or a bad ``run_namespace`` surfaced only as the cluster going unavailable on the
+    next cycle, its jobs stalled; a configuration that was no JSON object made every job of
+    the cluster fail to cancel or show its log (a 500)."""
+
+    class Meta:
+        model = Cluster
+        fields = (
+            "name",
+            "region",
+            "interconnect",
+            "backend_kind",
+            "backend_config",
+            "enabled",
+            "backend_available",
+            "backend_error",
+            "backend_checked_at",
+        )
+
+    def clean(self):
+        cleaned = super().clean()
+        kind, config = cleaned.get("backend_kind"), cleaned.get("backend_config")
+        if kind is not None and "backend_config" in cleaned:
+            problem = backend_config_problem(kind, config if config is not None else {})
+            if problem:
+                self.add_error("backend_config", problem)
+        return cleaned
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterAdminForm
     list_display = ("name", "backend_kind", "enabled", "backend_available")
 
 

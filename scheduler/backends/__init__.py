@@ -38,26 +38,43 @@ _NAMESPACE = re.compile(r"([a-z0-9][a-z0-9-]*)?[a-z-]")
 
 
 def _build(cluster) -> Backend:
-    config = dict(cluster.backend_config or {})
-    namespace = run_namespace(cluster)
+    return _construct(cluster.backend_kind, dict(cluster.backend_config or {}), cluster.pk)
+
+
+def _construct(backend_kind: str, config: dict, cluster_id) -> Backend:
+    """The backend for these settings; ValueError or TypeError naming a setting it refuses.
+    Constructors only read their settings: nothing connects or runs a command here."""
+    namespace = str(config.get("run_namespace", ""))
     if namespace and not _NAMESPACE.fullmatch(namespace):
         raise ValueError(
             f"run_namespace {namespace!r}: use lowercase letters, digits and '-', ending in a "
             "letter or '-' (e.g. 'prod-')"
         )
-    if cluster.backend_kind == "simulated":
+    if backend_kind == "simulated":
         from .simulated import SimulatedBackend
 
-        return SimulatedBackend(cluster_id=cluster.pk, config=config)
-    if cluster.backend_kind == "slurm":
+        return SimulatedBackend(cluster_id=cluster_id, config=config)
+    if backend_kind == "slurm":
         from .slurm import SlurmBackend
 
         return SlurmBackend(config)
-    if cluster.backend_kind == "kubernetes":
+    if backend_kind == "kubernetes":
         from .kubernetes import KubernetesBackend
 
         return KubernetesBackend(config)
-    raise ValueError(f"unknown backend kind {cluster.backend_kind!r}")
+    raise ValueError(f"unknown backend kind {backend_kind!r}")
+
+
+def backend_config_problem(backend_kind: str, config: object) -> str | None:
+    """Why a cluster of ``backend_kind`` could not run with ``config`` (what building its
+    backend in the loop would raise), or None when it could."""
+    if not isinstance(config, dict):
+        return 'must be a JSON object of backend settings, e.g. {"partition": "gpu"}'
+    try:
+        _construct(backend_kind, dict(config), None)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
 
 
 def backend_run_id(job) -> str:

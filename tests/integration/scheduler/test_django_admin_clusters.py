@@ -1,0 +1,71 @@
+"""Django admin refuses a cluster whose backend configuration the loop's backend registry would
+refuse, with the registry's reason on ``backend_config`` (posted to the admin's real pages)."""
+
+import json
+
+import pytest
+
+from scheduler.models import Cluster
+
+pytestmark = pytest.mark.django_db
+
+
+def _cluster_post(name, kind, config):
+    return {
+        "name": name,
+        "region": "eu-west",
+        "interconnect": "infiniband",
+        "backend_kind": kind,
+        "backend_config": config if isinstance(config, str) else json.dumps(config),
+        "enabled": "on",
+        "backend_available": "on",
+        "backend_error": "",
+        "backend_checked_at_0": "",
+        "backend_checked_at_1": "",
+    }
+
+
+@pytest.mark.parametrize(
+    "kind,config,reason",
+    [
+        ("slurm", {"partiton": "gpu"}, "unknown slurm backend settings: ['partiton']"),
+        ("slurm", {"extra_sbatch_args": ["--requeue"]}, "must not contain --requeue"),
+        ("kubernetes", {"namespace": "Team_A"}, "namespace 'Team_A' is not a DNS-1123 label"),
+        ("simulated", {"run_namespace": "Prod1"}, "run_namespace 'Prod1': use lowercase"),
+        ("simulated", [1, 2], "must be a JSON object of backend settings"),
+    ],
+    ids=["slurm-typo", "slurm-requeue", "k8s-namespace", "run-namespace", "not-an-object"],
+)
+def test_admin_refuses_a_backend_config_the_loop_cannot_build(
+    platform, client, kind, config, reason
+):
+    client.force_login(platform["admin"])
+    response = client.post("/admin/scheduler/cluster/add/", _cluster_post("cloud", kind, config))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors["backend_config"]
+    assert any(reason in e for e in errors), errors
+    assert not Cluster.objects.filter(name="cloud").exists()
+    # and on an existing cluster's page, where the loop would pick the change up
+    cluster = platform["cluster"]
+    response = client.post(
+        f"/admin/scheduler/cluster/{cluster.pk}/change/", _cluster_post("test", kind, config)
+    )
+    assert response.status_code == 200
+    cluster.refresh_from_db()
+    assert cluster.backend_kind == "simulated" and cluster.backend_config == {"seed": 1}
+
+
+def test_admin_saves_a_backend_config_the_loop_can_build(platform, client):
+    from scheduler.backends import get_backend, reset_backends
+
+    client.force_login(platform["admin"])
+    config = {"partition": "gpu", "run_namespace": "prod-", "dry_run": True}
+    response = client.post("/admin/scheduler/cluster/add/", _cluster_post("hpc", "slurm", config))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    cluster = Cluster.objects.get(name="hpc")
+    assert cluster.backend_config == config
+    reset_backends()
+    try:
+        assert get_backend(cluster).partition == "gpu"
+    finally:
+        reset_backends()
