@@ -131,8 +131,26 @@ class QuotaAdmin(AuditedAdmin):
     list_filter = ("gpu_model",)
 
 
+class ApiTokenAdminForm(forms.ModelForm):
+    class Meta:
+        model = ApiToken
+        fields = ("expires_at", "revoked_at")
+
+    def clean_revoked_at(self):
+        revoked_at = self.cleaned_data.get("revoked_at")
+        if self.instance.revoked_at is not None and revoked_at is None:
+            # Revoked because it leaked, or its owner left: clearing it brought it back.
+            raise forms.ValidationError("a revoked token stays revoked; its owner makes a new one")
+        return revoked_at
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(AuditedAdmin):
+    """Expiry and revocation only. A token is made by its owner (portal, API, ``gpuctl login``):
+    added here it had no key (a second such row was a unique-key 500), and a token moved to
+    another user here made whoever held it that user, in that user's teams."""
+
+    form = ApiTokenAdminForm
     list_display = (
         "name",
         "user",
@@ -142,7 +160,10 @@ class ApiTokenAdmin(AuditedAdmin):
         "last_used_at",
         "revoked_at",
     )
-    readonly_fields = ("key_hash", "key_prefix", "last_used_at")
+    readonly_fields = ("user", "name", "key_hash", "key_prefix", "created_at", "last_used_at")
+
+    def has_add_permission(self, request):
+        return False
 
 
 @admin.register(QuotaRequest)

@@ -123,3 +123,50 @@ def test_admin_edits_a_borrow_limit_of_a_quota_overcommitted_with_confirmation(
     assert response.status_code == 302
     quota.refresh_from_db()
     assert (quota.guaranteed_gpus, quota.borrow_limit_gpus) == (20, 4)
+
+
+def _token_change(client, token, **fields):
+    # user and name as the page showed them before they were read-only
+    data = {"user": token.user_id, "name": token.name, "expires_at_0": "", "expires_at_1": ""}
+    data.update({"revoked_at_0": "", "revoked_at_1": ""})
+    data.update(fields)
+    return client.post(f"/admin/tenants/apitoken/{token.pk}/change/", data)
+
+
+def test_admin_cannot_move_a_token_to_another_user_or_add_one(platform, client, api_as):
+    """Moved to bob in admin, alice's token made whoever held it bob (bob's team, bob's jobs);
+    a token added in admin had no key, and a second one was a unique-key 500."""
+    from tenants.models import ApiToken
+
+    alice, bob = platform["alice"], platform["bob"]
+    token, raw = services.token_create(user=alice, name="laptop")
+    client.force_login(platform["admin"])
+    response = _token_change(client, token, user=bob.pk, name="renamed")
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.user == alice and token.name == "laptop"
+    assert client.get("/admin/tenants/apitoken/add/").status_code == 403
+    response = client.post("/admin/tenants/apitoken/add/", {"user": bob.pk, "name": "x"})
+    assert response.status_code == 403
+    assert ApiToken.objects.count() == 1
+
+
+def test_admin_revokes_a_token_and_cannot_bring_it_back(platform, client):
+    from rest_framework.test import APIClient
+
+    token, raw = services.token_create(user=platform["alice"], name="laptop")
+    holder = APIClient()
+    holder.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert holder.get("/api/v1/jobs/").status_code == 200
+    client.force_login(platform["admin"])
+    response = _token_change(client, token, revoked_at_0="2026-01-02", revoked_at_1="03:04:05")
+    assert response.status_code == 302
+    assert holder.get("/api/v1/jobs/").status_code == 401
+    response = _token_change(client, token)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["revoked_at"] == [
+        "a revoked token stays revoked; its owner makes a new one"
+    ]
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert holder.get("/api/v1/jobs/").status_code == 401
