@@ -13,7 +13,18 @@ from .services import node_token_issue, node_token_revoke
 class NodeAgentTokenAdmin(admin.ModelAdmin):
     list_display = ("key_prefix", "node", "created_at", "last_used_at", "revoked_at")
     list_filter = ("node__cluster",)
-    readonly_fields = ("key_hash", "key_prefix", "created_at", "created_by", "last_used_at")
+    # The node and the revocation too: a token moved to another node here reported for that
+    # node (its health samples could quarantine it), and a revoked one, its revocation cleared,
+    # worked again. Revoking is the action below; a new node gets a new token.
+    readonly_fields = (
+        "node",
+        "key_hash",
+        "key_prefix",
+        "created_at",
+        "created_by",
+        "revoked_at",
+        "last_used_at",
+    )
     actions = ["revoke"]
 
     def has_add_permission(self, request):

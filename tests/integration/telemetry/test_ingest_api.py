@@ -155,6 +155,29 @@ def test_the_admin_action_on_nodes_issues_a_token(platform, client, node1):
     assert token.key_hash != raw and token.created_by == platform["admin"]
 
 
+def test_admin_cannot_move_an_agent_token_or_bring_back_a_revoked_one(
+    platform, client, node1, agent_token, post_batch
+):
+    """Posted to the token's admin page: moved to n2, n1's token reported as n2 (its samples
+    could quarantine n2); its revocation cleared, a revoked (leaked) token worked again."""
+    from telemetry.services import forget_cached_tokens
+
+    token = NodeAgentToken.objects.get(node=node1)
+    node_token_revoke(token=token)
+    assert post_batch([make_sample()]).status_code == 401
+    n2 = node1.cluster.nodes.get(name="n2")
+    client.force_login(platform["admin"])
+    response = client.post(
+        f"/admin/telemetry/nodeagenttoken/{token.pk}/change/",
+        {"node": n2.pk, "revoked_at_0": "", "revoked_at_1": ""},
+    )
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.node == node1 and token.revoked_at is not None
+    forget_cached_tokens()
+    assert post_batch([make_sample()]).status_code == 401
+
+
 def test_the_same_batch_sent_again_is_stored_once(post_batch, node1):
     """An agent retrying a batch whose answer it lost (issue 26, finding 14)."""
     now = timezone.now()
