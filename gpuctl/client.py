@@ -80,6 +80,14 @@ def encode_body(body: Any) -> bytes:
         raise UnsendableError("body", "is nested too deeply to send") from None
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Client:
     """One authenticated session against ``url``. Use as a context manager."""
 
@@ -97,7 +105,14 @@ class Client:
         self._http.close()
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """GET with ``params`` as the query; ``UnsendableError`` (nothing sent) for a value that
+        is not UTF-8 text."""
         clean = {k: v for k, v in (params or {}).items() if v not in (None, "")}
+        for key, value in clean.items():
+            # Bytes of an argument that are not UTF-8 (`--team $'\xff'`) reach Python as lone
+            # surrogates, which no URL can carry: encoding the query raised a traceback.
+            if isinstance(value, str) and not _utf8(value):
+                raise UnsendableError(key, "is not UTF-8 text")
         return self._request("GET", path, params=clean)
 
     def post(self, path: str, body: Any = None) -> Any:

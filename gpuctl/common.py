@@ -21,6 +21,16 @@ class UsageError(Exception):
         self.fields = fields or {}
 
 
+def whole_number(text: str) -> int | None:
+    """``text`` as a number >= 1 when it is one written in ASCII digits, else None. str.isdigit
+    alone also takes "²" and other digits int() refuses (a ValueError traceback), and int()
+    refuses more than 4,300 digits."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    value = int(text)
+    return value if value >= 1 else None
+
+
 def client(args: argparse.Namespace) -> Client:
     """A client for the server ``--url`` names, else ``GPUCTL_URL``, else the saved login."""
     settings = config.resolve(url_flag=args.url)

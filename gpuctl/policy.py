@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import output, yamltext
-from .common import UsageError
+from .common import UsageError, whole_number
 from .common import client as _client
 from .common import out as _out
 
@@ -54,9 +54,10 @@ def cmd_help(args: argparse.Namespace) -> int:
 
 
 def _version_number(text: str, flag: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    number = whole_number(text)
+    if number is None:
         raise UsageError(f"{flag} must be a version number", {flag: ["must be a version number"]})
-    return int(text)
+    return number
 
 
 def _print_version(version: dict[str, Any], out: TextIO) -> None:

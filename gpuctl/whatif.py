@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from . import output, yamltext
 from .client import Client
-from .common import UsageError
+from .common import UsageError, whole_number
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
@@ -142,9 +142,10 @@ def _candidate(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def _run_id(text: str, flag: str = "ID", what: str = "a run number") -> int:
-    if not text.isdigit() or int(text) < 1:
+    number = whole_number(text)
+    if number is None:
         raise UsageError(f"{flag} must be {what}", {flag: [f"must be {what}"]})
-    return int(text)
+    return number
 
 
 def _wait(api: Client, run: dict[str, Any], err: TextIO) -> dict[str, Any]:
@@ -246,7 +247,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 {"--candidate": [f"the name {name!r} is given twice"]},
             )
         candidates[name] = config
-    versions = {f"v{_run_id(v, '--version', 'a version number')}": int(v) for v in args.version}
+    numbers = [_run_id(v, "--version", "a version number") for v in args.version]
+    versions = {f"v{n}": n for n in numbers}
     if not candidates and not versions:
         raise UsageError(
             "give at least one --candidate FILE or --version N",

@@ -86,6 +86,46 @@ def test_logs_interval_must_be_a_sane_finite_number(offline, value):
     assert_one_line_usage_error(result, "--interval")
 
 
+@pytest.mark.parametrize("number", ["\u00b2", "\u0663", "9" * 5000])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("policy", "show", "--version", "{}"),
+        ("policy", "diff", "{}", "1"),
+        ("policy", "rollback", "{}", "-m", "x"),
+        ("whatif", "show", "{}"),
+        ("whatif", "cancel", "{}"),
+        ("whatif", "run", "--version", "{}"),
+    ],
+    ids=lambda c: "-".join(c[:2]) if isinstance(c, tuple) else None,
+)
+def test_a_version_or_run_number_int_cannot_read_is_bad_usage(offline, command, number):
+    """ "²" and "٣" are digits to str.isdigit but not to int(), and int() refuses 5,000
+    digits: each was a ValueError traceback instead of the usage message."""
+    result = offline(*(part.format(number) for part in command))
+    assert_one_line_usage_error(result, "must be a")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("ls", "--team", "{}"),
+        ("ls", "--user", "{}"),
+        ("nodes", "--rack", "{}"),
+        ("quota", "--gpu-model", "{}"),
+        ("cost", "--team", "{}"),
+    ],
+    ids=lambda c: f"{c[0]}{c[1]}",
+)
+def test_a_filter_whose_bytes_are_not_utf8_is_bad_usage(offline, command):
+    """Python hands an argument's bytes that are not UTF-8 (``--team $'\\xff'``) over as lone
+    surrogates, which no URL can carry: building the query raised UnicodeEncodeError, a
+    traceback. It is now refused, naming the parameter, before anything is sent."""
+    value = b"vis\xffion".decode("utf-8", "surrogateescape")
+    result = offline(*(part.format(value) for part in command))
+    assert_one_line_usage_error(result, "is not UTF-8 text")
+
+
 def test_a_nan_team_weight_is_refused_before_sending(offline, tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text("team_weights: {vision: .nan}\n")
