@@ -131,6 +131,9 @@ class KubernetesConfig:
     checkpoint_min_interval_s: float = 60.0
     rendezvous_service: bool = True
     rendezvous_port: int = 29500
+    # One NetworkPolicy per run admitting ingress to its pods only from pods of the same run:
+    # rendezvous (c10d TCPStore, NCCL) has no authentication.
+    network_policy: bool = True
     node_not_ready_grace_s: float = 0.0
     dry_run: bool = False
     # Transport: exactly one of api_client / host / in_cluster / kubeconfig is used, in that order.
@@ -437,6 +440,43 @@ def rendezvous_service_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> 
                     "protocol": "TCP",
                 }
             ],
+        },
+    }
+
+
+def run_network_policy_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
+    """The run's NetworkPolicy: its pods accept connections (any port: NCCL picks its own) only
+    from pods of the same run, in the same namespace.
+
+    Keyed by the run, not the team: PyTorch's rendezvous and NCCL authenticate nobody, so two runs
+    of one team must not reach each other either (a stale worker of an earlier attempt joining
+    the new one's TCPStore corrupts it as surely as a stranger), and a team name that is not a
+    label value has no team label to select on. A pod selected by any NetworkPolicy is isolated
+    for ingress, so this alone shuts the run's pods to every other pod, even where the namespace
+    has no default-deny. Egress is left open (datasets, object stores, experiment trackers).
+    The selectors read only labels the platform sets from its own ids (the job's fields never
+    become labels), and only the platform may create pods in the namespace."""
+    _check_identity(spec.job_id, spec.attempt, spec.workers)
+    run = spec.backend_name
+    members = {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_RUN: run}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": run,
+            "namespace": cfg.namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY_VALUE,
+                LABEL_RUN: run,
+                LABEL_JOB_ID: spec.job_id,
+                LABEL_ATTEMPT: str(spec.attempt),
+            },
+            "annotations": {ANN_TEAM: spec.team},
+        },
+        "spec": {
+            "podSelector": members,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": members}]}],
         },
     }
 
@@ -910,6 +950,28 @@ def finished_runs(
         except (KeyError, ValueError):
             continue
     return out
+
+
+def orphan_policy_runs(
+    policies: Iterable[Mapping[str, Any]],
+    *,
+    runs_with_pods: set[str],
+    now: datetime,
+    min_age_s: float,
+) -> list[str]:
+    """Runs whose NetworkPolicy may be deleted: created more than ``min_age_s`` seconds before
+    ``now`` (by its ``creationTimestamp``) and with no pod left in ``runs_with_pods``. A policy
+    without a readable creation time is left alone."""
+    out = []
+    for policy in policies:
+        meta = policy.get("metadata") or {}
+        run = (meta.get("labels") or {}).get(LABEL_RUN)
+        created = _parse_time(meta.get("creationTimestamp"))
+        if not run or run != meta.get("name") or run in runs_with_pods or created is None:
+            continue
+        if (now - created).total_seconds() > min_age_s:
+            out.append(run)
+    return sorted(out)
 
 
 def _finished_at(pod: Mapping[str, Any]) -> datetime | None:

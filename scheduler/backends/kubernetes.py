@@ -58,6 +58,13 @@ LOG_CLOCK_SLACK_S = 10
 # The largest pod-log window read to get past a burst of already-read lines.
 LOG_MAX_WINDOW_BYTES = 16 << 20
 _TERMINAL_PHASES = ("Succeeded", "Failed")
+# A run's NetworkPolicy is created before its pods: one without pods is an orphan (its run was
+# cancelled, or purged by an older version) only once it is older than any submit can take, so
+# the sweep never deletes the policy of a run whose pods are being created.
+ORPHAN_POLICY_MIN_AGE_S = 600.0
+# Orphans wait at least that long anyway: listing the policies on every cycle (every few seconds)
+# would only load the API server.
+POLICY_SWEEP_INTERVAL_S = 60.0
 
 
 def _status_message(exc: ApiException) -> str:
@@ -300,6 +307,8 @@ class KubernetesBackend:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._rng = rng or random.Random()
         self._core: k8s_client.CoreV1Api | None = None
+        self._networking: k8s_client.NetworkingV1Api | None = None
+        self._last_policy_sweep: datetime | None = None
         self._watcher: PodWatcher | None = None
         self._init_lock = threading.Lock()
 
@@ -312,6 +321,15 @@ class KubernetesBackend:
             if self._core is None:
                 self._core = k8s_client.CoreV1Api(self._api_client or self._build_api_client())
             return self._core
+
+    @property
+    def networking(self) -> k8s_client.NetworkingV1Api:
+        """The NetworkingV1Api (run NetworkPolicies), on the same connection as :attr:`core`."""
+        core = self.core
+        with self._init_lock:
+            if self._networking is None:
+                self._networking = k8s_client.NetworkingV1Api(core.api_client)
+            return self._networking
 
     @property
     def watcher(self) -> PodWatcher:
@@ -406,13 +424,21 @@ class KubernetesBackend:
         }
 
     def submit(self, spec: BackendJobSpec) -> str:
-        """Create and bind one pod per worker; re-submitting the same run changes nothing.
+        """Create the run's NetworkPolicy and Service, then create and bind one pod per worker;
+        re-submitting the same run changes nothing.
 
         Returns ``"<namespace>/<run name>"``. A failure part-way leaves the pods created so far;
         calling ``submit`` again completes the run (created pods are found, unbound ones bound).
         """
         manifests = m.pod_manifests(spec, self.cfg)
         ref = f"{self.cfg.namespace}/{spec.backend_name}"
+        if self.cfg.network_policy:
+            # Before any pod: a worker is never reachable from another run, not even briefly.
+            policy = m.run_network_policy_manifest(spec, self.cfg)
+            if self.cfg.dry_run:
+                self._dry("create networkpolicy", policy)
+            else:
+                self._create_network_policy(policy)
         if self.cfg.rendezvous_service:
             service = m.rendezvous_service_manifest(spec, self.cfg)
             if self.cfg.dry_run:
@@ -471,12 +497,14 @@ class KubernetesBackend:
                 # Already gone: nothing left to stop.
 
     def purge(self, job_id: str, attempt: int) -> None:
-        """Delete every object of a run the platform has finished with (pods and Service).
+        """Delete every object of a run the platform has finished with (pods, Service and
+        NetworkPolicy).
 
         Not part of the Backend protocol: finished pods are kept (for logs and state) until the
         platform calls this once it has recorded the run's final state. Idempotent.
         """
         self._delete_service(job_id, attempt)
+        self._delete_network_policy(backend_job_name(job_id, attempt))
         for pod in self._list_run(job_id, attempt):
             name = pod["metadata"]["name"]
             if self.cfg.dry_run:
@@ -628,15 +656,36 @@ class KubernetesBackend:
         return LogChunk(text="".join(lines), cursor=new_cursor, truncated=truncated)
 
     def purge_finished(self) -> list[tuple[str, int]]:
-        """Delete the pods and Service of runs that finished more than ``finished_run_ttl_s``
-        ago (their logs stay readable until then). Idempotent; returns the runs purged. The
-        watch keeps a tombstone of each deleted pod, so the run's state stays known."""
+        """Delete the pods, Service and NetworkPolicy of runs that finished more than
+        ``finished_run_ttl_s`` ago (their logs stay readable until then), and the NetworkPolicy
+        of runs none of whose pods exist any more (a cancelled run keeps its policy until its
+        pods have stopped: they are isolated through their final checkpoint; looked for at most
+        every ``POLICY_SWEEP_INTERVAL_S``). Idempotent;
+        returns the runs purged. The watch keeps a tombstone of each deleted pod, so the run's
+        state stays known."""
         self.watcher.sync_if_older(5.0)
         with self.watcher._lock:
             pods = list(self.watcher.pods.values())
-        runs = m.finished_runs(pods, now=self._clock(), older_than_s=self.cfg.finished_run_ttl_s)
+        now = self._clock()
+        runs = m.finished_runs(pods, now=now, older_than_s=self.cfg.finished_run_ttl_s)
         for job_id, attempt in runs:
             self.purge(job_id, attempt)
+        last_sweep = self._last_policy_sweep
+        if self.cfg.network_policy and (
+            last_sweep is None or (now - last_sweep).total_seconds() >= POLICY_SWEEP_INTERVAL_S
+        ):
+            self._last_policy_sweep = now
+            # A purged run's pods are still in this snapshot: purge deleted its policy already.
+            with_pods = {
+                ((p.get("metadata") or {}).get("labels") or {}).get(m.LABEL_RUN, "") for p in pods
+            }
+            for run in m.orphan_policy_runs(
+                self._list_network_policies(),
+                runs_with_pods=with_pods,
+                now=now,
+                min_age_s=ORPHAN_POLICY_MIN_AGE_S,
+            ):
+                self._delete_network_policy(run)
         return runs
 
     # ------------------------------------------------------------------ helpers
@@ -686,6 +735,60 @@ class KubernetesBackend:
                 "delete service",
                 self.core.delete_namespaced_service,
                 name,
+                self.cfg.namespace,
+                expect=(404,),
+            )
+        except ApiException:
+            pass  # 404: never created or already gone
+
+    def _create_network_policy(self, policy: dict[str, Any]) -> None:
+        name = policy["metadata"]["name"]
+        try:
+            self._call(
+                "create networkpolicy",
+                self.networking.create_namespaced_network_policy,
+                self.cfg.namespace,
+                policy,
+                field_validation="Strict",
+                expect=(409,),
+            )
+            return
+        except ApiException:
+            pass  # 409 AlreadyExists: submitted before; check it is ours and admits only the run
+        existing = self._as_dict(
+            self._call(
+                "read networkpolicy",
+                self.networking.read_namespaced_network_policy,
+                name,
+                self.cfg.namespace,
+            )
+        )
+        # A policy of that name that admits more than the run would quietly undo the isolation.
+        if (existing["metadata"].get("labels") or {}).get(m.LABEL_RUN) != name or (
+            existing.get("spec") != policy["spec"]
+        ):
+            raise BackendRejected(f"networkpolicy {name} exists and was not created for this run")
+
+    def _list_network_policies(self) -> list[dict[str, Any]]:
+        result = self._call(
+            "list networkpolicies",
+            self.networking.list_namespaced_network_policy,
+            self.cfg.namespace,
+            label_selector=m.managed_selector(),
+        )
+        return list(self._as_dict(result).get("items") or [])
+
+    def _delete_network_policy(self, run: str) -> None:
+        if not self.cfg.network_policy:
+            return
+        if self.cfg.dry_run:
+            self._dry(f"delete networkpolicy {run}")
+            return
+        try:
+            self._call(
+                "delete networkpolicy",
+                self.networking.delete_namespaced_network_policy,
+                run,
                 self.cfg.namespace,
                 expect=(404,),
             )

@@ -14,6 +14,9 @@ through the official ``kubernetes`` client on 127.0.0.1 with a random port:
   in the kubelet's order: since, then tail, then the byte limit; timestamps in Go's RFC3339Nano,
   trailing zeros dropped);
 - services: create (201; 409; 422 as for pods), get, delete;
+- networkpolicies (networking.k8s.io/v1): create (201 with ``generation``; 409; 422 as for
+  pods), get, list (label selectors), delete (200 with a ``Status``, as for every kind whose
+  registry does not return the deleted object; 404);
 - nodes: get, list (label selectors), strategic-merge patch with the ``resourceVersion``
   precondition (409 Conflict), schema-validated result.
 
@@ -34,7 +37,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -47,6 +50,9 @@ from referencing import Registry, Resource
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/(binding|log))?$")
 _SERVICE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")
 _NODE_PATH = re.compile(r"^/api/v1/nodes(?:/([^/]+))?$")
+_POLICY_PATH = re.compile(
+    r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$"
+)
 _PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
 
 
@@ -152,6 +158,7 @@ class FakeKubeApiServer:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.network_policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[tuple[int, str, dict[str, Any]]] = []
         self.compacted_rv = 0
         self.faults: list[Fault] = []
@@ -417,6 +424,8 @@ class FakeKubeApiServer:
             return self._nodes(method, m.group(1), query, body)
         if m := _SERVICE_PATH.match(path):
             return self._services(method, m.group(1), m.group(2), body)
+        if m := _POLICY_PATH.match(path):
+            return self._network_policies(method, m.group(1), m.group(2), query, body)
         if m := _POD_PATH.match(path):
             return self._pods(method, m.group(1), m.group(2), m.group(3), query, body)
         return 404, status_body(404, "NotFound", f"the server could not find {path}")
@@ -503,6 +512,104 @@ class FakeKubeApiServer:
                 del self.services[(ns, name)]
                 return 200, copy.deepcopy(service)
         return 405, status_body(405, "MethodNotAllowed", f"{method} not allowed")
+
+    def _network_policies(
+        self, method: str, ns: str, name: str | None, query: dict[str, str], body: Any
+    ):
+        kind = "networkpolicies"
+        with self.cond:
+            if name is None and method == "POST":
+                if not isinstance(body, dict) or body.get("kind") != "NetworkPolicy":
+                    return 400, status_body(400, "BadRequest", "body is not a NetworkPolicy")
+                name = (body.get("metadata") or {}).get("name")
+                if body["metadata"].get("namespace", ns) != ns:
+                    return 400, status_body(
+                        400,
+                        "BadRequest",
+                        "the namespace of the provided object does not match the namespace "
+                        "sent on the request",
+                    )
+                if problem := self._invalid(body):
+                    return 422, status_body(
+                        422,
+                        "Invalid",
+                        f'NetworkPolicy.networking.k8s.io "{name}" is invalid: {problem}',
+                        name=name,
+                        group="networking.k8s.io",
+                        kind="NetworkPolicy",
+                    )
+                if (ns, name) in self.network_policies:
+                    return 409, status_body(
+                        409,
+                        "AlreadyExists",
+                        f'networkpolicies.networking.k8s.io "{name}" already exists',
+                        name=name,
+                        group="networking.k8s.io",
+                        kind=kind,
+                    )
+                policy = copy.deepcopy(body)
+                policy["metadata"].update(
+                    namespace=ns,
+                    uid=str(uuid.uuid4()),
+                    creationTimestamp=_now(),
+                    resourceVersion=self._bump(),
+                    generation=1,
+                )
+                self.network_policies[(ns, name)] = policy
+                return 201, copy.deepcopy(policy)
+            if name is None and method == "GET":
+                items = [
+                    copy.deepcopy(p)
+                    for (pns, _), p in self.network_policies.items()
+                    if pns == ns
+                    and selector_matches(
+                        query.get("labelSelector", ""), p["metadata"].get("labels") or {}
+                    )
+                ]
+                return 200, {
+                    "kind": "NetworkPolicyList",
+                    "apiVersion": "networking.k8s.io/v1",
+                    "metadata": {"resourceVersion": str(self.rv)},
+                    "items": items,
+                }
+            policy = self.network_policies.get((ns, name or ""))
+            if policy is None:
+                return 404, status_body(
+                    404,
+                    "NotFound",
+                    f'networkpolicies.networking.k8s.io "{name}" not found',
+                    name=name,
+                    group="networking.k8s.io",
+                    kind=kind,
+                )
+            if method == "GET":
+                return 200, copy.deepcopy(policy)
+            if method == "DELETE":
+                del self.network_policies[(ns, name)]
+                self._bump()
+                # What the registry answers for a kind it does not return on delete.
+                return 200, {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": name,
+                        "group": "networking.k8s.io",
+                        "kind": kind,
+                        "uid": policy["metadata"]["uid"],
+                    },
+                }
+        return 405, status_body(405, "MethodNotAllowed", f"{method} not allowed")
+
+    def age_network_policy(self, name: str, seconds: float, namespace: str = "gpuplatform-jobs"):
+        """Move a policy's ``creationTimestamp`` ``seconds`` into the past."""
+        with self.cond:
+            meta = self.network_policies[(namespace, name)]["metadata"]
+            created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+            meta["creationTimestamp"] = (created - timedelta(seconds=seconds)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
 
     def _pods(self, method, ns, name, sub, query, body):
         with self.cond:

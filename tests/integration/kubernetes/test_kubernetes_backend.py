@@ -5,12 +5,14 @@ watch (resume and 410 relist), error mapping and retries, logs, checkpoint reque
 from __future__ import annotations
 
 import random
+import re
 import socket
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from scheduler.backends import k8s_manifests as m
 from scheduler.backends import kubernetes as backend_module
 from scheduler.backends.base import (
     Backend,
@@ -258,6 +260,108 @@ def test_refusals_are_rejected_at_once_without_side_effects(server, harness, sta
     assert harness.sleeps == []
     assert server.pods == {}
     assert server.requests_matching("POST", r"/binding$") == []
+
+
+# ------------------------------------------------------------------ network isolation
+
+POLICY_PATH = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+POLICIES = "^" + re.escape(POLICY_PATH)
+
+
+def test_each_run_gets_a_network_policy_before_any_of_its_pods(server, backend):
+    backend.submit(make_spec())
+    policy = server.network_policies[(NS, "gp-1001-a1")]
+    run = {"app.kubernetes.io/managed-by": "gpuplatform", "gpuplatform.io/run": "gp-1001-a1"}
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": run},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": run}}]}],
+    }
+    writes = [r for r in server.requests if r.method == "POST"]
+    assert re.match(POLICIES, writes[0].path)  # first: no worker is ever open to other runs
+    assert writes[0].query.get("fieldValidation") == "Strict"
+    backend.submit(make_spec())  # again: the same policy, found and checked
+    assert len(server.network_policies) == 1
+    assert len(server.requests_matching("GET", POLICIES + "/gp-1001-a1$")) == 1
+
+
+def test_a_lost_policy_answer_is_retried_into_already_exists(server, backend):
+    server.fail("POST", POLICIES + "$", -1, times=1)
+    backend.submit(make_spec())
+    assert len(server.requests_matching("POST", POLICIES + "$")) == 2
+    assert list(server.network_policies) == [(NS, "gp-1001-a1")]
+    assert len(server.pods) == 2
+
+
+def test_a_policy_with_our_name_that_admits_more_is_not_adopted(server, backend):
+    # Someone with access to the namespace made "the run's policy" admit every pod in it.
+    foreign = m.run_network_policy_manifest(make_spec(), backend.cfg)
+    foreign["spec"]["ingress"] = [{"from": [{"podSelector": {}}]}]
+    assert server.handle("POST", POLICY_PATH, {}, foreign)[0] == 201
+    with pytest.raises(BackendRejected, match="networkpolicy gp-1001-a1"):
+        backend.submit(make_spec())
+    assert server.pods == {}
+
+
+def test_a_cluster_that_refuses_the_policy_runs_nothing(server, harness):
+    # RBAC without networkpolicies (an upgrade that kept the old Role): no unisolated pods.
+    server.fail("POST", POLICIES + "$", 403, times=1)
+    with pytest.raises(BackendRejected, match="create networkpolicy: HTTP 403"):
+        harness.backend.submit(make_spec())
+    assert server.pods == {} and server.network_policies == {}
+
+
+def test_without_network_policy_the_backend_never_asks_for_one(server):
+    Harness(server, network_policy=False).backend.submit(make_spec())
+    assert len(server.pods) == 2
+    assert [r for r in server.requests if re.match(POLICIES, r.path)] == []
+
+
+def test_policy_goes_with_the_run(server):
+    clock = {"now": datetime.now(UTC)}
+    backend = KubernetesBackend(
+        {"host": server.url, "retry_base_s": 0.05, "finished_run_ttl_s": 600},
+        sleep=lambda _s: None,
+        clock=lambda: clock["now"],
+    )
+    backend.submit(make_spec())  # finishes, then purged
+    backend.submit(make_spec(job_id="2002", placement={"gpu-a": (4,), "gpu-b": (4,)}))  # cancelled
+    for w in (0, 1):
+        server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
+        server.set_pod_phase(f"gp-2002-a1-w{w}", "Running")
+    backend.cancel("2002", 1)
+    # Still stopping (writing its final checkpoint): its workers stay shut to other runs.
+    assert backend.purge_finished() == []
+    assert sorted(name for _, name in server.network_policies) == ["gp-1001-a1", "gp-2002-a1"]
+    for w in (0, 1):
+        server.finish_deletion(f"gp-2002-a1-w{w}")
+    assert state_of(backend, "2002").state is BackendJobState.CANCELLED  # the loop's poll
+    clock["now"] += timedelta(seconds=700)
+    assert backend.purge_finished() == [("1001", 1)]
+    assert server.network_policies == {}
+    assert state_of(backend).state is BackendJobState.SUCCEEDED
+    assert backend.purge_finished() == []  # idempotent
+    assert len(server.requests_matching("DELETE", POLICIES)) == 2
+
+
+def test_the_sweep_spares_a_policy_whose_pods_are_being_created(server):
+    # Another worker's submit created the policy and is creating the pods: the sweep must not
+    # take the policy away from under them.
+    clock = {"now": datetime.now(UTC)}
+    backend = KubernetesBackend(
+        {"host": server.url, "retry_base_s": 0.05},
+        sleep=lambda _s: None,
+        clock=lambda: clock["now"],
+    )
+    server.handle("POST", POLICY_PATH, {}, m.run_network_policy_manifest(make_spec(), backend.cfg))
+    assert backend.purge_finished() == []
+    assert list(server.network_policies) == [(NS, "gp-1001-a1")]
+    server.age_network_policy("gp-1001-a1", backend_module.ORPHAN_POLICY_MIN_AGE_S + 1)
+    backend.purge_finished()  # looked for at most once a minute: not yet
+    assert list(server.network_policies) == [(NS, "gp-1001-a1")]
+    clock["now"] += timedelta(seconds=backend_module.POLICY_SWEEP_INTERVAL_S)
+    backend.purge_finished()  # older than any submit: its run gave up before creating a pod
+    assert server.network_policies == {}
 
 
 # ------------------------------------------------------------------ cancel

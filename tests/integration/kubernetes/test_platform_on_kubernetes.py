@@ -2,7 +2,7 @@
 (``fake_apiserver.py``): a job submitted through the REST API becomes bound pods whose workers
 carry the launcher variables (with the policy's grace as their termination grace), its pod log
 reaches the logs API (tail, then follow by cursor; another team's job is a 404), and once it has
-finished and its retention has passed the sync deletes its pods and Service."""
+finished and its retention has passed the sync deletes its pods, Service and NetworkPolicy."""
 
 from __future__ import annotations
 
@@ -78,6 +78,9 @@ def test_job_runs_as_pods_with_launcher_variables_logs_and_is_purged(
     run = f"gp-{job_id}-a1"
     w0, w1 = f"{run}-w0", f"{run}-w1"
     assert {kube.pods[(NS, w)]["spec"]["nodeName"] for w in (w0, w1)} == {"gpu-a", "gpu-b"}
+    # Its workers accept connections from each other only (rendezvous has no authentication).
+    isolation = kube.network_policies[(NS, run)]["spec"]
+    assert isolation["podSelector"]["matchLabels"]["gpuplatform.io/run"] == run
     env = env_of(kube, w1)
     assert {k: env[k] for k in ("RANK", "NODE_RANK", "WORLD_SIZE", "PET_NNODES")} == {
         "RANK": "1",
@@ -109,13 +112,13 @@ def test_job_runs_as_pods_with_launcher_variables_logs_and_is_purged(
     for pod in (w0, w1):
         kube.set_pod_phase(pod, "Succeeded")
     deadline = time.monotonic() + 10
-    while (NS, w0) in kube.pods or (NS, run) in kube.services:
+    while (NS, w0) in kube.pods or (NS, run) in kube.services or kube.network_policies:
         assert time.monotonic() < deadline, "the finished run was never purged"
         run_cycle()
         time.sleep(0.2)
     job.refresh_from_db()
     assert job.state == "succeeded" and job.exit_code == 0
-    assert kube.pods == {} and kube.services == {}
+    assert kube.pods == {} and kube.services == {} and kube.network_policies == {}
     # Its final state stays known from the pod watch's tombstones: nothing is requeued.
     run_cycle()
     job.refresh_from_db()

@@ -3,6 +3,7 @@ Kubernetes OpenAPI schemas (kubernetes-validate, strict) for several Kubernetes 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import kubernetes_validate
@@ -14,7 +15,9 @@ from scheduler.backends.base import BackendJobSpec, BackendRejected
 
 # Oldest and newest schemas kubernetes-validate ships (1.35 and 1.36 pass too; they add little).
 VERSIONS = ("1.34", "1.37")
-RBAC = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "rbac.yaml"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes"
+RBAC = DEPLOY / "rbac.yaml"
+NETWORK_POLICY = DEPLOY / "network-policy.yaml"
 
 
 def make_spec(**overrides) -> BackendJobSpec:
@@ -182,6 +185,69 @@ def test_workers_find_each_other_through_the_runs_headless_service():
     assert "MASTER_ADDR" not in plain_env and "MASTER_PORT" in plain_env
 
 
+def _selects(selector: dict, labels: dict) -> bool:
+    """A LabelSelector with matchLabels only (all the platform writes) against a pod's labels."""
+    assert set(selector) <= {"matchLabels"}
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def admits(policy: dict, source: dict, target: dict) -> bool:
+    """Whether ``policy`` lets ``source`` connect to ``target`` (pods of its namespace), by the
+    NetworkPolicy rules: a pod it selects is isolated for ingress and accepts only what one of
+    its rules' peers selects; a peer without namespaceSelector is in the policy's namespace."""
+    spec = policy["spec"]
+    if not _selects(spec["podSelector"], target["metadata"]["labels"]):
+        return True  # not this policy's business
+    assert "Ingress" in spec["policyTypes"]
+    return any(
+        set(peer) == {"podSelector"} and _selects(peer["podSelector"], source["metadata"]["labels"])
+        for rule in spec.get("ingress", [])
+        for peer in rule.get("from", [])
+    )
+
+
+def test_a_runs_pods_accept_connections_only_from_the_same_run():
+    spec = make_spec()
+    policy = m.run_network_policy_manifest(spec, cfg())
+    assert (policy["metadata"]["name"], policy["metadata"]["namespace"]) == (
+        "gp-42-a2",
+        "gpuplatform-jobs",
+    )
+    w0, w1 = (pod for pod, _ in m.pod_manifests(spec, cfg()))
+    same_team_next_attempt, _ = m.pod_manifests(make_spec(attempt=3), cfg())[0]
+    same_team_other_job, _ = m.pod_manifests(make_spec(job_id="43"), cfg())[0]
+    other_team, _ = m.pod_manifests(make_spec(job_id="44", team="bob-lab"), cfg())[0]
+    assert admits(policy, w1, w0) and admits(policy, w0, w1) and admits(policy, w0, w0)
+    for stranger in (same_team_next_attempt, same_team_other_job, other_team):
+        assert not admits(policy, stranger, w0)
+        assert not admits(policy, stranger, w1)
+    # Every port (NCCL listens where it likes), from this namespace only.
+    (rule,) = policy["spec"]["ingress"]
+    assert set(rule) == {"from"}
+
+
+def test_policies_of_runs_whose_pods_are_all_gone_are_orphans_once_old_enough():
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+
+    def policy(run: str, age_s: float | None, name: str | None = None) -> dict:
+        meta = {"name": name or run, "labels": {"gpuplatform.io/run": run}}
+        if age_s is not None:
+            created = now - timedelta(seconds=age_s)
+            meta["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {"metadata": meta}
+
+    policies = [
+        policy("gp-1-a1", 3600),  # its run's pods are gone: an orphan
+        policy("gp-2-a1", 3600),  # pods still there (a run stopping)
+        policy("gp-3-a1", 30),  # just created, its pods are on their way
+        policy("gp-4-a1", None),  # no creation time: left alone
+        policy("gp-5-a1", 3600, name="default-deny-ingress"),  # not one of ours by name
+    ]
+    assert m.orphan_policy_runs(policies, runs_with_pods={"gp-2-a1"}, now=now, min_age_s=600) == [
+        "gp-1-a1"
+    ]
+
+
 def test_platform_variables_win_over_the_jobs_own():
     pod, _ = m.pod_manifests(make_spec(env={"RANK": "7", "MY_FLAG": "1"}), cfg())[1]
     env = [(e["name"], e.get("value")) for e in pod["spec"]["containers"][0]["env"]]
@@ -338,6 +404,7 @@ def _every_manifest() -> list[dict]:
             out.append(pod)
     out.append(m.binding_manifest(pod["metadata"]["name"], config.namespace, node))
     out.append(m.rendezvous_service_manifest(make_spec(), cfg()))
+    out.append(m.run_network_policy_manifest(make_spec(), cfg()))
     node = node_object()
     quarantined = m.strategic_merge(node, m.quarantine_patch(node, cfg(), "xid 79"))
     out += [quarantined, m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))]
@@ -368,6 +435,19 @@ def test_rbac_manifests_are_valid_for_kubernetes(version):
         kubernetes_validate.validate(document, version, strict=True)
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_jobs_namespace_denies_ingress_by_default(version):
+    (deny,) = [d for d in yaml.safe_load_all(NETWORK_POLICY.read_text()) if d]
+    kubernetes_validate.validate(deny, version, strict=True)
+    assert deny["kind"] == "NetworkPolicy"
+    assert deny["metadata"]["namespace"] == m.KubernetesConfig().namespace
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    # Its name is no run's: the backend's sweep never mistakes it for a run's policy.
+    assert not deny["metadata"]["name"].startswith("gp-")
+    pod, _ = m.pod_manifests(make_spec(), cfg())[0]
+    assert not admits(deny, pod, pod)
+
+
 def test_rbac_grants_exactly_what_the_backend_uses():
     documents = {d["kind"]: d for d in yaml.safe_load_all(RBAC.read_text()) if d}
     role = {r["resources"][0]: set(r["verbs"]) for r in documents["Role"]["rules"]}
@@ -376,7 +456,10 @@ def test_rbac_grants_exactly_what_the_backend_uses():
         "pods/binding": {"create"},
         "pods/log": {"get"},
         "services": {"get", "create", "delete"},
+        "networkpolicies": {"get", "list", "create", "delete"},
     }
+    groups = {r["resources"][0]: r["apiGroups"] for r in documents["Role"]["rules"]}
+    assert groups["networkpolicies"] == ["networking.k8s.io"]
     (node_rule,) = documents["ClusterRole"]["rules"]
     assert node_rule["resources"] == ["nodes"] and set(node_rule["verbs"]) == {
         "get",
