@@ -67,6 +67,7 @@ ANN_CORDONED_BY = f"{PREFIX}/cordoned-by"
 # years, "never" in practice) overflows the kubelet's wait.
 MAX_TERMINATION_GRACE_S = (2**63 - 1) // 10**9
 WORKER_CONTAINER = "worker"
+POD_SECURITY_LEVELS = ("baseline", "restricted")
 PODINFO_DIR = "/etc/gpuplatform/podinfo"
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -134,6 +135,11 @@ class KubernetesConfig:
     # One NetworkPolicy per run admitting ingress to its pods only from pods of the same run:
     # rendezvous (c10d TCPStore, NCCL) has no authentication.
     network_policy: bool = True
+    # "baseline" (what every pod gets) or "restricted" (the Pod Security Standard: also drop
+    # every capability and refuse to run as root), and the uid workers run as (None: the
+    # image's own user).
+    pod_security: str = "baseline"
+    run_as_user: int | None = None
     node_not_ready_grace_s: float = 0.0
     dry_run: bool = False
     # Transport: exactly one of api_client / host / in_cluster / kubeconfig is used, in that order.
@@ -177,6 +183,15 @@ class KubernetesConfig:
             raise ValueError("retry_attempts must be at least 1")
         if cfg.finished_run_ttl_s < 0:
             raise ValueError("finished_run_ttl_s must be >= 0")
+        if cfg.pod_security not in POD_SECURITY_LEVELS:
+            raise ValueError(f"pod_security must be one of {list(POD_SECURITY_LEVELS)}")
+        if cfg.run_as_user is not None and (
+            isinstance(cfg.run_as_user, bool)
+            or not isinstance(cfg.run_as_user, int)
+            or not 0 < cfg.run_as_user < 2**31
+        ):
+            # 0 is root, which "restricted" forbids and which needs no setting to get.
+            raise ValueError("run_as_user must be a uid from 1 to 2147483647")
         return cfg
 
 
@@ -303,6 +318,18 @@ def pod_manifest(
         "allowPrivilegeEscalation": False,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    pod_security: dict[str, Any] = {}
+    if cfg.pod_security == "restricted":
+        # The rest of "restricted", for sites whose images run as a user: without any capability
+        # (NET_RAW among the defaults would let a worker forge packets to other pods on the
+        # node's bridge) and never as root (the kubelet refuses to start an image whose user is
+        # root, unless run_as_user names another).
+        container["securityContext"]["capabilities"] = {"drop": ["ALL"]}
+        container["securityContext"]["runAsNonRoot"] = True
+        pod_security["runAsNonRoot"] = True
+        pod_security["seccompProfile"] = {"type": "RuntimeDefault"}
+    if cfg.run_as_user is not None:
+        pod_security["runAsUser"] = cfg.run_as_user
     if cfg.prestop_command:
         container["lifecycle"] = {"preStop": {"exec": {"command": list(cfg.prestop_command)}}}
     pod_spec: dict[str, Any] = {
@@ -329,6 +356,7 @@ def pod_manifest(
             }
         },
         "containers": [container],
+        **({"securityContext": pod_security} if pod_security else {}),
         "volumes": [
             {
                 "name": "podinfo",

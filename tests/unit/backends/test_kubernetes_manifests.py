@@ -248,6 +248,102 @@ def test_policies_of_runs_whose_pods_are_all_gone_are_orphans_once_old_enough():
     ]
 
 
+# The Pod Security Standards' checks (kubernetes.io/docs/concepts/security/pod-security-standards,
+# "latest") on the fields a pod of ours could carry; the API server's admission plugin is not
+# available here.
+_BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+_RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}  # fmt: skip
+
+
+def pod_security_violations(pod: dict, level: str) -> set[str]:
+    """The controls of ``level`` ("baseline" or "restricted") that ``pod`` fails."""
+    spec = pod["spec"]
+    pod_ctx = spec.get("securityContext") or {}
+    containers = spec["containers"] + spec.get("initContainers", [])
+    ctxs = [c.get("securityContext") or {} for c in containers]
+    bad: set[str] = set()
+    if any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")):
+        bad.add("hostNamespaces")
+    if any(ctx.get("privileged") for ctx in ctxs):
+        bad.add("privileged")
+    if any(
+        set((ctx.get("capabilities") or {}).get("add", [])) - _BASELINE_CAPABILITIES for ctx in ctxs
+    ):
+        bad.add("capabilities")
+    if any("hostPath" in v for v in spec.get("volumes", [])):
+        bad.add("hostPathVolumes")
+    if any(p.get("hostPort") for c in containers for p in c.get("ports", [])):
+        bad.add("hostPorts")
+    profiles = [ctx.get("seccompProfile", {}).get("type") for ctx in [pod_ctx, *ctxs]]
+    if "Unconfined" in profiles:
+        bad.add("seccompProfile")
+    if level == "baseline":
+        return bad
+    volume_types = {k for v in spec.get("volumes", []) for k in v if k != "name"}
+    if volume_types - _RESTRICTED_VOLUMES:
+        bad.add("volumeTypes")
+    if any(ctx.get("allowPrivilegeEscalation") is not False for ctx in ctxs):
+        bad.add("allowPrivilegeEscalation")
+    non_root = [ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) for ctx in ctxs]
+    if any(value is not True for value in non_root):
+        bad.add("runAsNonRoot")
+    if 0 in [ctx.get("runAsUser") for ctx in [pod_ctx, *ctxs]]:
+        bad.add("runAsUser")
+    pod_profile = pod_ctx.get("seccompProfile", {}).get("type")
+    for ctx in ctxs:
+        if ctx.get("seccompProfile", {}).get("type", pod_profile) not in (
+            "RuntimeDefault",
+            "Localhost",
+        ):
+            bad.add("seccompProfile")
+    for ctx in ctxs:
+        caps = ctx.get("capabilities") or {}
+        if "ALL" not in caps.get("drop", []) or set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.add("capabilities")
+    return bad
+
+
+def test_pods_meet_baseline_and_what_restricted_adds_is_a_setting():
+    pod, _ = m.pod_manifests(make_spec(), cfg())[0]
+    assert pod_security_violations(pod, "baseline") == set()
+    # Many CUDA images run as root and some entrypoints need root's capabilities: not by default.
+    assert pod_security_violations(pod, "restricted") == {"runAsNonRoot", "capabilities"}
+    assert "securityContext" not in pod["spec"]
+
+    strict, _ = m.pod_manifests(make_spec(), cfg(pod_security="restricted"))[0]
+    assert pod_security_violations(strict, "restricted") == set()
+    container = strict["spec"]["containers"][0]["securityContext"]
+    assert container["capabilities"] == {"drop": ["ALL"]} and container["runAsNonRoot"] is True
+    assert "runAsUser" not in strict["spec"]["securityContext"]  # the image's own user
+
+    as_user, _ = m.pod_manifests(make_spec(), cfg(pod_security="restricted", run_as_user=1000))[0]
+    assert as_user["spec"]["securityContext"]["runAsUser"] == 1000
+    assert pod_security_violations(as_user, "restricted") == set()
+
+
+@pytest.mark.parametrize(
+    "bad_setting",
+    [
+        {"pod_security": "privileged"},
+        {"pod_security": "Restricted"},
+        {"run_as_user": 0},  # root: what "restricted" forbids, and the default of a root image
+        {"run_as_user": -1},
+        {"run_as_user": 2**31},
+        {"run_as_user": True},
+        {"run_as_user": "1000"},
+    ],
+)
+def test_pod_security_settings_are_checked(bad_setting):
+    with pytest.raises(ValueError, match=f"{next(iter(bad_setting))} must be"):
+        m.KubernetesConfig.from_mapping(bad_setting)
+
+
 def test_platform_variables_win_over_the_jobs_own():
     pod, _ = m.pod_manifests(make_spec(env={"RANK": "7", "MY_FLAG": "1"}), cfg())[1]
     env = [(e["name"], e.get("value")) for e in pod["spec"]["containers"][0]["env"]]
@@ -397,7 +493,12 @@ def test_release_leaves_a_cordon_someone_else_set():
 
 def _every_manifest() -> list[dict]:
     out = []
-    for config in (cfg(), full_cfg(), cfg(bind_mode="nodeName")):
+    for config in (
+        cfg(),
+        full_cfg(),
+        cfg(bind_mode="nodeName"),
+        cfg(pod_security="restricted", run_as_user=1000),
+    ):
         for spec in (make_spec(), make_spec(runtime_limit_s=None, env={}, command="")):
             # Workers differ only in index and node: worker 1 stands for all of them.
             pod, node = m.pod_manifests(spec, config)[1]
