@@ -773,6 +773,14 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return ""
 
 
+def _waiting_message(pod: Mapping[str, Any]) -> str:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return str(waiting.get("message") or "")
+    return ""
+
+
 def _node_disruption(
     pod: Mapping[str, Any], reasons: frozenset[str] = _NODE_DISRUPTION_REASONS
 ) -> str:
@@ -924,7 +932,11 @@ def run_status(
             return status(BackendJobState.FAILED, f"worker {index(pod)}: {why}", code)
         waiting = _waiting_reason(pod)
         if waiting in _PERMANENT_WAITING_REASONS:
-            return status(BackendJobState.FAILED, f"worker {index(pod)}: {waiting}")
+            # The reason alone does not say what to fix ("CreateContainerConfigError": a root
+            # image under runAsNonRoot? a missing Secret?); the kubelet's message does.
+            detail = _waiting_message(pod)
+            why = f"{waiting}: {detail}" if detail else waiting
+            return status(BackendJobState.FAILED, f"worker {index(pod)}: {why}")
     gone = [p for p in deleted if phase(p) != "Succeeded"]
     if gone:
         return status(

@@ -303,6 +303,21 @@ def test_permanent_image_errors_fail_but_pull_backoff_waits():
     assert state(live).state is BackendJobState.FAILED
 
 
+def test_a_container_the_kubelet_will_not_start_fails_with_the_kubelets_words():
+    # What the kubelet says of a root image under pod_security: restricted.
+    live = pods("Pending", "Pending")
+    why = 'container has runAsNonRoot and image will run as root (pod: "gp-1-a1-w0_ns", container: worker)'
+    live[0]["status"]["containerStatuses"] = [
+        {
+            "name": "worker",
+            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": why}},
+        }
+    ]
+    status = state(live)
+    assert status.state is BackendJobState.FAILED
+    assert status.reason == f"worker 0: CreateContainerConfigError: {why}"
+
+
 # ------------------------------------------------------------------ properties
 
 PHASES = st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])
