@@ -125,6 +125,43 @@ def test_job_runs_as_pods_with_launcher_variables_logs_and_is_purged(
     assert (job.state, job.attempts) == ("succeeded", 1)
 
 
+def test_no_field_of_a_submitted_job_lets_its_pods_into_another_teams_run(kube, alice, bob, submit):
+    """Pod labels, and so the run's NetworkPolicy and the platform's own pod lists, come from
+    the platform's ids: a job cannot ask for labels, and what it may set (name, command, env)
+    never becomes one."""
+    image = "registry.example/train:1"
+    victim_id = submit(bob, team="nlp", name="victim", gpus_per_worker=4, image=image).json()["id"]
+    victim_run = f"gp-{victim_id}-a1"
+    for smuggled in ({"labels": {"gpuplatform.io/run": victim_run}}, {"annotations": {"a": "b"}}):
+        refused = submit(alice, gpus_per_worker=4, image=image, **smuggled)
+        assert refused.status_code == 400
+        assert refused.json() == {next(iter(smuggled)): ["not a job field"]}
+    posing = f"gpuplatform.io/run={victim_run}"
+    attacker_id = submit(
+        alice,
+        name=posing,
+        command=f"python train.py --label {posing}",
+        env={"GPUPLATFORM_JOB_ID": str(victim_id), "RUN": victim_run},
+        gpus_per_worker=4,
+        image=image,
+    ).json()["id"]
+    assert Job.objects.count() == 2
+    run_cycle()
+    attacker_pod = kube.pods[(NS, f"gp-{attacker_id}-a1-w0")]
+    assert attacker_pod["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "gpuplatform",
+        "gpuplatform.io/run": f"gp-{attacker_id}-a1",
+        "gpuplatform.io/job-id": str(attacker_id),
+        "gpuplatform.io/attempt": "1",
+        "gpuplatform.io/worker-index": "0",
+        "gpuplatform.io/team": "vision",
+    }
+    victim_policy = kube.network_policies[(NS, victim_run)]["spec"]
+    (peer,) = victim_policy["ingress"][0]["from"]
+    labels = attacker_pod["metadata"]["labels"]
+    assert any(labels.get(k) != v for k, v in peer["podSelector"]["matchLabels"].items())
+
+
 def test_a_pull_that_keeps_failing_puts_the_job_back_in_the_queue_unbilled(
     kube, alice, submit, settings
 ):

@@ -226,6 +226,48 @@ def test_a_runs_pods_accept_connections_only_from_the_same_run():
     assert set(rule) == {"from"}
 
 
+def test_nothing_a_user_submits_reaches_a_label_or_what_a_selector_reads():
+    # Every field a user controls, written to pose as another run (gp-7-a1) and as the platform.
+    posing = "gp-7-a1\ngpuplatform.io/run=gp-7-a1\napp.kubernetes.io/managed-by=gpuplatform"
+    hostile = make_spec(
+        name=posing,
+        command=f"python train.py --label gpuplatform.io/run=gp-7-a1 '{posing}'",
+        image="registry.example/gp-7-a1:gpuplatform",
+        env={
+            "GPUPLATFORM_RUN": "gp-7-a1",
+            "GPUPLATFORM_JOB_ID": "7",
+            "GPUPLATFORM_ATTEMPT": "1",
+            "LABELS": "gpuplatform.io/run=gp-7-a1",
+        },
+    )
+    plain = make_spec(name="x", command="python train.py", env={})
+    victim = make_spec(job_id="7", attempt=1)
+    victim_pod, _ = m.pod_manifests(victim, cfg())[0]
+    victim_policy = m.run_network_policy_manifest(victim, cfg())
+    for (pod, _), (plain_pod, _) in zip(
+        m.pod_manifests(hostile, cfg()), m.pod_manifests(plain, cfg()), strict=True
+    ):
+        assert pod["metadata"]["labels"] == plain_pod["metadata"]["labels"]
+        ours = {k: v for k, v in pod["metadata"]["annotations"].items() if k != m.ANN_JOB_NAME}
+        assert ours == {
+            k: v for k, v in plain_pod["metadata"]["annotations"].items() if k != m.ANN_JOB_NAME
+        }
+        # The platform's identity variables are the platform's, whatever the job's env says.
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["GPUPLATFORM_JOB_ID"], env["GPUPLATFORM_ATTEMPT"]) == ("42", "2")
+        assert not admits(victim_policy, pod, victim_pod)
+    # The selectors the platform relies on (policy, Service, its own pod lists) read only the
+    # run and managed-by labels, which come from its own ids.
+    policy = m.run_network_policy_manifest(hostile, cfg())
+    service = m.rendezvous_service_manifest(hostile, cfg())
+    assert policy["spec"] == m.run_network_policy_manifest(plain, cfg())["spec"]
+    assert service["spec"]["selector"] == {m.LABEL_RUN: "gp-42-a2"}
+    assert (m.run_selector("42", 2), m.managed_selector()) == (
+        "gpuplatform.io/run=gp-42-a2",
+        "app.kubernetes.io/managed-by=gpuplatform",
+    )
+
+
 def test_policies_of_runs_whose_pods_are_all_gone_are_orphans_once_old_enough():
     now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 
