@@ -205,6 +205,8 @@ class ClusterCell:
     name: str
     backend_kind: str
     backend_available: bool
+    # scheduler.selectors.cluster_backend_error: the raw text for admins alone.
+    backend_error: str
     racks: list[RackCell] = field(default_factory=list)
     # Routing facts (frontend.routing_admin.ClusterFacts), attached by the cluster page.
     facts: Any = None
@@ -235,6 +237,9 @@ def cluster_grid(*, user) -> list[ClusterCell]:
                 name=node.cluster.name,
                 backend_kind=node.cluster.backend_kind,
                 backend_available=node.cluster.backend_available,
+                backend_error=scheduler_selectors.cluster_backend_error(
+                    user=user, cluster=node.cluster
+                ),
             )
         rack_key = (node.cluster.name, node.rack or "-")
         rack = racks.get(rack_key)

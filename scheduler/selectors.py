@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db.models import Prefetch, QuerySet
 
 from core.errors import DomainError, NotFound, Unavailable
+from tenants.permissions import is_platform_admin
 
-from .models import Allocation, Job, JobEvent, Node
+from .models import Allocation, Cluster, Job, JobEvent, Node
 from .states import FINAL_STATES, JobState
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,24 @@ def node_list(*, user) -> QuerySet[Node]:
     if not user.is_authenticated:
         return Node.objects.none()
     return Node.objects.select_related("cluster", "gpu_model").order_by("cluster__name", "name")
+
+
+def cluster_backend_error(*, user, cluster: Cluster) -> str:
+    """Why the cluster's backend last failed, as ``user`` may see it; empty while it answers.
+
+    The recorded text is the backend's own (a submit's stderr, a Kubernetes API error body) and
+    may echo any team's job: its name, command, environment or image. Platform admins see it
+    whole; everyone else only that the backend failed and when, which is what they need to know
+    why their job waits. Every surface that shows the error (the API, the cluster page) asks
+    this function."""
+    if not cluster.backend_error:
+        return ""
+    if is_platform_admin(user):
+        return cluster.backend_error
+    if cluster.backend_checked_at is None:
+        return "the cluster's backend reported an error"
+    when = cluster.backend_checked_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"the cluster's backend reported an error at {when}"
 
 
 # --- attempts and logs -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from core.bounds import api_number
 from ..arrays import submit_team_ids
 from ..env_visibility import shown_command
 from ..models import Cluster, Job, JobEvent, Node
-from ..selectors import job_placement
+from ..selectors import cluster_backend_error, job_placement
 
 
 class ElasticSerializer(serializers.Serializer):
@@ -212,9 +212,18 @@ class GpuModelSerializer(serializers.ModelSerializer):
 
 
 class ClusterSerializer(serializers.ModelSerializer):
+    backend_error = serializers.SerializerMethodField(
+        help_text="Why the backend last failed; empty while it answers. Platform admins get the "
+        "backend's own text; everyone else only that it failed and when, since the text may "
+        "echo another team's job."
+    )
+
     class Meta:
         model = Cluster
         fields = ["id", "name", "backend_kind", "enabled", "backend_available", "backend_error"]
+
+    def get_backend_error(self, cluster: Cluster) -> str:
+        return cluster_backend_error(user=self.context["request"].user, cluster=cluster)
 
 
 class NodeSerializer(serializers.ModelSerializer):
