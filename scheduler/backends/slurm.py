@@ -50,6 +50,7 @@ import pwd
 import random
 import re
 import shlex
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -188,6 +189,19 @@ def _team_command_prefix(cfg: Mapping[str, Any], enabled: bool) -> tuple[str, ..
             "e.g. ['sudo', '-n', '-u', '{account}']"
         )
     return prefix
+
+
+def _path_and_parents(path: str) -> list[str]:
+    """``/a/b/c`` -> ``["/", "/a", "/a/b", "/a/b/c"]`` (a relative path: its own parts)."""
+    path = os.path.normpath(path)
+    chain = [path]
+    while (parent := os.path.dirname(chain[-1])) not in ("", chain[-1]):
+        chain.append(parent)
+    return chain[::-1]
+
+
+def _file_kind(mode: int) -> str:
+    return "symbolic link" if stat.S_ISLNK(mode) else "file that is not a directory"
 
 
 def _is_ssh(program: str) -> bool:
@@ -619,14 +633,67 @@ class SlurmBackend:
         if self.dry_run:
             logger.info("slurm dry-run: as %s: %s", account, argv)
             return
+        self._as_account(argv, account, f"cannot prepare the directories {dirs}")
+        self._check_account_dirs(account, dirs)
+
+    def _as_account(self, argv: list[str], account: str, failure: str) -> str:
+        """Run a file command as ``account``; its stdout. A refusal is ``failure`` with the
+        command's own message."""
         try:
             proc = self._exec(self._command(argv, account=account))
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BackendUnavailable(f"install -d as {account}: {exc}") from exc
+            raise BackendUnavailable(f"{argv[0]} as {account}: {exc}") from exc
         if proc.returncode != 0:
             raise BackendRejected(
-                f"cannot prepare the directories {dirs} as {account}: "
-                f"{proc.stderr.strip() or proc.returncode}"
+                f"{failure} as {account}: {proc.stderr.strip() or proc.returncode}"
+            )
+        return proc.stdout
+
+    def _check_account_dirs(self, account: str, dirs: list[str]) -> None:
+        """Refuse the run unless ``account`` alone holds its directories, now and until the
+        job ends. ``install -d`` follows a symbolic link and accepts any directory the account
+        owns, so another account could have put a link there (to the account's home, say) and,
+        after the check, replace it with a directory of its own, where the run's output would
+        land; or rename the directory away, if an ancestor is writable to it. So each directory
+        must be a real one the account owns, mode 0700, and every directory above it, as
+        written and as resolved, owned by root, the service account or the account, and never
+        writable by others without the sticky bit (which keeps them from renaming or removing
+        what they do not own)."""
+        resolved = self._as_account(
+            ["realpath", "-e", "--", *dirs], account, f"cannot resolve {dirs}"
+        ).splitlines()
+        paths = list(dict.fromkeys(p for d in [*dirs, *resolved] for p in _path_and_parents(d)))
+        answer = self._as_account(
+            ["stat", "-c", "%u %f %n", "--", *paths], account, f"cannot inspect {dirs}"
+        )
+        own_dirs = {os.path.normpath(d) for d in dirs}
+        account_uid = self._team_account_uids().get(account)
+        trusted = {0, self._own_uid(), account_uid}
+        problems = []
+        for line in answer.splitlines():
+            uid_text, mode_text, path = line.split(" ", 2)
+            uid, mode = int(uid_text), int(mode_text, 16)
+            if path in own_dirs:
+                if not stat.S_ISDIR(mode):
+                    problems.append(f"{path} is not a directory but a {_file_kind(mode)}")
+                elif uid != account_uid or stat.S_IMODE(mode) != 0o700:
+                    problems.append(
+                        f"{path} is owned by uid {uid} with mode {stat.S_IMODE(mode):o} "
+                        f"(wanted: {account}'s, 0700)"
+                    )
+            elif uid not in trusted:
+                problems.append(
+                    f"{path} belongs to uid {uid}, who could replace what lies below it"
+                )
+            elif stat.S_ISDIR(mode) and mode & 0o022 and not mode & stat.S_ISVTX:
+                problems.append(
+                    f"{path} is writable by others without the sticky bit, so they could "
+                    f"rename {account}'s directory and put their own in its place"
+                )
+        if problems:
+            raise BackendRejected(
+                f"the directories of {account}'s runs are not private to it, so nothing was "
+                "submitted: " + "; ".join(problems)
             )
 
     def run_provenance(self, spec: BackendJobSpec) -> dict[str, Any]:

@@ -10,7 +10,11 @@ no double submission, dry-run. The behaviour against the real Slurm is in test_s
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,7 @@ from scheduler.backends.base import (
     BackendUnavailable,
 )
 from scheduler.backends.slurm import SlurmBackend
+from tests.integration.slurm.conftest import ensure_system_user
 
 FIXTURES = Path(__file__).parents[2] / "unit" / "backends" / "fixtures" / "slurm" / "22.05"
 
@@ -321,34 +326,111 @@ def test_team_accounts_default_to_sudo_and_leave_the_service_account_unchanged_w
     assert SlurmBackend({}).team_command_prefix == ()
 
 
-# sudo as the backend calls it (sudo -n -u ACCOUNT COMMAND...), recording whom it ran as.
+# sudo as the backend calls it (sudo -n -u ACCOUNT COMMAND...), recording whom it ran as. The
+# directory commands run as the account for real (what they check is who owns what); the Slurm
+# stand-ins run as the test, since they keep their state in its private directory.
 SUDO = r"""#!/bin/bash
 printf '%s\n' "$*" >> "$(dirname "$0")/sudo.log"
+account=$3
 shift 3
+for arg in "$@"; do
+  case "$arg" in env|*=*) ;; *) program=$(basename "$arg"); break ;; esac
+done
+case "$program" in install|realpath|stat) exec runuser -u "$account" -- "$@" ;; esac
 exec "$@"
 """
+TEAM_A, TEAM_B = "gp-ci-team-a", "gp-ci-team-b"
 
 
-def test_a_teams_run_is_submitted_as_its_account_into_its_own_directories(fake, tmp_path):
+@pytest.fixture()
+def team_accounts() -> dict[str, int]:
+    """Two real team accounts (as the real-Slurm tests make them) and their uids."""
+    if os.geteuid() != 0:
+        pytest.skip("running commands as a team account needs root")
+    for account in (TEAM_A, TEAM_B):
+        ensure_system_user([], account)
+    return {account: pwd.getpwnam(account).pw_uid for account in (TEAM_A, TEAM_B)}
+
+
+@pytest.fixture()
+def shared_dir(team_accounts):
+    """A directory every account may create entries in, as ``job_workdir`` is (mode 1777, like
+    /tmp); pytest's own tmp_path is private to the test's user."""
+    path = Path(tempfile.mkdtemp(prefix="gp-team-dirs-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path)
+
+
+def team_backend(fake, workdir: Path, **config) -> SlurmBackend:
     sudo = fake.bin / "sudo"
     sudo.write_text(SUDO)
     sudo.chmod(0o755)
-    workdir = tmp_path / "jobs"
-    workdir.mkdir()
-    backend = fake.backend(
+    return fake.backend(
         job_workdir=str(workdir),
-        team_accounts={"t": "gp-t"},
+        team_accounts={"t": TEAM_A},
         team_command_prefix=[str(sudo), "-n", "-u", "{account}"],
+        **config,
     )
+
+
+def test_a_teams_run_is_submitted_as_its_account_into_its_own_directories(fake, shared_dir):
+    workdir = shared_dir / "jobs"
+    workdir.mkdir(mode=0o1777)
+    workdir.chmod(0o1777)
+    backend = team_backend(fake, workdir)
     backend.submit(spec())
     (sbatch,) = fake.calls("sbatch")
-    assert f"--chdir={workdir}/gp-t" in sbatch
-    assert f"--output={workdir}/gp-t/gp-j1-a1.out" in sbatch
-    # The directories first, then sbatch, each as the team's account.
+    assert f"--chdir={workdir}/{TEAM_A}" in sbatch
+    assert f"--output={workdir}/{TEAM_A}/gp-j1-a1.out" in sbatch
+    # The directories first (made, then checked), then sbatch, each as the team's account.
     ran = (fake.bin / "sudo.log").read_text().splitlines()
-    assert len(ran) == 2 and all(line.startswith("-n -u gp-t env ") for line in ran)
-    assert f"install -d -m 0700 {workdir}/gp-t" in ran[0] and "/sbatch --parsable" in ran[1]
-    assert (workdir / "gp-t").stat().st_mode & 0o777 == 0o700
+    assert len(ran) == 4 and all(line.startswith(f"-n -u {TEAM_A} env ") for line in ran)
+    assert f"install -d -m 0700 {workdir}/{TEAM_A}" in ran[0] and "/sbatch --parsable" in ran[3]
+    made = (workdir / TEAM_A).stat()
+    assert made.st_mode & 0o777 == 0o700 and made.st_uid == pwd.getpwnam(TEAM_A).pw_uid
+
+
+def test_a_link_another_account_planted_for_a_teams_directory_is_refused(
+    fake, shared_dir, team_accounts
+):
+    """Team B links ``<job_workdir>/gp-a`` to a directory A owns (its home) before A's first
+    run. ``install -d`` followed the link and accepted it, A's run was submitted, and B, who owns
+    the link, could swap it for a directory of its own before the run started, where A's output,
+    progress and checkpoint requests would land (tried by hand: B read what A appended)."""
+    a_home = shared_dir / "home-a"
+    a_home.mkdir()
+    os.chown(a_home, team_accounts[TEAM_A], -1)
+    planted = shared_dir / TEAM_A
+    os.symlink(a_home, planted)
+    os.lchown(planted, team_accounts[TEAM_B], -1)
+    backend = team_backend(fake, shared_dir)
+    with pytest.raises(BackendRejected, match=f"{planted} is not a directory but a symbolic link"):
+        backend.submit(spec())
+    assert fake.calls("sbatch") == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "reason"),
+    [
+        (0o777, None, "is writable by others without the sticky bit"),
+        (0o1777, TEAM_B, "belongs to uid"),
+    ],
+)
+def test_a_job_workdir_another_account_could_rearrange_is_refused(
+    fake, shared_dir, team_accounts, mode, owner, reason
+):
+    """Without the sticky bit (or when B owns it) B may rename A's directory away and make its
+    own in its place: A's runs already submitted then write into B's. Refused at submit."""
+    workdir = shared_dir / "jobs"
+    workdir.mkdir()
+    workdir.chmod(mode)
+    if owner:
+        os.chown(workdir, team_accounts[owner], -1)
+    backend = team_backend(fake, workdir)
+    with pytest.raises(BackendRejected, match=f"{workdir} {reason}"):
+        backend.submit(spec())
+    assert fake.calls("sbatch") == []
 
 
 def test_a_team_without_an_account_is_refused_before_any_command(fake):
@@ -358,27 +440,30 @@ def test_a_team_without_an_account_is_refused_before_any_command(fake):
     assert fake.calls() == []
 
 
-def test_a_teams_commands_through_an_ssh_prefix_arrive_as_the_same_arguments(fake, tmp_path):
+def test_a_teams_commands_through_an_ssh_prefix_arrive_as_the_same_arguments(
+    fake, shared_dir, tmp_path
+):
     # ssh joins what follows it into one line for the remote shell: the team's prefix and the
     # command after it must arrive as the same arguments.
     for name, text in (("ssh", SSH), ("sudo", SUDO)):
         (fake.bin / name).write_text(text)
         (fake.bin / name).chmod(0o755)
-    workdir = tmp_path / "team jobs"
+    workdir = shared_dir / "team jobs"
     workdir.mkdir()
+    workdir.chmod(0o1777)
     backend = fake.backend(
         command_prefix=[str(fake.bin / "ssh"), "login1"],
         job_workdir=str(workdir),
-        team_accounts={"t": "gp-t"},
+        team_accounts={"t": TEAM_A},
         team_command_prefix=[str(fake.bin / "sudo"), "-n", "-u", "{account}"],
         extra_sbatch_args=["--comment=two words; touch PWNED"],
     )
     backend.submit(spec())
     (sbatch,) = fake.calls("sbatch")
     assert "--comment=two words; touch PWNED" in sbatch
-    assert f"--chdir={workdir}/gp-t" in sbatch
+    assert f"--chdir={workdir}/{TEAM_A}" in sbatch
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
-    assert (workdir / "gp-t").is_dir()
+    assert (workdir / TEAM_A).is_dir()
     assert [line.split()[:3] for line in (fake.bin / "sudo.log").read_text().splitlines()] == [
-        ["-n", "-u", "gp-t"]
-    ] * 2
+        ["-n", "-u", TEAM_A]
+    ] * 4
