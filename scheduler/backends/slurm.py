@@ -621,6 +621,15 @@ class SlurmBackend:
                 f"team {team!r} has no Unix account on this cluster (the Slurm backend's "
                 "team_accounts); its jobs are not run as the platform's service account"
             )
+        uid = self._team_account_uids().get(account)
+        if uid is not None and uid in (0, self._own_uid()):
+            # The service account may act as every team's account (its sudo rule): a job
+            # running as it, or as root, could read, signal and cancel every team's runs.
+            who = "root" if uid == 0 else "the platform's service account"
+            raise BackendRejected(
+                f"team {team!r} is mapped to {account!r}, which is {who} (uid {uid}); a team's "
+                "jobs must run as an account of their own (team_accounts)"
+            )
         return account
 
     def _prepare_account_dirs(self, account: str) -> None:

@@ -433,6 +433,26 @@ def test_a_job_workdir_another_account_could_rearrange_is_refused(
     assert fake.calls("sbatch") == []
 
 
+@pytest.mark.parametrize("mapped_to", ["root", "service account"])
+def test_a_team_mapped_to_root_or_the_service_account_is_refused_before_any_command(
+    fake, team_accounts, mapped_to
+):
+    """A careless mapping ran the team's jobs as root, or as the service account, whose sudo
+    rule lets it act as every team's account: such a job could reach every team's runs."""
+    config: dict = {"team_accounts": {"t": "root"}}
+    if mapped_to == "service account":
+        # The service account is whoever the command prefix runs as (here: team B's account).
+        config = {
+            "team_accounts": {"t": TEAM_B},
+            "command_prefix": ["runuser", "-u", TEAM_B, "--"],
+        }
+    backend = fake.backend(**config, team_command_prefix=["runuser", "-u", "{account}", "--"])
+    expected = "root" if mapped_to == "root" else "the platform's service account"
+    with pytest.raises(BackendRejected, match=f"which is {expected}"):
+        backend.submit(spec())
+    assert fake.calls() == []
+
+
 def test_a_team_without_an_account_is_refused_before_any_command(fake):
     backend = fake.backend(team_accounts={"other-team": "gp-other"})
     with pytest.raises(BackendRejected, match="team 't' has no Unix account on this cluster"):
