@@ -139,6 +139,12 @@ _CONFIG_KEYS = frozenset(
 # the name goes into a command prefix and into directory names.
 _ACCOUNT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _ACCOUNT_PLACEHOLDER = "{account}"
+# With team_accounts, the owner of a run the platform cannot establish: in neither squeue nor
+# accounting, or in a record without its uid. Its files are never read: the service account
+# would look for them in the shared job_workdir / log_dir, where every team account may put a
+# link to whatever the service account can read (the platform's own environment, its keys).
+# Not a Unix account name, so it can never be taken for one.
+_UNKNOWN_OWNER = "?"
 DEFAULT_TEAM_COMMAND_PREFIX = ("sudo", "-n", "-u", _ACCOUNT_PLACEHOLDER)
 
 
@@ -472,7 +478,7 @@ class SlurmBackend:
         """The team account that owns ``job``; None for the service account's own runs (those
         submitted before ``team_accounts`` was set), which are acted on as before."""
         if job.user_id is None:
-            return None
+            return _UNKNOWN_OWNER if self.team_accounts else None
         for account, uid in self._team_account_uids().items():
             if uid == job.user_id and uid != self._own_uid():
                 return account
@@ -878,6 +884,8 @@ class SlurmBackend:
         by_account: dict[str | None, list[str]] = {}
         for name in sorted(found):
             account = self._account_of(found[name]) if self.team_accounts else None
+            if account == _UNKNOWN_OWNER:
+                continue
             self._remember_account(name, account)
             by_account.setdefault(account, []).append(name)
         saved: dict[str, float] = {}
@@ -930,14 +938,16 @@ class SlurmBackend:
         self._run_accounts[name] = account
 
     def _run_account(self, name: str) -> str | None:
-        """The team account that owns run ``name`` (None: the service account, or not found)."""
+        """The team account that owns run ``name`` (None: the service account;
+        ``_UNKNOWN_OWNER`` with ``team_accounts`` when Slurm no longer knows whose it is)."""
         if not self.team_accounts:
             return None
         if name not in self._run_accounts:
             job = self._find_runs([name]).get(name)
-            if job is None:
-                return None
-            self._remember_account(name, self._account_of(job))
+            account = _UNKNOWN_OWNER if job is None else self._account_of(job)
+            if account == _UNKNOWN_OWNER:
+                return account
+            self._remember_account(name, account)
         return self._run_accounts[name]
 
     def _read_progress_files(self, names: list[str], account: str | None) -> dict[str, float]:
@@ -1008,9 +1018,13 @@ class SlurmBackend:
     ) -> LogChunk:
         """The run's output file ``<log_dir>/<run>.out`` (with ``team_accounts``
         ``<log_dir>/<account>/<run>.out``, read as that account; all workers' output, as Slurm
-        writes it), by byte offset. A file not written yet is an empty chunk."""
+        writes it), by byte offset. A file not written yet is an empty chunk, and so, with
+        ``team_accounts``, is the log of a run whose owner Slurm no longer records."""
         name = backend_job_name(job_id, attempt)
         account = self._run_account(name)
+        if account == _UNKNOWN_OWNER:
+            logger.info("slurm: %s: no owner on record, its log is not read", name)
+            return LogChunk(text="", cursor=cursor or "0")
         path = self._log_path(name, account)
         limit = max(1, int(limit_bytes))
         try:

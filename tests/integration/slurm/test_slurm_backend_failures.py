@@ -433,6 +433,32 @@ def test_a_job_workdir_another_account_could_rearrange_is_refused(
     assert fake.calls("sbatch") == []
 
 
+def test_files_of_a_run_whose_owner_slurm_no_longer_records_are_not_read(
+    fake, shared_dir, team_accounts
+):
+    """Team B's job (as gp-b) links its run's files in the shared log_dir / job_workdir (where
+    every team account may write) to a file only the service account may read. Once the run
+    left squeue with no accounting to keep it (or in a record without its uid), the platform
+    took it for a service-account run and read those paths as the service account: B's log
+    showed the file (e.g. /proc/self/environ: the platform's secrets)."""
+    secret = shared_dir / "service-account-only"
+    secret.write_text('{"checkpointed_progress_s": 4242}  DJANGO_SECRET_KEY=s3cret\n')
+    secret.chmod(0o600)
+    for suffix in (".out", ".progress"):
+        link = shared_dir / f"gp-j1-a1{suffix}"
+        os.symlink(secret, link)
+        os.lchown(link, team_accounts[TEAM_B], -1)
+    backend = team_backend(fake, shared_dir)
+    assert backend.read_log("j1", 1).text == ""
+    # A record without its owner's uid (the jobcomp file may not have it).
+    (fake.bin / "jobs.json").write_text(
+        json.dumps([{"job_id": 7, "name": "gp-j1-a1", "job_state": "RUNNING"}])
+    )
+    (status,) = backend.poll_jobs([("j1", 1)])
+    assert status.state is BackendJobState.RUNNING and status.checkpointed_progress_s is None
+    assert backend.read_log("j1", 1).text == ""
+
+
 @pytest.mark.parametrize("mapped_to", ["root", "service account"])
 def test_a_team_mapped_to_root_or_the_service_account_is_refused_before_any_command(
     fake, team_accounts, mapped_to
