@@ -118,6 +118,12 @@ class TeamAdmin(AuditedAdmin):
     search_fields = ("slug", "name")
     inlines = [MembershipInline, QuotaInline]
 
+    def get_readonly_fields(self, request, obj=None):
+        # Settings outside the database name a team by its slug (the Slurm backend's
+        # team_accounts: the Unix account its jobs run as and whose files they reach). A slug
+        # freed by a rename could go to a new team, which would inherit that account.
+        return ("slug",) if obj is not None else ()
+
 
 @admin.register(PriorityClass)
 class PriorityClassAdmin(AuditedAdmin):

@@ -105,3 +105,37 @@ def test_admin_refuses_a_parent_that_makes_the_tree_a_cycle(platform, teams, cli
     # The tree is intact: every team still shows on the teams page.
     rows = client.get("/teams/").context["rows"]
     assert [row.team.slug for row in rows] == ["research", "nlp", "vision"]
+
+
+def test_admin_cannot_rename_a_teams_slug(platform, teams, client):
+    """The slug names the team in settings outside the database (the Slurm backend's
+    team_accounts). Renamed, vision's jobs lost their account, and a new team given the freed
+    slug would have run as vision's account, with its files."""
+    client.force_login(platform["admin"])
+    vision = teams["vision"]
+    members = list(vision.memberships.all())
+    data = {
+        "slug": "cv",
+        "name": "Vision",
+        "parent": teams["research"].pk,
+        "fair_share_weight": "1",
+        "memberships-TOTAL_FORMS": str(len(members)),
+        "memberships-INITIAL_FORMS": str(len(members)),
+        "quotas-TOTAL_FORMS": "0",
+        "quotas-INITIAL_FORMS": "0",
+    }
+    for i, m in enumerate(members):
+        data.update(
+            {
+                f"memberships-{i}-id": m.pk,
+                f"memberships-{i}-team": vision.pk,
+                f"memberships-{i}-user": m.user_id,
+                f"memberships-{i}-role": m.role,
+            }
+        )
+    response = client.post(f"/admin/tenants/team/{vision.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    vision.refresh_from_db()
+    assert vision.slug == "vision"
+    # A new team still chooses its slug.
+    assert client.get("/admin/tenants/team/add/").context["adminform"].form.fields["slug"]
