@@ -589,6 +589,15 @@ class SlurmBackend:
         for try_no in range(1, self.tries + 1):
             existing = self._find_runs([name]).get(name)
             if existing is not None:
+                if account and self._account_of(existing) not in (account, None):
+                    # Run names are predictable (job ids count up) and every team account may
+                    # name its jobs freely: adopted, another team's job would stand for this
+                    # one, its output shown as this job's and its GPU time billed to this team.
+                    raise BackendRejected(
+                        f"a Slurm job named {name} (job {existing.job_id}) already exists and "
+                        f"belongs to uid {existing.user_id}, not to team {spec.team!r}'s "
+                        f"account {account!r}: not taken for this run"
+                    )
                 logger.info("slurm: %s already submitted as job %s", name, existing.job_id)
                 return existing.job_id
             try:

@@ -367,10 +367,12 @@ def team_backend(fake, workdir: Path, **config) -> SlurmBackend:
     sudo.write_text(SUDO)
     sudo.chmod(0o755)
     return fake.backend(
-        job_workdir=str(workdir),
-        team_accounts={"t": TEAM_A},
-        team_command_prefix=[str(sudo), "-n", "-u", "{account}"],
-        **config,
+        **{
+            "job_workdir": str(workdir),
+            "team_accounts": {"t": TEAM_A},
+            "team_command_prefix": [str(sudo), "-n", "-u", "{account}"],
+            **config,
+        }
     )
 
 
@@ -457,6 +459,21 @@ def test_files_of_a_run_whose_owner_slurm_no_longer_records_are_not_read(
     (status,) = backend.poll_jobs([("j1", 1)])
     assert status.state is BackendJobState.RUNNING and status.checkpointed_progress_s is None
     assert backend.read_log("j1", 1).text == ""
+
+
+def test_another_teams_job_named_like_a_run_is_not_adopted_as_it(fake, shared_dir, team_accounts):
+    """Job ids count up, so team B's job (as gp-b) can sbatch a job named like team A's next run
+    before the platform submits it. submit took that job for A's run ("already submitted"): B's
+    output became A's job's log and its GPU time A's bill."""
+    forged = {"job_id": 7, "name": "gp-j1-a1", "job_state": "PENDING"}
+    (fake.bin / "jobs.json").write_text(json.dumps([{**forged, "user_id": team_accounts[TEAM_B]}]))
+    backend = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
+    with pytest.raises(BackendRejected, match=f"belongs to uid {team_accounts[TEAM_B]}"):
+        backend.submit(spec())
+    assert fake.calls("sbatch") == []
+    # A's own earlier submission is still found and kept (submit is idempotent).
+    (fake.bin / "jobs.json").write_text(json.dumps([{**forged, "user_id": team_accounts[TEAM_A]}]))
+    assert backend.submit(spec()) == "7" and fake.calls("sbatch") == []
 
 
 @pytest.mark.parametrize("mapped_to", ["root", "service account"])
