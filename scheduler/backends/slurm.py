@@ -533,6 +533,18 @@ class SlurmBackend:
         self._accounting_mode = "none"
         return []
 
+    def _first_owners_jobs(self, jobs: list[SlurmJob]) -> list[SlurmJob]:
+        """Of the jobs that share a run's name, those that may stand for the run: with
+        ``team_accounts``, the jobs of whoever owns the earliest. Every team account may name
+        its jobs freely, and ``submit`` refuses a name another account already holds, so a
+        later job of another owner is a copy made after the run was submitted: taken for the
+        run (the newest live job wins), it would report its own state and show its own output
+        as the run's, and a held one would make the run look stuck until it was cancelled."""
+        if not self.team_accounts or len(jobs) < 2:
+            return jobs
+        first = min(jobs, key=lambda job: job.numeric_id)
+        return [job for job in jobs if job.user_id == first.user_id]
+
     def _find_runs(self, names: Iterable[str]) -> dict[str, SlurmJob]:
         wanted = list(dict.fromkeys(names))
         by_name: dict[str, list[SlurmJob]] = {}
@@ -540,7 +552,7 @@ class SlurmBackend:
             by_name.setdefault(job.name, []).append(job)
         found: dict[str, SlurmJob] = {}
         for name in wanted:
-            job = pick_run(by_name.get(name, ()))
+            job = pick_run(self._first_owners_jobs(by_name.get(name, [])))
             if job is not None:
                 found[name] = job
         # Runs that left squeue, and COMPLETING ones: squeue 22.05 hides the final state of a
@@ -551,7 +563,7 @@ class SlurmBackend:
             for job in self._accounting_jobs(ask):
                 finished.setdefault(job.name, []).append(job)
             for name in ask:
-                record = pick_run(finished.get(name, ()))
+                record = pick_run(self._first_owners_jobs(finished.get(name, [])))
                 if record is None:
                     continue
                 current = found.get(name)

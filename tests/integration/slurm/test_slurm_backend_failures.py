@@ -476,6 +476,34 @@ def test_another_teams_job_named_like_a_run_is_not_adopted_as_it(fake, shared_di
     assert backend.submit(spec()) == "7" and fake.calls("sbatch") == []
 
 
+def test_another_teams_job_named_like_a_submitted_run_does_not_stand_for_it(
+    fake, shared_dir, team_accounts
+):
+    """Team B's job (as gp-b) sbatches a held job named like team A's running run. The newest
+    live job of the name stood for the run: A's job read as pending (the platform gives such a
+    run up and cancels it) and its log was B's file."""
+    backend = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
+    backend.submit(spec())
+    (fake.bin / "jobs.json").write_text(
+        json.dumps(
+            [
+                {"job_id": 100, "name": "gp-j1-a1", "job_state": "RUNNING",
+                 "user_id": team_accounts[TEAM_A]},
+                {"job_id": 105, "name": "gp-j1-a1", "job_state": "PENDING",
+                 "user_id": team_accounts[TEAM_B]},
+            ]
+        )
+    )  # fmt: skip
+    (shared_dir / TEAM_A / "gp-j1-a1.out").write_text("A's output\n")
+    b_dir = shared_dir / TEAM_B
+    b_dir.mkdir()
+    (b_dir / "gp-j1-a1.out").write_text("B's forgery\n")
+    fresh = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
+    assert fresh.read_log("j1", 1).text == "A's output\n"
+    (status,) = fresh.poll_jobs([("j1", 1)])
+    assert status.state is BackendJobState.RUNNING
+
+
 @pytest.mark.parametrize("mapped_to", ["root", "service account"])
 def test_a_team_mapped_to_root_or_the_service_account_is_refused_before_any_command(
     fake, team_accounts, mapped_to
