@@ -4,10 +4,13 @@ the audit trail, billing and the live streams in step; an edit in this admin wou
 them."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+
+from core.errors import DomainError
 
 from .backends import backend_config_problem
 from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
+from .services import node_change_problems, node_drain, node_release
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -60,11 +63,93 @@ class ClusterAdmin(admin.ModelAdmin):
     list_display = ("name", "backend_kind", "enabled", "backend_available")
 
 
+class NodeAdminForm(forms.ModelForm):
+    """Refuses, on the field, a rename, cluster move or GPU change of a node jobs are running
+    on (``node_change_problems``, the services' rule)."""
+
+    class Meta:
+        model = Node
+        fields = (
+            "cluster",
+            "name",
+            "gpu_model",
+            "gpu_count",
+            "zone",
+            "rack",
+            "nvlink_domain",
+            "fabric",
+            "spot",
+            "datasets",
+        )
+
+    def clean(self):
+        cleaned = super().clean()
+        problems = node_change_problems(node=self.instance, changed=self.changed_data)
+        for field, reason in problems.items():
+            if field in cleaned:
+                self.add_error(field, reason)
+        return cleaned
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
+    """A node's facts are edited here; its state is not. Drain and release are the actions of
+    the node list, through ``node_drain`` and ``node_release`` (audit entry, node event, live
+    streams, the backend's drain or undrain); a quarantine, which needs a reason, is on the
+    cluster view or ``/api/v1/admin/nodes/<id>/quarantine/``. Set here, a state skipped all of
+    those: a quarantined node set to ready took work while still drained on the backend. The
+    loop and the telemetry rules own the other read-only fields."""
+
+    form = NodeAdminForm
     list_display = ("name", "cluster", "gpu_model", "gpu_count", "rack", "state", "health", "spot")
     list_filter = ("cluster", "state", "gpu_model", "rack")
     search_fields = ("name",)
+    readonly_fields = (
+        "state",
+        "state_reason",
+        "resume_state",
+        "resume_reason",
+        "probation_until",
+        "cluster_hold",
+        "avoid_until",
+        "health",
+        "updated_at",
+    )
+    actions = ["drain_nodes", "release_nodes"]
+
+    def _each(self, request, queryset, verb: str, done_verb: str, act) -> None:
+        done = []
+        for node in queryset.order_by("pk"):
+            try:
+                act(node)
+            except DomainError as exc:
+                self.message_user(
+                    request, f"{node.name}: {verb} refused: {exc.message}", messages.ERROR
+                )
+            else:
+                done.append(node.name)
+        if done:
+            self.message_user(request, f"{done_verb}: {', '.join(done)}")
+
+    @admin.action(description="Drain selected nodes (running work finishes, nothing new starts)")
+    def drain_nodes(self, request, queryset):
+        self._each(
+            request,
+            queryset,
+            "drain",
+            "Drained",
+            lambda node: node_drain(user=request.user, node_id=node.pk, reason=""),
+        )
+
+    @admin.action(description="Release selected drained or quarantined nodes")
+    def release_nodes(self, request, queryset):
+        self._each(
+            request,
+            queryset,
+            "release",
+            "Released",
+            lambda node: node_release(user=request.user, node_id=node.pk),
+        )
 
 
 class JobEventInline(admin.TabularInline):

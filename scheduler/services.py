@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -625,6 +625,31 @@ def node_release(*, user, node_id: int) -> Node:
         _backend_after_commit(node, "undrain_node")
         request_cycle()
     return node
+
+
+# A node's identity on its backend and the GPUs its allocations index: what a running run was
+# placed on, by name, on one cluster.
+NODE_FIXED_WHILE_RUNNING = ("name", "cluster", "gpu_model", "gpu_count")
+
+
+def node_change_problems(*, node: Node, changed: Iterable[str]) -> dict[str, str]:
+    """Why each of the ``changed`` fields of ``node`` may not change now (field -> reason): its
+    name, cluster, GPU model and GPU count stay as they are while any of its GPUs is allocated.
+    Runs are found on the backend by the node's name on its cluster and hold GPU indices of it;
+    renamed, moved or re-GPU'd under a running job, its allocation pointed at a node the backend
+    runs nothing on (or at GPUs the node no longer has). Its state changes only through
+    :func:`node_drain`, :func:`node_quarantine` and :func:`node_release`."""
+    fixed = [f for f in NODE_FIXED_WHILE_RUNNING if f in set(changed)]
+    if not fixed or node.pk is None:
+        return {}
+    allocated = Allocation.objects.filter(node_id=node.pk, ended_at__isnull=True).count()
+    if not allocated:
+        return {}
+    reason = (
+        f"running jobs hold {allocated} of its GPUs: drain the node and change this once they "
+        "have ended"
+    )
+    return {field: reason for field in fixed}
 
 
 # --- Clusters --------------------------------------------------------------------------------
