@@ -7,8 +7,17 @@ from django.contrib import admin
 from django.forms.models import model_to_dict
 
 from .audit import audit_record
-from .models import ApiToken, AuditEntry, Membership, PriorityClass, Quota, QuotaRequest, Team
-from .services import overcommit_problems
+from .models import (
+    ApiToken,
+    AuditEntry,
+    Membership,
+    PriorityClass,
+    Quota,
+    QuotaRequest,
+    Role,
+    Team,
+)
+from .services import overcommit_problems, owner_loss_problem
 
 _SKIP_FIELDS = {"key_hash", "password"}
 
@@ -99,8 +108,35 @@ class QuotaAdminForm(forms.ModelForm):
         return cleaned
 
 
+class MembershipFormSet(forms.BaseInlineFormSet):
+    """A team's membership rows as ``membership_set`` and ``membership_remove`` take them: the
+    team's last owner is not demoted or removed (``owner_loss_problem``), though an owner may
+    hand the role to another row in the same save. Saved here as posted, the team was left with
+    no owner."""
+
+    def clean(self):
+        super().clean()
+        if any(self.errors):
+            return  # a row the form refused says why; the whole save is refused already
+        leaving, new_owners = [], 0
+        for form in self.forms:
+            if not form.has_changed() and form.instance.pk is None:
+                continue
+            was_owner = form.instance.pk is not None and form.initial.get("role") == Role.OWNER
+            deleted = self._should_delete_form(form)
+            is_owner = not deleted and form.cleaned_data.get("role") == Role.OWNER
+            if was_owner and not is_owner:
+                leaving.append(form.instance.pk)
+            elif is_owner and not was_owner:
+                new_owners += 1
+        problem = owner_loss_problem(team=self.instance, leaving=leaving, new_owners=new_owners)
+        if problem:
+            raise forms.ValidationError(problem)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    formset = MembershipFormSet
     extra = 0
     # Who keeps the membership (portal or identity provider) is set by the code that makes it.
     readonly_fields = ["source"]

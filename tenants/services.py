@@ -10,6 +10,7 @@ naming the field at fault and write nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import datetime
 from numbers import Integral
 
@@ -625,9 +626,24 @@ def _lock_memberships(team: Team) -> None:
 
 
 def _keep_an_owner(team: Team, *, leaving: Membership) -> None:
-    others = Membership.objects.filter(team=team, role=Role.OWNER).exclude(pk=leaving.pk)
-    if not others.exists():
-        raise Conflict("a team keeps at least one owner", field="role")
+    problem = owner_loss_problem(team=team, leaving=[leaving.pk])
+    if problem:
+        raise Conflict(problem, field="role")
+
+
+def owner_loss_problem(*, team: Team, leaving: Collection[int], new_owners: int = 0) -> str | None:
+    """Why the owner memberships ``leaving`` (ids: removed, or given another role) may not leave
+    ``team`` while ``new_owners`` others become owners, or None: a team keeps at least one
+    owner. Call inside the transaction that makes the change: the team is locked
+    (:func:`_lock_memberships`) so that two changes at once cannot each leave the other's
+    owner as the last."""
+    if not leaving or new_owners > 0:
+        return None
+    _lock_memberships(team)
+    others = Membership.objects.filter(team=team, role=Role.OWNER).exclude(pk__in=list(leaving))
+    if others.exists():
+        return None
+    return "a team keeps at least one owner"
 
 
 @transaction.atomic

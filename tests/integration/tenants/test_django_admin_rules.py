@@ -170,3 +170,86 @@ def test_admin_revokes_a_token_and_cannot_bring_it_back(platform, client):
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert holder.get("/api/v1/jobs/").status_code == 401
+
+
+def _team_post(team, rows):
+    """The team's admin page as posted, with ``rows`` its membership rows: (membership or None
+    for a new row, user, role, delete)."""
+    data = {
+        "slug": team.slug,
+        "name": team.name,
+        "parent": team.parent_id or "",
+        "fair_share_weight": str(team.fair_share_weight),
+        "memberships-TOTAL_FORMS": str(len(rows)),
+        "memberships-INITIAL_FORMS": str(sum(1 for m, *_ in rows if m is not None)),
+        "quotas-TOTAL_FORMS": "0",
+        "quotas-INITIAL_FORMS": "0",
+    }
+    for i, (membership, user, role, delete) in enumerate(rows):
+        data.update(
+            {
+                f"memberships-{i}-id": membership.pk if membership else "",
+                f"memberships-{i}-team": team.pk,
+                f"memberships-{i}-user": user.pk,
+                f"memberships-{i}-role": role,
+            }
+        )
+        if delete:
+            data[f"memberships-{i}-DELETE"] = "on"
+    return data
+
+
+@pytest.mark.parametrize("how", ["demoted", "removed"])
+def test_admin_team_page_keeps_the_last_owner(platform, teams, client, how):
+    """Demoted or removed on the team's admin page, vision's only owner left a team nobody could
+    manage but platform admins; the portal and the API refuse it (membership_set/remove)."""
+    from tenants.models import Membership
+
+    vision, alice, charlie = teams["vision"], platform["alice"], platform["charlie"]
+    owner = Membership.objects.get(team=vision, user=alice)
+    owner.role = "owner"
+    owner.save()
+    viewer = Membership.objects.get(team=vision, user=charlie)
+    rows = [
+        (owner, alice, "member" if how == "demoted" else "owner", how == "removed"),
+        (viewer, charlie, "viewer", False),
+    ]
+    client.force_login(platform["admin"])
+    response = client.post(f"/admin/tenants/team/{vision.pk}/change/", _team_post(vision, rows))
+    assert response.status_code == 200
+    formset = response.context["inline_admin_formsets"][0].formset
+    assert formset.non_form_errors() == ["a team keeps at least one owner"]
+    assert set(vision.memberships.values_list("user__username", "role")) == {
+        ("alice", "owner"),
+        ("charlie", "viewer"),
+    }
+    assert not AuditEntry.objects.filter(action__startswith="membership.").exists()
+
+
+def test_admin_team_page_hands_the_owner_role_over(platform, teams, client):
+    """Demoting the owner while another member becomes one leaves the team an owner: saved."""
+    from tenants.models import Membership
+
+    vision, alice, charlie = teams["vision"], platform["alice"], platform["charlie"]
+    owner = Membership.objects.get(team=vision, user=alice)
+    owner.role = "owner"
+    owner.save()
+    viewer = Membership.objects.get(team=vision, user=charlie)
+    rows = [(owner, alice, "member", False), (viewer, charlie, "owner", False)]
+    client.force_login(platform["admin"])
+    response = client.post(f"/admin/tenants/team/{vision.pk}/change/", _team_post(vision, rows))
+    assert response.status_code == 302
+    assert set(vision.memberships.values_list("user__username", "role")) == {
+        ("alice", "member"),
+        ("charlie", "owner"),
+    }
+    # A team with no owner (made under Teams) keeps taking members.
+    nlp, bob = teams["nlp"], platform["bob"]
+    (member,) = nlp.memberships.all()
+    rows = [(member, bob, "admin", False), (None, alice, "viewer", False)]
+    response = client.post(f"/admin/tenants/team/{nlp.pk}/change/", _team_post(nlp, rows))
+    assert response.status_code == 302
+    assert set(nlp.memberships.values_list("user__username", "role")) == {
+        ("bob", "admin"),
+        ("alice", "viewer"),
+    }
