@@ -10,6 +10,7 @@ from core.errors import DomainError
 
 from .backends import backend_config_problem
 from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
+from .routing_admin import region_error
 from .services import node_change_problems, node_drain, node_release
 
 
@@ -28,10 +29,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class ClusterAdminForm(forms.ModelForm):
     """Refuses a backend configuration the loop's backend registry would refuse, on
-    ``backend_config``, with the registry's own reason. Saved as posted, a misspelt Slurm
-    setting or a bad ``run_namespace`` surfaced only as the cluster going unavailable on the
-    next cycle, its jobs stalled; a configuration that was no JSON object made every job of
-    the cluster fail to cancel or show its log (a 500)."""
+    ``backend_config``, with the registry's own reason, and a region ``region_error`` refuses,
+    on ``region``. Saved as posted, a misspelt Slurm setting or a bad ``run_namespace``
+    surfaced only as the cluster going unavailable on the next cycle, its jobs stalled; a
+    configuration that was no JSON object made every job of the cluster fail to cancel or show
+    its log (a 500)."""
 
     class Meta:
         model = Cluster
@@ -46,6 +48,14 @@ class ClusterAdminForm(forms.ModelForm):
             "backend_error",
             "backend_checked_at",
         )
+
+    def clean_region(self):
+        # The rule of cluster_routing_set, which the routing admin API applies: a region
+        # spelled otherwise ("EU-West") matched no job's regions or dataset residency.
+        region = self.cleaned_data.get("region", "")
+        if region and (problem := region_error(region)):
+            raise forms.ValidationError(problem)
+        return region
 
     def clean(self):
         cleaned = super().clean()

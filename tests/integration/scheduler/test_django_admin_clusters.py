@@ -69,3 +69,40 @@ def test_admin_saves_a_backend_config_the_loop_can_build(platform, client):
         assert get_backend(cluster).partition == "gpu"
     finally:
         reset_backends()
+
+
+@pytest.mark.parametrize(
+    "region,reason",
+    [
+        ("EU-West", "'EU-West' is not a region name"),
+        ("eu west", "'eu west' is not a region name"),
+        ("eu-west-", "'eu-west-' is not a region name"),
+    ],
+)
+def test_admin_refuses_a_region_routing_cannot_match(platform, client, region, reason):
+    """Saved as posted, "EU-West" was a region no dataset residency or job's regions (checked
+    by region_error: lowercase) ever matched, so routing silently kept such jobs off it."""
+    client.force_login(platform["admin"])
+    post = _cluster_post("cloud", "simulated", {}) | {"region": region}
+    response = client.post("/admin/scheduler/cluster/add/", post)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors["region"]
+    assert any(reason in e for e in errors), errors
+    assert not Cluster.objects.filter(name="cloud").exists()
+    cluster = platform["cluster"]
+    post = _cluster_post("test", "simulated", {"seed": 1}) | {"region": region}
+    response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+    assert response.status_code == 200
+    cluster.refresh_from_db()
+    assert cluster.region == ""
+
+
+@pytest.mark.parametrize("region", ["us-east-1", ""])
+def test_admin_saves_a_region_name_or_none(platform, client, region):
+    client.force_login(platform["admin"])
+    cluster = platform["cluster"]
+    post = _cluster_post("test", "simulated", {"seed": 1}) | {"region": region}
+    response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    cluster.refresh_from_db()
+    assert cluster.region == region
