@@ -1,32 +1,47 @@
 """Backend registry: the one place that turns a Cluster row into a backend object.
 
-Backends keep connections and (for the simulated one) in-memory state, so one object per cluster
-is kept for the life of the process.
+Backends keep connections and what they learnt of their cluster (a Slurm's version, the owner of
+each run), so one object per cluster is kept and reused while the cluster's backend kind and
+configuration stay as they are; a row read with another kind or configuration gets a new one.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
 from .base import Backend
 
 _lock = threading.Lock()
-_instances: dict[tuple[int, str], Backend] = {}
+# Cluster id -> (the backend kind and configuration it was built from, the backend).
+_instances: dict[int, tuple[tuple[str, str], Backend]] = {}
 
 
 def get_backend(cluster) -> Backend:
-    key = (cluster.pk, cluster.backend_kind)
+    """The backend of ``cluster`` as this row configures it. Built once per kind and
+    configuration and reused: a change saved by an admin (a Slurm partition, ``team_accounts``)
+    reaches every process at its next use with a row read after the change, without a restart
+    and without a query here (callers pass the row they read)."""
+    built_from = (cluster.backend_kind, _config_key(cluster.backend_config))
     with _lock:
-        backend = _instances.get(key)
-        if backend is None:
-            backend = _build(cluster)
-            _instances[key] = backend
+        held = _instances.get(cluster.pk)
+        if held is not None and held[0] == built_from:
+            return held[1]
+        backend = _build(cluster)
+        # Replaces the object of the old configuration: one object per cluster, never a pile
+        # of stale ones.
+        _instances[cluster.pk] = (built_from, backend)
         return backend
 
 
+def _config_key(config) -> str:
+    # Canonical JSON: the same settings read again (in another key order) are the same backend.
+    return json.dumps(config or {}, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def reset_backends() -> None:
-    """Forget every backend object (tests; a cluster's configuration changed)."""
+    """Forget every backend object (tests that need a fresh one of the same configuration)."""
     with _lock:
         _instances.clear()
 

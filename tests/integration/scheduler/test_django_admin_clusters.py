@@ -106,3 +106,40 @@ def test_admin_saves_a_region_name_or_none(platform, client, region):
     assert response.status_code == 302, response.context["adminform"].form.errors
     cluster.refresh_from_db()
     assert cluster.region == region
+
+
+def test_a_backend_config_changed_in_admin_reaches_the_next_backend_use(platform, client):
+    """The registry kept one backend object per cluster for the life of the process: after an
+    admin moved a Slurm cluster to another partition or mapped a team to its Unix account, every
+    worker kept submitting with the old settings (jobs in the old partition, the team's jobs
+    refused for want of an account) until it was restarted."""
+    from scheduler.backends import get_backend, reset_backends
+
+    reset_backends()
+    client.force_login(platform["admin"])
+    config = {"partition": "gpu", "run_namespace": "prod-", "dry_run": True}
+    response = client.post("/admin/scheduler/cluster/add/", _cluster_post("hpc", "slurm", config))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    cluster = Cluster.objects.get(name="hpc")
+    try:
+        first = get_backend(Cluster.objects.get(pk=cluster.pk))
+        assert first.partition == "gpu" and first.team_accounts == {}
+        # Unchanged, the same object (and its connections and caches) serves every use.
+        assert get_backend(Cluster.objects.get(pk=cluster.pk)) is first
+
+        config = config | {"partition": "a100", "team_accounts": {"vision": "gp-vision"}}
+        post = _cluster_post("hpc", "slurm", config)
+        response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+        assert response.status_code == 302, response.context["adminform"].form.errors
+        changed = get_backend(Cluster.objects.get(pk=cluster.pk))
+        assert changed.partition == "a100" and changed.team_accounts == {"vision": "gp-vision"}
+        assert get_backend(Cluster.objects.get(pk=cluster.pk)) is changed
+
+        # So does a change of kind.
+        post = _cluster_post("hpc", "simulated", {"seed": 3})
+        response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+        assert response.status_code == 302, response.context["adminform"].form.errors
+        simulated = get_backend(Cluster.objects.get(pk=cluster.pk))
+        assert simulated.kind == "simulated" and simulated.seed == 3
+    finally:
+        reset_backends()
