@@ -157,10 +157,23 @@ class IngestResult:
 # A batch seen within this long is a retry of the same batch, not new readings.
 DUPLICATE_WINDOW_S = 3600
 
+# What the cache says of a batch it has seen (the value under its key): claimed by a request
+# that is storing it; stored, with the urgent health check it asks for not finished yet; done.
+BATCH_STORING, BATCH_CHECK_DUE, BATCH_DONE = "storing", "check-due", "done"
+
 
 def _batch_key(node: Node, parsed: ParsedBatch) -> str:
     digest = hashlib.sha256(repr((parsed.samples, parsed.errors)).encode()).hexdigest()[:32]
     return f"telemetry:batch:{node.pk}:{digest}"
+
+
+def _batch_mark(key: str | None, state: str) -> None:
+    if key is None:
+        return
+    try:
+        cache.set(key, state, timeout=DUPLICATE_WINDOW_S)
+    except Exception:  # the tick's health check is the backstop; the batch itself is stored
+        log.warning("telemetry batch state not recorded: cache unavailable")
 
 
 def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestResult:
@@ -170,6 +183,8 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad. After commit, the
     newest utilization of each GPU is published to the cluster group, and a batch carrying ECC
     double-bit errors or XIDs re-scores the node at once (quarantine need not wait a tick).
+    That check runs once per batch: when it fails (the error reaches the agent, a 5xx), the
+    agent's retry of the batch, a duplicate otherwise, runs it again until one finishes.
     """
     now = now or timezone.now()
     parsed = parse_batch(
@@ -180,15 +195,20 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
         max_future_s=conf.get("TELEMETRY_MAX_FUTURE_SECONDS"),
         max_age_s=conf.get("TELEMETRY_RAW_RETENTION_SECONDS"),
     )
+    urgent = any(kind != GpuErrorKind.ECC_SBE for _, _, kind, _, _ in parsed.errors)
     # An agent that did not hear our answer sends the batch again: store it once. The claim is
     # an atomic cache "add"; it is given back when storing fails, so a retry is not lost.
-    key = _batch_key(node, parsed)
+    key: str | None = _batch_key(node, parsed)
     try:
-        first_time = cache.add(key, 1, timeout=DUPLICATE_WINDOW_S)
+        first_time = cache.add(key, BATCH_STORING, timeout=DUPLICATE_WINDOW_S)
     except Exception:  # no cache: store it (a duplicate is better than a loss)
         log.warning("telemetry duplicate check skipped: cache unavailable")
         first_time, key = True, None
     if not first_time:
+        # Stored, but its check failed (that attempt answered an error): this retry is the
+        # only one that will come for it, and the tick may be a minute away.
+        if urgent and cache.get(key) == BATCH_CHECK_DUE:
+            _urgent_check(node, now, key)
         return IngestResult(accepted=0, errors=0, duplicate=True)
     try:
         _store_batch(node, parsed, now)
@@ -196,10 +216,17 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
         if key is not None:
             cache.delete(key)
         raise
-    urgent = any(kind != GpuErrorKind.ECC_SBE for _, _, kind, _, _ in parsed.errors)
     if urgent:
-        health_evaluate(now=now, node_ids=[node.pk])
+        _batch_mark(key, BATCH_CHECK_DUE)
+        _urgent_check(node, now, key)
     return IngestResult(accepted=len(parsed.samples), errors=len(parsed.errors))
+
+
+def _urgent_check(node: Node, now: datetime, key: str | None) -> None:
+    """Re-score ``node`` now (quarantine on a critical error); the batch under ``key`` is done
+    once it finished. Raises what failed, so the agent retries and the retry checks again."""
+    health_evaluate(now=now, node_ids=[node.pk], raise_quarantine_failure=True)
+    _batch_mark(key, BATCH_DONE)
 
 
 def _store_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
@@ -586,12 +613,18 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
     }
 
 
-def health_evaluate(*, now: datetime, node_ids: list[int] | None = None) -> dict[int, Verdict]:
+def health_evaluate(
+    *, now: datetime, node_ids: list[int] | None = None, raise_quarantine_failure: bool = False
+) -> dict[int, Verdict]:
     """Score every node (or ``node_ids``) from its telemetry and job failures, write the score
     to ``Node.health`` and the reasons to ``NodeTelemetry``, quarantine a ready or draining
     node a rule condemns, and announce (once per probation) a quarantined node whose health
     check fails at the end of its probation. A fixed number of queries plus one small
-    transaction per quarantined node. Idempotent for a given ``now``."""
+    transaction per quarantined node. Idempotent for a given ``now``.
+
+    A quarantine that fails is logged and the other nodes go on (the next tick retries it);
+    with ``raise_quarantine_failure`` the first such failure is raised once all were tried (the
+    ingest's check of one node, whose caller must know it did not finish)."""
     rules = conf.health_rules()
     nodes = Node.objects.select_related("cluster").order_by("pk")
     if node_ids is not None:
@@ -628,13 +661,15 @@ def health_evaluate(*, now: datetime, node_ids: list[int] | None = None) -> dict
         )
 
     min_health = rules["release_min_health"]
+    quarantine_failure: Exception | None = None
     for node in nodes:
         verdict = verdicts[node.pk]
         if verdict.quarantine and node.state in (NodeState.READY, NodeState.DRAINING):
             try:
                 node_quarantine_health(node=node, reason=verdict.quarantine, now=now)
-            except Exception:  # the other condemned nodes are still quarantined
+            except Exception as exc:  # the other condemned nodes are still quarantined
                 log.exception("quarantine of node %s failed; retried next tick", node.name)
+                quarantine_failure = quarantine_failure or exc
         elif (
             node.state == NodeState.QUARANTINED
             and node.probation_until is not None
@@ -656,6 +691,8 @@ def health_evaluate(*, now: datetime, node_ids: list[int] | None = None) -> dict
                     "stays quarantined",
                     now,
                 )
+    if raise_quarantine_failure and quarantine_failure is not None:
+        raise quarantine_failure
     return verdicts
 
 
