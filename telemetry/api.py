@@ -26,7 +26,7 @@ from . import conf
 from .ingest import BatchInvalid
 from .metrics import render_latest
 from .models import NodeAgentToken
-from .services import TOKEN_PREFIX, node_token_for, samples_ingest
+from .services import TOKEN_PREFIX, NodeGone, node_token_for, samples_ingest
 
 
 class NodeTokenAuthentication(BearerTokenAuthentication):
@@ -85,6 +85,8 @@ class SampleBatchView(APIView):
             result = samples_ingest(node=request.auth.node, body=request.data)
         except BatchInvalid as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        except NodeGone:
+            raise exceptions.AuthenticationFailed("invalid or revoked node token") from None
         return Response(
             {"accepted": result.accepted, "errors": result.errors, "duplicate": result.duplicate},
             status=status.HTTP_202_ACCEPTED,

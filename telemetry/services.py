@@ -132,6 +132,12 @@ def forget_cached_tokens() -> None:
     _token_cache.clear()
 
 
+def _forget_node_tokens(node_id: int) -> None:
+    for key, (_, token) in list(_token_cache.items()):
+        if token.node_id == node_id:
+            _token_cache.pop(key, None)
+
+
 def node_token_revoke(*, token: NodeAgentToken) -> bool:
     """Revoke ``token``; False when it was already revoked. Idempotent. Processes that cached
     the token (``TOKEN_CACHE_SECONDS``) accept it until their cache entry expires; this
@@ -144,6 +150,10 @@ def node_token_revoke(*, token: NodeAgentToken) -> bool:
 
 
 # ---------------------------------------------------------------------------------- ingest
+
+
+class NodeGone(Exception):
+    """The agent's node was deleted (its tokens with it) after its token was cached."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +190,10 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     """Validate and store one agent batch for ``node``. All or nothing, and once: the same
     batch sent again within ``DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not stored.
 
-    Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad. After commit, the
-    newest utilization of each GPU is published to the cluster group, and a batch carrying ECC
-    double-bit errors or XIDs re-scores the node at once (quarantine need not wait a tick).
+    Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad, ``NodeGone``
+    (nothing stored, the node's cached tokens forgotten) when the node was deleted. After
+    commit, the newest utilization of each GPU is published to the cluster group, and a batch
+    carrying ECC double-bit errors or XIDs re-scores the node at once (no waiting for a tick).
     That check runs once per batch: when it fails (the error reaches the agent, a 5xx), the
     agent's retry of the batch, a duplicate otherwise, runs it again until one finishes.
     """
@@ -212,9 +223,14 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
         return IngestResult(accepted=0, errors=0, duplicate=True)
     try:
         _store_batch(node, parsed, now)
-    except BaseException:
+    except BaseException as exc:
         if key is not None:
             cache.delete(key)
+        # A node deleted under a cached token fails its foreign keys at commit: the token
+        # went with the node, so the agent is refused as with any dead token.
+        if isinstance(exc, IntegrityError) and not Node.objects.filter(pk=node.pk).exists():
+            _forget_node_tokens(node.pk)
+            raise NodeGone(node.pk) from exc
         raise
     if urgent:
         _batch_mark(key, BATCH_CHECK_DUE)

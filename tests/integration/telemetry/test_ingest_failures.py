@@ -96,3 +96,29 @@ def test_a_repeat_of_a_checked_batch_checks_nothing_again(node1, agent_token):
     assert checked_at is not None
     assert _post(agent_token, batch).json()["duplicate"] is True
     assert NodeTelemetry.objects.get(node=node1).health_evaluated_at == checked_at
+
+
+def test_an_agent_whose_node_was_deleted_is_refused_and_nothing_is_written(
+    platform, node1, agent_token
+):
+    """The token (with its node) stays cached for up to 30 s in the process that served the
+    agent; an admin deleting the node meanwhile left that process writing samples for a node
+    that was gone: a foreign-key error at commit, a 500 on every batch until the cache expired."""
+    from django.test import Client
+
+    from telemetry.models import NodeAgentToken
+
+    assert _post(agent_token, [make_sample(gpu=0)]).status_code == 202  # cached now
+    admin = Client()
+    admin.force_login(platform["admin"])
+    deleted = admin.post(f"/admin/scheduler/node/{node1.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302
+    assert not NodeAgentToken.objects.exists()  # went with its node
+
+    for _ in range(2):
+        refused = _post(agent_token, [make_sample(gpu=1, xid=[79])])
+        assert refused.status_code == 401, refused.content
+        assert refused.json() == {"detail": "invalid or revoked node token"}
+    assert not GpuSample.objects.filter(node_id=node1.pk).exists()
+    assert not GpuErrorEvent.objects.filter(node_id=node1.pk).exists()
+    assert not NodeTelemetry.objects.filter(node_id=node1.pk).exists()
