@@ -12,12 +12,15 @@ with an error frame; frames go through the bounded JSON reader (``consumers.Read
 The consumer never writes to the database. Each socket reads the backend once a second, so one user
 may hold at most ``MAX_SOCKETS_PER_USER`` of them per server process (more are closed with 4429).
 
-Sessions follow membership: every read goes through the team-scoped selector, so a member removed
-from the team is closed (4404) within a second; every ``SESSION_CHECK_S`` the socket reads its
-user afresh from its session, so a logout closes it (4401) within seconds, and a platform admin
-demoted meanwhile reads another team's job no more (4404) within seconds. A single sign-on
-session due for its check with the provider closes it with 4440, on connect and at those checks,
-as the stream socket does (``consumers.ReadOnlySocket``).
+Sessions follow membership: the socket joins its user's control group (through the hub, as the
+stream socket does), and a membership change, a logout or a deactivation announced there makes it
+read its session and the job again at once, sending nothing more until that check has answered:
+a logout or a deactivation closes it with 4401, a user who may no longer read the job (removed
+from the team, a platform admin demoted) with 4404. Every read goes through the team-scoped
+selector too, and every ``SESSION_CHECK_S`` the socket reads its user afresh from its session:
+the backstop for changes no signal announces. A single sign-on session due for its check with
+the provider closes it with 4440, on connect and at those checks, as the stream socket does
+(``consumers.ReadOnlySocket``).
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.db import connection
 
+from core import streams
 from core.errors import DomainError, NotFound, Unavailable
 from scheduler import selectors
 from scheduler.states import FINAL_STATES
 
-from .consumers import ReadOnlySocket
+from .consumers import CLOSE_PERMISSIONS_CHANGED, ReadOnlySocket
+from .hub import hub
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +118,18 @@ class JobLogConsumer(ReadOnlySocket):
             await self.cleanup()
             await self.refuse(4400)
             return
+        self.job_id = job_id
+        # Set while nothing checks the user's rights; cleared from a control group's re-check
+        # request until its answer, and for good once the socket closes.
+        self.may_send = asyncio.Event()
+        self.may_send.set()
+        self.live, self.recheck_due, self.checks_asked = False, False, 0
+        # The control group before the job is read: a change committing after the read is
+        # announced to this socket, one committing before is in what is read.
+        self.hub = hub()
+        if self.hub is not None:
+            await self.hub.join(self, [streams.user_group(user.pk)])
+            self.control_group = streams.user_group(user.pk)
         try:
             await _visible(user=user, job_id=job_id)
         except NotFound:
@@ -120,16 +137,88 @@ class JobLogConsumer(ReadOnlySocket):
             await self.refuse(4404)
             return
         self.remember_session(user)
+        self.user = user
         await self.accept()
-        self.follower = asyncio.get_running_loop().create_task(
-            self._follow(user, job_id, int(wanted) if wanted else None)
-        )
+        loop = asyncio.get_running_loop()
+        self.follower = loop.create_task(self._follow(job_id, int(wanted) if wanted else None))
+        self.live = True
+        if self.recheck_due:  # announced while connecting
+            self.checker = loop.create_task(self._recheck())
+
+    def push(self, text: str) -> None:
+        """The hub's call for content: this socket joins no content group, so there is none."""
+
+    def control(self, text: str) -> None:
+        """The hub's call for a message of this user's control group: re-check now, and hold
+        the job's output until the check has answered."""
+        if streams.RECHECK_SESSIONS not in text:
+            return
+        self.checks_asked += 1
+        self.may_send.clear()
+        if not self.live:  # still connecting: checked once connect has finished
+            self.recheck_due = True
+            return
+        self.checker = asyncio.get_running_loop().create_task(self._recheck())
+
+    async def _recheck(self) -> None:
+        """Close when the session ended or its single sign-on check is due (4401 / 4440), or
+        when the user may no longer read the job (4404); otherwise go on as the user is now,
+        unless a newer check was asked for meanwhile (its answer decides). A check that cannot
+        read the database closes with 4403: what was announced could not be checked, and the
+        page reconnects and is checked afresh."""
+        if getattr(self, "closing", False):
+            return
+        asked = self.checks_asked
+        user, code = await self.session_user(None)
+        if code is None and user is not None:
+            try:
+                await _visible(user=user, job_id=self.job_id)
+            except NotFound:
+                code = 4404
+            except Exception:
+                logger.warning("log socket session check failed", exc_info=True)
+                user = None
+        if code is None and user is None:
+            code = CLOSE_PERMISSIONS_CHANGED
+        if code is not None:
+            await self.close(code=code)
+            return
+        self.user = user
+        if self.checks_asked == asked:
+            self.may_send.set()
+
+    async def _send(self, payload) -> None:
+        """Send a frame of the job's (its output, its attempts, its end) once no check of the
+        user's rights is running; never once the socket is closing (the wait lasts until the
+        follower is cancelled). Only the follower waits here: the consumer's own handlers must
+        not, or a closed socket could never take its disconnect."""
+        await self.may_send.wait()
+        await self.send_json(payload)
+
+    async def close(self, code=None, reason=None):
+        if getattr(self, "closing", False):
+            return
+        self.closing = True
+        if hasattr(self, "may_send"):
+            self.may_send.clear()
+        await self._leave_hub()
+        await super().close(code=code, reason=reason)
+
+    async def _leave_hub(self) -> None:
+        """Leave the user's control group. Idempotent."""
+        socket_hub, self.hub = getattr(self, "hub", None), None
+        group = getattr(self, "control_group", None)
+        if socket_hub is not None and group is not None:
+            await socket_hub.leave(self, [group])
 
     async def cleanup(self) -> None:
-        """Stop following and give the user's socket back. Idempotent."""
-        follower = getattr(self, "follower", None)
-        if follower is not None:
-            follower.cancel()
+        """Stop following and checking, leave the hub and give the user's socket back.
+        Idempotent."""
+        for name in ("follower", "checker"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
+        await self._leave_hub()
         counted = getattr(self, "counted", None)
         if counted is not None:
             self.counted = None
@@ -149,23 +238,23 @@ class JobLogConsumer(ReadOnlySocket):
             return False
         return job.state in FINAL_STATES
 
-    async def _follow(self, user, job_id: int, pinned: int | None) -> None:
+    async def _follow(self, job_id: int, pinned: int | None) -> None:
         attempt, cursor, shown = pinned, None, None
         loop = asyncio.get_running_loop()
         session_checked = loop.time()
         while True:
             if loop.time() - session_checked >= SESSION_CHECK_S:
                 session_checked = loop.time()
-                fresh, code = await self.session_user(user)
+                fresh, code = await self.session_user(self.user)
                 if code is not None:  # logged out, deactivated, new password; or SSO check due
                     await self.close(code=code)
                     return
                 # Reads go on as the user is now, not as it was at connect: a platform admin
                 # demoted since reads only its own teams' jobs (another's is closed with 4404).
-                user = fresh
+                self.user = fresh
             try:
                 log = await _read(
-                    user=user,
+                    user=self.user,
                     job_id=job_id,
                     attempt=attempt,
                     cursor=cursor,
@@ -176,15 +265,17 @@ class JobLogConsumer(ReadOnlySocket):
                 return
             except Unavailable as exc:
                 message: LogUnavailablePayload = {"type": "log.unavailable", "message": exc.message}
-                await self.send_json(message)
+                await self._send(message)
                 await asyncio.sleep(UNAVAILABLE_RETRY_S)
                 continue
             except DomainError as exc:  # e.g. an attempt that does not exist (yet)
-                if exc.field == "attempt" and pinned is not None and await self._over(user, job_id):
+                if (
+                    exc.field == "attempt"
+                    and pinned is not None
+                    and await self._over(self.user, job_id)
+                ):
                     # A finished job gains no attempt: refuse as the REST read does, not wait.
-                    await self.send_json(
-                        {"type": "error", "field": "attempt", "message": exc.message}
-                    )
+                    await self._send({"type": "error", "field": "attempt", "message": exc.message})
                     await self.close(code=4400)
                     return
                 attempt, cursor = pinned, None  # start over
@@ -201,7 +292,7 @@ class JobLogConsumer(ReadOnlySocket):
                     "type": "log.unavailable",
                     "message": "the job's output could not be read; retrying",
                 }
-                await self.send_json(failed)
+                await self._send(failed)
                 await asyncio.sleep(UNAVAILABLE_RETRY_S)
                 continue
             if log.attempt is not None and log.attempt != shown:
@@ -211,7 +302,7 @@ class JobLogConsumer(ReadOnlySocket):
                     "attempt": log.attempt,
                     "attempts": log.job.attempts,
                 }
-                await self.send_json(head)
+                await self._send(head)
             if log.text:
                 chunk: LogPayload = {
                     "type": "log",
@@ -219,7 +310,7 @@ class JobLogConsumer(ReadOnlySocket):
                     "text": log.text,
                     "truncated": log.truncated,
                 }
-                await self.send_json(chunk)
+                await self._send(chunk)
             cursor = log.cursor
             if log.finished and not log.text:
                 if pinned is None and log.job.attempts > (log.attempt or 0):
@@ -227,7 +318,7 @@ class JobLogConsumer(ReadOnlySocket):
                     continue
                 if log.job.state in FINAL_STATES or pinned is not None:
                     end: LogEndPayload = {"type": "log.end", "state": log.job.state}
-                    await self.send_json(end)
+                    await self._send(end)
                     await self.close()
                     return
             if not log.text:

@@ -303,11 +303,14 @@ def test_sockets_opened_at_once_cannot_pass_the_per_user_bound_together(platform
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
-def test_a_log_socket_takes_no_channel_of_the_channel_layer(platform, settings, backend):
-    """The socket reads the job's backend and nothing reads a channel of its own; the consumer
-    base class opened one per socket anyway and kept a receive waiting on it (a Redis poll in
-    production) for the socket's life. Each layer's own bookkeeping of the channels a receive
-    waits on shows it: nothing while the log socket streams."""
+def test_log_sockets_take_no_channel_of_their_own(platform, settings, backend):
+    """The socket reads the job's backend; the consumer base class opened a channel per socket
+    anyway and kept a receive waiting on it (a Redis poll in production) for the socket's life.
+    Its user's control group (logout, membership changes) reaches it through the server loop's
+    hub, whose one channel serves every socket of the process: three log sockets streaming wait
+    on that one channel only, as each layer's own bookkeeping of waited-on channels shows."""
+    from frontend import hub as hubs
+
     use_channel_layer(settings, backend)
     alice = platform["alice"]
     job = started_job(alice)
@@ -315,11 +318,18 @@ def test_a_log_socket_takes_no_channel_of_the_channel_layer(platform, settings, 
 
     async def scenario():
         layer = get_channel_layer()
-        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
-        assert (await socket.connect())[0]
-        await frames_until(socket, lambda f: f["type"] == "log")  # streaming
+        sockets = [
+            WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=cookie)
+            for _ in range(3)
+        ]
+        for socket in sockets:
+            assert (await socket.connect())[0]
+            await frames_until(socket, lambda f: f["type"] == "log")  # streaming
         waited_on = list(layer.receive_buffer if backend == "redis" else layer.channels)
-        await socket.disconnect()
-        return waited_on
+        hub_channel = hubs._hubs[asyncio.get_running_loop()].channel  # noqa: SLF001
+        for socket in sockets:
+            await socket.disconnect()
+        return waited_on, hub_channel
 
-    assert async_to_sync(scenario)() == []
+    waited_on, hub_channel = async_to_sync(scenario)()
+    assert waited_on == [hub_channel]
