@@ -2,7 +2,8 @@
 Prometheus' ``GET /metrics`` (platform admins, or the scrape token ``METRICS_BEARER_TOKEN``).
 
 The ingest answers 202 with the count stored, or 400 naming each bad field
-(``{"samples[3].utilization": ["must be between 0 and 100"]}``) with nothing stored.
+(``{"samples[3].utilization": ["must be between 0 and 100"]}``) with nothing stored, or 429 (with
+``Retry-After``) with nothing stored once the node wrote its rows for the minute.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from . import conf
 from .ingest import BatchInvalid
 from .metrics import render_latest
 from .models import NodeAgentToken
-from .services import TOKEN_PREFIX, NodeGone, node_token_for, samples_ingest
+from .services import TOKEN_PREFIX, NodeGone, NodeOverBudget, node_token_for, samples_ingest
 
 
 class NodeTokenAuthentication(BearerTokenAuthentication):
@@ -87,6 +88,11 @@ class SampleBatchView(APIView):
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         except NodeGone:
             raise exceptions.AuthenticationFailed("invalid or revoked node token") from None
+        except NodeOverBudget as exc:
+            raise exceptions.Throttled(
+                wait=exc.retry_after_s,
+                detail="this node wrote its telemetry budget for this minute; retry later",
+            ) from None
         return Response(
             {"accepted": result.accepted, "errors": result.errors, "duplicate": result.duplicate},
             status=status.HTTP_202_ACCEPTED,

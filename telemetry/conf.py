@@ -16,6 +16,12 @@ DEFAULTS: dict[str, Any] = {
     "TELEMETRY_ERROR_RETENTION_SECONDS": 30 * 86400,
     "TELEMETRY_MAX_BATCH_SAMPLES": 5000,
     "TELEMETRY_MAX_FUTURE_SECONDS": 300,
+    # Rows (samples plus ECC/XID error events) one node may write per clock minute: about 40x
+    # what an 8-GPU node sampling at 1 Hz writes, so a backlog of 100,000 samples drains in
+    # five minutes, while a flooding agent (its token is all it needs) is held to about one
+    # batch a minute. A batch is taken while the node's count is below it (so any one batch
+    # fits); beyond it the answer is a 429, which the agent retries.
+    "TELEMETRY_NODE_ROWS_PER_MINUTE": 20_000,
     # A minute is rolled up once this long has passed since its end (late samples get in).
     "TELEMETRY_ROLLUP_SETTLE_SECONDS": 20,
     # Rollups, health and idle evaluation run at most this often (``telemetry_tick``).

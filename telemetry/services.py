@@ -156,6 +156,14 @@ class NodeGone(Exception):
     """The agent's node was deleted (its tokens with it) after its token was cached."""
 
 
+class NodeOverBudget(Exception):
+    """The node wrote its ``TELEMETRY_NODE_ROWS_PER_MINUTE`` this minute; nothing was stored."""
+
+    def __init__(self, retry_after_s: int):
+        super().__init__(retry_after_s)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass(frozen=True, slots=True)
 class IngestResult:
     accepted: int
@@ -191,7 +199,9 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     batch sent again within ``DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not stored.
 
     Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad, ``NodeGone``
-    (nothing stored, the node's cached tokens forgotten) when the node was deleted. After
+    (nothing stored, the node's cached tokens forgotten) when the node was deleted,
+    ``NodeOverBudget`` (nothing stored) when the node already wrote its
+    ``TELEMETRY_NODE_ROWS_PER_MINUTE`` this minute (a repeat of a stored batch never is). After
     commit, the newest utilization of each GPU is published to the cluster group, and a batch
     carrying ECC double-bit errors or XIDs re-scores the node at once (no waiting for a tick).
     That check runs once per batch: when it fails (the error reaches the agent, a 5xx), the
@@ -215,7 +225,14 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     except Exception:  # no cache: store it (a duplicate is better than a loss)
         log.warning("telemetry duplicate check skipped: cache unavailable")
         first_time, key = True, None
-    if not first_time:
+    if first_time:
+        try:
+            _spend_budget(node, len(parsed.samples) + len(parsed.errors), now)
+        except NodeOverBudget:
+            if key is not None:
+                cache.delete(key)  # not stored: its retry is a new batch
+            raise
+    else:
         # Stored, but its check failed (that attempt answered an error): this retry is the
         # only one that will come for it, and the tick may be a minute away.
         if urgent and cache.get(key) == BATCH_CHECK_DUE:
@@ -236,6 +253,21 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
         _batch_mark(key, BATCH_CHECK_DUE)
         _urgent_check(node, now, key)
     return IngestResult(accepted=len(parsed.samples), errors=len(parsed.errors))
+
+
+def _spend_budget(node: Node, rows: int, now: datetime) -> None:
+    """Count ``rows`` against the node's budget of this clock minute; raise ``NodeOverBudget``
+    when the count had already reached it. Without a cache there is no budget (logged)."""
+    minute = int(now.timestamp() // 60)
+    key = f"telemetry:rows:{node.pk}:{minute}"
+    try:
+        cache.add(key, 0, timeout=120)
+        spent = cache.incr(key, rows)
+    except Exception:
+        log.warning("telemetry write budget skipped: cache unavailable")
+        return
+    if spent - rows >= conf.get("TELEMETRY_NODE_ROWS_PER_MINUTE"):
+        raise NodeOverBudget(retry_after_s=60 * (minute + 1) - int(now.timestamp()))
 
 
 def _urgent_check(node: Node, now: datetime, key: str | None) -> None:
