@@ -27,7 +27,14 @@ from . import conf
 from .ingest import BatchInvalid
 from .metrics import render_latest
 from .models import NodeAgentToken
-from .services import TOKEN_PREFIX, NodeGone, NodeOverBudget, node_token_for, samples_ingest
+from .services import (
+    TOKEN_PREFIX,
+    BatchInFlight,
+    NodeGone,
+    NodeOverBudget,
+    node_token_for,
+    samples_ingest,
+)
 
 
 class NodeTokenAuthentication(BearerTokenAuthentication):
@@ -86,6 +93,11 @@ class SampleBatchView(APIView):
             result = samples_ingest(node=request.auth.node, body=request.data)
         except BatchInvalid as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+        except BatchInFlight:
+            return Response(
+                {"samples": ["this batch is being stored by an earlier request; send it again"]},
+                status=status.HTTP_409_CONFLICT,
+            )
         except NodeGone:
             raise exceptions.AuthenticationFailed("invalid or revoked node token") from None
         except NodeOverBudget as exc:

@@ -156,6 +156,10 @@ class NodeGone(Exception):
     """The agent's node was deleted (its tokens with it) after its token was cached."""
 
 
+class BatchInFlight(Exception):
+    """The same batch is being stored by another request right now (its answer decides)."""
+
+
 class NodeOverBudget(Exception):
     """The node wrote its ``TELEMETRY_NODE_ROWS_PER_MINUTE`` this minute; nothing was stored."""
 
@@ -178,6 +182,9 @@ DUPLICATE_WINDOW_S = 3600
 # What the cache says of a batch it has seen (the value under its key): claimed by a request
 # that is storing it; stored, with the urgent health check it asks for not finished yet; done.
 BATCH_STORING, BATCH_CHECK_DUE, BATCH_DONE = "storing", "check-due", "done"
+# How long a claim to store a batch holds: far longer than a store takes, short enough that a
+# worker killed mid-store does not leave the agent's retries refused for the whole window.
+STORING_CLAIM_S = 60
 
 
 def _batch_key(node: Node, parsed: ParsedBatch) -> str:
@@ -201,7 +208,8 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad, ``NodeGone``
     (nothing stored, the node's cached tokens forgotten) when the node was deleted,
     ``NodeOverBudget`` (nothing stored) when the node already wrote its
-    ``TELEMETRY_NODE_ROWS_PER_MINUTE`` this minute (a repeat of a stored batch never is). After
+    ``TELEMETRY_NODE_ROWS_PER_MINUTE`` this minute (a repeat of a stored batch never is),
+    ``BatchInFlight`` (nothing stored) when another request is storing the same batch. After
     commit, the newest utilization of each GPU is published to the cluster group, and a batch
     carrying ECC double-bit errors or XIDs re-scores the node at once (no waiting for a tick).
     That check runs once per batch: when it fails (the error reaches the agent, a 5xx), the
@@ -221,7 +229,7 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     # an atomic cache "add"; it is given back when storing fails, so a retry is not lost.
     key: str | None = _batch_key(node, parsed)
     try:
-        first_time = cache.add(key, BATCH_STORING, timeout=DUPLICATE_WINDOW_S)
+        first_time = cache.add(key, BATCH_STORING, timeout=STORING_CLAIM_S)
     except Exception:  # no cache: store it (a duplicate is better than a loss)
         log.warning("telemetry duplicate check skipped: cache unavailable")
         first_time, key = True, None
@@ -234,9 +242,14 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
                 cache.delete(key)  # not stored: its retry is a new batch
             raise
     else:
+        state = cache.get(key)
+        # Not stored yet: acknowledged, the agent would drop a batch that the first attempt may
+        # still fail to store; refused (409), it comes again.
+        if state == BATCH_STORING:
+            raise BatchInFlight(key)
         # Stored, but its check failed (that attempt answered an error): this retry is the
         # only one that will come for it, and the tick may be a minute away.
-        if urgent and cache.get(key) == BATCH_CHECK_DUE:
+        if urgent and state == BATCH_CHECK_DUE:
             _urgent_check(node, now, key)
         return IngestResult(accepted=0, errors=0, duplicate=True)
     try:
@@ -253,6 +266,8 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
     if urgent:
         _batch_mark(key, BATCH_CHECK_DUE)
         _urgent_check(node, now, key)
+    else:
+        _batch_mark(key, BATCH_DONE)
     return IngestResult(accepted=len(parsed.samples), errors=len(parsed.errors))
 
 

@@ -122,3 +122,53 @@ def test_an_agent_whose_node_was_deleted_is_refused_and_nothing_is_written(
     assert not GpuSample.objects.filter(node_id=node1.pk).exists()
     assert not GpuErrorEvent.objects.filter(node_id=node1.pk).exists()
     assert not NodeTelemetry.objects.filter(node_id=node1.pk).exists()
+
+
+def test_a_repeat_while_the_first_attempt_is_still_storing_is_not_acknowledged(node1, agent_token):
+    """The agent gave up waiting on a slow first attempt and sent the batch again: the repeat
+    was answered "duplicate" (202) while the first was still storing, so the agent dropped the
+    batch; the first then failed and rolled back, and the batch (here a critical XID) was lost.
+    The repeat is now a 409, which the agent retries; once the first failed, the retry stores."""
+    import threading
+    import time
+
+    from django.db import transaction
+
+    require_postgresql()
+    assert _post(agent_token, [make_sample(gpu=7)]).status_code == 202  # its bookkeeping row
+    batch = [make_sample(gpu=g) for g in range(8)] + [make_sample(gpu=3, xid=[79])]
+    answers: dict[str, int] = {}
+
+    def first_attempt() -> None:
+        try:
+            answers["first"] = _post(agent_token, batch).status_code
+        finally:
+            connection.close()
+
+    attempt = threading.Thread(target=first_attempt)
+    with transaction.atomic():
+        # The first attempt waits on this lock, as on a slow database.
+        NodeTelemetry.objects.select_for_update().get(node=node1)
+        attempt.start()
+        with connection.cursor() as cursor:
+            waiting = None
+            deadline = time.monotonic() + 20
+            while waiting is None and time.monotonic() < deadline:
+                cursor.execute(
+                    "SELECT pid FROM pg_locks"
+                    " WHERE NOT granted AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+                )
+                row = cursor.fetchone()
+                waiting = row[0] if row else time.sleep(0.02)
+            assert waiting is not None, "the first attempt never reached the lock"
+            answers["repeat"] = _post(agent_token, batch).status_code
+            # The first attempt fails (a cancelled statement, as on a failover).
+            cursor.execute("SELECT pg_cancel_backend(%s)", [waiting])
+    attempt.join(20)
+    assert answers == {"first": 500, "repeat": 409}
+    assert GpuErrorEvent.objects.filter(node=node1).count() == 0  # rolled back
+
+    retry = _post(agent_token, batch)
+    assert retry.json() == {"accepted": 9, "errors": 1, "duplicate": False}
+    node1.refresh_from_db()
+    assert node1.state == NodeState.QUARANTINED
