@@ -19,6 +19,7 @@ Wire format (JSON)::
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,7 +38,8 @@ class BatchInvalid(Exception):
 class ParsedBatch:
     # (gpu, epoch seconds, utilization, mem used, mem total, temperature, power or None, throttle)
     samples: list[tuple]
-    # (gpu, epoch seconds, kind, code or None, count)
+    # (gpu, epoch seconds, kind, code or None, count): ECC errors counted since the GPU's
+    # previous sample; each XID code of a sample once, with how often the sample carried it
     errors: list[tuple]
     agent_version: str
     agent_dropped: int | None
@@ -194,8 +196,10 @@ def parse_batch(
             gpu_errors.append((gpu, ts, "ecc_sbe", None, sbe))
         if dbe:
             gpu_errors.append((gpu, ts, "ecc_dbe", None, dbe))
-        for code in xids:
-            gpu_errors.append((gpu, ts, "xid", code, 1))
+        # A storm repeats one code up to 100 times a sample: one row with its count, not 100
+        # rows (kept 30 days, read by every health check).
+        for code, repeats in Counter(xids).items():
+            gpu_errors.append((gpu, ts, "xid", code, repeats))
         if gpu not in latest or latest[gpu][0] <= ts:
             latest[gpu] = (ts, float(util))
     if errors:

@@ -99,7 +99,8 @@ class GpuErrorKind(models.TextChoices):
 
 
 class GpuErrorEvent(models.Model):
-    """ECC errors counted since the GPU's previous sample, or one XID error (``code``)."""
+    """ECC errors counted since the GPU's previous sample, or an XID error (``code``) seen
+    ``count`` times in one sample."""
 
     node = models.ForeignKey(Node, related_name="+", on_delete=models.CASCADE, db_index=False)
     gpu_index = models.PositiveSmallIntegerField()

@@ -616,11 +616,11 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
     sbe: dict[int, int] = defaultdict(int)
     dbe: dict[int, int] = defaultdict(int)
     xids: dict[int, list[int]] = defaultdict(list)
-    for node_id, kind, code, n, events in (
+    for node_id, kind, code, n in (
         GpuErrorEvent.objects.filter(node_id__in=ids, time__gte=window)
         .values("node_id", "kind", "code")
-        .annotate(n=Sum("count"), events=Count("id"))
-        .values_list("node_id", "kind", "code", "n", "events")
+        .annotate(n=Sum("count"))
+        .values_list("node_id", "kind", "code", "n")
         .order_by()
     ):
         if node_id in since:
@@ -629,8 +629,8 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
             sbe[node_id] += n
         elif kind == GpuErrorKind.ECC_DBE:
             dbe[node_id] += n
-        else:
-            xids[node_id].extend([code] * events)
+        else:  # a row holds one code with its repeats in one sample
+            xids[node_id].extend([code] * n)
     if since:
         for node_id, kind, code, t, n in GpuErrorEvent.objects.filter(
             node_id__in=list(since), time__gte=window
@@ -642,7 +642,7 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
             elif kind == GpuErrorKind.ECC_DBE:
                 dbe[node_id] += n
             else:
-                xids[node_id].append(code)
+                xids[node_id].extend([code] * n)
 
     samples: dict[int, int] = defaultdict(int)
     throttled: dict[int, int] = defaultdict(int)

@@ -269,3 +269,14 @@ def test_a_node_an_admin_drained_stays_out_after_a_health_quarantine(node1, plat
     node_release(user=admin, node_id=node1.pk)
     node1.refresh_from_db()
     assert node1.state == NodeState.READY
+
+
+def test_repeats_of_an_xid_in_one_sample_count_as_repeated_xids(node1):
+    """Stored as one row with a count, three XID 94s of one sample are still three XID errors:
+    "repeated XIDs" quarantine the node, as three rows of one did."""
+    now = timezone.now()
+    result = ingest(node1, [make_sample(gpu=4, at=now - timedelta(seconds=1), xid=[94] * 3)], now)
+    assert result.errors == 1
+    node1.refresh_from_db()
+    assert (node1.state, node1.health) == (NodeState.QUARANTINED, 0.4)
+    assert node1.state_reason == "health rule: 3 XID errors (94)"

@@ -26,7 +26,9 @@ def _small_budget(settings):
 
 def test_a_node_over_its_budget_gets_a_429_and_stores_nothing(settings, post_batch, cluster, node1):
     settings.TELEMETRY_NODE_ROWS_PER_MINUTE = 50
-    first = [make_sample(gpu=g) for g in range(8)] + [make_sample(gpu=0, xid=[13] * 8)]
+    first = [make_sample(gpu=g) for g in range(8)] + [
+        make_sample(gpu=0, xid=[13, 31, 43, 45, 61, 62, 63, 64])
+    ]
     assert post_batch(first).status_code == 202  # 9 samples + 8 XID rows, charged 40
     second = [make_sample(gpu=g, utilization=1.0) for g in range(8)]
     assert post_batch(second).status_code == 202  # 40 before it, below 50: taken (80)

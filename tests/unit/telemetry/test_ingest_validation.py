@@ -50,13 +50,17 @@ def test_a_valid_batch_becomes_rows_errors_and_newest_utilization():
     assert len(batch.samples) == 3
     assert batch.samples[0] == (0, NOW - 2, 10.0, 100, 81559, 60, 300.0, False)
     assert batch.samples[2][6] is None and batch.samples[2][7] is True
-    assert batch.errors == [
-        (0, NOW - 1, "ecc_sbe", None, 2),
-        (0, NOW - 1, "xid", 79, 1),
-        (0, NOW - 1, "xid", 79, 1),
-    ]
+    assert batch.errors == [(0, NOW - 1, "ecc_sbe", None, 2), (0, NOW - 1, "xid", 79, 2)]
     assert batch.latest[0] == (NOW - 1, 20.0)
     assert (batch.agent_version, batch.agent_dropped) == ("1.0", 3)
+
+
+def test_an_xid_storm_is_one_row_per_code_with_its_count():
+    """One row per XID occurrence made a storm (100 codes a sample, every second, per GPU) 100
+    rows a sample, kept 30 days and read by every health check."""
+    storm = [13] * 60 + [79] + [13] * 39
+    batch = parse({"samples": [sample(gpu=2, time=NOW - 1, xid=storm)]})
+    assert batch.errors == [(2, NOW - 1, "xid", 13, 99), (2, NOW - 1, "xid", 79, 1)]
 
 
 def test_the_bad_field_is_named_by_its_path_and_nothing_is_returned():
