@@ -6,6 +6,7 @@ them."""
 from django import forms
 from django.contrib import admin, messages
 
+from core.bounds import form_number
 from core.errors import DomainError
 
 from .backends import backend_config_problem
@@ -76,6 +77,8 @@ class ClusterAdmin(admin.ModelAdmin):
 class NodeAdminForm(forms.ModelForm):
     """Refuses, on the field, a rename, cluster move or GPU change of a node jobs are running
     on (``node_change_problems``, the services' rule)."""
+
+    gpu_count = form_number(Node, "gpu_count")
 
     class Meta:
         model = Node

@@ -6,6 +6,8 @@ from django import forms
 from django.contrib import admin
 from django.forms.models import model_to_dict
 
+from core.bounds import form_number
+
 from .audit import audit_record
 from .models import (
     ApiToken,
@@ -85,6 +87,9 @@ class QuotaAdminForm(forms.ModelForm):
     ``guaranteed_gpus``. Saved here as posted, such a guarantee promised GPUs the cluster does
     not have, and reclaiming them by preemption cut the other teams' jobs inside their own
     guarantees. Admin has no "confirm the overcommit" step: the portal or the API do."""
+
+    guaranteed_gpus = form_number(Quota, "guaranteed_gpus")
+    borrow_limit_gpus = form_number(Quota, "borrow_limit_gpus")
 
     class Meta:
         model = Quota
