@@ -139,8 +139,26 @@ class MembershipFormSet(forms.BaseInlineFormSet):
             raise forms.ValidationError(problem)
 
 
+class MembershipAdminForm(forms.ModelForm):
+    """A membership row whose user is fixed once it exists. Editable, a row's user moved the
+    membership, its role included, to someone else in one save (an owner row handed the team
+    to another user, its owner dropped from it): no service moves a membership, it is removed
+    for one user and added for another."""
+
+    class Meta:
+        model = Membership
+        fields = ("user", "role")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            # Disabled: the form keeps the row's own user whatever is posted for it.
+            self.fields["user"].disabled = True
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    form = MembershipAdminForm
     formset = MembershipFormSet
     extra = 0
     # Who keeps the membership (portal or identity provider) is set by the code that makes it.

@@ -5,6 +5,7 @@ import pytest
 
 from tenants import services
 from tenants.models import AuditEntry, Quota
+from tests.integration.roles import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -253,3 +254,33 @@ def test_admin_team_page_hands_the_owner_role_over(platform, teams, client):
         ("bob", "admin"),
         ("alice", "viewer"),
     }
+
+
+def test_admin_team_page_cannot_move_a_membership_to_another_user(platform, teams, client):
+    """With the user of an existing row editable, picking bob on alice's owner row made bob
+    vision's owner and took alice out of the team in one save: a move no service makes (a
+    membership is added for a user and removed; only its role changes), which the last-owner
+    rule did not see, as no owner left. A new row still picks its user."""
+    from tenants.models import Membership
+
+    vision, alice, charlie = teams["vision"], platform["alice"], platform["charlie"]
+    owner = Membership.objects.get(team=vision, user=alice)
+    owner.role = "owner"
+    owner.save()
+    viewer = Membership.objects.get(team=vision, user=charlie)
+    rows = [
+        (owner, platform["bob"], "owner", False),
+        (viewer, charlie, "viewer", False),
+        (None, make_user("dora"), "member", False),
+    ]
+    client.force_login(platform["admin"])
+    response = client.post(f"/admin/tenants/team/{vision.pk}/change/", _team_post(vision, rows))
+    assert response.status_code == 302
+    assert set(vision.memberships.values_list("user__username", "role")) == {
+        ("alice", "owner"),
+        ("charlie", "viewer"),
+        ("dora", "member"),
+    }
+    owner.refresh_from_db()
+    assert owner.user == alice
+    assert not AuditEntry.objects.filter(action="membership.set").exists()
