@@ -1,7 +1,8 @@
-"""Django admin for the scheduler. Jobs, their allocations and events are read-only here: a job
-changes state only through the services (the portal, the API, the loop), which keep allocations,
-the audit trail, billing and the live streams in step; an edit in this admin would bypass all of
-them."""
+"""Django admin for the scheduler. Jobs, their allocations and events, and node events are
+read-only here: a job changes state only through the services (the portal, the API, the loop),
+which keep allocations, the audit trail, billing and the live streams in step; an edit in this
+admin would bypass all of them. Events are the history admins and teams read to learn what
+happened, so nobody rewrites or deletes them."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -16,7 +17,9 @@ from .services import node_change_problems, node_drain, node_release
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows shown, never added, changed or deleted here."""
+    """Rows shown, never added, changed or deleted here. A row of another model whose deletion
+    would take such rows along (a cascade) is not deleted here either: Django admin refuses a
+    delete that needs a permission the user lacks on what it cascades to."""
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -196,6 +199,10 @@ class AllocationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(NodeEvent)
-class NodeEventAdmin(admin.ModelAdmin):
+class NodeEventAdmin(ReadOnlyAdmin):
+    """A node's history as the loop, the health rules and the node services wrote it: what
+    quarantine counts and the cluster page shows. Edited here, a "failed" could read
+    "recovered"; deleted, an outage never happened."""
+
     list_display = ("node", "kind", "time", "message")
     list_filter = ("kind",)

@@ -233,7 +233,9 @@ class ApiTokenAdmin(AuditedAdmin):
 
 @admin.register(QuotaRequest)
 class QuotaRequestAdmin(admin.ModelAdmin):
-    """Read-only here: approving or rejecting goes through the portal (it applies and audits)."""
+    """Read-only here: approving or rejecting goes through the portal (it applies and audits).
+    Not deleted either: an approved request holds the difference its expiry reverts, so a
+    deleted temporary grant was kept for good, and the request is the record of who asked."""
 
     list_display = ("team", "gpu_model", "guaranteed_gpus", "status", "until", "requested_by")
     list_filter = ("status", "gpu_model")
@@ -242,6 +244,9 @@ class QuotaRequestAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 

@@ -1,7 +1,10 @@
 """Django admin refuses the rows the services refuse where such a row would hurt other teams or
 the loop, through the services' own checks: posted to the admin's real change pages."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from tenants import services
 from tenants.models import AuditEntry, Quota
@@ -284,3 +287,28 @@ def test_admin_team_page_cannot_move_a_membership_to_another_user(platform, team
     owner.refresh_from_db()
     assert owner.user == alice
     assert not AuditEntry.objects.filter(action="membership.set").exists()
+
+
+def test_admin_cannot_delete_an_approved_temporary_quota_request(
+    platform, teams, gpu_models, client, olga
+):
+    """Vision was granted 4 H100s until tomorrow. Deleted in admin, the request took with it the
+    difference its expiry reverts: the 4 GPUs stayed vision's for good."""
+    from tenants.models import QuotaRequest
+
+    until = timezone.now() + timedelta(days=1)
+    request = services.quota_request_create(
+        user=olga,
+        team=teams["vision"],
+        gpu_model=gpu_models["h100"],
+        guaranteed_gpus=4,
+        reason="paper deadline",
+        until=until,
+    )
+    services.quota_request_approve(user=platform["admin"], request_id=request.pk)
+    client.force_login(platform["admin"])
+    response = client.post(f"/admin/tenants/quotarequest/{request.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 403
+    assert QuotaRequest.objects.filter(pk=request.pk).exists()
+    assert services.quota_requests_expire(until + timedelta(seconds=1)) == 1
+    assert Quota.objects.get(team=teams["vision"]).guaranteed_gpus == 0
