@@ -1,8 +1,9 @@
 """Django admin for telemetry: agent tokens (issue one from a node's row: the plain token is shown
-once, in the confirmation message), node telemetry and idle flags (read-only)."""
+once, in the confirmation message), node telemetry and idle flags (view only)."""
 
 from django.contrib import admin, messages
 
+from scheduler.admin import ReadOnlyAdmin
 from scheduler.models import Node
 
 from .models import JobIdleFlag, NodeAgentToken, NodeTelemetry
@@ -36,16 +37,17 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"{revoked} token(s) revoked")
 
 
+# The ingest keeps these rows. With every field read-only but add still allowed, the add page
+# saved a row without its node or job (a 500); a delete dropped what the ingest keeps (a
+# probation's announced failed check, a job's idle flag).
 @admin.register(NodeTelemetry)
-class NodeTelemetryAdmin(admin.ModelAdmin):
+class NodeTelemetryAdmin(ReadOnlyAdmin):
     list_display = ("node", "last_sample_at", "agent_version", "agent_dropped", "samples_received")
-    readonly_fields = [f.name for f in NodeTelemetry._meta.fields]
 
 
 @admin.register(JobIdleFlag)
-class JobIdleFlagAdmin(admin.ModelAdmin):
+class JobIdleFlagAdmin(ReadOnlyAdmin):
     list_display = ("job", "idle_since", "flagged_at", "utilization", "cleared_at")
-    readonly_fields = [f.name for f in JobIdleFlag._meta.fields]
 
 
 @admin.action(description="Issue a telemetry agent token")
