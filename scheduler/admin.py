@@ -9,11 +9,13 @@ from django.contrib import admin, messages
 
 from core.bounds import form_number
 from core.errors import DomainError
+from tenants.admin import AuditedAdmin
 
 from .backends import backend_config_problem
 from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
 from .routing_admin import region_error
 from .services import node_change_problems, node_drain, node_release
+from .triggers import request_cycle
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -48,9 +50,6 @@ class ClusterAdminForm(forms.ModelForm):
             "backend_kind",
             "backend_config",
             "enabled",
-            "backend_available",
-            "backend_error",
-            "backend_checked_at",
         )
 
     def clean_region(self):
@@ -72,9 +71,30 @@ class ClusterAdminForm(forms.ModelForm):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(AuditedAdmin):
+    """Each save and delete is audited (``cluster.create|set|delete``, via ``AuditedAdmin``) and
+    asks for a scheduling cycle, as ``cluster_routing_set`` does: whether and where pending jobs
+    may run has changed. What the loop records of the backend is read-only, and so is the name
+    once the cluster exists: jobs name their clusters (``Job.routing``), and a renamed cluster
+    left those that may run only on it waiting for a name no cluster has."""
+
     form = ClusterAdminForm
     list_display = ("name", "backend_kind", "enabled", "backend_available")
+    readonly_fields = ("backend_available", "backend_error", "backend_checked_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return self.readonly_fields
+        return ("name", *self.readonly_fields)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change or form.has_changed():
+            request_cycle()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        request_cycle()
 
 
 class NodeAdminForm(forms.ModelForm):

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from scheduler.models import Cluster
+from scheduler.models import Cluster, Job
+from tenants.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 
@@ -143,3 +144,94 @@ def test_a_backend_config_changed_in_admin_reaches_the_next_backend_use(platform
         assert simulated.kind == "simulated" and simulated.seed == 3
     finally:
         reset_backends()
+
+
+def test_admin_does_not_set_what_the_loop_records(platform, client):
+    """Whether the backend answers, its error and when it was checked are the loop's record.
+    Saved with the page (a region edit, the boxes as they were when the page loaded), a failing
+    cluster read as reachable and took pending jobs, or a healthy one as unreachable."""
+    from scheduler.services import cluster_backend_mark
+
+    cluster = platform["cluster"]
+    cluster_backend_mark(cluster=cluster, error="sbatch: error: invalid partition")
+    cluster.refresh_from_db()
+    checked_at = cluster.backend_checked_at
+    client.force_login(platform["admin"])
+    post = _cluster_post("test", "simulated", {"seed": 1}) | {
+        "backend_checked_at_0": "2020-01-01",
+        "backend_checked_at_1": "00:00:00",
+    }
+    response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    cluster.refresh_from_db()
+    assert cluster.backend_available is False
+    assert cluster.backend_error == "sbatch: error: invalid partition"
+    assert cluster.backend_checked_at == checked_at
+
+
+def test_admin_cannot_rename_a_cluster(platform, client, submit):
+    """Jobs name their clusters (``Job.routing``), and a name no cluster has matches nothing:
+    renamed from "test" to "onprem", the cluster left alice's job, which may run on "test"
+    only, waiting for good. A new cluster still chooses its name."""
+    job_id = submit(platform["alice"], routing={"clusters": ["test"]}).json()["id"]
+    cluster = platform["cluster"]
+    client.force_login(platform["admin"])
+    post = _cluster_post("onprem", "simulated", {"seed": 1})
+    response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    cluster.refresh_from_db()
+    assert cluster.name == "test"
+    assert Job.objects.get(pk=job_id).routing["clusters"] == ["test"]
+    response = client.post("/admin/scheduler/cluster/add/", _cluster_post("cloud", "simulated", {}))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Cluster.objects.filter(name="cloud").exists()
+
+
+def test_admin_cluster_saves_are_audited_and_request_a_cycle(
+    platform, client, settings, django_capture_on_commit_callbacks
+):
+    """As ``cluster_routing_set`` does: an entry with the state before and after, and a cycle,
+    since where pending jobs may run changed. Saved in admin, a cluster disabled or moved to
+    another region left no trace, and pending jobs waited for the next periodic cycle."""
+    from scheduler.triggers import wakeup_event
+
+    settings.REDIS_URL = ""  # the embedded loop: a requested cycle wakes it
+    admin, cluster = platform["admin"], platform["cluster"]
+    client.force_login(admin)
+
+    wakeup_event().clear()
+    post = _cluster_post("test", "simulated", {"seed": 1}) | {"region": "eu-west", "enabled": ""}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    entry = AuditEntry.objects.get(action="cluster.set")
+    assert (entry.before["region"], entry.before["enabled"]) == ("", True)
+    assert (entry.after["region"], entry.after["enabled"]) == ("eu-west", False)
+    assert entry.actor == admin and entry.comment == "via Django admin"
+    assert entry.target_id == str(cluster.pk)
+    assert wakeup_event().is_set()
+
+    wakeup_event().clear()
+    post = _cluster_post("cloud", "simulated", {"seed": 2})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/admin/scheduler/cluster/add/", post)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert AuditEntry.objects.get(action="cluster.create").after["name"] == "cloud"
+    assert wakeup_event().is_set()
+
+    # A refused save writes nothing and asks for nothing.
+    wakeup_event().clear()
+    post = _cluster_post("test", "simulated", {"seed": 1}) | {"region": "EU-West"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
+    assert response.status_code == 200
+    assert AuditEntry.objects.filter(action__startswith="cluster.").count() == 2
+    assert not wakeup_event().is_set()
+
+    # A cluster without history is deleted, audited, and the loop hears of it.
+    cloud = Cluster.objects.get(name="cloud")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/scheduler/cluster/{cloud.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert AuditEntry.objects.get(action="cluster.delete").before["name"] == "cloud"
+    assert wakeup_event().is_set()
