@@ -4,6 +4,7 @@ through. Quota requests and the audit log are read-only here."""
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 from django.forms.models import model_to_dict
 
 from core.bounds import form_number
@@ -51,7 +52,8 @@ def _audit(request, obj, before, after, verb):
 
 
 class AuditedAdmin(admin.ModelAdmin):
-    """Records each save and delete, including those of inline rows, in the audit log."""
+    """Records each save and delete, including those of inline rows and the list's bulk delete,
+    in the audit log."""
 
     def save_model(self, request, obj, form, change):
         before = _state(type(obj).objects.filter(pk=obj.pk).first()) if change else None
@@ -62,6 +64,12 @@ class AuditedAdmin(admin.ModelAdmin):
         before = _state(obj)
         super().delete_model(request, obj)
         _audit(request, obj, before, None, "delete")
+
+    def delete_queryset(self, request, queryset):
+        # The list's "Delete selected" action: one queryset delete, which audited nothing.
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
 
     def save_formset(self, request, form, formset, change):
         befores = {

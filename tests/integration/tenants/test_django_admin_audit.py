@@ -139,3 +139,33 @@ def test_admin_cannot_rename_a_teams_slug(platform, teams, client):
     assert vision.slug == "vision"
     # A new team still chooses its slug.
     assert client.get("/admin/tenants/team/add/").context["adminform"].form.fields["slug"]
+
+
+def test_admin_bulk_deletes_are_audited(platform, teams, gpu_models, client):
+    """The list's "Delete selected" action deleted quotas (and priority classes, clusters)
+    without a trace: it bypasses the page's delete, which alone was audited."""
+    from scheduler.models import Cluster
+
+    h100 = gpu_models["h100"]
+    quotas = [
+        Quota.objects.create(team=teams[slug], gpu_model=h100, guaranteed_gpus=2)
+        for slug in ("vision", "nlp")
+    ]
+    client.force_login(platform["admin"])
+    response = client.post(
+        "/admin/tenants/quota/",
+        {"action": "delete_selected", "_selected_action": [q.pk for q in quotas], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not Quota.objects.exists()
+    deleted = AuditEntry.objects.filter(action="quota.delete")
+    assert sorted(e.team.slug for e in deleted) == ["nlp", "vision"]
+    assert all(e.before["guaranteed_gpus"] == 2 for e in deleted)
+
+    cloud = Cluster.objects.create(name="cloud")
+    response = client.post(
+        "/admin/scheduler/cluster/",
+        {"action": "delete_selected", "_selected_action": [cloud.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert AuditEntry.objects.get(action="cluster.delete").before["name"] == "cloud"
