@@ -2,6 +2,7 @@
 once, in the confirmation message), node telemetry and idle flags (view only)."""
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 
 from scheduler.admin import ReadOnlyAdmin
 from scheduler.models import Node
@@ -43,6 +44,20 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
 @admin.register(NodeTelemetry)
 class NodeTelemetryAdmin(ReadOnlyAdmin):
     list_display = ("node", "last_sample_at", "agent_version", "agent_dropped", "samples_received")
+
+    def has_delete_permission(self, request, obj=None):
+        # Django admin asks this of every row a node's delete cascades to, and a node's
+        # telemetry goes with its node. Deleted alone, it is refused: its own delete page and
+        # the list's bulk delete.
+        return True
+
+    def delete_view(self, request, object_id, extra_context=None):
+        raise PermissionDenied
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
 
 
 @admin.register(JobIdleFlag)
