@@ -187,19 +187,28 @@ def test_admin_cannot_rename_a_cluster(platform, client, submit):
     assert Cluster.objects.filter(name="cloud").exists()
 
 
+@pytest.fixture
+def cycle_requested(settings):
+    """The embedded loop's wake-up event, which a requested cycle sets (after commit)."""
+    from scheduler.triggers import wakeup_event
+
+    settings.REDIS_URL = ""
+    event = wakeup_event()
+    event.clear()
+    yield event
+    event.clear()
+
+
 def test_admin_cluster_saves_are_audited_and_request_a_cycle(
-    platform, client, settings, django_capture_on_commit_callbacks
+    platform, client, cycle_requested, django_capture_on_commit_callbacks
 ):
     """As ``cluster_routing_set`` does: an entry with the state before and after, and a cycle,
     since where pending jobs may run changed. Saved in admin, a cluster disabled or moved to
     another region left no trace, and pending jobs waited for the next periodic cycle."""
-    from scheduler.triggers import wakeup_event
-
-    settings.REDIS_URL = ""  # the embedded loop: a requested cycle wakes it
     admin, cluster = platform["admin"], platform["cluster"]
     client.force_login(admin)
 
-    wakeup_event().clear()
+    cycle_requested.clear()
     post = _cluster_post("test", "simulated", {"seed": 1}) | {"region": "eu-west", "enabled": ""}
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
@@ -209,24 +218,24 @@ def test_admin_cluster_saves_are_audited_and_request_a_cycle(
     assert (entry.after["region"], entry.after["enabled"]) == ("eu-west", False)
     assert entry.actor == admin and entry.comment == "via Django admin"
     assert entry.target_id == str(cluster.pk)
-    assert wakeup_event().is_set()
+    assert cycle_requested.is_set()
 
-    wakeup_event().clear()
+    cycle_requested.clear()
     post = _cluster_post("cloud", "simulated", {"seed": 2})
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post("/admin/scheduler/cluster/add/", post)
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert AuditEntry.objects.get(action="cluster.create").after["name"] == "cloud"
-    assert wakeup_event().is_set()
+    assert cycle_requested.is_set()
 
     # A refused save writes nothing and asks for nothing.
-    wakeup_event().clear()
+    cycle_requested.clear()
     post = _cluster_post("test", "simulated", {"seed": 1}) | {"region": "EU-West"}
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/admin/scheduler/cluster/{cluster.pk}/change/", post)
     assert response.status_code == 200
     assert AuditEntry.objects.filter(action__startswith="cluster.").count() == 2
-    assert not wakeup_event().is_set()
+    assert not cycle_requested.is_set()
 
     # A cluster without history is deleted, audited, and the loop hears of it.
     cloud = Cluster.objects.get(name="cloud")
@@ -234,4 +243,4 @@ def test_admin_cluster_saves_are_audited_and_request_a_cycle(
         response = client.post(f"/admin/scheduler/cluster/{cloud.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert AuditEntry.objects.get(action="cluster.delete").before["name"] == "cloud"
-    assert wakeup_event().is_set()
+    assert cycle_requested.is_set()
