@@ -328,6 +328,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# A what-if replay holds a worker process for minutes to hours: on the loop's queue it would take
+# the processes the scheduling cycles run in. Its own queue is served by a worker of its own
+# (`-Q whatif`); a worker started without `-Q` reads only the default queue, `celery`
+# (docs/deploy.md, "The what-if worker").
+CELERY_TASK_ROUTES = {"policyversions.tasks.run_whatif": {"queue": "whatif"}}
 
 # The scheduling loop.
 SCHEDULER_CYCLE_SECONDS = env.float("SCHEDULER_CYCLE_SECONDS", default=3.0)

@@ -76,3 +76,36 @@ def test_a_worker_replays_the_run_like_the_simulation_command(
     fractions = [m["fraction"] for m in heard if m["status"] == "running"]
     assert len(fractions) > 20 and fractions == sorted(fractions)
     assert heard[-1]["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("infra", [{"queues": "celery"}], indirect=True)
+def test_the_loops_worker_never_takes_a_replay(settings, infra, api_as):  # noqa: F811
+    """A replay takes minutes to hours of one worker process; on the loop's worker it would
+    hold one of its processes (both, with two clusters replaying), and every team's scheduling
+    cycle would wait behind it. The replay goes to the ``whatif`` queue, which the loop's worker
+    (``-Q celery``, docs/deploy.md) does not read: it keeps running cycles, the run waits."""
+    import redis
+
+    from demo.seed import seed
+
+    settings.DEBUG = True
+    seed(jobs=0, history_days=2)
+    admin = get_user_model().objects.get(username="admin")
+    response = api_as(admin).post(
+        "/api/v1/policy/whatif",
+        {"window_days": 2, "candidates": {"faster_aging": {"queue_aging_s": 3600}}},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+    log = infra["log"]
+    cycles_before = log.read_text().count("scheduler.tasks.run_cycle") if log.exists() else 0
+    wait_for(
+        lambda: log.read_text().count("scheduler.tasks.run_cycle") >= cycles_before + 6,
+        60,
+        "the loop's worker to run cycles after the replay was queued",
+        log,
+    )
+    run = WhatIfRun.objects.get(pk=run_id)
+    assert (run.status, run.started_at) == ("queued", None)
+    assert redis.Redis.from_url(infra["redis"].url).llen("whatif") == 1
