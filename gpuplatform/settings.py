@@ -391,6 +391,11 @@ PERIODIC_TASKS = [
 if env.bool("DEMO_WORKLOAD", default=False):
     PERIODIC_TASKS.append(("demo.tasks.demo_workload", 20.0))
 
+# A what-if replay still running after this long is stopped at its next progress report and
+# marked failed: a long or overloaded history, or many candidates, could otherwise hold the what-if
+# worker for hours (an overloaded 5,000-job history took more than 5 minutes per policy).
+WHATIF_MAX_RUNTIME_SECONDS = env.float("WHATIF_MAX_RUNTIME_SECONDS", default=2 * 3600.0)
+
 # Telemetry (defaults in telemetry; see docs/telemetry.md).
 METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")
 SCHEDULER_RELEASE_MIN_HEALTH = env.float("SCHEDULER_RELEASE_MIN_HEALTH", default=0.5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +45,11 @@ WHATIF_QUEUED_STALE_AFTER_S = 3600.0
 
 class WhatIfCancelled(Exception):
     """Raised inside the replay's progress hook when the run was asked to stop."""
+
+
+class WhatIfTooLong(Exception):
+    """Raised inside the replay's progress hook when the replay has run past
+    ``WHATIF_MAX_RUNTIME_SECONDS``."""
 
 
 def _whatif_payload(run) -> dict:
@@ -281,7 +287,8 @@ def whatif_run_execute(*, run_id: int) -> None:
     """Run a queued what-if run to its end (the Celery task's body). Claims the run with a
     conditional UPDATE (queued -> running), so a duplicated or late task does nothing; a
     missing or already claimed run is a clean exit. Progress is saved and published about 200
-    times per policy; a cancel request stops the replay there. Every ending is recorded:
+    times per policy; a cancel request stops the replay there, and so does running past
+    ``WHATIF_MAX_RUNTIME_SECONDS`` (the run fails saying so). Every ending is recorded:
     succeeded with the results, cancelled, or failed with the reason."""
     now = timezone.now()
     claimed = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.QUEUED).update(
@@ -295,9 +302,14 @@ def whatif_run_execute(*, run_id: int) -> None:
     _whatif_publish(run_id)
     run = WhatIfRun.objects.select_related("cluster").get(pk=run_id)
     last_percent = [-1]
+    max_runtime_s = float(settings.WHATIF_MAX_RUNTIME_SECONDS)
+    deadline = time.monotonic() + max_runtime_s
 
     def watch(policy: str, index: int, policies: int, done: int, total: int) -> None:
         fraction = min(1.0, (index + (done / total if total else 1.0)) / policies)
+        # Before the once-a-percent filter: a replay stuck in one percent is stopped too.
+        if time.monotonic() > deadline:
+            raise WhatIfTooLong(f"{fraction:.0%}")
         percent = int(fraction * 100)
         if percent == last_percent[0]:
             return
@@ -329,6 +341,15 @@ def whatif_run_execute(*, run_id: int) -> None:
         )
     except WhatIfCancelled:
         finish(status=WhatIfStatus.CANCELLED, progress_text="cancelled; the replay was stopped")
+    except WhatIfTooLong as exc:
+        finish(
+            status=WhatIfStatus.FAILED,
+            error=(
+                f"the replay ran longer than WHATIF_MAX_RUNTIME_SECONDS ({max_runtime_s:g} s) and "
+                f"was stopped at {exc}; choose a shorter window or fewer candidates"
+            ),
+            progress_text="failed",
+        )
     except (FieldErrors, ReplayFailed) as exc:
         reason = (
             "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items())

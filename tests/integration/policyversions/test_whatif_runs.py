@@ -645,3 +645,23 @@ def test_two_starts_at_once_give_one_run_and_one_conflict(demo, monkeypatch):
     assert WhatIfRun.objects.count() == 1
     assert enqueued == [WhatIfRun.objects.get().pk]
     assert AuditEntry.objects.filter(action="policy.whatif").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_longer_than_its_bound_is_stopped_and_fails_saying_so(demo, heard, settings):
+    """Nothing else bounds a replay's length: an overloaded history of 5,000 jobs took more than
+    5 minutes per policy. Past WHATIF_MAX_RUNTIME_SECONDS the worker stops it at its next
+    progress report and frees its process and its cluster's slot."""
+    settings.WHATIF_MAX_RUNTIME_SECONDS = 0.001
+    admin = demo["admin"]
+    run = whatif_runs.whatif_run_start(
+        user=admin, window_days=3, candidates={"a": {"queue_aging_s": 600}}
+    )
+    run_whatif(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.finished_at is not None
+    assert "WHATIF_MAX_RUNTIME_SECONDS" in run.error and "0.001 s" in run.error
+    assert run.results == {} and run.progress_fraction < 0.05
+    assert heard[-1]["status"] == "failed"
+    again = whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+    assert again.status == "queued"
