@@ -386,6 +386,9 @@ PERIODIC_TASKS = [
     ("telemetry.tick", 60.0),
     ("notifications.tasks.dispatch", env.float("NOTIFY_DISPATCH_SECONDS", default=5.0)),
     ("notifications.tasks.prune", 3600.0),
+    # A what-if run whose worker died would otherwise show "running" until the next replay of
+    # its cluster, and `gpuctl whatif run` would wait on it for ever.
+    ("policyversions.tasks.reap_stale_whatifs", 60.0),
 ]
 # make demo: keep the simulated cluster busy with a trickle of demo users' jobs.
 if env.bool("DEMO_WORKLOAD", default=False):

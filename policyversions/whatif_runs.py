@@ -71,10 +71,11 @@ def _whatif_publish(run_id: int) -> None:
         publish(WHATIF_GROUP, _whatif_payload(run))
 
 
-def _whatif_reap_stale(*, cluster) -> None:
-    """A running run of ``cluster`` whose worker went silent, or a queued one no worker took,
-    is marked failed, so it no longer holds the cluster's one replay slot (a conditional
-    UPDATE: a worker's claim or heartbeat meanwhile is never overwritten)."""
+def whatif_run_reap_stale(*, cluster=None) -> None:
+    """A running run of ``cluster`` (default: of every cluster) whose worker went silent, or a
+    queued one no worker took, is marked failed, so it no longer holds the cluster's one replay
+    slot or shows "running" for ever (a conditional UPDATE: a worker's claim or heartbeat
+    meanwhile is never overwritten). Idempotent; the beat runs it every minute."""
     now = timezone.now()
     cutoff = now - timedelta(seconds=WHATIF_STALE_AFTER_S)
     queued_cutoff = now - timedelta(seconds=WHATIF_QUEUED_STALE_AFTER_S)
@@ -92,7 +93,11 @@ def _whatif_reap_stale(*, cluster) -> None:
     )
     for status, silent, error in endings:
         stale = list(
-            WhatIfRun.objects.filter(cluster=cluster, status=status)
+            (
+                WhatIfRun.objects.filter(status=status)
+                if cluster is None
+                else WhatIfRun.objects.filter(cluster=cluster, status=status)
+            )
             .filter(silent)
             .values_list("pk", flat=True)
         )
@@ -203,7 +208,7 @@ def whatif_run_start(
             errors.update(exc.errors)
     if errors:
         raise FieldErrors(errors)
-    _whatif_reap_stale(cluster=target)
+    whatif_run_reap_stale(cluster=target)
     live = WhatIfRun.objects.filter(cluster=target, status__in=LIVE_WHATIF_STATUSES).first()
     busy = (
         f"a what-if replay of {target.name} is already {{}} (run {{}}, asked by {{}}); "

@@ -665,3 +665,28 @@ def test_a_replay_longer_than_its_bound_is_stopped_and_fails_saying_so(demo, hea
     assert heard[-1]["status"] == "failed"
     again = whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
     assert again.status == "queued"
+
+
+@pytest.mark.django_db
+def test_a_run_whose_worker_died_is_failed_by_the_beat_alone(demo):
+    """Before, only the next start or a cancel on the same cluster ended such a run: until an
+    admin did either, it showed "running" for ever and ``gpuctl whatif run`` (which waits while
+    a run is live) never returned. A housekeeping task on the beat ends it."""
+    from django.conf import settings as live_settings
+
+    from gpuplatform.celery import app
+
+    admin = demo["admin"]
+    stuck = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    long_ago = timezone.now() - timedelta(hours=1)
+    WhatIfRun.objects.filter(pk=stuck.pk).update(
+        status="running", started_at=long_ago, heartbeat_at=long_ago
+    )
+    on_beat = [name for name, _every in live_settings.PERIODIC_TASKS if "whatif" in name]
+    assert on_beat, "no what-if housekeeping on the beat"
+    app.loader.import_default_modules()
+    for name in on_beat:
+        app.tasks[name].apply()
+    stuck.refresh_from_db()
+    assert stuck.status == "failed" and "stopped answering" in stuck.error
+    assert stuck.finished_at is not None
