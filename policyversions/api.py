@@ -79,10 +79,22 @@ class RollbackSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500)
 
 
+def _flat_errors(errors, where: str = "") -> dict[str, list[str]]:
+    """A serializer's errors as field -> reasons, a value inside an object named by its path
+    (``candidate_versions.old``): DRF gives an object's errors as an object of its own, whose
+    keys would otherwise be read as the reasons."""
+    if isinstance(errors, dict):
+        out: dict[str, list[str]] = {}
+        for key, nested in errors.items():
+            out.update(_flat_errors(nested, f"{where}.{key}" if where else str(key)))
+        return out
+    return {where: [str(m) for m in errors]}
+
+
 def _validated(serializer_class, data) -> dict:
     serializer = serializer_class(data=data)
     if not serializer.is_valid():
-        raise FieldErrors({k: [str(m) for m in v] for k, v in serializer.errors.items()})
+        raise FieldErrors(_flat_errors(serializer.errors))
     return serializer.validated_data
 
 

@@ -562,6 +562,25 @@ def test_more_bad_input_is_a_400_naming_the_field(demo, api_as, body, field):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        ({"candidate_versions": {"old": 1.5}}, "candidate_versions.old", "integer"),
+        ({"candidate_versions": {"old": "two"}}, "candidate_versions.old", "integer"),
+    ],
+)
+def test_a_bad_value_inside_an_object_is_named_with_its_reason(demo, api_as, body, field, reason):
+    """The serializer's error for a value inside an object is an object itself; it was read as
+    a list, so the answer was ``{"candidate_versions": ["old"]}``: the key, and no reason."""
+    response = api_as(demo["admin"]).post("/api/v1/policy/whatif", body, format="json")
+    assert response.status_code == 400, response.content
+    problems = response.json()
+    assert list(problems) == [field], problems
+    assert reason in problems[field][0], problems
+    assert not WhatIfRun.objects.exists()
+
+
+@pytest.mark.django_db
 def test_garbage_json_is_a_400(demo, api_as):
     response = api_as(demo["admin"]).post(
         "/api/v1/policy/whatif", b'{"candidates": {', content_type="application/json"
