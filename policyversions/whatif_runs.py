@@ -38,8 +38,9 @@ RUN_WHATIF_TASK = "policyversions.tasks.run_whatif"
 # A running replay whose worker has not been heard of for this long is taken for dead (the
 # worker reports about 200 times per policy, so a live one is never this quiet).
 WHATIF_STALE_AFTER_S = 600.0
-# A queued run no worker has claimed for this long was lost on the way (broker restarted, no
-# worker running): without this it would hold its cluster's one replay slot for ever.
+# A queued run no worker has claimed for this long, while no other replay is running, was lost on
+# the way (broker restarted, no worker running): without this it would hold its cluster's one
+# replay slot for ever.
 WHATIF_QUEUED_STALE_AFTER_S = 3600.0
 
 
@@ -73,8 +74,9 @@ def _whatif_publish(run_id: int) -> None:
 
 def whatif_run_reap_stale(*, cluster=None) -> None:
     """A running run of ``cluster`` (default: of every cluster) whose worker went silent, or a
-    queued one no worker took, is marked failed, so it no longer holds the cluster's one replay
-    slot or shows "running" for ever (a conditional UPDATE: a worker's claim or heartbeat
+    queued one no worker took (none while another run is replaying: it may be waiting for the
+    worker), is marked failed, so it no longer holds the cluster's one replay slot or shows
+    "running" for ever (a conditional UPDATE: a worker's claim or heartbeat
     meanwhile is never overwritten). Idempotent; the beat runs it every minute."""
     now = timezone.now()
     cutoff = now - timedelta(seconds=WHATIF_STALE_AFTER_S)
@@ -92,6 +94,15 @@ def whatif_run_reap_stale(*, cluster=None) -> None:
         ),
     )
     for status, silent, error in endings:
+        if (
+            status == WhatIfStatus.QUEUED
+            and WhatIfRun.objects.filter(
+                status=WhatIfStatus.RUNNING, heartbeat_at__gte=cutoff
+            ).exists()
+        ):
+            # The what-if worker is busy (one process): a run may wait behind a replay as long
+            # as WHATIF_MAX_RUNTIME_SECONDS, longer than a lost one is given.
+            continue
         stale = list(
             (
                 WhatIfRun.objects.filter(status=status)

@@ -709,3 +709,31 @@ def test_a_run_whose_worker_died_is_failed_by_the_beat_alone(demo):
     stuck.refresh_from_db()
     assert stuck.status == "failed" and "stopped answering" in stuck.error
     assert stuck.finished_at is not None
+
+
+@pytest.mark.django_db
+def test_a_run_queued_behind_a_live_replay_is_not_taken_for_lost(demo):
+    """The what-if worker has one process: a second cluster's run waits behind a replay that
+    may take WHATIF_MAX_RUNTIME_SECONDS (2 h). Its hour in the queue is no sign it was lost
+    while a replay is still heard of, and failing it would say "no worker took the replay"."""
+    from scheduler.models import Cluster
+
+    admin = demo["admin"]
+    busy = whatif_runs.whatif_run_start(user=admin, window_days=3, candidates={"a": {}})
+    now = timezone.now()
+    WhatIfRun.objects.filter(pk=busy.pk).update(
+        status="running", started_at=now - timedelta(hours=1, minutes=30), heartbeat_at=now
+    )
+    Cluster.objects.create(name="second")
+    waiting = whatif_runs.whatif_run_start(
+        user=admin, cluster="second", window_days=3, candidates={"a": {}}
+    )
+    WhatIfRun.objects.filter(pk=waiting.pk).update(created_at=now - timedelta(hours=2))
+    whatif_runs.whatif_run_reap_stale()
+    waiting.refresh_from_db()
+    assert waiting.status == "queued"
+    # Once nothing is replaying, a run still queued after an hour was lost.
+    WhatIfRun.objects.filter(pk=busy.pk).update(status="succeeded", finished_at=now)
+    whatif_runs.whatif_run_reap_stale()
+    waiting.refresh_from_db()
+    assert waiting.status == "failed" and "no worker took the replay" in waiting.error
