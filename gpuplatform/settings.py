@@ -294,6 +294,8 @@ SPECTACULAR_SETTINGS = {
         "StatementStatusEnum": "billing.models.StatementStatus",
         "NotificationEventEnum": "notifications.events.EventKind",
         "WhatIfStatusEnum": "policyversions.models.WhatIfStatus",
+        # Jobs and nodes both have a "state": named, or the job states get a hashed name.
+        "JobStateEnum": "scheduler.states.JobState",
     },
 }
 
