@@ -38,6 +38,19 @@ def team_uids(slurm_cluster: LocalSlurm) -> dict[str, int]:
     return uids
 
 
+def _idle_nodes(cluster: LocalSlurm, count: int) -> list[str]:
+    """``count`` nodes Slurm would start a job on now. An earlier test of the session may leave
+    one COMPLETING for minutes (the controller outage test, on 24.11), and a job pinned there
+    would wait that long."""
+
+    def idle() -> list[str]:
+        listing = cluster.run("sinfo", "-h", "-N", "-t", "idle", "-o", "%N", check=False).stdout
+        nodes = sorted(set(listing.split()))
+        return nodes[:count] if len(nodes) >= count else []
+
+    return wait_for(idle, 120, f"{count} idle nodes")
+
+
 @pytest.fixture()
 def team_backend(slurm_cluster: LocalSlurm, team_uids):
     return slurm_cluster.backend(
@@ -56,11 +69,13 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
     def state(job: str) -> BackendJobState:
         return backend.poll_jobs([(job, 1)])[0].state
 
+    node_a, node_b = _idle_nodes(cluster, 2)
+
     b_ref = backend.submit(
         spec(
             job_b,
             'echo "b secret"; echo 42 > "$GPUPLATFORM_CHECKPOINT_PROGRESS"; exec sleep 300',
-            {"node2": (0,)},
+            {node_b: (0,)},
             team="team-b",
         )
     )
@@ -82,7 +97,7 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
                 f"if {attempt} 2>&1; then echo '{what}: done'; else echo '{what}: refused'; fi\n"
             )
         command += "echo tried all; exec sleep 300\n"
-        a_ref = backend.submit(spec(job_a, command, {"node1": (0,)}, team="team-a"))
+        a_ref = backend.submit(spec(job_a, command, {node_a: (0,)}, team="team-a"))
 
         def a_log_when_done() -> str:
             text = backend.read_log(job_a, 1).text
