@@ -437,6 +437,23 @@ def pod_manifests(spec: BackendJobSpec, cfg: KubernetesConfig) -> list[tuple[dic
     ]
 
 
+def _run_object_metadata(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
+    """The metadata of an object that lives and dies with the run (its Service, its
+    NetworkPolicy): named like the run, with the labels the sync finds it by."""
+    run = spec.backend_name
+    return {
+        "name": run,
+        "namespace": cfg.namespace,
+        "labels": {
+            LABEL_MANAGED_BY: MANAGED_BY_VALUE,
+            LABEL_RUN: run,
+            LABEL_JOB_ID: spec.job_id,
+            LABEL_ATTEMPT: str(spec.attempt),
+        },
+        "annotations": {ANN_TEAM: spec.team},
+    }
+
+
 def rendezvous_service_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
     """The run's headless Service: gives worker ``i`` the DNS name ``w<i>.<run>`` (pods set
     ``hostname``/``subdomain``), published before the pods are Ready so rendezvous can start."""
@@ -445,17 +462,7 @@ def rendezvous_service_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> 
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": run,
-            "namespace": cfg.namespace,
-            "labels": {
-                LABEL_MANAGED_BY: MANAGED_BY_VALUE,
-                LABEL_RUN: run,
-                LABEL_JOB_ID: spec.job_id,
-                LABEL_ATTEMPT: str(spec.attempt),
-            },
-            "annotations": {ANN_TEAM: spec.team},
-        },
+        "metadata": _run_object_metadata(spec, cfg),
         "spec": {
             "clusterIP": "None",
             "selector": {LABEL_RUN: run},
@@ -490,17 +497,7 @@ def run_network_policy_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> 
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {
-            "name": run,
-            "namespace": cfg.namespace,
-            "labels": {
-                LABEL_MANAGED_BY: MANAGED_BY_VALUE,
-                LABEL_RUN: run,
-                LABEL_JOB_ID: spec.job_id,
-                LABEL_ATTEMPT: str(spec.attempt),
-            },
-            "annotations": {ANN_TEAM: spec.team},
-        },
+        "metadata": _run_object_metadata(spec, cfg),
         "spec": {
             "podSelector": members,
             "policyTypes": ["Ingress"],
