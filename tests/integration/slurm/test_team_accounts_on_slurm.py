@@ -44,8 +44,11 @@ def _idle_nodes(cluster: LocalSlurm, count: int) -> list[str]:
     would wait that long."""
 
     def idle() -> list[str]:
-        listing = cluster.run("sinfo", "-h", "-N", "-t", "idle", "-o", "%N", check=False).stdout
-        nodes = sorted(set(listing.split()))
+        # "%T" exactly "idle": `sinfo -t idle` also lists a node that is "completing"
+        listing = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        nodes = sorted(
+            {n for n, _, t in (line.partition(" ") for line in listing.splitlines()) if t == "idle"}
+        )
         return nodes[:count] if len(nodes) >= count else []
 
     return wait_for(idle, 120, f"{count} idle nodes")
