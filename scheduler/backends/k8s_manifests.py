@@ -213,7 +213,7 @@ def managed_selector() -> str:
     return f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
 
 
-def _check_identity(job_id: str, attempt: int, workers: int) -> None:
+def check_identity(job_id: str, attempt: int, workers: int) -> None:
     run = backend_job_name(job_id, attempt)
     last = pod_name(job_id, attempt, max(workers - 1, 0))
     # Pod names must be DNS-1123 subdomains and the run name is also a label value (<= 63).
@@ -247,7 +247,7 @@ def pod_manifest(
     not given); its ``MASTER_ADDR`` is worker 0's DNS name through the run's headless Service,
     ``w0.<run>``, so without ``rendezvous_service`` no master address is set.
     """
-    _check_identity(spec.job_id, spec.attempt, spec.workers)
+    check_identity(spec.job_id, spec.attempt, spec.workers)
     if launch is None:
         launch = _launch_envs(spec, cfg)[worker_index]
     if not spec.image:
@@ -437,7 +437,7 @@ def pod_manifests(spec: BackendJobSpec, cfg: KubernetesConfig) -> list[tuple[dic
     ]
 
 
-def _run_object_metadata(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
+def run_object_metadata(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
     """The metadata of an object that lives and dies with the run (its Service, its
     NetworkPolicy): named like the run, with the labels the sync finds it by."""
     run = spec.backend_name
@@ -457,12 +457,12 @@ def _run_object_metadata(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[st
 def rendezvous_service_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
     """The run's headless Service: gives worker ``i`` the DNS name ``w<i>.<run>`` (pods set
     ``hostname``/``subdomain``), published before the pods are Ready so rendezvous can start."""
-    _check_identity(spec.job_id, spec.attempt, spec.workers)
+    check_identity(spec.job_id, spec.attempt, spec.workers)
     run = spec.backend_name
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _run_object_metadata(spec, cfg),
+        "metadata": run_object_metadata(spec, cfg),
         "spec": {
             "clusterIP": "None",
             "selector": {LABEL_RUN: run},
@@ -479,33 +479,6 @@ def rendezvous_service_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> 
     }
 
 
-def run_network_policy_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> dict[str, Any]:
-    """The run's NetworkPolicy: its pods accept connections (any port: NCCL picks its own) only
-    from pods of the same run, in the same namespace.
-
-    Keyed by the run, not the team: PyTorch's rendezvous and NCCL authenticate nobody, so two runs
-    of one team must not reach each other either (a stale worker of an earlier attempt joining
-    the new one's TCPStore corrupts it as surely as a stranger), and a team name that is not a
-    label value has no team label to select on. A pod selected by any NetworkPolicy is isolated
-    for ingress, so this alone shuts the run's pods to every other pod, even where the namespace
-    has no default-deny. Egress is left open (datasets, object stores, experiment trackers).
-    The selectors read only labels the platform sets from its own ids (the job's fields never
-    become labels), and only the platform may create pods in the namespace."""
-    _check_identity(spec.job_id, spec.attempt, spec.workers)
-    run = spec.backend_name
-    members = {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_RUN: run}}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _run_object_metadata(spec, cfg),
-        "spec": {
-            "podSelector": members,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": members}]}],
-        },
-    }
-
-
 def binding_manifest(pod: str, namespace: str, node: str) -> dict[str, Any]:
     """The Binding that assigns ``pod`` to ``node`` (what a scheduler posts)."""
     return {
@@ -514,22 +487,6 @@ def binding_manifest(pod: str, namespace: str, node: str) -> dict[str, Any]:
         "metadata": {"name": pod, "namespace": namespace},
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-
-
-_REQUEST_ID_FORMAT = "%Y%m%dT%H%M%S.%fZ"
-
-
-def checkpoint_request_id(now: datetime) -> str:
-    """A checkpoint request id: the UTC time of the request (sortable, readable)."""
-    return now.astimezone(UTC).strftime(_REQUEST_ID_FORMAT)
-
-
-def parse_checkpoint_request_id(value: str) -> datetime | None:
-    """The time of a request id from :func:`checkpoint_request_id`; ``None`` if not one."""
-    try:
-        return datetime.strptime(value, _REQUEST_ID_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 def checkpoint_patch(request_id: str) -> dict[str, Any]:
@@ -634,7 +591,7 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
@@ -658,7 +615,7 @@ def node_health(node: Mapping[str, Any] | None) -> NodeHealth:
         return NodeHealth(exists=False, ready=False)
     cond = _condition(node, "Ready")
     ready = bool(cond) and cond.get("status") == "True"
-    since = None if ready or not cond else _parse_time(cond.get("lastTransitionTime"))
+    since = None if ready or not cond else parse_time(cond.get("lastTransitionTime"))
     return NodeHealth(exists=True, ready=ready, not_ready_since=since)
 
 
@@ -804,7 +761,7 @@ def _succeeded(pod: Mapping[str, Any]) -> bool:
         return False
     if not _node_disruption(pod) and not _preempted(pod):
         return True
-    began = _parse_time((_condition(pod, "DisruptionTarget") or {}).get("lastTransitionTime"))
+    began = parse_time((_condition(pod, "DisruptionTarget") or {}).get("lastTransitionTime"))
     finished = _finished_at(pod)
     return began is not None and finished is not None and finished < began
 
@@ -989,93 +946,12 @@ def finished_runs(
     return out
 
 
-def orphan_policy_runs(
-    policies: Iterable[Mapping[str, Any]],
-    *,
-    runs_with_pods: set[str],
-    now: datetime,
-    min_age_s: float,
-) -> list[str]:
-    """Runs whose NetworkPolicy may be deleted: created more than ``min_age_s`` seconds before
-    ``now`` (by its ``creationTimestamp``) and with no pod left in ``runs_with_pods``. A policy
-    without a readable creation time is left alone."""
-    out = []
-    for policy in policies:
-        meta = policy.get("metadata") or {}
-        run = (meta.get("labels") or {}).get(LABEL_RUN)
-        created = _parse_time(meta.get("creationTimestamp"))
-        if not run or run != meta.get("name") or run in runs_with_pods or created is None:
-            continue
-        if (now - created).total_seconds() > min_age_s:
-            out.append(run)
-    return sorted(out)
-
-
 def _finished_at(pod: Mapping[str, Any]) -> datetime | None:
     if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
         return None
     times = [
-        _parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         for cs in (pod.get("status") or {}).get("containerStatuses") or []
     ]
     known = [t for t in times if t is not None]
     return max(known) if known else None
-
-
-# --------------------------------------------------------------------------- pod logs
-
-
-def log_cursor(ns: int, same: int) -> str:
-    """A pod-log cursor: the timestamp (ns since the epoch) of the last line read and how many
-    lines with exactly that timestamp were read."""
-    return f"k8s-{ns}-{same}"
-
-
-def parse_log_cursor(cursor: str) -> tuple[int, int]:
-    match = re.fullmatch(r"k8s-(\d{1,20})-(\d{1,9})", cursor)
-    if match is None:
-        raise ValueError(f"not a log cursor: {cursor[:40]!r}")
-    return int(match[1]), int(match[2])
-
-
-_LOG_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z")
-
-
-def log_time_ns(stamp: str) -> int | None:
-    """Nanoseconds since the epoch of an RFC 3339 timestamp as ``timestamps=true`` prints it."""
-    match = _LOG_TIME.fullmatch(stamp)
-    if match is None:
-        return None
-    whole = datetime(*(int(match[i]) for i in range(1, 7)), tzinfo=UTC)
-    fraction = (match[7] or "").ljust(9, "0")
-    return int(whole.timestamp()) * 1_000_000_000 + int(fraction)
-
-
-def read_timestamped_log(
-    text: str, *, after: tuple[int, int] | None, max_bytes: int
-) -> tuple[list[str], tuple[int, int] | None]:
-    """Lines of a ``timestamps=true`` pod log that follow the cursor position ``after`` (at most
-    about ``max_bytes``, at least one line), without their timestamps, and the new position.
-    A last line without its newline (cut by ``limitBytes``) is left for the next read."""
-    last_ns, same = after if after is not None else (-1, 0)
-    seen_at_last = 0
-    lines: list[str] = []
-    size = 0
-    position = after
-    for raw in text.splitlines(keepends=True):
-        stamp, _, body = raw.partition(" ")
-        ns = log_time_ns(stamp)
-        if ns is None or not raw.endswith("\n"):
-            break
-        if ns < last_ns:
-            continue
-        if ns == last_ns:
-            seen_at_last += 1
-            if seen_at_last <= same:
-                continue
-        if lines and size + len(body.encode()) > max_bytes:
-            break
-        position = (ns, position[1] + 1) if position and ns == position[0] else (ns, 1)
-        lines.append(body)
-        size += len(body.encode())
-    return lines, position

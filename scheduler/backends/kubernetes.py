@@ -38,7 +38,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from scheduler.backends import k8s_formats as formats
 from scheduler.backends import k8s_manifests as m
+from scheduler.backends import k8s_network as network
 from scheduler.backends.base import (
     BackendJobSpec,
     BackendJobStatus,
@@ -434,7 +436,7 @@ class KubernetesBackend:
         ref = f"{self.cfg.namespace}/{spec.backend_name}"
         if self.cfg.network_policy:
             # Before any pod: a worker is never reachable from another run, not even briefly.
-            policy = m.run_network_policy_manifest(spec, self.cfg)
+            policy = network.run_network_policy_manifest(spec, self.cfg)
             if self.cfg.dry_run:
                 self._dry("create networkpolicy", policy)
             else:
@@ -531,11 +533,11 @@ class KubernetesBackend:
         workload checkpoint over and over.
         """
         now = self._clock()
-        request_id = m.checkpoint_request_id(now)
+        request_id = formats.checkpoint_request_id(now)
         for pod in self._list_run(job_id, attempt):
             if _phase(pod) in _TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
                 continue
-            last = m.parse_checkpoint_request_id(
+            last = formats.parse_checkpoint_request_id(
                 (pod["metadata"].get("annotations") or {}).get(m.ANN_CHECKPOINT_REQUEST, "")
             )
             if (
@@ -618,7 +620,7 @@ class KubernetesBackend:
             query["limit_bytes"] = 4 * limit
         else:
             try:
-                after = m.parse_log_cursor(cursor)
+                after = formats.parse_log_cursor(cursor)
             except ValueError as exc:
                 raise BackendRejected(str(exc)) from exc
             age_s = self._clock().timestamp() - after[0] / 1e9
@@ -638,8 +640,8 @@ class KubernetesBackend:
                 )
             except ApiException:
                 # 404: no such pod (not created, or purged); 400: not started, no output yet.
-                return LogChunk(text="", cursor=cursor or m.log_cursor(0, 0))
-            lines, position = m.read_timestamped_log(text, after=after, max_bytes=limit)
+                return LogChunk(text="", cursor=cursor or formats.log_cursor(0, 0))
+            lines, position = formats.read_timestamped_log(text, after=after, max_bytes=limit)
             full = len(text.encode()) >= budget
             # A window full of lines already read (a burst inside the slack): widen it.
             if cursor is None or lines or not full or budget >= LOG_MAX_WINDOW_BYTES:
@@ -652,7 +654,9 @@ class KubernetesBackend:
                 truncated = True
         else:
             truncated = False
-        new_cursor = m.log_cursor(*position) if position else (cursor or m.log_cursor(0, 0))
+        new_cursor = (
+            formats.log_cursor(*position) if position else (cursor or formats.log_cursor(0, 0))
+        )
         return LogChunk(text="".join(lines), cursor=new_cursor, truncated=truncated)
 
     def purge_finished(self) -> list[tuple[str, int]]:
@@ -679,7 +683,7 @@ class KubernetesBackend:
             with_pods = {
                 ((p.get("metadata") or {}).get("labels") or {}).get(m.LABEL_RUN, "") for p in pods
             }
-            for run in m.orphan_policy_runs(
+            for run in network.orphan_policy_runs(
                 self._list_network_policies(),
                 runs_with_pods=with_pods,
                 now=now,

@@ -46,11 +46,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import pwd
 import random
-import re
 import shlex
-import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -70,6 +67,17 @@ from scheduler.backends.base import (
     byte_chunk,
     byte_window,
     parse_backend_job_name,
+)
+from scheduler.backends.slurm_accounts import (
+    ACCOUNT_PLACEHOLDER,
+    UNKNOWN_OWNER,
+    directory_problems,
+    local_uids,
+    path_and_parents,
+    prefix_setting,
+    team_accounts_setting,
+    team_command_prefix_setting,
+    uids_from_getent,
 )
 from scheduler.backends.slurm_nodes import (
     parse_active_reservations,
@@ -134,80 +142,6 @@ _CONFIG_KEYS = frozenset(
         "team_command_prefix",
     }
 )
-
-# A Unix account name as useradd takes it, and nothing a shell or sudo would read as syntax:
-# the name goes into a command prefix and into directory names.
-_ACCOUNT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
-_ACCOUNT_PLACEHOLDER = "{account}"
-# With team_accounts, the owner of a run the platform cannot establish: in neither squeue nor
-# accounting, or in a record without its uid. Its files are never read: the service account
-# would look for them in the shared job_workdir / log_dir, where every team account may put a
-# link to whatever the service account can read (the platform's own environment, its keys).
-# Not a Unix account name, so it can never be taken for one.
-_UNKNOWN_OWNER = "?"
-DEFAULT_TEAM_COMMAND_PREFIX = ("sudo", "-n", "-u", _ACCOUNT_PLACEHOLDER)
-
-
-def _prefix(cfg: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    """A configured argument list (``command_prefix``, ``node_command_prefix``)."""
-    prefix = cfg.get(key)
-    if prefix is None:
-        return default
-    if isinstance(prefix, str) or not all(isinstance(a, str) and a for a in prefix):
-        raise ValueError(f"{key} must be a list of arguments, e.g. ['ssh', 'login1']")
-    return tuple(prefix)
-
-
-def _team_accounts(cfg: Mapping[str, Any]) -> dict[str, str]:
-    """``team_accounts``: team slug -> the Unix account its jobs run as."""
-    accounts = cfg.get("team_accounts")
-    if accounts is None:
-        return {}
-    if not isinstance(accounts, Mapping):
-        raise ValueError(
-            "team_accounts must be a mapping of team slug to Unix account, "
-            "e.g. {'vision': 'gp-vision'}"
-        )
-    out = {}
-    for team, account in accounts.items():
-        if not isinstance(team, str) or not team:
-            raise ValueError(f"team_accounts: {team!r} is not a team slug")
-        if not isinstance(account, str) or not _ACCOUNT_NAME.fullmatch(account):
-            raise ValueError(
-                f"team_accounts[{team!r}]: {account!r} is not a Unix account name (a letter or "
-                "'_', then letters, digits, '.', '_' or '-'; at most 32 characters)"
-            )
-        out[team] = account
-    return out
-
-
-def _team_command_prefix(cfg: Mapping[str, Any], enabled: bool) -> tuple[str, ...]:
-    """``team_command_prefix``: how a command reaches a team's account."""
-    if cfg.get("team_command_prefix") is None:
-        return DEFAULT_TEAM_COMMAND_PREFIX if enabled else ()
-    if not enabled:
-        raise ValueError("team_command_prefix is set but team_accounts is not: set both")
-    prefix = _prefix(cfg, "team_command_prefix", ())
-    if not any(_ACCOUNT_PLACEHOLDER in arg for arg in prefix):
-        # Without the placeholder every team's commands would run as one account.
-        raise ValueError(
-            f"team_command_prefix must name the account as {_ACCOUNT_PLACEHOLDER}, "
-            "e.g. ['sudo', '-n', '-u', '{account}']"
-        )
-    return prefix
-
-
-def _path_and_parents(path: str) -> list[str]:
-    """``/a/b/c`` -> ``["/", "/a", "/a/b", "/a/b/c"]`` (a relative path: its own parts)."""
-    path = os.path.normpath(path)
-    chain = [path]
-    while (parent := os.path.dirname(chain[-1])) not in ("", chain[-1]):
-        chain.append(parent)
-    return chain[::-1]
-
-
-def _file_kind(mode: int) -> str:
-    return "symbolic link" if stat.S_ISLNK(mode) else "file that is not a directory"
 
 
 def _is_ssh(program: str) -> bool:
@@ -284,16 +218,16 @@ class SlurmBackend:
             # It would override our --no-requeue: Slurm would restart attempts by itself.
             raise ValueError("extra_sbatch_args must not contain --requeue: the platform requeues")
         self.bin_dir = str(cfg.get("bin_dir") or "")
-        self.command_prefix = _prefix(cfg, "command_prefix", ())
-        self.node_command_prefix = _prefix(cfg, "node_command_prefix", self.command_prefix)
+        self.command_prefix = prefix_setting(cfg, "command_prefix", ())
+        self.node_command_prefix = prefix_setting(cfg, "node_command_prefix", self.command_prefix)
         self.command_timeout_s = float(cfg.get("command_timeout_s", 30))
         self.tries = max(1, int(cfg.get("tries", 3)))
         self.backoff_s = float(cfg.get("backoff_s", 0.5))
         self.backoff_max_s = float(cfg.get("backoff_max_s", 4))
         self.dry_run = bool(cfg.get("dry_run", False))
         self.checkpoint_min_interval_s = float(cfg.get("checkpoint_min_interval_s", 60))
-        self.team_accounts = _team_accounts(cfg)
-        self.team_command_prefix = _team_command_prefix(cfg, bool(self.team_accounts))
+        self.team_accounts = team_accounts_setting(cfg)
+        self.team_command_prefix = team_command_prefix_setting(cfg, bool(self.team_accounts))
         self._sleep = sleep
         self._accounting_mode: str | None = None if self.accounting == "auto" else self.accounting
         self._version: str | None = None
@@ -325,7 +259,7 @@ class SlurmBackend:
         command = [program, *argv[1:]]
         outer = self.node_command_prefix if node_change else self.command_prefix
         inner = (
-            tuple(a.replace(_ACCOUNT_PLACEHOLDER, account) for a in self.team_command_prefix)
+            tuple(a.replace(ACCOUNT_PLACEHOLDER, account) for a in self.team_command_prefix)
             if account
             else ()
         )
@@ -446,11 +380,7 @@ class SlurmBackend:
         names = sorted(set(self.team_accounts.values()))
         uids: dict[str, int] = {}
         if not self.command_prefix:
-            for name in names:
-                try:
-                    uids[name] = pwd.getpwnam(name).pw_uid
-                except KeyError:
-                    continue
+            uids = local_uids(names)
         elif names:
             try:
                 proc = self._exec(self._command(["getent", "passwd", *names]))
@@ -458,10 +388,7 @@ class SlurmBackend:
                 raise BackendUnavailable(f"getent passwd: {exc}") from exc
             if proc.returncode not in (0, 2):  # 2: some name not found
                 raise BackendUnavailable(f"getent passwd: {proc.stderr.strip() or proc.returncode}")
-            for line in proc.stdout.splitlines():
-                fields = line.split(":")
-                if len(fields) > 2 and fields[0] in names and fields[2].isdigit():
-                    uids[fields[0]] = int(fields[2])
+            uids = uids_from_getent(proc.stdout, names)
         missing = sorted(set(names) - set(uids))
         if missing:
             logger.warning("slurm: team accounts %s do not exist where commands run", missing)
@@ -478,7 +405,7 @@ class SlurmBackend:
         """The team account that owns ``job``; None for the service account's own runs (those
         submitted before ``team_accounts`` was set), which are acted on as before."""
         if job.user_id is None:
-            return _UNKNOWN_OWNER if self.team_accounts else None
+            return UNKNOWN_OWNER if self.team_accounts else None
         for account, uid in self._team_account_uids().items():
             if uid == job.user_id and uid != self._own_uid():
                 return account
@@ -687,45 +614,22 @@ class SlurmBackend:
 
     def _check_account_dirs(self, account: str, dirs: list[str]) -> None:
         """Refuse the run unless ``account`` alone holds its directories, now and until the
-        job ends. ``install -d`` follows a symbolic link and accepts any directory the account
-        owns, so another account could have put a link there (to the account's home, say) and,
-        after the check, replace it with a directory of its own, where the run's output would
-        land; or rename the directory away, if an ancestor is writable to it. So each directory
-        must be a real one the account owns, mode 0700, and every directory above it, as
-        written and as resolved, owned by root, the service account or the account, and never
-        writable by others without the sticky bit (which keeps them from renaming or removing
-        what they do not own)."""
+        job ends (the rule and why: ``slurm_accounts.directory_problems``)."""
         resolved = self._as_account(
             ["realpath", "-e", "--", *dirs], account, f"cannot resolve {dirs}"
         ).splitlines()
-        paths = list(dict.fromkeys(p for d in [*dirs, *resolved] for p in _path_and_parents(d)))
+        paths = list(dict.fromkeys(p for d in [*dirs, *resolved] for p in path_and_parents(d)))
         answer = self._as_account(
             ["stat", "-c", "%u %f %n", "--", *paths], account, f"cannot inspect {dirs}"
         )
-        own_dirs = {os.path.normpath(d) for d in dirs}
         account_uid = self._team_account_uids().get(account)
-        trusted = {0, self._own_uid(), account_uid}
-        problems = []
-        for line in answer.splitlines():
-            uid_text, mode_text, path = line.split(" ", 2)
-            uid, mode = int(uid_text), int(mode_text, 16)
-            if path in own_dirs:
-                if not stat.S_ISDIR(mode):
-                    problems.append(f"{path} is not a directory but a {_file_kind(mode)}")
-                elif uid != account_uid or stat.S_IMODE(mode) != 0o700:
-                    problems.append(
-                        f"{path} is owned by uid {uid} with mode {stat.S_IMODE(mode):o} "
-                        f"(wanted: {account}'s, 0700)"
-                    )
-            elif uid not in trusted:
-                problems.append(
-                    f"{path} belongs to uid {uid}, who could replace what lies below it"
-                )
-            elif stat.S_ISDIR(mode) and mode & 0o022 and not mode & stat.S_ISVTX:
-                problems.append(
-                    f"{path} is writable by others without the sticky bit, so they could "
-                    f"rename {account}'s directory and put their own in its place"
-                )
+        problems = directory_problems(
+            answer,
+            own_dirs={os.path.normpath(d) for d in dirs},
+            account=account,
+            account_uid=account_uid,
+            trusted={0, self._own_uid(), account_uid},
+        )
         if problems:
             raise BackendRejected(
                 f"the directories of {account}'s runs are not private to it, so nothing was "
@@ -905,7 +809,7 @@ class SlurmBackend:
         by_account: dict[str | None, list[str]] = {}
         for name in sorted(found):
             account = self._account_of(found[name]) if self.team_accounts else None
-            if account == _UNKNOWN_OWNER:
+            if account == UNKNOWN_OWNER:
                 continue
             self._remember_account(name, account)
             by_account.setdefault(account, []).append(name)
@@ -960,13 +864,13 @@ class SlurmBackend:
 
     def _run_account(self, name: str) -> str | None:
         """The team account that owns run ``name`` (None: the service account;
-        ``_UNKNOWN_OWNER`` with ``team_accounts`` when Slurm no longer knows whose it is)."""
+        ``UNKNOWN_OWNER`` with ``team_accounts`` when Slurm no longer knows whose it is)."""
         if not self.team_accounts:
             return None
         if name not in self._run_accounts:
             job = self._find_runs([name]).get(name)
-            account = _UNKNOWN_OWNER if job is None else self._account_of(job)
-            if account == _UNKNOWN_OWNER:
+            account = UNKNOWN_OWNER if job is None else self._account_of(job)
+            if account == UNKNOWN_OWNER:
                 return account
             self._remember_account(name, account)
         return self._run_accounts[name]
@@ -1043,7 +947,7 @@ class SlurmBackend:
         ``team_accounts``, is the log of a run whose owner Slurm no longer records."""
         name = backend_job_name(job_id, attempt)
         account = self._run_account(name)
-        if account == _UNKNOWN_OWNER:
+        if account == UNKNOWN_OWNER:
             logger.info("slurm: %s: no owner on record, its log is not read", name)
             return LogChunk(text="", cursor=cursor or "0")
         path = self._log_path(name, account)

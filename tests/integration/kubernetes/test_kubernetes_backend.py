@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.backends import k8s_manifests as m
+from scheduler.backends import k8s_network as network
 from scheduler.backends import kubernetes as backend_module
 from scheduler.backends.base import (
     Backend,
@@ -295,7 +295,7 @@ def test_a_lost_policy_answer_is_retried_into_already_exists(server, backend):
 
 def test_a_policy_with_our_name_that_admits_more_is_not_adopted(server, backend):
     # Someone with access to the namespace made "the run's policy" admit every pod in it.
-    foreign = m.run_network_policy_manifest(make_spec(), backend.cfg)
+    foreign = network.run_network_policy_manifest(make_spec(), backend.cfg)
     foreign["spec"]["ingress"] = [{"from": [{"podSelector": {}}]}]
     assert server.handle("POST", POLICY_PATH, {}, foreign)[0] == 201
     with pytest.raises(BackendRejected, match="networkpolicy gp-1001-a1"):
@@ -353,7 +353,9 @@ def test_the_sweep_spares_a_policy_whose_pods_are_being_created(server):
         sleep=lambda _s: None,
         clock=lambda: clock["now"],
     )
-    server.handle("POST", POLICY_PATH, {}, m.run_network_policy_manifest(make_spec(), backend.cfg))
+    server.handle(
+        "POST", POLICY_PATH, {}, network.run_network_policy_manifest(make_spec(), backend.cfg)
+    )
     assert backend.purge_finished() == []
     assert list(server.network_policies) == [(NS, "gp-1001-a1")]
     server.age_network_policy("gp-1001-a1", backend_module.ORPHAN_POLICY_MIN_AGE_S + 1)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from scheduler.backends import k8s_manifests as m
+from scheduler.backends import k8s_network as network
 from scheduler.backends.base import BackendJobSpec, BackendRejected
 
 # Oldest and newest schemas kubernetes-validate ships (1.35 and 1.36 pass too; they add little).
@@ -208,7 +209,7 @@ def admits(policy: dict, source: dict, target: dict) -> bool:
 
 def test_a_runs_pods_accept_connections_only_from_the_same_run():
     spec = make_spec()
-    policy = m.run_network_policy_manifest(spec, cfg())
+    policy = network.run_network_policy_manifest(spec, cfg())
     assert (policy["metadata"]["name"], policy["metadata"]["namespace"]) == (
         "gp-42-a2",
         "gpuplatform-jobs",
@@ -243,7 +244,7 @@ def test_nothing_a_user_submits_reaches_a_label_or_what_a_selector_reads():
     plain = make_spec(name="x", command="python train.py", env={})
     victim = make_spec(job_id="7", attempt=1)
     victim_pod, _ = m.pod_manifests(victim, cfg())[0]
-    victim_policy = m.run_network_policy_manifest(victim, cfg())
+    victim_policy = network.run_network_policy_manifest(victim, cfg())
     for (pod, _), (plain_pod, _) in zip(
         m.pod_manifests(hostile, cfg()), m.pod_manifests(plain, cfg()), strict=True
     ):
@@ -258,9 +259,9 @@ def test_nothing_a_user_submits_reaches_a_label_or_what_a_selector_reads():
         assert not admits(victim_policy, pod, victim_pod)
     # The selectors the platform relies on (policy, Service, its own pod lists) read only the
     # run and managed-by labels, which come from its own ids.
-    policy = m.run_network_policy_manifest(hostile, cfg())
+    policy = network.run_network_policy_manifest(hostile, cfg())
     service = m.rendezvous_service_manifest(hostile, cfg())
-    assert policy["spec"] == m.run_network_policy_manifest(plain, cfg())["spec"]
+    assert policy["spec"] == network.run_network_policy_manifest(plain, cfg())["spec"]
     assert service["spec"]["selector"] == {m.LABEL_RUN: "gp-42-a2"}
     assert (m.run_selector("42", 2), m.managed_selector()) == (
         "gpuplatform.io/run=gp-42-a2",
@@ -285,9 +286,9 @@ def test_policies_of_runs_whose_pods_are_all_gone_are_orphans_once_old_enough():
         policy("gp-4-a1", None),  # no creation time: left alone
         policy("gp-5-a1", 3600, name="default-deny-ingress"),  # not one of ours by name
     ]
-    assert m.orphan_policy_runs(policies, runs_with_pods={"gp-2-a1"}, now=now, min_age_s=600) == [
-        "gp-1-a1"
-    ]
+    assert network.orphan_policy_runs(
+        policies, runs_with_pods={"gp-2-a1"}, now=now, min_age_s=600
+    ) == ["gp-1-a1"]
 
 
 # The Pod Security Standards' checks (kubernetes.io/docs/concepts/security/pod-security-standards,
@@ -547,7 +548,7 @@ def _every_manifest() -> list[dict]:
             out.append(pod)
     out.append(m.binding_manifest(pod["metadata"]["name"], config.namespace, node))
     out.append(m.rendezvous_service_manifest(make_spec(), cfg()))
-    out.append(m.run_network_policy_manifest(make_spec(), cfg()))
+    out.append(network.run_network_policy_manifest(make_spec(), cfg()))
     node = node_object()
     quarantined = m.strategic_merge(node, m.quarantine_patch(node, cfg(), "xid 79"))
     out += [quarantined, m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))]
