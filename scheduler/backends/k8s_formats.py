@@ -1,9 +1,12 @@
 """The texts the Kubernetes backend writes and reads back: checkpoint request ids (a pod
-annotation) and the cursor over a ``timestamps=true`` pod log."""
+annotation), the cursor over a ``timestamps=true`` pod log, and the address blocks of the
+egress setting."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 _REQUEST_ID_FORMAT = "%Y%m%dT%H%M%S.%fZ"
@@ -79,3 +82,24 @@ def read_timestamped_log(
         lines.append(body)
         size += len(body.encode())
     return lines, position
+
+
+# --------------------------------------------------------------------------- egress
+
+
+def egress_cidrs_error(value: object) -> str | None:
+    """Why ``value`` is not a list of address blocks for ``egress_denied_cidrs`` (IPv4 or IPv6
+    networks in CIDR form, no host bits set: a NetworkPolicy's ``except`` holds networks);
+    None when it is one."""
+    if isinstance(value, str):
+        return "egress_denied_cidrs must be a list of CIDR blocks, not a string"
+    if not isinstance(value, Sequence):
+        return "egress_denied_cidrs must be a list of CIDR blocks"
+    for item in value:
+        if not isinstance(item, str):
+            return f"egress_denied_cidrs: {item!r} is not a CIDR block"
+        try:
+            ipaddress.ip_network(item, strict=True)
+        except ValueError as exc:
+            return f"egress_denied_cidrs: {item!r} is not a CIDR block ({exc})"
+    return None

@@ -39,6 +39,7 @@ from scheduler.backends.base import (
     worker_envs,
 )
 from scheduler.backends.base import worker_slots as _worker_slots
+from scheduler.backends.k8s_formats import egress_cidrs_error
 
 # Label and annotation keys the platform writes and reads. They are part of the contract with
 # operators (RBAC, dashboards, kubectl selectors): see docs/backends/kubernetes.md.
@@ -135,6 +136,9 @@ class KubernetesConfig:
     # One NetworkPolicy per run admitting ingress to its pods only from pods of the same run:
     # rendezvous (c10d TCPStore, NCCL) has no authentication.
     network_policy: bool = True
+    # Address blocks the run's pods may not reach (the policy then limits egress too): the
+    # cloud's metadata service, the cluster's pod and service ranges, the platform's database.
+    egress_denied_cidrs: tuple[str, ...] = ()
     # "baseline" (what every pod gets) or "restricted" (the Pod Security Standard: also drop
     # every capability and refuse to run as root), and the uid workers run as (None: the
     # image's own user).
@@ -163,7 +167,15 @@ class KubernetesConfig:
         if extra:
             raise ValueError(f"unknown kubernetes backend settings: {sorted(extra)}")
         values = {k: v for k, v in raw.items() if k in known}
-        for key in ("gpu_taint_keys", "image_pull_secrets", "prestop_command"):
+        denied_error = egress_cidrs_error(values.get("egress_denied_cidrs", ()))
+        if denied_error:
+            raise ValueError(denied_error)
+        for key in (
+            "gpu_taint_keys",
+            "image_pull_secrets",
+            "prestop_command",
+            "egress_denied_cidrs",
+        ):
             if key in values:
                 if isinstance(values[key], str):
                     raise ValueError(f"{key} must be a list, not a string")
@@ -183,6 +195,10 @@ class KubernetesConfig:
             raise ValueError("retry_attempts must be at least 1")
         if cfg.finished_run_ttl_s < 0:
             raise ValueError("finished_run_ttl_s must be >= 0")
+        if cfg.egress_denied_cidrs and not cfg.network_policy:
+            raise ValueError(
+                "egress_denied_cidrs needs network_policy: the run's policy holds them"
+            )
         if cfg.pod_security not in POD_SECURITY_LEVELS:
             raise ValueError(f"pod_security must be one of {list(POD_SECURITY_LEVELS)}")
         if cfg.run_as_user is not None and (

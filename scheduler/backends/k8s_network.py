@@ -3,6 +3,7 @@ only from pods of the same run, and which leftover policies the sync may delete.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -28,22 +29,55 @@ def run_network_policy_manifest(spec: BackendJobSpec, cfg: KubernetesConfig) -> 
     the new one's TCPStore corrupts it as surely as a stranger), and a team name that is not a
     label value has no team label to select on. A pod selected by any NetworkPolicy is isolated
     for ingress, so this alone shuts the run's pods to every other pod, even where the namespace
-    has no default-deny. Egress is left open (datasets, object stores, experiment trackers).
+    has no default-deny. Egress is left open (datasets, object stores, experiment trackers)
+    unless ``egress_denied_cidrs`` names blocks to shut (see :func:`_egress_rules`).
     The selectors read only labels the platform sets from its own ids (the job's fields never
     become labels), and only the platform may create pods in the namespace."""
     check_identity(spec.job_id, spec.attempt, spec.workers)
     run = spec.backend_name
     members = {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_RUN: run}}
+    policy: dict[str, Any] = {
+        "podSelector": members,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": members}]}],
+    }
+    if cfg.egress_denied_cidrs:
+        policy["policyTypes"] = ["Ingress", "Egress"]
+        policy["egress"] = _egress_rules(members, cfg.egress_denied_cidrs)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": run_object_metadata(spec, cfg),
-        "spec": {
-            "podSelector": members,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": members}]}],
-        },
+        "spec": policy,
     }
+
+
+def _egress_rules(members: dict[str, Any], denied: Iterable[str]) -> list[dict[str, Any]]:
+    """Egress that reaches everything but the ``denied`` blocks: the run's own pods (any port),
+    DNS (port 53 anywhere: the cluster's resolver is a pod whose labels differ by distribution),
+    and every address of each family outside its denied blocks. A family whose whole range is
+    denied (``0.0.0.0/0``, ``::/0``) gets no block at all.
+
+    The run's own pods are named by selector, not left to the address blocks: a CNI may match
+    ``ipBlock`` only against addresses outside the cluster (Cilium does), and the rendezvous
+    must hold there too."""
+    families: dict[int, list[str]] = {4: [], 6: []}
+    for block in denied:
+        network = ipaddress.ip_network(block)
+        families[network.version].append(str(network))
+    rules: list[dict[str, Any]] = [
+        {"to": [{"podSelector": members}]},
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+    ]
+    peers = []
+    for version, everything in ((4, "0.0.0.0/0"), (6, "::/0")):
+        blocks = sorted(set(families[version]))
+        if everything in blocks:
+            continue
+        peers.append({"ipBlock": {"cidr": everything, **({"except": blocks} if blocks else {})}})
+    if peers:
+        rules.append({"to": peers})
+    return rules
 
 
 def orphan_policy_runs(

@@ -285,6 +285,26 @@ def test_each_run_gets_a_network_policy_before_any_of_its_pods(server, backend):
     assert len(server.requests_matching("GET", POLICIES + "/gp-1001-a1$")) == 1
 
 
+def test_denied_egress_blocks_reach_the_api_server_in_the_runs_policy(server):
+    backend = Harness(server, egress_denied_cidrs=["169.254.169.254/32", "fd00::/8"]).backend
+    backend.submit(make_spec())
+    policy = server.network_policies[(NS, "gp-1001-a1")]
+    run = {"app.kubernetes.io/managed-by": "gpuplatform", "gpuplatform.io/run": "gp-1001-a1"}
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["egress"] == [
+        {"to": [{"podSelector": {"matchLabels": run}}]},
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {
+            "to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}},
+            ]
+        },
+    ]
+    backend.submit(make_spec())  # again: found, and the same spec, so adopted
+    assert len(server.pods) == 2
+
+
 def test_a_lost_policy_answer_is_retried_into_already_exists(server, backend):
     server.fail("POST", POLICIES + "$", -1, times=1)
     backend.submit(make_spec())

@@ -3,6 +3,8 @@ Kubernetes OpenAPI schemas (kubernetes-validate, strict) for several Kubernetes 
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from scheduler.backends import backend_config_problem
 from scheduler.backends import k8s_manifests as m
 from scheduler.backends import k8s_network as network
 from scheduler.backends.base import BackendJobSpec, BackendRejected
@@ -225,6 +228,125 @@ def test_a_runs_pods_accept_connections_only_from_the_same_run():
     # Every port (NCCL listens where it likes), from this namespace only.
     (rule,) = policy["spec"]["ingress"]
     assert set(rule) == {"from"}
+
+
+def egress_allows(
+    policy: dict,
+    source: dict,
+    *,
+    pod: dict | None = None,
+    ip: str = "",
+    port: int = 443,
+    protocol: str = "TCP",
+) -> bool:
+    """Whether ``policy`` lets ``source`` open a connection to ``pod`` (of its namespace) or to the
+    address ``ip``, by the NetworkPolicy egress rules: a pod it selects for Egress may reach only
+    what one rule admits (its peers, or anywhere when it has none, on its ports, or any port when
+    it has none); an ``ipBlock`` holds its ``cidr`` minus its ``except``. Addresses are matched
+    as Calico matches them (ipBlock applies to every address)."""
+    spec = policy["spec"]
+    if not _selects(spec["podSelector"], source["metadata"]["labels"]):
+        return True
+    if "Egress" not in spec["policyTypes"]:
+        return True
+
+    def peer_admits(peer: dict) -> bool:
+        if "podSelector" in peer:
+            assert set(peer) == {"podSelector"}
+            return pod is not None and _selects(peer["podSelector"], pod["metadata"]["labels"])
+        block = peer["ipBlock"]
+        if not ip:
+            return False
+        address = ipaddress.ip_address(ip)
+        inside = ipaddress.ip_network(block["cidr"])
+        if address.version != inside.version or address not in inside:
+            return False
+        return not any(
+            address in ipaddress.ip_network(e)
+            for e in block.get("except", [])
+            if ipaddress.ip_network(e).version == address.version
+        )
+
+    for rule in spec.get("egress", []):
+        ports = rule.get("ports")
+        if ports and not any(p["port"] == port and p["protocol"] == protocol for p in ports):
+            continue
+        peers = rule.get("to")
+        if not peers or any(peer_admits(peer) for peer in peers):
+            return True
+    return False
+
+
+def test_egress_is_open_unless_blocks_are_denied():
+    spec = make_spec()
+    w0, w1 = (pod for pod, _ in m.pod_manifests(spec, cfg()))
+    policy = network.run_network_policy_manifest(spec, cfg())
+    assert policy["spec"]["policyTypes"] == ["Ingress"] and "egress" not in policy["spec"]
+    assert egress_allows(policy, w0, ip="169.254.169.254", port=80)
+
+
+def test_denied_blocks_are_shut_and_the_rest_stays_reachable():
+    config = cfg(
+        egress_denied_cidrs=["169.254.169.254/32", "10.0.0.0/8", "fd00::/8", "192.168.0.0/16"]
+    )
+    spec = make_spec()
+    (w0, _), (w1, _) = m.pod_manifests(spec, config)
+    other_run, _ = m.pod_manifests(make_spec(job_id="43"), config)[0]
+    policy = network.run_network_policy_manifest(spec, config)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    # The cloud's metadata service (node credentials), the cluster's pod range, an IPv6 range.
+    assert not egress_allows(policy, w0, ip="169.254.169.254", port=80)
+    assert not egress_allows(policy, w0, ip="10.12.3.4", port=5432)
+    assert not egress_allows(policy, w0, ip="fd00::1", port=6379)
+    assert not egress_allows(policy, w0, ip="192.168.7.7", port=22)
+    # Another run's pod is not reached by its selector (its address is in the denied range).
+    assert not egress_allows(policy, w0, pod=other_run, port=29500)
+    # The run's own pods on any port (the rendezvous, NCCL), DNS anywhere, the rest of the world.
+    assert egress_allows(policy, w0, pod=w1, port=29500)
+    assert egress_allows(policy, w0, pod=w1, port=41234)
+    assert egress_allows(policy, w0, ip="10.96.0.10", port=53, protocol="UDP")
+    assert egress_allows(policy, w0, ip="10.96.0.10", port=53, protocol="TCP")
+    assert egress_allows(policy, w0, ip="151.101.0.223", port=443)
+    assert egress_allows(policy, w0, ip="2a04:4e42::223", port=443)
+    # Ingress is what it was without the setting.
+    assert (
+        policy["spec"]["ingress"]
+        == network.run_network_policy_manifest(spec, cfg())["spec"]["ingress"]
+    )
+
+
+def test_a_family_denied_whole_reaches_only_the_run_and_dns():
+    config = cfg(egress_denied_cidrs=["0.0.0.0/0"])
+    spec = make_spec()
+    (w0, _), (w1, _) = m.pod_manifests(spec, config)
+    policy = network.run_network_policy_manifest(spec, config)
+    assert not egress_allows(policy, w0, ip="151.101.0.223", port=443)
+    assert egress_allows(policy, w0, ip="2a04:4e42::223", port=443)
+    assert egress_allows(policy, w0, pod=w1, port=29500)
+    assert egress_allows(policy, w0, ip="8.8.8.8", port=53, protocol="UDP")
+    both = network.run_network_policy_manifest(spec, cfg(egress_denied_cidrs=["0.0.0.0/0", "::/0"]))
+    assert [rule.get("to") for rule in both["spec"]["egress"]][2:] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("10.0.0.0/8", "a list of CIDR blocks, not a string"),
+        (["10.0.0.1/8"], "'10.0.0.1/8' is not a CIDR block (10.0.0.1/8 has host bits set)"),
+        (["metadata"], "'metadata' is not a CIDR block"),
+        ([8], "8 is not a CIDR block"),
+        ({"cidr": "10.0.0.0/8"}, "must be a list of CIDR blocks"),
+    ],
+)
+def test_egress_blocks_that_are_not_networks_are_refused(value, reason):
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        cfg(egress_denied_cidrs=value)
+    assert reason in backend_config_problem("kubernetes", {"egress_denied_cidrs": value})
+
+
+def test_egress_blocks_need_the_runs_policy():
+    with pytest.raises(ValueError, match="egress_denied_cidrs needs network_policy"):
+        cfg(egress_denied_cidrs=["10.0.0.0/8"], network_policy=False)
 
 
 def test_nothing_a_user_submits_reaches_a_label_or_what_a_selector_reads():
@@ -549,6 +671,14 @@ def _every_manifest() -> list[dict]:
     out.append(m.binding_manifest(pod["metadata"]["name"], config.namespace, node))
     out.append(m.rendezvous_service_manifest(make_spec(), cfg()))
     out.append(network.run_network_policy_manifest(make_spec(), cfg()))
+    for denied in (
+        ["169.254.169.254/32", "10.0.0.0/8", "fd00::/8"],
+        ["0.0.0.0/0"],
+        ["0.0.0.0/0", "::/0"],
+    ):
+        out.append(
+            network.run_network_policy_manifest(make_spec(), cfg(egress_denied_cidrs=denied))
+        )
     node = node_object()
     quarantined = m.strategic_merge(node, m.quarantine_patch(node, cfg(), "xid 79"))
     out += [quarantined, m.strategic_merge(quarantined, m.release_patch(quarantined, cfg()))]
