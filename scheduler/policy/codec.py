@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from scheduler.policy.fields import FIELDS, LEGACY, Field
+from scheduler.policy.fields import FIELDS, LEGACY, MAX_LAS_THRESHOLDS, Field
 from scheduler.policy.jsonread import (
     SnapshotError,
     _bool,
@@ -145,7 +145,12 @@ def _field(f: Field, value: Any, path: str) -> Any:
             raise SnapshotError(path, f"must be <= {_fmt(f.high)}")
         return v
     if kind == "integer":
-        return _int(value, path, minimum=None if f.low is None else int(f.low))
+        return _int(
+            value,
+            path,
+            minimum=None if f.low is None else int(f.low),
+            maximum=None if f.high is None else int(f.high),
+        )
     if kind == "choice":
         order = _str(value, path)
         if order not in QUEUE_ORDERS:
@@ -161,6 +166,8 @@ def _field(f: Field, value: Any, path: str) -> Any:
 
 def _thresholds(value: Any, path: str) -> tuple[float, ...]:
     items = _list(value, path)
+    if len(items) > MAX_LAS_THRESHOLDS:
+        raise SnapshotError(path, f"must have at most {MAX_LAS_THRESHOLDS} thresholds")
     th = tuple(_num(x, f"{path}[{k}]") for k, x in enumerate(items))
     for k, x in enumerate(th):
         if x <= 0:

@@ -18,7 +18,17 @@ from dataclasses import dataclass, fields
 
 from scheduler.policy.model import QUEUE_ORDERS, Config, Las
 
-__all__ = ["FIELDS", "LEGACY", "Field", "docs_table"]
+__all__ = ["FIELDS", "LEGACY", "MAX_CYCLE_COUNT", "MAX_LAS_THRESHOLDS", "Field", "docs_table"]
+
+# The upper bound of a per-cycle count (``max_preemption_attempts``, ``reservations_per_model``).
+# Each counts blocked pending jobs of one cycle (a reservation is one job's, a preemption plan one
+# job's on one GPU model), so a bound ten times the largest cycle the benchmarks measure (10,000
+# pending jobs on 1,000 nodes x 8 GPUs, docs/benchmarks.md) means "no limit" on any real cluster
+# and changes no decision; above it a value only ever meant "unlimited" (or a typo: 1e30).
+MAX_CYCLE_COUNT = 100_000
+# The most LAS thresholds (so at most 64 queues per class, the bound of
+# ``las.bottom_fifo_queues``): Tiresias uses two or three, the default four.
+MAX_LAS_THRESHOLDS = 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +40,7 @@ class Field:
     meaning: str
     low: float | None = None  # the smallest value accepted ...
     above: bool = False  # ... or, when set, the value it must exceed
-    high: float | None = None  # the largest value accepted
+    high: float | None = None  # the largest value accepted (of "thresholds": the most items)
     nullable: bool = False  # null turns the field's rule off
 
     @property
@@ -104,6 +114,7 @@ FIELDS: tuple[Field, ...] = (
         "cases 2 waited longer on 12 and lost a goal, 10 traded two goals for two; "
         'docs/benchmarks.md, "The other defaults on the 22 cases")',
         low=0,
+        high=MAX_CYCLE_COUNT,
     ),
     Field(
         "reservations_per_model",
@@ -112,6 +123,7 @@ FIELDS: tuple[Field, ...] = (
         "reservation changed hands between cycles and big gangs starved; on the 22 cases 1 lost "
         "two goals and 8 waited longer on 5 cases, shorter on 1)",
         low=1,
+        high=MAX_CYCLE_COUNT,
     ),
     Field(
         "victims_lowest_rank_first",
@@ -146,6 +158,7 @@ FIELDS: tuple[Field, ...] = (
         "las.thresholds_gpu_s",
         "thresholds",
         "attained GPU-seconds at which a job drops to the next queue of its class; ascending, > 0",
+        high=MAX_LAS_THRESHOLDS,
     ),
     Field(
         "las.fifo_one_node_after_s",
@@ -175,6 +188,7 @@ FIELDS: tuple[Field, ...] = (
         "this many most-served queues of a class (from the last) are served in submission order "
         "and give up their most recently submitted job first; `null` = none",
         low=1,
+        high=MAX_LAS_THRESHOLDS + 1,
         nullable=True,
     ),
     Field(
@@ -217,6 +231,8 @@ def _json(value: object) -> str:
 
 
 def _bounds(f: Field) -> str:
+    if f.kind == "thresholds":
+        return f"(1 to {f.high:g} of them)" if f.high is not None else ""
     parts = []
     if f.low is not None:
         parts.append(f"{'>' if f.above else '>='} {f.low:g}")

@@ -48,6 +48,10 @@ def test_an_admin_applies_diffs_and_rolls_back(as_admin, tmp_path):
     refused = as_admin("policy", "apply", str(candidate), "-m", "bad")
     assert refused.code == 2
     assert "engine_config.queue_aging_s" in refused.err
+    candidate.write_text("engine_config:\n  max_preemption_attempts: 1.0e+30\n")
+    refused = as_admin("policy", "apply", str(candidate), "-m", "absurd")
+    assert refused.code == 2
+    assert "engine_config.max_preemption_attempts: must be <= 100000" in refused.err
     candidate.write_text("team_weight:\n  nlp: 1\n")
     assert as_admin("policy", "apply", str(candidate), "-m", "typo").code == 2
     assert as_admin("policy", "diff", "1", "x").code == 2

@@ -85,6 +85,19 @@ def test_apply_puts_a_new_version_in_force_for_the_next_cycle(platform, env_poli
         ({"priority_classes": {"research": {"value": 1.5}}}, "priority_classes.research.value"),
         ({"priority_classes": {"vip": {}}}, "priority_classes.vip"),
         ({"reason": ""}, "reason"),
+        # Counts without an upper bound took these and stored them.
+        (
+            {"engine_config": {"max_preemption_attempts": 1e30}},
+            "engine_config.max_preemption_attempts",
+        ),
+        (
+            {"engine_config": {"reservations_per_model": 10**30}},
+            "engine_config.reservations_per_model",
+        ),
+        (
+            {"engine_config": {"las": {"bottom_fifo_queues": 1e30}}},
+            "engine_config.las.bottom_fifo_queues",
+        ),
     ],
 )
 def test_bad_fields_are_a_400_naming_the_field_and_nothing_changes(

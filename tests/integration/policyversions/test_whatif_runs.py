@@ -552,6 +552,14 @@ def test_a_name_both_edited_and_taken_from_a_version_is_refused(demo, api_as):
         ({"candidates": {"c": []}}, "candidates.c"),
         ({"candidates": {"c": {}}, "candidate_versions": {"old": 10**30}}, "candidate_versions"),
         ({"candidates": {"c": {}}, "cluster": ["x"]}, "cluster"),
+        (
+            {"candidates": {"c": {"max_preemption_attempts": 1e30}}},
+            "candidates.c.max_preemption_attempts",
+        ),
+        (
+            {"candidates": {"c": {"engine_config": {"reservations_per_model": 1e30}}}},
+            "candidates.c.engine_config.reservations_per_model",
+        ),
     ],
 )
 def test_more_bad_input_is_a_400_naming_the_field(demo, api_as, body, field):

@@ -33,6 +33,10 @@ def _check(value: str) -> subprocess.CompletedProcess:
             '{"las": {"bottom_fifo_queues": 0}}',
             "SCHEDULER_POLICY.las.bottom_fifo_queues: must be >= 1",
         ),
+        (
+            '{"reservations_per_model": 1e30}',
+            "SCHEDULER_POLICY.reservations_per_model: must be <= 100000",
+        ),
         ("{oops", "SCHEDULER_POLICY: not JSON"),
         ("[1]", "SCHEDULER_POLICY: must be an object"),
     ],

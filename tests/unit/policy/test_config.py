@@ -22,7 +22,7 @@ from scheduler.policy import (
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from scheduler.policy.fields import FIELDS, LEGACY, docs_table
+from scheduler.policy.fields import FIELDS, LEGACY, MAX_LAS_THRESHOLDS, docs_table
 
 from .test_codec import CONTRACT_EXAMPLE
 
@@ -247,3 +247,54 @@ def test_the_decide_command_names_a_flat_key_on_stderr_and_decides_as_before(tmp
     assert outputs[1].err == (
         "warning: config.las_long_run_s is deprecated: use las.long_run_s (0 is null)\n"
     )
+
+
+COUNTS = [f for f in FIELDS if f.kind == "integer"]
+
+
+def test_every_count_has_an_upper_bound():
+    # A count without one took 1e30 (stored, audited, replayed): every integer field of the
+    # configuration, and the thresholds' number, states its largest value.
+    assert COUNTS, "no integer field left to check"
+    assert all(f.high is not None for f in COUNTS), [f.key for f in COUNTS if f.high is None]
+    assert all(f.high is not None for f in FIELDS if f.kind == "thresholds")
+
+
+@pytest.mark.parametrize("f", COUNTS, ids=lambda f: f.key)
+@pytest.mark.parametrize("absurd", [1e30, 10**30, "bound + 1"])
+def test_an_absurd_count_is_refused_naming_the_field_and_the_bound_is_accepted(f, absurd):
+    assert f.high is not None
+    bound = int(f.high)
+    value = bound + 1 if absurd == "bound + 1" else absurd
+    data = {"las": {f.name: value}} if f.section else {f.key: value}
+    with pytest.raises(SnapshotError) as err:
+        config_from_dict(data)
+    assert str(err.value) == f"config.{f.key}: must be <= {bound}"
+    snapshot = copy.deepcopy(CONTRACT_EXAMPLE)
+    snapshot["config"].update(data)
+    with pytest.raises(SnapshotError, match=f"config.{f.key}: must be <= {bound}"):
+        snapshot_from_dict(snapshot)
+    at_bound = {"las": {f.name: bound}} if f.section else {f.key: bound}
+    assert _get(config_from_dict(at_bound), f.key) == bound
+
+
+def test_too_many_las_thresholds_are_refused_also_in_todays_flat_key():
+    th = [float(k + 1) for k in range(MAX_LAS_THRESHOLDS)]
+    assert config_from_dict({"las": {"thresholds_gpu_s": th}}).las.thresholds_gpu_s == tuple(th)
+    too_many = [*th, th[-1] + 1]
+    with pytest.raises(SnapshotError) as err:
+        config_from_dict({"las": {"thresholds_gpu_s": too_many}})
+    assert str(err.value) == (
+        f"config.las.thresholds_gpu_s: must have at most {MAX_LAS_THRESHOLDS} thresholds"
+    )
+    with pytest.warns(DeprecationWarning), pytest.raises(SnapshotError, match="at most"):
+        config_from_dict({"las_thresholds_gpu_s": too_many})
+
+
+def test_the_bounds_keep_every_default():
+    # Bounds that refused a default (or a variant the benchmarks run) would change decisions.
+    config = Config()
+    for f in COUNTS:
+        value = _get(config, f.key)
+        assert value is None or value <= f.high, f.key
+    assert len(Las().thresholds_gpu_s) <= MAX_LAS_THRESHOLDS
