@@ -400,6 +400,10 @@ if env.bool("DEMO_WORKLOAD", default=False):
 # marked failed: a long or overloaded history, or many candidates, could otherwise hold the what-if
 # worker for hours (an overloaded 5,000-job history took more than 5 minutes per policy).
 WHATIF_MAX_RUNTIME_SECONDS = env.float("WHATIF_MAX_RUNTIME_SECONDS", default=2 * 3600.0)
+# The most finished jobs a what-if window may hold: the simulator keeps every job of the window
+# in memory for each policy, so a bigger window is refused up front (a 400 naming the window and
+# its count), never cut short. 20,000 is four times the 5,000-job history above.
+WHATIF_MAX_JOBS = env.int("WHATIF_MAX_JOBS", default=20_000)
 
 # Telemetry (defaults in telemetry; see docs/telemetry.md).
 METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")

@@ -16,6 +16,9 @@ those an admin gets from the two commands by hand. Beyond them, each policy gets
 page draws (``details``): its waiting-time quantiles, GPU utilization over time, and per team the
 jobs, waits, the GPU share received while jobs were arriving and the team's fair share.
 
+A window of more than ``WHATIF_MAX_JOBS`` finished jobs is refused before anything is exported
+(the simulator holds every job of the window in memory, once per policy), never replayed in part.
+
 This module runs the replay synchronously; the portal and API run it on Celery
 (``whatif_runs.whatif_run_execute``) and pass ``watch`` to hear progress and to stop it.
 """
@@ -26,19 +29,22 @@ import io
 import json
 import tempfile
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.errors import FieldErrors
+from scheduler.models import Job
 from scheduler.policy import config_from_dict, config_to_dict
 from scheduler.simulation import SimulationError
 from scheduler.simulation.cli import replay_policies
 from scheduler.simulation.history import with_policy
 from scheduler.simulation.runner import POLICIES, VARIANTS
+from scheduler.states import FINAL_STATES
 
 from .services import (
     CLASS_FIELDS,
@@ -167,6 +173,44 @@ def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> dic
     return policies
 
 
+def whatif_window_jobs(*, cluster: Any, since: datetime, until: datetime) -> int:
+    """The jobs a replay of ``cluster`` (a Cluster or its name) over [since, until) loads: those
+    submitted then that ran and ended (what ``export_trace`` writes), in one COUNT."""
+    jobs = Job.objects.filter(
+        submitted_at__gte=since,
+        submitted_at__lt=until,
+        state__in=FINAL_STATES,
+        started_at__isnull=False,
+        finished_at__isnull=False,
+    )
+    jobs = (
+        jobs.filter(cluster__name=cluster)
+        if isinstance(cluster, str)
+        else jobs.filter(cluster=cluster)
+    )
+    return int(jobs.count())
+
+
+def whatif_size_problem(*, cluster: Any, since: datetime, until: datetime) -> str | None:
+    """Why the window is too big to replay (more jobs than ``WHATIF_MAX_JOBS``), naming the
+    window and the count; None when it is not. Refused up front, never cut short: a replay of
+    part of a window would answer another question than the one asked."""
+    limit = int(settings.WHATIF_MAX_JOBS)
+    count = whatif_window_jobs(cluster=cluster, since=since, until=until)
+    if count <= limit:
+        return None
+    name = cluster if isinstance(cluster, str) else cluster.name
+    days = (until - since) / timedelta(days=1)
+    window = (
+        f"the {days:g} day{'' if days == 1 else 's'} from "
+        f"{since.astimezone(UTC):%Y-%m-%d %H:%M} to {until.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    return (
+        f"{window} hold {count:,} finished jobs of cluster {name}, more than a replay takes "
+        f"(WHATIF_MAX_JOBS: {limit:,}); choose a shorter window"
+    )
+
+
 def not_replayed(policy: dict[str, Any], classes_now: dict[str, dict]) -> list[str]:
     """The candidate's changes a replay of finished jobs cannot show: a priority class's
     ``preemptible_by_default`` and ``restricted`` act when a job is submitted, and the
@@ -270,14 +314,25 @@ def whatif_replay(
 ) -> dict[str, Any]:
     """``{"results": policy -> metrics, "details": policy -> chart data, "jobs": n}`` for the jobs
     submitted on ``cluster`` in [since, until). Bad input is FieldErrors; a history that cannot
-    be replayed is ReplayFailed. ``watch(policy, policy_index, policies, jobs_done, jobs)`` hears
-    progress (about 200 times per policy) and may raise to stop the replay."""
+    be replayed is ReplayFailed; a window of more than ``WHATIF_MAX_JOBS`` jobs is FieldErrors
+    (``window``). ``watch(policy, policy_index, policies, jobs_done, jobs)`` hears
+    progress (about 200 times per policy as jobs finish, and every few dozen simulator rounds
+    and engine calls even while none finishes) and may raise to stop the replay."""
     candidates = whatif_validate(since=since, until=until, candidates=candidates)
+    # Checked again here: the run was started a while ago, and its window's jobs may have
+    # finished since (the export streams, but the simulator holds every job in memory).
+    too_big = whatif_size_problem(cluster=cluster, since=since, until=until)
+    if too_big is not None:
+        raise FieldErrors({"window": [too_big]})
     names = [BASELINE, *candidates]
     meters = {name: _ShareMeter() for name in names}
 
     def on_progress(policy: str, sim: Any, done: int, total: int, now: float) -> None:
         meters[policy].sample(sim, now)
+        on_tick(policy, sim, done, total, now)
+
+    def on_tick(policy: str, sim: Any, done: int, total: int, now: float) -> None:
+        # Not sampled for the shares: their samples stay the 0.5 % steps the docs describe.
         if watch is not None:
             watch(policy, names.index(policy), len(names), done, total)
 
@@ -297,7 +352,7 @@ def whatif_replay(
             raise ReplayFailed(f"the history could not be exported: {exc}") from None
         try:
             results, sims, history = replay_policies(
-                compare_arguments(trace, out, candidates), watch=on_progress
+                compare_arguments(trace, out, candidates), watch=on_progress, tick=on_tick
             )
         except (OSError, ValueError, KeyError, SimulationError) as exc:
             raise ReplayFailed(f"the replay failed: {exc}") from None

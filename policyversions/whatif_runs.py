@@ -10,6 +10,7 @@ or cancel. Progress is published to the platform admins' what-if group after eac
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import timedelta
@@ -29,7 +30,13 @@ from tenants.audit import audit_record
 
 from .models import LIVE_WHATIF_STATUSES, PolicyVersion, WhatIfRun, WhatIfStatus
 from .services import current_tables, policy_apply, policy_version_seed, require_admin
-from .whatif import MAX_WINDOW, ReplayFailed, whatif_replay, whatif_validate
+from .whatif import (
+    MAX_WINDOW,
+    ReplayFailed,
+    whatif_replay,
+    whatif_size_problem,
+    whatif_validate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +49,20 @@ WHATIF_STALE_AFTER_S = 600.0
 # the way (broker restarted, no worker running): without this it would hold its cluster's one
 # replay slot for ever.
 WHATIF_QUEUED_STALE_AFTER_S = 3600.0
+# While no job of the replay finishes (no new percent to report), the worker still reads the
+# cancel flag and renews its heartbeat this often: one UPDATE a second at most, and a cancel
+# or a long quiet stretch is noticed within about a second of work.
+WHATIF_CHECK_EVERY_S = 1.0
 
 
 class WhatIfCancelled(Exception):
-    """Raised inside the replay's progress hook when the run was asked to stop."""
+    """Raised inside the replay's progress hook when the run was asked to stop; the message
+    says where the replay was."""
 
 
 class WhatIfTooLong(Exception):
     """Raised inside the replay's progress hook when the replay has run past
-    ``WHATIF_MAX_RUNTIME_SECONDS``."""
+    ``WHATIF_MAX_RUNTIME_SECONDS``; the message says where the replay was."""
 
 
 def _whatif_payload(run) -> dict:
@@ -163,7 +175,8 @@ def whatif_run_start(
     """Record a what-if run of the last ``window_days`` days (up to ``until``, default now) of
     ``cluster`` (its name; default the only enabled cluster) and queue it on Celery after commit.
     Platform admins only (anyone else NotFound). Bad input is FieldErrors naming the field
-    (``cluster``, ``window_days``, ``candidates.<name>.<field>``) and nothing is written; a
+    (``cluster``, ``window_days``, also for a window of more than ``WHATIF_MAX_JOBS`` finished
+    jobs, ``candidates.<name>.<field>``) and nothing is written; a
     second live run of the same cluster is a Conflict naming the one running."""
     require_admin(user)
     errors: dict[str, list[str]] = {}
@@ -217,6 +230,10 @@ def whatif_run_start(
             )
         except FieldErrors as exc:
             errors.update(exc.errors)
+    if days is not None and target is not None and "window_days" not in errors:
+        too_big = whatif_size_problem(cluster=target, since=end - timedelta(days=days), until=end)
+        if too_big is not None:
+            errors["window_days"] = [too_big]
     if errors:
         raise FieldErrors(errors)
     whatif_run_reap_stale(cluster=target)
@@ -263,8 +280,9 @@ def whatif_run_start(
 
 def whatif_run_cancel(*, user, run_id: int):
     """Stop a live run (platform admins only). A queued run is cancelled at once; a running one
-    is flagged and its worker stops at its next progress report (within 0.5 % of the replay) and
-    marks it cancelled. A finished run is a Conflict."""
+    is flagged and its worker stops within about a second of replaying (it reads the flag at
+    every percent of the replay and, between them, every ``WHATIF_CHECK_EVERY_S``) and marks it
+    cancelled. A finished run is a Conflict."""
     require_admin(user)
     run = WhatIfRun.objects.filter(pk=run_id).first()
     if run is None:
@@ -302,10 +320,13 @@ def whatif_run_cancel(*, user, run_id: int):
 def whatif_run_execute(*, run_id: int) -> None:
     """Run a queued what-if run to its end (the Celery task's body). Claims the run with a
     conditional UPDATE (queued -> running), so a duplicated or late task does nothing; a
-    missing or already claimed run is a clean exit. Progress is saved and published about 200
-    times per policy; a cancel request stops the replay there, and so does running past
-    ``WHATIF_MAX_RUNTIME_SECONDS`` (the run fails saying so). Every ending is recorded:
-    succeeded with the results, cancelled, or failed with the reason."""
+    missing or already claimed run is a clean exit. Progress is saved and published at every
+    percent of the replay. The replay's hook is also called every few dozen simulator rounds
+    and engine calls while no job finishes, so running past ``WHATIF_MAX_RUNTIME_SECONDS`` (the
+    run fails saying so) stops it however long no job finishes, and so does a cancel request
+    (read, with the heartbeat renewed, at every percent and at least every
+    ``WHATIF_CHECK_EVERY_S`` of replaying). Every ending is recorded: succeeded with the
+    results, cancelled, or failed with the reason."""
     now = timezone.now()
     claimed = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.QUEUED).update(
         status=WhatIfStatus.RUNNING,
@@ -318,25 +339,34 @@ def whatif_run_execute(*, run_id: int) -> None:
     _whatif_publish(run_id)
     run = WhatIfRun.objects.select_related("cluster").get(pk=run_id)
     last_percent = [-1]
+    # -inf: the first call reads the flag, so a cancel asked for before the replay began stops
+    # it at once.
+    last_check = [-math.inf]
     max_runtime_s = float(settings.WHATIF_MAX_RUNTIME_SECONDS)
     deadline = time.monotonic() + max_runtime_s
 
     def watch(policy: str, index: int, policies: int, done: int, total: int) -> None:
         fraction = min(1.0, (index + (done / total if total else 1.0)) / policies)
+        where = f"{fraction:.0%} ({policy}: {done:,} of {total:,} jobs finished)"
+        clock = time.monotonic()
         # Before the once-a-percent filter: a replay stuck in one percent is stopped too.
-        if time.monotonic() > deadline:
-            raise WhatIfTooLong(f"{fraction:.0%}")
+        if clock > deadline:
+            raise WhatIfTooLong(where)
         percent = int(fraction * 100)
-        if percent == last_percent[0]:
+        if percent == last_percent[0] and clock - last_check[0] < WHATIF_CHECK_EVERY_S:
             return
-        last_percent[0] = percent
+        moved = percent != last_percent[0]
+        last_percent[0], last_check[0] = percent, clock
         text = f"replaying {policy} ({index + 1} of {policies}): {done:,} of {total:,} jobs"
+        # Also the heartbeat: a replay where nothing finishes for ten minutes is alive, not
+        # a dead worker for the reaper to fail.
         updated = WhatIfRun.objects.filter(
             pk=run_id, status=WhatIfStatus.RUNNING, cancel_requested=False
         ).update(progress_fraction=fraction, progress_text=text, heartbeat_at=timezone.now())
         if not updated:
-            raise WhatIfCancelled
-        _whatif_publish(run_id)
+            raise WhatIfCancelled(where)
+        if moved:
+            _whatif_publish(run_id)
 
     def finish(*, unless_cancelled: bool = False, **fields) -> bool:
         rows = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING)
@@ -355,8 +385,11 @@ def whatif_run_execute(*, run_id: int) -> None:
             candidates=run.candidates,
             watch=watch,
         )
-    except WhatIfCancelled:
-        finish(status=WhatIfStatus.CANCELLED, progress_text="cancelled; the replay was stopped")
+    except WhatIfCancelled as exc:
+        finish(
+            status=WhatIfStatus.CANCELLED,
+            progress_text=f"cancelled; the replay was stopped at {exc}",
+        )
     except WhatIfTooLong as exc:
         finish(
             status=WhatIfStatus.FAILED,

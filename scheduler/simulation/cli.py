@@ -457,7 +457,13 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 
 def _run_one(
-    args, trace, cluster, name: str, policy, watch: Watch | None = None
+    args,
+    trace,
+    cluster,
+    name: str,
+    policy,
+    watch: Watch | None = None,
+    tick: Watch | None = None,
 ) -> tuple[dict[str, Any], Any]:
     bar = Progress(f"{name:>13}", enabled=not args.quiet)
     sim: Simulator | None = None
@@ -467,8 +473,18 @@ def _run_one(
         if watch is not None and sim is not None:
             watch(name, sim, done, total, now)
 
+    def ticked(done: int, total: int, now: float) -> None:
+        if tick is not None and sim is not None:
+            tick(name, sim, done, total, now)
+
     sim = Simulator(
-        trace, cluster, policy, _config(args), timer=time.perf_counter, progress=progress
+        trace,
+        cluster,
+        policy,
+        _config(args),
+        timer=time.perf_counter,
+        progress=progress,
+        tick=None if tick is None else ticked,
     )
     sim.run()
     metrics = compute_metrics(sim)
@@ -522,20 +538,21 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, ClusterSpec, History | None
 
 
 def replay_policies(
-    argv: list[str], *, watch: Watch | None = None
+    argv: list[str], *, watch: Watch | None = None, tick: Watch | None = None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Simulator], History | None]:
     """What ``compare`` computes for the command line ``argv`` (the same parsing, policies and
     replays, so the same metrics), for a caller in the same process: (policy -> metrics, policy
     -> finished simulator, the loaded history or None). ``watch(policy, sim, done, total, now)``
-    is called where the progress bar is drawn (every 0.5 % of the jobs); an exception it raises
-    stops the replay and propagates. Bad input raises ValueError, OSError, KeyError or
-    SimulationError (the command's exit status 2)."""
+    is called where the progress bar is drawn (every 0.5 % of the jobs finished), ``tick`` (same
+    arguments) every few dozen rounds of events and policy calls whether or not a job finished
+    (``Simulator.run``); an exception either raises stops the replay and propagates. Bad input
+    raises ValueError, OSError, KeyError or SimulationError (the command's exit status 2)."""
     args = build_parser().parse_args(argv)
     trace, cluster, history, objects = _prepare(args)
     results: dict[str, dict[str, Any]] = {}
     sims: dict[str, Simulator] = {}
     for p, policy in objects.items():
-        results[p], sims[p] = _run_one(args, trace, cluster, p, policy, watch)
+        results[p], sims[p] = _run_one(args, trace, cluster, p, policy, watch, tick)
     return results, sims, history
 
 

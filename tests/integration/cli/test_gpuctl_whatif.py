@@ -140,3 +140,19 @@ def test_a_member_gets_not_found(demo_admin, tmp_path):
     assert result.code == 1 and "not found" in result.err.lower()
     assert gpuctl("whatif", "list").code == 1
     assert not WhatIfRun.objects.exists()
+
+
+def test_a_window_over_the_job_cap_is_exit_2_naming_the_window_and_the_count(
+    demo_admin, tmp_path, settings
+):
+    settings.WHATIF_MAX_JOBS = 3
+    gpuctl = demo_admin("admin")
+    candidate = tmp_path / "c.json"
+    candidate.write_text('{"queue_aging_s": 600}')
+    result = gpuctl("whatif", "run", "--window", "2d", "--candidate", str(candidate))
+    assert result.code == 2, (result.out, result.err)
+    assert "window_days: the 2 days from " in result.err
+    assert "finished jobs of cluster demo, more than a replay takes (WHATIF_MAX_JOBS: 3)" in (
+        result.err
+    )
+    assert not WhatIfRun.objects.exists()

@@ -17,8 +17,9 @@ from scheduler.simulation import (
 )
 from scheduler.simulation.metrics import METRIC_KEYS, compute_metrics
 from scheduler.simulation.runner import make_policy
+from scheduler.simulation.simulator import TICK_EVERY
 
-from .builders import job, run
+from .builders import EXACT, job, run
 
 BASELINES = ("fifo", "fifo-backfill", "sjf", "tiresias")
 FAILING = SimConfig(
@@ -236,3 +237,47 @@ def test_a_preempted_job_stops_at_its_first_checkpoint_within_the_grace(
     assert sim.by_id["b"].first_start == pytest.approx(stopped_at)
     assert a.finish == pytest.approx(stopped_at + 10.0 + 5000.0 - saved_s)
     assert_conserved(sim)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _long_jobs() -> list:
+    # One GPU each for ten days on 4 GPUs: 4 start, 296 wait, none finishes for ten days.
+    return [job(f"j{k}", k * 60.0, 10 * 86400.0) for k in range(300)]
+
+
+def test_tick_hears_a_replay_where_no_job_finishes_and_can_stop_it():
+    """``progress`` is called as jobs finish: a replay whose jobs all run for days made every
+    arrival's engine call before a caller heard of it, so a bound or a cancel could not stop
+    it. ``tick`` is called every TICK_EVERY rounds and engine calls, finished jobs or not."""
+    heard: list[tuple[int, int, float]] = []
+
+    def tick(done: int, total: int, now: float) -> None:
+        heard.append((done, total, now))
+        raise _Stop
+
+    sim = Simulator(
+        _long_jobs(), uniform_cluster(1, 4), make_policy("gpuplatform"), EXACT, tick=tick
+    )
+    with pytest.raises(_Stop):
+        sim.run()
+    assert heard == [(0, 300, heard[0][2])]
+    assert sim.done == 0
+    # At the first TICK_EVERY units of work: rounds plus engine calls.
+    assert sim.decide_calls <= TICK_EVERY and heard[0][2] < 86400.0
+
+
+def test_tick_only_listens():
+    ticks: list[int] = []
+    heard = Simulator(
+        _long_jobs(), uniform_cluster(1, 4), make_policy("gpuplatform"), EXACT,
+        tick=lambda done, total, now: ticks.append(done),
+    ).run()  # fmt: skip
+    alone = Simulator(_long_jobs(), uniform_cluster(1, 4), make_policy("gpuplatform"), EXACT).run()
+    assert len(ticks) >= alone.decide_calls // TICK_EVERY > 0
+    assert ticks == sorted(ticks) and ticks[0] == 0
+    keys = [k for k in METRIC_KEYS if k not in ("wall_s", "decide_p50_ms", "decide_p99_ms")]
+    with_tick, without = compute_metrics(heard), compute_metrics(alone)
+    assert {k: with_tick.get(k) for k in keys} == {k: without.get(k) for k in keys}
