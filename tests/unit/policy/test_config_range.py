@@ -3,7 +3,7 @@
 An admin may put in force any configuration ``config_from_dict`` accepts (``policy_apply`` and
 the what-if check it with nothing more), so ``decide`` must return, with the contract's
 invariants, for every one of them, not only the documented defaults: a grace or half-life of
-1e300 s, a band just above 1, an integer with 400 digits, ``null`` wherever a field may be
+1e300 s, a band just above 1, a count at its upper bound, ``null`` wherever a field may be
 null, every queue order. Configurations are drawn from ``fields.FIELDS`` and built through the
 codec, so a field added there is covered here and an out-of-range draw fails loudly instead of
 testing nothing. Snapshots are the contended ones of ``test_properties``, with deadlines and
@@ -57,7 +57,9 @@ def _value(f: Field) -> st.SearchStrategy[Any]:
         s = _number(f)
     elif f.kind == "integer":
         low = int(f.low or 0)
-        s = st.sampled_from([low, *(n for n in INTEGERS if n > low)])
+        high = math.inf if f.high is None else int(f.high)
+        edges = [low, *(n for n in INTEGERS if low < n <= high)]
+        s = st.sampled_from(edges if f.high is None else [*edges, int(f.high)])
     elif f.kind == "choice":
         s = st.sampled_from(QUEUE_ORDERS)
     elif f.kind == "thresholds":
