@@ -214,11 +214,23 @@ class Backend(Protocol):
 class LogChunk:
     """A piece of a run's output. ``cursor`` (opaque) continues right after ``text``;
     ``truncated`` says text before this chunk was skipped (a tail, or a reader that fell behind
-    by more than one chunk)."""
+    by more than one chunk).
+
+    ``break_at`` and ``break_cursor`` are for a reader that must not show a line in two pieces
+    (the log as a team's viewer sees it: a secret split by two reads would escape its mask). Set
+    when ``text`` does not end on a line end (``\n`` or ``\r``): ``text[:break_at]`` ends on
+    its last line end (``break_at`` 0: ``text`` is one unfinished line) and ``break_cursor``
+    continues from there. In a line longer than the read allows, ``text`` ends where the read
+    did and ``break_at`` after its last blank (space or tab), so no word is cut; None when it
+    has none. ``at_limit``: the read stopped at its limit, so more output follows ``text``
+    already. A backend whose reads always end on a line end (Kubernetes) leaves these unset."""
 
     text: str
     cursor: str
     truncated: bool = False
+    break_at: int | None = None
+    break_cursor: str | None = None
+    at_limit: bool = False
 
 
 def byte_window(size: int | None, cursor: str | None, limit: int) -> tuple[int, bool]:
@@ -252,7 +264,39 @@ def byte_chunk(data: bytes, start: int, *, limit: int, tail: bool, truncated: bo
                 end -= 1
             end = end or len(data)
     text = data[begin:end].decode("utf-8", errors="replace")
-    return LogChunk(text=text, cursor=str(start + end), truncated=truncated)
+    full = len(data) >= limit and not tail
+    at = _break_in(data, begin, end, full=full)
+    if at is None:
+        return LogChunk(text=text, cursor=str(start + end), truncated=truncated, at_limit=full)
+    # The line ends and blanks are ASCII, so decoding the bytes before one gives exactly the
+    # characters of ``text`` before it (an undecodable byte never swallows one).
+    return LogChunk(
+        text=text,
+        cursor=str(start + end),
+        truncated=truncated,
+        break_at=len(data[begin:at].decode("utf-8", errors="replace")),
+        break_cursor=str(start + at),
+        at_limit=full,
+    )
+
+
+_LINE_ENDS = (b"\n", b"\r")
+
+
+def _break_in(data: bytes, begin: int, end: int, *, full: bool) -> int | None:
+    """The offset in ``data`` of :class:`LogChunk`'s break for the text ``data[begin:end]``
+    (None: no break). ``full``: the read stopped at its limit, more may follow."""
+    if begin >= end or data[end - 1 : end] in _LINE_ENDS:
+        return None
+    last_end = max(data.rfind(b"\n", begin, end), data.rfind(b"\r", begin, end))
+    if last_end >= 0:
+        return last_end + 1
+    if not full:
+        return begin  # one unfinished line: wait for its end
+    # A line longer than the read: break after its last blank, so no word (no token, no
+    # value without blanks) is cut; a line without blanks is cut where the read stopped.
+    blank = max(data.rfind(b" ", begin, end), data.rfind(b"\t", begin, end))
+    return blank + 1 if blank >= begin else None
 
 
 def log_tail(backend: Backend, job_id: str, attempt: int, lines: int = 100) -> str:
