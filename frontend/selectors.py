@@ -310,19 +310,21 @@ def job_placement_nodes(*, job: Job) -> list[dict]:
     return out
 
 
-def job_log_tail(*, job: Job, lines: int = 60) -> str:
-    """The last lines of the job's current (or last) run as its backend reports them.
+def job_log_tail(*, user, job: Job, lines: int = 60) -> str:
+    """The last lines of the job's current (or last) run as its backend reports them, read as
+    every read of a job's output is (``scheduler.selectors.job_log``): a viewer of the job's
+    team sees its env values and secrets masked.
 
     ``job`` must come from a user-scoped selector. Best effort: "" when the job never ran, a short
     notice when the backend cannot be asked.
     """
     if not job.cluster_id or not job.attempts:
         return ""
-    from scheduler.backends import backend_run_id, get_backend
-    from scheduler.backends.base import log_tail
-
     try:
-        return log_tail(get_backend(job.cluster), backend_run_id(job), job.attempts, lines)
+        chunk = scheduler_selectors.job_log_read(
+            job=job, user=user, attempt=None, cursor=None, limit_bytes=min(lines * 512, 1 << 20)
+        )
     except Exception:  # a backend outage must not break the job page
         log.warning("log tail of job %s unavailable", job.pk, exc_info=True)
         return "(the backend did not answer; the log will be shown when it does)"
+    return "\n".join(chunk.text.splitlines()[-lines:])

@@ -234,7 +234,7 @@ def job_detail(request, job_id: int):
             "events": events,
             "placement": page_selectors.job_placement_nodes(job=job),
             "attempts": scheduler_selectors.job_attempts(user=request.user, job_id=job.pk),
-            "log_tail": page_selectors.job_log_tail(job=job),
+            "log_tail": page_selectors.job_log_tail(user=request.user, job=job),
             "can_cancel": job.state in LIVE_STATES and can_submit_to(request.user, job.team),
             "command_shown": shown_command(
                 job.command, visible=may_see_env_values(request.user, job.team)

@@ -15,6 +15,7 @@ from django.db.models import Prefetch, QuerySet
 from core.errors import DomainError, NotFound, Unavailable
 from tenants.permissions import is_platform_admin
 
+from .env_visibility import may_see_env_values, shown_log
 from .models import Allocation, Cluster, Job, JobEvent, Node
 from .states import FINAL_STATES, JobState
 
@@ -211,13 +212,25 @@ def job_log(
     """Output of an attempt of one of the caller's teams' jobs (default: the latest), from its
     cluster's backend: without ``cursor`` the tail (at most ``limit_bytes``), with it what was
     written since. Another team's job is NotFound; a bad attempt, cursor or limit is a 400
-    naming it; a backend that does not answer is Unavailable (503), never a 500."""
+    naming it; a backend that does not answer is Unavailable (503), never a 500.
+
+    A caller who may not see the job's env values (a viewer of its team) reads the output with
+    those values and the secrets of :func:`~scheduler.env_visibility.redact_text` masked
+    (:func:`~scheduler.env_visibility.shown_log`), and in whole lines: a secret written across
+    two reads would escape the mask, so a line the job has not finished is left for a later
+    read (its cursor starts there), unless the attempt is over. A line longer than the read is
+    broken after a blank, not inside a word."""
     job = job_get(user=user, job_id=job_id)
-    return job_log_read(job=job, attempt=attempt, cursor=cursor, limit_bytes=limit_bytes)
+    return job_log_read(job=job, user=user, attempt=attempt, cursor=cursor, limit_bytes=limit_bytes)
 
 
 def job_log_read(
-    *, job: Job, attempt: int | None, cursor: str | None, limit_bytes: int = LOG_LIMIT_DEFAULT
+    *,
+    job: Job,
+    user,
+    attempt: int | None,
+    cursor: str | None,
+    limit_bytes: int = LOG_LIMIT_DEFAULT,
 ) -> JobLog:
     """:func:`job_log` for a job already read through a user-scoped selector."""
     from .backends import backend_run_id, get_backend
@@ -245,6 +258,13 @@ def job_log_read(
     except BackendError as exc:
         log.warning("log of job %s attempt %s unavailable: %s", job.pk, attempt, exc)
         raise Unavailable(f"the cluster did not answer: {exc}", field="cluster") from exc
-    return JobLog(
-        job, attempt, chunk.text, chunk.cursor, chunk.truncated, attempt_finished(job, attempt)
-    )
+    finished = attempt_finished(job, attempt)
+    text, next_cursor = chunk.text, chunk.cursor
+    if not may_see_env_values(user, job.team):
+        # Stop at the break unless what follows it is the attempt's last word: a finished
+        # attempt's unfinished last line is shown whole (no later read would show it).
+        held_back = chunk.at_limit or not finished
+        if held_back and chunk.break_at is not None and chunk.break_cursor is not None:
+            text, next_cursor = text[: chunk.break_at], chunk.break_cursor
+        text = shown_log(text, env=job.env, visible=False)
+    return JobLog(job, attempt, text, next_cursor, chunk.truncated, finished)

@@ -148,6 +148,7 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         query.is_valid(raise_exception=True)
         chunk = selectors.job_log_read(
             job=job,
+            user=request.user,
             attempt=query.validated_data.get("attempt"),
             cursor=query.validated_data.get("cursor"),
             limit_bytes=query.validated_data["limit_bytes"],

@@ -180,3 +180,71 @@ def test_logs_and_attempts_are_in_the_openapi_schema(platform, api_as):
     assert "/api/v1/jobs/{id}/attempts/" in schema["paths"]
     component = schema["components"]["schemas"]["JobLog"]["properties"]
     assert {"text", "cursor", "finished", "attempt", "truncated"} <= set(component)
+
+
+# --- what a team's viewer reads of the output (scheduler.env_visibility.shown_log) -----------
+
+
+def printing_job(platform, submit, tmp_path):
+    """alice's running job, given ENV and COMMAND, and its output file (tests/joblogs.py)."""
+    from tests.joblogs import COMMAND, ENV, OutputFile
+
+    response = submit(platform["alice"], env=ENV, command=COMMAND)
+    assert response.status_code == 201, response.content
+    run_cycle()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.state == "running"
+    return job, OutputFile(job, tmp_path)
+
+
+def test_a_viewer_reads_the_jobs_env_values_and_secrets_masked(platform, submit, api_as, tmp_path):
+    from tests.joblogs import MASKED, PRINTED, SECRET
+
+    job, output = printing_job(platform, submit, tmp_path)
+    output.write(PRINTED)
+    viewer = logs(api_as(platform["charlie"]), job.pk).json()
+    assert viewer["text"] == MASKED
+    assert SECRET not in logs(api_as(platform["charlie"]), job.pk, cursor="0").content.decode()
+    # those who may submit to the team read it as written: members, platform admins
+    assert logs(api_as(platform["alice"]), job.pk).json()["text"] == PRINTED
+    assert logs(api_as(platform["admin"]), job.pk).json()["text"] == PRINTED
+    assert viewer["cursor"] == logs(api_as(platform["alice"]), job.pk).json()["cursor"]
+
+
+def test_a_secret_written_across_two_reads_is_masked_for_a_viewer(
+    platform, submit, api_as, tmp_path
+):
+    """A read that ends inside a line the job has not finished: the viewer reads that line
+    when it is whole, so a value split by the read is still found."""
+    from tests.joblogs import SECRET
+
+    job, output = printing_job(platform, submit, tmp_path)
+    charlie, alice = api_as(platform["charlie"]), api_as(platform["alice"])
+    output.write(f"step 1\ntoken {SECRET[:8]}")
+    first = logs(charlie, job.pk, cursor="0").json()
+    assert first["text"] == "step 1\n" and first["finished"] is False
+    # the member reads the unfinished line as it is
+    assert logs(alice, job.pk, cursor="0").json()["text"] == f"step 1\ntoken {SECRET[:8]}"
+    again = logs(charlie, job.pk, cursor=first["cursor"]).json()
+    assert (again["text"], again["cursor"]) == ("", first["cursor"])  # still unfinished
+    output.write(f"{SECRET[8:]} ok\nstep 2\n")
+    second = logs(charlie, job.pk, cursor=first["cursor"]).json()
+    assert second["text"] == "token [redacted] ok\nstep 2\n"
+    assert logs(charlie, job.pk, cursor=second["cursor"]).json()["text"] == ""
+
+    # A line longer than a read: broken after a blank, never inside the value.
+    output.write("x" * 40 + f" {SECRET} and more words after it\n")
+    pieces, cursor = [], second["cursor"]
+    while text := (chunk := logs(charlie, job.pk, cursor=cursor, limit_bytes=48).json())["text"]:
+        pieces.append(text)
+        cursor = chunk["cursor"]
+    assert "".join(pieces) == "x" * 40 + " [redacted] and more words after it\n"
+
+    # Once the attempt is over, its unfinished last line is shown whole (nothing follows).
+    output.write(f"crashed holding {SECRET}")
+    tail = logs(charlie, job.pk, cursor=cursor).json()
+    assert tail["text"] == "" and tail["finished"] is False
+    Job.objects.filter(pk=job.pk).update(state="failed", finished_at=timezone.now())
+    last = logs(charlie, job.pk, cursor=cursor).json()
+    assert (last["text"], last["finished"]) == ("crashed holding [redacted]", True)
+    assert logs(charlie, job.pk).json()["text"].endswith("crashed holding [redacted]")

@@ -123,3 +123,32 @@ def test_another_teams_job_and_bad_usage(as_alice, platform, submit):
         assert bad.code == 2 and needle in bad.err, bad.err
     too_far = as_alice("logs", str(mine), "--attempt", "3")
     assert too_far.code == 2 and "attempt: the job has 0 attempts" in too_far.err
+
+
+def test_a_viewer_reads_the_jobs_secrets_masked_a_member_as_written(
+    as_alice, gpuctl, live_server, platform, submit, tmp_path, monkeypatch
+):
+    """``gpuctl logs`` and ``logs -f`` as the team's viewer: the env values the job printed and
+    the token it was given are masked, also the one it wrote in two pieces; alice (a member)
+    reads them as written."""
+    from tests.joblogs import COMMAND, ENV, MASKED, PRINTED, SECRET, OutputFile
+
+    job_id = submit(platform["alice"], env=ENV, command=COMMAND).json()["id"]
+    run_cycle()
+    output = OutputFile(Job.objects.get(pk=job_id), tmp_path)
+    output.write(PRINTED + f"token {SECRET[:8]}")
+    assert as_alice("logs", str(job_id)).out == PRINTED + f"token {SECRET[:8]}"
+
+    login = gpuctl(
+        "login", "--url", live_server.url, "-u", "charlie", "--password-stdin", stdin="pw-charlie\n"
+    )
+    assert login.code == 0, login.err
+    assert gpuctl("logs", str(job_id)).out == MASKED
+    follower = Follower(monkeypatch, str(job_id))
+    deadline = time.monotonic() + 30
+    while not follower.out.getvalue():  # its first read; the unfinished line is held back
+        assert time.monotonic() < deadline, "gpuctl logs -f printed nothing"
+        time.sleep(0.05)
+    output.write(f"{SECRET[8:]} ok\n")
+    Job.objects.filter(pk=job_id).update(state="succeeded", finished_at=timezone.now())
+    assert follower.wait() == MASKED + "token [redacted] ok\n"

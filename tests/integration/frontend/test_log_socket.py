@@ -333,3 +333,46 @@ def test_log_sockets_take_no_channel_of_their_own(platform, settings, backend):
 
     waited_on, hub_channel = async_to_sync(scenario)()
     assert waited_on == [hub_channel]
+
+
+def test_a_viewer_hears_the_jobs_secrets_masked_a_member_as_written(platform, tmp_path):
+    """The job prints its env and, in two writes, a token it was given: the team's viewer hears
+    both masked (the unfinished line once it is whole), the member every byte as written."""
+    from tests.joblogs import COMMAND, ENV, MASKED, PRINTED, SECRET, OutputFile
+
+    job = services.job_submit(
+        user=platform["alice"],
+        request=services.JobRequest(
+            name="prints-its-env",
+            team="vision",
+            workers=1,
+            gpus_per_worker=1,
+            env=ENV,
+            command=COMMAND,
+            simulated_duration_s=600,
+        ),
+    )
+    run_cycle()
+    job.refresh_from_db()
+    output = OutputFile(job, tmp_path)
+    output.write(PRINTED + f"token {SECRET[:8]}")
+    viewer, member = headers(platform["charlie"]), headers(platform["alice"])
+
+    async def scenario():
+        path = f"/ws/jobs/{job.pk}/log/"
+        sockets = [WebsocketCommunicator(application, path, headers=h) for h in (viewer, member)]
+        for socket in sockets:
+            assert (await socket.connect())[0]
+        first = [await frames_until(s, lambda f: f["type"] == "log") for s in sockets]
+        output.write(f"{SECRET[8:]} ok\nstep 2\n")
+        rest = [await frames_until(s, lambda f: "step 2" in f.get("text", "")) for s in sockets]
+        for socket in sockets:
+            await socket.disconnect()
+        return [
+            "".join(f["text"] for f in frames + more if f["type"] == "log")
+            for frames, more in zip(first, rest, strict=True)
+        ]
+
+    heard_by_viewer, heard_by_member = async_to_sync(scenario)()
+    assert heard_by_viewer == MASKED + "token [redacted] ok\nstep 2\n"
+    assert heard_by_member == PRINTED + f"token {SECRET} ok\nstep 2\n"

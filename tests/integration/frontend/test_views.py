@@ -136,6 +136,29 @@ def test_job_detail_shows_timeline_placement_log_and_is_404_for_other_teams(plat
     assert bob.get(f"/jobs/{job.pk}/status/").status_code == 404
 
 
+def test_the_job_pages_output_masks_the_jobs_secrets_for_a_viewer(platform, tmp_path):
+    """The output pane's first text (the page's own read): the team's viewer sees the env
+    values and the token the job printed masked, alice (a member) as printed."""
+    import html as html_module
+
+    from tests.joblogs import COMMAND, ENV, MASKED, PRINTED, SECRET, OutputFile
+
+    job = submit(platform["alice"], name="prints-its-env", env=ENV, command=COMMAND)
+    run_cycle()
+    job.refresh_from_db()
+    OutputFile(job, tmp_path).write(PRINTED + f"token {SECRET[:8]}")
+
+    def pane(user) -> str:
+        page = client_for(user).get(f"/jobs/{job.pk}/").content.decode()
+        match = re.search(r'<pre class="log" id="log-tail"[^>]*>(.*?)</pre>', page, re.S)
+        assert match is not None
+        return html_module.unescape(match.group(1))
+
+    # the viewer's pane ends before the unfinished line: the socket shows it once it is whole
+    assert pane(platform["charlie"]) == MASKED.rstrip("\n")
+    assert pane(platform["alice"]) == PRINTED + f"token {SECRET[:8]}"
+
+
 def test_pending_job_page_says_why(platform):
     job = submit(platform["alice"], name="waiting", workers=9, gpus_per_worker=8)
     run_cycle()
