@@ -16,7 +16,8 @@ from scheduler.models import Allocation, Node, NodeEvent
 
 HISTORY_DAYS = 35
 _DOWN = {NodeEvent.Kind.FAILED: True, NodeEvent.Kind.QUARANTINED: True}
-_UP = {NodeEvent.Kind.RECOVERED, NodeEvent.Kind.RELEASED}
+# Retired: the node left the capacity, it is no longer unavailable capacity.
+_UP = {NodeEvent.Kind.RECOVERED, NodeEvent.Kind.RELEASED, NodeEvent.Kind.RETIRED}
 
 
 @dataclass(frozen=True)

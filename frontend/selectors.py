@@ -86,7 +86,8 @@ def gpu_models() -> QuerySet[GpuModel]:
 def clusters() -> QuerySet[Cluster]:
     """The enabled clusters a job may name in its routing (a shared catalogue, like the API's
     /clusters/)."""
-    return Cluster.objects.filter(enabled=True).order_by("name")
+    # A retired or retiring cluster takes no new job (scheduler.retirement).
+    return Cluster.objects.filter(enabled=True, retiring_since__isnull=True).order_by("name")
 
 
 def priority_classes() -> QuerySet[PriorityClass]:
@@ -218,7 +219,8 @@ def cluster_grid(*, user) -> list[ClusterCell]:
     A GPU held by a job of the caller's visible jobs carries that job's id and name; any other
     held GPU is only "in use". 3 queries.
     """
-    nodes = list(scheduler_selectors.node_list(user=user))
+    # The live picture of the capacity: a retired node is none (its history stays on its pages).
+    nodes = list(scheduler_selectors.node_list(user=user).exclude(state=NodeState.RETIRED))
     now = timezone.now()
     visible = set(
         Job.objects.visible_to(user).filter(state__in=HOLDING_STATES).values_list("pk", flat=True)

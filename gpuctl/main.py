@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TextIO
 
-from . import __version__, config, output, reports, session
+from . import __version__, config, fleet, output, reports, session
 from . import policy as policy_commands
 from . import whatif as whatif_commands
 from .client import ApiError, Client, UnsendableError
@@ -233,10 +233,36 @@ def build_parser() -> argparse.ArgumentParser:
     whatif_commands.register(add_whatif)
 
     nodes = add("nodes", reports.cmd_nodes, "cluster nodes, their state and health")
-    nodes.add_argument("--state", help="comma-separated states: ready, draining, quarantined, down")
+    nodes.add_argument(
+        "--state", help="comma-separated states: ready, draining, quarantined, down, retired"
+    )
     nodes.add_argument("--rack", help="only this rack")
     nodes.add_argument("--gpu-model", help="only this GPU model")
     nodes.add_argument("--cluster", help="only this cluster")
+    nodes_sub = nodes.add_subparsers(dest="nodes_command", metavar="ACTION", parser_class=_Parser)
+
+    def add_under(
+        subparsers: argparse._SubParsersAction[_Parser],
+    ) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
+        def add_action(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+            cmd: argparse.ArgumentParser = subparsers.add_parser(
+                name, parents=[common], help=help_text, description=help_text
+            )
+            cmd.set_defaults(handler=handler)
+            return cmd
+
+        return add_action
+
+    fleet.register_nodes(add_under(nodes_sub))
+    clusters = add(
+        "clusters",
+        fleet.cmd_clusters,
+        "clusters and whether they are in service; retire or reinstate one (platform admins)",
+    )
+    clusters_sub = clusters.add_subparsers(
+        dest="clusters_command", metavar="ACTION", parser_class=_Parser
+    )
+    fleet.register_clusters(add_under(clusters_sub))
     return parser
 
 

@@ -2,17 +2,24 @@
 read-only here: a job changes state only through the services (the portal, the API, the loop),
 which keep allocations, the audit trail, billing and the live streams in step; an edit in this
 admin would bypass all of them. Events are the history admins and teams read to learn what
-happened, so nobody rewrites or deletes them."""
+happened, so nobody rewrites or deletes them.
+
+Clusters, nodes and GPU models are edited here (``ScheduledAdmin``): each save and delete is
+audited and asks for a scheduling cycle. A node or cluster with history is not deleted (the
+history is view only, so Django refuses the cascade): it is retired (the list's actions,
+``scheduler.retirement``)."""
 
 from django import forms
 from django.contrib import admin, messages
 
+from catalogue.models import GpuModel
 from core.bounds import form_number
 from core.errors import DomainError
 from tenants.admin import AuditedAdmin
 
 from .backends import backend_config_problem
 from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
+from .retirement import cluster_reinstate, cluster_retire, node_reinstate, node_retire
 from .routing_admin import region_error
 from .services import node_change_problems, node_drain, node_release
 from .triggers import request_cycle
@@ -31,6 +38,35 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ScheduledAdmin(AuditedAdmin):
+    """Audited (``<model>.create|set|delete``, via ``AuditedAdmin``: who, and the row before and
+    after) and asks for a scheduling cycle after each save that changed something and each
+    delete, as ``cluster_routing_set`` does: whether and where pending jobs may run has changed
+    (a node's rack, zone or cached datasets move placement; a GPU model's facts its jobs')."""
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change or form.has_changed():
+            request_cycle()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        request_cycle()
+
+    def _each(self, request, rows, verb: str, done_verb: str, act) -> None:
+        """Apply ``act`` to each row through its service; a refusal is reported by row."""
+        done = []
+        for row in rows:
+            try:
+                act(row)
+            except DomainError as exc:
+                self.message_user(request, f"{row}: {verb} refused: {exc.message}", messages.ERROR)
+            else:
+                done.append(str(row))
+        if done:
+            self.message_user(request, f"{done_verb}: {', '.join(done)}")
 
 
 class ClusterAdminForm(forms.ModelForm):
@@ -71,30 +107,56 @@ class ClusterAdminForm(forms.ModelForm):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(AuditedAdmin):
-    """Each save and delete is audited (``cluster.create|set|delete``, via ``AuditedAdmin``) and
-    asks for a scheduling cycle, as ``cluster_routing_set`` does: whether and where pending jobs
-    may run has changed. What the loop records of the backend is read-only, and so is the name
-    once the cluster exists: jobs name their clusters (``Job.routing``), and a renamed cluster
-    left those that may run only on it waiting for a name no cluster has."""
+class ClusterAdmin(ScheduledAdmin):
+    """Each save and delete is audited (``cluster.create|set|delete``) and asks for a scheduling
+    cycle (``ScheduledAdmin``). What the loop records of the backend is read-only, and so is the
+    name once the cluster exists: jobs name their clusters (``Job.routing``), and a renamed
+    cluster left those that may run only on it waiting for a name no cluster has. Retire and
+    reinstate are the list's actions (``cluster_retire``, ``cluster_reinstate``)."""
 
     form = ClusterAdminForm
-    list_display = ("name", "backend_kind", "enabled", "backend_available")
-    readonly_fields = ("backend_available", "backend_error", "backend_checked_at")
+    list_display = ("name", "backend_kind", "enabled", "backend_available", "retired_at")
+    readonly_fields = (
+        "backend_available",
+        "backend_error",
+        "backend_checked_at",
+        "retiring_since",
+        "retired_at",
+    )
+    actions = ["retire_clusters", "reinstate_clusters"]
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return self.readonly_fields
         return ("name", *self.readonly_fields)
 
-    def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
-        if not change or form.has_changed():
-            request_cycle()
+    @admin.action(description="Retire selected clusters (their nodes drain, then retire)")
+    def retire_clusters(self, request, queryset):
+        self._each(
+            request,
+            queryset.order_by("name"),
+            "retire",
+            "Retired, or retiring until their jobs end",
+            lambda c: cluster_retire(user=request.user, name=c.name, reason=""),
+        )
 
-    def delete_model(self, request, obj):
-        super().delete_model(request, obj)
-        request_cycle()
+    @admin.action(description="Reinstate selected retired clusters (their nodes come back drained)")
+    def reinstate_clusters(self, request, queryset):
+        self._each(
+            request,
+            queryset.order_by("name"),
+            "reinstate",
+            "Reinstated",
+            lambda c: cluster_reinstate(user=request.user, name=c.name),
+        )
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(ScheduledAdmin):
+    """The GPU model catalogue. Registered here rather than in ``catalogue`` (which imports
+    nothing above it) so its saves are audited and ask for a cycle, like clusters and nodes."""
+
+    list_display = ("name", "memory_gib")
 
 
 class NodeAdminForm(forms.ModelForm):
@@ -128,13 +190,15 @@ class NodeAdminForm(forms.ModelForm):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
-    """A node's facts are edited here; its state is not. Drain and release are the actions of
-    the node list, through ``node_drain`` and ``node_release`` (audit entry, node event, live
-    streams, the backend's drain or undrain); a quarantine, which needs a reason, is on the
-    cluster view or ``/api/v1/admin/nodes/<id>/quarantine/``. Set here, a state skipped all of
-    those: a quarantined node set to ready took work while still drained on the backend. The
-    loop and the telemetry rules own the other read-only fields."""
+class NodeAdmin(ScheduledAdmin):
+    """A node's facts are edited here, audited (``node.create|set|delete``) and followed by a
+    scheduling cycle (``ScheduledAdmin``); its state is not. Drain, release, retire and
+    reinstate are the actions of the node list, through ``node_drain``, ``node_release``,
+    ``node_retire`` and ``node_reinstate`` (audit entry, node event, live streams, the backend's
+    drain or undrain); a quarantine, which needs a reason, is on the cluster view or
+    ``/api/v1/admin/nodes/<id>/quarantine/``. Set here, a state skipped all of those: a
+    quarantined node set to ready took work while still drained on the backend. The loop and
+    the telemetry rules own the other read-only fields."""
 
     form = NodeAdminForm
     list_display = ("name", "cluster", "gpu_model", "gpu_count", "rack", "state", "health", "spot")
@@ -149,29 +213,18 @@ class NodeAdmin(admin.ModelAdmin):
         "cluster_hold",
         "avoid_until",
         "health",
+        "retiring_since",
+        "retired_at",
+        "retire_reason",
         "updated_at",
     )
-    actions = ["drain_nodes", "release_nodes"]
-
-    def _each(self, request, queryset, verb: str, done_verb: str, act) -> None:
-        done = []
-        for node in queryset.order_by("pk"):
-            try:
-                act(node)
-            except DomainError as exc:
-                self.message_user(
-                    request, f"{node.name}: {verb} refused: {exc.message}", messages.ERROR
-                )
-            else:
-                done.append(node.name)
-        if done:
-            self.message_user(request, f"{done_verb}: {', '.join(done)}")
+    actions = ["drain_nodes", "release_nodes", "retire_nodes", "reinstate_nodes"]
 
     @admin.action(description="Drain selected nodes (running work finishes, nothing new starts)")
     def drain_nodes(self, request, queryset):
         self._each(
             request,
-            queryset,
+            queryset.order_by("pk"),
             "drain",
             "Drained",
             lambda node: node_drain(user=request.user, node_id=node.pk, reason=""),
@@ -181,10 +234,30 @@ class NodeAdmin(admin.ModelAdmin):
     def release_nodes(self, request, queryset):
         self._each(
             request,
-            queryset,
+            queryset.order_by("pk"),
             "release",
             "Released",
             lambda node: node_release(user=request.user, node_id=node.pk),
+        )
+
+    @admin.action(description="Retire selected nodes (drained, retired once nothing runs there)")
+    def retire_nodes(self, request, queryset):
+        self._each(
+            request,
+            queryset.order_by("pk"),
+            "retire",
+            "Retired, or retiring until their jobs end",
+            lambda node: node_retire(user=request.user, node_id=node.pk, reason=""),
+        )
+
+    @admin.action(description="Reinstate selected retired nodes (they come back drained)")
+    def reinstate_nodes(self, request, queryset):
+        self._each(
+            request,
+            queryset.order_by("pk"),
+            "reinstate",
+            "Reinstated",
+            lambda node: node_reinstate(user=request.user, node_id=node.pk),
         )
 
 

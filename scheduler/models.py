@@ -63,6 +63,11 @@ class Cluster(models.Model):
     backend_available = models.BooleanField(default=True)
     backend_error = models.TextField(blank=True)
     backend_checked_at = models.DateTimeField(null=True, blank=True)
+    # Retirement (scheduler.retirement): since when an admin retires the cluster (its nodes are
+    # retired, no new job is routed to it), and when it was done (nothing ran on it any more; the
+    # loop stopped polling it). Its jobs, events and costs are kept: nothing is deleted.
+    retiring_since = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -70,6 +75,10 @@ class Cluster(models.Model):
             models.CheckConstraint(
                 condition=Q(interconnect__in=[c.value for c in Interconnect]),
                 name="cluster_interconnect_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(retired_at__isnull=True) | Q(retiring_since__isnull=False),
+                name="cluster_retired_after_retiring",
             ),
         ]
 
@@ -148,6 +157,15 @@ class NodeState(models.TextChoices):
     DRAINING = "draining", "Draining"
     QUARANTINED = "quarantined", "Quarantined"
     DOWN = "down", "Down"
+    # Decommissioned (scheduler.retirement): out of capacity for good, its history kept.
+    RETIRED = "retired", "Retired"
+
+
+class NodeQuerySet(models.QuerySet):
+    def in_capacity(self) -> NodeQuerySet:
+        """The nodes the platform counts as its capacity: of enabled clusters, not retired.
+        What the snapshot schedules on, quotas' overcommit checks and capacity figures read."""
+        return self.filter(cluster__enabled=True).exclude(state=NodeState.RETIRED)
 
 
 class Node(models.Model):
@@ -186,7 +204,14 @@ class Node(models.Model):
     # reason about the node (a maintenance reservation ahead, the node busy with the cluster's
     # other work) until the loop gave up on it (scheduler.loop.cluster_pending).
     avoid_until = models.DateTimeField(null=True, blank=True)
+    # Retirement (scheduler.retirement): since when an admin retires the node (drained, finished
+    # by the loop once nothing runs on it), and when it became retired (state ``retired``).
+    retiring_since = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    retire_reason = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NodeQuerySet.as_manager()
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -194,6 +219,14 @@ class Node(models.Model):
             models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_cluster_name"),
             models.CheckConstraint(
                 condition=Q(health__gte=0) & Q(health__lte=1), name="node_health_0_1"
+            ),
+            # Retired exactly when it has a retirement time, and only after one was asked for.
+            models.CheckConstraint(
+                condition=(
+                    Q(state="retired", retired_at__isnull=False, retiring_since__isnull=False)
+                    | (~Q(state="retired") & Q(retired_at__isnull=True))
+                ),
+                name="node_retired_consistent",
             ),
         ]
 
@@ -231,6 +264,8 @@ class NodeEvent(models.Model):
         PROBATION = "probation", "Probation"
         RELEASED = "released", "Released"
         DRAINED = "drained", "Drained"
+        RETIRED = "retired", "Retired"
+        REINSTATED = "reinstated", "Reinstated"
 
     node = models.ForeignKey(Node, related_name="events", on_delete=models.CASCADE)
     time = models.DateTimeField(db_index=True)

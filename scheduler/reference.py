@@ -67,10 +67,11 @@ def default_priority_class() -> PriorityClass | None:
 
 
 def largest_node_gpus(gpu_model: GpuModel | None, *, fresh: bool = False) -> int:
-    """GPUs of the largest node of enabled clusters (of ``gpu_model`` when given)."""
+    """GPUs of the largest node in capacity (``Node.objects.in_capacity``: of enabled clusters,
+    not retired), of ``gpu_model`` when given."""
 
     def load():
-        nodes = Node.objects.filter(cluster__enabled=True)
+        nodes = Node.objects.in_capacity()
         if gpu_model is not None:
             nodes = nodes.filter(gpu_model=gpu_model)
         return nodes.aggregate(m=Max("gpu_count"))["m"] or 0

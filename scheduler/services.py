@@ -222,22 +222,31 @@ def _validate_request(
 def routing_errors(value: Any) -> list[tuple[str, str]]:
     """What is wrong with a submitted routing object, as ``(field, reason)`` pairs: its shape
     (the policy contract's own reader) and the cluster and region names no cluster has, which
-    would otherwise make the job wait forever for a typo."""
+    would otherwise make the job wait forever for a typo, and the clusters being retired or
+    retired (``scheduler.retirement``), where no new job starts."""
     try:
         routing = routing_from_dict(value, "routing")
     except SnapshotError as exc:
         return [(exc.field, exc.reason)]
     if routing is None:
         return []
-    names, regions = set(), set()
-    for name, region in Cluster.objects.values_list("name", "region"):
+    names, regions, retiring = set(), set(), set()
+    for name, region, retiring_since in Cluster.objects.values_list(
+        "name", "region", "retiring_since"
+    ):
         names.add(name)
         regions.add(region)
+        if retiring_since is not None:
+            retiring.add(name)
     problems = []
     for key in ("clusters", "prefer_clusters"):
         for i, name in enumerate(getattr(routing, key) or ()):
             if name not in names:
                 problems.append((f"routing.{key}[{i}]", f"no cluster is named {name!r}"))
+            elif name in retiring:
+                problems.append(
+                    (f"routing.{key}[{i}]", f"cluster {name!r} is retired: no new job runs there")
+                )
     for key in ("regions", "prefer_regions"):
         for i, region in enumerate(getattr(routing, key) or ()):
             if region not in regions:

@@ -34,7 +34,7 @@ from tenants.models import PriorityClass
 from tenants.models import Quota as QuotaRow
 from tenants.models import Team as TeamRow
 
-from .models import Allocation, Job, NodeState
+from .models import Allocation, Cluster, Job, NodeState
 from .models import Node as NodeRow
 from .routing_facts import job_routing, routing_facts, routing_in_force
 from .runtime_prediction import describe, predict_runtime_s
@@ -53,6 +53,9 @@ class SnapshotIndex:
     # What each pending job showed before this cycle: (team id, team slug, name, why, estimate),
     # so the apply step writes and announces only reasons that changed, without a second read.
     pending_shown: dict[int, tuple] = field(default_factory=dict)
+    # Pending jobs confined to retired or retiring clusters, kept from the engine: job id -> why
+    # (``retired_confinement``), which the apply step shows as their reason.
+    retired_why: dict[int, str] = field(default_factory=dict)
 
 
 def _ts(value: datetime | float | None) -> float | None:
@@ -158,9 +161,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         for pk, slug, parent, weight in team_rows
     )
 
-    node_rows = list(
-        NodeRow.objects.filter(cluster__enabled=True).select_related("gpu_model", "cluster")
-    )
+    node_rows = list(NodeRow.objects.in_capacity().select_related("gpu_model", "cluster"))
     busy: dict[int, set[int]] = defaultdict(set)
     placements: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     node_name_by_id = {n.pk: n.name for n in node_rows}
@@ -175,7 +176,11 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     for row in node_rows:
         index.node_by_name[row.name] = row
         state = row.state if row.cluster.backend_available else UNREACHABLE_NODE_STATE
-        if state == NodeState.READY and row.cluster_hold:
+        if state == NodeState.READY and row.retiring_since is not None:
+            # Retiring (scheduler.retirement): it was drained; whatever put it back to ready
+            # since, nothing new starts on a node that is leaving.
+            state = NodeState.DRAINING
+        elif state == NodeState.READY and row.cluster_hold:
             state = NodeState.DRAINING  # the backend would not start anything there
         elif state == NodeState.READY and row.avoid_until is not None and row.avoid_until > now:
             # The cluster kept a run placed here waiting for a reason about the node: a new
@@ -300,6 +305,7 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
             )
         )
 
+    retired = _retired_clusters() if any(r["routing"] for r in pending_rows) else {}
     pending = []
     for row in pending_rows:
         key = str(row["id"])
@@ -311,6 +317,9 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
             row["why_pending"],
             row["estimated_start"],
         )
+        if retired and (why := retired_confinement(row["routing"], retired, job_id=row["id"])):
+            index.retired_why[row["id"]] = why
+            continue
         pending.append(
             PendingJob(
                 id=key,
@@ -351,6 +360,32 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         datasets=facts.datasets if facts is not None else (),
     )
     return snapshot, index
+
+
+def _retired_clusters() -> dict[str, bool]:
+    """Clusters being retired or retired (``scheduler.retirement``): name -> retired yet."""
+    return {
+        name: retired_at is not None
+        for name, retired_at in Cluster.objects.filter(retiring_since__isnull=False).values_list(
+            "name", "retired_at"
+        )
+    }
+
+
+def retired_confinement(stored: dict | None, retired: dict[str, bool], *, job_id: int) -> str:
+    """Why a pending job confined (its routing's ``clusters``) to retired or retiring clusters
+    only will not start, or "" when it may run elsewhere. Such a job stays pending rather than
+    being cancelled, as Slurm leaves a job pending on an inactive partition and Kueue on an
+    inactive ClusterQueue: a retirement can be undone, a cancelled job cannot."""
+    routing = job_routing(stored, job_id=job_id)
+    names = routing.clusters if routing is not None else None
+    if not names or not all(name in retired for name in names):
+        return ""
+    listed = ", ".join(f"{n} ({'retired' if retired[n] else 'being retired'})" for n in names)
+    return (
+        f"it may run only on {listed}; no new job starts there. It stays pending until an admin "
+        "reinstates the cluster: cancel it and resubmit naming a cluster in service"
+    )
 
 
 def _fair_share_weight(slug: str, weight: float) -> float:

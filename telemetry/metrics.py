@@ -135,7 +135,8 @@ class DatabaseCollector:
         yield running
 
         nodes = list(
-            Node.objects.filter(cluster__enabled=True)
+            # A retired node is no capacity: not idle GPUs, not a state of the gauge.
+            Node.objects.in_capacity()
             .values_list("name", "gpu_model__name", "state", "gpu_count", "health")
             .annotate(used=Count("allocations", filter=Q(allocations__ended_at__isnull=True)))
             .order_by()

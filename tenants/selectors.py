@@ -189,12 +189,10 @@ def quota_overview(*, user) -> list[TeamQuotaRow]:
 
 
 def capacity_overview() -> list[dict]:
-    """Per GPU model: GPUs in enabled clusters, and the sum of all guarantees (a hint; the
+    """Per GPU model: GPUs in capacity (enabled clusters, not retired), and the sum of all guarantees (a hint; the
     precise overcommit rule is ``services.overcommit_problems``)."""
     capacity = dict(
-        Node.objects.filter(cluster__enabled=True)
-        .values_list("gpu_model__name")
-        .annotate(n=Sum("gpu_count"))
+        Node.objects.in_capacity().values_list("gpu_model__name").annotate(n=Sum("gpu_count"))
     )
     guaranteed = dict(
         Quota.objects.values_list("gpu_model__name").annotate(n=Sum("guaranteed_gpus"))

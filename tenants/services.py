@@ -81,9 +81,9 @@ def _quota_state(quota: Quota | None) -> dict | None:
 
 
 def _capacity(gpu_model) -> int:
-    total = Node.objects.filter(cluster__enabled=True, gpu_model=gpu_model).aggregate(
-        n=Sum("gpu_count")
-    )["n"]
+    total = (
+        Node.objects.in_capacity().filter(gpu_model=gpu_model).aggregate(n=Sum("gpu_count"))["n"]
+    )
     return int(total or 0)
 
 

@@ -1,6 +1,8 @@
 """Platform admins: the facts routing reads (docs/routing.md, "Admins: setting the facts").
 
 - ``GET /admin/clusters/``, ``GET|PATCH /admin/clusters/<name>/`` ``{"region", "interconnect"}``
+- ``POST /admin/clusters/<name>/retire/`` ``{"reason"}`` (optional) and
+  ``POST /admin/clusters/<name>/reinstate/`` (``scheduler.retirement``)
 - ``GET|POST /admin/datasets/``, ``GET|PATCH|DELETE /admin/datasets/<id>/``
   ``{"name", "size_gb", "residency_regions", "copies": [{"cluster", "egress_price_per_gb"}]}``
   (``copies`` given replaces every copy)
@@ -20,6 +22,7 @@ from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.errors import FieldErrors, NotFound
@@ -27,8 +30,8 @@ from core.ids import parse_id
 from tenants.models import Team
 from tenants.permissions import IsPlatformAdmin
 
-from .. import routing_admin
-from ..models import Cluster, ClusterDataset, Dataset, TeamClusterAccess
+from .. import retirement, routing_admin
+from ..models import Cluster, ClusterDataset, Dataset, Node, TeamClusterAccess
 
 
 class CopySerializer(serializers.ModelSerializer):
@@ -59,7 +62,17 @@ class ClusterRoutingSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
-        fields = ["name", "region", "interconnect", "backend_kind", "enabled", "datasets", "teams"]
+        fields = [
+            "name",
+            "region",
+            "interconnect",
+            "backend_kind",
+            "enabled",
+            "retiring_since",
+            "retired_at",
+            "datasets",
+            "teams",
+        ]
         read_only_fields = fields
 
     def get_teams(self, cluster: Cluster) -> list[str]:
@@ -156,6 +169,31 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
             region=body.get("region"),
             interconnect=body.get("interconnect"),
         )
+        return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: ClusterRoutingSerializer})
+    @action(detail=True, methods=["post"])
+    def retire(self, request, name=None):
+        """Retire the cluster: its nodes drain and retire, no new job is routed to it (a job
+        confined to it is refused at submission; one pending stays pending, saying why), and
+        the loop stops polling it once nothing runs there. Idempotent."""
+        self.get_object()  # 404 before 400
+        reason = _body(request, {"reason"}).get("reason", "")
+        limit = Node._meta.get_field("retire_reason").max_length
+        if not isinstance(reason, str):
+            raise FieldErrors({"reason": ["must be a string"]})
+        if len(reason) > limit:
+            raise FieldErrors({"reason": [f"must be at most {limit} characters"]})
+        retirement.cluster_retire(user=request.user, name=str(name), reason=reason)
+        return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
+
+    @extend_schema(request=None, responses={200: ClusterRoutingSerializer})
+    @action(detail=True, methods=["post"])
+    def reinstate(self, request, name=None):
+        """Undo the retirement: jobs may be routed there again, its nodes come back drained.
+        409 when the cluster is not retired or retiring."""
+        self.get_object()
+        retirement.cluster_reinstate(user=request.user, name=str(name))
         return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
 
 

@@ -220,7 +220,16 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "backend_kind", "enabled", "backend_available", "backend_error"]
+        fields = [
+            "id",
+            "name",
+            "backend_kind",
+            "enabled",
+            "backend_available",
+            "backend_error",
+            "retiring_since",
+            "retired_at",
+        ]
 
     def get_backend_error(self, cluster: Cluster) -> str:
         return cluster_backend_error(user=self.context["request"].user, cluster=cluster)
@@ -279,7 +288,20 @@ class NodeSerializer(serializers.ModelSerializer):
             "cluster_hold",
             "avoid_until",
             "health",
+            "retiring_since",
+            "retired_at",
+            "retire_reason",
         ]
+        extra_kwargs = {
+            "retiring_since": {
+                "help_text": "Since when an admin retires the node (drained; it becomes "
+                "`retired` once nothing runs on it); null when it is not retiring or retired."
+            },
+            "retired_at": {
+                "help_text": "When the node became `retired`: out of capacity from then on, its "
+                "history kept; null unless retired."
+            },
+        }
 
 
 class JobAttemptSerializer(serializers.Serializer):

@@ -18,7 +18,7 @@ from core.ids import ID_REGEX, parse_id
 from scheduler.policy import decisions_to_dict, snapshot_to_dict
 from tenants.permissions import IsPlatformAdmin
 
-from .. import selectors, services, transitions
+from .. import retirement, selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
 from ..models import Cluster, Job, Node, NodeState
 from ..states import JobState
@@ -168,7 +168,7 @@ class NodeFilter(django_filters.FilterSet):
 
     class Meta:
         model = Node
-        fields = ["state", "rack", "gpu_model__name", "cluster__name"]
+        fields = ["name", "state", "rack", "gpu_model__name", "cluster__name"]
 
     def filter_state(self, queryset, _name, value):
         return _filter_by_states(queryset, value, known=NodeState.values)
@@ -216,7 +216,7 @@ class NodeActionSerializer(serializers.Serializer):
 
 
 class NodeAdminViewSet(viewsets.GenericViewSet):
-    """Platform admins: quarantine, drain and release nodes."""
+    """Platform admins: quarantine, drain, release, retire and reinstate nodes."""
 
     permission_classes = [IsPlatformAdmin]
     serializer_class = NodeSerializer
@@ -247,6 +247,26 @@ class NodeAdminViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
         node = services.node_release(user=request.user, node_id=_int_id(pk))
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def retire(self, request, pk=None):
+        """Drain the node and retire it once nothing runs on it (at once when nothing does):
+        never scheduled again, out of capacity, its history kept. Idempotent."""
+        body = NodeActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = retirement.node_retire(
+            user=request.user, node_id=_int_id(pk), reason=body.validated_data["reason"]
+        )
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(request=None, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def reinstate(self, request, pk=None):
+        """Undo a retirement: the node comes back drained (release it to use it). 409 when it
+        is not retired or retiring, or its cluster is retired."""
+        node = retirement.node_reinstate(user=request.user, node_id=_int_id(pk))
         return Response(NodeSerializer(node).data)
 
 

@@ -377,7 +377,7 @@ class SimulatedBackend:
         # Nobody but the platform drains a simulated node, so it holds drained exactly what the
         # platform holds, read from the database: every process (web, worker) agrees, where the
         # drain calls a process made (config["drained"]) are only that process's own.
-        held = (NodeState.DRAINING, NodeState.QUARANTINED)
+        held = (NodeState.DRAINING, NodeState.QUARANTINED, NodeState.RETIRED)
         return [
             BackendNode(
                 name=n.name,

@@ -186,6 +186,8 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
         if why is None:
             why = shown_why[item.why] = _humanize_times(item.why)[:2000]
         wanted[job_pk] = (why, estimate)
+    # Kept from the engine: confined to retired clusters (scheduler.snapshot), no estimate.
+    wanted.update((pk, (why, None)) for pk, why in index.retired_why.items())
     if not wanted:
         return 0
     changed: list[tuple[int, str, datetime | None, int, str, str]] = []

@@ -2,8 +2,10 @@
 
 ``run_cycle`` holds the lock (``scheduler.locks``), then
 
-1. observes every enabled cluster's backend (``observe.sync_all``) and fails the live jobs whose
-   numbers no engine can read (``observe.fail_jobs_out_of_bounds``);
+1. observes every enabled cluster's backend (``observe.sync_all``), retires the retiring nodes
+   nothing runs on any more (``retirement.retirements_finish``: under the lock, so no start can
+   land on one meanwhile) and fails the live jobs whose numbers no engine can read
+   (``observe.fail_jobs_out_of_bounds``);
 2. builds the snapshot and asks the pure policy engine to decide (``decide``);
 3. applies the decisions in ONE transaction (``apply``): every transition is a conditional UPDATE
    and every GPU is guarded by the database's partial unique constraint, so applying the same
@@ -26,6 +28,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from ..locks import scheduler_lock
+from ..retirement import retirements_finish
 from .apply import apply_decisions
 from .decide import decide_now, remember_cycle
 from .enforce import reconcile
@@ -55,6 +58,7 @@ def run_cycle(*, now: datetime | None = None, sync: bool = True) -> CycleResult:
         if sync:
             sync_all()
         now = now or timezone.now()
+        retirements_finish(now=now)
         fail_jobs_out_of_bounds(now=now)
         decided = decide_now(now=now)
         applied = apply_decisions(

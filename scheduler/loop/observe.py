@@ -54,7 +54,9 @@ log = logging.getLogger(__name__)
 
 
 def sync_all(*, now: datetime | None = None) -> None:
-    for cluster in Cluster.objects.filter(enabled=True):
+    # A retired cluster runs nothing and is no longer asked (scheduler.retirement); a retiring
+    # one is, until its last job ends.
+    for cluster in Cluster.objects.filter(enabled=True, retired_at__isnull=True):
         try:
             sync_cluster(cluster, now=now or timezone.now())
         except Exception as exc:  # one cluster's fault must not hide the others' news
@@ -234,7 +236,9 @@ _SERVICE_FIELDS = ["state", "state_reason", "resume_state", "resume_reason"]
 
 def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
     window = timedelta(seconds=settings.SCHEDULER_QUARANTINE_WINDOW_SECONDS)
-    for node in Node.objects.filter(cluster=cluster):
+    # A retired node is out of service for good (scheduler.retirement): what the backend says
+    # of it (down, back, or gone) changes nothing until an admin reinstates it.
+    for node in Node.objects.filter(cluster=cluster).exclude(state=NodeState.RETIRED):
         seen = backend_nodes.get(node.name)
         if seen is None:
             continue
@@ -383,8 +387,12 @@ def _drain_on_backend(node: Node, reason: str) -> None:
 
 def _release_after_probation(cluster: Cluster, backend, now: datetime) -> None:
     min_health = getattr(settings, "SCHEDULER_RELEASE_MIN_HEALTH", 0.5)
+    # A retiring node stays out of service after its probation: it is leaving.
     for node in Node.objects.filter(
-        cluster=cluster, state=NodeState.QUARANTINED, probation_until__lte=now
+        cluster=cluster,
+        state=NodeState.QUARANTINED,
+        probation_until__lte=now,
+        retiring_since__isnull=True,
     ):
         if node.health < min_health:
             continue  # the health check before release failed; stays quarantined

@@ -169,7 +169,9 @@ def test_an_unknown_node_state_filter_is_a_400_naming_the_states(platform, api_a
         response = client.get("/api/v1/nodes/", {"state": query})
         assert response.status_code == 400, query
         assert response.json() == {
-            "state": ["unknown state 'drained' (known: ready, draining, quarantined, down)"]
+            "state": [
+                "unknown state 'drained' (known: ready, draining, quarantined, down, retired)"
+            ]
         }
     listed = client.get("/api/v1/nodes/", {"state": "draining,down", "limit": 100}).json()
     assert [n["name"] for n in listed["results"]] == ["n2"]
