@@ -89,7 +89,8 @@ def _node_id(api: Client, name: str, cluster: str | None) -> int:
     nodes = api.get_all("/api/v1/nodes/", {"name": name, "cluster__name": cluster, "limit": 100})
     if not nodes:
         where = f" in cluster {cluster}" if cluster else ""
-        raise ApiError(404, f"no node is named {name!r}{where}", {"NAME": ["no such node"]})
+        message = f"no node is named {name!r}{where}"
+        raise ApiError(404, message, {"NAME": [message]})
     if len(nodes) > 1:
         clusters = ", ".join(sorted(str(n.get("cluster")) for n in nodes))
         message = f"clusters {clusters} each have a node {name!r}: name one with --cluster"

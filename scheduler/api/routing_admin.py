@@ -177,7 +177,7 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
         """Retire the cluster: its nodes drain and retire, no new job is routed to it (a job
         confined to it is refused at submission; one pending stays pending, saying why), and
         the loop stops polling it once nothing runs there. Idempotent."""
-        self.get_object()  # 404 before 400
+        _cluster_exists(name)  # 404 before 400
         reason = _body(request, {"reason"}).get("reason", "")
         limit = Node._meta.get_field("retire_reason").max_length
         if not isinstance(reason, str):
@@ -192,9 +192,14 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
     def reinstate(self, request, name=None):
         """Undo the retirement: jobs may be routed there again, its nodes come back drained.
         409 when the cluster is not retired or retiring."""
-        self.get_object()
+        _cluster_exists(name)
         retirement.cluster_reinstate(user=request.user, name=str(name))
         return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
+
+
+def _cluster_exists(name) -> None:
+    if not Cluster.objects.filter(name=name).exists():
+        raise NotFound(f"no cluster is named {name!r}", field="cluster")
 
 
 _DATASET_FIELDS = {"name", "size_gb", "residency_regions", "copies"}

@@ -12,7 +12,7 @@
   if (!GP || !main) return;
   GP.want("jobs", "cluster", "utilization");
   var stateUrl = main.getAttribute("data-cluster-state-url");
-  var STATE_TEXT = { ready: "", draining: "Draining", quarantined: "Quarantined", down: "Down" };
+  var STATE_TEXT = { ready: "", draining: "Draining", quarantined: "Quarantined", down: "Down", retired: "Retired" };
   // What a down node holding a drain or quarantine comes back as (resume_state).
   var COMES_BACK = { draining: "drained", quarantined: "quarantined" };
   var HOLDING = ["running", "preempted"];

@@ -417,7 +417,7 @@ def test_nodes_with_an_unknown_state_names_the_states_and_exits_2(as_alice):
     result = as_alice("nodes", "--state", "drained")
     assert result.code == 2 and result.out == ""
     assert result.err == (
-        "error: state: unknown state 'drained' (known: ready, draining, quarantined, down)\n"
+        "error: state: unknown state 'drained' (known: ready, draining, quarantined, down, retired)\n"
     )
     ready = as_alice("nodes", "--state", "ready,draining")
     assert ready.code == 0, ready.err
