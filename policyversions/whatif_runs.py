@@ -173,7 +173,7 @@ def whatif_run_start(
     candidate_versions: Any = None,
 ):
     """Record a what-if run of the last ``window_days`` days (up to ``until``, default now) of
-    ``cluster`` (its name; default the only enabled cluster) and queue it on Celery after commit.
+    ``cluster`` (its name; default the only enabled cluster not retired) and queue it on Celery after commit.
     Platform admins only (anyone else NotFound). Bad input is FieldErrors naming the field
     (``cluster``, ``window_days``, also for a window of more than ``WHATIF_MAX_JOBS`` finished
     jobs, ``candidates.<name>.<field>``) and nothing is written; a
@@ -182,7 +182,10 @@ def whatif_run_start(
     errors: dict[str, list[str]] = {}
     target = None
     if cluster in (None, ""):
-        enabled = list(Cluster.objects.filter(enabled=True).order_by("name")[:2])
+        # A retired cluster's history can still be replayed, by its name; it is not the default.
+        enabled = list(
+            Cluster.objects.filter(enabled=True, retiring_since__isnull=True).order_by("name")[:2]
+        )
         if len(enabled) == 1:
             target = enabled[0]
         else:

@@ -669,7 +669,13 @@ def cluster_import_nodes(*, cluster) -> tuple[int, int]:
     rack, NVLink domain, zone, fabric, spot). Nodes the backend no longer lists are left alone
     (an admin removes them). A node a Node row cannot hold (a name longer than the column, a GPU
     count outside the model's bounds) is skipped with a warning, so one odd node does not stop
-    the others' import. Returns ``(created, updated)``. Idempotent."""
+    the others' import. Returns ``(created, updated)``. Idempotent. A retired (or retiring)
+    cluster is a Conflict: its new nodes would be ready, and take work it no longer takes."""
+    if cluster.retiring_since is not None:
+        raise Conflict(
+            f"cluster {cluster.name} is retired: reinstate it before importing its nodes",
+            field="cluster",
+        )
     seen = get_backend(cluster).list_nodes()
     created = updated = 0
     name_limit = Node._meta.get_field("name").max_length or 0

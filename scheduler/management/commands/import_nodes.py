@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.errors import Conflict
 from scheduler.backends.base import BackendError
 from scheduler.models import Cluster
 from scheduler.services import cluster_import_nodes
@@ -21,4 +22,6 @@ class Command(BaseCommand):
             created, updated = cluster_import_nodes(cluster=row)
         except BackendError as exc:
             raise CommandError(f"backend: {exc}") from exc
+        except Conflict as exc:
+            raise CommandError(f"cluster: {exc}") from exc
         self.stdout.write(f"{row.name}: {created} nodes created, {updated} updated")

@@ -259,3 +259,30 @@ def test_metrics_and_the_cluster_page_leave_a_retired_node_out(platform, client,
     page = client.get("/cluster/")
     assert page.status_code == 200
     assert page.context["totals"]["total"] == 24
+
+
+def test_a_retired_clusters_nodes_are_not_imported_again(platform, gpu_models):
+    from django.core.management import CommandError, call_command
+
+    admin = platform["admin"]
+    old = _second_cluster(gpu_models)
+    cluster_retire(user=admin, name="old", reason="")
+    before = list(Node.objects.filter(cluster=old).values_list("name", "state"))
+    # Its backend would list its nodes again, and a new one would come in ready.
+    with pytest.raises(CommandError, match="cluster old is retired: reinstate it"):
+        call_command("import_nodes", "old")
+    assert list(Node.objects.filter(cluster=old).values_list("name", "state")) == before
+
+
+def test_a_what_if_replays_the_cluster_not_retired_by_default(platform, gpu_models):
+    from core.errors import FieldErrors
+    from policyversions import whatif_runs
+
+    admin = platform["admin"]
+    _second_cluster(gpu_models)
+    with pytest.raises(FieldErrors) as two:
+        whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+    assert "cluster" in two.value.errors
+    cluster_retire(user=admin, name="old", reason="")
+    run = whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
+    assert run.cluster.name != "old"
