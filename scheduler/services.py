@@ -519,14 +519,16 @@ def node_event_record(*, node: Node, kind: str, message: str, now: datetime) -> 
     publish_node_status(node=node, now=now)
 
 
-def publish_node_status(*, node: Node, now: datetime) -> None:
+def publish_node_status(*, node: Node, now: datetime, in_use: set[int] | None = None) -> None:
     """The node's state, health and which of its GPUs are in use (never by whom: every signed-in
-    user hears the cluster group), after commit."""
-    in_use = set(
-        Allocation.objects.filter(node=node, ended_at__isnull=True).values_list(
-            "gpu_index", flat=True
+    user hears the cluster group), after commit. ``in_use``: the node's GPUs held by a live
+    allocation, when the caller read them for many nodes at once (else one query here)."""
+    if in_use is None:
+        in_use = set(
+            Allocation.objects.filter(node=node, ended_at__isnull=True).values_list(
+                "gpu_index", flat=True
+            )
         )
-    )
     payload: streams.NodeStatusPayload = {
         "type": "node.status",
         "node": node.name,

@@ -610,66 +610,58 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
         .values_list("node_id", "t")
     )
 
-    def counts(node_id: int, at: datetime, floor: datetime) -> bool:
-        return at >= max(floor, since.get(node_id, floor))
+    def after(field: str, floor: datetime, *, strictly: bool = False) -> Q:
+        """The rows of ``field`` that count for each node: from ``floor``, or from the node's
+        quarantine or release when that came later (``strictly``: only rows after it). In SQL,
+        so the database sums the evidence: reading a quarantined node's rows one by one here
+        cost a row per error event, every tick."""
+        q = Q(node_id__in=[i for i in ids if i not in since], **{f"{field}__gte": floor})
+        for node_id, t in since.items():
+            op = "gt" if strictly and t >= floor else "gte"
+            q |= Q(node_id=node_id, **{f"{field}__{op}": max(t, floor)})
+        return q
 
     sbe: dict[int, int] = defaultdict(int)
     dbe: dict[int, int] = defaultdict(int)
     xids: dict[int, list[int]] = defaultdict(list)
+    # Errors at the quarantine's instant are those that caused it: only later ones count.
     for node_id, kind, code, n in (
-        GpuErrorEvent.objects.filter(node_id__in=ids, time__gte=window)
+        GpuErrorEvent.objects.filter(after("time", window, strictly=True), time__gte=window)
         .values("node_id", "kind", "code")
         .annotate(n=Sum("count"))
         .values_list("node_id", "kind", "code", "n")
         .order_by()
     ):
-        if node_id in since:
-            continue  # re-read below, event by event after the quarantine
         if kind == GpuErrorKind.ECC_SBE:
             sbe[node_id] += n
         elif kind == GpuErrorKind.ECC_DBE:
             dbe[node_id] += n
         else:  # a row holds one code with its repeats in one sample
             xids[node_id].extend([code] * n)
-    if since:
-        for node_id, kind, code, t, n in GpuErrorEvent.objects.filter(
-            node_id__in=list(since), time__gte=window
-        ).values_list("node_id", "kind", "code", "time", "count"):
-            if not t > since[node_id]:
-                continue
-            if kind == GpuErrorKind.ECC_SBE:
-                sbe[node_id] += n
-            elif kind == GpuErrorKind.ECC_DBE:
-                dbe[node_id] += n
-            else:
-                xids[node_id].extend([code] * n)
 
     samples: dict[int, int] = defaultdict(int)
     throttled: dict[int, int] = defaultdict(int)
-    for node_id, bucket, n, hot in (
-        GpuRollup.objects.filter(node_id__in=ids, bucket__gte=thermal_window)
-        .values("node_id", "bucket")
+    for node_id, n, hot in (
+        GpuRollup.objects.filter(after("bucket", thermal_window), bucket__gte=thermal_window)
+        .values("node_id")
         .annotate(n=Sum("samples"), hot=Sum("throttled"))
-        .values_list("node_id", "bucket", "n", "hot")
+        .values_list("node_id", "n", "hot")
         .order_by()
     ):
-        if counts(node_id, bucket, thermal_window):
-            samples[node_id] += n
-            throttled[node_id] += hot
+        samples[node_id], throttled[node_id] = n, hot
 
-    submitters: dict[int, set[int]] = defaultdict(set)
-    for node_id, submitter, finished in (
+    submitters: dict[int, int] = dict(
         Allocation.objects.filter(
-            node_id__in=ids,
+            after("job__finished_at", window),
             job__state=JobState.FAILED,
             job__finished_at__gte=window,
             attempt=F("job__attempts"),
         )
-        .values_list("node_id", "job__submitter_id", "job__finished_at")
-        .distinct()
-    ):
-        if counts(node_id, finished, window):
-            submitters[node_id].add(submitter)
+        .values("node_id")
+        .annotate(n=Count("job__submitter_id", distinct=True))
+        .values_list("node_id", "n")
+        .order_by()
+    )
 
     return {
         n.pk: NodeEvidence(
@@ -678,7 +670,7 @@ def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int,
             xid_codes=tuple(xids[n.pk]),
             samples=samples[n.pk],
             throttled=throttled[n.pk],
-            failed_job_submitters=len(submitters[n.pk]),
+            failed_job_submitters=submitters.get(n.pk, 0),
         )
         for n in nodes
     }
@@ -707,15 +699,20 @@ def health_evaluate(
     verdicts = {n.pk: evaluate(evidence[n.pk], rules) for n in nodes}
     telemetry = {t.pk: t for t in NodeTelemetry.objects.filter(pk__in=[n.pk for n in nodes])}
 
-    changed = []
-    for node in nodes:
-        verdict = verdicts[node.pk]
-        if abs(node.health - verdict.score) > 1e-6:
-            moved_far = abs(node.health - verdict.score) >= 0.05
-            node.health = verdict.score
-            changed.append(node)
-            if moved_far:
-                publish_node_status(node=node, now=now)
+    changed = [n for n in nodes if abs(n.health - verdicts[n.pk].score) > 1e-6]
+    # Announced when the score moved far; the GPUs in use of all of them in one query (not one
+    # per node: a rack overheating moves many nodes in one tick).
+    moved_far = [n for n in changed if abs(n.health - verdicts[n.pk].score) >= 0.05]
+    in_use: dict[int, set[int]] = defaultdict(set)
+    if moved_far:
+        for node_id, gpu in Allocation.objects.filter(
+            node_id__in=[n.pk for n in moved_far], ended_at__isnull=True
+        ).values_list("node_id", "gpu_index"):
+            in_use[node_id].add(gpu)
+    for node in changed:
+        node.health = verdicts[node.pk].score
+    for node in moved_far:
+        publish_node_status(node=node, now=now, in_use=in_use[node.pk])
     with transaction.atomic():
         if changed:
             Node.objects.bulk_update(changed, ["health"])
