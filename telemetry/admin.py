@@ -8,7 +8,7 @@ from scheduler.admin import ReadOnlyAdmin
 from scheduler.models import Node
 
 from .models import JobIdleFlag, NodeAgentToken, NodeTelemetry
-from .services import node_token_issue, node_token_revoke
+from .tokens import node_token_issue, node_token_revoke
 
 
 @admin.register(NodeAgentToken)

@@ -27,14 +27,8 @@ from . import conf
 from .ingest import BatchInvalid
 from .metrics import render_latest
 from .models import NodeAgentToken
-from .services import (
-    TOKEN_PREFIX,
-    BatchInFlight,
-    NodeGone,
-    NodeOverBudget,
-    node_token_for,
-    samples_ingest,
-)
+from .services import BatchInFlight, NodeGone, NodeOverBudget, samples_ingest
+from .tokens import TOKEN_PREFIX, node_token_for
 
 
 class NodeTokenAuthentication(BearerTokenAuthentication):

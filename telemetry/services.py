@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import secrets
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,14 +39,19 @@ from .models import (
     GpuRollup,
     GpuSample,
     JobIdleFlag,
-    NodeAgentToken,
     NodeTelemetry,
-    hash_node_token,
+)
+from .tokens import (  # noqa: F401 (the tokens' services, here with the app's others)
+    TOKEN_PREFIX,
+    forget_cached_tokens,
+    forget_node_tokens,
+    node_token_for,
+    node_token_issue,
+    node_token_revoke,
 )
 
 log = logging.getLogger(__name__)
 
-TOKEN_PREFIX = "gpn_"
 SAMPLE_COLUMNS = (
     "node_id",
     "gpu_index",
@@ -73,80 +76,6 @@ class JobIdlePayload(TypedDict):
     since: str | None
     utilization: float | None
     time: str
-
-
-# ---------------------------------------------------------------------------------- tokens
-
-
-def node_token_issue(*, node: Node, created_by=None) -> tuple[NodeAgentToken, str]:
-    """Create a token for ``node``'s agent; returns the row and the plain token (shown once,
-    never stored). Earlier tokens stay valid until revoked (rotation without a gap)."""
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = NodeAgentToken.objects.create(
-        node=node,
-        key_hash=hash_node_token(raw),
-        key_prefix=raw[:12],
-        created_at=timezone.now(),
-        created_by=created_by,
-    )
-    return token, raw
-
-
-# token hash -> (valid until (monotonic), token row with its node). Agents post every few
-# seconds; looking their token up once per TOKEN_CACHE_SECONDS instead of on every batch takes a
-# query off the hot path. The price: a revoked token keeps working for up to that long in a
-# process that cached it.
-TOKEN_CACHE_SECONDS = 30.0
-_token_cache: dict[str, tuple[float, NodeAgentToken]] = {}
-
-
-def node_token_for(raw: str) -> NodeAgentToken | None:
-    """The live token row (with its node) whose secret is ``raw``, else None; cached per process
-    for ``TOKEN_CACHE_SECONDS``; ``last_used_at`` written at most once a minute."""
-    key = hash_node_token(raw)
-    now = time.monotonic()
-    hit = _token_cache.get(key)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    token = (
-        NodeAgentToken.objects.select_related("node")
-        .filter(key_hash=key, revoked_at__isnull=True)
-        .first()
-    )
-    if token is None:
-        _token_cache.pop(key, None)
-        return None
-    if len(_token_cache) > 50_000:  # bounded: a flood of distinct tokens cannot grow it forever
-        _token_cache.clear()
-    _token_cache[key] = (now + TOKEN_CACHE_SECONDS, token)
-    wall = timezone.now()
-    # At most one write a minute per token: batches must not all become writes.
-    if token.last_used_at is None or (wall - token.last_used_at).total_seconds() > 60:
-        NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=wall)
-        token.last_used_at = wall
-    return token
-
-
-def forget_cached_tokens() -> None:
-    """Drop this process's token cache (tests; an emergency revocation from a shell)."""
-    _token_cache.clear()
-
-
-def _forget_node_tokens(node_id: int) -> None:
-    for key, (_, token) in list(_token_cache.items()):
-        if token.node_id == node_id:
-            _token_cache.pop(key, None)
-
-
-def node_token_revoke(*, token: NodeAgentToken) -> bool:
-    """Revoke ``token``; False when it was already revoked. Idempotent. Processes that cached
-    the token (``TOKEN_CACHE_SECONDS``) accept it until their cache entry expires; this
-    process forgets it at once."""
-    revoked = NodeAgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
-    forget_cached_tokens()
-    return bool(revoked)
 
 
 # ---------------------------------------------------------------------------------- ingest
@@ -260,7 +189,7 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
         # A node deleted under a cached token fails its foreign keys at commit: the token
         # went with the node, so the agent is refused as with any dead token.
         if isinstance(exc, IntegrityError) and not Node.objects.filter(pk=node.pk).exists():
-            _forget_node_tokens(node.pk)
+            forget_node_tokens(node.pk)
             raise NodeGone(node.pk) from exc
         raise
     if urgent:

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.models import Node
 from telemetry.models import NodeAgentToken
-from telemetry.services import node_token_issue, node_token_revoke
+from telemetry.tokens import node_token_issue, node_token_revoke
 
 
 class Command(BaseCommand):

@@ -1,0 +1,114 @@
+"""The node token caches: a wrong token's repeats cost no query (a short negative cache keyed by
+the token's hash), a token issued or saved live again works at once, and a revoked or deleted
+token stops working at once, in every process, though its row was cached."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from telemetry.models import GpuSample, NodeAgentToken, hash_node_token
+from telemetry.services import node_token_issue
+from telemetry.tokens import TOKEN_MISS_CACHE_SECONDS
+
+from .conftest import make_sample
+
+ROOT = Path(__file__).resolve().parents[3]
+WRONG = "gpn_" + "w" * 43  # the shape of a real token, issued to no one
+
+
+def test_repeats_of_an_unknown_token_are_refused_without_a_query(db, post_batch):
+    with CaptureQueriesContext(connection) as first:
+        assert post_batch([make_sample()], token=WRONG).status_code == 401
+    with CaptureQueriesContext(connection) as repeats:
+        codes = {post_batch([make_sample()], token=WRONG).status_code for _ in range(20)}
+    assert codes == {401}
+    assert len(first.captured_queries) == 1  # the lookup that found nothing
+    assert repeats.captured_queries == []
+    assert GpuSample.objects.count() == 0
+    # Remembered for a bounded time, under the token's hash, never the token itself.
+    key = f"telemetry:node-token:unknown:{hash_node_token(WRONG)}"
+    assert cache.get(key) is not None
+    if isinstance(
+        caches["default"], RedisCache
+    ):  # the real Redis of the run: look at what it holds
+        redis = caches["default"]._cache.get_client(key)
+        stored = [k.decode() for k in redis.keys("*node-token*")]
+        assert any(k.endswith(key) for k in stored) and not any(WRONG[4:] in k for k in stored)
+        ttl = redis.ttl(cache.make_key(key))
+        assert 0 < ttl <= TOKEN_MISS_CACHE_SECONDS
+
+
+def test_a_token_tried_before_it_was_issued_works_once_issued(db, node1, post_batch, monkeypatch):
+    monkeypatch.setattr("telemetry.tokens.secrets.token_urlsafe", lambda n: "w" * 43)
+    assert post_batch([make_sample()], token=WRONG).status_code == 401  # remembered unknown
+    _, raw = node_token_issue(node=node1)
+    assert raw == WRONG
+    assert post_batch([make_sample()], token=WRONG).status_code == 202
+    assert GpuSample.objects.filter(node=node1).count() == 1
+
+
+def test_a_revoked_token_saved_live_again_works_at_once(db, node1, post_batch, agent_token):
+    from telemetry.services import node_token_revoke
+
+    token = NodeAgentToken.objects.get(node=node1)
+    node_token_revoke(token=token)
+    assert post_batch([make_sample()]).status_code == 401  # now remembered as unknown
+    token.refresh_from_db()
+    token.revoked_at = None
+    token.save()
+    assert post_batch([make_sample()]).status_code == 202
+
+
+def test_a_deleted_token_stops_working_at_once_though_this_process_cached_it(db, node1, post_batch):
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # the row is cached now
+    NodeAgentToken.objects.get(node=node1).delete()  # say, from the admin's delete page
+    assert post_batch([make_sample(gpu=1)]).status_code == 401
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
+
+
+REVOKE = """
+import sys
+import django
+
+django.setup()
+from telemetry.models import NodeAgentToken
+from telemetry.services import node_token_revoke
+
+print(node_token_revoke(token=NodeAgentToken.objects.get(pk=int(sys.argv[1]))))
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_revoked_in_another_process_stops_working_here_at_once(node1, post_batch):
+    if connection.vendor != "postgresql" or not isinstance(caches["default"], RedisCache):
+        pytest.skip("two processes share a database and a cache on PostgreSQL and Redis only")
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:"
+        f"{db['PORT']}/{db['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    token = NodeAgentToken.objects.get(node=node1)
+    done = subprocess.run(
+        [sys.executable, "-c", REVOKE, str(token.pk)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip() == "True", done.stderr
+    assert post_batch([make_sample(gpu=1)]).status_code == 401
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
