@@ -92,6 +92,27 @@ class GpuRollup(models.Model):
         return f"{self.node_id}:{self.gpu_index} minute {self.bucket:%H:%M}"
 
 
+class GpuRollupPending(models.Model):
+    """A minute of a node that received samples since it was last rolled up: written by the
+    ingest with the samples (same transaction), cleared by ``rollup_build`` once it rolled the
+    minute up. The rollup reads what arrived, per node, however late (within the raw retention),
+    instead of scanning the raw table for it."""
+
+    node = models.ForeignKey(Node, related_name="+", on_delete=models.CASCADE, db_index=False)
+    minute = models.DateTimeField()
+    # The last batch that marked it (when a late minute arrived, for an admin's eyes).
+    marked_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "minute"], name="gpurolluppending_node_minute")
+        ]
+        indexes = [models.Index(fields=["minute"], name="gpurolluppending_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} minute {self.minute:%H:%M} to roll up"
+
+
 class GpuErrorKind(models.TextChoices):
     ECC_SBE = "ecc_sbe", "ECC single-bit (corrected)"
     ECC_DBE = "ecc_dbe", "ECC double-bit (uncorrected)"

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from typing import Literal, TypedDict
 
 from django.core.cache import cache
@@ -37,6 +39,7 @@ from .models import (
     GpuErrorEvent,
     GpuErrorKind,
     GpuRollup,
+    GpuRollupPending,
     GpuSample,
     JobIdleFlag,
     NodeTelemetry,
@@ -244,6 +247,7 @@ def _store_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
                 )
                 for gpu, ts, kind, code, count in parsed.errors
             )
+        _mark_unrolled(node.pk, parsed.samples, now)
         _record_batch(node, parsed, now)
         _publish_utilization(node, parsed)
 
@@ -291,6 +295,23 @@ def _copy_samples(raw_cursor, node_id: int, samples: list[tuple]) -> None:
         )
     with raw_cursor.copy(f"COPY {table} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN") as copy:
         copy.write("".join(lines))
+
+
+def _mark_unrolled(node_id: int, samples: list[tuple], now: datetime) -> None:
+    """Mark the minutes this batch brought samples for (the rollup's work list). An upsert
+    that touches an existing mark, not an insert that skips it: updating the row locks it, so a
+    rollup that is clearing this very mark waits for this batch (and reads its samples) or has
+    committed (and this batch marks the minute again)."""
+    minutes = {int(ts // 60) * 60 for _, ts, *_ in samples}
+    GpuRollupPending.objects.bulk_create(
+        [
+            GpuRollupPending(node_id=node_id, minute=datetime.fromtimestamp(m, UTC), marked_at=now)
+            for m in sorted(minutes)
+        ],
+        update_conflicts=True,
+        unique_fields=["node", "minute"],
+        update_fields=["marked_at"],
+    )
 
 
 def _record_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
@@ -351,34 +372,68 @@ def _minute(t: datetime) -> datetime:
 
 
 def rollup_build(*, now: datetime, max_minutes: int = 60) -> int:
-    """Roll complete minutes of raw samples into ``GpuRollup`` (upserts; returns rows written).
+    """Roll the minutes the ingest marked (``GpuRollupPending``) into ``GpuRollup``, per node:
+    each marked node-minute is recomputed whole from its raw samples (an upsert), so a minute
+    that got late samples is rolled again with them, never counted twice. Returns rows written.
 
-    Starts at the first sample newer than the newest rollup, re-rolling the two minutes before
-    it when contiguous (late samples get counted); stops at the last minute that ended
-    ``TELEMETRY_ROLLUP_SETTLE_SECONDS`` ago; covers at most ``max_minutes`` per call (a backlog
-    is caught up over several calls). Returns 0 when there is nothing new.
+    A minute is rolled once it ended ``TELEMETRY_ROLLUP_SETTLE_SECONDS`` ago, and only while it
+    lies wholly within the raw retention (``TELEMETRY_RAW_RETENTION_SECONDS``): the marks of an
+    older minute, whose first samples may already be pruned, are dropped and its rollup kept.
+    At most ``max_minutes`` distinct minutes per call, newest first (a backlog is caught up over
+    several calls, and the current minutes are never held back behind it). The raw table is read
+    only in the marked minutes (its time index), for the marked nodes.
+
+    Idempotent and safe to run concurrently with the ingest: the marks it reads are cleared in
+    its transaction before it reads the samples, so a batch that marks one of those minutes
+    again either committed before (its samples are read) or marks it after (rolled next call).
     """
     end = _minute(now - timedelta(seconds=conf.get("TELEMETRY_ROLLUP_SETTLE_SECONDS")))
-    floor = _minute(now - timedelta(seconds=conf.get("TELEMETRY_RAW_RETENTION_SECONDS")))
-    newest = GpuRollup.objects.aggregate(m=Max("bucket"))["m"]
-    unrolled = max(floor, newest + timedelta(minutes=1)) if newest is not None else floor
-    # Start at the first sample not yet rolled up: a stretch without any (agents down) is
-    # skipped rather than scanned, so the range can never get stuck on it.
-    first = (
-        GpuSample.objects.filter(time__gte=unrolled, time__lt=end)
-        .order_by("time")
-        .values_list("time", flat=True)
-        .first()
+    floor = now - timedelta(seconds=conf.get("TELEMETRY_RAW_RETENTION_SECONDS"))
+    with transaction.atomic():
+        GpuRollupPending.objects.filter(minute__lt=floor).delete()
+        minutes = list(
+            GpuRollupPending.objects.filter(minute__lt=end)
+            .order_by("-minute")
+            .values_list("minute", flat=True)
+            .distinct()[:max_minutes]
+        )
+        if not minutes:
+            return 0
+        marks = list(
+            GpuRollupPending.objects.filter(minute__in=minutes).values_list(
+                "pk", "node_id", "minute"
+            )
+        )
+        GpuRollupPending.objects.filter(pk__in=[pk for pk, _, _ in marks]).delete()
+        rows = _roll_up(marks)
+    return rows
+
+
+def _marked_samples(marks: list[tuple[int, int, datetime]]) -> Q:
+    """The raw samples of the marked node-minutes: consecutive minutes with the same nodes make
+    one time range (the steady state is one range of a minute or two for every node; a late
+    batch adds a range for its node)."""
+    nodes_by_minute: dict[datetime, set[int]] = defaultdict(set)
+    for _, node_id, minute in marks:
+        nodes_by_minute[minute].add(node_id)
+    ranges: list[tuple[datetime, datetime, set[int]]] = []
+    for minute in sorted(nodes_by_minute):
+        nodes = nodes_by_minute[minute]
+        if ranges and ranges[-1][1] == minute and ranges[-1][2] == nodes:
+            ranges[-1] = (ranges[-1][0], minute + timedelta(minutes=1), nodes)
+        else:
+            ranges.append((minute, minute + timedelta(minutes=1), nodes))
+    return reduce(
+        operator.or_,
+        (Q(time__gte=a, time__lt=b, node_id__in=sorted(nodes)) for a, b, nodes in ranges),
     )
-    if first is None:
-        return 0
-    start = _minute(first)
-    if newest is not None and start - newest <= timedelta(minutes=3):
-        start = max(floor, newest - timedelta(minutes=2))  # re-roll: count late samples
-    end = min(end, start + timedelta(minutes=max_minutes))
+
+
+def _roll_up(marks: list[tuple[int, int, datetime]]) -> int:
+    """Recompute the rollups of the marked node-minutes from their raw samples (upserts)."""
     hot = conf.health_rules()["thermal"]["temperature_c"]
     groups = (
-        GpuSample.objects.filter(time__gte=start, time__lt=end)
+        GpuSample.objects.filter(_marked_samples(marks))
         .annotate(bucket=TruncMinute("time"))
         .values("node_id", "gpu_index", "bucket")
         .annotate(

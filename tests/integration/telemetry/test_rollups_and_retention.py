@@ -120,23 +120,34 @@ def test_the_tick_runs_once_per_period_and_does_all_steps(node1, now):
     cache.delete(TICK_CACHE_KEY)
 
 
-def test_a_stretch_without_samples_is_skipped_not_stuck_on(node1, now, settings):
-    settings.TELEMETRY_RAW_RETENTION_SECONDS = 6 * 3600
-    early = now - timedelta(hours=4)
+def test_a_backlog_is_rolled_newest_first_a_bounded_number_of_minutes_a_call(node1, now):
+    early = now - timedelta(hours=4)  # an agent back after a long outage, within retention
     late = now - timedelta(minutes=5)
-    row = dict(
-        node=node1,
-        gpu_index=0,
-        utilization=1.0,
-        memory_used_mib=1,
-        memory_total_mib=2,
-        temperature_c=40,
-        power_w=1.0,
-    )
-    GpuSample.objects.bulk_create([GpuSample(time=early, **row), GpuSample(time=late, **row)])
-    assert rollup_build(now=now) == 1  # the early minute (a 60-minute chunk at most)
-    assert rollup_build(now=now) == 1  # straight to the late minute, over 4 hours of nothing
+    for at in (early, late):
+        samples_ingest(node=node1, body={"samples": [make_sample(gpu=0, at=at)]}, now=now)
+    assert rollup_build(now=now, max_minutes=1) == 1  # the current minutes are not held back
+    assert list(GpuRollup.objects.values_list("bucket", flat=True)) == [late.replace(second=0)]
+    assert rollup_build(now=now, max_minutes=1) == 1  # then the backlog
+    assert rollup_build(now=now, max_minutes=1) == 0
     assert set(GpuRollup.objects.values_list("bucket", flat=True)) == {
         early.replace(second=0),
         late.replace(second=0),
     }
+
+
+def test_a_minute_partly_past_the_raw_retention_keeps_its_rollup(node1, now, settings):
+    settings.TELEMETRY_RAW_RETENTION_SECONDS = 3600
+    minute = (now - timedelta(minutes=58)).replace(second=0)
+    samples = [make_sample(gpu=0, at=minute + timedelta(seconds=s)) for s in (5, 50)]
+    samples_ingest(node=node1, body={"samples": samples}, now=now)
+    assert rollup_build(now=now) == 1
+    # Two minutes on, the minute's first samples are past the retention (pruned) when a late
+    # one arrives for it: re-rolled from what is left, its rollup would lose samples.
+    later = now + timedelta(minutes=2)
+    telemetry_prune(now=later)
+    assert GpuSample.objects.count() == 1  # the one at 50 s
+    late = [make_sample(gpu=0, at=minute + timedelta(seconds=55), utilization=90.0)]
+    samples_ingest(node=node1, body={"samples": late}, now=later)
+    assert rollup_build(now=later) == 0
+    r = GpuRollup.objects.get()
+    assert (r.samples, r.util_avg) == (2, 50.0)

@@ -1,0 +1,138 @@
+"""Samples an agent sends late (a network delay, a retry after an outage) are rolled up into
+their own minute, per node, after other nodes' rollups moved on: idle flags, idle billing and
+the thermal rule see them. Rolling up again changes nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduler.models import Allocation, Job
+from scheduler.states import JobState
+from telemetry.models import GpuRollup, GpuRollupPending
+from telemetry.selectors import job_idle_gpu_seconds
+from telemetry.services import health_evaluate, idle_evaluate, rollup_build, samples_ingest
+
+from .conftest import make_sample
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def now():
+    return timezone.now().replace(second=30, microsecond=0)
+
+
+def every_minute(node, gpus, first, last, now, **over):
+    """One sample per GPU per minute, ``first``..``last`` minutes before ``now``, one batch."""
+    samples = [
+        make_sample(gpu=g, at=now - timedelta(minutes=m), **over)
+        for m in range(first, last + 1)
+        for g in gpus
+    ]
+    return samples_ingest(node=node, body={"samples": samples}, now=now)
+
+
+def on_time(node, gpus, minutes, now, **over):
+    """An agent on time: each minute's samples sent (and rolled up by the tick) that minute."""
+    for m in range(minutes, 0, -1):
+        tick = now - timedelta(minutes=m - 1)
+        every_minute(node, gpus, 1, 1, tick, **over)
+        rollup_build(now=tick)
+
+
+def rollups(node):
+    return list(
+        GpuRollup.objects.filter(node=node)
+        .order_by("bucket", "gpu_index")
+        .values_list("bucket", "gpu_index", "samples", "util_avg", "throttled")
+    )
+
+
+def test_a_late_batch_is_rolled_up_idle_flagged_and_billed(platform, priorities, cluster, now):
+    n1, n2 = cluster.nodes.get(name="n1"), cluster.nodes.get(name="n2")
+    started = now - timedelta(minutes=40)
+    job = Job.objects.create(
+        team=platform["alice"].memberships.first().team,
+        submitter=platform["alice"],
+        name="idler",
+        workers=1,
+        gpus_per_worker=2,
+        priority_class=priorities["research"],
+        state=JobState.RUNNING,
+        submitted_at=started,
+        started_at=started,
+        attempts=1,
+    )
+    for g in (0, 1):
+        Allocation.objects.create(job=job, node=n1, gpu_index=g, started_at=started)
+    # n2's agent is on time: the rollups move on, minute by minute, to now.
+    on_time(n2, range(8), 35, now, utilization=80.0)
+    assert GpuRollup.objects.filter(node=n2).count() == 35 * 8
+    # n1's agent was cut off for 35 minutes; its buffer arrives now, in one batch.
+    every_minute(n1, (0, 1), 1, 35, now, utilization=1.5)
+    tick = now + timedelta(minutes=1)
+    rollup_build(now=tick)
+
+    assert len(rollups(n1)) == 35 * 2  # every late minute, in its own minute
+    assert {(n, u) for _, _, n, u, _ in rollups(n1)} == {(1, 1.5)}
+    assert idle_evaluate(now=tick) == ([job.pk], [])
+    idle = job_idle_gpu_seconds(start=started, end=tick, job_ids=[job.pk])
+    assert idle == {job.pk: 35 * 2 * 60.0}
+    # Idempotent: nothing left to roll, and the rows stay as they are.
+    before = rollups(n1), rollups(n2)
+    assert rollup_build(now=tick) == 0
+    assert (rollups(n1), rollups(n2)) == before
+    assert not GpuRollupPending.objects.exists()
+
+
+def test_late_samples_join_their_minute_without_double_counting(node1, now):
+    on_time(node1, (0,), 10, now, utilization=10.0)
+    first = dict(((b, g), (n, u)) for b, g, n, u, _ in rollups(node1))
+    # Second samples for minutes 8..3 ago arrive late; one batch is retried (a repeat).
+    minutes = [now - timedelta(minutes=m, seconds=20) for m in range(3, 9)]
+    late = {"samples": [make_sample(gpu=0, at=at, utilization=30.0) for at in minutes]}
+    tick = now + timedelta(minutes=1)
+    samples_ingest(node=node1, body=late, now=tick)
+    assert samples_ingest(node=node1, body=late, now=tick).duplicate is True
+    rollup_build(now=tick)
+    rolled = {(b, g): (n, u) for b, g, n, u, _ in rollups(node1)}
+    for at in minutes:
+        key = (at.replace(second=0), 0)
+        assert first[key] == (1, 10.0) and rolled[key] == (2, 20.0)
+    # Rolled again from scratch (a re-marked minute), the same rows.
+    GpuRollupPending.objects.bulk_create(
+        GpuRollupPending(node=node1, minute=b, marked_at=tick) for b, _ in rolled
+    )
+    rollup_build(now=tick)
+    assert {(b, g): (n, u) for b, g, n, u, _ in rollups(node1)} == rolled
+
+
+def test_late_hot_samples_reach_the_thermal_rule(cluster, now):
+    n1, n3 = cluster.nodes.get(name="n1"), cluster.nodes.get(name="n3")
+    on_time(n1, range(8), 12, now)
+    every_minute(n3, range(8), 1, 12, now, temperature_c=91)  # late, and throttling
+    tick = now + timedelta(minutes=1)
+    rollup_build(now=tick)
+    verdict = health_evaluate(now=tick, node_ids=[n3.pk])[n3.pk]
+    assert "thermal throttling in 100% of samples" in verdict.reasons
+
+
+def test_a_tick_reads_only_the_marked_minutes(cluster, now):
+    nodes = list(cluster.nodes.order_by("pk"))
+    for node in nodes:
+        every_minute(node, range(8), 1, 30, now - timedelta(minutes=5))
+    rollup_build(now=now)
+    tick = now + timedelta(minutes=1)
+    for node in nodes:
+        every_minute(node, range(8), 1, 1, tick)  # the steady state: a minute per node
+    with CaptureQueriesContext(connection) as queries:
+        assert rollup_build(now=tick + timedelta(minutes=1)) == 4 * 8
+    (read,) = [q["sql"] for q in queries.captured_queries if "telemetry_gpusample" in q["sql"]]
+    # One time range (the marked minute) for the marked nodes, not the raw table since a
+    # watermark.
+    assert read.count('"telemetry_gpusample"."time" >=') == 1
