@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import operator
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import reduce
 from typing import Literal, TypedDict
 
 from django.core.cache import cache
@@ -409,10 +407,12 @@ def rollup_build(*, now: datetime, max_minutes: int = 60) -> int:
     return rows
 
 
-def _marked_samples(marks: list[tuple[int, int, datetime]]) -> Q:
-    """The raw samples of the marked node-minutes: consecutive minutes with the same nodes make
-    one time range (the steady state is one range of a minute or two for every node; a late
-    batch adds a range for its node)."""
+def _marked_ranges(marks: list[tuple[int, int, datetime]]) -> list[Q]:
+    """The raw samples of the marked node-minutes, as time ranges: consecutive minutes with the
+    same nodes make one (the steady state is one range of a minute or two for every node; a
+    late batch adds a range for its node). Each range is read on its own: PostgreSQL plans an OR
+    of ranges as a scan of the whole table (measured: 13 s on 69 M rows, against 0.1 s for the
+    two ranges read through the time index one after the other)."""
     nodes_by_minute: dict[datetime, set[int]] = defaultdict(set)
     for _, node_id, minute in marks:
         nodes_by_minute[minute].add(node_id)
@@ -423,17 +423,16 @@ def _marked_samples(marks: list[tuple[int, int, datetime]]) -> Q:
             ranges[-1] = (ranges[-1][0], minute + timedelta(minutes=1), nodes)
         else:
             ranges.append((minute, minute + timedelta(minutes=1), nodes))
-    return reduce(
-        operator.or_,
-        (Q(time__gte=a, time__lt=b, node_id__in=sorted(nodes)) for a, b, nodes in ranges),
-    )
+    return [Q(time__gte=a, time__lt=b, node_id__in=sorted(nodes)) for a, b, nodes in ranges]
 
 
 def _roll_up(marks: list[tuple[int, int, datetime]]) -> int:
     """Recompute the rollups of the marked node-minutes from their raw samples (upserts)."""
     hot = conf.health_rules()["thermal"]["temperature_c"]
     groups = (
-        GpuSample.objects.filter(_marked_samples(marks))
+        g
+        for q in _marked_ranges(marks)
+        for g in GpuSample.objects.filter(q)
         .annotate(bucket=TruncMinute("time"))
         .values("node_id", "gpu_index", "bucket")
         .annotate(
