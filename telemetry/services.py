@@ -397,10 +397,13 @@ def rollup_build(*, now: datetime, max_minutes: int = 60) -> int:
         )
         if not minutes:
             return 0
+        # Locked in (node, minute) order, the order a batch marks its minutes in: a batch and
+        # the rollup wait for each other, never deadlock.
         marks = list(
-            GpuRollupPending.objects.filter(minute__in=minutes).values_list(
-                "pk", "node_id", "minute"
-            )
+            GpuRollupPending.objects.select_for_update()
+            .filter(minute__in=minutes)
+            .order_by("node_id", "minute")
+            .values_list("pk", "node_id", "minute")
         )
         GpuRollupPending.objects.filter(pk__in=[pk for pk, _, _ in marks]).delete()
         rows = _roll_up(marks)

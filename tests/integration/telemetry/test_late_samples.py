@@ -4,10 +4,12 @@ the thermal rule see them. Rolling up again changes nothing."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -140,3 +142,59 @@ def test_a_tick_reads_only_the_marked_minutes(cluster, now):
     # One time range (the marked minute) for the marked nodes, not the raw table since a
     # watermark.
     assert read.count('"telemetry_gpusample"."time" >=') == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_in_flight_while_the_rollup_runs_is_read_or_marked_again(cluster, now):
+    """A late batch for a minute the rollup is clearing, still uncommitted: the rollup waits for
+    it and reads its samples (PostgreSQL: real locks between two connections)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks between connections: PostgreSQL")
+    node = cluster.nodes.get(name="n1")
+    minute = now - timedelta(minutes=2)
+    samples_ingest(node=node, body={"samples": [make_sample(gpu=0, at=minute)]}, now=now)
+    marked, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def late_batch():
+        try:
+            with transaction.atomic():  # held open: the batch is stored and marked, uncommitted
+                late = make_sample(gpu=0, at=minute + timedelta(seconds=10), utilization=90.0)
+                samples_ingest(node=node, body={"samples": [late]}, now=now)
+                marked.set()
+                go.wait(30)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def rollup():
+        try:
+            rollup_build(now=now)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    batch, roll = threading.Thread(target=late_batch), threading.Thread(target=rollup)
+    batch.start()
+    assert marked.wait(30)
+    roll.start()
+    with connection.cursor() as cursor:  # until the rollup waits on the batch's lock
+        for _ in range(300):
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the rollup did not wait for the batch in flight")
+    go.set()
+    batch.join(30)
+    roll.join(30)
+    assert not errors
+    r = GpuRollup.objects.get(node=node, gpu_index=0, bucket=minute.replace(second=0))
+    assert (r.samples, r.util_avg) == (2, 70.0)
+    assert not GpuRollupPending.objects.exists()
