@@ -198,6 +198,8 @@ OIDC_TIMEOUT = env.int("OIDC_TIMEOUT_SECONDS", default=10)
 OIDC_OP_LOGOUT_URL_METHOD = "tenants.sso.provider_logout_url"
 OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+# Where a login goes when the provider could not be reached or answered something unusable.
+SSO_UNAVAILABLE_URL = "/login/?sso=unavailable"
 if SSO_ENABLED:
     _missing = [
         name

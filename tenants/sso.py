@@ -14,7 +14,10 @@ import time
 from functools import cached_property
 from urllib.parse import urlencode
 
+import jwt
+import requests
 from django.conf import settings
+from django.contrib import auth
 from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
@@ -97,8 +100,50 @@ class SsoStartView(_OnlyWhenConfigured, OIDCAuthenticationRequestView):
     """Redirects to the provider (state, nonce and a PKCE S256 challenge kept in the session)."""
 
 
+# What a provider that is down, slow or answering garbage makes the code exchange raise: no
+# answer, an HTTP error, a timeout (``OIDC_TIMEOUT``), a body that is not JSON
+# (requests.RequestException); JSON of the wrong shape (a list for the token answer, no "keys" in
+# the JWKS); an ID token that is no JWT, expired or signed with a key that is not a usable JWK.
+PROVIDER_FAILURES = (
+    requests.RequestException,
+    jwt.PyJWTError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+)
+
+
 class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
-    """The provider's redirect back: exchanges the code (with the PKCE verifier) and signs in."""
+    """The provider's redirect back: exchanges the code (with the PKCE verifier) and signs in.
+
+    A login that does not complete ends any session the browser had (a re-check of a signed-in
+    user that the provider refuses, or cannot make, must not leave the user signed in: the next
+    page load would go round to the provider again) and lands on the login page saying why:
+    ``?sso=failed`` when the provider's answer was refused, ``?sso=unavailable`` when the
+    provider could not be reached or answered something unusable (a 500 before)."""
+
+    def get(self, request):
+        try:
+            return super().get(request)
+        except SuspiciousOperation as exc:  # bad state, signature, nonce, audience, issuer
+            log.warning("single sign-on refused: %s", exc)
+            return self._fail(settings.LOGIN_REDIRECT_URL_FAILURE)
+        except PROVIDER_FAILURES as exc:
+            log.warning(
+                "single sign-on failed: the provider's answer was unusable: %s: %s",
+                type(exc).__name__,
+                str(exc)[:500],
+            )
+            return self._fail(settings.SSO_UNAVAILABLE_URL)
+
+    def login_failure(self):
+        return self._fail(self.failure_url)
+
+    def _fail(self, url: str) -> HttpResponseRedirect:
+        if self.request.user.is_authenticated:
+            auth.logout(self.request)
+        return HttpResponseRedirect(url)
 
 
 class SessionRefresh(_SessionRefresh):

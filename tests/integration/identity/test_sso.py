@@ -47,14 +47,6 @@ def _roles(user) -> dict[str, tuple[str, str]]:
     }
 
 
-@pytest.fixture
-def rules(platform, teams):
-    admin = platform["admin"]
-    identity.sso_rule_create(user=admin, group="ml-vision", team="vision", role="member")
-    identity.sso_rule_create(user=admin, group="ml-leads", team="vision", role="admin")
-    identity.sso_rule_create(user=admin, group="ml-nlp", team="nlp", role="viewer")
-
-
 def test_first_login_creates_the_user_with_the_teams_its_groups_map_to(rules):
     dora = _login(["ml-vision", "unmapped"])
     assert dora.username == "dora" and dora.email == "dora@example.com"

@@ -1,0 +1,248 @@
+"""Single sign-on when things go wrong, as a site lives with it: the provider down, hanging or
+answering garbage at the code exchange (a clear login page, never a 500, and API tokens keep
+working).
+
+The provider here is a local HTTP server playing its token, JWKS and userinfo endpoints, so
+that each can fail the way real ones do; the browser flow against a real OpenID provider is
+tests/e2e/test_sso.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jwt
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from tenants.services import token_create
+from tests.integration.identity.test_sso import ISSUER
+
+pytestmark = pytest.mark.django_db
+
+CLIENT_ID = "gpuplatform"
+
+
+class Provider:
+    """The provider's back-channel endpoints on a local port. ``answers[path]`` is what that
+    endpoint answers: ``(status, content_type, body)``; ``delay`` seconds pass before every
+    answer (a provider that hangs). By default it answers as a working provider: a token whose
+    ID token it signs with its own key, that key in its JWKS, and the user's claims."""
+
+    def __init__(self):
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.nonce = "n-1"
+        self.claims = {"sub": "u-123", "preferred_username": "dora", "groups": ["ml-vision"]}
+        self.delay = 0.0
+        self.answers: dict[str, tuple[int, str, bytes]] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def id_token(self, **claims) -> str:
+        payload = {
+            "iss": ISSUER,
+            "aud": CLIENT_ID,
+            "sub": self.claims["sub"],
+            "nonce": self.nonce,
+            "iat": int(time.time()),
+            "exp": int(time.time()) + 300,
+            **claims,
+        }
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": "k1"})
+
+    def jwks(self) -> dict:
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+        return {"keys": [{**jwk, "kid": "k1", "alg": "RS256", "use": "sig"}]}
+
+    def _default(self, path: str) -> tuple[int, str, bytes]:
+        if path == "/token":
+            body = {"access_token": "at-1", "token_type": "Bearer", "id_token": self.id_token()}
+        elif path == "/jwks":
+            body = self.jwks()
+        else:
+            body = self.claims
+        return 200, "application/json", json.dumps(body).encode()
+
+    def _handler(self):
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                time.sleep(provider.delay)
+                path = self.path.split("?")[0]
+                status, content_type, body = provider.answers.get(path) or provider._default(path)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:  # the platform gave up waiting
+                    pass
+
+            do_GET = do_POST = _answer  # noqa: N815 (http.server's API)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def provider():
+    server = Provider()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sso(settings, provider):
+    """Single sign-on configured against ``provider``, the way settings.py turns it on."""
+    settings.SSO_ENABLED = True
+    settings.OIDC_RP_CLIENT_ID = CLIENT_ID
+    settings.OIDC_RP_CLIENT_SECRET = "secret"
+    settings.OIDC_OP_ISSUER = ISSUER
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = "https://idp.example.com/auth"
+    settings.OIDC_OP_TOKEN_ENDPOINT = f"{provider.url}/token"
+    settings.OIDC_OP_JWKS_ENDPOINT = f"{provider.url}/jwks"
+    settings.OIDC_OP_USER_ENDPOINT = f"{provider.url}/userinfo"
+    settings.OIDC_TIMEOUT = 1
+    settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, "tenants.sso.SsoBackend"]
+    at = settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE[:at],
+        "tenants.sso.SessionRefresh",
+        *settings.MIDDLEWARE[at:],
+    ]
+    return settings
+
+
+def _callback(client: Client, provider: Provider):
+    """The browser coming back from the provider with a code, as after the start view."""
+    session = client.session
+    session["oidc_states"] = {
+        "st-1": {"nonce": provider.nonce, "code_verifier": "v" * 64, "added_on": time.time()}
+    }
+    session.save()
+    return client.get("/oidc/callback/?code=c-1&state=st-1")
+
+
+def _signed_in(client: Client) -> bool:
+    return "_auth_user_id" in client.session
+
+
+def test_a_working_provider_signs_in(rules, sso, provider):
+    """The counterpart itself: with nothing broken the callback signs dora in."""
+    client = Client()
+    response = _callback(client, provider)
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert _signed_in(client)
+    assert get_user_model().objects.get(username="dora").memberships.count() == 1
+
+
+GARBAGE = {
+    "token endpoint is down (500)": ("/token", (500, "text/html", b"<h1>Bad gateway</h1>")),
+    "token answer is an HTML page": ("/token", (200, "text/html", b"<html>login</html>")),
+    "token answer is a JSON list": ("/token", (200, "application/json", b"[1, 2]")),
+    "id token is no JWT": (
+        "/token",
+        (200, "application/json", b'{"access_token": "a", "id_token": "not-a-jwt"}'),
+    ),
+    "no id token": ("/token", (200, "application/json", b'{"access_token": "a"}')),
+    "JWKS is down (503)": ("/jwks", (503, "text/plain", b"unavailable")),
+    "JWKS has no keys member": ("/jwks", (200, "application/json", b"{}")),
+    "JWKS key is no key": (
+        "/jwks",
+        (200, "application/json", b'{"keys": [{"kid": "k1", "kty": "RSA", "n": "x"}]}'),
+    ),
+    "userinfo is down (502)": ("/userinfo", (502, "text/plain", b"bad gateway")),
+    "userinfo is not JSON": ("/userinfo", (200, "application/json", b"{oops")),
+}
+
+
+@pytest.mark.parametrize("path, answer", GARBAGE.values(), ids=GARBAGE.keys())
+def test_a_provider_answering_garbage_gives_a_clear_login_page(rules, sso, provider, path, answer):
+    """Each of these was a 500 at the callback: the library lets the provider's HTTP errors,
+    unparsable answers and malformed tokens through. Now the login page says the provider
+    did not answer usably, and nobody is signed in or created."""
+    provider.answers[path] = answer
+    client = Client(raise_request_exception=False)
+    response = _callback(client, provider)
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?sso=unavailable"
+    assert not _signed_in(client)
+    assert not get_user_model().objects.filter(username="dora").exists()
+    page = client.get(response["Location"]).content.decode()
+    assert "did not answer, or answered something the platform cannot use" in page
+
+
+def test_an_unreachable_or_hanging_provider_gives_a_clear_login_page(rules, sso, provider):
+    """Nothing listening (the provider is down) and a provider slower than OIDC_TIMEOUT_SECONDS:
+    both end at the login page saying so, not a 500 or a request held open."""
+    client = Client(raise_request_exception=False)
+    provider.delay = 3  # OIDC_TIMEOUT is 1 in the fixture
+    assert _callback(client, provider)["Location"] == "/login/?sso=unavailable"
+    provider.delay = 0
+    sso.OIDC_OP_TOKEN_ENDPOINT = "http://127.0.0.1:9/token"  # discard port: refused
+    assert _callback(client, provider)["Location"] == "/login/?sso=unavailable"
+    assert not _signed_in(client)
+
+
+def test_an_expired_or_wrongly_signed_id_token_is_refused_with_a_page(rules, sso, provider):
+    """An ID token past its expiry (the provider's clock behind ours) was a 500 too: the login
+    page says the provider's answer was unusable. One signed with another key was a bare 400:
+    it is a refused login on the login page."""
+    client = Client(raise_request_exception=False)
+    expired = provider.id_token(iat=int(time.time()) - 600, exp=int(time.time()) - 300)
+    body = json.dumps({"access_token": "a", "id_token": expired}).encode()
+    provider.answers["/token"] = (200, "application/json", body)
+    assert _callback(client, provider)["Location"] == "/login/?sso=unavailable"
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    forged = jwt.encode(
+        {
+            "iss": ISSUER,
+            "aud": CLIENT_ID,
+            "sub": "u-123",
+            "nonce": provider.nonce,
+            "exp": int(time.time()) + 300,
+        },
+        other,
+        algorithm="RS256",
+        headers={"kid": "k1"},
+    )
+    body = json.dumps({"access_token": "a", "id_token": forged}).encode()
+    provider.answers["/token"] = (200, "application/json", body)
+    response = _callback(client, provider)
+    assert response.status_code == 302 and response["Location"] == "/login/?sso=failed"
+    assert not get_user_model().objects.filter(username="dora").exists()
+
+
+def test_a_failed_re_check_ends_the_session_and_api_tokens_keep_working(rules, sso, provider):
+    """A signed-in user whose silent re-check cannot complete (the provider down at the code
+    exchange) is signed out, not left signed in with a check that stays due (each page load
+    went round to the provider and back to the login page). Their API token does not depend on
+    the provider and keeps working meanwhile."""
+    client = Client(raise_request_exception=False)
+    _callback(client, provider)
+    assert _signed_in(client)
+    dora = get_user_model().objects.get(username="dora")
+    _token, raw = token_create(user=dora, name="ci")
+    provider.answers["/token"] = (500, "text/plain", b"down")
+    assert _callback(client, provider)["Location"] == "/login/?sso=unavailable"
+    assert not _signed_in(client)
+    me = Client().get("/api/v1/auth/me", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert me.status_code == 200 and me.json()["username"] == "dora"
