@@ -21,6 +21,7 @@ from django.contrib import auth
 from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
@@ -88,6 +89,12 @@ class SsoBackend(OIDCAuthenticationBackend):
             log.warning("single sign-on refused: %s", exc)
             return None
 
+    def get_user(self, user_id):
+        """The session's user, unless deactivated (Django's ModelBackend rule; the library's
+        own returned a deactivated user, whose open sessions then kept using the portal)."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
 
 class _OnlyWhenConfigured:
     def dispatch(self, request, *args, **kwargs):
@@ -151,7 +158,38 @@ class SessionRefresh(_SessionRefresh):
     check is older than ``OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS``; each re-check is a login, so
     group rules are applied again), with our routes exempt: the sign-in views, logout, and what
     cannot follow a redirect to the provider (``SSO_REFRESH_EXEMPT_PATTERNS``, matched at the
-    start of the path)."""
+    start of the path).
+
+    The library re-checks GET page loads only, and lets every other request of a session due
+    for its check through: a user removed from the directory kept submitting and cancelling
+    jobs through the API and the portal's forms with their session cookie until it expired
+    (two weeks). Here a due session's form POST goes to the provider as a page load does (back
+    on the page by GET once renewed), and its requests to the exempt paths (API, JSON state
+    reads) are anonymous until a page load has renewed it: the API answers 401, the state
+    reads send to the login page, and the portal's sockets (4440) load the page again, which
+    makes the check. API tokens are not sessions and are not affected."""
+
+    def is_refreshable_url(self, request) -> bool:
+        """The library's rule without its GET-only condition: any method of a signed-in single
+        sign-on session, except the exempt routes."""
+        return (
+            request.user.is_authenticated
+            and _is_sso_session(request.session)
+            and not self._exempt(request.path)
+        )
+
+    def process_request(self, request):
+        if (
+            request.path not in self.exempt_urls
+            and self._exempt(request.path)
+            and sso_recheck_due(request.session)
+        ):
+            request.user = AnonymousUser()
+            return None
+        return super().process_request(request)
+
+    def _exempt(self, path: str) -> bool:
+        return path in self.exempt_urls or any(p.match(path) for p in self.exempt_url_patterns)
 
     @cached_property
     def exempt_urls(self):
@@ -172,10 +210,14 @@ def sso_recheck_due(session) -> bool:
     for :class:`SessionRefresh` sending the next page load back to the provider. The websockets,
     which no middleware re-checks, close on it so that the browser comes back over HTTP
     (``frontend/consumers.py``). A password session never is."""
-    backend = session.get(BACKEND_SESSION_KEY)
-    if not backend or not issubclass(import_string(backend), OIDCAuthenticationBackend):
+    if not _is_sso_session(session):
         return False
     return session.get("oidc_id_token_expiration", 0) <= time.time()
+
+
+def _is_sso_session(session) -> bool:
+    backend = session.get(BACKEND_SESSION_KEY)
+    return bool(backend) and issubclass(import_string(backend), OIDCAuthenticationBackend)
 
 
 def provider_logout_url(request) -> str:

@@ -1,6 +1,7 @@
 """Single sign-on when things go wrong, as a site lives with it: the provider down, hanging or
 answering garbage at the code exchange (a clear login page, never a 500, and API tokens keep
-working).
+working); a user deactivated in the portal or removed from the directory (their open sessions
+stop acting: pages, forms and the API).
 
 The provider here is a local HTTP server playing its token, JWKS and userinfo endpoints, so
 that each can fail the way real ones do; the browser flow against a real OpenID provider is
@@ -246,3 +247,69 @@ def test_a_failed_re_check_ends_the_session_and_api_tokens_keep_working(rules, s
     assert not _signed_in(client)
     me = Client().get("/api/v1/auth/me", HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert me.status_code == 200 and me.json()["username"] == "dora"
+
+
+def test_a_user_deactivated_in_the_portal_loses_their_open_sessions(rules, sso, provider):
+    """The library's get_user returns a deactivated user, so a single sign-on session of a user
+    an admin deactivated kept loading pages and posting forms (only the API, which checks
+    is_active itself, refused them)."""
+    client = Client()
+    _callback(client, provider)
+    assert client.get("/jobs/").status_code == 200
+    dora = get_user_model().objects.get(username="dora")
+    dora.is_active = False
+    dora.save()
+    page = client.get("/jobs/")
+    assert page.status_code == 302 and page["Location"].startswith("/login/")
+    submitted = client.post(
+        "/api/v1/jobs/",
+        {"name": "x", "team": "vision", "workers": 1, "gpus_per_worker": 1},
+        content_type="application/json",
+    )
+    assert submitted.status_code in (401, 403)
+    from scheduler.models import Job
+
+    assert not Job.objects.exists()
+
+
+def _due(client: Client) -> None:
+    session = client.session
+    session["oidc_id_token_expiration"] = time.time() - 1
+    session.save()
+
+
+def test_a_session_due_for_its_check_cannot_act_until_a_page_load_renews_it(rules, sso, provider):
+    """A user removed from the directory is signed out at the first page load after
+    OIDC_RENEW_SECONDS. But the library re-checks GET page loads only: the same session kept
+    submitting jobs through the API (201) and the portal's forms until the cookie expired.
+    Now the API and the JSON state reads treat it as signed out until a page load renews it,
+    and a form POST goes to the provider as a page load does."""
+    from scheduler.models import Job
+
+    client = Client()
+    _callback(client, provider)
+    _due(client)
+    submitted = client.post(
+        "/api/v1/jobs/",
+        {"name": "x", "team": "vision", "workers": 1, "gpus_per_worker": 1},
+        content_type="application/json",
+    )
+    assert submitted.status_code == 401, submitted.content
+    assert not Job.objects.exists()
+    states = client.get("/jobs/states/")
+    assert states.status_code == 302 and states["Location"].startswith("/login/")
+    form = client.post("/jobs/new/", {"name": "x"})
+    assert form.status_code == 302
+    assert form["Location"].startswith("https://idp.example.com/auth?")
+    assert "prompt=none" in form["Location"]
+    assert client.session["oidc_login_next"] == "/jobs/new/"
+    assert not Job.objects.exists()
+    # Still signed in: the page load's check with the provider decides (it renews here).
+    assert _signed_in(client)
+    assert _callback(client, provider)["Location"] == "/jobs/new/"
+    assert client.get("/api/v1/auth/me").status_code == 200
+    # A token is not a session: a request carrying one is answered for its token.
+    _token, raw = token_create(user=get_user_model().objects.get(username="dora"), name="ci")
+    _due(client)
+    me = client.get("/api/v1/auth/me", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert me.status_code == 200
