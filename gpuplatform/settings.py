@@ -336,7 +336,13 @@ CELERY_TIMEZONE = "UTC"
 # the processes the scheduling cycles run in. Its own queue is served by a worker of its own
 # (`-Q whatif`); a worker started without `-Q` reads only the default queue, `celery`
 # (docs/deploy.md, "The what-if worker").
-CELERY_TASK_ROUTES = {"policyversions.tasks.run_whatif": {"queue": "whatif"}}
+# Notification deliveries get a queue of their own too (`-Q notify`): each may wait up to
+# NOTIFY_EMAIL/WEBHOOK_TIMEOUT_SECONDS on a relay or receiver, and a burst of them against one
+# that hangs held the loop's processes for minutes while its cycles expired in the queue.
+CELERY_TASK_ROUTES = {
+    "policyversions.tasks.run_whatif": {"queue": "whatif"},
+    "notifications.tasks.deliver": {"queue": "notify"},
+}
 
 # The scheduling loop.
 SCHEDULER_CYCLE_SECONDS = env.float("SCHEDULER_CYCLE_SECONDS", default=3.0)

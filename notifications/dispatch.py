@@ -12,13 +12,15 @@ single-flight (an advisory lock) and does, in order:
 2. closing, once no event is left to fan out: collecting messages whose window ended (or whose
    array is over) become queued;
 3. recovery: a message a worker claimed and never finished (a crash) is queued again;
-4. claiming: due queued messages become ``enqueued``; the task hands each to ``deliver``.
+4. claiming: due queued messages become ``enqueued``; the task hands each to ``deliver``, which
+   runs on the ``notify`` queue (a worker of its own: a delivery may wait on a slow relay).
 
 Nothing here sends anything: that is ``notifications.delivery``, one Celery task per message.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +41,8 @@ FANOUT_MAX_PER_PASS = 20_000
 CLAIM_BATCH = 200
 STUCK_AFTER = timedelta(minutes=10)
 LOCK_KEY = 0x6E6F_7466  # "notf"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,10 +75,20 @@ def notifications_dispatch(*, now: datetime | None = None) -> DispatchResult:
         # (a burst larger than one pass), an array's message would close half-full.
         if drained:
             result.messages_closed = _close_due(now)
-        result.recovered = Message.objects.filter(
+        stuck = Message.objects.filter(
             status__in=[MessageStatus.ENQUEUED, MessageStatus.SENDING],
             claimed_at__lt=now - STUCK_AFTER,
-        ).update(status=MessageStatus.QUEUED, next_attempt_at=now)
+        )
+        # Enqueued and never started: no worker took the delivery task from its queue.
+        unread = stuck.filter(status=MessageStatus.ENQUEUED).count()
+        if unread:
+            log.warning(
+                "%d notification deliveries were not taken from the 'notify' queue within %s: "
+                "is a worker reading it (celery worker -Q notify, docs/deploy.md)?",
+                unread,
+                STUCK_AFTER,
+            )
+        result.recovered = stuck.update(status=MessageStatus.QUEUED, next_attempt_at=now)
         due = list(
             Message.objects.filter(status=MessageStatus.QUEUED, next_attempt_at__lte=now)
             .order_by("next_attempt_at", "id")

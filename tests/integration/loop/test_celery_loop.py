@@ -90,10 +90,10 @@ def private_redis(tmp_path_factory):
 @pytest.fixture
 def infra(request, tmp_path, settings, private_redis):
     """PostgreSQL, the private Redis as broker and channel layer, and a real Celery worker with
-    beat. The worker consumes the loop's queue and the what-if queue, as a one-worker
-    deployment does; a test parametrizes ``infra`` indirectly with ``{"queues": "celery"}`` to
+    beat. The worker consumes the loop's, the what-if and the notification queues, as a
+    one-worker deployment does; a test parametrizes ``infra`` indirectly with ``{"queues": "celery"}`` to
     get the loop's worker alone (docs/deploy.md)."""
-    queues = getattr(request, "param", {}).get("queues", "celery,whatif")
+    queues = getattr(request, "param", {}).get("queues", "celery,whatif,notify")
     if connection.vendor != "postgresql":
         if os.environ.get("CI") == "true":
             pytest.fail("the Celery loop tests need PostgreSQL in CI (DATABASE_URL)")

@@ -32,3 +32,41 @@ def test_a_finished_job_is_delivered_by_the_worker(platform, submit, infra, rece
         lambda: Message.objects.filter(status="delivered").exists(), 10, "the attempt's record"
     )
     assert DeliveryAttempt.objects.get().ok
+
+
+@pytest.mark.parametrize("infra", [{"queues": "celery"}], indirect=True)
+def test_the_loops_worker_never_takes_a_delivery(platform, submit, infra, receiver):  # noqa: F811
+    """A delivery may wait its whole timeout on a relay or receiver that hangs, and the
+    dispatcher hands out up to 200 at once: on the loop's worker they held its processes while
+    the scheduling cycles expired behind them. Deliveries go to the ``notify`` queue, which the
+    loop's worker (``-Q celery``, docs/deploy.md) does not read: its beat still dispatches (the
+    message is claimed), the delivery waits in ``notify``, and the loop goes on."""
+    import redis
+
+    hook = services.webhook_create(
+        user=platform["admin"],
+        team="vision",
+        name="worker-hook",
+        url=receiver.url,
+        allow_private_network=True,
+    )
+    receiver.secret = hook.secret
+    submit(platform["alice"], gpus_per_worker=2, simulated_duration_s=600)
+    wait_for(
+        lambda: Message.objects.exclude(status__in=["collecting", "queued"]).exists(),
+        90,
+        "the loop's worker to finish the job and dispatch its message",
+        infra["log"],
+    )
+    assert Message.objects.get().status == "enqueued"  # handed out, not delivered here
+    log = infra["log"]
+    cycles_before = log.read_text().count("scheduler.tasks.run_cycle")
+    wait_for(
+        lambda: log.read_text().count("scheduler.tasks.run_cycle") >= cycles_before + 3,
+        60,
+        "the loop's worker to run cycles after the delivery was queued",
+        log,
+    )
+    assert redis.Redis.from_url(infra["redis"].url).llen("notify") >= 1
+    assert receiver.requests == []
+    assert not DeliveryAttempt.objects.exists()
