@@ -1,5 +1,7 @@
 """Delivery of one message: render it for its channel, make one attempt, record it, and either
-finish the message or queue it again after an exponential backoff with jitter.
+finish the message or queue it again after an exponential backoff with jitter (up to
+``NOTIFY_MAX_ATTEMPTS``; an email whose recipient the relay refuses for good, a 5xx such as 550,
+fails at once).
 
 ``message_deliver`` (the ``deliver`` Celery task) claims its message with a conditional UPDATE
 (enqueued → sending), so a duplicate task does nothing. Retries are scheduled in the database
@@ -18,6 +20,7 @@ keeps the email's Message-ID and the webhook's ``webhook-id``, which receivers d
 from __future__ import annotations
 
 import random
+import smtplib
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -54,6 +57,18 @@ class Outcome:
     status_code: int | None = None
     error: str = ""
     excerpt: str = ""
+    # The other side said no for good (a mail relay's 5xx to the recipient): no retry.
+    permanent: bool = False
+
+
+def _recipient_refused_for_good(exc: Exception) -> bool:
+    """Did the relay refuse the recipient with a permanent (5xx) reply, such as 550 "no such
+    user"? A 4xx (mailbox busy, greylisting) is worth retrying; a 5xx is the same answer every
+    time, and resending it four times only makes the platform look like a spammer."""
+    if not isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return False
+    codes = [code for code, _reply in exc.recipients.values()]
+    return bool(codes) and all(isinstance(code, int) and code >= 500 for code in codes)
 
 
 def _lines(events: list[Event]) -> list[render.Line]:
@@ -117,7 +132,11 @@ def _send_email(message: Message, lines: list[render.Line], heading: str) -> Out
     try:
         email.send()
     except Exception as exc:  # SMTP errors come in many types; each is a failed attempt
-        return Outcome(False, error=f"{type(exc).__name__}: {exc}"[:500])
+        return Outcome(
+            False,
+            error=f"{type(exc).__name__}: {exc}"[:500],
+            permanent=_recipient_refused_for_good(exc),
+        )
     return Outcome(True)
 
 
@@ -246,7 +265,7 @@ def _record(
                 Webhook.objects.filter(pk=hook.pk).update(consecutive_failures=0)
         else:
             disabled = hook is not None and _count_failure(hook, outcome, now)
-            if disabled:
+            if disabled or outcome.permanent:
                 status = MessageStatus.FAILED
                 fields["next_attempt_at"] = None
             elif number < _setting("NOTIFY_MAX_ATTEMPTS"):

@@ -28,6 +28,16 @@ class SmtpInbox:
 
     def __init__(self):
         self.messages: list = []
+        # address -> the reply its RCPT TO gets instead of 250 (a relay refusing a recipient)
+        self.refuse: dict[str, str] = {}
+        self.rcpt_attempts = 0
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802
+        self.rcpt_attempts += 1
+        if address in self.refuse:
+            return self.refuse[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's API)
         message = message_from_bytes(envelope.content)

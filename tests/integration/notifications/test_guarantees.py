@@ -585,3 +585,33 @@ def test_a_job_name_with_a_line_break_still_reaches_its_submitter(
     assert mail["subject"] == (
         f"[gpuplatform] Job sweep Bcc: mallory@example.com (#{job.pk}) failed"
     )
+
+
+@pytest.mark.parametrize(
+    "reply, status",
+    [("550 5.1.1 <alice@example.com>: no such user", "failed"), ("451 4.7.1 try later", "queued")],
+    ids=["550-for-good", "451-try-later"],
+)
+def test_a_recipient_the_relay_refuses_for_good_is_not_retried(
+    platform,
+    alice_mail,
+    smtp,
+    notify_settings,
+    django_capture_on_commit_callbacks,
+    reply,
+    status,
+):
+    """A relay answering RCPT TO with 550 (no such mailbox) says the same at every attempt: the
+    message was sent four more times over eight minutes, to a relay that counts such refusals
+    against the sender. A 5xx fails the message at once, saying why; a 4xx is retried."""
+    smtp.refuse["alice@example.com"] = reply
+    _fail([running_job(alice_mail)], django_capture_on_commit_callbacks)
+    assert run_dispatch(after_window()) == [status]
+    message = Message.objects.get()
+    assert (message.status, message.attempts, smtp.rcpt_attempts) == (status, 1, 1)
+    assert reply.split()[0] in message.last_error
+    assert smtp.messages == []
+    if status == "failed":
+        assert message.next_attempt_at is None
+        later = timezone.now() + timedelta(hours=2)
+        assert run_dispatch(later) == [] and smtp.rcpt_attempts == 1
