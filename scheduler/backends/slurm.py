@@ -79,6 +79,7 @@ from scheduler.backends.slurm_accounts import (
     team_command_prefix_setting,
     uids_from_getent,
 )
+from scheduler.backends.slurm_files import JobFiles
 from scheduler.backends.slurm_nodes import (
     parse_active_reservations,
     parse_scontrol_node_flags,
@@ -97,7 +98,6 @@ from scheduler.backends.slurm_parsers import (
     is_known_state,
     is_live,
     job_status,
-    parse_checkpoint_progress,
     parse_sacct_parsable,
     parse_sbatch_parsable,
     parse_squeue_json,
@@ -233,6 +233,13 @@ class SlurmBackend:
         self._version: str | None = None
         self._uid: int | None = None
         self._account_uids: dict[str, int] | None = None
+        self.files = JobFiles(
+            job_workdir=self.job_workdir,
+            log_dir=self.log_dir,
+            prefixed=bool(self.command_prefix),
+            command=lambda argv, account: self._command(argv, account=account),
+            execute=lambda command, binary: self._exec(command, binary=binary),
+        )
         # Run name -> the team account that owns it (None: the service account). A Slurm job's
         # owner never changes; remembered so reading a log does not query Slurm each time.
         self._run_accounts: dict[str, str | None] = {}
@@ -510,16 +517,16 @@ class SlurmBackend:
         try:
             argv = build_sbatch_argv(
                 spec,
-                log_path=self._log_path(name, account),
-                workdir=self._job_dir(account),
+                log_path=self.files.log_path(name, account),
+                workdir=self.files.job_dir(account),
                 partition=self.partition,
                 account=self.account,
                 extra_args=self.extra_sbatch_args,
             )
             script = build_job_script(
                 spec,
-                checkpoint_request_path=self._checkpoint_request_path(name, account),
-                progress_path=self._progress_path(name, account),
+                checkpoint_request_path=self.files.checkpoint_request_path(name, account),
+                progress_path=self.files.progress_path(name, account),
                 container_option=self.container_option,
             )
         except ValueError as exc:
@@ -591,7 +598,7 @@ class SlurmBackend:
         team's account can read or write its runs' files. ``install -d`` also sets the mode of a
         directory that exists, and fails on one the account does not own (another account made
         it first, to read what lands there): a refusal, and nothing is submitted."""
-        dirs = list(dict.fromkeys([self._job_dir(account), self._log_dir(account)]))
+        dirs = list(dict.fromkeys([self.files.job_dir(account), self.files.log_dir_of(account)]))
         argv = ["install", "-d", "-m", "0700", *dirs]
         if self.dry_run:
             logger.info("slurm dry-run: as %s: %s", account, argv)
@@ -647,8 +654,8 @@ class SlurmBackend:
         account = self.team_accounts.get(spec.team)
         script = build_job_script(
             spec,
-            checkpoint_request_path=self._checkpoint_request_path(name, account),
-            progress_path=self._progress_path(name, account),
+            checkpoint_request_path=self.files.checkpoint_request_path(name, account),
+            progress_path=self.files.progress_path(name, account),
             container_option=self.container_option,
         )
         if self._version is None:
@@ -719,13 +726,13 @@ class SlurmBackend:
                 if job.state != "RUNNING":
                     continue
                 account = self._account_of(job)
-                asked = self._file_mtime(self._checkpoint_request_path(name, account), account)
+                asked = self.files.mtime(self.files.checkpoint_request_path(name, account), account)
                 if asked is not None and time.time() - asked < self.checkpoint_min_interval_s:
                     continue
                 argv = ["scancel", "--batch", "--signal=USR1", job.job_id]
                 self._run(argv, already_done_ok=True, account=account)
             return
-        asked = self._file_mtime(self._checkpoint_request_path(name))
+        asked = self.files.mtime(self.files.checkpoint_request_path(name))
         if asked is not None and time.time() - asked < self.checkpoint_min_interval_s:
             return
         argv = [
@@ -815,7 +822,7 @@ class SlurmBackend:
             by_account.setdefault(account, []).append(name)
         saved: dict[str, float] = {}
         for account, names in by_account.items():
-            saved.update(self._read_progress_files(names, account))
+            saved.update(self.files.read_progress(names, account))
         out = []
         for job_id, attempt in runs:
             job = found.get(backend_job_name(job_id, attempt))
@@ -855,7 +862,7 @@ class SlurmBackend:
         return sorted(runs)
 
     # -----------------------------------------------------------------------------------------
-    # Job files: through the command prefix when there is one, else on this host
+    # Whose a run is, and its log (the files themselves: slurm_files.JobFiles)
 
     def _remember_account(self, name: str, account: str | None) -> None:
         if len(self._run_accounts) >= 10000:  # a long-lived worker: keep it bounded
@@ -875,69 +882,6 @@ class SlurmBackend:
             self._remember_account(name, account)
         return self._run_accounts[name]
 
-    def _read_progress_files(self, names: list[str], account: str | None) -> dict[str, float]:
-        """Checkpointed seconds each run reported in its ``.progress`` file (runs without a
-        readable file are left out), read as ``account``. Best effort: a failed read means no
-        news."""
-        paths = {self._progress_path(name, account): name for name in names}
-        texts: dict[str, str] = {}
-        if self._reads_locally(account):
-            for path in paths:
-                try:
-                    with open(path, encoding="utf-8", errors="replace") as fh:
-                        texts[path] = fh.read(4096)
-                except OSError:
-                    continue
-        elif paths:
-            # One command for all of them: grep prints "path:line" for each line of each file.
-            command = self._command(["grep", "-s", "-H", "-e", "", "--", *paths], account=account)
-            try:
-                proc = self._exec(command)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                logger.warning("slurm: cannot read progress files: %s", exc)
-                return {}
-            if proc.returncode not in (0, 1, 2):  # 2: some file missing, which is normal
-                logger.warning("slurm: cannot read progress files: %s", proc.stderr.strip())
-                return {}
-            for line in proc.stdout.splitlines():
-                for path in paths:
-                    if line.startswith(path + ":"):
-                        texts[path] = texts.get(path, "") + line[len(path) + 1 :] + "\n"
-                        break
-        out = {}
-        for path, text in texts.items():
-            value = parse_checkpoint_progress(text)
-            if value is not None:
-                out[paths[path]] = value
-        return out
-
-    def _reads_locally(self, account: str | None) -> bool:
-        """Job files are read on this host only without any prefix: a team account's private
-        directory is readable through its ``team_command_prefix`` alone."""
-        return not self.command_prefix and account is None
-
-    def _job_dir(self, account: str | None) -> str:
-        return os.path.join(self.job_workdir, account) if account else self.job_workdir
-
-    def _log_dir(self, account: str | None) -> str:
-        return os.path.join(self.log_dir, account) if account else self.log_dir
-
-    def _checkpoint_request_path(self, name: str, account: str | None = None) -> str:
-        return os.path.join(self._job_dir(account), f"{name}.checkpoint-request")
-
-    def _file_mtime(self, path: str, account: str | None = None) -> float | None:
-        """Modification time (epoch seconds) of a job file, None when missing or unreadable."""
-        try:
-            if self._reads_locally(account):
-                return os.stat(path).st_mtime
-            proc = self._file_command(["stat", "-L", "-c", "%Y", path], account=account)
-            return float(proc.stdout.strip())
-        except (OSError, ValueError, BackendUnavailable):
-            return None
-
-    def _progress_path(self, name: str, account: str | None = None) -> str:
-        return os.path.join(self._job_dir(account), f"{name}.progress")
-
     def read_log(
         self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
@@ -950,51 +894,14 @@ class SlurmBackend:
         if account == UNKNOWN_OWNER:
             logger.info("slurm: %s: no owner on record, its log is not read", name)
             return LogChunk(text="", cursor=cursor or "0")
-        path = self._log_path(name, account)
+        path = self.files.log_path(name, account)
         limit = max(1, int(limit_bytes))
         try:
-            size = None if cursor is not None else self._file_size(path, account)
+            size = None if cursor is not None else self.files.size(path, account)
             start, truncated = byte_window(size, cursor, limit)
-            data = self._read_bytes(path, start, limit, account)
+            data = self.files.read_bytes(path, start, limit, account)
         except FileNotFoundError:
             return LogChunk(text="", cursor=cursor or "0")
         except ValueError as exc:
             raise BackendRejected(str(exc)) from exc
         return byte_chunk(data, start, limit=limit, tail=cursor is None, truncated=truncated)
-
-    def _file_size(self, path: str, account: str | None) -> int:
-        if self._reads_locally(account):
-            return os.stat(path).st_size
-        proc = self._file_command(["stat", "-L", "-c", "%s", path], account=account)
-        return int(proc.stdout.strip() or 0)
-
-    def _read_bytes(self, path: str, start: int, limit: int, account: str | None) -> bytes:
-        if self._reads_locally(account):
-            with open(path, "rb") as fh:
-                fh.seek(start)
-                return fh.read(limit)
-        argv = ["dd", f"if={path}", "iflag=skip_bytes,count_bytes", f"skip={start}"]
-        argv += [f"count={limit}", "bs=65536", "status=none"]
-        return self._file_command(argv, binary=True, account=account).stdout
-
-    def _file_command(self, argv: list[str], *, binary: bool = False, account: str | None = None):
-        """A file-reading command through the prefix (and as ``account``); a missing file is
-        FileNotFoundError, any other failure BackendUnavailable (the logs are shown when the
-        cluster answers)."""
-        try:
-            proc = self._exec(self._command(argv, account=account), binary=binary)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BackendUnavailable(f"{argv[0]}: {exc}") from exc
-        if proc.returncode != 0:
-            err = (
-                proc.stderr
-                if isinstance(proc.stderr, str)
-                else proc.stderr.decode(errors="replace")
-            )
-            if "No such file" in err:
-                raise FileNotFoundError(argv[-1])
-            raise BackendUnavailable(f"{argv[0]}: {err.strip() or proc.returncode}")
-        return proc
-
-    def _log_path(self, name: str, account: str | None = None) -> str:
-        return os.path.join(self._log_dir(account), f"{name}.out")
