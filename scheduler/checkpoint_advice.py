@@ -28,7 +28,7 @@ from django.core.cache import cache
 from django.db.models import IntegerField, Max, Min
 from django.db.models.functions import Cast
 
-from .backends import backend_run_id, get_backend
+from .backends import backend_run_ref, get_backend
 from .checkpoint_interval import CheckpointAdvice, advise
 from .models import Allocation, Job, JobEvent, Node
 from .states import JobState
@@ -275,7 +275,7 @@ def request_due_checkpoints(*, now: datetime) -> int:
             since = max(t for t in (job.started_at, job.last_checkpoint_at, last_request) if t)
             if (now - since).total_seconds() < found.advice.advised_interval_s:
                 continue
-            get_backend(job.cluster).checkpoint(backend_run_id(job), job.attempts)
+            get_backend(job.cluster).checkpoint(backend_run_ref(job))
         except Exception as exc:
             log.warning("job %s: scheduled checkpoint not requested: %s", job.pk, exc)
             continue

@@ -233,7 +233,7 @@ def job_log_read(
     limit_bytes: int = LOG_LIMIT_DEFAULT,
 ) -> JobLog:
     """:func:`job_log` for a job already read through a user-scoped selector."""
-    from .backends import backend_run_id, get_backend
+    from .backends import backend_run_ref, get_backend
     from .backends.base import BackendError, BackendRejected
 
     if not 1 <= limit_bytes <= LOG_LIMIT_MAX:
@@ -251,7 +251,7 @@ def job_log_read(
         return JobLog(job, None, "", cursor, False, job.state in FINAL_STATES)
     try:
         chunk = get_backend(job.cluster).read_log(
-            backend_run_id(job), attempt, cursor=cursor, limit_bytes=limit_bytes
+            backend_run_ref(job, attempt), cursor=cursor, limit_bytes=limit_bytes
         )
     except BackendRejected as exc:
         raise DomainError(str(exc), field="cursor") from exc

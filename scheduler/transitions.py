@@ -27,7 +27,7 @@ from core import streams
 from core.errors import Conflict, Forbidden, NotFound
 from tenants.permissions import can_submit_to
 
-from .backends import backend_run_id, get_backend
+from .backends import backend_run_ref, get_backend
 from .backends.base import BackendError
 from .models import Allocation, Job, JobEvent, Node
 from .outcomes import interruption_limit_reason
@@ -126,16 +126,18 @@ def backend_cancel_after_commit(job: Job) -> None:
 
     Safe to repeat: a crash or a backend error here is healed by the next sync, whose stale-run
     sweep cancels a live run of a job that no longer holds GPUs."""
-    cluster, job_id, attempt = job.cluster, backend_run_id(job), job.attempts
+    cluster, run = job.cluster, backend_run_ref(job)
 
     def _cancel() -> None:
         try:
-            get_backend(cluster).cancel(job_id, attempt)
+            get_backend(cluster).cancel(run)
         except BackendError:
             # The sync reconciles: a run still alive for a cancelled job is cancelled again.
-            log.warning("backend cancel of job %s failed; sync will retry", job_id, exc_info=True)
+            log.warning(
+                "backend cancel of job %s failed; sync will retry", run.job_id, exc_info=True
+            )
         except Exception:  # after commit: the state change stands; the stale-run sweep retries
-            log.exception("backend cancel of job %s raised; sync will retry", job_id)
+            log.exception("backend cancel of job %s raised; sync will retry", run.job_id)
 
     transaction.on_commit(_cancel)
 

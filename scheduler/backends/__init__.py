@@ -11,7 +11,7 @@ import json
 import re
 import threading
 
-from .base import Backend
+from .base import Backend, RunRef
 
 _lock = threading.Lock()
 # Cluster id -> (the backend kind and configuration it was built from, the backend).
@@ -99,6 +99,14 @@ def backend_run_id(job) -> str:
     namespaces, or one would mistake the other's runs for its own."""
     namespace = run_namespace(job.cluster) if job.cluster_id is not None else ""
     return f"{namespace}{job.pk}"
+
+
+def backend_run_ref(job, attempt: int | None = None) -> RunRef:
+    """How a backend is told which run of ``job`` to poll, read, cancel or checkpoint: its
+    :func:`backend_run_id`, ``attempt`` (default: its current one) and its team's slug (the
+    team ``submit`` ran it for). Reads ``job.team``: select it with the job where many are
+    handled."""
+    return RunRef(backend_run_id(job), job.attempts if attempt is None else attempt, job.team.slug)
 
 
 def run_namespace(cluster) -> str:

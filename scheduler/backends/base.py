@@ -17,6 +17,10 @@ The scheduling loop decides *where* a job runs; a backend only executes that dec
   the same names and meanings on every backend.
 - ``read_log`` pages through a run's output by an opaque cursor: a tail when none is given,
   then exactly the text written since, never a line twice.
+- A run is named to ``poll_jobs``, ``read_log``, ``cancel`` and ``checkpoint`` by a
+  :class:`RunRef`: which attempt of which job, and whose (the team ``submit`` ran it for). A
+  backend where other teams could make a job of the same name (Slurm with ``team_accounts``)
+  takes for the run only a job of that team's; the others may ignore the team.
 
 This module is plain Python (no Django) so backends and their parsers are testable on their own.
 """
@@ -112,6 +116,22 @@ class BackendJobSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RunRef:
+    """One run as the platform names it to its backend: attempt ``attempt`` of job ``job_id``
+    (``backend_run_id``), submitted for team ``team`` (its slug, as ``BackendJobSpec.team``).
+    The team travels with the run so a backend never has to guess whose a job of the run's name
+    is."""
+
+    job_id: str
+    attempt: int
+    team: str
+
+    @property
+    def backend_name(self) -> str:
+        return backend_job_name(self.job_id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
 class BackendJobStatus:
     job_id: str
     attempt: int
@@ -165,11 +185,11 @@ class Backend(Protocol):
         """Start ``spec`` on exactly its placement; return the backend's reference."""
         ...
 
-    def cancel(self, job_id: str, attempt: int) -> None:
+    def cancel(self, run: RunRef) -> None:
         """Stop the run now. Unknown or finished runs are not an error."""
         ...
 
-    def checkpoint(self, job_id: str, attempt: int) -> None:
+    def checkpoint(self, run: RunRef) -> None:
         """Ask the run to write a checkpoint (a signal); it keeps running."""
         ...
 
@@ -185,14 +205,15 @@ class Backend(Protocol):
         """The cluster's nodes as the backend sees them now."""
         ...
 
-    def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
-        """States of the given ``(job_id, attempt)`` runs; unknown runs come back UNKNOWN. A run
+    def poll_jobs(self, runs: Iterable[RunRef]) -> list[BackendJobStatus]:
+        """States of the given runs (each status names its run by ``(job_id, attempt)``);
+        unknown runs come back UNKNOWN. A run
         the backend finds in a state it cannot interpret (a newer cluster's) is left out: no
         news, so the loop changes nothing about it."""
         ...
 
     def read_log(
-        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+        self, run: RunRef, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
         """Output of the run: without ``cursor`` its last ``limit_bytes`` (whole lines), else
         what follows ``cursor``, at most ``limit_bytes``. No output yet is an empty chunk."""
@@ -299,11 +320,11 @@ def _break_in(data: bytes, begin: int, end: int, *, full: bool) -> int | None:
     return blank + 1 if blank >= begin else None
 
 
-def log_tail(backend: Backend, job_id: str, attempt: int, lines: int = 100) -> str:
+def log_tail(backend: Backend, run: RunRef, lines: int = 100) -> str:
     """The last ``lines`` lines of a run's output ("" when there is none)."""
     if lines <= 0:
         return ""
-    chunk = backend.read_log(job_id, attempt, cursor=None, limit_bytes=min(lines * 512, 1 << 20))
+    chunk = backend.read_log(run, cursor=None, limit_bytes=min(lines * 512, 1 << 20))
     return "\n".join(chunk.text.splitlines()[-lines:])
 
 

@@ -17,6 +17,10 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
 - Job state comes from a watch on the platform's pods (:class:`PodWatcher`): it resumes from the
   last ``resourceVersion`` it saw and relists when the server answers 410 Gone.
 - ``dry_run`` logs every mutating request instead of sending it; reads still go to the cluster.
+- A run's team (``RunRef.team``) is not checked against the pods' team annotation: a pod's name
+  is unique in the namespace and only the platform's ServiceAccount may create pods there, so a
+  pod named for a run is the platform's own (unlike a Slurm job, which any account may name
+  like a run). ``read_log`` reads worker 0's pod by name, without the pod object a check needs.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from scheduler.backends.base import (
     BackendRejected,
     BackendUnavailable,
     LogChunk,
+    RunRef,
     backend_job_name,
     parse_backend_job_name,
 )
@@ -459,11 +464,12 @@ class KubernetesBackend:
                 self._bind(created, node)
         return ref
 
-    def cancel(self, job_id: str, attempt: int) -> None:
+    def cancel(self, run: RunRef) -> None:
         """Mark the run's pods cancelled and delete them (SIGTERM, then the checkpoint grace).
 
         Unknown runs and runs whose pods have all finished are left alone.
         """
+        job_id, attempt = run.job_id, run.attempt
         pods = self._list_run(job_id, attempt)
         if pods and all(_phase(p) in _TERMINAL_PHASES for p in pods):
             return
@@ -523,7 +529,7 @@ class KubernetesBackend:
             except ApiException:
                 pass  # 404: already gone
 
-    def checkpoint(self, job_id: str, attempt: int) -> None:
+    def checkpoint(self, run: RunRef) -> None:
         """Annotate each running worker pod with a new checkpoint request id.
 
         The kubelet refreshes the downward API file ``$GPUPLATFORM_PODINFO_DIR/annotations`` in place; the
@@ -534,7 +540,7 @@ class KubernetesBackend:
         """
         now = self._clock()
         request_id = formats.checkpoint_request_id(now)
-        for pod in self._list_run(job_id, attempt):
+        for pod in self._list_run(run.job_id, run.attempt):
             if _phase(pod) in _TERMINAL_PHASES or pod["metadata"].get("deletionTimestamp"):
                 continue
             last = formats.parse_checkpoint_request_id(
@@ -580,7 +586,7 @@ class KubernetesBackend:
         nodes = [m.node_from_k8s(n, self.cfg, busy) for n in raw]
         return sorted((n for n in nodes if n is not None), key=lambda n: n.name)
 
-    def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
+    def poll_jobs(self, runs: Iterable[RunRef]) -> list[BackendJobStatus]:
         """States of the runs, from the pod watch cache plus the nodes' health (one node list)."""
         runs = list(runs)
         if not runs:
@@ -589,9 +595,9 @@ class KubernetesBackend:
         health = {n["metadata"]["name"]: m.node_health(n) for n in self._list_nodes("")}
         now = self._clock()
         out = []
-        for job_id, attempt in runs:
-            live, gone = self.watcher.run_pods(backend_job_name(job_id, attempt))
-            out.append(m.run_status(job_id, attempt, live, gone, health, self.cfg, now))
+        for run in runs:
+            live, gone = self.watcher.run_pods(run.backend_name)
+            out.append(m.run_status(run.job_id, run.attempt, live, gone, health, self.cfg, now))
         return out
 
     def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
@@ -604,7 +610,7 @@ class KubernetesBackend:
         return sorted(r for r in self.watcher.live_runs() if r[0].startswith(job_id_prefix))
 
     def read_log(
-        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+        self, run: RunRef, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
         """Worker 0's output (``pods/log``, container ``worker``), read with ``timestamps=true``
         so a cursor can say where the reader is: the pod log API has no byte offsets. Without a
@@ -633,7 +639,7 @@ class KubernetesBackend:
                 text = self._call(
                     "read pod log",
                     self.core.read_namespaced_pod_log,
-                    m.pod_name(job_id, attempt, 0),
+                    m.pod_name(run.job_id, run.attempt, 0),
                     self.cfg.namespace,
                     expect=(400, 404),
                     **query,

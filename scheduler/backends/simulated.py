@@ -7,7 +7,8 @@ demand through :meth:`SimulatedBackend.fail_node`) and come back after a repair 
 failed node end as NODE_FAILED. Per-GPU utilization samples are produced for busy GPUs.
 
 State lives in the database (``SimulatedRun``, ``SimulatedNodeFault``) so every process sees the
-same cluster. Every call is idempotent by ``(job_id, attempt)``.
+same cluster. Every call is idempotent by ``(job_id, attempt)``. A run's team (``RunRef.team``)
+is not read: only the platform makes runs here, so a run of a name is the platform's own.
 
 Nothing is executed, but each run is given what a real one gets: its workers' launcher variables
 (:func:`~scheduler.backends.base.launcher_env`; the master address is worker 0's node name) are
@@ -38,6 +39,7 @@ from .base import (
     BackendNode,
     BackendRejected,
     LogChunk,
+    RunRef,
     backend_job_name,
     byte_chunk,
     byte_window,
@@ -145,18 +147,21 @@ class SimulatedBackend:
             pass  # a concurrent submit of the same run won: that is the idempotent outcome
         return ref
 
-    def cancel(self, job_id: str, attempt: int) -> None:
+    def cancel(self, run: RunRef) -> None:
         from scheduler.models import SimulatedRun
 
         SimulatedRun.objects.filter(
-            cluster_id=self.cluster_id, job_id=job_id, attempt=attempt, cancelled_at__isnull=True
+            cluster_id=self.cluster_id,
+            job_id=run.job_id,
+            attempt=run.attempt,
+            cancelled_at__isnull=True,
         ).update(cancelled_at=self._now())
 
-    def checkpoint(self, job_id: str, attempt: int) -> None:
+    def checkpoint(self, run: RunRef) -> None:
         from scheduler.models import SimulatedRun
 
         SimulatedRun.objects.filter(
-            cluster_id=self.cluster_id, job_id=job_id, attempt=attempt
+            cluster_id=self.cluster_id, job_id=run.job_id, attempt=run.attempt
         ).update(checkpoint_requested_at=self._now())
 
     def _status(self, run, now: datetime, down: dict[str, list[datetime]]) -> BackendJobStatus:
@@ -217,10 +222,10 @@ class SimulatedBackend:
             return BackendJobStatus(state=BackendJobState.SUCCEEDED, exit_code=0, **common)
         return BackendJobStatus(state=BackendJobState.RUNNING, **common)
 
-    def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
+    def poll_jobs(self, runs: Iterable[RunRef]) -> list[BackendJobStatus]:
         from scheduler.models import SimulatedRun
 
-        wanted = set(runs)
+        wanted = {(run.job_id, run.attempt) for run in runs}
         if not wanted:
             return []
         now = self._now()
@@ -272,10 +277,10 @@ class SimulatedBackend:
         )
 
     def read_log(
-        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+        self, run: RunRef, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
         """The run's simulated output so far, by byte cursor (see the module docstring)."""
-        data = self._output(job_id, attempt).encode()
+        data = self._output(run.job_id, run.attempt).encode()
         limit = max(1, int(limit_bytes))
         try:
             start, truncated = byte_window(len(data), cursor, limit)

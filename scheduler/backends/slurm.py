@@ -12,9 +12,10 @@ host's filesystem.
 
 Guarantees (on top of :mod:`scheduler.backends.base`):
 - Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``
-  that the account running the commands owns, or, with ``team_accounts``, one of the team
-  accounts (another user's job of that name is not ours: it is never adopted, reported or
-  cancelled).
+  that the account running the commands owns, or, with ``team_accounts``, the account of the
+  run's team (``RunRef.team``; the service account's for runs submitted before the setting).
+  Another user's job of that name, another team's account's included, is not the run: it is
+  never adopted, reported, read, signalled or cancelled as it.
   ``submit`` first looks that name up (squeue, then accounting) and returns the existing Slurm job
   id; ``cancel`` / ``checkpoint`` act by name, so a missing or finished run is a quiet no-op;
   draining a drained node or resuming a node in service succeeds.
@@ -63,7 +64,7 @@ from scheduler.backends.base import (
     BackendRejected,
     BackendUnavailable,
     LogChunk,
-    backend_job_name,
+    RunRef,
     byte_chunk,
     byte_window,
     parse_backend_job_name,
@@ -186,7 +187,8 @@ class SlurmBackend:
       ``command_prefix``); their files live in ``<job_workdir>/<account>`` and
       ``<log_dir>/<account>``, mode 0700. A team without an account is refused
       (``BackendRejected``), never run as the service account. The runs the platform counts as
-      its own are those of these accounts and of the service account.
+      its own are those of these accounts and of the service account; the job of one run is
+      one of its team's account (``RunRef.team``) or of the service account.
     """
 
     kind = "slurm"
@@ -431,6 +433,26 @@ class SlurmBackend:
         mine = self._our_uids()
         return [job for job in jobs if job.user_id is None or job.user_id in mine]
 
+    def _team_uids(self, team: str) -> set[int]:
+        """With ``team_accounts``, the owners a job of ``team``'s run may have: the team's
+        account and the service account (runs submitted before the setting). Another team's
+        account can name a job like any run; such a job is never the run."""
+        uids = {self._own_uid()}
+        account = self.team_accounts.get(team)
+        uid = self._team_account_uids().get(account) if account else None
+        if uid is not None:
+            uids.add(uid)
+        return uids
+
+    def _of_team(self, jobs: list[SlurmJob], team: str | None) -> list[SlurmJob]:
+        """The jobs of ``jobs`` that may be ``team``'s run (``team`` None: any of our accounts',
+        for ``submit``, which judges the owner itself). A record without its owner's uid is
+        kept, as before: it says how the run ended, and its files are never read."""
+        if team is None or not self.team_accounts:
+            return jobs
+        uids = self._team_uids(team)
+        return [job for job in jobs if job.user_id is None or job.user_id in uids]
+
     def _squeue(self) -> list[SlurmJob]:
         # One call answers for every run we track. --states=all: 23.02 and later honour squeue's
         # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter
@@ -479,14 +501,15 @@ class SlurmBackend:
         first = min(jobs, key=lambda job: job.numeric_id)
         return [job for job in jobs if job.user_id == first.user_id]
 
-    def _find_runs(self, names: Iterable[str]) -> dict[str, SlurmJob]:
-        wanted = list(dict.fromkeys(names))
+    def _find_runs(self, wanted: Mapping[str, str | None]) -> dict[str, SlurmJob]:
+        """The Slurm job that stands for each run of ``wanted`` (run name -> its team, see
+        :meth:`_of_team`), from squeue, else accounting; runs with none are left out."""
         by_name: dict[str, list[SlurmJob]] = {}
         for job in self._squeue():
             by_name.setdefault(job.name, []).append(job)
         found: dict[str, SlurmJob] = {}
-        for name in wanted:
-            job = pick_run(self._first_owners_jobs(by_name.get(name, [])))
+        for name, team in wanted.items():
+            job = pick_run(self._first_owners_jobs(self._of_team(by_name.get(name, []), team)))
             if job is not None:
                 found[name] = job
         # Runs that left squeue, and COMPLETING ones: squeue 22.05 hides the final state of a
@@ -497,7 +520,9 @@ class SlurmBackend:
             for job in self._accounting_jobs(ask):
                 finished.setdefault(job.name, []).append(job)
             for name in ask:
-                record = pick_run(self._first_owners_jobs(finished.get(name, [])))
+                record = pick_run(
+                    self._first_owners_jobs(self._of_team(finished.get(name, []), wanted[name]))
+                )
                 if record is None:
                     continue
                 current = found.get(name)
@@ -533,7 +558,8 @@ class SlurmBackend:
             raise BackendRejected(str(exc)) from exc
         prepared = False
         for try_no in range(1, self.tries + 1):
-            existing = self._find_runs([name]).get(name)
+            # Every account's job of the name (None): another team's is refused just below.
+            existing = self._find_runs({name: None}).get(name)
             if existing is not None:
                 if account and self._account_of(existing) not in (account, None):
                     # Run names are predictable (job ids count up) and every team account may
@@ -684,26 +710,27 @@ class SlurmBackend:
             },
         }
 
-    def cancel(self, job_id: str, attempt: int) -> None:
+    def cancel(self, run: RunRef) -> None:
         """Cancel the run (pending, running or requeued); no run, or a finished one, is fine."""
         if self.team_accounts:
             # As the account that owns it: a team account may cancel its own jobs alone, and
             # the service account needs no Slurm privilege over the teams'.
-            for job in self._unfinished_runs(backend_job_name(job_id, attempt)):
+            for job in self._unfinished_runs(run):
                 if job.state != "COMPLETING":
                     account = self._account_of(job)
                     self._run(["scancel", job.job_id], already_done_ok=True, account=account)
             return
         # --me: with Slurm's Admin level (for drains) scancel --name would also stop another
         # user's job that happens to carry the run's name.
-        argv = ["scancel", "--me", f"--name={backend_job_name(job_id, attempt)}"]
+        argv = ["scancel", "--me", f"--name={run.backend_name}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         self._run(argv, already_done_ok=True)
 
-    def _unfinished_runs(self, name: str) -> list[SlurmJob]:
-        """The unfinished Slurm jobs named ``name`` that our accounts own, each with its
-        owner's uid (one light squeue)."""
+    def _unfinished_runs(self, run: RunRef) -> list[SlurmJob]:
+        """The unfinished Slurm jobs of ``run``'s name that its team's account (or the service
+        account) owns, each with its owner's uid (one light squeue)."""
+        name = run.backend_name
         argv = ["squeue", "--noheader", *self._owner_filter(), f"--name={name}"]
         argv.append(f"--format={SQUEUE_OWNED_FORMAT}")
         if self.partition:
@@ -711,18 +738,18 @@ class SlurmBackend:
         jobs: list[SlurmJob] = self._run(  # type: ignore[assignment]
             argv, parse=lambda text: parse_squeue_live(text, with_user_id=True)
         )
-        mine = self._our_uids()
-        return [job for job in jobs if job.name == name and job.user_id in mine]
+        owners = self._team_uids(run.team)
+        return [job for job in jobs if job.name == name and job.user_id in owners]
 
-    def checkpoint(self, job_id: str, attempt: int) -> None:
+    def checkpoint(self, run: RunRef) -> None:
         """Send USR1 to the run's batch script, which records the request (touches
         ``<job_workdir>/<run>.checkpoint-request``) and forwards it to the workers. A run that
         is not running is left alone; a run asked less than ``checkpoint_min_interval_s`` ago
         (by that file's time) is not asked again, so a caller repeating the request every cycle
         of a preemption grace does not make the job checkpoint over and over."""
-        name = backend_job_name(job_id, attempt)
+        name = run.backend_name
         if self.team_accounts:
-            for job in self._unfinished_runs(name):
+            for job in self._unfinished_runs(run):
                 if job.state != "RUNNING":
                     continue
                 account = self._account_of(job)
@@ -807,12 +834,12 @@ class SlurmBackend:
         )
         return [replace(n, reserved=reserved[n.name]) if n.name in reserved else n for n in nodes]
 
-    def poll_jobs(self, runs: Iterable[tuple[str, int]]) -> list[BackendJobStatus]:
+    def poll_jobs(self, runs: Iterable[RunRef]) -> list[BackendJobStatus]:
         """One squeue call (plus accounting for runs that left the queue) for all ``runs``."""
         runs = list(runs)
         if not runs:
             return []
-        found = self._find_runs(backend_job_name(j, a) for j, a in runs)
+        found = self._find_runs({run.backend_name: run.team for run in runs})
         by_account: dict[str | None, list[str]] = {}
         for name in sorted(found):
             account = self._account_of(found[name]) if self.team_accounts else None
@@ -824,8 +851,9 @@ class SlurmBackend:
         for account, names in by_account.items():
             saved.update(self.files.read_progress(names, account))
         out = []
-        for job_id, attempt in runs:
-            job = found.get(backend_job_name(job_id, attempt))
+        for run in runs:
+            job_id, attempt = run.job_id, run.attempt
+            job = found.get(run.backend_name)
             if job is None:
                 out.append(BackendJobStatus(job_id, attempt, BackendJobState.UNKNOWN))
             elif not is_known_state(job.state):
@@ -834,12 +862,12 @@ class SlurmBackend:
                 logger.warning(
                     "slurm: %s: Slurm state %s is not one this backend knows; "
                     "the platform leaves the run as it is",
-                    backend_job_name(job_id, attempt),
+                    run.backend_name,
                     job.state,
                 )
             else:
                 status = job_status(job, job_id, attempt)
-                progress = saved.get(backend_job_name(job_id, attempt))
+                progress = saved.get(run.backend_name)
                 if progress is not None:
                     status = replace(status, checkpointed_progress_s=progress)
                 out.append(status)
@@ -869,13 +897,19 @@ class SlurmBackend:
             self._run_accounts.clear()
         self._run_accounts[name] = account
 
-    def _run_account(self, name: str) -> str | None:
-        """The team account that owns run ``name`` (None: the service account;
-        ``UNKNOWN_OWNER`` with ``team_accounts`` when Slurm no longer knows whose it is)."""
+    def _run_account(self, run: RunRef) -> str | None:
+        """The team account that owns ``run`` (None: the service account; ``UNKNOWN_OWNER``
+        with ``team_accounts`` when Slurm no longer knows whose it is)."""
         if not self.team_accounts:
             return None
-        if name not in self._run_accounts:
-            job = self._find_runs([name]).get(name)
+        name = run.backend_name
+        # An owner is remembered only as found for its run's team; one that is not this team's
+        # account (nor the service account) is looked up again, never read as.
+        if self._run_accounts.get(name, UNKNOWN_OWNER) not in (
+            None,
+            self.team_accounts.get(run.team),
+        ):
+            job = self._find_runs({name: run.team}).get(name)
             account = UNKNOWN_OWNER if job is None else self._account_of(job)
             if account == UNKNOWN_OWNER:
                 return account
@@ -883,14 +917,14 @@ class SlurmBackend:
         return self._run_accounts[name]
 
     def read_log(
-        self, job_id: str, attempt: int, *, cursor: str | None = None, limit_bytes: int = 65536
+        self, run: RunRef, *, cursor: str | None = None, limit_bytes: int = 65536
     ) -> LogChunk:
         """The run's output file ``<log_dir>/<run>.out`` (with ``team_accounts``
         ``<log_dir>/<account>/<run>.out``, read as that account; all workers' output, as Slurm
         writes it), by byte offset. A file not written yet is an empty chunk, and so, with
         ``team_accounts``, is the log of a run whose owner Slurm no longer records."""
-        name = backend_job_name(job_id, attempt)
-        account = self._run_account(name)
+        name = run.backend_name
+        account = self._run_account(run)
         if account == UNKNOWN_OWNER:
             logger.info("slurm: %s: no owner on record, its log is not read", name)
             return LogChunk(text="", cursor=cursor or "0")

@@ -22,7 +22,7 @@ from datetime import datetime
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from ..backends import backend_run_id, get_backend
+from ..backends import backend_run_id, backend_run_ref, get_backend
 from ..backends.base import BackendError, BackendJobSpec, BackendRejected
 from ..checkpoint_advice import advice_env, request_due_checkpoints
 from ..models import Allocation, Job
@@ -135,15 +135,15 @@ def reconcile(*, now: datetime) -> None:
         )
         try:
             if backend is not None and job.backend_ref and not saved:
-                backend.checkpoint(backend_run_id(job), job.attempts)
+                backend.checkpoint(backend_run_ref(job))
             if saved or (job.preempt_deadline and job.preempt_deadline <= now):
                 progress = None
                 if backend is not None and job.backend_ref:
                     # No status at all when the backend cannot read the run's state: stopped
                     # all the same, with the checkpoint the platform last saw.
-                    for status in backend.poll_jobs([(backend_run_id(job), job.attempts)]):
+                    for status in backend.poll_jobs([backend_run_ref(job)]):
                         progress = status.checkpointed_progress_s
-                    backend.cancel(backend_run_id(job), job.attempts)
+                    backend.cancel(backend_run_ref(job))
                 job_requeue(job=job, now=now, reason="preempted", checkpointed_progress_s=progress)
         except BackendError as exc:
             if job.cluster:

@@ -41,7 +41,7 @@ from django.utils import timezone
 from core import streams
 from core.bounds import bounds, number_error
 
-from ..backends import backend_run_id, get_backend
+from ..backends import backend_run_id, backend_run_ref, get_backend
 from ..backends.base import BackendError, BackendJobState, BackendNode
 from ..models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from ..services import cluster_backend_mark, node_event_record
@@ -80,7 +80,7 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
             .select_related("team", "cluster")
         )
         try:
-            polled = backend.poll_jobs([(backend_run_id(j), j.attempts) for j in holders])
+            polled = backend.poll_jobs([backend_run_ref(j) for j in holders])
         except BackendError:
             raise
         except Exception:
@@ -135,7 +135,7 @@ def _poll_each(backend, holders: list[Job], now: datetime) -> list:
     statuses = []
     for job in holders:
         try:
-            statuses.extend(backend.poll_jobs([(backend_run_id(job), job.attempts)]))
+            statuses.extend(backend.poll_jobs([backend_run_ref(job)]))
         except BackendError:
             raise
         except Exception as exc:
@@ -346,11 +346,9 @@ def _requeue_jobs_on(node: Node, now: datetime) -> None:
             backend = get_backend(job.cluster)
             try:
                 # No status at all when the backend cannot read the run's state.
-                for status in backend.poll_jobs([(backend_run_id(job), job.attempts)]):
+                for status in backend.poll_jobs([backend_run_ref(job)]):
                     progress = status.checkpointed_progress_s
-                backend.cancel(
-                    backend_run_id(job), job.attempts
-                )  # the gang's other workers stop too
+                backend.cancel(backend_run_ref(job))  # the gang's other workers stop too
             except BackendError:
                 log.warning("could not stop job %s after node failure", job.pk, exc_info=True)
         job_requeue(

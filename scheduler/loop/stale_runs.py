@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 
 from ..backends import run_namespace
-from ..backends.base import Backend, BackendError, backend_job_name
+from ..backends.base import Backend, BackendError, RunRef, backend_job_name
 from ..models import Job
 from ..states import FINAL_STATES, HOLDING_STATES
 
@@ -74,14 +74,14 @@ def cancel_stale_runs(*, cluster, backend: Backend) -> list[tuple[str, int, str]
     if not ours:
         return []
     jobs = {
-        pk: (state, attempts)
-        for pk, state, attempts in Job.objects.filter(pk__in=ours).values_list(
-            "pk", "state", "attempts"
+        pk: (state, attempts, team)
+        for pk, state, attempts, team in Job.objects.filter(pk__in=ours).values_list(
+            "pk", "state", "attempts", "team__slug"
         )
     }
     cancelled = []
     for pk, job_runs in sorted(ours.items()):
-        state, attempts = jobs.get(pk, (None, 0))
+        state, attempts, team = jobs.get(pk, (None, 0, ""))
         for job_id, attempt in sorted(job_runs):
             cancel, why = judge_run(attempt=attempt, job_state=state, job_attempts=attempts)
             name = backend_job_name(job_id, attempt)
@@ -90,7 +90,9 @@ def cancel_stale_runs(*, cluster, backend: Backend) -> list[tuple[str, int, str]
                     log.warning("cluster %s: leaving run %s alone: %s", cluster.name, name, why)
                 continue
             try:
-                backend.cancel(job_id, attempt)
+                # As the job's team's run: a job of another team's account that took the
+                # run's name is not cancelled (the Slurm backend with team_accounts).
+                backend.cancel(RunRef(job_id, attempt, team))
             except BackendError as exc:
                 log.warning(
                     "cluster %s: could not cancel stale run %s: %s", cluster.name, name, exc

@@ -20,6 +20,7 @@ from scheduler.backends.base import (
     BackendJobState,
     BackendRejected,
     BackendUnavailable,
+    RunRef,
     log_tail,
 )
 from scheduler.backends.k8s_manifests import pod_manifests
@@ -27,8 +28,14 @@ from scheduler.backends.kubernetes import KubernetesBackend
 from tests.integration.kubernetes.fake_apiserver import FakeKubeApiServer
 
 NS = "gpuplatform-jobs"
+
 PODS = rf"^/api/v1/namespaces/{NS}/pods$"
 CLOCK = datetime(2026, 12, 2, 15, 0, 0, tzinfo=UTC)
+
+
+def run_ref(job_id: str, attempt: int = 1) -> RunRef:
+    """A run of the team the specs here submit for (the backend does not read it)."""
+    return RunRef(job_id, attempt, "alice")
 
 
 def make_spec(job_id="1001", attempt=1, placement=None) -> BackendJobSpec:
@@ -82,7 +89,7 @@ def backend(harness):
 
 
 def state_of(backend, job_id="1001", attempt=1):
-    (status,) = backend.poll_jobs([(job_id, attempt)])
+    (status,) = backend.poll_jobs([run_ref(job_id, attempt)])
     return status
 
 
@@ -349,7 +356,7 @@ def test_policy_goes_with_the_run(server):
     for w in (0, 1):
         server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
         server.set_pod_phase(f"gp-2002-a1-w{w}", "Running")
-    backend.cancel("2002", 1)
+    backend.cancel(run_ref("2002"))
     # Still stopping (writing its final checkpoint): its workers stay shut to other runs.
     assert backend.purge_finished() == []
     assert sorted(name for _, name in server.network_policies) == ["gp-1001-a1", "gp-2002-a1"]
@@ -395,7 +402,7 @@ def test_cancel_deletes_the_pods_and_reports_cancelled(server, backend):
         server.set_pod_phase(f"gp-1001-a1-w{w}", "Running")
     assert state_of(backend).state is BackendJobState.RUNNING
 
-    backend.cancel("1001", 1)
+    backend.cancel(run_ref("1001"))
     w0 = server.pod("gp-1001-a1-w0")
     assert w0["metadata"]["deletionTimestamp"]  # graceful: SIGTERM, then the checkpoint grace
     assert w0["metadata"]["annotations"]["gpuplatform.io/cancelled"] == "true"
@@ -409,8 +416,8 @@ def test_cancel_deletes_the_pods_and_reports_cancelled(server, backend):
     assert state_of(backend).state is BackendJobState.CANCELLED  # remembered from the watch
 
     assert server.services == {}
-    backend.cancel("1001", 1)  # already done: quiet
-    backend.cancel("does-not-exist", 3)
+    backend.cancel(run_ref("1001"))  # already done: quiet
+    backend.cancel(run_ref("does-not-exist", 3))
     assert len(server.requests_matching("DELETE", r"/pods/")) == 2
 
 
@@ -418,7 +425,7 @@ def test_cancel_leaves_a_finished_run_alone_and_purge_removes_it(server, backend
     backend.submit(make_spec())
     for w in (0, 1):
         server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
-    backend.cancel("1001", 1)
+    backend.cancel(run_ref("1001"))
     assert server.requests_matching("DELETE", r"/pods/") == []
     assert state_of(backend).state is BackendJobState.SUCCEEDED
 
@@ -459,7 +466,7 @@ def test_live_runs_lists_runs_with_a_pod_still_working(server, backend):
     assert backend.live_runs("") == [("1001", 1), ("1001", 2), ("2002", 1)]
     assert backend.live_runs("10") == [("1001", 1), ("1001", 2)]
 
-    backend.cancel("1001", 1)  # being deleted: already stopping, not listed again
+    backend.cancel(run_ref("1001"))  # being deleted: already stopping, not listed again
     server.set_pod_phase("gp-2002-a1-w0", "Succeeded")  # finished
     backend.watcher.sync()  # the live-run list may otherwise reuse a cache a few seconds old
     assert backend.live_runs("") == [("1001", 2)]
@@ -566,7 +573,7 @@ def test_watch_410_gone_relists_and_loses_nothing(expired_as):
             server.set_pod_phase(f"gp-1001-a1-w{w}", "Succeeded")
         server.delete_pod_now("gp-1002-a1-w0")
         server.compact()
-        first, second = backend.poll_jobs([("1001", 1), ("1002", 1)])
+        first, second = backend.poll_jobs([run_ref("1001"), run_ref("1002")])
         assert backend.watcher.relists == 2
         assert first.state is BackendJobState.SUCCEEDED
         # Seen gone by comparing the relist with the cache: deleted behind our back.
@@ -627,35 +634,35 @@ def clocked_backend(server):
 def test_log_tail_and_follow_read_worker_zero_by_timestamp(server, clocked_backend):
     backend = clocked_backend
     backend.submit(make_spec())
-    empty = backend.read_log("1001", 1)  # container still waiting: 400 from the server
+    empty = backend.read_log(run_ref("1001"))  # container still waiting: 400 from the server
     assert empty.text == ""
     server.set_pod_phase("gp-1001-a1-w0", "Running")
     base = time.time_ns() - 5_000_000_000
     server.write_log("gp-1001-a1-w0", "".join(f"step {i}\n" for i in range(500)), at_ns=base)
-    assert log_tail(backend, "1001", 1, lines=2) == "step 498\nstep 499"
+    assert log_tail(backend, run_ref("1001"), lines=2) == "step 498\nstep 499"
     (req,) = server.requests_matching("GET", r"/gp-1001-a1-w0/log$")[1:2]
     assert req.query["container"] == "worker" and req.query["timestamps"] == "true"
     assert "tailLines" in req.query
 
     # Follow from the start: 500 lines sharing one timestamp come in chunks, none twice.
-    chunk = backend.read_log("1001", 1, cursor="k8s-0-0", limit_bytes=1000)
+    chunk = backend.read_log(run_ref("1001"), cursor="k8s-0-0", limit_bytes=1000)
     seen = chunk.text.splitlines()
     while True:
-        chunk = backend.read_log("1001", 1, cursor=chunk.cursor, limit_bytes=1000)
+        chunk = backend.read_log(run_ref("1001"), cursor=chunk.cursor, limit_bytes=1000)
         if not chunk.text:
             break
         seen += chunk.text.splitlines()
     assert seen == [f"step {i}" for i in range(500)]
     # Lines printed later arrive after the cursor, and only they.
     server.write_log("gp-1001-a1-w0", "step 500\nstep 501\n")
-    more = backend.read_log("1001", 1, cursor=chunk.cursor)
+    more = backend.read_log(run_ref("1001"), cursor=chunk.cursor)
     assert more.text == "step 500\nstep 501\n"
-    assert backend.read_log("1001", 1, cursor=more.cursor).text == ""
+    assert backend.read_log(run_ref("1001"), cursor=more.cursor).text == ""
     follow = server.requests_matching("GET", r"/gp-1001-a1-w0/log$")[-1]
     assert 1 <= int(follow.query["sinceSeconds"]) <= 1 + backend_module.LOG_CLOCK_SLACK_S
-    assert backend.read_log("missing", 1).text == ""
+    assert backend.read_log(run_ref("missing")).text == ""
     with pytest.raises(BackendRejected, match="not a log cursor"):
-        backend.read_log("1001", 1, cursor="12; DROP")
+        backend.read_log(run_ref("1001"), cursor="12; DROP")
 
 
 def test_follow_gets_past_a_burst_of_lines_already_read(server, clocked_backend):
@@ -671,28 +678,33 @@ def test_follow_gets_past_a_burst_of_lines_already_read(server, clocked_backend)
     cursor = "k8s-0-0"
     text = ""
     for _ in range(40):
-        chunk = backend.read_log("1001", 1, cursor=cursor, limit_bytes=256)
+        chunk = backend.read_log(run_ref("1001"), cursor=cursor, limit_bytes=256)
         text += chunk.text
         cursor = chunk.cursor
     assert text.count("burst") == 300
     server.write_log("gp-1001-a1-w0", "after the burst\n")
-    assert backend.read_log("1001", 1, cursor=cursor, limit_bytes=256).text == "after the burst\n"
+    assert (
+        backend.read_log(run_ref("1001"), cursor=cursor, limit_bytes=256).text
+        == "after the burst\n"
+    )
 
 
 def test_checkpoint_annotates_running_workers(server, backend):
     backend.submit(make_spec())
     server.set_pod_phase("gp-1001-a1-w0", "Running")
     server.set_pod_phase("gp-1001-a1-w1", "Succeeded")
-    backend.checkpoint("1001", 1)
+    backend.checkpoint(run_ref("1001"))
     w0, w1 = server.pod("gp-1001-a1-w0"), server.pod("gp-1001-a1-w1")
     key = "gpuplatform.io/checkpoint-request"
     assert w0["metadata"]["annotations"][key] == "20261202T150000.000000Z"
     assert key not in w1["metadata"]["annotations"]  # finished workers are not bothered
     (patch,) = server.requests_matching("PATCH", r"/pods/")
     assert patch.content_type == "application/strategic-merge-patch+json"
-    backend.checkpoint("1001", 1)  # asked again within checkpoint_min_interval_s: no new request
+    backend.checkpoint(
+        run_ref("1001")
+    )  # asked again within checkpoint_min_interval_s: no new request
     assert len(server.requests_matching("PATCH", r"/pods/")) == 1
-    backend.checkpoint("unknown", 1)  # nothing to do, no error
+    backend.checkpoint(run_ref("unknown"))  # nothing to do, no error
 
 
 def test_checkpoint_is_asked_again_after_the_minimum_interval(server):
@@ -700,8 +712,8 @@ def test_checkpoint_is_asked_again_after_the_minimum_interval(server):
     backend = KubernetesBackend({"host": server.url}, clock=lambda: next(times))
     backend.submit(make_spec())
     server.set_pod_phase("gp-1001-a1-w0", "Running")
-    backend.checkpoint("1001", 1)
-    backend.checkpoint("1001", 1)
+    backend.checkpoint(run_ref("1001"))
+    backend.checkpoint(run_ref("1001"))
     annotations = server.pod("gp-1001-a1-w0")["metadata"]["annotations"]
     assert annotations["gpuplatform.io/checkpoint-request"] == "20261202T150101.000000Z"
 
@@ -710,7 +722,7 @@ def test_dry_run_reads_but_never_writes(server):
     backend = Harness(server, dry_run=True).backend
     assert backend.submit(make_spec()) == f"{NS}/gp-1001-a1"
     backend.drain_node("gpu-a", "ecc")
-    backend.cancel("1001", 1)
+    backend.cancel(run_ref("1001"))
     writes = [r for r in server.requests if r.method in ("POST", "PATCH", "DELETE")]
     assert writes == []
     assert server.pods == {}

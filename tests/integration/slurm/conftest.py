@@ -47,7 +47,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.backends.base import BackendJobSpec
+from scheduler.backends.base import BackendJobSpec, RunRef
 from scheduler.backends.slurm import SlurmBackend
 
 REPO = Path(__file__).resolve().parents[3]
@@ -398,6 +398,14 @@ def job_id(request) -> str:
     return f"{base}-{uuid.uuid4().hex[:6]}"
 
 
+TEAM = "alice-team"  # the team of a spec() that names none
+
+
+def run_ref(job_id: str, attempt: int = 1, team: str = TEAM) -> RunRef:
+    """The run a spec() of ``job_id`` and ``attempt`` (for ``team``) submits."""
+    return RunRef(job_id, attempt, team)
+
+
 def spec(job_id: str, command: str, placement: dict[str, tuple[int, ...]], **kw) -> BackendJobSpec:
     """A run of ``command`` on ``placement`` (node -> GPU indices, the same count on each)."""
     gpus = len(next(iter(placement.values())))
@@ -405,7 +413,7 @@ def spec(job_id: str, command: str, placement: dict[str, tuple[int, ...]], **kw)
         job_id=job_id,
         attempt=kw.pop("attempt", 1),
         name=kw.pop("name", "test job"),
-        team=kw.pop("team", "alice-team"),
+        team=kw.pop("team", TEAM),
         image="",
         command=command,
         workers=len(placement),

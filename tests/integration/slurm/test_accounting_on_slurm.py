@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.backends.base import BackendJobSpec, BackendJobState, backend_job_name
-from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, run_ref, spec, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
 
@@ -32,11 +32,11 @@ def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: L
         backend.submit(run)
 
     def status(run: BackendJobSpec):
-        return backend.poll_jobs([(run.job_id, 1)])[0]
+        return backend.poll_jobs([run_ref(run.job_id)])[0]
 
     wait_for(started.exists, 30, "the run on node2 to start")
     wait_for(lambda: status(runs["cancelled"]).state is BackendJobState.RUNNING, 30, "it to run")
-    backend.cancel(runs["cancelled"].job_id, 1)
+    backend.cancel(run_ref(runs["cancelled"].job_id))
     cluster.kill_node("node2", status(runs["node_failed"]).backend_ref)
     try:
         names = ",".join(backend_job_name(run.job_id, 1) for run in runs.values())
@@ -52,7 +52,7 @@ def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: L
     found = {
         how: status
         for how, status in zip(
-            runs, backend.poll_jobs([(run.job_id, 1) for run in runs.values()]), strict=True
+            runs, backend.poll_jobs([run_ref(run.job_id) for run in runs.values()]), strict=True
         )
     }
     assert {how: s.state.value for how, s in found.items()} == {
@@ -65,5 +65,5 @@ def test_runs_that_left_squeue_end_as_slurmdbd_recorded_them(accounting_slurm: L
     assert found["succeeded"].nodes == ("node1",) and found["node_failed"].nodes == ("node2",)
     assert all(s.backend_ref.isdigit() for s in found.values())
     # Each run is over: nothing to cancel, nothing live, and the cancel of a purged run is quiet.
-    backend.cancel(runs["node_failed"].job_id, 1)
+    backend.cancel(run_ref(runs["node_failed"].job_id))
     assert all(backend.live_runs(run.job_id) == [] for run in runs.values())

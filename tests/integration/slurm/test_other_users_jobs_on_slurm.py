@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.backends.base import BackendJobState, backend_job_name
-from tests.integration.slurm.conftest import spec, wait_for
+from tests.integration.slurm.conftest import run_ref, spec, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -48,23 +48,23 @@ def test_another_users_job_named_like_our_run_is_left_alone(backend, slurm_clust
     try:
         assert _state(slurm_cluster, foreign) == "PENDING"
 
-        (status,) = backend.poll_jobs([(job_id, 1)])
+        (status,) = backend.poll_jobs([run_ref(job_id)])
         assert status.state is BackendJobState.UNKNOWN and status.backend_ref == ""
         assert backend.live_runs(job_id) == []
 
-        backend.cancel(job_id, 1)
-        backend.checkpoint(job_id, 1)
+        backend.cancel(run_ref(job_id))
+        backend.checkpoint(run_ref(job_id))
         assert _state(slurm_cluster, foreign) == "PENDING"
 
         ours = backend.submit(spec(job_id, "sleep 60", {"node1": (0,)}))
         assert ours != foreign
-        (status,) = backend.poll_jobs([(job_id, 1)])
+        (status,) = backend.poll_jobs([run_ref(job_id)])
         assert status.backend_ref == ours
         assert backend.live_runs(job_id) == [(job_id, 1)]
 
-        backend.cancel(job_id, 1)
+        backend.cancel(run_ref(job_id))
         wait_for(
-            lambda: backend.poll_jobs([(job_id, 1)])[0].state is BackendJobState.CANCELLED,
+            lambda: backend.poll_jobs([run_ref(job_id)])[0].state is BackendJobState.CANCELLED,
             30,
             "our run to be cancelled",
         )

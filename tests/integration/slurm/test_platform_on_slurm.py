@@ -14,7 +14,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from scheduler.backends import backend_run_id, get_backend, reset_backends
+from scheduler.backends import backend_run_id, backend_run_ref, get_backend, reset_backends
 from scheduler.backends.base import BackendJobState
 from scheduler.loop.cycle import run_cycle
 from scheduler.loop.observe import sync_all
@@ -150,7 +150,7 @@ def start_long_job(slurm_platform, submit, alice) -> Job:
     assert job.state == "running" and job.attempts == 1 and job.backend_ref
     backend = get_backend(job.cluster)
     wait_for(
-        lambda: backend.poll_jobs([(backend_run_id(job), 1)])[0].state is BackendJobState.RUNNING,
+        lambda: backend.poll_jobs([backend_run_ref(job, 1)])[0].state is BackendJobState.RUNNING,
         30,
         "attempt 1 to run in Slurm",
     )

@@ -19,7 +19,7 @@ import pytest
 
 from scheduler.backends.base import BackendJobState, BackendRejected
 from scheduler.backends.slurm import SlurmBackend
-from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, spec, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, run_ref, spec, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
 
@@ -78,15 +78,15 @@ def test_jobs_run_as_the_service_account_and_drains_need_admin(
     )
 
     def status():
-        return backend.poll_jobs([(job_id, 1)])[0]
+        return backend.poll_jobs([run_ref(job_id)])[0]
 
     wait_for(whoami.exists, 30, "the job to start")
     assert whoami.read_text().strip() == ACCOUNT
     assert status().state is BackendJobState.RUNNING
     assert backend.live_runs(job_id) == [(job_id, 1)]
-    wait_for(lambda: "trained as" in backend.read_log(job_id, 1).text, 10, "its output")
-    backend.checkpoint(job_id, 1)  # a signal to its own job: allowed
-    backend.cancel(job_id, 1)
+    wait_for(lambda: "trained as" in backend.read_log(run_ref(job_id)).text, 10, "its output")
+    backend.checkpoint(run_ref(job_id))  # a signal to its own job: allowed
+    backend.cancel(run_ref(job_id))
     wait_for(lambda: status().state is BackendJobState.CANCELLED, 30, "the cancel")
 
     # Below Slurm's Admin level the drain is refused: a refusal that says what to change (the
@@ -140,7 +140,7 @@ def test_node_changes_run_through_their_own_prefix_so_jobs_need_no_admin_level(
         backend.submit(spec(job_id, f"id -un > {whoami}; exec sleep 300", {"node1": (0,)}))
         wait_for(whoami.exists, 30, "the job to start")
         assert whoami.read_text().strip() == ACCOUNT
-        backend.cancel(job_id, 1)
+        backend.cancel(run_ref(job_id))
     finally:
         cluster.run("scontrol", "update", "nodename=node2", "state=undrain", check=False)
 

@@ -28,13 +28,13 @@ from scheduler.backends.base import (
     worker_envs,
 )
 from scheduler.backends.slurm import SlurmBackend
-from tests.integration.slurm.conftest import LocalSlurm, spec, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, run_ref, spec, wait_for
 
 pytestmark = pytest.mark.slurm
 
 
 def state_of(backend: SlurmBackend, job_id: str, attempt: int = 1):
-    return backend.poll_jobs([(job_id, attempt)])[0]
+    return backend.poll_jobs([run_ref(job_id, attempt)])[0]
 
 
 def wait_state(backend, job_id, states, timeout=30.0, attempt=1):
@@ -81,7 +81,7 @@ def test_submitted_job_runs_on_chosen_node_and_succeeds(backend, slurm_cluster, 
     assert final.backend_ref == ref
     assert final.nodes == ("node2",)
     assert final.exit_code == 0
-    log = log_tail(backend, job_id, 1)
+    log = log_tail(backend, run_ref(job_id))
     assert (
         f"worker=0 node=node2 gpus=0,1 job={job_id} attempt=1 "
         'greeting=it\'s a "quoted" $HOME' in log
@@ -104,7 +104,7 @@ def test_two_worker_gang_runs_on_both_chosen_nodes_at_once(backend, job_id):
     final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
     assert final.state is BackendJobState.SUCCEEDED, final
 
-    events = [line.split() for line in log_tail(backend, job_id, 1).splitlines()]
+    events = [line.split() for line in log_tail(backend, run_ref(job_id)).splitlines()]
     starts = {(w, node): float(t) for kind, w, node, t in events if kind == "start"}
     ends = {(w, node): float(t) for kind, w, node, t in events if kind == "end"}
     assert set(starts) == {("0", "node1"), ("1", "node3")}
@@ -128,7 +128,7 @@ def test_two_workers_packed_on_one_node_get_their_own_gpus(backend, job_id):
     backend.submit(packed)
     final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
     assert final.state is BackendJobState.SUCCEEDED, final
-    lines = sorted(log_tail(backend, job_id, 1).splitlines())
+    lines = sorted(log_tail(backend, run_ref(job_id)).splitlines())
     assert lines == ["w=0 node=node2 gpus=0,1", "w=1 node=node2 gpus=2,3"]
 
 
@@ -145,7 +145,7 @@ def test_every_worker_gets_the_launcher_variables_with_a_reachable_master(
     final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
     assert final.state is BackendJobState.SUCCEEDED, final
     seen: dict[int, dict[str, str]] = {}
-    for line in log_tail(backend, job_id, 1, lines=200).splitlines():
+    for line in log_tail(backend, run_ref(job_id), lines=200).splitlines():
         worker, _, pair = line.partition(" ")
         name, _, value = pair.partition("=")
         seen.setdefault(int(worker), {})[name] = value
@@ -166,23 +166,23 @@ def test_output_is_followed_by_cursor_through_the_prefix(backend, slurm_cluster,
     )
     backend.submit(spec(job_id, command, {"node2": (0,)}))
     first = wait_for(
-        lambda: (c := backend.read_log(job_id, 1)).text.count("early") == 5 and c,
+        lambda: (c := backend.read_log(run_ref(job_id))).text.count("early") == 5 and c,
         30,
         "the first lines",
     )
     assert first.text == "".join(f"early {i}\n" for i in range(1, 6))
-    assert backend.read_log(job_id, 1, cursor=first.cursor).text == ""
+    assert backend.read_log(run_ref(job_id), cursor=first.cursor).text == ""
     go.host.write_text("")
     wait_state(backend, job_id, {BackendJobState.SUCCEEDED})
     text, cursor = "", first.cursor
-    while (chunk := backend.read_log(job_id, 1, cursor=cursor, limit_bytes=4096)).text:
+    while (chunk := backend.read_log(run_ref(job_id), cursor=cursor, limit_bytes=4096)).text:
         assert chunk.text.endswith("\n")  # chunks end on line boundaries
         text += chunk.text
         cursor = chunk.cursor
     assert [line.split()[1] for line in text.splitlines()] == [str(i) for i in range(1, 301)]
-    tail = backend.read_log(job_id, 1, limit_bytes=1000)
+    tail = backend.read_log(run_ref(job_id), limit_bytes=1000)
     assert tail.truncated and tail.text.startswith("late ") and tail.text.endswith("0300\n")
-    assert backend.read_log("never-submitted", 1).text == ""
+    assert backend.read_log(run_ref("never-submitted")).text == ""
 
 
 def test_failing_command_reports_failed_with_exit_code(backend, job_id):
@@ -190,7 +190,7 @@ def test_failing_command_reports_failed_with_exit_code(backend, job_id):
     final = wait_state(backend, job_id, {BackendJobState.SUCCEEDED, BackendJobState.FAILED})
     assert final.state is BackendJobState.FAILED
     assert final.exit_code == 3
-    assert "boom" in log_tail(backend, job_id, 1)
+    assert "boom" in log_tail(backend, run_ref(job_id))
 
 
 def test_request_slurm_cannot_place_is_rejected(backend, slurm_cluster, job_id):
@@ -204,11 +204,11 @@ def test_request_slurm_cannot_place_is_rejected(backend, slurm_cluster, job_id):
 def test_cancel_stops_the_run_and_is_idempotent(backend, slurm_cluster, job_id):
     backend.submit(spec(job_id, "sleep 60", {"node2": (0,)}))
     wait_state(backend, job_id, {BackendJobState.RUNNING})
-    backend.cancel(job_id, 1)
+    backend.cancel(run_ref(job_id))
     final = wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
     assert final.state is BackendJobState.CANCELLED
-    backend.cancel(job_id, 1)  # already cancelled: quiet
-    backend.cancel("never-submitted", 1)  # unknown: quiet
+    backend.cancel(run_ref(job_id))  # already cancelled: quiet
+    backend.cancel(run_ref("never-submitted"))  # unknown: quiet
     assert state_of(backend, "never-submitted").state is BackendJobState.UNKNOWN
 
 
@@ -223,7 +223,7 @@ def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id
     )
     backend.submit(spec(job_id, command, {"node2": (0,)}))
     wait_for(ready.exists, 30, "the job to start its command")
-    backend.checkpoint(job_id, 1)
+    backend.checkpoint(run_ref(job_id))
     wait_for(marker.exists, 10, "the USR1 trap to write its marker")
     assert marker.read_text() == "checkpoint\n"
     # The batch script recorded the request too, and the run keeps going.
@@ -236,13 +236,13 @@ def test_checkpoint_signal_reaches_the_job_script(backend, slurm_cluster, job_id
     assert running.checkpointed_progress_s == 42.5
     # Asked again within checkpoint_min_interval_s (a loop repeating it during a preemption
     # grace): the job is not signalled again; with no minimum it is.
-    backend.checkpoint(job_id, 1)
+    backend.checkpoint(run_ref(job_id))
     time.sleep(2)
     assert marker.read_text() == "checkpoint\n"
-    slurm_cluster.backend(checkpoint_min_interval_s=0).checkpoint(job_id, 1)
+    slurm_cluster.backend(checkpoint_min_interval_s=0).checkpoint(run_ref(job_id))
     wait_for(lambda: marker.read_text().count("checkpoint") == 2, 10, "a second checkpoint")
-    backend.checkpoint("never-submitted", 1)  # nothing to signal: quiet
-    backend.cancel(job_id, 1)
+    backend.checkpoint(run_ref("never-submitted"))  # nothing to signal: quiet
+    backend.cancel(run_ref(job_id))
     wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
 
 
@@ -258,7 +258,7 @@ def test_submitted_run_is_not_requeueable(backend, slurm_cluster, job_id):
     refused = slurm_cluster.run("scontrol", "requeue", ref, check=False)
     assert refused.returncode != 0 and "disabled" in refused.stderr
     assert state_of(backend, job_id).state is BackendJobState.RUNNING
-    backend.cancel(job_id, 1)
+    backend.cancel(run_ref(job_id))
     wait_state(backend, job_id, {BackendJobState.CANCELLED}, timeout=15)
 
 
@@ -273,14 +273,14 @@ def test_live_runs_lists_our_unfinished_runs_by_prefix(backend, slurm_cluster, j
         wait_state(backend, f"{prefix}1", {BackendJobState.RUNNING}, attempt=2)
         # Finished runs and other prefixes are left out; pending and running ones are listed.
         assert backend.live_runs(prefix) == [(f"{prefix}1", 1), (f"{prefix}1", 2)]
-        backend.cancel(f"{prefix}1", 1)
+        backend.cancel(run_ref(f"{prefix}1"))
         wait_for(
             lambda: backend.live_runs(prefix) == [(f"{prefix}1", 2)], 15, "attempt 1 to be gone"
         )
         assert (f"other-{job_id}", 1) in backend.live_runs("")
     finally:
         for run in [(f"{prefix}1", 1), (f"{prefix}1", 2), (f"other-{job_id}", 1)]:
-            backend.cancel(*run)
+            backend.cancel(run_ref(*run))
     wait_for(lambda: backend.live_runs(prefix) == [], 15, "every run to be gone")
 
 
@@ -374,7 +374,7 @@ def test_killed_slurmd_marks_node_down_and_run_node_failed(backend, slurm_cluste
         assert node4.state == "down"
         # The run is over (NODE_FAIL, not requeued); the loop's cancel of it is a quiet no-op
         # and the next attempt starts elsewhere.
-        backend.cancel(job_id, 1)
+        backend.cancel(run_ref(job_id))
         assert backend.live_runs(job_id) == []
     finally:
         # As after a machine restart, the dead slurmd's pid file names a live process that is
@@ -436,7 +436,7 @@ def test_controller_outage_is_unavailable_and_loses_no_job(backend, slurm_cluste
         with pytest.raises(BackendUnavailable):
             down.submit(spec(f"{job_id}-b", "true", {"node2": (0,)}))
         with pytest.raises(BackendUnavailable):
-            down.poll_jobs([(job_id, 1)])
+            down.poll_jobs([run_ref(job_id)])
         with pytest.raises(BackendUnavailable):
             down.list_nodes()
         assert time.monotonic() - t0 < 30

@@ -24,9 +24,16 @@ from scheduler.backends.base import (
     BackendJobState,
     BackendRejected,
     BackendUnavailable,
+    RunRef,
 )
 from scheduler.backends.slurm import SlurmBackend
 from tests.integration.slurm.conftest import ensure_system_user
+
+
+def run_ref(job_id: str = "j1", attempt: int = 1) -> RunRef:
+    """A run of team ``t``, the team of the specs here."""
+    return RunRef(job_id, attempt, "t")
+
 
 FIXTURES = Path(__file__).parents[2] / "unit" / "backends" / "fixtures" / "slurm" / "22.05"
 
@@ -122,7 +129,7 @@ def test_outage_is_retried_with_capped_backoff_then_unavailable(fake):
     fake.stdout_fixture("squeue", "squeue_controller_down.json")  # exit 0, errors in the JSON
     backend = fake.backend(tries=4, backoff_s=0.5, backoff_max_s=1.0)
     with pytest.raises(BackendUnavailable, match="slurm_load_jobs"):
-        backend.poll_jobs([("j1", 1)])
+        backend.poll_jobs([run_ref("j1")])
     assert len(fake.calls("squeue")) == 4
     assert len(fake.sleeps) == 3
     # Full jitter under a cap that doubles and stops at backoff_max_s.
@@ -185,14 +192,14 @@ def test_missing_slurm_tools_mean_unavailable(tmp_path):
 def test_dry_run_changes_nothing_but_still_reads(fake):
     backend = fake.backend(dry_run=True)
     assert backend.submit(spec()) == "dry-run:gp-j1-a1"
-    backend.cancel("j1", 1)
-    backend.checkpoint("j1", 1)
+    backend.cancel(run_ref("j1"))
+    backend.checkpoint(run_ref("j1"))
     backend.drain_node("n1", "x")
     backend.undrain_node("n1")
     changes = [c for c in fake.calls() if c[0] in ("sbatch", "scancel", "scontrol")]
     assert [c[:2] for c in changes] == [["scontrol", "show"]]  # undrain's read of the node
     assert [n.name for n in backend.list_nodes()] == ["n1"]
-    assert backend.poll_jobs([("j1", 1)])[0].state is BackendJobState.UNKNOWN
+    assert backend.poll_jobs([run_ref("j1")])[0].state is BackendJobState.UNKNOWN
 
 
 def test_invalid_spec_is_rejected_before_any_command(fake):
@@ -287,7 +294,7 @@ def test_unknown_output_shape_is_rejected_naming_the_field(fake):
         json.dumps([{"job_id": 100, "name": "gp-j1-a1", "job_state": {"current": ["RUNNING"]}}])
     )
     with pytest.raises(BackendRejected, match=r"jobs\[0\]\.job_state: expected a string or a list"):
-        fake.backend().poll_jobs([("j1", 1)])
+        fake.backend().poll_jobs([run_ref("j1")])
     assert len(fake.calls("squeue")) == 1  # not retried: waiting will not change the shape
 
 
@@ -451,14 +458,14 @@ def test_files_of_a_run_whose_owner_slurm_no_longer_records_are_not_read(
         os.symlink(secret, link)
         os.lchown(link, team_accounts[TEAM_B], -1)
     backend = team_backend(fake, shared_dir)
-    assert backend.read_log("j1", 1).text == ""
+    assert backend.read_log(run_ref("j1")).text == ""
     # A record without its owner's uid (the jobcomp file may not have it).
     (fake.bin / "jobs.json").write_text(
         json.dumps([{"job_id": 7, "name": "gp-j1-a1", "job_state": "RUNNING"}])
     )
-    (status,) = backend.poll_jobs([("j1", 1)])
+    (status,) = backend.poll_jobs([run_ref("j1")])
     assert status.state is BackendJobState.RUNNING and status.checkpointed_progress_s is None
-    assert backend.read_log("j1", 1).text == ""
+    assert backend.read_log(run_ref("j1")).text == ""
 
 
 def test_another_teams_job_named_like_a_run_is_not_adopted_as_it(fake, shared_dir, team_accounts):
@@ -499,9 +506,35 @@ def test_another_teams_job_named_like_a_submitted_run_does_not_stand_for_it(
     b_dir.mkdir()
     (b_dir / "gp-j1-a1.out").write_text("B's forgery\n")
     fresh = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
-    assert fresh.read_log("j1", 1).text == "A's output\n"
-    (status,) = fresh.poll_jobs([("j1", 1)])
+    assert fresh.read_log(run_ref("j1")).text == "A's output\n"
+    (status,) = fresh.poll_jobs([run_ref("j1")])
     assert status.state is BackendJobState.RUNNING
+
+
+def test_another_teams_job_named_like_a_run_that_left_squeue_does_not_stand_for_it(
+    fake, shared_dir, team_accounts
+):
+    """Team A's run has left squeue (no accounting here to find it); team B's job (as gp-b)
+    carries its name. Found by name among every platform account's jobs, B's job stood for A's
+    run: its state was the run's and a fresh backend read B's file as the run's log. Told the
+    run's team, the backend sees no job of A's: no news of the run, and no log."""
+    (fake.bin / "jobs.json").write_text(
+        json.dumps(
+            [{"job_id": 105, "name": "gp-j1-a1", "job_state": "RUNNING",
+              "user_id": team_accounts[TEAM_B]}]
+        )
+    )  # fmt: skip
+    b_dir = shared_dir / TEAM_B
+    b_dir.mkdir()
+    (b_dir / "gp-j1-a1.out").write_text("B's forgery\n")
+    backend = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
+    (status,) = backend.poll_jobs([run_ref()])
+    assert status.state is BackendJobState.UNKNOWN and status.backend_ref == ""
+    fresh = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
+    assert fresh.read_log(run_ref()).text == ""
+    # B's own run of that name (team u) is B's job.
+    (status,) = fresh.poll_jobs([RunRef("j1", 1, "u")])
+    assert (status.state, status.backend_ref) == (BackendJobState.RUNNING, "105")
 
 
 @pytest.mark.parametrize("mapped_to", ["root", "service account"])

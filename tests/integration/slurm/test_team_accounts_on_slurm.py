@@ -19,7 +19,7 @@ import shlex
 import pytest
 
 from scheduler.backends.base import BackendJobState, BackendRejected, backend_job_name
-from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, spec, wait_for
+from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, run_ref, spec, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
 
@@ -69,8 +69,10 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
     jobs_dir = f"{cluster.dir}/jobs"
     b_files = f"{jobs_dir}/gp-ci-team-b/{backend_job_name(job_b, 1)}"
 
+    teams = {job_a: "team-a", job_b: "team-b"}
+
     def state(job: str) -> BackendJobState:
-        return backend.poll_jobs([(job, 1)])[0].state
+        return backend.poll_jobs([run_ref(job, team=teams[job])])[0].state
 
     node_a, node_b = _idle_nodes(cluster, 2)
 
@@ -84,7 +86,11 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
     )
     a_ref = ""
     try:
-        wait_for(lambda: "b secret" in backend.read_log(job_b, 1).text, 30, "B's output")
+        wait_for(
+            lambda: "b secret" in backend.read_log(run_ref(job_b, team="team-b")).text,
+            30,
+            "B's output",
+        )
         # Every attempt prints what happened: a refusal, or what it got.
         tries = {
             "scancel": f"scancel {b_ref}",
@@ -103,7 +109,7 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
         a_ref = backend.submit(spec(job_a, command, {node_a: (0,)}, team="team-a"))
 
         def a_log_when_done() -> str:
-            text = backend.read_log(job_a, 1).text
+            text = backend.read_log(run_ref(job_a, team="team-a")).text
             return text if "tried all" in text else ""
 
         log = wait_for(a_log_when_done, 30, "A's attempts")
@@ -117,11 +123,11 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
         assert "b secret" not in log
 
         # The platform sees both, as their accounts own them, and reads B's progress.
-        for ref, account in ((a_ref, "gp-ci-team-a"), (b_ref, "gp-ci-team-b")):
-            owner = cluster.run("squeue", "-h", "-j", ref, "-o", "%U").stdout.strip()
+        for slurm_id, account in ((a_ref, "gp-ci-team-a"), (b_ref, "gp-ci-team-b")):
+            owner = cluster.run("squeue", "-h", "-j", slurm_id, "-o", "%U").stdout.strip()
             assert owner == str(team_uids[account])
         assert state(job_b) is BackendJobState.RUNNING
-        (status_b,) = backend.poll_jobs([(job_b, 1)])
+        (status_b,) = backend.poll_jobs([run_ref(job_b, team="team-b")])
         assert status_b.checkpointed_progress_s == 42
         assert {(job_a, 1), (job_b, 1)} <= set(backend.live_runs(job_id))
         for account in ("gp-ci-team-a", "gp-ci-team-b"):
@@ -131,14 +137,14 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
         # It asks each for a checkpoint (the request file appears, written by the job itself)
         # and cancels each.
         for job, account in ((job_a, "gp-ci-team-a"), (job_b, "gp-ci-team-b")):
-            backend.checkpoint(job, 1)
+            backend.checkpoint(run_ref(job, team=teams[job]))
             request = (
                 f"{cluster.host_dir}/jobs/{account}/{backend_job_name(job, 1)}.checkpoint-request"
             )
             wait_for(lambda r=request: os.path.exists(r), 15, f"{job}'s checkpoint request")
             assert os.stat(request).st_uid == team_uids[account]
         for job in (job_a, job_b):
-            backend.cancel(job, 1)
+            backend.cancel(run_ref(job, team=teams[job]))
         for job in (job_a, job_b):
             wait_for(lambda j=job: state(j) is BackendJobState.CANCELLED, 30, f"{job} cancelled")
     finally:
@@ -193,3 +199,74 @@ def test_the_platform_runs_a_mapped_teams_job_as_its_account_and_fails_an_unmapp
     assert "trained as gp-ci-team-a" in logs["text"]
     run = f"gp-{cluster.backend_config['run_namespace']}{mapped}-a1"
     assert os.path.exists(f"{slurm.host_dir}/jobs/gp-ci-team-a/{run}.out")
+
+
+def test_another_teams_copy_of_a_run_that_left_squeue_is_never_taken_for_it(
+    accounting_slurm: LocalSlurm, team_uids, job_id
+):
+    """Team A's run ends and leaves squeue (``MinJobAge`` 2 s: only slurmdbd knows it now); then
+    team B's account sbatches a job with the run's name, its output where B's run's log would
+    be. The backend found runs by name among all its accounts' jobs, so B's copy stood for A's
+    run: the poll said RUNNING, a fresh backend read B's output as A's log, and checkpoint and
+    cancel signalled and cancelled B's job (as B's account). Now only A's account (or the
+    service account) can own A's run."""
+    cluster = accounting_slurm
+    config = {
+        "team_accounts": TEAM_ACCOUNTS,
+        "team_command_prefix": ["runuser", "-u", "{account}", "--"],
+        "accounting": "sacct",  # only slurmdbd may answer for the run that left squeue
+    }
+    backend = cluster.backend(**config)
+    run = run_ref(job_id, team="team-a")
+    name = backend_job_name(job_id, 1)
+    a_ref = backend.submit(spec(job_id, 'echo "a output"', {"node1": (0,)}, team="team-a"))
+    wait_for(lambda: backend.poll_jobs([run])[0].state is BackendJobState.SUCCEEDED, 60, "A to end")
+    wait_for(
+        lambda: not cluster.run("squeue", "-h", "-t", "all", "-n", name, "-o", "%i").stdout,
+        150,
+        "A's job to leave squeue",
+        every=2.0,
+    )
+
+    as_b = ["runuser", "-u", "gp-ci-team-b", "--"]
+    b_dir = f"{cluster.dir}/jobs/gp-ci-team-b"
+    cluster.run(*as_b, "install", "-d", "-m", "0700", b_dir)
+    copy_script = 'echo "b secret"; exec sleep 300'
+    copy = cluster.run(
+        *as_b,
+        "sbatch",
+        "--parsable",
+        "--partition=gpu",
+        f"--job-name={name}",
+        f"--chdir={b_dir}",
+        f"--output={b_dir}/{name}.out",
+        f"--wrap={copy_script}",
+    ).stdout.strip()
+    copy = copy.split(";")[0]
+    b_out = cluster.host_dir / "jobs" / "gp-ci-team-b" / f"{name}.out"
+    try:
+        wait_for(lambda: b_out.exists() and "b secret" in b_out.read_text(), 30, "B's copy")
+
+        def copy_state() -> str:
+            return cluster.run("squeue", "-h", "-j", copy, "-o", "%T", check=False).stdout.strip()
+
+        assert copy_state() == "RUNNING"
+
+        # A fresh backend each time: another worker, nothing remembered of A's run.
+        (status,) = cluster.backend(**config).poll_jobs([run])
+        assert (status.state, status.backend_ref) == (BackendJobState.SUCCEEDED, a_ref)
+        log = cluster.backend(**config).read_log(run).text
+        assert "a output" in log and "b secret" not in log
+
+        # slurmctld logs every signal and cancel request (scancel) as it takes it, before
+        # scancel returns: none may have reached B's job. (Its output would not do: a signal
+        # reaches the job some time after scancel returns.)
+        requests = f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={copy} "
+        ctld_log = cluster.host_dir / "log" / "slurmctld.log"
+        cluster.backend(**config).checkpoint(run)
+        assert requests not in ctld_log.read_text()
+        cluster.backend(**config).cancel(run)
+        assert requests not in ctld_log.read_text()
+        assert copy_state() == "RUNNING" and "b secret" in b_out.read_text()
+    finally:
+        cluster.run("scancel", copy, check=False)
