@@ -558,18 +558,13 @@ class SlurmBackend:
             raise BackendRejected(str(exc)) from exc
         prepared = False
         for try_no in range(1, self.tries + 1):
-            # Every account's job of the name (None): another team's is refused just below.
-            existing = self._find_runs({name: None}).get(name)
+            # Only the team's own jobs of the name (its account's, the service account's): run
+            # names are predictable (job ids count up) and every team account may name its jobs
+            # freely. Another team's job of the name is neither adopted (its output would be
+            # shown as this run's, its GPU time billed to this team) nor in the way: the run is
+            # submitted beside it, and every later call is told the run's team.
+            existing = self._find_runs({name: spec.team}).get(name)
             if existing is not None:
-                if account and self._account_of(existing) not in (account, None):
-                    # Run names are predictable (job ids count up) and every team account may
-                    # name its jobs freely: adopted, another team's job would stand for this
-                    # one, its output shown as this job's and its GPU time billed to this team.
-                    raise BackendRejected(
-                        f"a Slurm job named {name} (job {existing.job_id}) already exists and "
-                        f"belongs to uid {existing.user_id}, not to team {spec.team!r}'s "
-                        f"account {account!r}: not taken for this run"
-                    )
                 logger.info("slurm: %s already submitted as job %s", name, existing.job_id)
                 return existing.job_id
             try:

@@ -468,19 +468,21 @@ def test_files_of_a_run_whose_owner_slurm_no_longer_records_are_not_read(
     assert backend.read_log(run_ref("j1")).text == ""
 
 
-def test_another_teams_job_named_like_a_run_is_not_adopted_as_it(fake, shared_dir, team_accounts):
+def test_another_teams_job_named_like_a_run_is_neither_adopted_nor_in_its_way(
+    fake, shared_dir, team_accounts
+):
     """Job ids count up, so team B's job (as gp-b) can sbatch a job named like team A's next run
     before the platform submits it. submit took that job for A's run ("already submitted"): B's
-    output became A's job's log and its GPU time A's bill."""
+    output became A's job's log and its GPU time A's bill; then it refused A's run instead, so B
+    could make A's next job fail. A's run is now submitted beside B's job."""
     forged = {"job_id": 7, "name": "gp-j1-a1", "job_state": "PENDING"}
     (fake.bin / "jobs.json").write_text(json.dumps([{**forged, "user_id": team_accounts[TEAM_B]}]))
     backend = team_backend(fake, shared_dir, team_accounts={"t": TEAM_A, "u": TEAM_B})
-    with pytest.raises(BackendRejected, match=f"belongs to uid {team_accounts[TEAM_B]}"):
-        backend.submit(spec())
-    assert fake.calls("sbatch") == []
+    job_id = backend.submit(spec())
+    assert job_id != "7" and len(fake.calls("sbatch")) == 1
     # A's own earlier submission is still found and kept (submit is idempotent).
     (fake.bin / "jobs.json").write_text(json.dumps([{**forged, "user_id": team_accounts[TEAM_A]}]))
-    assert backend.submit(spec()) == "7" and fake.calls("sbatch") == []
+    assert backend.submit(spec()) == "7" and len(fake.calls("sbatch")) == 1
 
 
 def test_another_teams_job_named_like_a_submitted_run_does_not_stand_for_it(
