@@ -270,3 +270,43 @@ def test_another_teams_copy_of_a_run_that_left_squeue_is_never_taken_for_it(
         assert copy_state() == "RUNNING" and "b secret" in b_out.read_text()
     finally:
         cluster.run("scancel", copy, check=False)
+
+
+def test_another_teams_job_named_like_a_run_does_not_keep_the_run_from_starting(
+    slurm_cluster: LocalSlurm, team_backend, team_uids, job_id
+):
+    """Run names are predictable (job ids count up): team B's account sbatches a held job named
+    like team A's next run before the platform submits it. submit refused A's run then ("belongs
+    to uid …"), so one team could fail another's next job. Now A's run is submitted beside B's
+    job, runs as A, and every call about it is A's job's alone."""
+    cluster, backend = slurm_cluster, team_backend
+    name = backend_job_name(job_id, 1)
+    (node,) = _idle_nodes(cluster, 1)
+    as_b = ["runuser", "-u", "gp-ci-team-b", "--"]
+    b_dir = f"{cluster.dir}/jobs/gp-ci-team-b"
+    cluster.run(*as_b, "install", "-d", "-m", "0700", b_dir)
+    squatter = cluster.run(
+        *as_b, "sbatch", "--parsable", "--hold", "--partition=gpu", f"--job-name={name}",
+        f"--chdir={b_dir}", f"--output={b_dir}/{name}.out", "--wrap=sleep 300",
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    run = run_ref(job_id, team="team-a")
+    try:
+        a_ref = backend.submit(
+            spec(job_id, 'echo "a output"; exec sleep 300', {node: (0,)}, team="team-a")
+        )
+        assert a_ref != squatter
+        owner = cluster.run("squeue", "-h", "-j", a_ref, "-o", "%U").stdout.strip()
+        assert owner == str(team_uids["gp-ci-team-a"])
+        wait_for(lambda: "a output" in backend.read_log(run).text, 30, "A's output")
+        (status,) = backend.poll_jobs([run])
+        assert (status.state, status.backend_ref) == (BackendJobState.RUNNING, a_ref)
+        backend.cancel(run)
+        wait_for(
+            lambda: backend.poll_jobs([run])[0].state is BackendJobState.CANCELLED,
+            30,
+            "A cancelled",
+        )
+        held = cluster.run("squeue", "-h", "-j", squatter, "-o", "%T", check=False).stdout.strip()
+        assert held == "PENDING"  # B's own job, left as it was
+    finally:
+        cluster.run("scancel", squatter, check=False)
