@@ -390,7 +390,10 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         )
     daily_keys = {(r.team_id, r.hour.date()) for r in rows}
     job_keys = {(r.job_id, calc.month_start(r.hour)) for r in rows}
+    unstarted: set[tuple[int, int]] = set()
     for alloc, end in overrun:
+        if end <= alloc.started_at:
+            unstarted.add((alloc.job_id, alloc.attempt))
         # Hours that begin at or after the end hold only time after it. An allocation ended at
         # its start held nothing (a run the cluster never started): all its rows go, the hour
         # it began in too, which no bucket above rewrote.
@@ -401,6 +404,7 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
             job_keys.add((job_id, calc.month_start(hour)))
         after.delete()
     _refresh_rollups(daily_keys=daily_keys, job_keys=job_keys)
+    _drop_egress_of_unstarted(attempts=unstarted, result=result)
     result.usage_rows += len(rows)
     result.finalized_allocations += len(done_ids)
 
@@ -414,10 +418,14 @@ def _meter_egress(*, allocations: list[Allocation], result: MeterResult) -> None
 
     Decided once per attempt, with the facts of the first run that meters it (an attempt some of
     whose allocations were metered before is left alone, so a fact changed later never charges
-    it after the fact); written once (unique (job, attempt), conflicts ignored)."""
+    it after the fact); written once (unique (job, attempt), conflicts ignored). Allocations
+    that held no time are left out: an attempt that never ran is not charged, and one whose
+    charge was made while it waited loses it (``_drop_egress_of_unstarted``)."""
     attempts: dict[tuple[int, int], Allocation] = {}
     for alloc in sorted(allocations, key=lambda a: (a.started_at, a.pk)):
-        if alloc.job.dataset:
+        # An allocation ended at its start held nothing: a run the cluster never started, or
+        # the wait of one it started late (its attempt is charged from its real start).
+        if alloc.job.dataset and (alloc.ended_at is None or alloc.ended_at > alloc.started_at):
             attempts.setdefault((alloc.job_id, alloc.attempt), alloc)
     if not attempts:
         return
@@ -469,6 +477,25 @@ def _meter_egress(*, allocations: list[Allocation], result: MeterResult) -> None
         result.months.add(calc.month_start(alloc.started_at))
     EgressCharge.objects.bulk_create(charges, ignore_conflicts=True)
     result.egress_rows += len(charges)
+
+
+def _drop_egress_of_unstarted(*, attempts: set[tuple[int, int]], result: MeterResult) -> None:
+    """Remove the egress charge of each of ``attempts`` (job, attempt) none of whose allocations
+    held a GPU for any time: a run the cluster never started moved no data, and is billed
+    nothing, its usage rows as its egress (the charge was made when the meter first saw it
+    waiting). An attempt the cluster started late keeps its charge: it ran."""
+    if not attempts:
+        return
+    held = Allocation.objects.filter(job_id=OuterRef("job_id"), attempt=OuterRef("attempt")).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=F("started_at"))
+    )
+    which = Q()
+    for job_id, attempt in sorted(attempts):
+        which |= Q(job_id=job_id, attempt=attempt)
+    unmoved = EgressCharge.objects.filter(which).exclude(Exists(held))
+    # Their months' statements and budgets are looked at again, as for any metered change.
+    result.months.update(calc.month_start(t) for t in unmoved.values_list("time", flat=True))
+    unmoved.delete()
 
 
 _TELEMETERED = Case(When(idle_fraction__isnull=False, then=F("gpu_seconds")), default=0.0)
