@@ -11,17 +11,19 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, Sum
+from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
 from core.bounds import number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound
-from scheduler.models import Cluster
+from scheduler.models import Allocation, Cluster
 from tenants.permissions import is_platform_admin
 
 from . import calc
 from .models import (
     Adjustment,
+    AllocationMeter,
     EgressCharge,
     Statement,
     StatementEgressLine,
@@ -96,6 +98,24 @@ def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
     ]
 
 
+def unmetered_allocations(*, team_ids: list[int], month) -> int:
+    """How many allocations of ``team_ids``' jobs held a GPU in ``month`` and are not yet
+    metered to the month's end (or to their own end, when sooner): a meter run has still to
+    bill them (and charge their attempts' egress) in that month. Zero once the meter has run
+    past the month's end; an allocation ended at its start held nothing and does not count."""
+    start, end = calc.month_bounds(month)
+    caught_up = AllocationMeter.objects.filter(allocation_id=OuterRef("pk")).filter(
+        Q(finalized=True) | Q(metered_until__gte=Least(Coalesce(OuterRef("ended_at"), end), end))
+    )
+    return (
+        Allocation.objects.filter(job__team_id__in=team_ids, started_at__lt=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        .exclude(ended_at__lte=F("started_at"))
+        .exclude(Exists(caught_up))
+        .count()
+    )
+
+
 def statement_close(
     *, user, statement_id: int, mode: str | None = None, now: datetime | None = None
 ) -> Statement:
@@ -116,6 +136,18 @@ def statement_close(
         _, month_end = calc.month_bounds(statement.month)
         if now < month_end:
             raise Conflict(f"{statement.month:%Y-%m} is not over yet", field="status")
+        # A bill frozen before the meter has caught up would leave the month's last usage (all
+        # of it after a meter outage) "recorded after close", to settle by hand.
+        behind = unmetered_allocations(
+            team_ids=TeamTree.load().subtree(statement.team_id), month=statement.month
+        )
+        if behind:
+            raise Conflict(
+                f"{statement.month:%Y-%m} is not fully metered yet: {behind} GPU allocation"
+                f"{'s' if behind != 1 else ''} of its teams still to be metered to the month's "
+                "end; close it after the next meter run (manage.py billing_meter)",
+                field="status",
+            )
         lines = statement_live_lines(statement=statement)
         cluster_names = cluster_labels({line["cluster_id"] for line in lines})
         frozen = [

@@ -249,3 +249,42 @@ def test_a_team_moved_after_its_month_ended_is_on_its_new_parents_statement(
 
     totals = _statement_totals(NOV)
     assert (totals.get("ops"), totals["research"]) == (Decimal("4.00"), Decimal("1.00"))
+
+
+def test_a_month_the_meter_has_not_caught_up_with_is_not_closed(
+    make_job, allocate, price, bob, platform_admin, api_as
+):
+    """8 GPUs of vision running across the month's end, metered last at 23:00 on Nov 30; nlp's
+    run ended at 23:30, metered only up to 23:00 too. Closed 30 s into December, before the next
+    meter run, the bill froze at $32.40 instead of $63.00: the last hour showed as "recorded
+    after close", to settle by hand. The close is refused (409, nothing written) until the
+    meter has run past the month's end; then the bill is whole."""
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))  # $0.001 per GPU-second
+    price("a100", "on_demand", "3.60", utc(2026, 1, 1))
+    running = make_job(name="across")
+    for gpu in range(8):
+        allocate(running, "n1", gpu, utc(2026, 11, 30, 22, 0))
+    ended = allocate(make_job(team="nlp", user=bob, name="ended"), "n3", 0, utc(2026, 11, 30, 22))
+    services.meter_run(now=utc(2026, 11, 30, 23))
+    type(ended).objects.filter(pk=ended.pk).update(ended_at=utc(2026, 11, 30, 23, 30))
+    research = Statement.objects.get(team__slug="research", month=NOV)
+    nlp = Statement.objects.get(team__slug="nlp", month=NOV)
+
+    with pytest.raises(Conflict) as refused:
+        statements.statement_close(
+            user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 1, 0, 0, 30)
+        )
+    assert refused.value.field == "status"
+    assert "not fully metered yet: 9 GPU allocations" in refused.value.message
+    answer = api_as(platform_admin).post(f"/api/v1/billing/statements/{nlp.pk}/close/")
+    assert answer.status_code == 409 and "1 GPU allocation of" in answer.json()["status"][0]
+    research.refresh_from_db()
+    assert (research.status, research.total, research.lines.count()) == ("open", None, 0)
+
+    services.meter_run(now=utc(2026, 12, 1, 0, 1))
+    closed = statements.statement_close(
+        user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 1, 0, 1, 30)
+    )
+    # vision 8 x 2 h, nlp 1.5 h, at $3.60 per GPU-hour
+    assert closed.total == Decimal("63.00")
+    assert statement_view(statement=closed).metered_after_close == Decimal("0.00")
