@@ -752,8 +752,16 @@ class StatementView:
     adjustments: list = field(default_factory=list)
     # Closed statements only: usage or egress recorded for the month after it was closed (not
     # billed here). A statement closed before egress was billed shows that month's egress here.
+    # Negative when usage left the month after the close (``withdrawn_after_close``).
     metered_after_close: Decimal = Decimal(0)
     egress_lines: list[StatementEgressLineView] = field(default_factory=list)
+
+    @property
+    def withdrawn_after_close(self) -> Decimal:
+        """Closed statements: what left the month's usage of the statement's teams after the
+        close (a negative ``metered_after_close``: time metered past a run's end, a run the
+        cluster never started, a sub-team moved away), as a positive amount; else zero."""
+        return max(-self.metered_after_close, Decimal(0))
 
     @property
     def gpu_total(self) -> Decimal:

@@ -288,3 +288,39 @@ def test_a_month_the_meter_has_not_caught_up_with_is_not_closed(
     # vision 8 x 2 h, nlp 1.5 h, at $3.60 per GPU-hour
     assert closed.total == Decimal("63.00")
     assert statement_view(statement=closed).metered_after_close == Decimal("0.00")
+
+
+def test_usage_withdrawn_after_close_is_not_called_recorded_after_close(
+    make_job, allocate, price, platform_admin, client
+):
+    """8 GPUs placed at 23:58 on Nov 30, metered at 00:01 (2 minutes each in November: $0.96),
+    the month closed at 00:01:30, then the run given up as never started by the cluster: its
+    November rows go. The closed bill keeps $0.96, and its page said "-$0.96 of usage or egress
+    for this month was recorded after it was closed ... (add an adjustment to bill it)"."""
+    from scheduler.transitions import job_requeue_unstarted
+
+    price("h100", "on_demand", "3.60", utc(2026, 1, 1))  # $0.001 per GPU-second
+    job = make_job(name="ghost", attempts=1, started_at=utc(2026, 11, 30, 23, 58))
+    for gpu in range(8):
+        allocate(job, "n1", gpu, utc(2026, 11, 30, 23, 58))
+    services.meter_run(now=utc(2026, 12, 1, 0, 1))
+    research = Statement.objects.get(team__slug="research", month=NOV)
+    closed = statements.statement_close(
+        user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 1, 0, 1, 30)
+    )
+    assert closed.total == Decimal("0.96")
+
+    assert job_requeue_unstarted(job=job, now=utc(2026, 12, 1, 0, 5), reason="kept pending")
+    services.meter_run(now=utc(2026, 12, 1, 0, 6))
+
+    view = statement_view(statement=closed)
+    assert (view.total, view.metered_after_close, view.withdrawn_after_close) == (
+        Decimal("0.96"),
+        Decimal("-0.96"),
+        Decimal("0.96"),
+    )
+    client.force_login(platform_admin)
+    page = client.get(f"/billing/statements/{closed.pk}/").content.decode()
+    assert "recorded after it was closed" not in page and "-$0.96" not in page
+    assert "$0.96 billed on this statement left the month" in page
+    assert "add a credit adjustment to refund it" in page
