@@ -19,7 +19,8 @@ class Command(BaseCommand):
             try:
                 first = calc.parse_month(month)
             except ValueError as exc:
-                raise CommandError(str(exc)) from exc
+                # A usage error, like argparse's own: exit 2 naming the option.
+                raise CommandError(f"--rebuild-rollups: {exc}", returncode=2) from None
             daily, jobs = services.usage_rollup_rebuild(month=first)
             self.stdout.write(f"{month}: {daily} daily rows, {jobs} job rows")
             return

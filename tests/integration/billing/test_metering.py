@@ -365,8 +365,12 @@ def test_management_command_meters_and_rebuilds(make_job, allocate, price):
     assert "usage rows 1, finalized allocations 1" in out.getvalue()
     call_command("billing_meter", "--rebuild-rollups", "2026-12", stdout=out)
     assert "2026-12: 1 daily rows, 1 job rows" in out.getvalue()
-    with pytest.raises(CommandError):
-        call_command("billing_meter", "--rebuild-rollups", "december")
+    for bad in ("december", "2026-13"):
+        with pytest.raises(CommandError) as refused:
+            call_command("billing_meter", "--rebuild-rollups", bad)
+        # A usage error: exit 2, naming the option and the reason.
+        assert refused.value.returncode == 2
+        assert str(refused.value) == f"--rebuild-rollups: not a YYYY-MM month: {bad!r}"
 
 
 @pytest.mark.django_db(transaction=True)
