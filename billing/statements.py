@@ -128,7 +128,21 @@ def statement_close(
     if mode is not None and mode not in StatementMode.values:
         raise DomainError(f"must be one of {', '.join(StatementMode.values)}", field="mode")
     with transaction.atomic():
-        statement = Statement.objects.select_for_update().filter(pk=statement_id).first()
+        statement = Statement.objects.filter(pk=statement_id).first()
+        if statement is None:
+            raise NotFound("no such statement", field="id")
+        tree = TeamTree.load()
+        # The statement's and its tree relatives' rows of the month, locked in one order: two
+        # closes (a team's and its parent's) each see the other's outcome, and never deadlock.
+        related = set(tree.ancestors_and_self(statement.team_id)) | set(
+            tree.subtree(statement.team_id)
+        )
+        locked = list(
+            Statement.objects.select_for_update()
+            .filter(month=statement.month, team_id__in=related)
+            .order_by("pk")
+        )
+        statement = next((row for row in locked if row.pk == statement_id), None)
         if statement is None:
             raise NotFound("no such statement", field="id")
         if statement.status != StatementStatus.OPEN:
@@ -139,7 +153,7 @@ def statement_close(
         # A bill frozen before the meter has caught up would leave the month's last usage (all
         # of it after a meter outage) "recorded after close", to settle by hand.
         behind = unmetered_allocations(
-            team_ids=TeamTree.load().subtree(statement.team_id), month=statement.month
+            team_ids=tree.subtree(statement.team_id), month=statement.month
         )
         if behind:
             raise Conflict(
@@ -148,6 +162,8 @@ def statement_close(
                 "end; close it after the next meter run (manage.py billing_meter)",
                 field="status",
             )
+        if (mode or statement.mode) == StatementMode.CHARGEBACK:
+            _refuse_a_second_charge(statement, locked, tree)
         lines = statement_live_lines(statement=statement)
         cluster_names = cluster_labels({line["cluster_id"] for line in lines})
         frozen = [
@@ -184,6 +200,31 @@ def statement_close(
             raise Conflict("statement changed meanwhile; try again", field="status")
         statement.refresh_from_db()
     return statement
+
+
+def _refuse_a_second_charge(statement: Statement, related: list[Statement], tree: TeamTree) -> None:
+    """A team's usage is charged on one statement of a month at most. A statement covers the
+    team's sub-teams too, so a chargeback of a team and one of its ancestor's or descendant's
+    would charge the sub-team's usage twice: such a close is refused (showback, which charges
+    nobody, is not)."""
+    for other in related:
+        if (
+            other.pk != statement.pk
+            and other.status == StatementStatus.CLOSED
+            and other.mode == StatementMode.CHARGEBACK
+        ):
+            whose = (
+                "sub-team"
+                if statement.team_id in tree.ancestors_and_self(other.team_id)
+                else "parent team"
+            )
+            name = tree.slugs.get(other.team_id, str(other.team_id))
+            raise Conflict(
+                f"{statement.month:%Y-%m} of its {whose} {name} is already closed as chargeback, "
+                "and one of the two statements covers the other's usage: close this one as "
+                "showback, so no usage is charged twice",
+                field="mode",
+            )
 
 
 @transaction.atomic

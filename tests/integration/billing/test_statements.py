@@ -324,3 +324,41 @@ def test_usage_withdrawn_after_close_is_not_called_recorded_after_close(
     assert "recorded after it was closed" not in page and "-$0.96" not in page
     assert "$0.96 billed on this statement left the month" in page
     assert "add a credit adjustment to refund it" in page
+
+
+def test_a_teams_usage_is_charged_back_on_one_statement_of_the_month(november, platform_admin):
+    """research's statement covers vision's and nlp's usage. Closing vision's and research's
+    November both as chargeback charged vision's $4 twice; the second is now refused, and
+    showback (which charges nobody) is not."""
+    vision, research, nlp = november["vision"], november["research"], november["nlp"]
+    statements.statement_close(
+        user=platform_admin, statement_id=vision.pk, mode="chargeback", now=utc(2026, 12, 2)
+    )
+    with pytest.raises(Conflict, match="sub-team vision is already closed as chargeback") as twice:
+        statements.statement_close(
+            user=platform_admin, statement_id=research.pk, mode="chargeback", now=utc(2026, 12, 2)
+        )
+    assert twice.value.field == "mode"
+    research.refresh_from_db()
+    assert (research.status, research.total) == ("open", None)
+    assert not StatementLine.objects.filter(statement=research).exists()
+    # A sibling's chargeback and the parent's showback are not a second charge.
+    statements.statement_close(
+        user=platform_admin, statement_id=nlp.pk, mode="chargeback", now=utc(2026, 12, 2)
+    )
+    shown = statements.statement_close(
+        user=platform_admin, statement_id=research.pk, mode="showback", now=utc(2026, 12, 2)
+    )
+    assert (shown.status, shown.mode, shown.total) == ("closed", "showback", Decimal("5.00"))
+
+
+def test_a_parents_chargeback_refuses_its_sub_teams(november, platform_admin):
+    statements.statement_close(
+        user=platform_admin, statement_id=november["research"].pk, mode="chargeback",
+        now=utc(2026, 12, 2),
+    )  # fmt: skip
+    with pytest.raises(Conflict, match="parent team research is already closed as chargeback"):
+        statements.statement_close(
+            user=platform_admin, statement_id=november["nlp"].pk, mode="chargeback",
+            now=utc(2026, 12, 2),
+        )  # fmt: skip
