@@ -500,6 +500,10 @@ def test_cost_shows_the_newest_months_statement_of_each_team(as_alice, teams, gp
     older = json.loads(as_alice("cost", "--month", "2026-10", "--json").out)
     assert [(s["team"], s["month"], s["status"]) for s in older] == [("vision", "2026-10", "open")]
     assert as_alice("cost", "--month", "11-2026").code == 2
+    # Another team's costs: not found, as the cost API says (it printed "no statements", exit 0).
+    other = as_alice("cost", "--team", "nlp")
+    assert (other.code, other.out) == (1, "")
+    assert "no such team" in other.err and "9.00" not in other.err
 
 
 def test_cost_on_a_server_without_billing_says_so(as_alice, settings):
