@@ -28,7 +28,7 @@ from scheduler.policy.model import (
     Team,
 )
 from scheduler.policy.routing import Router
-from scheduler.policy.state import _INF, ReleaseWalk, _Model, _Run
+from scheduler.policy.state import _INF, Release, ReleaseWalk, _Model, _Run
 
 
 class _CycleState:
@@ -55,6 +55,7 @@ class _CycleState:
     free0: list[int]
     protected: list[int]
     models: dict[str, _Model]
+    model_names: list[str]  # sorted
     routed: bool
     router: Router | None
     # ---- teams and quotas
@@ -78,7 +79,9 @@ class _CycleState:
     runs_unique: bool
     _runs_built: bool
     _unknown_runs: list[int]
-    _release_order: dict[str, list[tuple[float, int, str, tuple[tuple[int, int], ...]]]] | None
+    _release_order: dict[str, list[Release]] | None
+    _release_pairs: dict[int, tuple[tuple[int, int], ...]]
+    _release_memo: dict[str, tuple[Any, Any, dict[str, tuple[tuple[int, int], ...]]]]
     _pools_of: list[list[tuple[_Model, str]]] | None
     # ---- what the cycle has decided so far
     starts: list[Start]

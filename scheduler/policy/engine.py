@@ -295,6 +295,8 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         # GPU model -> its releases in time order (see release_order)
         self._release_order = None
         self._unknown_runs = []
+        self._release_pairs = {}  # index into snapshot.running -> its resolved release nodes
+        self._release_memo = {}  # what release_order carries to the next call
         self.pending_ranks: dict[int, int] = {}  # id(pending job) -> its LAS rank
         self.last_pending = _LAST_PENDING[0]  # see waits
 

@@ -17,6 +17,12 @@ _INF = math.inf
 # gang fits (None: not by the walk's horizon) and the GPUs per node counted free by then.
 ReleaseWalk = tuple[float | None, dict[int, int]]
 
+# One entry of a GPU model's release timeline (``backfill.release_order``): (expected release
+# time, index into snapshot.running, job id, ((node, GPUs), ...) on the model's eligible nodes,
+# or None while not resolved yet: on a one-model cluster a walk resolves it when it first gets
+# there).
+Release = tuple[float, int, str, tuple[tuple[int, int], ...] | None]
+
 
 def _fmt_t(t: float) -> str:
     return f"{t:.0f}" if abs(t) >= 1 or t == 0 else f"{t:g}"
