@@ -108,7 +108,7 @@ from scheduler.policy.ranking import (
 )
 from scheduler.policy.routing import Router
 from scheduler.policy.running import keep, running_summary
-from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run, other_team_job
+from scheduler.policy.state import _fmt_s, _fmt_t, _Model, _Run, new_pending, other_team_job
 from scheduler.policy.victims import _Victims
 
 __all__ = ["decide", "queue_order"]
@@ -364,7 +364,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         and equal to a new one)."""
         last = self.last_pending.get(job_id)
         if last is None or last.estimated_start is not None or last.why != why:
-            last = Pending(job_id, why)
+            last = new_pending(job_id, why)
         self.pendings.append(last)
 
     def warn_deadlines(self, pendings: tuple[Pending, ...]) -> tuple[Pending, ...]:
@@ -477,7 +477,7 @@ class _Cycle(_Placement, _Backfill, _Victims, _Preemption, _Elastic):
         if at is None:
             self.waits(job.id, why)
         else:
-            self.pendings.append(Pending(job.id, why, at))
+            self.pendings.append(new_pending(job.id, why, at))
 
     def place_or_plan(self, job: PendingJob) -> tuple[str, float | None] | None:
         """Start ``job`` (returns None) or return ``(why, estimated_start)``."""

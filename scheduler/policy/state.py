@@ -6,12 +6,31 @@ and one GPU model's state during a cycle (:class:`_Model`), plus the number form
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 from scheduler.policy.capacity import Index, Pool
-from scheduler.policy.model import Quota, RunningJob
+from scheduler.policy.model import Pending, Quota, RunningJob
 
 _INF = math.inf
+
+# Pending is a frozen dataclass: its generated __init__ sets each field through
+# object.__setattr__, about 5,700 instructions per object, and a cycle makes one per waiting job
+# (over 9,000 in the cold cycle of 10,000 pending jobs, 7 % of its instructions). Setting its
+# slots through their descriptors makes the same object (the same class and field values, as
+# frozen) for half of that. Three fields, in order: a field added to Pending fails here, loudly.
+_new_object = object.__new__
+_set_job, _set_why, _set_start = (Pending.__dict__[f.name].__set__ for f in fields(Pending))
+
+
+def new_pending(job: str, why: str, estimated_start: float | None = None) -> Pending:
+    """``Pending(job, why, estimated_start)``, built at half the cost (see above)."""
+    p: Pending = _new_object(Pending)
+    _set_job(p, job)
+    _set_why(p, why)
+    _set_start(p, estimated_start)
+    return p
+
 
 # A walk of a GPU model's release timeline, handed to the reservation it leads to: the time the
 # gang fits (None: not by the walk's horizon) and the GPUs per node counted free by then.
