@@ -202,45 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     array_cancel = add_array("cancel", cmd_array_cancel, "cancel every live job of an array")
     array_cancel.add_argument("array_id", metavar="ARRAY_ID")
 
-    policy = add(
-        "policy", policy_commands.cmd_help, "the scheduling policy history (platform admins)"
-    )
-    policy_sub = policy.add_subparsers(
-        dest="policy_command", metavar="ACTION", parser_class=_Parser
-    )
-
-    def add_policy(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        cmd = policy_sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        cmd.set_defaults(handler=handler)
-        return cmd
-
-    policy_commands.register(add_policy)
-
-    whatif = add(
-        "whatif",
-        whatif_commands.cmd_help,
-        "replay the cluster's history under candidate policies (platform admins)",
-    )
-    whatif_sub = whatif.add_subparsers(
-        dest="whatif_command", metavar="ACTION", parser_class=_Parser
-    )
-
-    def add_whatif(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        cmd = whatif_sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        cmd.set_defaults(handler=handler)
-        return cmd
-
-    whatif_commands.register(add_whatif)
-
-    nodes = add("nodes", reports.cmd_nodes, "cluster nodes, their state and health")
-    nodes.add_argument(
-        "--state", help="comma-separated states: ready, draining, quarantined, down, retired"
-    )
-    nodes.add_argument("--rack", help="only this rack")
-    nodes.add_argument("--gpu-model", help="only this GPU model")
-    nodes.add_argument("--cluster", help="only this cluster")
-    nodes_sub = nodes.add_subparsers(dest="nodes_command", metavar="ACTION", parser_class=_Parser)
-
+    # Actions of a command with subcommands (policy, whatif, nodes, clusters): each takes the
+    # common options and runs its handler.
     def add_under(
         subparsers: argparse._SubParsersAction[_Parser],
     ) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
@@ -252,6 +215,35 @@ def build_parser() -> argparse.ArgumentParser:
             return cmd
 
         return add_action
+
+    policy = add(
+        "policy", policy_commands.cmd_help, "the scheduling policy history (platform admins)"
+    )
+    policy_sub = policy.add_subparsers(
+        dest="policy_command", metavar="ACTION", parser_class=_Parser
+    )
+
+    policy_commands.register(add_under(policy_sub))
+
+    whatif = add(
+        "whatif",
+        whatif_commands.cmd_help,
+        "replay the cluster's history under candidate policies (platform admins)",
+    )
+    whatif_sub = whatif.add_subparsers(
+        dest="whatif_command", metavar="ACTION", parser_class=_Parser
+    )
+
+    whatif_commands.register(add_under(whatif_sub))
+
+    nodes = add("nodes", reports.cmd_nodes, "cluster nodes, their state and health")
+    nodes.add_argument(
+        "--state", help="comma-separated states: ready, draining, quarantined, down, retired"
+    )
+    nodes.add_argument("--rack", help="only this rack")
+    nodes.add_argument("--gpu-model", help="only this GPU model")
+    nodes.add_argument("--cluster", help="only this cluster")
+    nodes_sub = nodes.add_subparsers(dest="nodes_command", metavar="ACTION", parser_class=_Parser)
 
     fleet.register_nodes(add_under(nodes_sub))
     clusters = add(
