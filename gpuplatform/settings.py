@@ -194,7 +194,11 @@ SSO_PROVIDER_NAME = env.str("SSO_PROVIDER_NAME", default="single sign-on")
 OIDC_USE_PKCE = True
 OIDC_USE_NONCE = True
 OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
+# Each call to the provider (token, JWKS, userinfo) is answered in full within this, not just
+# each socket read (tenants/provider_http.py).
 OIDC_TIMEOUT = env.int("OIDC_TIMEOUT_SECONDS", default=10)
+# The provider's JWKS is kept this long; a token signed with a key id not in it fetches it again.
+OIDC_JWKS_CACHE_SECONDS = env.int("OIDC_JWKS_CACHE_SECONDS", default=600)
 OIDC_OP_LOGOUT_URL_METHOD = "tenants.sso.provider_logout_url"
 OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"

@@ -8,10 +8,12 @@ What a login does to the user and their teams is in ``tenants.identity``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
 from functools import cached_property
+from typing import Any
 from urllib.parse import urlencode
 
 import jwt
@@ -22,15 +24,19 @@ from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser
+from django.core.cache import cache
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.encoding import smart_str
 from django.utils.module_loading import import_string
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh as _SessionRefresh
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
+from requests.auth import HTTPBasicAuth
 
 from .identity import SsoRefused, sso_login
+from .provider_http import provider_request
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,60 @@ class SsoBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("the ID token's authorized party is not this client")
         return payload
 
+    # The provider's calls: the library's, each answered in full within OIDC_TIMEOUT
+    # (tenants.provider_http), and the JWKS cached.
+
+    def _call(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        return provider_request(
+            method,
+            url,
+            timeout=settings.OIDC_TIMEOUT,
+            verify=self.get_settings("OIDC_VERIFY_SSL", True),
+            proxies=self.get_settings("OIDC_PROXY", None),
+            **kwargs,
+        )
+
+    def get_token(self, payload: dict[str, Any]) -> Any:
+        auth_ = None
+        if self.get_settings("OIDC_TOKEN_USE_BASIC_AUTH", False):  # the library's option
+            payload = dict(payload)
+            secret = payload.pop("client_secret", "")
+            auth_ = HTTPBasicAuth(str(payload.get("client_id", "")), str(secret))
+        response = self._call("POST", self.OIDC_OP_TOKEN_ENDPOINT, data=payload, auth=auth_)
+        self.raise_token_response_error(response)
+        return response.json()
+
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
+        response = self._call(
+            "GET", self.OIDC_OP_USER_ENDPOINT, headers={"Authorization": f"Bearer {access_token}"}
+        )
+        response.raise_for_status()
+        if response.headers.get("content-type", "").lower().startswith("application/jwt"):
+            return self.verify_token(response.text)
+        return response.json()
+
+    def retrieve_matching_jwk(self, token: str | bytes) -> jwt.PyJWK:
+        """The signing key for ``token`` from the provider's JWKS, cached for
+        ``OIDC_JWKS_CACHE_SECONDS``: a login fetched it each time, so each login made one more
+        call that could hang or fail. A token signed with a key id the cached set lacks (the
+        provider rotated its keys) fetches it once more before failing. Only a set that gave a
+        usable key is cached, so a garbage answer is not kept."""
+        cache_key = "sso:jwks:" + hashlib.sha256(self.OIDC_OP_JWKS_ENDPOINT.encode()).hexdigest()
+        header = jwt.get_unverified_header(token)
+        jwks = cache.get(cache_key)
+        jwk = _matching_jwk(jwks, header) if jwks is not None else None
+        if jwk is None:
+            response = self._call("GET", self.OIDC_OP_JWKS_ENDPOINT)
+            response.raise_for_status()
+            jwks = response.json()
+            jwk = _matching_jwk(jwks, header)
+            if jwk is None:
+                raise SuspiciousOperation("Could not find a valid JWKS.")
+            key = jwt.PyJWK(jwk)
+            cache.set(cache_key, jwks, settings.OIDC_JWKS_CACHE_SECONDS)
+            return key
+        return jwt.PyJWK(jwk)
+
     def get_or_create_user(self, access_token, id_token, payload):
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not isinstance(userinfo, dict):
@@ -94,6 +154,19 @@ class SsoBackend(OIDCAuthenticationBackend):
         own returned a deactivated user, whose open sessions then kept using the portal)."""
         user = super().get_user(user_id)
         return user if user is not None and user.is_active else None
+
+
+def _matching_jwk(jwks: Any, header: dict[str, Any]) -> dict[str, Any] | None:
+    """The library's match: the key with the token's key id and, where the key names one, its
+    algorithm (the last such key)."""
+    match = None
+    for jwk in jwks["keys"]:
+        if jwk["kid"] != smart_str(header["kid"]):
+            continue
+        if "alg" in jwk and jwk["alg"] != smart_str(header["alg"]):
+            continue
+        match = jwk
+    return match
 
 
 class _OnlyWhenConfigured:

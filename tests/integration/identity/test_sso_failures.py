@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
@@ -26,13 +27,19 @@ from tests.integration.identity.test_sso import ISSUER
 pytestmark = pytest.mark.django_db
 
 CLIENT_ID = "gpuplatform"
+TRICKLE = 0.2  # seconds between bytes: far below OIDC_TIMEOUT (1 s here), so no read times out
+TRICKLE_FOR = 15.0
 
 
 class Provider:
     """The provider's back-channel endpoints on a local port. ``answers[path]`` is what that
     endpoint answers: ``(status, content_type, body)``; ``delay`` seconds pass before every
-    answer (a provider that hangs). By default it answers as a working provider: a token whose
-    ID token it signs with its own key, that key in its JWKS, and the user's claims."""
+    answer (a provider that hangs); ``trickle[path]`` names the part of that endpoint's answer
+    (``"headers"`` or ``"body"``) it sends one byte every ``TRICKLE`` seconds, for at most
+    ``TRICKLE_FOR`` seconds (a provider that keeps each read short of the timeout); ``hits``
+    counts the requests to each path. By default it answers as a working provider: a token
+    whose ID token it signs with its own key (``kid``), that key in its JWKS, and the user's
+    claims."""
 
     def __init__(self):
         from cryptography.hazmat.primitives.asymmetric import rsa
@@ -40,7 +47,10 @@ class Provider:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.nonce = "n-1"
         self.claims = {"sub": "u-123", "preferred_username": "dora", "groups": ["ml-vision"]}
+        self.kid = "k1"
         self.delay = 0.0
+        self.trickle: dict[str, str] = {}
+        self.hits: Counter[str] = Counter()
         self.answers: dict[str, tuple[int, str, bytes]] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -56,11 +66,11 @@ class Provider:
             "exp": int(time.time()) + 300,
             **claims,
         }
-        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": "k1"})
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": self.kid})
 
     def jwks(self) -> dict:
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
-        return {"keys": [{**jwk, "kid": "k1", "alg": "RS256", "use": "sig"}]}
+        return {"keys": [{**jwk, "kid": self.kid, "alg": "RS256", "use": "sig"}]}
 
     def _default(self, path: str) -> tuple[int, str, bytes]:
         if path == "/token":
@@ -79,7 +89,11 @@ class Provider:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 time.sleep(provider.delay)
                 path = self.path.split("?")[0]
+                provider.hits[path] += 1
                 status, content_type, body = provider.answers.get(path) or provider._default(path)
+                if path in provider.trickle:
+                    self._trickle(provider.trickle[path], status, content_type, body)
+                    return
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)
@@ -88,6 +102,27 @@ class Provider:
                     self.wfile.write(body)
                 except OSError:  # the platform gave up waiting
                     pass
+
+            def _trickle(self, part: str, status: int, content_type: str, body: bytes):
+                head = (
+                    f"HTTP/1.1 {status} OK\r\nContent-Type: {content_type}\r\n"
+                    f"X-Padding: {'x' * 200}\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                slow, rest = (head, body) if part == "headers" else (body, b"")
+                if part == "body":
+                    self.wfile.write(head)
+                until = time.monotonic() + TRICKLE_FOR
+                try:
+                    for i in range(len(slow)):
+                        if time.monotonic() > until:
+                            self.wfile.write(slow[i:])
+                            break
+                        self.wfile.write(slow[i : i + 1])
+                        time.sleep(TRICKLE)
+                    self.wfile.write(rest)
+                except OSError:  # the platform gave up waiting
+                    pass
+                self.close_connection = True
 
             do_GET = do_POST = _answer  # noqa: N815 (http.server's API)
 
@@ -199,6 +234,82 @@ def test_an_unreachable_or_hanging_provider_gives_a_clear_login_page(rules, sso,
     sso.OIDC_OP_TOKEN_ENDPOINT = "http://127.0.0.1:9/token"  # discard port: refused
     assert _callback(client, provider)["Location"] == "/login/?sso=unavailable"
     assert not _signed_in(client)
+
+
+TRICKLED = {
+    "token answer's headers": ("/token", "headers"),
+    "token answer's body": ("/token", "body"),
+    "JWKS body": ("/jwks", "body"),
+    "userinfo body": ("/userinfo", "body"),
+}
+
+
+@pytest.mark.parametrize("path, part", TRICKLED.values(), ids=TRICKLED.keys())
+def test_a_provider_trickling_its_answer_is_cut_off_at_the_deadline(
+    rules, sso, provider, path, part
+):
+    """A provider sending a byte every 0.2 s never let a read reach OIDC_TIMEOUT (1 s): the
+    login held the web worker for as long as the answer trickled (15 s here, unbounded for a
+    real one). Now each call is answered in full within OIDC_TIMEOUT or given up: the login
+    page says the provider did not answer, and nobody is signed in."""
+    provider.trickle[path] = part
+    client = Client(raise_request_exception=False)
+    started = time.monotonic()
+    response = _callback(client, provider)
+    elapsed = time.monotonic() - started
+    assert response["Location"] == "/login/?sso=unavailable"
+    assert not _signed_in(client)
+    assert not get_user_model().objects.filter(username="dora").exists()
+    assert provider.hits[path] == 1
+    # The deadline (1 s) and a generous margin for a loaded machine; the trickle lasts 15 s.
+    assert elapsed < 8, elapsed
+
+
+def test_the_jwks_is_fetched_once_for_many_logins(rules, sso, provider):
+    """Each login fetched the provider's JWKS: one more call per login that could hang or fail.
+    Now it is cached (OIDC_JWKS_CACHE_SECONDS), and a JWKS endpoint down after the first login
+    does not stop the next ones while the cached keys verify their tokens."""
+    for _ in range(2):
+        client = Client()
+        assert _callback(client, provider)["Location"] == "/"
+        assert _signed_in(client)
+    assert provider.hits["/jwks"] == 1
+    assert provider.hits["/token"] == 2
+    provider.answers["/jwks"] = (503, "text/plain", b"unavailable")
+    client = Client(raise_request_exception=False)
+    assert _callback(client, provider)["Location"] == "/"
+    assert _signed_in(client)
+    assert provider.hits["/jwks"] == 1
+
+
+def test_a_rotated_key_fetches_the_jwks_once_more(rules, sso, provider):
+    """The provider rotates its signing key (a new key id) while the old set is cached: the
+    login fetches the JWKS again, once, and signs in with the new key. A token whose key id the
+    fresh set lacks either is refused after that one fetch."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    assert _callback(Client(), provider)["Location"] == "/"
+    provider.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    provider.kid = "k2"
+    client = Client()
+    assert _callback(client, provider)["Location"] == "/"
+    assert _signed_in(client)
+    assert provider.hits["/jwks"] == 2
+    assert _callback(Client(), provider)["Location"] == "/"
+    assert provider.hits["/jwks"] == 2
+    unknown = provider.id_token()
+    forged = jwt.encode(
+        jwt.decode(unknown, options={"verify_signature": False}),
+        provider.key,
+        algorithm="RS256",
+        headers={"kid": "k3"},
+    )
+    body = json.dumps({"access_token": "a", "id_token": forged}).encode()
+    provider.answers["/token"] = (200, "application/json", body)
+    client = Client(raise_request_exception=False)
+    assert _callback(client, provider)["Location"] == "/login/?sso=failed"
+    assert not _signed_in(client)
+    assert provider.hits["/jwks"] == 3
 
 
 def test_an_expired_or_wrongly_signed_id_token_is_refused_with_a_page(rules, sso, provider):
