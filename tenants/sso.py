@@ -60,8 +60,20 @@ class SsoBackend(OIDCAuthenticationBackend):
         """The library's signature and nonce checks, and the issuer and audience it leaves out (it
         decodes with ``verify_aud`` off): an ID token the provider issued to another of its
         clients, or for another organisation signed with the same keys, must not sign anyone in
-        here (OpenID Connect Core 3.1.3.7)."""
-        payload = super().verify_token(token, **kwargs)
+        here (OpenID Connect Core 3.1.3.7).
+
+        A signature that fails against a cached key is checked once more against a freshly
+        fetched JWKS: a provider may replace a key and keep its key id, and a cached key must
+        not refuse every login until the cache expires."""
+        self._jwk_cached = False
+        try:
+            payload = super().verify_token(token, **kwargs)
+        except SuspiciousOperation:
+            if not self._jwk_cached:
+                raise
+            cache.delete(self._jwks_cache_key())
+            self._jwk_cached = False
+            payload = super().verify_token(token, **kwargs)
         issuer = settings.OIDC_OP_ISSUER
         if issuer and payload.get("iss") != issuer:
             raise SuspiciousOperation("the ID token's issuer is not the configured provider")
@@ -112,7 +124,7 @@ class SsoBackend(OIDCAuthenticationBackend):
         call that could hang or fail. A token signed with a key id the cached set lacks (the
         provider rotated its keys) fetches it once more before failing. Only a set that gave a
         usable key is cached, so a garbage answer is not kept."""
-        cache_key = "sso:jwks:" + hashlib.sha256(self.OIDC_OP_JWKS_ENDPOINT.encode()).hexdigest()
+        cache_key = self._jwks_cache_key()
         header = jwt.get_unverified_header(token)
         jwks = cache.get(cache_key)
         jwk = _matching_jwk(jwks, header) if jwks is not None else None
@@ -126,7 +138,11 @@ class SsoBackend(OIDCAuthenticationBackend):
             key = jwt.PyJWK(jwk)
             cache.set(cache_key, jwks, settings.OIDC_JWKS_CACHE_SECONDS)
             return key
+        self._jwk_cached = True
         return jwt.PyJWK(jwk)
+
+    def _jwks_cache_key(self) -> str:
+        return "sso:jwks:" + hashlib.sha256(self.OIDC_OP_JWKS_ENDPOINT.encode()).hexdigest()
 
     def get_or_create_user(self, access_token, id_token, payload):
         userinfo = self.get_userinfo(access_token, id_token, payload)

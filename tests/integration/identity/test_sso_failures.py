@@ -312,6 +312,23 @@ def test_a_rotated_key_fetches_the_jwks_once_more(rules, sso, provider):
     assert provider.hits["/jwks"] == 3
 
 
+def test_a_key_replaced_under_its_key_id_is_fetched_again_not_refused(rules, sso, provider):
+    """The provider replaces its signing key and keeps the key id (or a new provider takes the
+    address of the one whose keys are cached): the cached key failed every signature, so every
+    login was refused until the cache expired. Now a failure against a cached key fetches the
+    JWKS once more."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    assert _callback(Client(), provider)["Location"] == "/"
+    provider.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    client = Client(raise_request_exception=False)
+    assert _callback(client, provider)["Location"] == "/"
+    assert _signed_in(client)
+    assert provider.hits["/jwks"] == 2
+    assert _callback(Client(), provider)["Location"] == "/"
+    assert provider.hits["/jwks"] == 2
+
+
 def test_an_expired_or_wrongly_signed_id_token_is_refused_with_a_page(rules, sso, provider):
     """An ID token past its expiry (the provider's clock behind ours) was a 500 too: the login
     page says the provider's answer was unusable. One signed with another key was a bare 400:
