@@ -37,7 +37,7 @@ from tenants.permissions import is_platform_admin
 from . import reference
 from .locks import scheduler_lock
 from .models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
-from .services import _node_for_admin, _node_reason, node_drain, node_event_record
+from .services import node_drain, node_event_record, node_for_admin, node_reason_checked
 from .states import JobState
 from .triggers import request_cycle
 
@@ -80,9 +80,9 @@ def node_retire(*, user, node_id: int, reason: str = "") -> Node:
     """Retire a node (platform admins; else Forbidden, NotFound for no such node): drained now,
     retired once nothing runs on it. Its history is kept. Retiring a retiring or retired node
     changes nothing. A reason longer than the node's reason column is refused on ``reason``."""
-    stored = _node_reason((reason or "").strip() or "retired by admin")
+    stored = node_reason_checked((reason or "").strip() or "retired by admin")
     with transaction.atomic():
-        node = _node_for_admin(user=user, node_id=node_id)
+        node = node_for_admin(user=user, node_id=node_id)
         if node.retiring_since is None:
             _retire_locked(node, user=user, reason=stored, now=timezone.now())
             request_cycle()
@@ -96,7 +96,7 @@ def node_reinstate(*, user, node_id: int) -> Node:
     until an admin releases it; a node still retiring stays drained. A node that is not retired
     or retiring, or whose cluster is retired, is a Conflict (reinstate the cluster instead)."""
     with transaction.atomic():
-        node = _node_for_admin(user=user, node_id=node_id)
+        node = node_for_admin(user=user, node_id=node_id)
         if node.retiring_since is None:
             raise Conflict(f"node is {node.state}, not retired or retiring", field="state")
         if node.cluster.retiring_since is not None:
@@ -149,7 +149,7 @@ def cluster_retire(*, user, name: str, reason: str = "") -> Cluster:
     """Retire a cluster (platform admins; NotFound for no such cluster): every node of it is
     retired (:func:`node_retire`), no new job is routed to it, and the loop stops polling it once
     nothing runs there. Retiring a retiring or retired cluster changes nothing."""
-    stored = _node_reason((reason or "").strip() or f"cluster {name} retired")
+    stored = node_reason_checked((reason or "").strip() or f"cluster {name} retired")
     with transaction.atomic():
         cluster = _cluster_for_admin(user=user, name=name)
         if cluster.retiring_since is None:
@@ -168,7 +168,7 @@ def cluster_retire(*, user, name: str, reason: str = "") -> Cluster:
             for node_id in cluster.nodes.filter(retiring_since__isnull=True).values_list(
                 "pk", flat=True
             ):
-                node = _node_for_admin(user=user, node_id=node_id)
+                node = node_for_admin(user=user, node_id=node_id)
                 _retire_locked(node, user=user, reason=stored, now=now)
             request_cycle()
     retirements_finish_now(node_ids=cluster.nodes.values_list("pk", flat=True))
@@ -197,7 +197,7 @@ def cluster_reinstate(*, user, name: str) -> Cluster:
             comment=f"reinstated by {user.get_username()}",
         )
         for node_id in cluster.nodes.filter(retiring_since__gte=since).values_list("pk", flat=True):
-            node = _node_for_admin(user=user, node_id=node_id)
+            node = node_for_admin(user=user, node_id=node_id)
             _reinstate_locked(node, user=user, now=timezone.now())
         request_cycle()
     return cluster

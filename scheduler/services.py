@@ -437,7 +437,7 @@ def job_submit(
 # --- Nodes (admin actions from the cluster view and the API) ---------------------------------
 
 
-def _node_for_admin(*, user, node_id: int):
+def node_for_admin(*, user, node_id: int):
     # Nodes belong to no team, so there is no existence to hide: an action for platform admins
     # only is a 403 (docs/tenancy.md), as the API's permission class and routing admin answer.
     if not is_platform_admin(user):
@@ -554,7 +554,7 @@ def _backend_after_commit(node, action: str, *args) -> None:
     transaction.on_commit(run)
 
 
-def _node_reason(reason: str) -> str:
+def node_reason_checked(reason: str) -> str:
     """An admin's reason as the node's ``state_reason`` column holds it, whole: a longer one is
     refused (the portal cut it silently where the API refused it)."""
     limit = Node._meta.get_field("state_reason").max_length
@@ -575,9 +575,9 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     comes back quarantined."""
     if not reason or not reason.strip():
         raise DomainError("give a reason for the quarantine", field="reason")
-    stored = _node_reason(reason.strip())
+    stored = node_reason_checked(reason.strip())
     with transaction.atomic():
-        node = _node_for_admin(user=user, node_id=node_id)
+        node = node_for_admin(user=user, node_id=node_id)
         if _held(node) == (NodeState.QUARANTINED, stored) and node.probation_until is None:
             return node
         before = _service_state(node)
@@ -596,9 +596,9 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
 def node_drain(*, user, node_id: int, reason: str) -> Node:
     """Let running work finish but place nothing new on the node (platform admins). A down node
     stays down and comes back drained. A node already out of service is left as it is."""
-    stored = _node_reason(reason or "drained by admin")
+    stored = node_reason_checked(reason or "drained by admin")
     with transaction.atomic():
-        node = _node_for_admin(user=user, node_id=node_id)
+        node = node_for_admin(user=user, node_id=node_id)
         if _held(node)[0] in (NodeState.DRAINING, NodeState.QUARANTINED):
             return node
         before = _service_state(node)
@@ -619,7 +619,7 @@ def node_release(*, user, node_id: int) -> Node:
     quarantine is lifted where it stands, as Slurm's resume of a DOWN+DRAIN node: it stays down
     and comes back ready when the backend reports it back. A node with neither is a Conflict."""
     with transaction.atomic():
-        node = _node_for_admin(user=user, node_id=node_id)
+        node = node_for_admin(user=user, node_id=node_id)
         if _held(node)[0] not in (NodeState.DRAINING, NodeState.QUARANTINED):
             if node.state == NodeState.DOWN:
                 raise Conflict(
