@@ -15,7 +15,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _simulated_minutes(sim_clock):
+def _simulated_minutes(sim_clock, monkeypatch):
+    sim_clock.stop_real_time(monkeypatch)
     return sim_clock
 
 
