@@ -18,6 +18,9 @@ import httpx
 from . import __version__
 
 DEFAULT_TIMEOUT = 30.0
+# The "code" of the server's 401 for a single sign-on user's token whose provider confirmation
+# is too old (tenants.authentication; gpuctl imports nothing of the platform).
+SSO_SIGN_IN_REQUIRED = "sso_sign_in_required"
 
 
 class ApiError(Exception):
@@ -179,7 +182,13 @@ def _error_from(response: httpx.Response) -> ApiError:
             # A role refusal names the object's field, e.g. {"id": ["viewers cannot cancel …"]}.
             reasons = next(iter(flatten_errors(body).values()), None)
             detail = reasons[0] if reasons else None
-        hint = "run `gpuctl login` again" if status == 401 else "your account may not do this"
+        if status == 403:
+            hint = "your account may not do this"
+        elif isinstance(body, Mapping) and body.get("code") == SSO_SIGN_IN_REQUIRED:
+            # The token is good; a new one would be refused the same way until the sign-in.
+            hint = "no new token needed: sign in, then run the command again"
+        else:
+            hint = "run `gpuctl login` again"
         return ApiError(status, f"{detail or 'not authorised'} ({hint})")
     if status >= 500 or body is None:
         return ApiError(status, f"the server failed with HTTP {status}")

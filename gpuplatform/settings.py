@@ -199,6 +199,27 @@ OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
 OIDC_TIMEOUT = env.int("OIDC_TIMEOUT_SECONDS", default=10)
 # The provider's JWKS is kept this long; a token signed with a key id not in it fetches it again.
 OIDC_JWKS_CACHE_SECONDS = env.int("OIDC_JWKS_CACHE_SECONDS", default=600)
+# An API token of a single sign-on user works only while the provider confirmed the user (a
+# login or a successful session re-check) at most this many days ago: tokens do not go to the
+# provider, so without it a user removed from the directory kept using the API with theirs.
+# Empty or 0: the rule is off. At most 3650 (ten years; longer is the same as off).
+_TOKEN_CONFIRMATION_DAYS_MAX = 3650
+_confirmation_days = env.str("OIDC_TOKEN_CONFIRMATION_DAYS", default="30").strip()
+try:
+    OIDC_TOKEN_CONFIRMATION_DAYS: int | None = (
+        int(_confirmation_days) if _confirmation_days else None
+    )
+except ValueError:
+    raise ImproperlyConfigured(
+        f"OIDC_TOKEN_CONFIRMATION_DAYS: {_confirmation_days!r} is not a whole number of days"
+    ) from None
+if OIDC_TOKEN_CONFIRMATION_DAYS is not None and not (
+    0 <= OIDC_TOKEN_CONFIRMATION_DAYS <= _TOKEN_CONFIRMATION_DAYS_MAX
+):
+    raise ImproperlyConfigured(
+        f"OIDC_TOKEN_CONFIRMATION_DAYS: must be between 0 (off) and "
+        f"{_TOKEN_CONFIRMATION_DAYS_MAX} days, not {OIDC_TOKEN_CONFIRMATION_DAYS}"
+    )
 OIDC_OP_LOGOUT_URL_METHOD = "tenants.sso.provider_logout_url"
 OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
