@@ -67,9 +67,10 @@ class ApiTokenAuthentication(BearerTokenAuthentication):
 
 def sso_confirmation_expired(identity: SsoIdentity, *, now: datetime) -> bool:
     """Whether the provider's last confirmation of ``identity`` is older than
-    ``OIDC_TOKEN_CONFIRMATION_DAYS`` (never while the setting is 0 or empty)."""
+    ``OIDC_TOKEN_CONFIRMATION_DAYS`` (never while the setting is 0 or empty, nor while single
+    sign-on is off: no provider could confirm anyone, so the directory is no longer the word)."""
     days = settings.OIDC_TOKEN_CONFIRMATION_DAYS
-    if not days:
+    if not days or not settings.SSO_ENABLED:
         return False
     return identity.last_login_at < now - timedelta(days=days)
 

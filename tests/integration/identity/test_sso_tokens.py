@@ -233,6 +233,15 @@ def test_the_rule_is_off_with_zero_or_an_empty_setting(dora_token, sso, off):
     assert _me(dora_token["raw"]).status_code == 200
 
 
+def test_the_rule_is_off_while_single_sign_on_is_off(dora_token, sso):
+    """With single sign-on switched off no provider can confirm anyone: the rule would stop every
+    former single sign-on user's tokens with an instruction they cannot follow."""
+    _age_confirmation(timedelta(days=31))
+    assert _me(dora_token["raw"]).status_code == 401
+    sso.SSO_ENABLED = False
+    assert _me(dora_token["raw"]).status_code == 200
+
+
 def test_the_rule_costs_no_query(dora_token):
     """The identity comes with the token's row: a token request makes the queries it made
     before the rule (the token with its user, and the last-use update at most once a minute)."""
