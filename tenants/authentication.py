@@ -75,6 +75,16 @@ def sso_confirmation_expired(identity: SsoIdentity, *, now: datetime) -> bool:
     return identity.last_login_at < now - timedelta(days=days)
 
 
+def sso_tokens_work_until(user) -> datetime | None:
+    """When ``user``'s API tokens stop working for want of a sign-in, or None where the rule
+    does not apply to them (a password user, the rule or single sign-on off)."""
+    identity = getattr(user, "sso_identity", None)
+    days = settings.OIDC_TOKEN_CONFIRMATION_DAYS
+    if identity is None or not days or not settings.SSO_ENABLED:
+        return None
+    return identity.last_login_at + timedelta(days=days)
+
+
 class ApiTokenScheme(OpenApiAuthenticationExtension):
     """Documents the token scheme in the OpenAPI schema (clients and fuzzers read it)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest, PermissionDenied
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from core.errors import DomainError, NotFound
 
 from . import forms, permissions, selectors, services
+from .authentication import sso_tokens_work_until
 from .csvcells import safe_cell
 from .models import QuotaRequestStatus, Role
 
@@ -414,6 +416,8 @@ def tokens(request):
             "form": form,
             "created": created,
             "page": "tokens",
+            "sso_tokens_work_until": sso_tokens_work_until(request.user),
+            "sso_confirmation_days": settings.OIDC_TOKEN_CONFIRMATION_DAYS,
         },
         status=status,
     )

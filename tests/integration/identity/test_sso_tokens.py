@@ -218,6 +218,22 @@ def test_a_silent_session_recheck_confirms_and_a_removed_user_stays_refused(dora
     assert _me(raw).status_code == 401
 
 
+def test_the_tokens_page_says_until_when_they_work(dora_token, platform):
+    """The rule is not a surprise: the tokens page tells a single sign-on user the date, and a
+    password user sees no such line."""
+    _age_confirmation(timedelta(days=10))
+    until = SsoIdentity.objects.get(user__username="dora").last_login_at + timedelta(days=30)
+    page = dora_token["client"].get("/teams/tokens/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "need a sign-in every 30 days" in text
+    assert timezone.localtime(until).strftime("%Y-%m-%d %H:%M") in text
+
+    alice = Client()
+    alice.force_login(platform["alice"])
+    assert "need a sign-in" not in alice.get("/teams/tokens/").content.decode()
+
+
 def test_password_users_tokens_are_unaffected(sso, platform):
     """alice has no identity at the provider: her token works however old her last login."""
     alice = platform["alice"]
