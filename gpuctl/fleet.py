@@ -2,7 +2,7 @@
 nodes and clusters out of the platform for good, or back (platform admins). Talks to
 ``/api/v1/admin/nodes/<id>/`` and ``/api/v1/admin/clusters/<name>/``; everyone else gets the API's
 403 (exit 1). A node is named as ``gpuctl nodes`` lists it; a name two clusters use needs
-``--cluster``."""
+``--cluster``, given before the action (``gpuctl nodes --cluster old retire n1``) or after it."""
 
 from __future__ import annotations
 
@@ -25,6 +25,16 @@ _REASON_MAX = 300  # the server's reason column
 
 AddSubcommand = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
+# The action's --cluster is kept apart from the ``gpuctl nodes --cluster`` listing filter: on one
+# attribute, argparse let the action's default (None) replace a --cluster given before the action.
+_ACTION_CLUSTER = "action_cluster"
+# ``gpuctl nodes`` options that filter the listing only, by attribute: before an action they
+# would be read and dropped without a word.
+_LISTING_FILTERS = {"state": "--state", "rack": "--rack", "gpu_model": "--gpu-model"}
+_CLUSTER_HELP = (
+    "the node's cluster (when two clusters use the name); also accepted before the action"
+)
+
 
 def register_nodes(add_subcommand: AddSubcommand) -> None:
     """Add ``nodes retire`` and ``nodes reinstate``."""
@@ -35,13 +45,13 @@ def register_nodes(add_subcommand: AddSubcommand) -> None:
         "nothing runs on it",
     )
     retire.add_argument("name", metavar="NAME")
-    retire.add_argument("--cluster", help="the node's cluster (when two clusters use the name)")
+    retire.add_argument("--cluster", dest=_ACTION_CLUSTER, metavar="CLUSTER", help=_CLUSTER_HELP)
     retire.add_argument("--reason", "-m", default="", help="why (kept with the node)")
     reinstate = add_subcommand(
         "reinstate", cmd_node_reinstate, "undo a retirement: the node comes back drained"
     )
     reinstate.add_argument("name", metavar="NAME")
-    reinstate.add_argument("--cluster", help="the node's cluster (when two clusters use the name)")
+    reinstate.add_argument("--cluster", dest=_ACTION_CLUSTER, metavar="CLUSTER", help=_CLUSTER_HELP)
 
 
 def register_clusters(add_subcommand: AddSubcommand) -> None:
@@ -83,6 +93,22 @@ def _cluster_name(value: str) -> str:
     return name
 
 
+def _node_cluster(args: argparse.Namespace) -> str | None:
+    """The ``--cluster`` of a node action, given before the action or after it (the same value
+    twice is fine; two different ones are bad usage). A listing filter of ``gpuctl nodes`` given
+    before the action is bad usage too, rather than ignored."""
+    action = f"nodes {args.nodes_command}"
+    for attribute, flag in _LISTING_FILTERS.items():
+        if getattr(args, attribute, None) is not None:
+            message = f"{flag} filters the node list; `{action}` does not take it"
+            raise UsageError(message, {flag: [message]})
+    before, after = getattr(args, "cluster", None), getattr(args, _ACTION_CLUSTER, None)
+    if before is not None and after is not None and before != after:
+        message = f"given twice: {before!r} before `{args.nodes_command}` and {after!r} after it"
+        raise UsageError(f"--cluster {message}", {"--cluster": [message]})
+    return after if after is not None else before
+
+
 def _node_id(api: Client, name: str, cluster: str | None) -> int:
     """The id of the node ``name`` (of ``cluster`` when given), as ``/api/v1/nodes/`` lists it."""
     name = _text(name, "NAME")
@@ -112,17 +138,18 @@ def _show_node(args: argparse.Namespace, node: dict[str, Any]) -> None:
 
 
 def cmd_node_retire(args: argparse.Namespace) -> int:
-    reason = _reason(args.reason)
+    reason, cluster = _reason(args.reason), _node_cluster(args)
     with _client(args) as api:
-        node_id = _node_id(api, args.name, args.cluster)
+        node_id = _node_id(api, args.name, cluster)
         node = api.post(f"/api/v1/admin/nodes/{node_id}/retire/", {"reason": reason})
     _show_node(args, node)
     return 0
 
 
 def cmd_node_reinstate(args: argparse.Namespace) -> int:
+    cluster = _node_cluster(args)
     with _client(args) as api:
-        node_id = _node_id(api, args.name, args.cluster)
+        node_id = _node_id(api, args.name, cluster)
         node = api.post(f"/api/v1/admin/nodes/{node_id}/reinstate/")
     _show_node(args, node)
     return 0

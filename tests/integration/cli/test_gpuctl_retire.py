@@ -91,3 +91,49 @@ def test_a_member_is_refused_with_nothing_changed(as_alice):
         assert "may not do this" in denied.err, denied.err
     assert Cluster.objects.get(name="test").retiring_since is None
     assert not Node.objects.filter(retiring_since__isnull=False).exists()
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["cluster-before-action", "after-action"])
+def test_cluster_is_honoured_before_or_after_the_action(as_admin, gpu_models, before):
+    """``gpuctl nodes --cluster old retire n1`` read ``--cluster`` as the listing's filter and
+    the action's own default (None) replaced it: the command said the name was ambiguous."""
+    other = Cluster.objects.create(name="old", backend_kind="simulated")
+    Node.objects.create(cluster=other, name="n1", gpu_model=gpu_models["h100"], gpu_count=8)
+
+    def run(action: str):
+        if before:
+            return as_admin("nodes", "--cluster", "old", action, "n1")
+        return as_admin("nodes", action, "n1", "--cluster", "old")
+
+    retired = run("retire")
+    assert retired.code == 0, retired.err
+    assert "node n1 (old): retired" in retired.out
+    assert Node.objects.get(cluster=other).state == NodeState.RETIRED
+    assert Node.objects.get(cluster__name="test", name="n1").retiring_since is None
+    back = run("reinstate")
+    assert back.code == 0, back.err
+    assert Node.objects.get(cluster=other).state == NodeState.DRAINING
+
+
+def test_two_different_clusters_around_the_action_are_bad_usage(as_admin, gpu_models):
+    other = Cluster.objects.create(name="old", backend_kind="simulated")
+    Node.objects.create(cluster=other, name="n1", gpu_model=gpu_models["h100"], gpu_count=8)
+    clash = as_admin("nodes", "--cluster", "old", "retire", "n1", "--cluster", "test")
+    assert clash.code == 2
+    assert "--cluster" in clash.err and "'old'" in clash.err and "'test'" in clash.err
+    assert not Node.objects.filter(retiring_since__isnull=False).exists()
+    same = as_admin("nodes", "--cluster", "old", "retire", "n1", "--cluster", "old")
+    assert same.code == 0, same.err
+    assert Node.objects.get(cluster=other).state == NodeState.RETIRED
+
+
+@pytest.mark.parametrize(
+    "listing_filter", [("--state", "ready"), ("--rack", "r1"), ("--gpu-model", "h100-80gb")]
+)
+def test_a_listing_filter_before_an_action_is_bad_usage_not_ignored(as_admin, listing_filter):
+    """``gpuctl nodes --state ready retire n1`` retired n1 whatever its state: the filter was
+    read and dropped without a word."""
+    refused = as_admin("nodes", *listing_filter, "retire", "n1")
+    assert refused.code == 2
+    assert listing_filter[0] in refused.err and "nodes retire" in refused.err
+    assert not Node.objects.filter(retiring_since__isnull=False).exists()
