@@ -30,6 +30,7 @@ from scheduler.policy import (
     Team,
     config_from_dict,
 )
+from scheduler.policy.routing import team_clusters
 from tenants.models import PriorityClass
 from tenants.models import Quota as QuotaRow
 from tenants.models import Team as TeamRow
@@ -53,8 +54,9 @@ class SnapshotIndex:
     # What each pending job showed before this cycle: (team id, team slug, name, why, estimate),
     # so the apply step writes and announces only reasons that changed, without a second read.
     pending_shown: dict[int, tuple] = field(default_factory=dict)
-    # Pending jobs confined to retired or retiring clusters, kept from the engine: job id -> why
-    # (``retired_confinement``), which the apply step shows as their reason.
+    # Pending jobs confined to retired or retiring clusters (by their routing, or by their team's
+    # cluster lists), kept from the engine: job id -> why (``retired_confinement``,
+    # ``retired_team_clusters``), which the apply step shows as their reason.
     retired_why: dict[int, str] = field(default_factory=dict)
 
 
@@ -305,7 +307,11 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
             )
         )
 
-    retired = _retired_clusters() if any(r["routing"] for r in pending_rows) else {}
+    held_to_lists = facts is not None and bool(facts.team_clusters)
+    retired = (
+        _retired_clusters() if held_to_lists or any(r["routing"] for r in pending_rows) else {}
+    )
+    teams_by_name = {t.name: t for t in teams}
     pending = []
     for row in pending_rows:
         key = str(row["id"])
@@ -317,7 +323,10 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
             row["why_pending"],
             row["estimated_start"],
         )
-        if retired and (why := retired_confinement(row["routing"], retired, job_id=row["id"])):
+        if retired and (
+            why := retired_confinement(row["routing"], retired, job_id=row["id"])
+            or retired_team_clusters(teams_by_name, row["team__slug"], retired)
+        ):
             index.retired_why[row["id"]] = why
             continue
         pending.append(
@@ -385,6 +394,24 @@ def retired_confinement(stored: dict | None, retired: dict[str, bool], *, job_id
     return (
         f"it may run only on {listed}; no new job starts there. It stays pending until an admin "
         "reinstates the cluster: cancel it and resubmit naming a cluster in service"
+    )
+
+
+def retired_team_clusters(teams: dict[str, Team], team: str, retired: dict[str, bool]) -> str:
+    """Why a pending job of ``team`` will not start when every cluster the team may use (its
+    list and its ancestors', ``scheduler.policy.routing.team_clusters``) is retired or being
+    retired, or "" when one is in service or the team is held to no list. The engine, which
+    sees no pool of a retired cluster, would only say that no allowed cluster holds the job.
+    The job stays pending, as :func:`retired_confinement`'s do."""
+    allowed = team_clusters(teams, team)
+    if not allowed or not all(name in retired for name in allowed):
+        return ""
+    listed = ", ".join(
+        f"{n} ({'retired' if retired[n] else 'being retired'})" for n in sorted(allowed)
+    )
+    return (
+        f"every cluster team {team} may use is retired: {listed}; no new job starts there. It "
+        "stays pending until an admin reinstates one of them or lets the team use another cluster"
     )
 
 

@@ -286,3 +286,33 @@ def test_a_what_if_replays_the_cluster_not_retired_by_default(platform, gpu_mode
     cluster_retire(user=admin, name="old", reason="")
     run = whatif_runs.whatif_run_start(user=admin, window_days=1, candidates={"a": {}})
     assert run.cluster.name != "old"
+
+
+def test_a_team_allowed_only_retired_clusters_is_told_so(platform, submit, gpu_models, teams):
+    """The engine saw no pool of the job's team and said "no ready, healthy nodes with
+    h100-80gb GPUs", as if the fleet were broken: the team's cluster list was the cause."""
+    from scheduler.models import TeamClusterAccess
+
+    admin, alice = platform["admin"], platform["alice"]
+    old = _second_cluster(gpu_models)
+    # On the parent team: vision is held to its ancestors' lists too.
+    TeamClusterAccess.objects.create(team=teams["research"], cluster=old)
+    cluster_retire(user=admin, name="old", reason="moved to the new hall")
+    waiting = submit(alice, gpu_model="h100-80gb", gpus_per_worker=8)
+    assert waiting.status_code == 201, waiting.json()
+
+    run_cycle()
+
+    job = Job.objects.get(pk=waiting.json()["id"])
+    assert job.state == JobState.PENDING and job.estimated_start is None
+    assert job.why_pending.startswith(
+        "every cluster team vision may use is retired: old (retired); no new job starts there"
+    ), job.why_pending
+    # Given a cluster in service as well, the same team's job runs there.
+    TeamClusterAccess.objects.create(team=teams["research"], cluster=platform["cluster"])
+    TeamClusterAccess.objects.create(team=teams["vision"], cluster=platform["cluster"])
+    TeamClusterAccess.objects.create(team=teams["vision"], cluster=old)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING, job.why_pending
+    assert Allocation.objects.filter(job=job, node__cluster=platform["cluster"]).exists()
