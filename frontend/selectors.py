@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, QuerySet, Sum
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from catalogue.models import GpuModel
@@ -211,6 +213,9 @@ class ClusterCell:
     racks: list[RackCell] = field(default_factory=list)
     # Routing facts (frontend.routing_admin.ClusterFacts), attached by the cluster page.
     facts: Any = None
+    # scheduler.retirement: since when it is being retired (None: in service), and when it was.
+    retiring_since: datetime | None = None
+    retired_at: datetime | None = None
 
 
 def cluster_grid(*, user) -> list[ClusterCell]:
@@ -242,6 +247,8 @@ def cluster_grid(*, user) -> list[ClusterCell]:
                 backend_error=scheduler_selectors.cluster_backend_error(
                     user=user, cluster=node.cluster
                 ),
+                retiring_since=node.cluster.retiring_since,
+                retired_at=node.cluster.retired_at,
             )
         rack_key = (node.cluster.name, node.rack or "-")
         rack = racks.get(rack_key)
@@ -263,6 +270,62 @@ def cluster_grid(*, user) -> list[ClusterCell]:
     for cluster in clusters.values():
         cluster.racks.sort(key=lambda r: r.name)
     return list(clusters.values())
+
+
+@dataclass(frozen=True)
+class ClusterRetirement:
+    """What retiring or reinstating a cluster would touch, for the admins' confirmation."""
+
+    name: str
+    retiring_since: datetime | None
+    retired_at: datetime | None
+    nodes_in_service: int  # its nodes not retired
+    jobs_running: int  # its running or preempted jobs (they run to their end)
+
+
+def _retirement_rows(user) -> QuerySet[Cluster]:
+    if not user.is_authenticated:
+        return Cluster.objects.none()
+    # Counted in subqueries: a join of both relations would multiply every node by every job
+    # the cluster ever ran.
+    live_nodes = Node.objects.filter(cluster=OuterRef("pk")).exclude(state=NodeState.RETIRED)
+    running = Job.objects.filter(
+        cluster=OuterRef("pk"), state__in=[JobState.RUNNING, JobState.PREEMPTED]
+    )
+    return Cluster.objects.annotate(
+        nodes_in_service=_row_count(live_nodes), jobs_running=_row_count(running)
+    ).order_by("name")
+
+
+def _row_count(rows: QuerySet) -> Coalesce:
+    counted = rows.order_by().values("cluster").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted), 0)
+
+
+def _retirement(row: Cluster) -> ClusterRetirement:
+    return ClusterRetirement(
+        name=row.name,
+        retiring_since=row.retiring_since,
+        retired_at=row.retired_at,
+        nodes_in_service=row.nodes_in_service,  # type: ignore[attr-defined]
+        jobs_running=row.jobs_running,  # type: ignore[attr-defined]
+    )
+
+
+def cluster_retirement(*, user, name: str) -> ClusterRetirement | None:
+    """The cluster ``name`` as its retirement's confirmation shows it, or None when there is no
+    such cluster. Clusters are shared (no team's), like nodes. One query."""
+    row = _retirement_rows(user).filter(name=name).first()
+    return _retirement(row) if row is not None else None
+
+
+def retired_clusters_off_grid(*, user, grid: list[ClusterCell]) -> list[ClusterRetirement]:
+    """Clusters being retired or retired that ``grid`` does not show (every node of theirs is
+    retired, and the grid is the live capacity): the cluster page lists them, so a platform admin
+    can reinstate them there. One query."""
+    shown = [cell.name for cell in grid]
+    rows = _retirement_rows(user).filter(retiring_since__isnull=False).exclude(name__in=shown)
+    return [_retirement(row) for row in rows]
 
 
 def cluster_totals(grid: list[ClusterCell]) -> dict[str, int]:

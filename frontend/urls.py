@@ -4,7 +4,7 @@ from django.urls import path
 
 from tenants import sso
 
-from . import outcomes, records, routing_admin, views
+from . import cluster_retirement, outcomes, records, routing_admin, views
 
 urlpatterns = [
     # Both password doors of the portal go through the failed-attempt limits (views.LoginView).
@@ -38,6 +38,11 @@ urlpatterns = [
     path("cluster/", views.cluster, name="cluster"),
     path("cluster/state/", views.cluster_state, name="cluster-state"),
     path("cluster/nodes/<id:node_id>/<slug:action>/", views.node_action, name="node-action"),
+    path(
+        "cluster/clusters/<slug:name>/<slug:action>/",
+        cluster_retirement.cluster_retirement,
+        name="cluster-retirement",
+    ),
     path("cluster/routing/", routing_admin.routing_facts_page, name="routing-facts"),
     path(
         "cluster/routing/clusters/<slug:name>/",

@@ -414,6 +414,12 @@ def cluster(request):
             "totals": totals,
             "usage_figure": figure,
             "is_admin": is_admin,
+            # Retired clusters have no node in the grid: listed apart, for admins to reinstate.
+            "retired_clusters": (
+                page_selectors.retired_clusters_off_grid(user=request.user, grid=grid)
+                if is_admin
+                else []
+            ),
             "node_events": page_selectors.node_events(user=request.user),
             "page": "cluster",
         },
