@@ -464,3 +464,30 @@ def test_alice_submits_a_sweep_sees_it_grouped_and_cancels_it_all(session_as):
     shot(page, "22-sweep-cancelled")
     assert listing.evaluate("window.__noReload") == "still here"
     _only_local(alice)
+
+
+def test_an_admin_reaches_a_cluster_retirement_confirmation_and_backs_out(session_as):
+    """The cluster page's "Retire cluster …" leads to a confirmation (under the page's
+    Content-Security-Policy); backing out changes nothing. The confirmed POST is left to the
+    Django test client's tests: a retired demo cluster would empty the grid the other tests use."""
+    admin = session_as("admin")
+    admin.login()
+    page = admin.page("/cluster/")
+    retire = page.get_by_role("link", name=re.compile(r"^Retire cluster "))
+    assert retire.count() >= 1
+    name = retire.first.inner_text().removeprefix("Retire cluster ").rstrip("…")
+    retire.first.click()
+    page.wait_for_selector("#cluster-retirement-form")
+    assert page.locator("h1").inner_text() == f"Retire cluster {name}?"
+    assert page.get_by_role("button", name=f"Retire {name}").is_visible()
+    page.get_by_role("link", name="Back to the cluster").click()
+    page.wait_for_selector(f"#cluster-{name}")
+    assert page.get_by_role("link", name=f"Retire cluster {name}…").is_visible()
+    shot(page, "10-cluster-retire-link")
+
+    alice = session_as("alice")
+    alice.login()
+    member = alice.page("/cluster/")
+    member.wait_for_selector(f"#cluster-{name}")
+    assert member.get_by_role("link", name=re.compile(r"^(Retire|Reinstate) cluster ")).count() == 0
+    _only_local(admin)
