@@ -18,7 +18,7 @@ from typing import Literal, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, Exists, F, FloatField, Max, OuterRef, Q, Sum, When
+from django.db.models import Case, Exists, F, FloatField, Max, OuterRef, Q, QuerySet, Sum, When
 from django.db.models.functions import TruncDay
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -187,6 +187,10 @@ def _lookback() -> timedelta:
     return timedelta(days=getattr(settings, "BILLING_METER_LOOKBACK_DAYS", 35))
 
 
+def _backlog_per_run() -> int:
+    return int(getattr(settings, "BILLING_METER_BACKLOG_PER_RUN", 200))
+
+
 @dataclass
 class MeterResult:
     usage_rows: int = 0
@@ -195,6 +199,8 @@ class MeterResult:
     egress_rows: int = 0
     alerts: list[BudgetAlert] = field(default_factory=list)
     months: set[date] = field(default_factory=set)
+    # Allocations ended before the lookback and never finalized that this run metered.
+    backlog_allocations: int = 0
     # True when another meter run held the lock: this one did nothing (that run covers it).
     skipped: bool = False
 
@@ -284,9 +290,11 @@ def _check_cost(cost: Decimal) -> None:
         raise ArithmeticError(f"cost {cost} does not fit a money column")
 
 
-def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result: MeterResult):
+def meter_window_query(*, now: datetime) -> QuerySet[Allocation]:
+    """The allocations a meter run at ``now`` reads: started, not finalized, and live or ended
+    within the lookback, with what a usage row needs of their node and job."""
     finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
-    allocations = list(
+    return (
         Allocation.objects.filter(started_at__lt=now)
         # Ended allocations are finalized by the first run after their end; looking back a
         # bounded window keeps each run from re-reading the whole allocation history.
@@ -294,23 +302,49 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
         .exclude(Exists(finalized))
         .select_related("node", "job")
         # Only what a usage row needs: jobs carry large text/JSON columns the meter never reads.
-        .only(
-            "id",
-            "job_id",
-            "node_id",
-            "gpu_index",
-            "attempt",
-            "started_at",
-            "ended_at",
-            "node__gpu_model_id",
-            "node__spot",
-            "node__cluster_id",
-            "job__team_id",
-            "job__submitter_id",
-            "job__dataset",
-        )
+        .only(*_METERED_FIELDS)
         .order_by("pk")
     )
+
+
+def meter_backlog_query(*, now: datetime) -> QuerySet[Allocation]:
+    """The allocations the window of ``meter_window_query`` no longer reaches but the meter has
+    not finalized: ended before the lookback and never metered to their end (the meter was
+    down longer than the lookback, or the allocation was recorded late). Oldest end first."""
+    finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
+    return (
+        Allocation.objects.filter(started_at__lt=now, ended_at__lt=now - _lookback())
+        .exclude(Exists(finalized))
+        .select_related("node", "job")
+        .only(*_METERED_FIELDS)
+        .order_by("ended_at", "pk")
+    )
+
+
+_METERED_FIELDS = (
+    "id",
+    "job_id",
+    "node_id",
+    "gpu_index",
+    "attempt",
+    "started_at",
+    "ended_at",
+    "node__gpu_model_id",
+    "node__spot",
+    "node__cluster_id",
+    "job__team_id",
+    "job__submitter_id",
+    "job__dataset",
+)
+
+
+def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result: MeterResult):
+    allocations = list(meter_window_query(now=now))
+    # Without this an allocation that aged out of the window unmetered would never be billed,
+    # and its month could never be closed (the close waits for it). Bounded per run, so a
+    # backlog after a long outage is caught up over a few runs, never in one run too long.
+    backlog = list(meter_backlog_query(now=now)[: _backlog_per_run()])
+    allocations.extend(backlog)
     if not allocations:
         return
     cursors = dict(
@@ -407,6 +441,8 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
     _drop_egress_of_unstarted(attempts=unstarted, result=result)
     result.usage_rows += len(rows)
     result.finalized_allocations += len(done_ids)
+    backlog_ids = {alloc.pk for alloc in backlog}
+    result.backlog_allocations += sum(1 for m in meters if m.allocation_id in backlog_ids)
 
 
 def _meter_egress(*, allocations: list[Allocation], result: MeterResult) -> None:

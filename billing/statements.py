@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
@@ -98,11 +98,11 @@ def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
     ]
 
 
-def unmetered_allocations(*, team_ids: list[int], month) -> int:
-    """How many allocations of ``team_ids``' jobs held a GPU in ``month`` and are not yet
+def unmetered_allocations_query(*, team_ids: list[int], month) -> QuerySet[Allocation]:
+    """The allocations of ``team_ids``' jobs that held a GPU in ``month`` and are not yet
     metered to the month's end (or to their own end, when sooner): a meter run has still to
-    bill them (and charge their attempts' egress) in that month. Zero once the meter has run
-    past the month's end; an allocation ended at its start held nothing and does not count."""
+    bill them (and charge their attempts' egress) in that month. Empty once the meter has run
+    past the month's end; an allocation ended at its start held nothing and is not in it."""
     start, end = calc.month_bounds(month)
     caught_up = AllocationMeter.objects.filter(allocation_id=OuterRef("pk")).filter(
         Q(finalized=True) | Q(metered_until__gte=Least(Coalesce(OuterRef("ended_at"), end), end))
@@ -112,8 +112,13 @@ def unmetered_allocations(*, team_ids: list[int], month) -> int:
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
         .exclude(ended_at__lte=F("started_at"))
         .exclude(Exists(caught_up))
-        .count()
     )
+
+
+def unmetered_allocations(*, team_ids: list[int], month) -> int:
+    """How many allocations ``unmetered_allocations_query`` holds: zero once the month can be
+    closed."""
+    return unmetered_allocations_query(team_ids=team_ids, month=month).count()
 
 
 def statement_close(
@@ -152,16 +157,11 @@ def statement_close(
             raise Conflict(f"{statement.month:%Y-%m} is not over yet", field="status")
         # A bill frozen before the meter has caught up would leave the month's last usage (all
         # of it after a meter outage) "recorded after close", to settle by hand.
-        behind = unmetered_allocations(
+        behind_query = unmetered_allocations_query(
             team_ids=tree.subtree(statement.team_id), month=statement.month
         )
-        if behind:
-            raise Conflict(
-                f"{statement.month:%Y-%m} is not fully metered yet: {behind} GPU allocation"
-                f"{'s' if behind != 1 else ''} of its teams still to be metered to the month's "
-                "end; close it after the next meter run (manage.py billing_meter)",
-                field="status",
-            )
+        if behind := behind_query.count():
+            raise Conflict(_not_metered_message(statement, behind, behind_query), field="status")
         if (mode or statement.mode) == StatementMode.CHARGEBACK:
             _refuse_a_second_charge(statement, locked, tree)
         lines = statement_live_lines(statement=statement)
@@ -200,6 +200,26 @@ def statement_close(
             raise Conflict("statement changed meanwhile; try again", field="status")
         statement.refresh_from_db()
     return statement
+
+
+def _not_metered_message(statement: Statement, behind: int, query: QuerySet[Allocation]) -> str:
+    """Why a close waits for the meter, naming the first allocations it waits for (so an
+    operator can look one up) and what to do: nothing, the meter catches up by itself, also
+    with allocations older than its lookback (``services.meter_backlog_query``)."""
+    shown = list(query.order_by("pk").values_list("pk", flat=True)[:_NAMED_ALLOCATIONS])
+    plural = "s" if behind != 1 else ""
+    names = ", ".join(str(pk) for pk in shown)
+    if behind > len(shown):
+        names += f" and {behind - len(shown)} more"
+    return (
+        f"{statement.month:%Y-%m} is not fully metered yet: {behind} GPU allocation{plural} of "
+        f"its teams still to be metered to the month's end (allocation{plural} {names}); the "
+        "meter catches up by itself on its next runs (manage.py billing_meter runs it now): "
+        "close it after that"
+    )
+
+
+_NAMED_ALLOCATIONS = 5
 
 
 def _refuse_a_second_charge(statement: Statement, related: list[Statement], tree: TeamTree) -> None:

@@ -28,5 +28,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"usage rows {result.usage_rows}, finalized allocations "
             f"{result.finalized_allocations}, lost-work rows {result.lost_rows}, "
-            f"alerts {len(result.alerts)}"
+            f"alerts {len(result.alerts)}, allocations older than the lookback "
+            f"{result.backlog_allocations}"
         )
