@@ -291,7 +291,11 @@ class AllocationMeter(models.Model):
     finalized = models.BooleanField(default=False)
 
     class Meta:
-        indexes = [models.Index(fields=["finalized"], name="allocmeter_finalized")]
+        indexes = [
+            models.Index(fields=["finalized"], name="allocmeter_finalized"),
+            # The meter's window and the close's check read only the cursors after a time.
+            models.Index(fields=["metered_until"], name="allocmeter_metered_until"),
+        ]
 
     def __str__(self) -> str:
         return f"meter of allocation {self.allocation_id} to {self.metered_until:%Y-%m-%d %H:%M}"

@@ -187,8 +187,13 @@ def _lookback() -> timedelta:
     return timedelta(days=getattr(settings, "BILLING_METER_LOOKBACK_DAYS", 35))
 
 
-def _backlog_per_run() -> int:
-    return int(getattr(settings, "BILLING_METER_BACKLOG_PER_RUN", 200))
+def _backlog_per_sweep() -> int:
+    return int(getattr(settings, "BILLING_METER_BACKLOG_PER_SWEEP", 10_000))
+
+
+# Allocations metered per transaction by the backlog sweep: the meter's lock is held for one
+# batch at a time, so the per-minute runs go on between batches.
+BACKLOG_BATCH = 200
 
 
 @dataclass
@@ -199,7 +204,7 @@ class MeterResult:
     egress_rows: int = 0
     alerts: list[BudgetAlert] = field(default_factory=list)
     months: set[date] = field(default_factory=set)
-    # Allocations ended before the lookback and never finalized that this run metered.
+    # Allocations ended before the lookback and never finalized that a backlog sweep metered.
     backlog_allocations: int = 0
     # True when another meter run held the lock: this one did nothing (that run covers it).
     skipped: bool = False
@@ -236,7 +241,12 @@ def meter_run(*, now: datetime | None = None, idle_source: IdleSource | None = N
         if not _meter_lock():
             result.skipped = True
             return result
-        _meter_allocations(now=now, idle_source=idle_source, result=result)
+        _meter_allocations(
+            allocations=list(meter_window_query(now=now)),
+            now=now,
+            idle_source=idle_source,
+            result=result,
+        )
         _meter_lost_work(now=now, result=result)
         # The month just ended too, while its statements wait to be closed: a team moved since
         # has no usage left to meter there, and its new parent still needs that month's bill.
@@ -293,12 +303,20 @@ def _check_cost(cost: Decimal) -> None:
 def meter_window_query(*, now: datetime) -> QuerySet[Allocation]:
     """The allocations a meter run at ``now`` reads: started, not finalized, and live or ended
     within the lookback, with what a usage row needs of their node and job."""
-    finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
+    since = now - _lookback()
+    # A finalized cursor stands at its allocation's end, so only those at ``since`` or later can
+    # be one of these allocations': saying so lets PostgreSQL read that part of the cursors
+    # (allocmeter_metered_until) instead of hashing all of them on every run. A cursor that
+    # broke the rule would have its allocation metered again, to its end: the same rows.
+    finalized = AllocationMeter.objects.filter(
+        allocation_id=OuterRef("pk"), finalized=True, metered_until__gte=since
+    )
     return (
         Allocation.objects.filter(started_at__lt=now)
         # Ended allocations are finalized by the first run after their end; looking back a
-        # bounded window keeps each run from re-reading the whole allocation history.
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=now - _lookback()))
+        # bounded window keeps each run from re-reading the whole allocation history (what
+        # ended before it is the hourly backlog sweep's: meter_backlog_run).
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since))
         .exclude(Exists(finalized))
         .select_related("node", "job")
         # Only what a usage row needs: jobs carry large text/JSON columns the meter never reads.
@@ -310,7 +328,8 @@ def meter_window_query(*, now: datetime) -> QuerySet[Allocation]:
 def meter_backlog_query(*, now: datetime) -> QuerySet[Allocation]:
     """The allocations the window of ``meter_window_query`` no longer reaches but the meter has
     not finalized: ended before the lookback and never metered to their end (the meter was
-    down longer than the lookback, or the allocation was recorded late). Oldest end first."""
+    down longer than the lookback, or the allocation was recorded late). Oldest end first.
+    It reads every cursor older than the lookback, hence hourly (``meter_backlog_run``)."""
     finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
     return (
         Allocation.objects.filter(started_at__lt=now, ended_at__lt=now - _lookback())
@@ -338,15 +357,52 @@ _METERED_FIELDS = (
 )
 
 
-def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result: MeterResult):
-    allocations = list(meter_window_query(now=now))
-    # Without this an allocation that aged out of the window unmetered would never be billed,
-    # and its month could never be closed (the close waits for it). Bounded per run, so a
-    # backlog after a long outage is caught up over a few runs, never in one run too long.
-    backlog = list(meter_backlog_query(now=now)[: _backlog_per_run()])
-    allocations.extend(backlog)
+def meter_backlog_run(
+    *, now: datetime | None = None, idle_source: IdleSource | None = None
+) -> MeterResult:
+    """Meter the allocations ``meter_backlog_query`` finds, oldest end first, at most
+    ``BILLING_METER_BACKLOG_PER_SWEEP`` (10,000) of them, ``BACKLOG_BATCH`` per transaction
+    under the meter's lock; make sure their months have open statements; fire budget alerts.
+
+    Without it an allocation that aged out of the per-minute window unmetered was never billed,
+    and its month could never be closed (the close waits for it) until an operator raised the
+    lookback. Idempotent like ``meter_run``. Stops early when another meter run holds the lock
+    (``skipped``: the next sweep goes on) or when a batch meters nothing (an allocation that
+    cannot be priced is logged and stays in the backlog, as in the window)."""
+    now = now or timezone.now()
+    idle_source = idle_source or _configured_idle_source()
+    result = MeterResult()
+    left = _backlog_per_sweep()
+    while left > 0:
+        with transaction.atomic():
+            if not _meter_lock():
+                result.skipped = True
+                break
+            batch = list(meter_backlog_query(now=now)[: min(BACKLOG_BATCH, left)])
+            metered = _meter_allocations(
+                allocations=batch, now=now, idle_source=idle_source, result=result
+            )
+            _ensure_statements(months=result.months)
+        result.backlog_allocations += metered
+        left -= len(batch)
+        if len(batch) < BACKLOG_BATCH or not metered:
+            break
+    for month in sorted(result.months):
+        result.alerts.extend(budget_evaluate(month=month, now=now))
+    return result
+
+
+def _meter_allocations(
+    *,
+    allocations: list[Allocation],
+    now: datetime,
+    idle_source: IdleSource | None,
+    result: MeterResult,
+) -> int:
+    """Meter ``allocations`` up to ``now``; returns how many were (the rest could not be priced,
+    and are logged)."""
     if not allocations:
-        return
+        return 0
     cursors = dict(
         AllocationMeter.objects.filter(allocation_id__in=[a.pk for a in allocations]).values_list(
             "allocation_id", "metered_until"
@@ -441,8 +497,7 @@ def _meter_allocations(*, now: datetime, idle_source: IdleSource | None, result:
     _drop_egress_of_unstarted(attempts=unstarted, result=result)
     result.usage_rows += len(rows)
     result.finalized_allocations += len(done_ids)
-    backlog_ids = {alloc.pk for alloc in backlog}
-    result.backlog_allocations += sum(1 for m in meters if m.allocation_id in backlog_ids)
+    return len(meters)
 
 
 def _meter_egress(*, allocations: list[Allocation], result: MeterResult) -> None:

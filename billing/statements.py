@@ -104,7 +104,13 @@ def unmetered_allocations_query(*, team_ids: list[int], month) -> QuerySet[Alloc
     bill them (and charge their attempts' egress) in that month. Empty once the meter has run
     past the month's end; an allocation ended at its start held nothing and is not in it."""
     start, end = calc.month_bounds(month)
-    caught_up = AllocationMeter.objects.filter(allocation_id=OuterRef("pk")).filter(
+    # Every cursor that can count stands after the month's start (a finalized one at its
+    # allocation's end): saying so lets PostgreSQL read those cursors (allocmeter_metered_until)
+    # instead of hashing all of them. A cursor that broke the rule would hold the close back,
+    # never let it through, until the meter, which reads them the same way, metered it again.
+    caught_up = AllocationMeter.objects.filter(
+        allocation_id=OuterRef("pk"), metered_until__gt=start
+    ).filter(
         Q(finalized=True) | Q(metered_until__gte=Least(Coalesce(OuterRef("ended_at"), end), end))
     )
     return (
@@ -205,7 +211,7 @@ def statement_close(
 def _not_metered_message(statement: Statement, behind: int, query: QuerySet[Allocation]) -> str:
     """Why a close waits for the meter, naming the first allocations it waits for (so an
     operator can look one up) and what to do: nothing, the meter catches up by itself, also
-    with allocations older than its lookback (``services.meter_backlog_query``)."""
+    with allocations older than its lookback (``services.meter_backlog_run``, hourly)."""
     shown = list(query.order_by("pk").values_list("pk", flat=True)[:_NAMED_ALLOCATIONS])
     plural = "s" if behind != 1 else ""
     names = ", ".join(str(pk) for pk in shown)
@@ -214,8 +220,9 @@ def _not_metered_message(statement: Statement, behind: int, query: QuerySet[Allo
     return (
         f"{statement.month:%Y-%m} is not fully metered yet: {behind} GPU allocation{plural} of "
         f"its teams still to be metered to the month's end (allocation{plural} {names}); the "
-        "meter catches up by itself on its next runs (manage.py billing_meter runs it now): "
-        "close it after that"
+        "meter catches up by itself: within a minute, within the hour for an allocation ended "
+        "before its lookback (manage.py billing_meter --backlog meters those now); close it "
+        "after that"
     )
 
 

@@ -1,4 +1,5 @@
-"""Celery task of billing: one meter run. Thin: it calls ``services.meter_run`` and returns.
+"""Celery tasks of billing: one meter run (every minute), one sweep of the meter's backlog
+(hourly). Thin: each calls one service and returns.
 
 Safe to run on any schedule, duplicated or after a crash: the meter writes absolute values keyed
 by (allocation, hour) and alerts fire once per threshold (database constraints). Suggested beat
@@ -30,5 +31,25 @@ def meter_run() -> dict:
         "usage_rows": result.usage_rows,
         "finalized": result.finalized_allocations,
         "lost_rows": result.lost_rows,
+        "alerts": len(result.alerts),
+    }
+
+
+@shared_task(
+    name="billing.tasks.meter_backlog",
+    autoretry_for=(ConnectionError, TimeoutError, OperationalError),
+    retry_backoff=True,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=5,
+    ignore_result=True,
+)
+def meter_backlog() -> dict:
+    """Meter allocations ended before the meter's lookback that it never finalized."""
+    result = services.meter_backlog_run()
+    return {
+        "skipped": result.skipped,
+        "backlog_allocations": result.backlog_allocations,
+        "usage_rows": result.usage_rows,
         "alerts": len(result.alerts),
     }

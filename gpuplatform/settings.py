@@ -417,6 +417,9 @@ SIMULATED_FAILURE_RATE_PER_NODE_HOUR = env.float(
 # (task name, period in seconds). Each task is idempotent, so a late or doubled run is harmless.
 PERIODIC_TASKS = [
     ("billing.tasks.meter_run", 60.0),
+    # Allocations older than the meter's lookback it never finalized (after an outage): a scan
+    # of all cursors, so hourly rather than in every run.
+    ("billing.tasks.meter_backlog", 3600.0),
     ("tenants.tasks.expire_quota_requests", 60.0),
     ("telemetry.tick", 60.0),
     ("notifications.tasks.dispatch", env.float("NOTIFY_DISPATCH_SECONDS", default=5.0)),

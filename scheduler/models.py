@@ -444,7 +444,13 @@ class Allocation(models.Model):
                 name="allocation_one_live_holder_per_gpu",
             ),
         ]
-        indexes = [models.Index(fields=["job", "ended_at"], name="allocation_job_live")]
+        indexes = [
+            models.Index(fields=["job", "ended_at"], name="allocation_job_live"),
+            # Billing reads allocations by when they ended (the meter's lookback window and its
+            # backlog, the close's "is this month metered?"): without it each read scanned the
+            # whole allocation history (docs/benchmarks.md, "Billing: the close check").
+            models.Index(fields=["ended_at"], name="allocation_ended_at"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id}:{self.gpu_index} for job {self.job_id}"

@@ -1,5 +1,7 @@
-"""``manage.py billing_meter``: run the meter once (cron, the demo, after an outage), or rebuild
-a month's rollups from its usage rows with ``--rebuild-rollups 2026-12``. Idempotent either way."""
+"""``manage.py billing_meter``: run the meter once (cron, the demo, after an outage); with
+``--backlog``, meter the allocations ended before its lookback that it never finalized (what
+the hourly ``billing.tasks.meter_backlog`` does); or rebuild a month's rollups from its usage rows
+with ``--rebuild-rollups 2026-12``. Idempotent each way."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--rebuild-rollups", metavar="YYYY-MM", help="rebuild this month")
+        parser.add_argument(
+            "--backlog",
+            action="store_true",
+            help="meter allocations ended before BILLING_METER_LOOKBACK_DAYS, never finalized",
+        )
 
     def handle(self, *args, **options):
         if month := options.get("rebuild_rollups"):
@@ -24,10 +31,17 @@ class Command(BaseCommand):
             daily, jobs = services.usage_rollup_rebuild(month=first)
             self.stdout.write(f"{month}: {daily} daily rows, {jobs} job rows")
             return
+        if options.get("backlog"):
+            result = services.meter_backlog_run()
+            self.stdout.write(
+                f"allocations older than the lookback metered {result.backlog_allocations}, "
+                f"usage rows {result.usage_rows}, alerts {len(result.alerts)}"
+                + (" (another meter run held the lock: run it again)" if result.skipped else "")
+            )
+            return
         result = services.meter_run()
         self.stdout.write(
             f"usage rows {result.usage_rows}, finalized allocations "
             f"{result.finalized_allocations}, lost-work rows {result.lost_rows}, "
-            f"alerts {len(result.alerts)}, allocations older than the lookback "
-            f"{result.backlog_allocations}"
+            f"alerts {len(result.alerts)}"
         )
