@@ -304,10 +304,10 @@ def meter_window_query(*, now: datetime) -> QuerySet[Allocation]:
     """The allocations a meter run at ``now`` reads: started, not finalized, and live or ended
     within the lookback, with what a usage row needs of their node and job."""
     since = now - _lookback()
-    # A finalized cursor stands at its allocation's end, so only those at ``since`` or later can
-    # be one of these allocations': saying so lets PostgreSQL read that part of the cursors
-    # (allocmeter_metered_until) instead of hashing all of them on every run. A cursor that
-    # broke the rule would have its allocation metered again, to its end: the same rows.
+    # A finalized cursor stands at its allocation's end (the meter writes it there, and nothing
+    # moves the end of an ended allocation), so only cursors at ``since`` or later can be these
+    # allocations': saying so lets PostgreSQL read that part of the cursors
+    # (allocmeter_metered_until) instead of hashing all of them on every run.
     finalized = AllocationMeter.objects.filter(
         allocation_id=OuterRef("pk"), finalized=True, metered_until__gte=since
     )

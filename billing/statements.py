@@ -105,9 +105,9 @@ def unmetered_allocations_query(*, team_ids: list[int], month) -> QuerySet[Alloc
     past the month's end; an allocation ended at its start held nothing and is not in it."""
     start, end = calc.month_bounds(month)
     # Every cursor that can count stands after the month's start (a finalized one at its
-    # allocation's end): saying so lets PostgreSQL read those cursors (allocmeter_metered_until)
-    # instead of hashing all of them. A cursor that broke the rule would hold the close back,
-    # never let it through, until the meter, which reads them the same way, metered it again.
+    # allocation's end, which the meter writes and nothing moves once ended): saying so lets
+    # PostgreSQL read only those cursors (allocmeter_metered_until) instead of hashing all of
+    # them. Were that ever not so, the close would wait: it never freezes a short bill.
     caught_up = AllocationMeter.objects.filter(
         allocation_id=OuterRef("pk"), metered_until__gt=start
     ).filter(
