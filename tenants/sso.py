@@ -56,6 +56,12 @@ class SsoBackend(OIDCAuthenticationBackend):
     """Verified claims (ID token merged with userinfo: some providers put groups only in the
     token) become a user and memberships through ``tenants.identity.sso_login``."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Django builds the backend anew for each login; one failed cache call marks the cache
+        # down for the rest of it.
+        self._jwks_cache_down = False
+
     def verify_token(self, token, **kwargs):
         """The library's signature and nonce checks, and the issuer and audience it leaves out (it
         decodes with ``verify_aud`` off): an ID token the provider issued to another of its
@@ -71,7 +77,7 @@ class SsoBackend(OIDCAuthenticationBackend):
         except SuspiciousOperation:
             if not self._jwk_cached:
                 raise
-            cache.delete(self._jwks_cache_key())
+            self._jwks_cache_call("delete", self._jwks_cache_key())
             self._jwk_cached = False
             payload = super().verify_token(token, **kwargs)
         issuer = settings.OIDC_OP_ISSUER
@@ -123,10 +129,15 @@ class SsoBackend(OIDCAuthenticationBackend):
         ``OIDC_JWKS_CACHE_SECONDS``: a login fetched it each time, so each login made one more
         call that could hang or fail. A token signed with a key id the cached set lacks (the
         provider rotated its keys) fetches it once more before failing. Only a set that gave a
-        usable key is cached, so a garbage answer is not kept."""
+        usable key is cached, so a garbage answer is not kept.
+
+        The cache only saves calls to the provider: with the cache down (Redis unreachable or
+        answering errors) the JWKS is fetched from the provider, as without a cache, and the
+        login goes on (a warning is logged). It raised the cache client's error, a 500 for
+        every login while Redis was down."""
         cache_key = self._jwks_cache_key()
         header = jwt.get_unverified_header(token)
-        jwks = cache.get(cache_key)
+        jwks = self._jwks_cache_call("get", cache_key)
         jwk = _matching_jwk(jwks, header) if jwks is not None else None
         if jwk is None:
             response = self._call("GET", self.OIDC_OP_JWKS_ENDPOINT)
@@ -136,13 +147,31 @@ class SsoBackend(OIDCAuthenticationBackend):
             if jwk is None:
                 raise SuspiciousOperation("Could not find a valid JWKS.")
             key = jwt.PyJWK(jwk)
-            cache.set(cache_key, jwks, settings.OIDC_JWKS_CACHE_SECONDS)
+            self._jwks_cache_call("set", cache_key, jwks, settings.OIDC_JWKS_CACHE_SECONDS)
             return key
         self._jwk_cached = True
         return jwt.PyJWK(jwk)
 
     def _jwks_cache_key(self) -> str:
         return "sso:jwks:" + hashlib.sha256(self.OIDC_OP_JWKS_ENDPOINT.encode()).hexdigest()
+
+    def _jwks_cache_call(self, operation: str, *args: Any) -> Any:
+        """``cache.<operation>(*args)``, or None with a warning when the cache fails. After one
+        failure the rest of this login leaves the cache alone: a Redis that does not answer
+        costs its socket timeout on each call, and the login would pay it for each."""
+        if self._jwks_cache_down:
+            return None
+        try:
+            return getattr(cache, operation)(*args)
+        except Exception as exc:  # the client's errors differ by backend; all mean "no cache"
+            self._jwks_cache_down = True
+            log.warning(
+                "single sign-on: JWKS cache unavailable (%s: %s), using the provider's JWKS "
+                "without it",
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+            return None
 
     def get_or_create_user(self, access_token, id_token, payload):
         userinfo = self.get_userinfo(access_token, id_token, payload)

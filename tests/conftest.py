@@ -163,6 +163,39 @@ async def refused_with(socket, timeout: float = 5) -> int | None:
     return output.get("code") if output["type"] == "websocket.close" else None
 
 
+def _refusing_redis_url() -> str:
+    """The run's Redis as a user it does not know: every connection is answered an error."""
+    parts = urlsplit(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
+    return parts._replace(netloc=f"no-such-user:pw@{parts.hostname}:{parts.port or 6379}").geturl()
+
+
+DEAD_CACHES = {
+    "nothing listens on its port": lambda: "redis://127.0.0.1:1/0",
+    "it refuses every command": _refusing_redis_url,
+}
+
+
+@pytest.fixture(params=DEAD_CACHES.values(), ids=DEAD_CACHES.keys())
+def cache_down(request, settings):
+    """The cache is Redis (the production client) and it is down: nothing listens where it
+    should be, or it answers every command an error. Each cache call raises the client's error.
+    Back up at teardown, before the fixtures that empty the cache then (set up before this one,
+    they are torn down after it, and the ``settings`` fixture later still)."""
+    working = settings.CACHES
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "gpuplatform.cache.ProcessSharedRedisCache",
+            "LOCATION": request.param(),
+        }
+    }
+    from django.core.cache import cache
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever the client raises: it is down
+        cache.get("anything")
+    yield
+    settings.CACHES = working
+
+
 def use_channel_layer(settings, kind: str) -> None:
     """Point the channel layer at a fresh in-memory one (``memory``) or at the test Redis
     (``redis``), with a key prefix of its own: other test runs on the same Redis use the same

@@ -112,3 +112,21 @@ def test_a_token_revoked_in_another_process_stops_working_here_at_once(node1, po
     assert done.stdout.strip() == "True", done.stderr
     assert post_batch([make_sample(gpu=1)]).status_code == 401
     assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
+
+
+def test_with_the_cache_down_tokens_are_looked_up_in_the_database(
+    db, node1, post_batch, cache_down
+):
+    """Fail open to the database, not to the per-process cache: a live token works, an unknown
+    one is refused, and a revoked one is refused at once (nothing is cached without the shared
+    generation to check it against)."""
+    from telemetry.services import node_token_revoke
+
+    assert post_batch([make_sample(gpu=0)]).status_code == 202
+    assert post_batch([make_sample(gpu=1)], token=WRONG).status_code == 401
+    with CaptureQueriesContext(connection) as repeat:
+        assert post_batch([make_sample(gpu=1)], token=WRONG).status_code == 401
+    assert len(repeat.captured_queries) == 1  # no negative cache: one lookup each
+    node_token_revoke(token=NodeAgentToken.objects.get(node=node1))
+    assert post_batch([make_sample(gpu=2)]).status_code == 401
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
