@@ -311,13 +311,16 @@ def whatif_replay(
     until: datetime,
     candidates: Any,
     watch: Watch | None = None,
+    exporting: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """``{"results": policy -> metrics, "details": policy -> chart data, "jobs": n}`` for the jobs
     submitted on ``cluster`` in [since, until). Bad input is FieldErrors; a history that cannot
     be replayed is ReplayFailed; a window of more than ``WHATIF_MAX_JOBS`` jobs is FieldErrors
     (``window``). ``watch(policy, policy_index, policies, jobs_done, jobs)`` hears
     progress (about 200 times per policy as jobs finish, and every few dozen simulator rounds
-    and engine calls even while none finishes) and may raise to stop the replay."""
+    and engine calls even while none finishes) and may raise to stop the replay.
+    ``exporting(jobs_read)`` is called likewise while the history is exported, before the
+    replay (every ``export_trace.PROGRESS_EVERY_ROWS`` jobs read), and may raise to stop it."""
     candidates = whatif_validate(since=since, until=until, candidates=candidates)
     # Checked again here: the run was started a while ago, and its window's jobs may have
     # finished since (the export streams, but the simulator holds every job in memory).
@@ -347,6 +350,7 @@ def whatif_replay(
                 cluster=cluster,
                 stdout=io.StringIO(),
                 stderr=io.StringIO(),
+                progress=exporting,
             )
         except CommandError as exc:
             raise ReplayFailed(f"the history could not be exported: {exc}") from None

@@ -371,6 +371,25 @@ def whatif_run_execute(*, run_id: int) -> None:
         if moved:
             _whatif_publish(run_id)
 
+    def exporting(jobs_read: int) -> None:
+        # The export before the replay is bounded and cancellable as the replay is: a window of
+        # many jobs on a slow database read for as long as it took, past the bound, unheard.
+        where = f"exporting the history ({jobs_read:,} jobs read)"
+        clock = time.monotonic()
+        if clock > deadline:
+            raise WhatIfTooLong(where)
+        if clock - last_check[0] < WHATIF_CHECK_EVERY_S:
+            return
+        last_check[0] = clock
+        updated = WhatIfRun.objects.filter(
+            pk=run_id, status=WhatIfStatus.RUNNING, cancel_requested=False
+        ).update(
+            progress_text=f"exporting the history: {jobs_read:,} jobs read",
+            heartbeat_at=timezone.now(),
+        )
+        if not updated:
+            raise WhatIfCancelled(where)
+
     def finish(*, unless_cancelled: bool = False, **fields) -> bool:
         rows = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING)
         if unless_cancelled:
@@ -387,6 +406,7 @@ def whatif_run_execute(*, run_id: int) -> None:
             until=run.until,
             candidates=run.candidates,
             watch=watch,
+            exporting=exporting,
         )
     except WhatIfCancelled as exc:
         finish(

@@ -25,7 +25,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from scheduler.policy.fields import FIELDS, LEGACY, MAX_LAS_THRESHOLDS, Field
+from scheduler.policy.fields import (
+    FIELDS,
+    LEGACY,
+    MAX_ATTAINED_GPU_S,
+    MAX_LAS_THRESHOLDS,
+    MAX_SECONDS,
+    Field,
+)
 from scheduler.policy.jsonread import (
     SnapshotError,
     _bool,
@@ -141,9 +148,7 @@ def _field(f: Field, value: Any, path: str) -> Any:
                 raise SnapshotError(path, f"must be > {_fmt(f.low)}")
         else:
             v = _num(value, path, minimum=f.low)
-        if f.high is not None and v > f.high:
-            raise SnapshotError(path, f"must be <= {_fmt(f.high)}")
-        return v
+        return _at_most(v, f.high, path)
     if kind == "integer":
         return _int(
             value,
@@ -172,9 +177,16 @@ def _thresholds(value: Any, path: str) -> tuple[float, ...]:
     for k, x in enumerate(th):
         if x <= 0:
             raise SnapshotError(f"{path}[{k}]", "must be > 0")
+        _at_most(x, MAX_ATTAINED_GPU_S, f"{path}[{k}]")
         if k and x <= th[k - 1]:
             raise SnapshotError(f"{path}[{k}]", "must be greater than the previous threshold")
     return th
+
+
+def _at_most(value: float, high: float | None, path: str) -> float:
+    if high is not None and value > high:
+        raise SnapshotError(path, f"must be <= {_fmt(high)}")
+    return value
 
 
 _TOP = {f.name: f for f in FIELDS if not f.section}
@@ -233,16 +245,23 @@ def _legacy(d: Mapping[str, Any], path: str, kw: dict[str, Any], las: Las | None
     def get(key: str, decode: Callable[[Any, str], Any]) -> Any:
         return decode(d[key], _join(path, key)) if key in d else None
 
+    # Bounded as their replacements are: a flat key must not let in what the new one refuses.
+    def seconds(v: Any, p: str) -> float:
+        return _at_most(_num(v, p, minimum=0), MAX_SECONDS, p)
+
+    def gpu_s(v: Any, p: str) -> float:
+        return _at_most(_num(v, p, minimum=0), MAX_ATTAINED_GPU_S, p)
+
     if "las_lowest_queue_first" in d:
         kw["victims_lowest_rank_first"] = get("las_lowest_queue_first", _bool)
     th = get("las_thresholds_gpu_s", _thresholds)
     one_node = get("las_fifo_one_node", _bool)
-    after = get("las_fifo_after_s", lambda v, p: _num(v, p, minimum=0))
+    after = get("las_fifo_after_s", seconds)
     defrag = get("las_defragment", _bool)
-    reserve = get("las_reserve_after_s", lambda v, p: _num(v, p, minimum=0))
+    reserve = get("las_reserve_after_s", seconds)
     bottom = get("las_bottom_fifo", _bool)
-    fifo_from = get("las_fifo_from_gpu_s", lambda v, p: _num(v, p, minimum=0))
-    long_run = get("las_long_run_s", lambda v, p: _num(v, p, minimum=0))
+    fifo_from = get("las_fifo_from_gpu_s", gpu_s)
+    long_run = get("las_long_run_s", seconds)
     if th is not None:
         if not th:
             return None  # the queues off: the other las_* keys only applied with them

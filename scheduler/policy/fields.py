@@ -18,7 +18,18 @@ from dataclasses import dataclass, fields
 
 from scheduler.policy.model import QUEUE_ORDERS, Config, Las
 
-__all__ = ["FIELDS", "LEGACY", "MAX_CYCLE_COUNT", "MAX_LAS_THRESHOLDS", "Field", "docs_table"]
+__all__ = [
+    "FIELDS",
+    "LEGACY",
+    "MAX_ATTAINED_GPU_S",
+    "MAX_CYCLE_COUNT",
+    "MAX_FAIR_SHARE_BAND",
+    "MAX_LAS_THRESHOLDS",
+    "MAX_SECONDS",
+    "MAX_WAIT_PRICE_PER_GPU_H",
+    "Field",
+    "docs_table",
+]
 
 # The upper bound of a per-cycle count (``max_preemption_attempts``, ``reservations_per_model``).
 # Each counts blocked pending jobs of one cycle (a reservation is one job's, a preemption plan one
@@ -26,6 +37,26 @@ __all__ = ["FIELDS", "LEGACY", "MAX_CYCLE_COUNT", "MAX_LAS_THRESHOLDS", "Field",
 # pending jobs on 1,000 nodes x 8 GPUs, docs/benchmarks.md) means "no limit" on any real cluster
 # and changes no decision; above it a value only ever meant "unlimited" (or a typo: 1e30).
 MAX_CYCLE_COUNT = 100_000
+# The upper bound of every duration (a grace, a half-life, a wait, a runtime): a century. A job
+# lives at most a year and a day (its runtime limit and checkpoint interval, core.bounds
+# MAX_DURATION_S), so a protection window, grace, slack, default runtime, wait or total run
+# longer than that is already "never" (or "always") for every job, and a century decides the same;
+# a half-life or an aging time of a century weighs a year-old GPU-hour, or shrinks a year-old
+# wait's job, by under 1 %, inside any fair-share band. Above it a value only ever meant
+# "forever" (1e300), and it kept products with GPU counts and prices finite.
+MAX_SECONDS = 100 * 365 * 24 * 3600
+# The upper bound of a LAS threshold: more GPU-seconds than any job can attain (the largest job
+# the platform takes, 4096 workers x 64 GPUs, running a year and a day attains 8.3e12), so a
+# threshold above it is one no job ever crosses, as this one.
+MAX_ATTAINED_GPU_S = 1e15
+# The upper bound of ``fair_share_band``: a band of a million ties every team within a factor of
+# a thousand of its share either way (sites use 1.x to 10; the default is 2); a wider one only
+# ever meant "fair share off".
+MAX_FAIR_SHARE_BAND = 1e6
+# The upper bound of ``wait_price_per_gpu_h``: the price book's own ceiling for a GPU-hour
+# (billing MAX_RATE); waiting valued above the dearest GPU-hour anyone can sell only ever meant
+# "never hold out", which is ``null``.
+MAX_WAIT_PRICE_PER_GPU_H = 100_000.0
 # The most LAS thresholds (so at most 64 queues per class, the bound of
 # ``las.bottom_fifo_queues``): Tiresias uses two or three, the default four.
 MAX_LAS_THRESHOLDS = 63
@@ -41,6 +72,7 @@ class Field:
     low: float | None = None  # the smallest value accepted ...
     above: bool = False  # ... or, when set, the value it must exceed
     high: float | None = None  # the largest value accepted (of "thresholds": the most items)
+    item_high: float | None = None  # of "thresholds": the largest item accepted
     nullable: bool = False  # null turns the field's rule off
 
     @property
@@ -64,8 +96,15 @@ FIELDS: tuple[Field, ...] = (
         "number",
         "a job whose next checkpoint is due within this is not preempted this cycle",
         low=0,
+        high=MAX_SECONDS,
     ),
-    Field("preemption_grace_s", "number", "grace period carried by every `Preempt`", low=0),
+    Field(
+        "preemption_grace_s",
+        "number",
+        "grace period carried by every `Preempt`",
+        low=0,
+        high=MAX_SECONDS,
+    ),
     Field(
         "fair_share_half_life_s",
         "number",
@@ -73,6 +112,7 @@ FIELDS: tuple[Field, ...] = (
         "and the simulator decay with it)",
         low=0,
         above=True,
+        high=MAX_SECONDS,
     ),
     Field("min_health", "number", "nodes below this health receive no new work", low=0, high=1),
     Field(
@@ -86,12 +126,14 @@ FIELDS: tuple[Field, ...] = (
         "`fair` order: waiting this long halves a job's effective size",
         low=0,
         above=True,
+        high=MAX_SECONDS,
     ),
     Field(
         "default_runtime_s",
         "number",
         "runtime assumed for ordering when a job has no estimate",
         low=0,
+        high=MAX_SECONDS,
     ),
     Field(
         "deadline_slack_s",
@@ -99,6 +141,7 @@ FIELDS: tuple[Field, ...] = (
         "a waiting job with at most this much slack before its deadline (and not less than 0) "
         "goes first within its rank (rule 1b)",
         low=0,
+        high=MAX_SECONDS,
     ),
     Field(
         "fair_share_band",
@@ -106,6 +149,7 @@ FIELDS: tuple[Field, ...] = (
         "fair-share ratios within about this factor tie",
         low=1,
         above=True,
+        high=MAX_FAIR_SHARE_BAND,
     ),
     Field(
         "max_preemption_attempts",
@@ -146,6 +190,7 @@ FIELDS: tuple[Field, ...] = (
         "`null` = never while an allowed pool can start it now",
         low=0,
         nullable=True,
+        high=MAX_WAIT_PRICE_PER_GPU_H,
     ),
     Field(
         "las",
@@ -159,6 +204,7 @@ FIELDS: tuple[Field, ...] = (
         "thresholds",
         "attained GPU-seconds at which a job drops to the next queue of its class; ascending, > 0",
         high=MAX_LAS_THRESHOLDS,
+        item_high=MAX_ATTAINED_GPU_S,
     ),
     Field(
         "las.fifo_one_node_after_s",
@@ -167,6 +213,7 @@ FIELDS: tuple[Field, ...] = (
         "its queue; `null` = never",
         low=0,
         nullable=True,
+        high=MAX_SECONDS,
     ),
     Field(
         "las.defragment",
@@ -181,6 +228,7 @@ FIELDS: tuple[Field, ...] = (
         low=0,
         above=True,
         nullable=True,
+        high=MAX_SECONDS,
     ),
     Field(
         "las.bottom_fifo_queues",
@@ -199,6 +247,7 @@ FIELDS: tuple[Field, ...] = (
         low=0,
         above=True,
         nullable=True,
+        high=MAX_SECONDS,
     ),
 )
 
@@ -230,14 +279,18 @@ def _json(value: object) -> str:
     return f"`{value}`"
 
 
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
 def _bounds(f: Field) -> str:
     if f.kind == "thresholds":
-        return f"(1 to {f.high:g} of them)" if f.high is not None else ""
+        return f"(1 to {f.high:g} of them, each <= {_number(f.item_high or 0)})"
     parts = []
     if f.low is not None:
         parts.append(f"{'>' if f.above else '>='} {f.low:g}")
     if f.high is not None:
-        parts.append(f"<= {f.high:g}")
+        parts.append(f"<= {_number(f.high)}")
     return ", ".join(parts)
 
 

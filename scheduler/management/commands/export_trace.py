@@ -26,6 +26,10 @@ from tenants.models import PriorityClass, Quota, Team
 # Job lines wait here until the skipped counts for the header (the first line) are known; past
 # this size they go to disk, so memory stays flat however long the history is.
 SPOOL_MAX_BYTES = 8 * 1024 * 1024
+# A caller's ``progress`` hook (the what-if's time bound and cancel) is called after every this
+# many jobs read: a few milliseconds of work, as the replay's hook every TICK_EVERY simulator
+# rounds, so a bound or a cancel stops a long export as promptly as it stops the replay.
+PROGRESS_EVERY_ROWS = 500
 
 JOB_FIELDS = (
     "id",
@@ -170,6 +174,9 @@ class Command(BaseCommand):
         "Export finished jobs, nodes, teams and the policy configuration as a gpuplatform-trace "
         "file for the trace simulator (docs/simulation.md)."
     )
+    # call_command only: ``progress(jobs_read)`` is called every PROGRESS_EVERY_ROWS jobs read
+    # and may raise to stop the export (the file at --out is then left as it was).
+    stealth_options = ("progress",)
 
     def add_arguments(self, parser):
         parser.add_argument("--out", required=True, help="file to write, - for stdout")
@@ -181,7 +188,7 @@ class Command(BaseCommand):
             "--cluster", help="only jobs that ran on this cluster, and only its nodes"
         )
 
-    def handle(self, *args, out: str, since, until, cluster, **options):
+    def handle(self, *args, out: str, since, until, cluster, progress=None, **options):
         since_at = _parse_time("--since", since)
         until_at = _parse_time("--until", until)
         if since_at is not None and until_at is not None and since_at >= until_at:
@@ -213,17 +220,20 @@ class Command(BaseCommand):
                 lambda text: self.stdout.write(text, ending=""),
                 spool_dir=None,
                 target="-",
+                progress=progress,
             )
             where = "stdout"
         else:
-            counts = self._export_atomically(jobs, cluster_row, exported_at, out)
+            counts = self._export_atomically(jobs, cluster_row, exported_at, out, progress)
             where = out
         self.stderr.write(
             f"exported {counts['exported']} jobs (skipped: {counts['never_ran']} never ran, "
             f"{counts['unfinished']} unfinished) to {where}"
         )
 
-    def _export_atomically(self, jobs, cluster_row, exported_at, out: str) -> dict[str, int]:
+    def _export_atomically(
+        self, jobs, cluster_row, exported_at, out: str, progress: Callable[[int], object] | None
+    ) -> dict[str, int]:
         directory = os.path.dirname(os.path.abspath(out))
         try:
             fd, temp = tempfile.mkstemp(
@@ -234,7 +244,13 @@ class Command(BaseCommand):
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 counts = self._export(
-                    jobs, cluster_row, exported_at, handle.write, spool_dir=directory, target=out
+                    jobs,
+                    cluster_row,
+                    exported_at,
+                    handle.write,
+                    spool_dir=directory,
+                    target=out,
+                    progress=progress,
                 )
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -255,6 +271,7 @@ class Command(BaseCommand):
         *,
         spool_dir: str | None,
         target: str,
+        progress: Callable[[int], object] | None = None,
     ) -> dict[str, int]:
         header: dict[str, Any] = {
             "format": FORMAT,
@@ -297,7 +314,9 @@ class Command(BaseCommand):
         ) as spool:
             group: list[dict[str, Any]] = []
             group_at: datetime | None = None
-            for row in rows:
+            for read, row in enumerate(rows, 1):
+                if progress is not None and read % PROGRESS_EVERY_ROWS == 0:
+                    progress(read)
                 if row["state"] not in FINAL_STATES:
                     skipped["unfinished"] += 1
                     continue

@@ -108,6 +108,7 @@ def test_a_candidate_file_holds_a_whole_policy(demo_admin, tmp_path):
         (["--version", "x"], "--version: must be a version number"),
         (["--candidate", "GHOSTTEAM"], "candidates.ghost.team_weights.nobody: no such team"),
         (["--candidate", "STRAYKEY"], "stray.json.queue_aging_s: unknown key"),
+        (["--candidate", "HUGE"], "candidates.huge.las.long_run_s: must be <="),
     ],
 )
 def test_bad_input_is_exit_2_naming_the_field(demo_admin, tmp_path, args, message):
@@ -116,11 +117,13 @@ def test_bad_input_is_exit_2_naming_the_field(demo_admin, tmp_path, args, messag
     bad.write_text('{"queue_aging_s": -3}')
     (tmp_path / "ghost.json").write_text('{"team_weights": {"nobody": 2}}')
     (tmp_path / "stray.json").write_text('{"team_weights": {}, "queue_aging_s": 5}')
+    (tmp_path / "huge.yaml").write_text("las:\n  long_run_s: 1.0e+300\n")
     files = {
         "BADCONFIG": str(bad),
         "BAD": str(tmp_path / "missing"),
         "GHOSTTEAM": str(tmp_path / "ghost.json"),
         "STRAYKEY": str(tmp_path / "stray.json"),
+        "HUGE": str(tmp_path / "huge.yaml"),
     }
     args = [files.get(a, a) for a in args]
     if "--candidate" not in args and args != []:

@@ -37,6 +37,20 @@ def demo(db, settings):
 @pytest.fixture
 def quiet_window(demo):
     """(until, days) of a one-day window, before the demo's seeded history, of long jobs."""
+    return _long_jobs(demo, QUIET_JOBS)
+
+
+# More jobs than the export reads between two looks at the bound and the cancel flag (500).
+EXPORTED_JOBS = 1_200
+
+
+@pytest.fixture
+def long_export(demo):
+    """(until, days) of a one-day window of EXPORTED_JOBS long jobs."""
+    return _long_jobs(demo, EXPORTED_JOBS)
+
+
+def _long_jobs(demo, count: int):
     until = timezone.now() - timedelta(days=5)
     since = until - timedelta(days=1)
     team = Team.objects.get(slug="vision")
@@ -53,12 +67,12 @@ def quiet_window(demo):
             preemptible=False,
             cluster=cluster,
             state=JobState.SUCCEEDED,
-            submitted_at=since + timedelta(minutes=k),
-            started_at=since + timedelta(minutes=k),
-            finished_at=since + timedelta(minutes=k, days=QUIET_DAYS),
+            submitted_at=since + timedelta(seconds=k * 60 * QUIET_JOBS / count),
+            started_at=since + timedelta(seconds=k * 60 * QUIET_JOBS / count),
+            finished_at=since + timedelta(seconds=k * 60 * QUIET_JOBS / count, days=QUIET_DAYS),
             attempts=1,
         )
-        for k in range(QUIET_JOBS)
+        for k in range(count)
     )
     return until, 1
 
@@ -87,11 +101,41 @@ def test_a_replay_where_no_job_finishes_stops_at_its_bound(demo, quiet_window, s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_replay_where_no_job_finishes_stops_on_cancel(demo, quiet_window):
-    """A cancel was read only at a percent of finished jobs: it waited for the replay's first
-    finish (weeks of simulated time away here). Asked for as the worker claims the run, it now
-    stops the replay before any job finished."""
-    run = _start(demo, *quiet_window)
+def test_the_export_before_the_replay_stops_at_the_same_bound(demo, long_export, settings):
+    """The bound was first read by the replay: the export of the window's jobs before it (one
+    query streamed row by row, for as long as a big window on a busy database takes) ran to its
+    end whatever the bound. Now it is read every 500 jobs the export reads, and the run fails
+    with the replay's status and message, saying it stopped in the export."""
+    settings.WHATIF_MAX_RUNTIME_SECONDS = 1e-9
+    run = _start(demo, *long_export)
+    run_whatif(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.finished_at is not None
+    assert run.progress_text == "failed"
+    assert run.error == (
+        "the replay ran longer than WHATIF_MAX_RUNTIME_SECONDS (1e-09 s) and was stopped at "
+        "exporting the history (500 jobs read); choose a shorter window or fewer candidates"
+    ), run.error
+    assert run.results == {} and run.details == {}
+    again = whatif_runs.whatif_run_start(user=demo["admin"], window_days=1, candidates={"a": {}})
+    assert again.status == "queued"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_stops_the_export_before_the_replay(demo, long_export):
+    """A cancel asked for as the worker claims the run was first read by the replay, after the
+    whole export; now the export reads it too."""
+    run = _start(demo, *long_export)
+    _cancel_when_claimed(demo, run)
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.finished_at is not None
+    assert run.progress_text == (
+        "cancelled; the replay was stopped at exporting the history (500 jobs read)"
+    ), run.progress_text
+    assert run.results == {} and run.error == ""
+
+
+def _cancel_when_claimed(demo, run) -> None:
     asked: list[int] = []
 
     def cancel_when_claimed(batch):
@@ -105,6 +149,15 @@ def test_a_replay_where_no_job_finishes_stops_on_cancel(demo, quiet_window):
         run_whatif(run.pk)
     finally:
         streams._listeners.remove(cancel_when_claimed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_where_no_job_finishes_stops_on_cancel(demo, quiet_window):
+    """A cancel was read only at a percent of finished jobs: it waited for the replay's first
+    finish (weeks of simulated time away here). Asked for as the worker claims the run, it now
+    stops the replay before any job finished."""
+    run = _start(demo, *quiet_window)
+    _cancel_when_claimed(demo, run)
     run.refresh_from_db()
     assert run.status == "cancelled" and run.finished_at is not None
     assert run.progress_text.startswith("cancelled; the replay was stopped at")

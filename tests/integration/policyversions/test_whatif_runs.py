@@ -745,3 +745,50 @@ def test_a_run_queued_behind_a_live_replay_is_not_taken_for_lost(demo):
     whatif_runs.whatif_run_reap_stale()
     waiting.refresh_from_db()
     assert waiting.status == "failed" and "no worker took the replay" in waiting.error
+
+
+HUGE = {
+    "checkpoint_protect_s": 1e300,
+    "preemption_grace_s": 1e300,
+    "fair_share_half_life_s": 1e300,
+    "queue_aging_s": 1e300,
+    "default_runtime_s": 1e300,
+    "deadline_slack_s": 1e300,
+    "fair_share_band": 1e300,
+    "wait_price_per_gpu_h": 1e300,
+    "las.fifo_one_node_after_s": 1e300,
+    "las.reserve_after_s": 1e300,
+    "las.long_run_s": 1e300,
+    "las.thresholds_gpu_s": [3600, 1e300],
+}
+
+
+def _engine(key: str, value) -> dict:
+    section, _, name = key.rpartition(".")
+    return {section: {name: value}} if section else {name: value}
+
+
+@pytest.mark.parametrize("key", HUGE, ids=list(HUGE))
+def test_a_huge_engine_number_is_a_400_naming_it_in_a_whatif_and_an_apply(demo, api_as, key):
+    """1e300 in any engine field was accepted: a what-if replayed it, an apply put it in force.
+    Now both are a 400 naming the field, with nothing written."""
+    field = key + ("[1]" if key.endswith("thresholds_gpu_s") else "")
+    admin = api_as(demo["admin"])
+    response = admin.post(
+        "/api/v1/policy/whatif",
+        {"candidates": {"c": {"engine_config": _engine(key, HUGE[key])}}},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert f"candidates.c.engine_config.{field}" in response.json(), response.json()
+    assert not WhatIfRun.objects.exists()
+    services.policy_version_seed()  # version 1, which any apply seeds first
+    versions = PolicyVersion.objects.count()
+    response = admin.post(
+        "/api/v1/policy/versions",
+        {"reason": "huge", "engine_config": _engine(key, HUGE[key])},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert f"engine_config.{field}" in response.json(), response.json()
+    assert PolicyVersion.objects.count() == versions

@@ -2,8 +2,8 @@
 
 An admin may put in force any configuration ``config_from_dict`` accepts (``policy_apply`` and
 the what-if check it with nothing more), so ``decide`` must return, with the contract's
-invariants, for every one of them, not only the documented defaults: a grace or half-life of
-1e300 s, a band just above 1, a count at its upper bound, ``null`` wherever a field may be
+invariants, for every one of them, not only the documented defaults: a grace or half-life at
+its upper bound (a century), a band just above 1, a count at its upper bound, ``null`` wherever a field may be
 null, every queue order. Configurations are drawn from ``fields.FIELDS`` and built through the
 codec, so a field added there is covered here and an out-of-range draw fails loudly instead of
 testing nothing. Snapshots are the contended ones of ``test_properties``, with deadlines and
@@ -63,8 +63,10 @@ def _value(f: Field) -> st.SearchStrategy[Any]:
     elif f.kind == "choice":
         s = st.sampled_from(QUEUE_ORDERS)
     elif f.kind == "thresholds":
+        items = [SMALLEST, 1.0, 3600.0, 36000.0, 1e12, 1e300, BIGGEST]
+        top = math.inf if f.item_high is None else f.item_high
         s = st.lists(
-            st.sampled_from([SMALLEST, 1.0, 3600.0, 36000.0, 1e12, 1e300, BIGGEST]),
+            st.sampled_from([x for x in items if x <= top] + ([top] if top < math.inf else [])),
             min_size=1,
             max_size=5,
             unique=True,
