@@ -24,9 +24,10 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.core.cache import cache
 from django.db.models import IntegerField, Max, Min
 from django.db.models.functions import Cast
+
+from core.caching import cache_quietly, cached_or_none
 
 from .backends import backend_run_ref, get_backend
 from .checkpoint_interval import CheckpointAdvice, advise
@@ -62,7 +63,7 @@ class PoolRate:
 def observed_rates(*, now: datetime) -> Rates:
     """Interruptions and running hours per (GPU model, spot, team) over the observation window
     (cached)."""
-    cached = cache.get(_CACHE_KEY)
+    cached = cached_or_none(_CACHE_KEY)
     if cached is not None:
         return {tuple(k): v for k, v in cached}  # type: ignore[misc]
     since = now - timedelta(days=OBSERVATION_DAYS)
@@ -92,7 +93,7 @@ def observed_rates(*, now: datetime) -> Rates:
         key = pool_of.get((job_id, (data or {}).get("attempt")))
         if key is not None:
             rates[key][0] += 1
-    cache.set(_CACHE_KEY, list(rates.items()), RATES_CACHE_S)
+    cache_quietly(_CACHE_KEY, list(rates.items()), RATES_CACHE_S)
     return rates
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.cache import cache
 from django.utils.module_loading import import_string
 
+from core.caching import cache_quietly, cached_or_none
 from scheduler.policy import Cluster as PolicyCluster
 from scheduler.policy import Dataset as PolicyDataset
 from scheduler.policy import JobRouting, SnapshotError, routing_from_dict
@@ -81,7 +81,7 @@ def job_routing(stored: dict | None, *, job_id: int) -> JobRouting | None:
 def spot_interruption_rates(*, now: datetime) -> dict[int, float]:
     """Per cluster id, the fraction of spot GPU time of the last ``SPOT_OBSERVATION_DAYS`` that
     interruptions destroyed (the requeues' lost GPU-seconds over the spot GPU-seconds run)."""
-    cached = cache.get(_SPOT_CACHE_KEY)
+    cached = cached_or_none(_SPOT_CACHE_KEY)
     if cached is not None:
         return dict(cached)
     since = now - timedelta(days=SPOT_OBSERVATION_DAYS)
@@ -108,7 +108,7 @@ def spot_interruption_rates(*, now: datetime) -> dict[int, float]:
         for cid, seconds in run_s.items()
         if seconds > 0
     }
-    cache.set(_SPOT_CACHE_KEY, list(rates.items()), SPOT_RATES_CACHE_S)
+    cache_quietly(_SPOT_CACHE_KEY, list(rates.items()), SPOT_RATES_CACHE_S)
     return rates
 
 

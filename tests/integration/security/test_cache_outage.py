@@ -58,3 +58,21 @@ def test_password_sign_ins_go_on_with_the_cache_down(platform, strict_rates, cac
     assert token.status_code == 201, token.content
     assert "password limit login skipped: cache unavailable" in caplog.messages
     assert "password limit login not counted: cache unavailable" in caplog.messages
+
+
+def test_the_job_page_and_the_loops_rates_answer_with_the_cache_down(platform, submit, cache_down):
+    """The checkpoint advice (the job page, the loop's enforce stage) and the routing facts (the
+    snapshot) read rates the cache keeps; with the cache down they are computed from the database
+    instead of raising the cache client's error."""
+    from django.utils import timezone
+
+    from scheduler.checkpoint_advice import observed_rates
+    from scheduler.routing_facts import spot_interruption_rates
+
+    job_id = submit(platform["alice"]).json()["id"]
+    client = Client()
+    client.force_login(platform["alice"])
+    assert client.get(f"/jobs/{job_id}/").status_code == 200
+    now = timezone.now()
+    assert observed_rates(now=now) == {}
+    assert spot_interruption_rates(now=now) == {}
