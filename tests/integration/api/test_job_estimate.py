@@ -47,28 +47,31 @@ def test_bad_input_is_the_submissions_400(platform, api_as):
     assert estimate(api_as, None).status_code in (401, 403)
 
 
-@pytest.mark.parametrize("default_runtime_s", [1e12, 1e300])
-def test_a_default_run_time_past_the_calendar_gives_an_unknown_finish(
-    platform, api_as, settings, default_runtime_s
-):
-    # Any finite default_runtime_s is a valid policy; a job with no limit and no history
-    # finishes past the year 9999 and the estimate raised OverflowError (a 500 for every user).
-    settings.SCHEDULER_POLICY = {"default_runtime_s": default_runtime_s}
+CENTURY_S = 3_153_600_000  # the codec's largest duration (scheduler/policy/fields.py)
+
+
+def test_the_longest_default_run_time_gives_a_finish_in_the_calendar(platform, api_as, settings):
+    # Before the codec bounded durations, any finite default_runtime_s was a valid policy: a job
+    # with no limit and no history finished past the year 9999 and the estimate raised
+    # OverflowError (a 500 for every user). The largest the codec now takes stays in the
+    # calendar; the estimate still says "unknown" for a finish past it (a guard kept).
+    settings.SCHEDULER_POLICY = {"default_runtime_s": CENTURY_S}
     due = timezone.now() + timedelta(hours=3)
     response = estimate(api_as, platform["alice"], deadline=due.isoformat())
     assert response.status_code == 200, response.content
     body = response.json()
-    assert (body["runtime_s"], body["runtime_source"]) == (default_runtime_s, "the default")
+    assert (body["runtime_s"], body["runtime_source"]) == (CENTURY_S, "the default")
     assert body["starts_now"] is True and body["start"] is not None
-    assert body["finish"] is None and body["meets_deadline"] is None
+    assert body["finish"] is not None and body["meets_deadline"] is False
 
 
-def test_a_start_past_the_calendar_is_unknown(platform, api_as, submit, settings):
-    # A grace of 1e300 s (valid: never force-stop a victim) puts a job that must preempt at the
-    # end of that grace; turning the engine's start into a date raised (a 500).
+def test_a_start_after_the_longest_grace_is_a_date(platform, api_as, submit, settings):
+    # A grace of 1e300 s (then valid: never force-stop a victim) put a job that must preempt at
+    # the end of that grace, and turning the engine's start into a date raised (a 500). A
+    # century, the longest grace the codec takes now, is a date.
     from scheduler.loop.cycle import run_cycle
 
-    settings.SCHEDULER_POLICY = {"preemption_grace_s": 1e300}
+    settings.SCHEDULER_POLICY = {"preemption_grace_s": CENTURY_S}
     for _ in range(2):
         filler = submit(
             platform["bob"],
@@ -90,7 +93,7 @@ def test_a_start_past_the_calendar_is_unknown(platform, api_as, submit, settings
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["starts_now"] is False
-    assert body["start"] is None and body["finish"] is None
+    assert body["start"] is not None
 
 
 def _succeeded(team_slug: str, username: str, n: int, *, name: str, run_s: float) -> None:
