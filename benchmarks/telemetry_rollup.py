@@ -15,7 +15,14 @@ Measured (each ``--rounds`` times, median; the machine is shared):
 2. late: the same, plus one node's last 35 minutes sent again late (an agent's retry after an
    outage); ``rollup_build`` rolls the late minutes of that node too;
 3. the raw-table read of each (``EXPLAIN (ANALYZE, BUFFERS)``: rows read, buffers, time);
-4. the ingest's extra statement (the marks of a 240-sample batch), median of 200.
+4. the ingest's extra statement (the marks of a 240-sample batch), median of 200;
+5. with ``--insert-batches N``: the table made LOGGED again (as deployed), then the write of N
+   240-sample batches (one node's 30 s, nodes in turn; the COPY and the marks, one transaction
+   each, committed as the ingest commits them) with every index of the raw table, without
+   ``gpusample_node_time``, and with it again (rebuilt): the per-batch cost of that index.
+
+The raw table is filled without its secondary indexes (whatever the migrations made), which are
+then built once (minutes, not a quarter hour).
 """
 
 from __future__ import annotations
@@ -48,6 +55,21 @@ def setup(url: str) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+# (name, CREATE INDEX statement) of the raw table's secondary indexes, read before the fill.
+INDEXES: list[tuple[str, str]] = []
+
+
+def secondary_indexes() -> list[tuple[str, str]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'telemetry_gpusample' "
+            "AND indexname <> 'telemetry_gpusample_pkey' ORDER BY indexname"
+        )
+        return cursor.fetchall()
+
+
 def fill(nodes: int, hours: float, now: datetime) -> list[int]:
     from django.db import connection
 
@@ -65,8 +87,8 @@ def fill(nodes: int, hours: float, now: datetime) -> list[int]:
     start = end - timedelta(hours=hours)
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE telemetry_gpusample SET UNLOGGED")
-        # Filled without its index, which is then built once (minutes, not a quarter hour).
-        cursor.execute("DROP INDEX gpusample_time")
+        for name, _ in INDEXES:
+            cursor.execute(f"DROP INDEX {name}")
         t0 = time.perf_counter()
         cursor.execute(
             """
@@ -94,7 +116,10 @@ def fill(nodes: int, hours: float, now: datetime) -> list[int]:
             [start, end, ids],
         )
         print(f"rollups: {cursor.rowcount:,}")
-        cursor.execute('CREATE INDEX gpusample_time ON telemetry_gpusample ("time")')
+        for name, definition in INDEXES:
+            t1 = time.perf_counter()
+            cursor.execute(definition)
+            print(f"index {name} built in {time.perf_counter() - t1:.0f} s")
         # Hint bits and statistics as on a table that has been live for a while (the first
         # read after a bulk fill would otherwise rewrite every page).
         cursor.execute("VACUUM ANALYZE telemetry_gpusample")
@@ -195,6 +220,56 @@ def measure(ids: list[int], now: datetime, rounds: int) -> None:
     )
 
 
+def insert_cost(ids: list[int], now: datetime, batches: int) -> None:
+    """The write of ``batches`` 240-sample batches, with and without the (node, time) index."""
+    from django.db import connection, transaction
+
+    from telemetry.services import _insert_samples, _mark_unrolled
+
+    with connection.cursor() as cursor:
+        t0 = time.perf_counter()
+        cursor.execute("ALTER TABLE telemetry_gpusample SET LOGGED")
+        print(f"\ntable made LOGGED in {time.perf_counter() - t0:.0f} s")
+    first = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    written = 0
+
+    def run(label: str) -> None:
+        nonlocal written
+        times = []
+        for _ in range(batches):
+            node_id = ids[written % len(ids)]
+            start = (first + timedelta(seconds=30 * (written // len(ids)))).timestamp()
+            samples = [
+                (g, start + s, 50.0, 1000, 81559, 60, 300.0, False)
+                for s in range(30)
+                for g in range(GPUS)
+            ]
+            t0 = time.perf_counter()
+            with transaction.atomic():
+                _insert_samples(node_id, samples, durable=False)
+                _mark_unrolled(node_id, samples, now)
+            times.append(time.perf_counter() - t0)
+            written += 1
+        times.sort()
+        print(
+            f"insert {label}: a 240-sample batch, median {statistics.median(times) * 1e3:.2f} ms, "
+            f"p95 {times[int(len(times) * 0.95)] * 1e3:.2f} ms ({batches} batches)"
+        )
+
+    node_time = dict(INDEXES).get("gpusample_node_time")
+    run("with every index")
+    if node_time is None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX gpusample_node_time")
+    run("without gpusample_node_time")
+    with connection.cursor() as cursor:
+        t0 = time.perf_counter()
+        cursor.execute(node_time)
+        print(f"gpusample_node_time rebuilt in {time.perf_counter() - t0:.0f} s")
+    run("with every index, again")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", help="an existing database (else a scratch one)")
@@ -202,6 +277,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--insert-batches", type=int, default=0)
     args = parser.parse_args()
     scratch = None if args.database_url else f"rollup_bench_{os.getpid()}"
     if scratch:
@@ -214,16 +290,19 @@ def main() -> None:
         # A day of samples: keep all of it in the raw retention for the measurement.
         settings.TELEMETRY_RAW_RETENTION_SECONDS = int(args.hours * 3600) + 3600
         now = datetime.now(UTC)
+        INDEXES.extend(secondary_indexes())
         try:
-            measure(fill(args.nodes, args.hours, now), now, args.rounds)
+            ids = fill(args.nodes, args.hours, now)
+            measure(ids, now, args.rounds)
+            if args.insert_batches:
+                insert_cost(ids, now, args.insert_batches)
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("TRUNCATE telemetry_gpusample, telemetry_gpurollup")
                 cursor.execute("TRUNCATE telemetry_gpurolluppending")
                 cursor.execute("ALTER TABLE telemetry_gpusample SET LOGGED")
-                cursor.execute(
-                    'CREATE INDEX IF NOT EXISTS gpusample_time ON telemetry_gpusample ("time")'
-                )
+                for _, definition in INDEXES:
+                    cursor.execute(definition.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS"))
             from scheduler.models import Cluster
 
             Cluster.objects.filter(name=f"rollup-bench-{os.getpid()}").delete()

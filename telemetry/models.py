@@ -2,7 +2,8 @@
 per-node agent/health bookkeeping and idle-job flags.
 
 Raw samples are the hot table (one row per GPU per second on a big cluster): lean columns, a
-primary key and one index on time (retention pruning and the rollup scan). ECC and XID errors are
+primary key and two indexes, on time (retention pruning, the rollup of a minute of every node)
+and on (node, time) (the rollup of one node's late minutes). ECC and XID errors are
 rare, so they live in their own small table (``GpuErrorEvent``) that the health rules read
 cheaply; utilization history older than the raw window lives in ``GpuRollup``.
 """
@@ -57,9 +58,15 @@ class GpuSample(models.Model):
     throttle_thermal = models.BooleanField(default=False)
 
     class Meta:
-        # One index only: the hot table pays for every index on each insert. Time serves the
-        # rollup scan and retention pruning; per-node reads go through the rollups.
-        indexes = [models.Index(fields=["time"], name="gpusample_time")]
+        # The hot table pays for every index on each insert, so two only. Time serves retention
+        # pruning and the rollup of a minute of every node; (node, time) the rollup of one
+        # node's late backlog, which through the time index read every node's samples of those
+        # minutes (docs/benchmarks.md, "Telemetry rollups": each batch's insert measured with
+        # and without it). Other per-node reads go through the rollups.
+        indexes = [
+            models.Index(fields=["time"], name="gpusample_time"),
+            models.Index(fields=["node", "time"], name="gpusample_node_time"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id}:{self.gpu_index} @ {self.time:%H:%M:%S}"
