@@ -33,6 +33,10 @@ DEFAULTS: dict[str, Any] = {
     # (missing data is "unknown", never "idle").
     "TELEMETRY_IDLE_MIN_COVERAGE": 0.8,
     "TELEMETRY_HEALTH_RULES": {},
+    # How long the token table's marker stays in the cache (telemetry/tokens.py): a node token
+    # revoked or deleted by bare SQL, behind Django's back, is refused within this time; one
+    # aggregate of the token table per expiry, for all processes together.
+    "TELEMETRY_TOKEN_MARKER_SECONDS": 5,
     # Prometheus may scrape /metrics with "Authorization: Bearer <this>" (else admins only).
     "METRICS_BEARER_TOKEN": "",
 }

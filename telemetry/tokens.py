@@ -4,9 +4,13 @@ Agents post every few seconds, so a token is not looked up in the database on ev
 
 - **Known tokens** are kept per process for ``TOKEN_CACHE_SECONDS`` (the row with its node).
   Each use checks one shared value in the cache (``TOKEN_GENERATION_KEY``, Redis in
-  production): revoking or deleting any token replaces it (after commit), and every process's
-  cached tokens are then looked up again. A revoked or deleted token stops working at once, in
-  every process.
+  production), kept there for ``TELEMETRY_TOKEN_MARKER_SECONDS``: revoking or deleting any token
+  through Django (the services, the admin, a shell's ``save()``/``delete()``) replaces it (after
+  commit), and every process's cached tokens are then looked up again: such a token stops
+  working at once, in every process. When the value has expired, the next lookup reads it from
+  the token table itself (``token_table_marker``: one aggregate of a small table, once per
+  expiry for all processes together), so a token revoked or deleted behind Django's back (a
+  bare SQL ``UPDATE`` or ``DELETE``) is refused within ``TELEMETRY_TOKEN_MARKER_SECONDS``.
 - **Unknown tokens** (never issued, revoked, deleted) are remembered in the cache for
   ``TOKEN_MISS_CACHE_SECONDS`` under the SHA-256 of the token (never the token): an agent
   with a wrong token, or anyone trying tokens, gets its 401s without a query each. Issuing a
@@ -25,10 +29,12 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from scheduler.models import Node
 
+from . import conf
 from .models import NodeAgentToken, hash_node_token
 
 log = logging.getLogger(__name__)
@@ -39,7 +45,8 @@ TOKEN_PREFIX = "gpn_"
 TOKEN_CACHE_SECONDS = 30.0
 _token_cache: dict[str, tuple[float, str | None, NodeAgentToken]] = {}
 # Replaced (by a random value, never a counter: a counter evicted from the cache and restarted
-# could come back to a value some process cached under) whenever a token is revoked or deleted.
+# could come back to a value some process cached under) whenever a token is revoked or deleted;
+# read from the token table (``token_table_marker``) when it has expired.
 TOKEN_GENERATION_KEY = "telemetry:node-token:generation"
 # How long an unknown token is answered 401 without a query. Short: it is only there to take
 # repeats of the same wrong token off the database.
@@ -64,13 +71,46 @@ def forget_unknown_token(key_hash: str) -> None:
     transaction.on_commit(lambda: _forget_miss(key_hash))
 
 
+def token_table_marker() -> str:
+    """A value of the token table that changes whenever a token stops (or starts) being live,
+    however the row was written: the number and the id sum of the live tokens, and the newest
+    revocation. One aggregate over a table of a few rows per node. (A revocation and an
+    issue cannot cancel out: a new token's id is above every revoked one's.)"""
+    live = Q(revoked_at__isnull=True)
+    row = NodeAgentToken.objects.aggregate(
+        live=Count("id", filter=live), ids=Sum("id", filter=live), revoked=Max("revoked_at")
+    )
+    revoked = row["revoked"].isoformat() if row["revoked"] is not None else "-"
+    return f"table:{row['live']}:{row['ids'] or 0}:{revoked}"
+
+
+def _shared_marker(shared: dict[str, Any]) -> str:
+    """The shared value the cached tokens are checked against: the cache's, or (expired or
+    evicted) the token table's, put back for ``TELEMETRY_TOKEN_MARKER_SECONDS``. Read before the
+    token's own lookup, so a change committed in between makes the entry stale, never valid."""
+    marker = shared.get(TOKEN_GENERATION_KEY)
+    if isinstance(marker, str):
+        return marker
+    marker = token_table_marker()
+    try:
+        # add, not set: a revocation's new value written meanwhile is not overwritten.
+        cache.add(TOKEN_GENERATION_KEY, marker, timeout=conf.get("TELEMETRY_TOKEN_MARKER_SECONDS"))
+    except Exception:
+        log.warning("node token: table marker not shared: cache unavailable")
+    return marker
+
+
 def tokens_changed() -> None:
     """A token was revoked or deleted: every process looks its cached tokens up again. After
     commit, so a lookup running meanwhile cannot cache the old row under the new value."""
 
     def bump() -> None:
         try:
-            cache.set(TOKEN_GENERATION_KEY, secrets.token_hex(8), timeout=None)
+            cache.set(
+                TOKEN_GENERATION_KEY,
+                secrets.token_hex(8),
+                timeout=conf.get("TELEMETRY_TOKEN_MARKER_SECONDS"),
+            )
         except Exception:
             log.error("node token revocation not announced to other processes: cache down")
 
@@ -98,14 +138,17 @@ def node_token_for(raw: str) -> NodeAgentToken | None:
     or deleted; unknown ones are remembered for ``TOKEN_MISS_CACHE_SECONDS`` (no query for their
     repeats). ``last_used_at`` is written at most once a minute."""
     key = hash_node_token(raw)
+    shared: dict[str, Any]
     try:
-        shared = cache.get_many([TOKEN_GENERATION_KEY, _miss_key(key)])
-        generation, cached = shared.get(TOKEN_GENERATION_KEY), True
+        shared, cached = cache.get_many([TOKEN_GENERATION_KEY, _miss_key(key)]), True
     except Exception:
         log.warning("node token lookup without cache: cache unavailable")
-        shared, generation, cached = {}, None, False
+        shared, cached = {}, False
     now = time.monotonic()
     hit = _token_cache.get(key)
+    if hit is None and _miss_key(key) in shared:
+        return None
+    generation = _shared_marker(shared) if cached else None
     if cached and hit is not None and hit[0] > now and hit[1] == generation:
         return hit[2]
     if _miss_key(key) in shared:

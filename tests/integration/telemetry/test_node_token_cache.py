@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from telemetry.models import GpuSample, NodeAgentToken, hash_node_token
 from telemetry.services import node_token_issue
@@ -31,7 +33,8 @@ def test_repeats_of_an_unknown_token_are_refused_without_a_query(db, post_batch)
     with CaptureQueriesContext(connection) as repeats:
         codes = {post_batch([make_sample()], token=WRONG).status_code for _ in range(20)}
     assert codes == {401}
-    assert len(first.captured_queries) == 1  # the lookup that found nothing
+    # The token table's marker (the cache was just emptied), then the lookup that found nothing.
+    assert len(first.captured_queries) == 2
     assert repeats.captured_queries == []
     assert GpuSample.objects.count() == 0
     # Remembered for a bounded time, under the token's hash, never the token itself.
@@ -129,4 +132,85 @@ def test_with_the_cache_down_tokens_are_looked_up_in_the_database(
     assert len(repeat.captured_queries) == 1  # no negative cache: one lookup each
     node_token_revoke(token=NodeAgentToken.objects.get(node=node1))
     assert post_batch([make_sample(gpu=2)]).status_code == 401
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
+
+
+def token_table_queries(queries):
+    return [q["sql"] for q in queries.captured_queries if "telemetry_nodeagenttoken" in q["sql"]]
+
+
+def test_a_known_token_costs_no_query_while_the_shared_marker_holds(db, post_batch, settings):
+    settings.TELEMETRY_TOKEN_MARKER_SECONDS = 60
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # looked up, marker read
+    with CaptureQueriesContext(connection) as queries:
+        codes = {post_batch([make_sample(gpu=g)]).status_code for g in range(1, 8)}
+    assert codes == {202}
+    assert token_table_queries(queries) == []
+
+
+def test_a_token_revoked_by_a_bare_sql_update_is_refused_once_the_marker_expired(
+    db, node1, post_batch, settings
+):
+    """No service, no signal: the row changed under the caches (a DBA's UPDATE)."""
+    settings.TELEMETRY_TOKEN_MARKER_SECONDS = 1
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE telemetry_nodeagenttoken SET revoked_at = %s WHERE node_id = %s",
+            [timezone.now(), node1.pk],
+        )
+    time.sleep(1.2)
+    with CaptureQueriesContext(connection) as queries:
+        assert post_batch([make_sample(gpu=1)]).status_code == 401
+    # The marker read again (one aggregate), then the token's row looked up again.
+    assert len(token_table_queries(queries)) == 2
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
+
+
+BARE_REVOKE = """
+import sys
+import django
+
+django.setup()
+from django.db import connection
+
+with connection.cursor() as cursor:
+    cursor.execute(
+        "UPDATE telemetry_nodeagenttoken SET revoked_at = now() WHERE id = %s", [int(sys.argv[1])]
+    )
+    print(cursor.rowcount)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_revoked_by_bare_sql_in_another_process_is_refused_here(
+    node1, post_batch, settings
+):
+    """psql's UPDATE, say: another process, no service, no signal, no cache write. This process
+    cached the token; it refuses it once the shared marker (read from the database when its
+    cache entry expires) shows the token table changed."""
+    if connection.vendor != "postgresql" or not isinstance(caches["default"], RedisCache):
+        pytest.skip("two processes share a database and a cache on PostgreSQL and Redis only")
+    settings.TELEMETRY_TOKEN_MARKER_SECONDS = 1
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:"
+        f"{db['PORT']}/{db['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    token = NodeAgentToken.objects.get(node=node1)
+    done = subprocess.run(
+        [sys.executable, "-c", BARE_REVOKE, str(token.pk)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip() == "1", done.stderr
+    time.sleep(1.2)
+    assert post_batch([make_sample(gpu=1)]).status_code == 401
     assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
