@@ -1,8 +1,12 @@
 """Django admin for telemetry: agent tokens (issue one from a node's row: the plain token is shown
 once, in the confirmation message), node telemetry and idle flags (view only)."""
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from scheduler.admin import ReadOnlyAdmin
 from scheduler.models import Node
@@ -29,11 +33,11 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
     )
     actions = ["revoke"]
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are issued by the node action or `telemetry_issue_token`
 
     @admin.action(description="Revoke the selected tokens")
-    def revoke(self, request, queryset):
+    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
         revoked = sum(node_token_revoke(token=t) for t in queryset)
         self.message_user(request, f"{revoked} token(s) revoked")
 
@@ -45,17 +49,19 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
 class NodeTelemetryAdmin(ReadOnlyAdmin):
     list_display = ("node", "last_sample_at", "agent_version", "agent_dropped", "samples_received")
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: NodeTelemetry | None = None) -> bool:
         # Django admin asks this of every row a node's delete cascades to, and a node's
         # telemetry goes with its node. Deleted alone, it is refused: its own delete page and
         # the list's bulk delete.
         return True
 
-    def delete_view(self, request, object_id, extra_context=None):
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> None:
         raise PermissionDenied
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions: dict[str, Any] = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
 
@@ -66,7 +72,9 @@ class JobIdleFlagAdmin(ReadOnlyAdmin):
 
 
 @admin.action(description="Issue a telemetry agent token")
-def issue_agent_token(modeladmin, request, queryset):
+def issue_agent_token(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> None:
     for node in queryset:
         _, raw = node_token_issue(node=node, created_by=request.user)
         modeladmin.message_user(

@@ -9,13 +9,17 @@ The ingest answers 202 with the count stored, or 400 naming each bad field
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import authentication, exceptions, permissions, serializers, status
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -37,7 +41,7 @@ class NodeTokenAuthentication(BearerTokenAuthentication):
 
     prefix = TOKEN_PREFIX
 
-    def authenticate_token(self, raw: str):
+    def authenticate_token(self, raw: str) -> tuple[AnonymousUser, NodeAgentToken]:
         token = node_token_for(raw)
         if token is None:
             raise exceptions.AuthenticationFailed("invalid or revoked node token")
@@ -48,19 +52,19 @@ class NodeTokenScheme(OpenApiAuthenticationExtension):
     target_class = "telemetry.api.NodeTokenAuthentication"
     name = "nodeTokenAuth"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "a node agent token (gpn_…)"}
 
 
 class IsNodeAgent(permissions.BasePermission):
-    def has_permission(self, request, view):
+    def has_permission(self, request: Request, view: APIView) -> bool:
         return isinstance(request.auth, NodeAgentToken)
 
 
 class SampleBatchView(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNodeAgent]
-    throttle_classes: list = []
+    throttle_classes: list[type] = []
 
     @extend_schema(
         summary="Ingest a batch of GPU samples from a node agent",
@@ -82,7 +86,7 @@ class SampleBatchView(APIView):
             )
         },
     )
-    def post(self, request, *args, **kwargs):
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         try:
             result = samples_ingest(node=request.auth.node, body=request.data)
         except BatchInvalid as exc:
@@ -108,7 +112,7 @@ class SampleBatchView(APIView):
 class MetricsTokenAuthentication(BearerTokenAuthentication):
     """The Prometheus scrape token (``METRICS_BEARER_TOKEN``), compared in constant time."""
 
-    def authenticate_token(self, raw: str):
+    def authenticate_token(self, raw: str) -> tuple[AnonymousUser, str] | None:
         expected = conf.get("METRICS_BEARER_TOKEN")
         if expected and hmac.compare_digest(raw.encode(), expected.encode()):
             return AnonymousUser(), "metrics-scrape"
@@ -116,7 +120,7 @@ class MetricsTokenAuthentication(BearerTokenAuthentication):
 
 
 class CanScrapeMetrics(permissions.BasePermission):
-    def has_permission(self, request, view):
+    def has_permission(self, request: Request, view: APIView) -> bool:
         return request.auth == "metrics-scrape" or is_platform_admin(request.user)
 
 
@@ -124,10 +128,12 @@ class AnyAcceptNegotiation(BaseContentNegotiation):
     """/metrics picks its own format from Accept (Prometheus text or OpenMetrics); DRF's
     negotiation must not refuse a scraper's Accept header with a 406."""
 
-    def select_parser(self, request, parsers):
+    def select_parser(self, request: HttpRequest, parsers: list[BaseParser]) -> BaseParser | None:
         return parsers[0] if parsers else None
 
-    def select_renderer(self, request, renderers, format_suffix=None):
+    def select_renderer(
+        self, request: HttpRequest, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
         return renderers[0], renderers[0].media_type
 
 
@@ -140,8 +146,8 @@ class MetricsView(APIView):
         authentication.SessionAuthentication,
     ]
     permission_classes = [CanScrapeMetrics]
-    throttle_classes: list = []
+    throttle_classes: list[type] = []
 
-    def get(self, request, *args, **kwargs):
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
         body, content_type = render_latest(request.headers.get("Accept", ""))
         return HttpResponse(body, content_type=content_type)

@@ -29,7 +29,7 @@ class TelemetryConfig(AppConfig):
         )
 
 
-def _observe_cycle(sender, **kwargs) -> None:
+def _observe_cycle(sender: object, **kwargs: Any) -> None:
     # prometheus_client takes about 0.2 s to import: a process pays it at its first cycle (or
     # its first /metrics scrape), not every manage.py command at start-up.
     from .metrics import observe_cycle

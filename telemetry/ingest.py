@@ -20,8 +20,10 @@ Wire format (JSON)::
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
 MAX_ERRORS_REPORTED = 20
 
@@ -34,13 +36,21 @@ class BatchInvalid(Exception):
         self.errors = errors
 
 
+# (gpu, epoch seconds, utilization %, memory used MiB, memory total MiB, temperature °C,
+# power W or None, thermal throttle)
+SampleRow = tuple[int, float, float, int, int, int, float | None, bool]
+# GpuErrorKind's values (telemetry.models; its check constraint holds the table to them).
+ErrorKind = Literal["ecc_sbe", "ecc_dbe", "xid"]
+# (gpu, epoch seconds, kind, code or None, count)
+ErrorRow = tuple[int, float, ErrorKind, int | None, int]
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedBatch:
-    # (gpu, epoch seconds, utilization, mem used, mem total, temperature, power or None, throttle)
-    samples: list[tuple]
-    # (gpu, epoch seconds, kind, code or None, count): ECC errors counted since the GPU's
-    # previous sample; each XID code of a sample once, with how often the sample carried it
-    errors: list[tuple]
+    samples: list[SampleRow]
+    # ECC errors counted since the GPU's previous sample; each XID code of a sample once, with
+    # how often the sample carried it
+    errors: list[ErrorRow]
     agent_version: str
     agent_dropped: int | None
     latest: dict[int, tuple[float, float]]  # gpu -> (epoch seconds, utilization) of its newest
@@ -51,11 +61,7 @@ class ParsedBatch:
 _NUMBER = frozenset((int, float))
 
 
-def _is_number(value) -> bool:
-    return type(value) in _NUMBER
-
-
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return type(value) is int
 
 
@@ -72,8 +78,8 @@ def _epoch(value: int | float) -> float | None:
         return None
 
 
-def _time(value) -> float | None:
-    if _is_number(value):
+def _time(value: object) -> float | None:
+    if type(value) is int or type(value) is float:
         return float(value)
     if isinstance(value, str) and len(value) <= 40:
         try:
@@ -87,7 +93,7 @@ def _time(value) -> float | None:
 
 
 def parse_batch(
-    body,
+    body: Any,
     *,
     gpu_count: int,
     now: float,
@@ -126,8 +132,8 @@ def parse_batch(
     if len(samples) > max_samples:
         raise BatchInvalid({"samples": [f"at most {max_samples} samples per batch"]})
 
-    rows: list[tuple] = []
-    gpu_errors: list[tuple] = []
+    rows: list[SampleRow] = []
+    gpu_errors: list[ErrorRow] = []
     latest: dict[int, tuple[float, float]] = {}
     oldest, newest = now - max_age_s, now + max_future_s
     for i, s in enumerate(samples):
@@ -136,13 +142,14 @@ def parse_batch(
             err(p, "must be an object")
             continue
         ok = True
-        get = s.get
+        # Decoded JSON: any value, until the checks below say what it is.
+        get: Callable[..., Any] = s.get
         gpu = get("gpu")
         if type(gpu) is not int or not 0 <= gpu < gpu_count:
             err(f"{p}.gpu", f"must be an integer between 0 and {gpu_count - 1}")
             ok = False
-        ts = get("time")
-        ts = _epoch(ts) if type(ts) in _NUMBER else _time(ts)
+        when = get("time")
+        ts = _epoch(when) if type(when) in _NUMBER else _time(when)
         if ts is None:
             err(f"{p}.time", "must be epoch seconds or an ISO 8601 time with a zone")
             ok = False
@@ -189,7 +196,7 @@ def parse_batch(
             elif not all(type(c) is int and 0 < c < 100_000 for c in xids):
                 err(f"{p}.xid", "each XID code must be a positive integer")
                 ok = False
-        if not ok or errors:
+        if not ok or errors or ts is None:  # (ts is None only where ok is False)
             continue  # keep validating (to report), stop building rows
         rows.append((gpu, ts, float(util), used, total, round(temp), power, throttle))
         if sbe:

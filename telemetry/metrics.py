@@ -17,10 +17,13 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from scheduler.models import Job, Node
@@ -66,7 +69,7 @@ REQUEST_SECONDS = Histogram(
 _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
 
-def observe_cycle(sender, *, result, **kwargs) -> None:
+def observe_cycle(sender: object, *, result: Any, **kwargs: Any) -> None:
     """Record one cycle (``scheduler.loop.cycle.CycleResult``, sent by ``cycle_finished``); a skipped
     cycle records nothing."""
     if not getattr(result, "ran", False):
@@ -83,10 +86,10 @@ class RequestLatencyMiddleware:
     """Times every request. The route label is the URL pattern, never the concrete path (so ids
     do not explode the label set); an unresolved path is ``unmatched``."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         start = time.perf_counter()
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
@@ -104,12 +107,12 @@ class DatabaseCollector:
     """Gauges computed from the database at scrape time, in five queries whatever the size of
     the cluster or the queue."""
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         # Without this the registry calls collect() at import to learn the names, which queries
         # the database before it may exist (manage.py migrate on a fresh machine).
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily(
             "gpuplatform_jobs_pending",
             "Pending jobs by team and priority class.",
@@ -201,7 +204,9 @@ class DatabaseCollector:
         yield dropped
         yield age
 
-    def _fragmentation(self, by_model, free_blocks):
+    def _fragmentation(
+        self, by_model: dict[str, dict[str, int]], free_blocks: dict[str, list[int]]
+    ) -> Iterator[Metric]:
         """Idle GPUs while a pending job that fits them by count waits, and the jobs that fit by
         count but not by shape (no set of nodes offers ``gpus_per_worker`` free per worker)."""
         shapes = list(

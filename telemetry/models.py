@@ -145,7 +145,7 @@ class GpuErrorEvent(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=Q(kind__in=[k.value for k in GpuErrorKind]), name="gpuerror_kind_valid"
+                condition=Q(kind__in=GpuErrorKind.values), name="gpuerror_kind_valid"
             )
         ]
 

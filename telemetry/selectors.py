@@ -14,10 +14,12 @@ Utilization is in percent. A minute without telemetry is unknown, never idle.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduler.models import Allocation, Job, Node
@@ -42,7 +44,9 @@ def job_idle_status(job: Job) -> dict[str, Any]:
     }
 
 
-def job_utilization(job: Job, *, minutes: int = 60, now: datetime | None = None) -> list[dict]:
+def job_utilization(
+    job: Job, *, minutes: int = 60, now: datetime | None = None
+) -> list[dict[str, Any]]:
     """Per-minute average utilization (percent) over the job's GPUs for the last ``minutes``,
     oldest first: ``[{"time": datetime, "utilization_pct": float, "gpus": int}]``. One query."""
     now = now or timezone.now()
@@ -54,7 +58,7 @@ def job_utilization(job: Job, *, minutes: int = 60, now: datetime | None = None)
     )
     if not allocations:
         return []
-    held = defaultdict(list)
+    held: dict[tuple[int, int], list[tuple[datetime, datetime | None]]] = defaultdict(list)
     for node_id, gpu, start, end in allocations:
         held[(node_id, gpu)].append((start, end))
     per_minute: dict[datetime, list[float]] = defaultdict(list)
@@ -71,8 +75,7 @@ def job_utilization(job: Job, *, minutes: int = 60, now: datetime | None = None)
     ]
 
 
-def _overlaps(start: datetime, end: datetime):
-    from django.db.models import Q
+def _overlaps(start: datetime, end: datetime) -> Q:
 
     return Q(started_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=start))
 
@@ -117,7 +120,25 @@ def job_idle_gpu_seconds(
         return {job_id: float(n or 0) * BUCKET_S for job_id, n in cursor.fetchall()}
 
 
-def billing_idle_fractions(slices) -> dict[tuple[int, datetime], float]:
+class GpuSlice(Protocol):
+    """One GPU of one allocation over ``[start, end)`` in one billed hour (billing's
+    ``UsageSlice``, which telemetry does not import: billing reads telemetry, not the reverse)."""
+
+    @property
+    def allocation_id(self) -> int: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def gpu_index(self) -> int: ...
+    @property
+    def hour(self) -> datetime: ...
+    @property
+    def start(self) -> datetime: ...
+    @property
+    def end(self) -> datetime: ...
+
+
+def billing_idle_fractions(slices: Iterable[GpuSlice]) -> dict[tuple[int, datetime], float]:
     """billing's ``IdleSource``: for each ``UsageSlice`` (one GPU of one allocation over
     ``[start, end)``) with telemetry, the share of the slice its GPU was idle (observed idle
     minutes x 60 s / slice length, so unobserved time is never billed as idle). Slices
@@ -127,7 +148,7 @@ def billing_idle_fractions(slices) -> dict[tuple[int, datetime], float]:
         return {}
     threshold = conf.get("TELEMETRY_IDLE_UTILIZATION_PCT")
     lo, hi = min(s.start for s in slices), max(s.end for s in slices)
-    by_gpu = defaultdict(list)
+    by_gpu: dict[tuple[int, int], list[GpuSlice]] = defaultdict(list)
     for s in slices:
         by_gpu[(s.node_id, s.gpu_index)].append(s)
     rows = GpuRollup.objects.filter(
@@ -139,7 +160,7 @@ def billing_idle_fractions(slices) -> dict[tuple[int, datetime], float]:
             if s.start <= bucket < s.end:
                 key = (s.allocation_id, s.hour)
                 seen[key] = seen.get(key, 0.0) + (BUCKET_S if util < threshold else 0.0)
-    out = {}
+    out: dict[tuple[int, datetime], float] = {}
     for s in slices:
         key = (s.allocation_id, s.hour)
         if key in seen:

@@ -17,7 +17,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
@@ -32,7 +32,7 @@ from scheduler.states import JobState
 
 from . import conf
 from .health import NodeEvidence, Verdict, evaluate
-from .ingest import ParsedBatch, parse_batch
+from .ingest import ParsedBatch, SampleRow, parse_batch
 from .models import (
     GpuErrorEvent,
     GpuErrorKind,
@@ -50,6 +50,9 @@ from .tokens import (  # noqa: F401 (the tokens' services, here with the app's o
     node_token_issue,
     node_token_revoke,
 )
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +134,7 @@ def _batch_mark(key: str | None, state: str) -> None:
         log.warning("telemetry batch state not recorded: cache unavailable")
 
 
-def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestResult:
+def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> IngestResult:
     """Validate and store one agent batch for ``node``. All or nothing, and once: the same
     batch sent again within ``DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not stored.
 
@@ -154,7 +157,7 @@ def samples_ingest(*, node: Node, body, now: datetime | None = None) -> IngestRe
         max_future_s=conf.get("TELEMETRY_MAX_FUTURE_SECONDS"),
         max_age_s=conf.get("TELEMETRY_RAW_RETENTION_SECONDS"),
     )
-    urgent = any(kind != GpuErrorKind.ECC_SBE for _, _, kind, _, _ in parsed.errors)
+    urgent = any(kind != "ecc_sbe" for _, _, kind, _, _ in parsed.errors)
     # An agent that did not hear our answer sends the batch again: store it once. The claim is
     # an atomic cache "add"; it is given back when storing fails, so a retry is not lost.
     key: str | None = _batch_key(node, parsed)
@@ -250,7 +253,7 @@ def _store_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
         _publish_utilization(node, parsed)
 
 
-def _insert_samples(node_id: int, samples: list[tuple], *, durable: bool) -> None:
+def _insert_samples(node_id: int, samples: list[SampleRow], *, durable: bool) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             if not durable:
@@ -279,7 +282,7 @@ def _insert_samples(node_id: int, samples: list[tuple], *, durable: bool) -> Non
     )
 
 
-def _copy_samples(raw_cursor, node_id: int, samples: list[tuple]) -> None:
+def _copy_samples(raw_cursor: psycopg.Cursor[Any], node_id: int, samples: list[SampleRow]) -> None:
     """COPY in PostgreSQL's text format, built in one string: every value is a number, a boolean
     or NULL (validated), so nothing needs escaping, and one write beats a call per row."""
     table = GpuSample._meta.db_table
@@ -295,7 +298,7 @@ def _copy_samples(raw_cursor, node_id: int, samples: list[tuple]) -> None:
         copy.write("".join(lines))
 
 
-def _mark_unrolled(node_id: int, samples: list[tuple], now: datetime) -> None:
+def _mark_unrolled(node_id: int, samples: list[SampleRow], now: datetime) -> None:
     """Mark the minutes this batch brought samples for (the rollup's work list). An upsert
     that touches an existing mark, not an insert that skips it: updating the row locks it, so a
     rollup that is clearing this very mark waits for this batch (and reads its samples) or has
@@ -578,7 +581,9 @@ def node_quarantine_health(*, node: Node, reason: str, now: datetime) -> bool:
     return True
 
 
-def _gather_evidence(nodes: list[Node], rules: dict, now: datetime) -> dict[int, NodeEvidence]:
+def _gather_evidence(
+    nodes: list[Node], rules: dict[str, Any], now: datetime
+) -> dict[int, NodeEvidence]:
     window = now - timedelta(seconds=rules["window_seconds"])
     thermal_window = now - timedelta(seconds=rules["thermal"]["window_seconds"])
     ids = [n.pk for n in nodes]
@@ -801,7 +806,8 @@ def idle_evaluate(*, now: datetime) -> tuple[list[int], list[int]]:
     idle = {
         job_id: avg
         for job_id, (minutes, peak, avg) in candidates.items()
-        if minutes >= need and peak is not None and peak < threshold
+        # (the average is None exactly when the peak is: no rollup in the window)
+        if minutes >= need and peak is not None and avg is not None and peak < threshold
     }
     flagged_now = set(
         JobIdleFlag.objects.filter(cleared_at__isnull=True).values_list("job_id", flat=True)
@@ -856,7 +862,9 @@ def idle_evaluate(*, now: datetime) -> tuple[list[int], list[int]]:
     return new, gone
 
 
-def _publish_idle(job: Job, idle: bool, since, utilization, now: datetime) -> None:
+def _publish_idle(
+    job: Job, idle: bool, since: datetime | None, utilization: float | None, now: datetime
+) -> None:
     payload: JobIdlePayload = {
         "type": "job.idle",
         "job": job.pk,
@@ -867,7 +875,8 @@ def _publish_idle(job: Job, idle: bool, since, utilization, now: datetime) -> No
         "utilization": round(utilization, 2) if utilization is not None else None,
         "time": now.isoformat(),
     }
-    streams.publish(streams.team_group(job.team_id), payload)
+    # (a dict of its own: streams.publish takes a plain dict, which a TypedDict is not to mypy)
+    streams.publish(streams.team_group(job.team_id), dict(payload))
 
 
 # ------------------------------------------------------------------------------- the tick

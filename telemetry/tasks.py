@@ -27,7 +27,7 @@ def tick() -> bool:
 
 
 @shared_task(name="telemetry.prune", ignore_result=True)
-def prune() -> dict:
+def prune() -> dict[str, int]:
     """Delete telemetry older than its retention windows (idempotent)."""
     from django.utils import timezone
 

@@ -153,7 +153,7 @@ def node_token_for(raw: str) -> NodeAgentToken | None:
         return hit[2]
     if _miss_key(key) in shared:
         return None
-    token = (
+    token: NodeAgentToken | None = (
         NodeAgentToken.objects.select_related("node")
         .filter(key_hash=key, revoked_at__isnull=True)
         .first()
