@@ -19,10 +19,12 @@ Measured (each ``--rounds`` times, median; the machine is shared):
 5. with ``--insert-batches N``: the table made LOGGED again (as deployed), then the write of N
    240-sample batches (one node's 30 s, nodes in turn; the COPY and the marks, one transaction
    each, committed as the ingest commits them) with every index of the raw table, without
-   ``gpusample_node_time``, and with it again (rebuilt): the per-batch cost of that index.
+   ``gpusample_node_time``, and with it again (rebuilt): the per-batch cost of that index, in
+   time and in WAL bytes written (which the machine's load does not blur).
 
 The raw table is filled without its secondary indexes (whatever the migrations made), which are
-then built once (minutes, not a quarter hour).
+then built once (minutes, not a quarter hour). Rows are laid out as the ingest writes them: each
+node's 30 s batch (240 rows, one COPY) together, the batches of a window one node after another.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def fill(nodes: int, hours: float, now: datetime) -> list[int]:
             FROM generate_series(%s::timestamptz, %s::timestamptz - interval '1 second',
                                  interval '1 second') t,
                  unnest(%s::int[]) n, generate_series(0, 7) g
+            ORDER BY floor(extract(epoch FROM t) / 30), n, t, g
             """,
             [start, end, ids],
         )
@@ -124,6 +127,12 @@ def fill(nodes: int, hours: float, now: datetime) -> list[int]:
         # read after a bulk fill would otherwise rewrite every page).
         cursor.execute("VACUUM ANALYZE telemetry_gpusample")
         print(f"indexed and vacuumed in {time.perf_counter() - t0:.0f} s in all")
+        cursor.execute(
+            "SELECT c.relname, pg_size_pretty(pg_relation_size(c.oid)) FROM pg_class c "
+            "WHERE c.relname LIKE 'gpusample%%' OR c.relname = 'telemetry_gpusample' "
+            "ORDER BY c.relname"
+        )
+        print("sizes: " + ", ".join(f"{name} {size}" for name, size in cursor.fetchall()))
         cursor.execute("ANALYZE telemetry_gpurollup")
     return ids
 
@@ -207,7 +216,9 @@ def measure(ids: list[int], now: datetime, rounds: int) -> None:
             f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}), rows {written[0]:,}"
         )
     samples = [
-        (g, (last + timedelta(seconds=s)).timestamp()) for s in range(30) for g in range(GPUS)
+        (g, (last + timedelta(seconds=s)).timestamp(), 50.0, 1000, 81559, 60, 300.0, False)
+        for s in range(30)
+        for g in range(GPUS)
     ]
     marks = []
     for _ in range(200):
@@ -233,9 +244,15 @@ def insert_cost(ids: list[int], now: datetime, batches: int) -> None:
     first = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     written = 0
 
+    def wal_lsn() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_wal_insert_lsn()")
+            return cursor.fetchone()[0]
+
     def run(label: str) -> None:
         nonlocal written
         times = []
+        first_lsn = wal_lsn()
         for _ in range(batches):
             node_id = ids[written % len(ids)]
             start = (first + timedelta(seconds=30 * (written // len(ids)))).timestamp()
@@ -250,10 +267,14 @@ def insert_cost(ids: list[int], now: datetime, batches: int) -> None:
                 _mark_unrolled(node_id, samples, now)
             times.append(time.perf_counter() - t0)
             written += 1
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", [first_lsn])
+            wal_bytes = float(cursor.fetchone()[0])
         times.sort()
         print(
             f"insert {label}: a 240-sample batch, median {statistics.median(times) * 1e3:.2f} ms, "
-            f"p95 {times[int(len(times) * 0.95)] * 1e3:.2f} ms ({batches} batches)"
+            f"p95 {times[int(len(times) * 0.95)] * 1e3:.2f} ms, WAL {wal_bytes / batches:,.0f} "
+            f"bytes ({batches} batches)"
         )
 
     node_time = dict(INDEXES).get("gpusample_node_time")
