@@ -20,7 +20,7 @@ built, the Plotly figures are not):
   sub-teams here) — all of its queries;
 - parent dashboard: the same for vision's parent (3 teams, ~40 % of the rows);
 - admin overview: ``billing.selectors.admin_cost_overview`` (all 1,000,000 rows, sorted table).
-Then the meter itself: ``services.meter_run`` with ``--live`` running allocations on top of the
+Then the meter itself: ``meter.meter_run`` with ``--live`` running allocations on top of the
 month (the per-minute cost of keeping usage and rollups current).
 Goal: team dashboard median <= 300 ms on the 2-core box.
 """
@@ -191,12 +191,12 @@ def load(rows_wanted: int, seed: int) -> dict:
                 copy.write(chunk)
         cursor.execute("ANALYZE")
     # Lost work through the real meter path (it only reads jobs and their events).
-    from billing import services
+    from billing import lost_work, rollups, usage
 
-    services._meter_lost_work(now=MONTH_START + timedelta(days=20), result=services.MeterResult())
+    lost_work._meter_lost_work(now=MONTH_START + timedelta(days=20), result=usage.MeterResult())
     # The rollups the meter maintains incrementally, built here in one pass for the bulk load.
     started = time.perf_counter()
-    daily, job_months = services.usage_rollup_rebuild(month=MONTH_START.date())
+    daily, job_months = rollups.usage_rollup_rebuild(month=MONTH_START.date())
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {
@@ -281,7 +281,7 @@ def measure_meter(live: int) -> dict:
     minute later (the steady state: one hour bucket per allocation, rollups of one day)."""
     from django.contrib.auth import get_user_model
 
-    from billing import services
+    from billing import meter
     from catalogue.models import GpuModel
     from scheduler.models import Allocation, Cluster, Job, Node
     from tenants.models import PriorityClass, Team
@@ -325,7 +325,7 @@ def measure_meter(live: int) -> dict:
     for label, at in (("first run (12 h to accrue)", now), ("next run (+1 min)", now)):
         at = at if label.startswith("first") else now + timedelta(minutes=1)
         started = time.perf_counter()
-        result = services.meter_run(now=at)
+        result = meter.meter_run(now=at)
         out[label] = {
             "ms": round((time.perf_counter() - started) * 1000, 1),
             "usage_rows_written": result.usage_rows,
@@ -333,7 +333,7 @@ def measure_meter(live: int) -> dict:
     samples = []
     for i in range(2, 7):
         started = time.perf_counter()
-        services.meter_run(now=now + timedelta(minutes=i))
+        meter.meter_run(now=now + timedelta(minutes=i))
         samples.append((time.perf_counter() - started) * 1000)
     out["steady state median ms (5 runs)"] = round(statistics.median(samples), 1)
     out["live allocations"] = len(nodes) * 8

@@ -1,7 +1,7 @@
 """Statements: a top-level team's bill for one month, its lines computed from usage and egress
 charges while it is open (``statement_live_lines``, ``statement_live_egress_lines``), frozen when
 a platform admin closes it (``statement_close``), corrected afterwards only by adjustments
-(``adjustment_add``). The meter opens them (``billing.services``); pages and the API read them
+(``adjustment_add``). The meter opens them (``billing.meter``); pages and the API read them
 through ``billing.selectors``."""
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def statement_close(
 def _not_metered_message(statement: Statement, behind: int, query: QuerySet[Allocation]) -> str:
     """Why a close waits for the meter, naming the first allocations it waits for (so an
     operator can look one up) and what to do: nothing, the meter catches up by itself, also
-    with allocations older than its lookback (``services.meter_backlog_run``, hourly)."""
+    with allocations older than its lookback (``meter.meter_backlog_run``, hourly)."""
     shown = list(query.order_by("pk").values_list("pk", flat=True)[:_NAMED_ALLOCATIONS])
     plural = "s" if behind != 1 else ""
     names = ", ".join(str(pk) for pk in shown)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import OperationalError
 
-from . import services
+from . import meter
 
 
 @shared_task(
@@ -25,7 +25,7 @@ from . import services
 )
 def meter_run() -> dict:
     """Meter all allocations up to now, meter lost work, fire budget alerts."""
-    result = services.meter_run()
+    result = meter.meter_run()
     return {
         "skipped": result.skipped,
         "usage_rows": result.usage_rows,
@@ -46,7 +46,7 @@ def meter_run() -> dict:
 )
 def meter_backlog() -> dict:
     """Meter allocations ended before the meter's lookback that it never finalized."""
-    result = services.meter_backlog_run()
+    result = meter.meter_backlog_run()
     return {
         "skipped": result.skipped,
         "backlog_allocations": result.backlog_allocations,

@@ -23,7 +23,7 @@ django.setup()
 from datetime import UTC, datetime
 from decimal import Decimal
 from billing.models import PriceRate
-from billing.services import meter_run
+from billing.meter import meter_run
 from catalogue.models import GpuModel
 for model in GpuModel.objects.all():
     for capacity, rate in (("on_demand", "3.00"), ("spot", "1.20")):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing import calc, services
+from billing import calc, meter, rollups
 
 
 class Command(BaseCommand):
@@ -28,18 +28,18 @@ class Command(BaseCommand):
             except ValueError as exc:
                 # A usage error, like argparse's own: exit 2 naming the option.
                 raise CommandError(f"--rebuild-rollups: {exc}", returncode=2) from None
-            daily, jobs = services.usage_rollup_rebuild(month=first)
+            daily, jobs = rollups.usage_rollup_rebuild(month=first)
             self.stdout.write(f"{month}: {daily} daily rows, {jobs} job rows")
             return
         if options.get("backlog"):
-            result = services.meter_backlog_run()
+            result = meter.meter_backlog_run()
             self.stdout.write(
                 f"allocations older than the lookback metered {result.backlog_allocations}, "
                 f"usage rows {result.usage_rows}, alerts {len(result.alerts)}"
                 + (" (another meter run held the lock: run it again)" if result.skipped else "")
             )
             return
-        result = services.meter_run()
+        result = meter.meter_run()
         self.stdout.write(
             f"usage rows {result.usage_rows}, finalized allocations "
             f"{result.finalized_allocations}, lost-work rows {result.lost_rows}, "

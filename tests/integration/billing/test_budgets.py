@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import calc, services
+from billing import calc, meter, rollups, services
 from billing.models import Budget, BudgetAlert, UsageRecord
 from core.errors import DomainError
 from core.streams import team_group
@@ -35,14 +35,14 @@ def test_alerts_fire_once_per_threshold(
     allocate(job, "n1", 1, utc(2026, 12, 1, 0))  # 2 GPUs: $7.20 per hour
 
     with django_capture_on_commit_callbacks(execute=True):
-        services.meter_run(now=utc(2026, 12, 1, 0, 30))  # $3.60: under 50 %
+        meter.meter_run(now=utc(2026, 12, 1, 0, 30))  # $3.60: under 50 %
         assert _alerts() == []
-        services.meter_run(now=utc(2026, 12, 1, 0, 45))  # $5.40: 50 %
-        services.meter_run(now=utc(2026, 12, 1, 0, 50))  # $6.00: still 50 %, nothing new
+        meter.meter_run(now=utc(2026, 12, 1, 0, 45))  # $5.40: 50 %
+        meter.meter_run(now=utc(2026, 12, 1, 0, 50))  # $6.00: still 50 %, nothing new
         assert _alerts() == [50]
-        services.meter_run(now=utc(2026, 12, 1, 1, 20))  # $9.60: 80 %
-        services.meter_run(now=utc(2026, 12, 1, 2, 0))  # $14.40: 100 %
-        services.meter_run(now=utc(2026, 12, 1, 3, 0))  # $21.60: all fired already
+        meter.meter_run(now=utc(2026, 12, 1, 1, 20))  # $9.60: 80 %
+        meter.meter_run(now=utc(2026, 12, 1, 2, 0))  # $14.40: 100 %
+        meter.meter_run(now=utc(2026, 12, 1, 3, 0))  # $21.60: all fired already
         services.budget_evaluate(month=budget.month, now=utc(2026, 12, 1, 3, 1))
     assert _alerts() == [50, 80, 100]
 
@@ -63,7 +63,7 @@ def test_a_parent_budget_counts_its_sub_teams(make_job, allocate, price, teams, 
     Budget.objects.create(team=teams["research"], month=utc(2026, 12, 1).date(), amount=2)
     allocate(make_job(team="vision"), "n1", 0, utc(2026, 12, 1, 0), utc(2026, 12, 1, 0, 10))
     allocate(make_job(team="nlp", user=bob), "n1", 1, utc(2026, 12, 1, 0), utc(2026, 12, 1, 0, 10))
-    services.meter_run(now=utc(2026, 12, 1, 1))  # $0.60 + $0.60 of $2
+    meter.meter_run(now=utc(2026, 12, 1, 1))  # $0.60 + $0.60 of $2
     assert _alerts() == [50]
 
 
@@ -95,7 +95,7 @@ def test_hard_stop_refuses_submission_while_running_job_continues(
         cost=Decimal("7.20"),
         finalized=True,
     )
-    services.usage_rollup_rebuild(month=month)
+    rollups.usage_rollup_rebuild(month=month)
     jobs_before = Job.objects.count()
 
     response = submit(platform["alice"], name="one-more")
@@ -113,7 +113,7 @@ def test_hard_stop_refuses_submission_while_running_job_continues(
     assert running.state == "running"
     assert Allocation.objects.filter(job=running, ended_at__isnull=True).count() == 1
     spent = services.team_spend(team=teams["vision"], month=month)
-    services.meter_run(now=timezone.now() + timedelta(seconds=30))
+    meter.meter_run(now=timezone.now() + timedelta(seconds=30))
     assert services.team_spend(team=teams["vision"], month=month) > spent
     # Another team is not affected.
     assert submit(platform["bob"], team="nlp", name="fine").status_code == 201
@@ -134,7 +134,7 @@ def test_parent_hard_stop_applies_to_children_and_soft_budget_does_not_stop(
         gpu_seconds=3600,
         cost=Decimal("10"),
     )
-    services.usage_rollup_rebuild(month=calc.month_start(now))
+    rollups.usage_rollup_rebuild(month=calc.month_start(now))
     soft = _hard_budget(teams["vision"], "1.00")
     soft.hard_stop = False
     soft.save()

@@ -16,8 +16,8 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing import selectors, services, statements
-from billing.models import EgressCharge, PriceRate, UsageDaily, UsageRecord
+from billing import meter, selectors, services, statements
+from billing.models import EgressCharge, PriceRate, Statement, UsageDaily, UsageRecord
 from scheduler.models import Cluster, Dataset
 
 from .conftest import utc
@@ -44,7 +44,7 @@ def test_a_cluster_rate_overrides_the_platform_rate_there_only(
     here = allocate(job, "n1", 0, utc(2026, 12, 1, 10), utc(2026, 12, 1, 11))
     there = allocate(job, "c1", 0, utc(2026, 12, 1, 10), utc(2026, 12, 1, 11))
 
-    services.meter_run(now=utc(2026, 12, 1, 12))
+    meter.meter_run(now=utc(2026, 12, 1, 12))
 
     assert _usage() == [
         (here.pk, "test", utc(2026, 12, 1, 10), Decimal("2.000000")),
@@ -66,7 +66,7 @@ def test_an_override_takes_effect_mid_allocation_and_outranks_later_platform_rat
     here = allocate(job, "n1", 0, utc(2026, 12, 1, 10), utc(2026, 12, 1, 12))
     there = allocate(job, "c1", 0, utc(2026, 12, 1, 10), utc(2026, 12, 1, 12))
 
-    services.meter_run(now=utc(2026, 12, 1, 13))
+    meter.meter_run(now=utc(2026, 12, 1, 13))
 
     assert _usage() == [
         (here.pk, "test", utc(2026, 12, 1, 10), Decimal("2.000000")),
@@ -181,12 +181,12 @@ def test_egress_is_charged_once_per_attempt_that_moves_data(c4, clouds, make_job
     unknown = make_job(name="unknown", dataset="not-described")  # no size, no holder
     allocate(unknown, "c1", 2, utc(2026, 12, 1, 10), utc(2026, 12, 1, 11))
 
-    first = services.meter_run(now=utc(2026, 12, 1, 12))
+    first = meter.meter_run(now=utc(2026, 12, 1, 12))
     # A second attempt of the moved job, on the cloud again: moved again.
     allocate(moved, "c1", 0, utc(2026, 12, 1, 13), utc(2026, 12, 1, 14), attempt=2)
-    services.meter_run(now=utc(2026, 12, 1, 15))
+    meter.meter_run(now=utc(2026, 12, 1, 15))
     usage_before = _usage()
-    again = services.meter_run(now=utc(2026, 12, 1, 15))
+    again = meter.meter_run(now=utc(2026, 12, 1, 15))
 
     assert (first.egress_rows, again.egress_rows) == (1, 0)
     assert _usage() == usage_before
@@ -227,9 +227,9 @@ def test_egress_is_decided_with_the_facts_of_the_attempts_first_metering(
     Dataset.objects.filter(pk=c4.pk).update(size_gb=None)
     job = make_job(dataset="c4")
     allocate(job, "c1", 0, utc(2026, 12, 1, 10))  # still running
-    services.meter_run(now=utc(2026, 12, 1, 11))
+    meter.meter_run(now=utc(2026, 12, 1, 11))
     Dataset.objects.filter(pk=c4.pk).update(size_gb=800)
-    services.meter_run(now=utc(2026, 12, 1, 12))
+    meter.meter_run(now=utc(2026, 12, 1, 12))
     assert not EgressCharge.objects.exists()
     assert UsageRecord.objects.filter(cluster=clouds["cloud"]).count() == 2
 
@@ -245,7 +245,7 @@ def split_month(c4, clouds, make_job, allocate, price, cluster_price, bob):
     allocate(job, "c1", 0, utc(2026, 12, 2, 0), utc(2026, 12, 2, 4), attempt=2)
     nlp_job = make_job(team="nlp", user=bob, name="nlp-job", dataset="c4")
     allocate(nlp_job, "c1", 1, utc(2026, 12, 2, 0), utc(2026, 12, 2, 2))
-    services.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
     return job
 
 
@@ -318,7 +318,7 @@ def test_cost_pages_show_the_cluster_split_and_egress(split_month, client, alice
 
 
 def test_statement_lines_carry_the_cluster_and_csv_appends_it(split_month, client, alice, teams):
-    statement = services.Statement.objects.get(team=teams["vision"], month=DEC)
+    statement = Statement.objects.get(team=teams["vision"], month=DEC)
     view = selectors.statement_view(statement=statement)
     assert [(x.gpu_model, x.cluster, x.cost) for x in view.lines] == [
         ("h100-80gb", "cloud", Decimal("12.00")),
@@ -338,7 +338,7 @@ def test_statement_lines_carry_the_cluster_and_csv_appends_it(split_month, clien
 
 
 def test_closing_freezes_the_cluster_names(split_month, platform_admin, teams):
-    statement = services.Statement.objects.get(team=teams["vision"], month=DEC)
+    statement = Statement.objects.get(team=teams["vision"], month=DEC)
     statement = statements.statement_close(
         user=platform_admin, statement_id=statement.pk, now=utc(2027, 1, 1, 1)
     )
@@ -419,8 +419,8 @@ def test_lost_work_is_priced_at_its_clusters_rate(clouds, make_job, allocate, pr
     allocate(job, "c1", 0, utc(2026, 12, 1, 10), utc(2026, 12, 1, 11))
     job.lost_gpu_seconds = 1000
     job.save()
-    services.meter_run(now=utc(2026, 12, 1, 12))
-    services.meter_run(now=utc(2026, 12, 1, 12))
+    meter.meter_run(now=utc(2026, 12, 1, 12))
+    meter.meter_run(now=utc(2026, 12, 1, 12))
     assert list(LostWork.objects.values_list("gpu_seconds", "cost")) == [
         (1000.0, Decimal("1.000000"))  # 1000 GPU-s at the cloud's $3.60/h, not the book's $2
     ]

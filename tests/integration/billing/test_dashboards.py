@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import calc, selectors, services
+from billing import calc, meter, selectors
 from billing.models import Budget, PriceRate
 
 from .conftest import utc
@@ -33,7 +33,7 @@ def december(make_job, allocate, price, bob, teams):
     nlp_job.lost_gpu_seconds = 1800
     nlp_job.save()
     Budget.objects.create(team=teams["vision"], month=DEC, amount=Decimal(100))
-    services.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
     return {"big": big, "small": small, "nlp": nlp_job}
 
 
@@ -140,7 +140,7 @@ def test_forecast_uses_the_trailing_day(make_job, allocate, price, alice):
     price("h100", "on_demand", "1.00", utc(2026, 1, 1))
     allocate(make_job(), "n1", 0, utc(2026, 12, 10, 0))  # running since day 10, $1/h
     now = utc(2026, 12, 11, 0)
-    services.meter_run(now=now)
+    meter.meter_run(now=now)
     d = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=now)
     # $24 so far; $1/h for the 21 days left.
     assert (d.budget.spend, d.budget.forecast) == (Decimal("24.00"), Decimal("528.00"))

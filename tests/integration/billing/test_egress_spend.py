@@ -16,7 +16,7 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing import calc, selectors, services
+from billing import calc, meter, selectors, services
 from billing.models import Budget, BudgetAlert, EgressCharge, UsageDaily
 from scheduler.models import Job
 from tenants.models import Team
@@ -53,7 +53,7 @@ def _gpu_spend(team_ids, month=DEC):
 
 def test_budget_summary_counts_egress_in_spend_percent_and_forecast(december, teams, alice):
     Budget.objects.create(team=teams["vision"], month=DEC, amount=Decimal("60"))
-    services.meter_run(now=DEC_3)
+    meter.meter_run(now=DEC_3)
     assert EgressCharge.objects.filter(team=teams["vision"]).count() == 2
 
     d = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=DEC_3)
@@ -79,7 +79,7 @@ def test_alerts_fire_on_gpu_plus_egress(
 ):
     Budget.objects.create(team=teams["vision"], month=DEC, amount=Decimal("60"))
     with django_capture_on_commit_callbacks(execute=True):
-        services.meter_run(now=DEC_3)
+        meter.meter_run(now=DEC_3)
     # GPU alone ($22) is under 50 % of $60; with $32 of egress ($54) it is past 80 %.
     assert list(BudgetAlert.objects.order_by("threshold").values_list("threshold", "spend")) == [
         (50, Decimal("54.00")),
@@ -91,7 +91,7 @@ def test_alerts_fire_on_gpu_plus_egress(
 def test_budget_api_spend_includes_egress(december, teams, api_as, alice, platform_admin):
     Budget.objects.create(team=teams["vision"], month=DEC, amount=Decimal("60"))
     Budget.objects.create(team=teams["research"], month=DEC, amount=Decimal("500"))
-    services.meter_run(now=DEC_3)
+    meter.meter_run(now=DEC_3)
     rows = api_as(platform_admin).get("/api/v1/billing/budgets/").json()["results"]
     # research covers vision ($54) and nlp ($30).
     assert {r["team"]: r["spend"] for r in rows} == {"vision": "54.00", "research": "84.00"}
@@ -110,7 +110,7 @@ def hard_stopped_by_egress(c4, clouds, make_job, allocate, price, teams):
     start = max(calc.month_bounds(month)[0], now - timedelta(minutes=10))
     job = make_job(name="remote", dataset="c4", started_at=start)
     allocate(job, "c1", 0, start)
-    services.meter_run(now=now)
+    meter.meter_run(now=now)
     assert EgressCharge.objects.filter(job=job).count() == 1
     return month
 
@@ -165,7 +165,7 @@ def test_a_hard_budget_above_gpu_plus_egress_lets_submissions_in(
 
 
 def test_admin_overview_counts_egress_in_spend_and_sorts_by_it(december, platform_admin):
-    services.meter_run(now=DEC_3)
+    meter.meter_run(now=DEC_3)
     o = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3, sort="spend")
 
     rows = {r.slug: r for r in o.rows}
@@ -197,7 +197,7 @@ def test_admin_overview_counts_egress_in_spend_and_sorts_by_it(december, platfor
 def test_admin_overview_costs_the_same_queries_whatever_the_number_of_teams(
     december, platform_admin, teams, clouds
 ):
-    services.meter_run(now=DEC_3)
+    meter.meter_run(now=DEC_3)
 
     def count() -> int:
         with CaptureQueriesContext(connection) as captured:
@@ -224,7 +224,7 @@ def test_admin_overview_costs_the_same_queries_whatever_the_number_of_teams(
 def test_cost_api_shows_total_and_both_parts_team_scoped(
     december, api_as, alice, bob, charlie, platform_admin
 ):
-    services.meter_run(now=DEC_3)
+    meter.meter_run(now=DEC_3)
     body = api_as(alice).get("/api/v1/billing/costs/?team=vision&month=2026-12").json()
     assert (body["spend"], body["gpu_spend"], body["egress"]["cost"]) == ("54.00", "22.00", "32.00")
     assert (
@@ -254,7 +254,7 @@ def test_cost_api_shows_total_and_both_parts_team_scoped(
 
 
 def test_pages_show_total_gpu_and_egress(december, client, alice, bob, platform_admin):
-    services.meter_run(now=DEC_3)
+    meter.meter_run(now=DEC_3)
     client.force_login(alice)
     html = client.get("/billing/teams/vision/?month=2026-12").content.decode()
     assert 'data-kpi="spend">$54.00<' in html

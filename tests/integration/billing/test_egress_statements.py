@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors, services, statements
+from billing import meter, selectors, statements
 from billing.models import Statement, StatementEgressLine, StatementLine
 from core.errors import Conflict
 from scheduler.models import ClusterDataset, Dataset
@@ -41,7 +41,7 @@ def november(c4, clouds, make_job, allocate, price, bob):
     allocate(far, "c1", 0, utc(2026, 11, 11, 0), utc(2026, 11, 11, 0, 10, 7), attempt=2)
     sharded = make_job(team="nlp", user=bob, name="sharded", dataset="shards")
     allocate(sharded, "c1", 1, utc(2026, 11, 12, 0), utc(2026, 11, 12, 1))
-    services.meter_run(now=utc(2026, 11, 20))
+    meter.meter_run(now=utc(2026, 11, 20))
     return {
         "statements": {
             s.team.slug: s for s in Statement.objects.filter(month=NOV).select_related("team")
@@ -95,8 +95,8 @@ def test_closing_freezes_egress_lines_once(november, make_job, allocate, platfor
     # Closing again is refused and writes nothing; neither do meter re-runs.
     with pytest.raises(Conflict):
         statements.statement_close(user=platform_admin, statement_id=closed.pk, now=CLOSING)
-    services.meter_run(now=utc(2026, 12, 3))
-    services.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
     closed.refresh_from_db()
     assert closed.total == Decimal("37.86")
     assert StatementEgressLine.objects.filter(statement=closed).count() == 2
@@ -105,7 +105,7 @@ def test_closing_freezes_egress_lines_once(november, make_job, allocate, platfor
     # A November attempt reported after the close moves c4 once more: not on the statement,
     # shown as recorded after close (its GPU time and its egress).
     allocate(november["far"], "c1", 2, utc(2026, 11, 29, 0), utc(2026, 11, 29, 1), attempt=3)
-    services.meter_run(now=utc(2026, 12, 4))
+    meter.meter_run(now=utc(2026, 12, 4))
     view = selectors.statement_view(statement=closed)
     assert (view.total, view.metered_after_close) == (Decimal("37.86"), Decimal("18.00"))
     assert _egress(view) == EGRESS_LINES

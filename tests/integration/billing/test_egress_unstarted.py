@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors, services
+from billing import meter, selectors
 from billing.models import EgressCharge, Statement
 from scheduler.models import Allocation, Job, Node
 from scheduler.transitions import (
@@ -48,14 +48,14 @@ def ghost(c4, clouds, make_job, price):
     price("h100", "on_demand", "3.60", utc(2026, 1, 1))
     job = make_job(name="ghost", state="pending", dataset="c4")
     attempt = _start(job, clouds, utc(2026, 12, 1, 10))
-    services.meter_run(now=utc(2026, 12, 1, 10, 4))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 4))
     assert _charges(job) == [(attempt, Decimal("16.000000"), utc(2026, 12, 1, 10))]
     return Job.objects.get(pk=job.pk)
 
 
 def test_a_run_the_cluster_never_started_is_charged_no_egress(ghost, clouds, alice, api_as):
     assert job_requeue_unstarted(job=ghost, now=utc(2026, 12, 1, 10, 5), reason="kept pending")
-    services.meter_run(now=utc(2026, 12, 1, 10, 6))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 6))
 
     assert _charges(ghost) == []
     body = api_as(alice).get("/api/v1/billing/costs/?team=vision&month=2026-12").json()
@@ -69,8 +69,8 @@ def test_a_run_the_cluster_never_started_is_charged_no_egress(ghost, clouds, ali
 
     # Placed again and run this time: that attempt moved the data, once.
     attempt = _start(ghost, clouds, utc(2026, 12, 1, 11))
-    services.meter_run(now=utc(2026, 12, 1, 12))
-    services.meter_run(now=utc(2026, 12, 1, 12))
+    meter.meter_run(now=utc(2026, 12, 1, 12))
+    meter.meter_run(now=utc(2026, 12, 1, 12))
     assert attempt == 2
     assert _charges(ghost) == [(2, Decimal("16.000000"), utc(2026, 12, 1, 11))]
     body = api_as(alice).get("/api/v1/billing/costs/?team=vision&month=2026-12").json()
@@ -85,7 +85,7 @@ def test_an_unstarted_run_the_meter_first_sees_ended_is_charged_nothing(
     _start(job, clouds, utc(2026, 12, 1, 10))
     job.refresh_from_db()
     assert job_requeue_unstarted(job=job, now=utc(2026, 12, 1, 10, 5), reason="kept pending")
-    result = services.meter_run(now=utc(2026, 12, 1, 10, 6))
+    result = meter.meter_run(now=utc(2026, 12, 1, 10, 6))
     assert (result.egress_rows, _charges(job)) == (0, [])
 
 
@@ -93,8 +93,8 @@ def test_a_run_the_cluster_started_late_keeps_one_charge(ghost, clouds):
     assert job_run_started_late(
         job=ghost, started_at=utc(2026, 12, 1, 10, 3), now=utc(2026, 12, 1, 10, 5)
     )
-    services.meter_run(now=utc(2026, 12, 1, 10, 6))
-    services.meter_run(now=utc(2026, 12, 1, 11))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 6))
+    meter.meter_run(now=utc(2026, 12, 1, 11))
 
     assert _charges(ghost) == [(1, Decimal("16.000000"), utc(2026, 12, 1, 10))]
     assert Allocation.objects.filter(job=ghost, ended_at__isnull=True).count() == 1

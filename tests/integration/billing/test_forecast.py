@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import calc, selectors, services
+from billing import calc, meter, selectors
 
 from .conftest import utc
 
@@ -40,7 +40,7 @@ def month_turn(c4, clouds, make_job, allocate, price):
         utc(2026, 11, 30, 21),
     )
     allocate(make_job(name="dec-cloud", dataset="c4"), "c1", 1, utc(2026, 12, 1))
-    services.meter_run(now=NOW)
+    meter.meter_run(now=NOW)
 
 
 def _expected() -> Decimal:

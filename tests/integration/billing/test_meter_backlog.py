@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import services, statements
+from billing import meter, statements
 from billing.models import AllocationMeter, Statement, UsageRecord
 from core.errors import Conflict
 
@@ -32,14 +32,14 @@ def test_a_month_whose_allocations_aged_out_of_the_lookback_unmetered_is_closed_
     October closes at 3 GPU-hours x $3.60."""
     price("h100", "on_demand", "3.60", utc(2026, 1, 1))
     seen = allocate(make_job(name="seen-live"), "n1", 0, utc(2026, 10, 10, 0))
-    services.meter_run(now=utc(2026, 10, 10, 1))
+    meter.meter_run(now=utc(2026, 10, 10, 1))
     type(seen).objects.filter(pk=seen.pk).update(ended_at=utc(2026, 10, 10, 2))
     never = allocate(
         make_job(name="never-seen"), "n1", 1, utc(2026, 10, 12, 0), utc(2026, 10, 12, 1)
     )
 
-    services.meter_run(now=utc(2026, 12, 1, 0, 5))
-    result = services.meter_backlog_run(now=utc(2026, 12, 1, 0, 5))
+    meter.meter_run(now=utc(2026, 12, 1, 0, 5))
+    result = meter.meter_backlog_run(now=utc(2026, 12, 1, 0, 5))
 
     research = Statement.objects.get(team__slug="research", month=OCT)
     closed = statements.statement_close(
@@ -60,7 +60,7 @@ def test_a_month_whose_allocations_aged_out_of_the_lookback_unmetered_is_closed_
     ) == {seen.pk, never.pk}
     assert result.backlog_allocations == 2
     # Caught up: the next sweep has nothing older than the lookback left to meter.
-    assert services.meter_backlog_run(now=utc(2026, 12, 1, 1, 5)).backlog_allocations == 0
+    assert meter.meter_backlog_run(now=utc(2026, 12, 1, 1, 5)).backlog_allocations == 0
 
 
 def test_a_backlog_is_metered_a_bounded_number_per_sweep_and_the_close_names_what_it_waits_for(
@@ -76,8 +76,8 @@ def test_a_backlog_is_metered_a_bounded_number_per_sweep_and_the_close_names_wha
         for gpu, day in ((0, 3), (1, 1), (2, 2))
     )
 
-    assert services.meter_run(now=utc(2026, 12, 1, 0, 5)).usage_rows == 0  # out of its window
-    assert services.meter_backlog_run(now=utc(2026, 12, 1, 0, 5)).backlog_allocations == 2
+    assert meter.meter_run(now=utc(2026, 12, 1, 0, 5)).usage_rows == 0  # out of its window
+    assert meter.meter_backlog_run(now=utc(2026, 12, 1, 0, 5)).backlog_allocations == 2
     assert set(AllocationMeter.objects.values_list("allocation_id", flat=True)) == {
         day1.pk,
         day2.pk,
@@ -98,7 +98,7 @@ def test_a_backlog_is_metered_a_bounded_number_per_sweep_and_the_close_names_wha
     research.refresh_from_db()
     assert (research.status, research.total) == ("open", None)
 
-    assert services.meter_backlog_run(now=utc(2026, 12, 1, 1, 5)).backlog_allocations == 1
+    assert meter.meter_backlog_run(now=utc(2026, 12, 1, 1, 5)).backlog_allocations == 1
     closed = statements.statement_close(
         user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 1, 0, 8)
     )
@@ -107,13 +107,13 @@ def test_a_backlog_is_metered_a_bounded_number_per_sweep_and_the_close_names_wha
 
 def test_a_sweep_meters_its_backlog_batch_after_batch(make_job, allocate, price, monkeypatch):
     """One transaction (and one hold of the meter's lock) per batch, until the backlog is empty."""
-    monkeypatch.setattr(services, "BACKLOG_BATCH", 2)
+    monkeypatch.setattr(meter, "BACKLOG_BATCH", 2)
     price("h100", "on_demand", "3.60", utc(2026, 1, 1))
     job = make_job(name="old")
     for gpu in range(5):
         allocate(job, "n1", gpu, utc(2026, 10, 1, gpu), utc(2026, 10, 1, gpu + 1))
 
-    result = services.meter_backlog_run(now=utc(2026, 12, 1, 0, 5))
+    result = meter.meter_backlog_run(now=utc(2026, 12, 1, 0, 5))
 
     assert (result.backlog_allocations, result.usage_rows, result.skipped) == (5, 5, False)
     assert AllocationMeter.objects.filter(finalized=True).count() == 5

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from billing import services
+from billing import meter
 from billing.models import MAX_COST, LostWork, Statement, UsageRecord
 from scheduler.models import JobEvent
 
@@ -32,7 +32,7 @@ def test_a_loss_too_large_to_price_leaves_every_other_team_metered(
     allocate(normal, "n2", 0, utc(2026, 12, 1, 0), utc(2026, 12, 1, 2))
     JobEvent.objects.create(job=normal, kind="preempted", time=utc(2026, 12, 1, 2))
 
-    result = services.meter_run(now=utc(2026, 12, 1, 3))  # before the fix: numeric overflow
+    result = meter.meter_run(now=utc(2026, 12, 1, 3))  # before the fix: numeric overflow
 
     assert UsageRecord.objects.filter(job=normal).count() == 2
     assert list(LostWork.objects.values_list("job_id", flat=True)) == [normal.pk]
@@ -40,7 +40,7 @@ def test_a_loss_too_large_to_price_leaves_every_other_team_metered(
     assert Statement.objects.filter(team__slug="vision").exists()
     assert result.lost_rows == 1
     # The next run neither crashes nor meters the loss twice.
-    services.meter_run(now=utc(2026, 12, 1, 4))
+    meter.meter_run(now=utc(2026, 12, 1, 4))
     assert LostWork.objects.count() == 1
     admin = Client()
     admin.force_login(platform_admin)
@@ -55,7 +55,7 @@ def test_a_failing_idle_source_does_not_stop_metering(make_job, allocate, price)
     def broken(slices):
         raise ConnectionError("telemetry database unreachable")
 
-    services.meter_run(now=utc(2026, 12, 1, 2), idle_source=broken)
+    meter.meter_run(now=utc(2026, 12, 1, 2), idle_source=broken)
     row = UsageRecord.objects.get()
     assert row.cost == Decimal("2.000000") and row.idle_fraction is None
 

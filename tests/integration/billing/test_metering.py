@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
-from billing import services
+from billing import meter, rollups, services
 from billing.models import (
     AllocationMeter,
     LostWork,
@@ -50,7 +50,7 @@ def test_month_boundary_and_price_change_split_exactly(make_job, allocate, price
     job = make_job()
     alloc = allocate(job, "n1", 0, utc(2026, 11, 30, 23), utc(2026, 12, 1, 1))
 
-    services.meter_run(now=utc(2026, 12, 1, 2))
+    meter.meter_run(now=utc(2026, 12, 1, 2))
 
     rows = _rows()
     assert [(r["hour"], r["gpu_seconds"], r["cost"]) for r in rows] == [
@@ -77,18 +77,18 @@ def test_running_allocation_accrues_then_finalizes(make_job, allocate, price):
     job = make_job()
     alloc = allocate(job, "n1", 0, utc(2026, 12, 1, 10, 15))
 
-    services.meter_run(now=utc(2026, 12, 1, 10, 45))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 45))
     assert [(r["gpu_seconds"], r["cost"], r["finalized"]) for r in _rows()] == [
         (1800.0, Decimal("1.800000"), False)
     ]
-    services.meter_run(now=utc(2026, 12, 1, 11, 30))
+    meter.meter_run(now=utc(2026, 12, 1, 11, 30))
     assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [
         (2700.0, False),
         (1800.0, False),
     ]
     alloc.ended_at = utc(2026, 12, 1, 11, 40)
     alloc.save()
-    services.meter_run(now=utc(2026, 12, 1, 12, 0))
+    meter.meter_run(now=utc(2026, 12, 1, 12, 0))
     assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [
         (2700.0, True),
         (2400.0, True),
@@ -109,9 +109,9 @@ def test_an_end_recorded_after_a_meter_run_passed_it_is_billed_to_the_end_and_fi
     price("h100", "on_demand", "3.60", utc(2026, 1, 1))  # $0.001 per GPU-second
     job = make_job()
     allocate(job, "n1", 0, utc(2026, 12, 1, 10, 15))
-    services.meter_run(now=utc(2026, 12, 1, 11, 30, 5))  # between the poll and the record
+    meter.meter_run(now=utc(2026, 12, 1, 11, 30, 5))  # between the poll and the record
     job_finish(job=job, target=JobState.SUCCEEDED, now=utc(2026, 12, 1, 11, 30), exit_code=0)
-    services.meter_run(now=utc(2026, 12, 1, 12, 0))
+    meter.meter_run(now=utc(2026, 12, 1, 12, 0))
     assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [
         (2700.0, True),
         (1800.0, True),
@@ -125,13 +125,13 @@ def test_an_end_before_a_metered_hour_drops_that_hour(make_job, allocate, price)
     price("h100", "on_demand", "3.60", utc(2026, 1, 1))
     job = make_job()
     allocate(job, "n1", 0, utc(2026, 12, 1, 23, 15))
-    services.meter_run(now=utc(2026, 12, 2, 0, 0, 10))  # a row for the next day's first hour
+    meter.meter_run(now=utc(2026, 12, 2, 0, 0, 10))  # a row for the next day's first hour
     job_finish_at = utc(2026, 12, 2, 0, 0)
     from scheduler.states import JobState
     from scheduler.transitions import job_finish
 
     job_finish(job=job, target=JobState.SUCCEEDED, now=job_finish_at, exit_code=0)
-    services.meter_run(now=utc(2026, 12, 2, 1, 0))
+    meter.meter_run(now=utc(2026, 12, 2, 1, 0))
     assert [(r["gpu_seconds"], r["finalized"]) for r in _rows()] == [(2700.0, True)]
     assert list(UsageDaily.objects.values_list("day", "gpu_seconds")) == [
         (utc(2026, 12, 1).date(), 2700.0)
@@ -144,10 +144,10 @@ def test_an_allocation_ended_at_its_start_is_billed_nothing(make_job, allocate, 
     price("h100", "on_demand", "3.60", utc(2026, 1, 1))
     job = make_job()
     alloc = allocate(job, "n1", 0, utc(2026, 12, 1, 23, 59))
-    services.meter_run(now=utc(2026, 12, 2, 0, 1))  # two hours' rows: 60 s each
+    meter.meter_run(now=utc(2026, 12, 2, 0, 1))  # two hours' rows: 60 s each
     assert sum(r["gpu_seconds"] for r in _rows()) == 120.0
     type(alloc).objects.filter(pk=alloc.pk).update(ended_at=alloc.started_at)
-    services.meter_run(now=utc(2026, 12, 2, 0, 2))
+    meter.meter_run(now=utc(2026, 12, 2, 0, 2))
     assert _rows() == []
     assert sum(UsageDaily.objects.values_list("gpu_seconds", flat=True)) == 0
     assert AllocationMeter.objects.get(allocation_id=alloc.pk).finalized
@@ -167,14 +167,14 @@ def test_a_run_the_cluster_never_started_leaves_no_job_cost_behind(
     job = make_job(name="ghost", attempts=1, started_at=utc(2026, 11, 30, 23, 55))
     for gpu in range(8):
         allocate(job, "n1", gpu, utc(2026, 11, 30, 23, 55))
-    services.meter_run(now=utc(2026, 12, 1, 0, 4))
+    meter.meter_run(now=utc(2026, 12, 1, 0, 4))
     assert list(UsageJobMonth.objects.order_by("month").values_list("cost", flat=True)) == [
         Decimal("2.400000"),
         Decimal("1.920000"),
     ]
 
     job_requeue_unstarted(job=job, now=utc(2026, 12, 1, 0, 5), reason="cluster kept it pending")
-    services.meter_run(now=utc(2026, 12, 1, 0, 6))
+    meter.meter_run(now=utc(2026, 12, 1, 0, 6))
 
     assert _rows() == []
     assert not UsageJobMonth.objects.exists()
@@ -192,15 +192,15 @@ def test_rerunning_the_meter_changes_nothing(make_job, allocate, price):
     allocate(running, "n3", 0, utc(2026, 12, 1, 2, 5))
     now = utc(2026, 12, 1, 5, 7)
 
-    first = services.meter_run(now=now)
+    first = meter.meter_run(now=now)
     before = _rows()
     assert first.usage_rows == len(before) == 4 + 4 + 4
-    again = services.meter_run(now=now)
+    again = meter.meter_run(now=now)
     assert _rows() == before
     assert again.finalized_allocations == 0  # finalized allocations are never read again
     # The same rows, re-metered from scratch with the cursors gone, still come out identical.
     AllocationMeter.objects.all().delete()
-    services.meter_run(now=now)
+    meter.meter_run(now=now)
     assert _rows() == before
     # And the database refuses a second row for an (allocation, hour) whatever the code does.
     row = UsageRecord.objects.first()
@@ -221,9 +221,9 @@ def test_rerunning_the_meter_changes_nothing(make_job, allocate, price):
 def test_an_older_clock_never_shrinks_metered_usage(make_job, allocate, price):
     price("h100", "on_demand", "2.00", utc(2026, 1, 1))
     allocate(make_job(), "n1", 0, utc(2026, 12, 1, 1, 0))
-    services.meter_run(now=utc(2026, 12, 1, 1, 50))
+    meter.meter_run(now=utc(2026, 12, 1, 1, 50))
     before = _rows()
-    services.meter_run(now=utc(2026, 12, 1, 1, 20))
+    meter.meter_run(now=utc(2026, 12, 1, 1, 20))
     assert _rows() == before
 
 
@@ -235,7 +235,7 @@ def test_spot_and_on_demand_are_metered_and_priced_apart(make_job, allocate, pri
     allocate(job, "n1", 0, utc(2026, 12, 2, 0), utc(2026, 12, 2, 2))
     allocate(job, "n2", 0, utc(2026, 12, 2, 0), utc(2026, 12, 2, 2))
 
-    services.meter_run(now=utc(2026, 12, 2, 3))
+    meter.meter_run(now=utc(2026, 12, 2, 3))
 
     by_capacity = {}
     for r in _rows():
@@ -246,7 +246,7 @@ def test_spot_and_on_demand_are_metered_and_priced_apart(make_job, allocate, pri
 def test_time_without_a_price_is_flagged_not_invented(make_job, allocate, price):
     price("a100", "on_demand", "1.00", utc(2026, 12, 1, 1, 30))
     allocate(make_job(), "n3", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
-    services.meter_run(now=utc(2026, 12, 1, 3))
+    meter.meter_run(now=utc(2026, 12, 1, 3))
     row = UsageRecord.objects.get()
     assert (row.gpu_seconds, row.cost, row.unpriced_gpu_seconds) == (
         3600.0,
@@ -259,7 +259,7 @@ def test_usage_is_attributed_to_job_team_user_and_gpu_model(make_job, allocate, 
     price("a100", "on_demand", "1.00", utc(2026, 1, 1))
     job = make_job(team="nlp", user=bob)
     allocate(job, "n3", 5, utc(2026, 12, 1, 1), utc(2026, 12, 1, 1, 30))
-    services.meter_run(now=utc(2026, 12, 1, 2))
+    meter.meter_run(now=utc(2026, 12, 1, 2))
     row = UsageRecord.objects.select_related("team", "user", "gpu_model").get()
     assert (row.job_id, row.team.slug, row.user.username, row.gpu_model.name) == (
         job.pk,
@@ -276,7 +276,7 @@ def test_idle_fraction_is_recorded_when_a_telemetry_source_knows_it(make_job, al
     def idle_source(slices):  # telemetry only for the first hour
         return {(s.allocation_id, s.hour): 0.25 for s in slices if s.hour.hour == 1}
 
-    services.meter_run(now=utc(2026, 12, 1, 4), idle_source=idle_source)
+    meter.meter_run(now=utc(2026, 12, 1, 4), idle_source=idle_source)
     assert [r["idle_fraction"] for r in _rows()] == [0.25, None]
 
 
@@ -288,8 +288,8 @@ def test_lost_work_is_metered_once_per_loss(make_job, allocate, price):
     job.lost_gpu_seconds = 600.0
     job.save()
 
-    services.meter_run(now=utc(2026, 12, 1, 3))
-    services.meter_run(now=utc(2026, 12, 1, 3, 5))
+    meter.meter_run(now=utc(2026, 12, 1, 3))
+    meter.meter_run(now=utc(2026, 12, 1, 3, 5))
     assert list(LostWork.objects.values_list("kind", "gpu_seconds", "cost", "occurred_at")) == [
         ("preempted", 600.0, Decimal("0.600000"), utc(2026, 12, 1, 2))
     ]
@@ -298,8 +298,8 @@ def test_lost_work_is_metered_once_per_loss(make_job, allocate, price):
     JobEvent.objects.create(job=job, kind="node_failed", time=utc(2026, 12, 1, 5))
     job.lost_gpu_seconds = 1500.0
     job.save()
-    services.meter_run(now=utc(2026, 12, 1, 6))
-    services.meter_run(now=utc(2026, 12, 1, 6) + timedelta(minutes=1))
+    meter.meter_run(now=utc(2026, 12, 1, 6))
+    meter.meter_run(now=utc(2026, 12, 1, 6) + timedelta(minutes=1))
     assert list(LostWork.objects.values_list("kind", "gpu_seconds")) == [
         ("preempted", 600.0),
         ("node_failed", 900.0),
@@ -343,13 +343,13 @@ def test_rollups_match_usage_incrementally_and_rebuilt(make_job, allocate, price
         return {(s.allocation_id, s.hour): 0.5 for s in slices}
 
     for minutes in (0, 50, 200, 400):
-        services.meter_run(now=utc(2026, 12, 1, 0) + timedelta(minutes=minutes), idle_source=idle)
+        meter.meter_run(now=utc(2026, 12, 1, 0) + timedelta(minutes=minutes), idle_source=idle)
     incremental = _daily()
     raw_total = sum(UsageRecord.objects.values_list("cost", flat=True))
     assert sum(row[5] for row in incremental[0]) == raw_total == sum(r[3] for r in incremental[1])
     assert {row[1] for row in incremental[0]} == {utc(2026, 11, 30).date(), utc(2026, 12, 1).date()}
     for month in (utc(2026, 11, 1).date(), utc(2026, 12, 1).date()):
-        services.usage_rollup_rebuild(month=month)
+        rollups.usage_rollup_rebuild(month=month)
     assert _daily() == incremental
 
 
@@ -386,17 +386,17 @@ def test_a_second_concurrent_run_is_skipped_on_postgresql(make_job, allocate, pr
     allocate(make_job(), "n1", 0, utc(2026, 12, 1, 1), utc(2026, 12, 1, 2))
     outcome = {}
     with transaction.atomic():
-        assert services._meter_lock()  # held by this transaction until it ends
+        assert meter._meter_lock()  # held by this transaction until it ends
 
         def other():
-            outcome["result"] = services.meter_run(now=utc(2026, 12, 1, 3))
+            outcome["result"] = meter.meter_run(now=utc(2026, 12, 1, 3))
             connection.close()
 
         thread = threading.Thread(target=other)
         thread.start()
         thread.join()
     assert outcome["result"].skipped and UsageRecord.objects.count() == 0
-    assert not services.meter_run(now=utc(2026, 12, 1, 3)).skipped
+    assert not meter.meter_run(now=utc(2026, 12, 1, 3)).skipped
     assert UsageRecord.objects.count() == 1
 
 
@@ -415,7 +415,7 @@ def test_lost_work_is_priced_where_it_was_lost_not_where_the_job_runs_next(
     job.lost_gpu_seconds = 600.0
     job.save()
 
-    services.meter_run(now=utc(2026, 12, 1, 10, 5))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 5))
 
     lost = LostWork.objects.select_related("gpu_model").get()
     assert (lost.gpu_model.name, lost.capacity, lost.cost) == (
@@ -454,7 +454,7 @@ def test_a_loss_with_no_event_of_its_own_is_the_requeue_that_recorded_it(
     job.lost_gpu_seconds = 600.0
     job.save()
 
-    services.meter_run(now=utc(2026, 12, 1, 10, 5))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 5))
 
     lost = LostWork.objects.select_related("gpu_model").get()
     assert (lost.kind, lost.occurred_at) == ("preempted", utc(2026, 12, 1, 10))
@@ -475,7 +475,7 @@ def test_work_lost_to_a_node_failure_is_tagged_as_one(make_job, allocate, price)
     allocate(job, "n1", 0, utc(2026, 12, 1, 9))
     assert job_requeue(job=job, now=utc(2026, 12, 1, 10), reason="node n1 failed")
 
-    services.meter_run(now=utc(2026, 12, 1, 10, 5))
+    meter.meter_run(now=utc(2026, 12, 1, 10, 5))
 
     lost = LostWork.objects.get()
     assert (lost.kind, lost.occurred_at, lost.gpu_seconds) == (
@@ -506,10 +506,10 @@ def test_days_and_months_stay_utc_when_a_local_time_zone_is_active(
     oct_, nov = utc(2026, 10, 1).date(), utc(2026, 11, 1).date()
 
     with timezone.override(ZoneInfo("America/New_York")):
-        services.meter_run(now=utc(2026, 11, 1, 9))
+        meter.meter_run(now=utc(2026, 11, 1, 9))
         incremental = _daily()
         for month in (oct_, nov):
-            services.usage_rollup_rebuild(month=month)
+            rollups.usage_rollup_rebuild(month=month)
         assert _daily() == incremental
         spends = [services.team_spend(team=job.team, month=m) for m in (oct_, nov)]
         dashboard = selectors.team_cost_dashboard(

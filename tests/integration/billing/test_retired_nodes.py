@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors, services
+from billing import meter, selectors
 from billing.calc import month_start
 from billing.models import Statement, UsageRecord
 from scheduler.models import Node, NodeState
@@ -33,14 +33,14 @@ def test_a_node_retired_under_a_running_job_bills_it_to_its_end_and_nothing_afte
     n1 = Node.objects.get(name="n1")
 
     assert node_retire(user=platform_admin, node_id=n1.pk).state == NodeState.DRAINING
-    services.meter_run(now=t0 + timedelta(hours=1))
+    meter.meter_run(now=t0 + timedelta(hours=1))
     assert job_finish(job=job, target=JobState.SUCCEEDED, now=t0 + timedelta(minutes=90))
     retirements_finish(now=t0 + timedelta(minutes=91), node_ids=[n1.pk])
     n1.refresh_from_db()
     assert n1.state == NodeState.RETIRED
     cluster_retire(user=platform_admin, name="test")
     for minutes in (120, 150, 180):
-        services.meter_run(now=t0 + timedelta(minutes=minutes))
+        meter.meter_run(now=t0 + timedelta(minutes=minutes))
 
     # 2 GPUs x 90 min at $3.60 per GPU-hour, all finalized, nothing after the end.
     rows = UsageRecord.objects.filter(job=job)

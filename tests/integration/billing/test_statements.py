@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
-from billing import services, statements
+from billing import meter, services, statements
 from billing.models import Statement, StatementLine
 from billing.selectors import statement_view
 from core.errors import Conflict, DomainError
@@ -30,7 +30,7 @@ def november(make_job, allocate, price, bob):
     price("a100", "on_demand", "1.00", utc(2026, 1, 1))
     allocate(make_job(), "n1", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 2))
     allocate(make_job(team="nlp", user=bob), "n3", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 1))
-    services.meter_run(now=utc(2026, 11, 20))
+    meter.meter_run(now=utc(2026, 11, 20))
     return {s.team.slug: s for s in Statement.objects.filter(month=NOV).select_related("team")}
 
 
@@ -63,8 +63,8 @@ def test_closed_statement_cannot_change(november, make_job, allocate, platform_a
 
     # Late usage for November (an allocation reported after the close) and meter re-runs...
     allocate(make_job(name="late"), "n2", 0, utc(2026, 11, 29, 0), utc(2026, 11, 29, 3))
-    services.meter_run(now=utc(2026, 12, 3))
-    services.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
     # ...leave the closed statement exactly as it was, and say what was metered after close.
     closed.refresh_from_db()
     assert closed.total == Decimal("5.00")
@@ -185,13 +185,13 @@ def test_a_closed_statement_with_nothing_late_shows_nothing_recorded_after_close
         start,
         start + timedelta(seconds=3614, milliseconds=400),
     )
-    services.meter_run(now=utc(2026, 11, 20))
+    meter.meter_run(now=utc(2026, 11, 20))
     research = Statement.objects.get(team__slug="research", month=NOV)
 
     closed = statements.statement_close(
         user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 2)
     )
-    services.meter_run(now=utc(2026, 12, 2))
+    meter.meter_run(now=utc(2026, 12, 2))
 
     view = statement_view(statement=closed)
     assert (view.total, view.gpu_total, view.metered_after_close) == (
@@ -225,7 +225,7 @@ def test_a_team_moved_mid_month_is_billed_once_under_its_new_parent(
 ):
     ops = _moved_under_ops(platform_admin, teams)
     allocate(make_job(name="after-move"), "n1", 1, utc(2026, 11, 21), utc(2026, 11, 21, 1))
-    services.meter_run(now=utc(2026, 11, 22))
+    meter.meter_run(now=utc(2026, 11, 22))
 
     # The tree as it is now: vision's whole month (before and after the move) under ops only.
     totals = _statement_totals(NOV)
@@ -245,7 +245,7 @@ def test_a_team_moved_after_its_month_ended_is_on_its_new_parents_statement(
     # Moved once November is over but before its statements close: nothing of vision is
     # metered for November any more, and its November must still reach a root's bill.
     _moved_under_ops(platform_admin, teams)
-    services.meter_run(now=utc(2026, 12, 2))
+    meter.meter_run(now=utc(2026, 12, 2))
 
     totals = _statement_totals(NOV)
     assert (totals.get("ops"), totals["research"]) == (Decimal("4.00"), Decimal("1.00"))
@@ -265,7 +265,7 @@ def test_a_month_the_meter_has_not_caught_up_with_is_not_closed(
     for gpu in range(8):
         allocate(running, "n1", gpu, utc(2026, 11, 30, 22, 0))
     ended = allocate(make_job(team="nlp", user=bob, name="ended"), "n3", 0, utc(2026, 11, 30, 22))
-    services.meter_run(now=utc(2026, 11, 30, 23))
+    meter.meter_run(now=utc(2026, 11, 30, 23))
     type(ended).objects.filter(pk=ended.pk).update(ended_at=utc(2026, 11, 30, 23, 30))
     research = Statement.objects.get(team__slug="research", month=NOV)
     nlp = Statement.objects.get(team__slug="nlp", month=NOV)
@@ -281,7 +281,7 @@ def test_a_month_the_meter_has_not_caught_up_with_is_not_closed(
     research.refresh_from_db()
     assert (research.status, research.total, research.lines.count()) == ("open", None, 0)
 
-    services.meter_run(now=utc(2026, 12, 1, 0, 1))
+    meter.meter_run(now=utc(2026, 12, 1, 0, 1))
     closed = statements.statement_close(
         user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 1, 0, 1, 30)
     )
@@ -303,7 +303,7 @@ def test_usage_withdrawn_after_close_is_not_called_recorded_after_close(
     job = make_job(name="ghost", attempts=1, started_at=utc(2026, 11, 30, 23, 58))
     for gpu in range(8):
         allocate(job, "n1", gpu, utc(2026, 11, 30, 23, 58))
-    services.meter_run(now=utc(2026, 12, 1, 0, 1))
+    meter.meter_run(now=utc(2026, 12, 1, 0, 1))
     research = Statement.objects.get(team__slug="research", month=NOV)
     closed = statements.statement_close(
         user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 1, 0, 1, 30)
@@ -311,7 +311,7 @@ def test_usage_withdrawn_after_close_is_not_called_recorded_after_close(
     assert closed.total == Decimal("0.96")
 
     assert job_requeue_unstarted(job=job, now=utc(2026, 12, 1, 0, 5), reason="kept pending")
-    services.meter_run(now=utc(2026, 12, 1, 0, 6))
+    meter.meter_run(now=utc(2026, 12, 1, 0, 6))
 
     view = statement_view(statement=closed)
     assert (view.total, view.metered_after_close, view.withdrawn_after_close) == (

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import services, statements
+from billing import meter, statements
 from billing.models import Statement, StatementLine
 from billing.selectors import statement_view
 
@@ -29,7 +29,7 @@ def half_priced(make_job, allocate, price, bob):
     price("h100", "on_demand", "2.00", utc(2026, 11, 10, 1))
     allocate(make_job(), "n1", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 2))
     allocate(make_job(team="nlp", user=bob), "n3", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 1))
-    services.meter_run(now=utc(2026, 11, 20))
+    meter.meter_run(now=utc(2026, 11, 20))
     return {s.team.slug: s for s in Statement.objects.filter(month=NOV).select_related("team")}
 
 
@@ -62,7 +62,7 @@ def test_closing_freezes_the_unpriced_hours_with_the_line(
     ) == [("nlp", Decimal("1.0000")), ("vision", Decimal("1.0000"))]
     # Late unpriced usage for November changes the usage rows, not the closed lines.
     allocate(make_job(name="late"), "n2", 0, utc(2026, 11, 29, 0), utc(2026, 11, 29, 1))
-    services.meter_run(now=utc(2026, 12, 3))
+    meter.meter_run(now=utc(2026, 12, 3))
     statement.refresh_from_db()
     view = statement_view(statement=statement)
     assert _lines(view) == EXPECTED
@@ -87,7 +87,7 @@ def test_the_page_notes_unpriced_hours_above_the_lines(half_priced, client, alic
 def test_a_fully_priced_statement_has_no_note(make_job, allocate, price, client, alice):
     price("h100", "on_demand", "2.00", utc(2026, 1, 1))
     allocate(make_job(), "n1", 0, utc(2026, 11, 10, 0), utc(2026, 11, 10, 1))
-    services.meter_run(now=utc(2026, 11, 20))
+    meter.meter_run(now=utc(2026, 11, 20))
     statement = Statement.objects.get(team__slug="vision", month=NOV)
     client.force_login(alice)
     html = client.get(f"/billing/statements/{statement.pk}/").content.decode()

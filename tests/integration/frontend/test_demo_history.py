@@ -94,7 +94,7 @@ def test_the_past_is_consistent_idempotent_and_left_alone_by_the_meter(seeded):
     assert AuditEntry.objects.filter(action="node.quarantine").exists()
 
     # Seeding again adds nothing; the live meter does not re-read the past.
-    from billing.services import meter_run
+    from billing.meter import meter_run
 
     jobs_before = Job.objects.count()
     call_command("seed_demo", stdout=io.StringIO())

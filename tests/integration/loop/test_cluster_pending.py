@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from billing.meter import meter_run
 from billing.models import UsageRecord
-from billing.services import meter_run
 from scheduler.backends import backend_run_id, reset_backends
 from scheduler.backends.base import BackendJobState, BackendJobStatus
 from scheduler.backends.slurm_parsers import SlurmJob, job_status

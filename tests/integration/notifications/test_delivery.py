@@ -338,7 +338,7 @@ def test_budget_alerts_reach_the_teams_admins(
     from datetime import UTC, datetime
     from decimal import Decimal
 
-    from billing import services as billing
+    from billing.meter import meter_run
     from billing.models import Budget, Capacity, PriceRate
     from scheduler.models import Allocation, Node
 
@@ -356,7 +356,7 @@ def test_budget_alerts_reach_the_teams_admins(
     job = running_job(platform["alice"])
     Allocation.objects.create(job=job, node=node, gpu_index=0, started_at=month, attempt=1)
     with django_capture_on_commit_callbacks(execute=True):
-        billing.meter_run(now=month + timedelta(hours=3))  # $10.80 of $10: 50, 80, 100 %
+        meter_run(now=month + timedelta(hours=3))  # $10.80 of $10: 50, 80, 100 %
     kinds = sorted(Event.objects.values_list("kind", flat=True))
     assert kinds == ["budget.hard_stop", "budget.threshold", "budget.threshold"]
     run_dispatch(after_window())

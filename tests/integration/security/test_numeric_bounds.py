@@ -18,8 +18,8 @@ from django import forms
 from django.test import Client
 from rest_framework import serializers
 
+from billing.meter import meter_run
 from billing.models import Budget
-from billing.services import meter_run
 from scheduler.models import Job, JobArray
 from tenants.models import Quota
 

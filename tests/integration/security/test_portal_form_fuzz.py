@@ -278,7 +278,7 @@ def test_fuzz_the_portals_numeric_and_month_fields(platform, world, vera, submit
     admin.force_login(platform["admin"])
     assert admin.get("/api/v1/billing/budgets/").status_code == 200
     assert admin.get("/billing/overview/").status_code == 200
-    from billing.services import meter_run
+    from billing.meter import meter_run
     from scheduler.loop.cycle import run_cycle
 
     meter_run(now=timezone.now())

@@ -15,8 +15,8 @@ import uuid
 import pytest
 from django.utils import timezone
 
+from billing.meter import meter_run
 from billing.models import UsageRecord
-from billing.services import meter_run
 from scheduler.backends import backend_run_id
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, Node

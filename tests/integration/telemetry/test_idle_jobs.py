@@ -180,7 +180,7 @@ def test_idle_gpu_seconds_for_billing(running_job, now):
 
 
 def test_idle_fractions_in_billings_idle_source_shape(running_job, now):
-    from billing.services import UsageSlice
+    from billing.usage import UsageSlice
 
     job, node = running_job("half-idle", minutes_ago=40)
     feed(node, (0,), 20, util=0.5, now=now, first=11)
