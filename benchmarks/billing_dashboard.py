@@ -16,10 +16,10 @@ telemetry idle fraction; 2 % of jobs have lost work.
 
 Timed (wall clock, after one warm-up, median and p95 of ``--repeat`` runs; the series objects are
 built, the Plotly figures are not):
-- team dashboard: ``billing.selectors.team_cost_dashboard`` for vision (rolled up: vision has no
+- team dashboard: ``billing.dashboards.team_cost_dashboard`` for vision (rolled up: vision has no
   sub-teams here) — all of its queries;
 - parent dashboard: the same for vision's parent (3 teams, ~40 % of the rows);
-- admin overview: ``billing.selectors.admin_cost_overview`` (all 1,000,000 rows, sorted table).
+- admin overview: ``billing.dashboards.admin_cost_overview`` (all 1,000,000 rows, sorted table).
 Then the meter itself: ``meter.meter_run`` with ``--live`` running allocations on top of the
 month (the per-minute cost of keeping usage and rollups current).
 Goal: team dashboard median <= 300 ms on the 2-core box.
@@ -234,7 +234,7 @@ def measure(repeat: int) -> dict:
     from django.contrib.auth import get_user_model
     from django.db.models import Count
 
-    from billing import selectors
+    from billing import dashboards
     from billing.models import UsageRecord
 
     settings.DEBUG = True  # count queries
@@ -252,19 +252,19 @@ def measure(repeat: int) -> dict:
     Membership.objects.create(user=user, team=Team.objects.get(slug="research"), role="viewer")
     results = {
         "team dashboard (vision)": timed(
-            lambda: selectors.team_cost_dashboard(
+            lambda: dashboards.team_cost_dashboard(
                 user=user, team_slug="vision", month=month, now=now
             ),
             repeat,
         ),
         "parent dashboard (research = vision + speech + robotics)": timed(
-            lambda: selectors.team_cost_dashboard(
+            lambda: dashboards.team_cost_dashboard(
                 user=user, team_slug="research", month=month, now=now
             ),
             repeat,
         ),
         "admin overview (all teams)": timed(
-            lambda: selectors.admin_cost_overview(user=admin, month=month, now=now), repeat
+            lambda: dashboards.admin_cost_overview(user=admin, month=month, now=now), repeat
         ),
     }
     results["rows read"] = {

@@ -24,7 +24,7 @@ from core.ids import parse_id
 from scheduler.models import Cluster
 from tenants.permissions import visible_teams
 
-from . import calc, selectors, services, statements
+from . import calc, dashboards, selectors, services, statements
 from .models import (
     Adjustment,
     Budget,
@@ -390,12 +390,12 @@ class CostViewSet(viewsets.ViewSet):
         now = timezone.now()
         month = query.validated_data.get("month") or calc.month_start(now)
         if slug := query.validated_data.get("team"):
-            d = selectors.team_cost_dashboard(
+            d = dashboards.team_cost_dashboard(
                 user=request.user, team_slug=slug, month=month, now=now
             )
             teams = None
         else:
-            overview = selectors.admin_cost_overview(user=request.user, month=month, now=now)
+            overview = dashboards.admin_cost_overview(user=request.user, month=month, now=now)
             d = overview.dashboard
             teams = [
                 {

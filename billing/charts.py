@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs_version
 
 from . import calc
-from .selectors import CostDashboard
+from .series import CostDashboard
 
 
 def plotly_version() -> str:

@@ -22,7 +22,7 @@ from core.errors import DomainError, NotFound
 from tenants.forms import errors_text
 from tenants.permissions import can_manage_team, is_platform_admin, visible_teams
 
-from . import calc, charts, selectors, services, statements
+from . import calc, charts, dashboards, selectors, services, statements
 from .forms import BudgetForm, PriceForm
 from .models import StatementMode
 
@@ -70,7 +70,7 @@ def home(request):
     """Land on the caller's first team's dashboard (admins on the all-teams overview)."""
     if is_platform_admin(request.user):
         return redirect("billing:overview")
-    team = selectors.default_team(request.user)
+    team = dashboards.default_team(request.user)
     if team is None:
         return render(request, "billing/no_team.html", {"page": "billing"})
     return redirect("billing:team", slug=team.slug)
@@ -80,7 +80,7 @@ def home(request):
 def team_dashboard(request, slug: str):
     month = _month(request)
     try:
-        dashboard = selectors.team_cost_dashboard(
+        dashboard = dashboards.team_cost_dashboard(
             user=request.user, team_slug=slug, month=month, now=timezone.now()
         )
     except NotFound:
@@ -142,7 +142,7 @@ def overview(request):
     sort = request.GET.get("sort", "spend")
     descending = request.GET.get("dir", "desc") != "asc"
     try:
-        data = selectors.admin_cost_overview(
+        data = dashboards.admin_cost_overview(
             user=request.user, month=month, now=timezone.now(), sort=sort, descending=descending
         )
     except NotFound:

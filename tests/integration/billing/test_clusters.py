@@ -16,7 +16,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing import meter, selectors, services, statements
+from billing import dashboards, meter, selectors, services, statements
 from billing.models import EgressCharge, PriceRate, Statement, UsageDaily, UsageRecord
 from scheduler.models import Cluster, Dataset
 
@@ -251,7 +251,7 @@ def split_month(c4, clouds, make_job, allocate, price, cluster_price, bob):
 
 def test_dashboard_splits_spend_by_cluster_and_shows_egress(split_month, alice, charlie):
     for user in (alice, charlie):  # a viewer of the team sees the same numbers
-        d = selectors.team_cost_dashboard(
+        d = dashboards.team_cost_dashboard(
             user=user, team_slug="vision", month=DEC, now=utc(2026, 12, 3)
         )
         assert [(c.cluster, c.gpu_hours, c.cost) for c in d.by_cluster()] == [
@@ -267,7 +267,7 @@ def test_dashboard_splits_spend_by_cluster_and_shows_egress(split_month, alice, 
 
 
 def test_admin_overview_splits_every_teams_spend_by_cluster(split_month, platform_admin):
-    o = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=utc(2026, 12, 3))
+    o = dashboards.admin_cost_overview(user=platform_admin, month=DEC, now=utc(2026, 12, 3))
     by_cluster = {c.cluster: c.cost for c in o.dashboard.by_cluster()}
     assert by_cluster == {"test": Decimal("20.000000"), "cloud": Decimal("18.000000")}
     assert sum(by_cluster.values()) == o.dashboard.gpu_spend == Decimal("38.00")

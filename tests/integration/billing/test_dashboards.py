@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import calc, meter, selectors
+from billing import calc, dashboards, meter
 from billing.models import Budget, PriceRate
 
 from .conftest import utc
@@ -38,7 +38,7 @@ def december(make_job, allocate, price, bob, teams):
 
 
 def test_team_dashboard_series(december, alice):
-    d = selectors.team_cost_dashboard(
+    d = dashboards.team_cost_dashboard(
         user=alice, team_slug="vision", month=DEC, now=utc(2026, 12, 3)
     )
     assert d.budget.spend == Decimal("81.00")  # 40 GPU-h x $2 + 1 GPU-h x $1
@@ -81,7 +81,7 @@ def test_team_dashboard_page_and_isolation(december, client, alice, bob):
 def test_admin_overview_is_sortable(december, client, platform_admin):
     client.force_login(platform_admin)
     assert client.get("/billing/").url == "/billing/overview/"
-    o = selectors.admin_cost_overview(
+    o = dashboards.admin_cost_overview(
         user=platform_admin, month=DEC, now=utc(2026, 12, 3), sort="spend"
     )
     assert [(r.slug, r.spend) for r in o.rows] == [
@@ -90,7 +90,7 @@ def test_admin_overview_is_sortable(december, client, platform_admin):
         ("nlp", Decimal("5.00")),
     ]
     assert o.rows[1].percent_used == 81.0 and o.rows[2].lost_cost == Decimal("0.50")
-    by_team = selectors.admin_cost_overview(
+    by_team = dashboards.admin_cost_overview(
         user=platform_admin, month=DEC, now=utc(2026, 12, 3), sort="team", descending=False
     )
     assert [r.slug for r in by_team.rows] == ["nlp", "research", "vision"]
@@ -108,9 +108,9 @@ def test_a_parents_overview_row_counts_its_sub_teams_like_its_dashboard(
     and nlp lost 0.5 GPU-h ($0.50). The overview row and the cost API's team row said
     "spend incl. sub-teams $86.00" beside 0.0 GPU-hours and $0.00 lost work (research's own),
     while research's dashboard, one click away, says 46 GPU-h and $0.50."""
-    o = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=utc(2026, 12, 3))
+    o = dashboards.admin_cost_overview(user=platform_admin, month=DEC, now=utc(2026, 12, 3))
     rows = {r.slug: r for r in o.rows}
-    research = selectors.team_cost_dashboard(
+    research = dashboards.team_cost_dashboard(
         user=platform_admin, team_slug="research", month=DEC, now=utc(2026, 12, 3)
     )
     assert (research.spend, research.gpu_hours, research.lost_cost) == (
@@ -130,7 +130,7 @@ def test_a_parents_overview_row_counts_its_sub_teams_like_its_dashboard(
     mine = api_as(platform_admin).get("/api/v1/billing/costs/?team=research&month=2026-12")
     assert (team["gpu_hours"], team["lost_cost"]) == (46.0, "0.50")
     assert (mine.json()["gpu_hours"], mine.json()["lost_work"]["cost"]) == (46.0, "0.50")
-    by_hours = selectors.admin_cost_overview(
+    by_hours = dashboards.admin_cost_overview(
         user=platform_admin, month=DEC, now=utc(2026, 12, 3), sort="gpu_hours"
     )
     assert [r.slug for r in by_hours.rows] == ["research", "vision", "nlp"]
@@ -141,7 +141,7 @@ def test_forecast_uses_the_trailing_day(make_job, allocate, price, alice):
     allocate(make_job(), "n1", 0, utc(2026, 12, 10, 0))  # running since day 10, $1/h
     now = utc(2026, 12, 11, 0)
     meter.meter_run(now=now)
-    d = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=now)
+    d = dashboards.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=now)
     # $24 so far; $1/h for the 21 days left.
     assert (d.budget.spend, d.budget.forecast) == (Decimal("24.00"), Decimal("528.00"))
 
@@ -203,7 +203,7 @@ def test_plotly_js_is_served_locally_with_cache_headers(client, alice):
 def test_chart_figures_are_valid_plotly_json(december, alice):
     from billing import charts
 
-    d = selectors.team_cost_dashboard(
+    d = dashboards.team_cost_dashboard(
         user=alice, team_slug="vision", month=DEC, now=utc(2026, 12, 3)
     )
     for fig in charts.all_figures(d).values():

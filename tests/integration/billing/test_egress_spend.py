@@ -16,7 +16,7 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing import calc, meter, selectors, services
+from billing import calc, dashboards, meter, services
 from billing.models import Budget, BudgetAlert, EgressCharge, UsageDaily
 from scheduler.models import Job
 from tenants.models import Team
@@ -56,7 +56,7 @@ def test_budget_summary_counts_egress_in_spend_percent_and_forecast(december, te
     meter.meter_run(now=DEC_3)
     assert EgressCharge.objects.filter(team=teams["vision"]).count() == 2
 
-    d = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=DEC_3)
+    d = dashboards.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=DEC_3)
 
     b = d.budget
     assert (b.gpu_spend, b.egress, b.spend) == (
@@ -166,7 +166,7 @@ def test_a_hard_budget_above_gpu_plus_egress_lets_submissions_in(
 
 def test_admin_overview_counts_egress_in_spend_and_sorts_by_it(december, platform_admin):
     meter.meter_run(now=DEC_3)
-    o = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3, sort="spend")
+    o = dashboards.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3, sort="spend")
 
     rows = {r.slug: r for r in o.rows}
     # By GPU time alone nlp ($30) would come before vision ($22).
@@ -188,7 +188,7 @@ def test_admin_overview_counts_egress_in_spend_and_sorts_by_it(december, platfor
         Decimal("32.00"),
         Decimal("84.00"),
     )
-    by_egress = selectors.admin_cost_overview(
+    by_egress = dashboards.admin_cost_overview(
         user=platform_admin, month=DEC, now=DEC_3, sort="egress", descending=False
     )
     assert [r.slug for r in by_egress.rows][0] == "nlp"
@@ -201,7 +201,7 @@ def test_admin_overview_costs_the_same_queries_whatever_the_number_of_teams(
 
     def count() -> int:
         with CaptureQueriesContext(connection) as captured:
-            selectors.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3)
+            dashboards.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3)
         return len(captured)
 
     before = count()
@@ -215,7 +215,7 @@ def test_admin_overview_costs_the_same_queries_whatever_the_number_of_teams(
     assert count() == before
     research = next(
         r
-        for r in selectors.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3).rows
+        for r in dashboards.admin_cost_overview(user=platform_admin, month=DEC, now=DEC_3).rows
         if r.slug == "research"
     )
     assert research.spend == Decimal("89.00")

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import calc, meter, selectors
+from billing import calc, dashboards, meter
 
 from .conftest import utc
 
@@ -64,7 +64,7 @@ def test_the_expected_forecast_is_a_days_burn_per_day_not_thirty_seconds():
 def test_a_month_minutes_old_forecasts_from_the_previous_days_usage_and_egress(
     month_turn, alice, platform_admin
 ):
-    d = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=NOW)
+    d = dashboards.team_cost_dashboard(user=alice, team_slug="vision", month=DEC, now=NOW)
     assert (d.budget.gpu_spend, d.budget.egress, d.budget.spend) == (
         Decimal("0.02"),
         Decimal("16.00"),
@@ -72,14 +72,14 @@ def test_a_month_minutes_old_forecasts_from_the_previous_days_usage_and_egress(
     )
     assert d.budget.forecast == _expected()
     # Its parent's dashboard rolls the same team up: the same rate.
-    parent = selectors.team_cost_dashboard(
+    parent = dashboards.team_cost_dashboard(
         user=platform_admin, team_slug="research", month=DEC, now=NOW
     )
     assert parent.budget.forecast == _expected()
 
 
 def test_every_caller_gets_the_same_rate(month_turn, platform_admin, api_as, monkeypatch):
-    overview = selectors.admin_cost_overview(user=platform_admin, month=DEC, now=NOW)
+    overview = dashboards.admin_cost_overview(user=platform_admin, month=DEC, now=NOW)
     rows = {r.slug: r for r in overview.rows}
     assert rows["vision"].forecast == _expected()
     assert rows["research"].forecast == _expected()
@@ -114,8 +114,8 @@ def test_the_pages_show_the_days_rate_forecast(
 
 def test_a_month_over_or_not_begun_forecasts_only_its_own_spend(month_turn, alice):
     nov = utc(2026, 11, 1).date()
-    over = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=nov, now=NOW)
+    over = dashboards.team_cost_dashboard(user=alice, team_slug="vision", month=nov, now=NOW)
     assert over.budget.forecast == over.budget.spend == Decimal("42.00")
     jan = utc(2027, 1, 1).date()
-    ahead = selectors.team_cost_dashboard(user=alice, team_slug="vision", month=jan, now=NOW)
+    ahead = dashboards.team_cost_dashboard(user=alice, team_slug="vision", month=jan, now=NOW)
     assert ahead.budget.forecast == Decimal("0.00")

@@ -495,7 +495,7 @@ def test_days_and_months_stay_utc_when_a_local_time_zone_is_active(
 
     from django.utils import timezone
 
-    from billing import selectors
+    from billing import dashboards
 
     price("h100", "on_demand", "1.00", utc(2026, 1, 1))
     job = make_job()
@@ -512,7 +512,7 @@ def test_days_and_months_stay_utc_when_a_local_time_zone_is_active(
             rollups.usage_rollup_rebuild(month=month)
         assert _daily() == incremental
         spends = [services.team_spend(team=job.team, month=m) for m in (oct_, nov)]
-        dashboard = selectors.team_cost_dashboard(
+        dashboard = dashboards.team_cost_dashboard(
             user=alice, team_slug="vision", month=nov, now=utc(2026, 11, 1, 9)
         )
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from billing import charts
 from billing.models import Adjustment, Statement
-from billing.selectors import BudgetSummary, CostDashboard, IdleSummary, JobCost
+from billing.series import BudgetSummary, CostDashboard, IdleSummary, JobCost
 from scheduler.models import Allocation, Job
 from tenants.models import Membership
 

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from billing import charts
-from billing.selectors import (
+from billing.series import (
     BudgetSummary,
     ClusterDaySpend,
     CostDashboard,
