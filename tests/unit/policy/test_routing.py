@@ -22,6 +22,7 @@ from scheduler.policy.routing import (
     explain_starts,
     start_violations,
 )
+from scheduler.policy.routing_codec import routing_from_dict
 
 from .helpers import check_invariants, job, node, run, snap, started, team, why
 
@@ -420,6 +421,30 @@ def test_the_codec_reads_and_writes_every_routing_field():
     assert data["clusters"][1]["prices"] == {"h100": {"on_demand": 3.0, "spot": 1.0}}
     assert data["config"]["wait_price_per_gpu_h"] == 0.5
     assert "clusters" not in snapshot_to_dict(snap(nodes("onprem"), [job("a")]))
+
+
+class _CountedName(str):
+    """A name that counts how often it is compared for equality with another."""
+
+    comparisons = 0
+
+    def __eq__(self, other):
+        type(self).comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_a_long_routing_list_is_read_in_linear_time():
+    """A job's routing lists are as long as its sender makes them: looking for each name among
+    those read before took ~n^2/2 comparisons (100,000 names: two minutes of a web worker)."""
+    _CountedName.comparisons = 0
+    names = [_CountedName(f"region-{i}") for i in range(2_000)]
+    routing = routing_from_dict({"prefer_regions": names})
+    assert routing is not None and len(routing.prefer_regions) == 2_000
+    assert _CountedName.comparisons <= 2_000  # 1,999,000 before
+    with pytest.raises(SnapshotError, match=r"prefer_regions\[2000\]: 'region-5' listed twice"):
+        routing_from_dict({"prefer_regions": [*names, "region-5"]})
 
 
 @pytest.mark.parametrize(
