@@ -373,6 +373,10 @@ class Job(models.Model):
         Cluster, null=True, blank=True, related_name="jobs", on_delete=models.SET_NULL
     )
     backend_ref = models.CharField(max_length=200, blank=True)
+    # Attempt number (as text) -> the account its run was submitted as, where the cluster runs
+    # each team's work as an account of its own (Slurm's team_accounts; Backend.team_account):
+    # every later call about that run names it, so remapping the team affects new runs alone.
+    backend_accounts = models.JSONField(default=dict, blank=True)
     # Simulated backend only: how long the work takes when run exclusively (demo, tests).
     simulated_duration_s = models.FloatField(null=True, blank=True, validators=_DURATION)
     # Set for the members of a job array (sweep): the array and this job's index in it.
@@ -408,7 +412,11 @@ class Job(models.Model):
                 name="job_unique_array_index",
             ),
         ]
-        indexes = [models.Index(fields=["team", "state"], name="job_team_state")]
+        indexes = [
+            models.Index(fields=["team", "state"], name="job_team_state"),
+            # The stale-run sweep's recently ended jobs (scheduler.loop.stale_runs).
+            models.Index(fields=["cluster", "finished_at"], name="job_cluster_finished"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"

@@ -103,10 +103,12 @@ def backend_run_id(job) -> str:
 
 def backend_run_ref(job, attempt: int | None = None) -> RunRef:
     """How a backend is told which run of ``job`` to poll, read, cancel or checkpoint: its
-    :func:`backend_run_id`, ``attempt`` (default: its current one) and its team's slug (the
-    team ``submit`` ran it for). Reads ``job.team``: select it with the job where many are
-    handled."""
-    return RunRef(backend_run_id(job), job.attempts if attempt is None else attempt, job.team.slug)
+    :func:`backend_run_id`, ``attempt`` (default: its current one), its team's slug (the team
+    ``submit`` ran it for) and the account that attempt was submitted as (``Job.backend_accounts``).
+    Reads ``job.team``: select it with the job where many are handled."""
+    attempt = job.attempts if attempt is None else attempt
+    account = (job.backend_accounts or {}).get(str(attempt), "")
+    return RunRef(backend_run_id(job), attempt, job.team.slug, account)
 
 
 def run_namespace(cluster) -> str:

@@ -20,7 +20,9 @@ The scheduling loop decides *where* a job runs; a backend only executes that dec
 - A run is named to ``poll_jobs``, ``read_log``, ``cancel`` and ``checkpoint`` by a
   :class:`RunRef`: which attempt of which job, and whose (the team ``submit`` ran it for). A
   backend where other teams could make a job of the same name (Slurm with ``team_accounts``)
-  takes for the run only a job of that team's; the others may ignore the team.
+  takes for the run only a job of that team's; the others may ignore the team. The account a
+  run was submitted as (``team_account``) is recorded with it and named in every later
+  :class:`RunRef`, so a team mapped to another account keeps its runs in sight.
 
 This module is plain Python (no Django) so backends and their parsers are testable on their own.
 """
@@ -125,10 +127,27 @@ class RunRef:
     job_id: str
     attempt: int
     team: str
+    # The identity the backend ran it as, as ``Backend.team_account`` named it at submit (Slurm
+    # with ``team_accounts``: the team's Unix account then); "" when none was recorded (the
+    # backend's own identity, or a run submitted before accounts were recorded), and the backend
+    # then judges by the team. Recorded so that mapping a team to another account later changes
+    # only the team's new runs.
+    account: str = ""
 
     @property
     def backend_name(self) -> str:
         return backend_job_name(self.job_id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LiveRun:
+    """A run the cluster may still run (``Backend.live_runs``): attempt ``attempt`` of job
+    ``job_id``, and the account that owns it where a cluster runs teams' work as accounts of
+    their own (Slurm with ``team_accounts``); "" for the backend's own identity."""
+
+    job_id: str
+    attempt: int
+    account: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,11 +238,19 @@ class Backend(Protocol):
         what follows ``cursor``, at most ``limit_bytes``. No output yet is an empty chunk."""
         ...
 
-    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
-        """``(job_id, attempt)`` of every run whose job id starts with ``job_id_prefix`` that the
-        cluster may still run: pending, running, or queued to run again. Finished runs (and runs
-        already being stopped) are left out. The platform cancels the ones it no longer wants
-        (``scheduler.loop.stale_runs``), so a run it gave up on never keeps GPUs."""
+    def live_runs(self, job_id_prefix: str, accounts: Iterable[str] = ()) -> list[LiveRun]:
+        """Every run whose job id starts with ``job_id_prefix`` that the cluster may still run:
+        pending, running, or queued to run again, each with the account that owns it; runs of
+        ``accounts`` too (accounts the platform recorded runs as, which the backend's settings
+        may no longer name). Finished runs (and runs already being stopped) are left out. The
+        platform cancels the ones it no longer wants (``scheduler.loop.stale_runs``), so a run
+        it gave up on never keeps GPUs; it judges a run owned by a team's account only as that
+        team's."""
+        ...
+
+    def team_account(self, team: str) -> str:
+        """The account ``team``'s new runs are submitted as ("" : the backend's own identity).
+        The platform records it with each run it submits (``RunRef.account``)."""
         ...
 
 

@@ -51,6 +51,7 @@ from scheduler.backends.base import (
     BackendNode,
     BackendRejected,
     BackendUnavailable,
+    LiveRun,
     LogChunk,
     RunRef,
     backend_job_name,
@@ -600,14 +601,20 @@ class KubernetesBackend:
             out.append(m.run_status(run.job_id, run.attempt, live, gone, health, self.cfg, now))
         return out
 
-    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
+    def team_account(self, team: str) -> str:
+        """Every pod runs as the platform's service account: no team accounts."""
+        return ""
+
+    def live_runs(self, job_id_prefix: str, accounts: Iterable[str] = ()) -> list[LiveRun]:
         """Runs with a pod still pending or running (not being deleted), from the pod watch.
 
         Kubernetes never recreates our bare pods, so this finds only pods whose cancel did not
-        reach the API server (e.g. during an outage); the sync then deletes them.
+        reach the API server (e.g. during an outage); the sync then deletes them. ``accounts``
+        changes nothing: every pod runs as the platform's service account.
         """
         self.watcher.sync_if_older(5.0)
-        return sorted(r for r in self.watcher.live_runs() if r[0].startswith(job_id_prefix))
+        runs = self.watcher.live_runs()
+        return sorted(LiveRun(*r) for r in runs if r[0].startswith(job_id_prefix))
 
     def read_log(
         self, run: RunRef, *, cursor: str | None = None, limit_bytes: int = 65536

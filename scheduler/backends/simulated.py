@@ -38,6 +38,7 @@ from .base import (
     BackendJobStatus,
     BackendNode,
     BackendRejected,
+    LiveRun,
     LogChunk,
     RunRef,
     backend_job_name,
@@ -245,12 +246,17 @@ class SimulatedBackend:
                 out.append(self._status(run, now, down))
         return out
 
-    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
+    def team_account(self, team: str) -> str:
+        """Every run is the simulated cluster's own: no team accounts."""
+        return ""
+
+    def live_runs(self, job_id_prefix: str, accounts: Iterable[str] = ()) -> list[LiveRun]:
         """Runs still working (not cancelled, not failed with their node, not done).
 
         A simulated run never restarts by itself, so this finds only runs whose cancel was
         skipped. Only runs young enough to be unfinished are read: none lasts longer than the
-        longest service time on the scaled clock.
+        longest service time on the scaled clock. ``accounts`` changes nothing: every run is
+        the simulated cluster's own.
         """
         from django.db.models import Max
 
@@ -270,7 +276,7 @@ class SimulatedBackend:
         recent = uncancelled.filter(started_at__gte=now - timedelta(seconds=window_s))
         down = self._fault_times()
         return sorted(
-            (run.job_id, run.attempt)
+            LiveRun(run.job_id, run.attempt)
             for run in recent
             if self._status(run, now, down).state
             in (BackendJobState.RUNNING, BackendJobState.PENDING)

@@ -12,10 +12,12 @@ host's filesystem.
 
 Guarantees (on top of :mod:`scheduler.backends.base`):
 - Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``
-  that the account running the commands owns, or, with ``team_accounts``, the account of the
-  run's team (``RunRef.team``; the service account's for runs submitted before the setting).
-  Another user's job of that name, another team's account's included, is not the run: it is
-  never adopted, reported, read, signalled or cancelled as it.
+  that the account running the commands owns, or, with ``team_accounts``, the account the run
+  was submitted as (``RunRef.account``, recorded by the platform from ``team_account``; for a
+  run recorded without one, its team's account now; the service account's for runs submitted
+  before the setting). A team mapped to another account keeps its live runs; its new runs are
+  the new account's. Another user's job of that name, another team's account's included, is
+  not the run: it is never adopted, reported, read, signalled or cancelled as it.
   ``submit`` first looks that name up (squeue, then accounting) and returns the existing Slurm job
   id; ``cancel`` / ``checkpoint`` act by name, so a missing or finished run is a quiet no-op;
   draining a drained node or resuming a node in service succeeds.
@@ -36,8 +38,9 @@ Guarantees (on top of :mod:`scheduler.backends.base`):
   the field (``squeue --json: unsupported output (Slurm 25.11.0, data_parser/v0.0.44):
   jobs[0].job_state: ...``): the loop marks the cluster unavailable and changes no job or node.
 - Slurm never restarts a run by itself: jobs are submitted with ``--no-requeue`` (the platform
-  requeues as a new attempt). ``live_runs`` lists our unfinished Slurm jobs so the sync can
-  cancel any that the platform has given up on.
+  requeues as a new attempt). ``live_runs`` lists our unfinished Slurm jobs, each with the team
+  account that owns it, so the sync can cancel any of a team's that the platform has given up
+  on (and leave another team's job of the name alone).
 - ``dry_run`` logs the commands that would change the cluster (sbatch, scancel, scontrol) and
   does not run them; read-only queries still run.
 """
@@ -63,6 +66,7 @@ from scheduler.backends.base import (
     BackendNode,
     BackendRejected,
     BackendUnavailable,
+    LiveRun,
     LogChunk,
     RunRef,
     byte_chunk,
@@ -88,7 +92,6 @@ from scheduler.backends.slurm_nodes import (
     parse_topology_conf,
 )
 from scheduler.backends.slurm_parsers import (
-    SQUEUE_LIVE_FORMAT,
     SQUEUE_OWNED_FORMAT,
     ErrorKind,
     SlurmJob,
@@ -188,7 +191,8 @@ class SlurmBackend:
       ``<log_dir>/<account>``, mode 0700. A team without an account is refused
       (``BackendRejected``), never run as the service account. The runs the platform counts as
       its own are those of these accounts and of the service account; the job of one run is
-      one of its team's account (``RunRef.team``) or of the service account.
+      one of the account it was submitted as (``RunRef.account``, else its team's) or of the
+      service account. Remapping a team changes the account of its new runs alone.
     """
 
     kind = "slurm"
@@ -234,7 +238,9 @@ class SlurmBackend:
         self._accounting_mode: str | None = None if self.accounting == "auto" else self.accounting
         self._version: str | None = None
         self._uid: int | None = None
-        self._account_uids: dict[str, int] | None = None
+        # Account name -> uid where the commands run; an account is never renumbered under a
+        # running platform, and asking getent on every call would double the commands.
+        self._known_uids: dict[str, int] = {}
         self.files = JobFiles(
             job_workdir=self.job_workdir,
             log_dir=self.log_dir,
@@ -380,95 +386,103 @@ class SlurmBackend:
                 self._uid = int(proc.stdout.strip())
         return self._uid
 
+    def _account_uids(self, accounts: Iterable[str]) -> dict[str, int]:
+        """The uid of each of ``accounts`` where the commands run (through ``command_prefix``),
+        those not known yet in one ``getent``. An account that does not exist there is left out
+        (logged; none of its jobs can exist) and asked about again next time."""
+        names = sorted(set(accounts))
+        unknown = [name for name in names if name not in self._known_uids]
+        if unknown:
+            if not self.command_prefix:
+                found = local_uids(unknown)
+            else:
+                try:
+                    proc = self._exec(self._command(["getent", "passwd", *unknown]))
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    raise BackendUnavailable(f"getent passwd: {exc}") from exc
+                if proc.returncode not in (0, 2):  # 2: some name not found
+                    problem = proc.stderr.strip() or proc.returncode
+                    raise BackendUnavailable(f"getent passwd: {problem}")
+                found = uids_from_getent(proc.stdout, unknown)
+            self._known_uids.update(found)
+            missing = sorted(set(unknown) - set(found))
+            if missing:
+                logger.warning("slurm: team accounts %s do not exist where commands run", missing)
+        return {name: self._known_uids[name] for name in names if name in self._known_uids}
+
     def _team_account_uids(self) -> dict[str, int]:
-        """The uid of each ``team_accounts`` account where the commands run (through
-        ``command_prefix``), in one ``getent``. An account that does not exist there is left
-        out (logged; none of its jobs can exist) and asked about again next time."""
-        if self._account_uids is not None:
-            return self._account_uids
-        names = sorted(set(self.team_accounts.values()))
-        uids: dict[str, int] = {}
-        if not self.command_prefix:
-            uids = local_uids(names)
-        elif names:
-            try:
-                proc = self._exec(self._command(["getent", "passwd", *names]))
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise BackendUnavailable(f"getent passwd: {exc}") from exc
-            if proc.returncode not in (0, 2):  # 2: some name not found
-                raise BackendUnavailable(f"getent passwd: {proc.stderr.strip() or proc.returncode}")
-            uids = uids_from_getent(proc.stdout, names)
-        missing = sorted(set(names) - set(uids))
-        if missing:
-            logger.warning("slurm: team accounts %s do not exist where commands run", missing)
-        else:
-            self._account_uids = uids
-        return uids
+        """The uid of each ``team_accounts`` account (see :meth:`_account_uids`)."""
+        return self._account_uids(self.team_accounts.values())
 
     def _our_uids(self) -> set[int]:
         """The owners whose jobs are the platform's: the service account, and every team
         account of ``team_accounts``."""
         return {self._own_uid(), *self._team_account_uids().values()}
 
-    def _account_of(self, job: SlurmJob) -> str | None:
-        """The team account that owns ``job``; None for the service account's own runs (those
-        submitted before ``team_accounts`` was set), which are acted on as before."""
+    def _run_owner(self, run: RunRef) -> str | None:
+        """With ``team_accounts``, the account ``run`` was submitted as: the one recorded with
+        it (``RunRef.account``), so a team mapped to another account since keeps its runs;
+        else, for a run recorded without one, its team's account now. None without the setting
+        (every run is the service account's) or when neither names one."""
+        if not self.team_accounts:
+            return None
+        return run.account or self.team_accounts.get(run.team)
+
+    def _account_of(self, job: SlurmJob, owner: str | None) -> str | None:
+        """Whose ``job``, a job of a run submitted as ``owner``, is: ``owner``; None for the
+        service account's (runs submitted before ``team_accounts`` was set), which are acted on
+        as before; ``UNKNOWN_OWNER`` for a record without its owner's uid."""
         if job.user_id is None:
             return UNKNOWN_OWNER if self.team_accounts else None
-        for account, uid in self._team_account_uids().items():
-            if uid == job.user_id and uid != self._own_uid():
-                return account
-        return None
+        mine = owner and job.user_id != self._own_uid()
+        return owner if mine and self._account_uids([owner]).get(owner) == job.user_id else None
 
-    def _owner_filter(self) -> list[str]:
-        """squeue's / sacct's filter for the owners of our runs."""
+    def _owner_filter(self, accounts: Iterable[str] = ()) -> list[str]:
+        """squeue's / sacct's filter for the owners of our runs (and of ``accounts``: those
+        recorded with the runs asked about, which the team's mapping may no longer name)."""
         if not self.team_accounts:
             return ["--me"]
-        return ["--user=" + ",".join(str(uid) for uid in sorted(self._our_uids()))]
+        uids = self._our_uids() | set(self._account_uids(accounts).values())
+        return ["--user=" + ",".join(str(uid) for uid in sorted(uids))]
 
-    def _ours(self, jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
-        """The jobs of ``jobs`` the platform's accounts own. On a shared cluster anyone may
-        name a job ``gp-<id>-a<n>``; taken for our run it would be adopted by ``submit``,
-        reported as our job's state, and cancelled by the stale-run sweep."""
-        mine = self._our_uids()
+    def _ours(self, jobs: Iterable[SlurmJob], accounts: Iterable[str] = ()) -> list[SlurmJob]:
+        """The jobs of ``jobs`` the platform's accounts (or ``accounts``) own. On a shared
+        cluster anyone may name a job ``gp-<id>-a<n>``; taken for our run it would be adopted
+        by ``submit``, reported as our job's state, and cancelled by the stale-run sweep."""
+        mine = self._our_uids() | set(self._account_uids(accounts).values())
         return [job for job in jobs if job.user_id is None or job.user_id in mine]
 
-    def _team_uids(self, team: str) -> set[int]:
-        """With ``team_accounts``, the owners a job of ``team``'s run may have: the team's
-        account and the service account (runs submitted before the setting). Another team's
-        account can name a job like any run; such a job is never the run."""
-        uids = {self._own_uid()}
-        account = self.team_accounts.get(team)
-        uid = self._team_account_uids().get(account) if account else None
-        if uid is not None:
-            uids.add(uid)
-        return uids
+    def _owner_uids(self, owner: str | None) -> set[int]:
+        """The owners a job of a run submitted as ``owner`` may have: that account and the
+        service account (runs submitted before ``team_accounts``). Another team's account can
+        name a job like any run; such a job is never the run."""
+        return {self._own_uid(), *self._account_uids([owner] if owner else []).values()}
 
-    def _of_team(self, jobs: list[SlurmJob], team: str | None) -> list[SlurmJob]:
-        """The jobs of ``jobs`` that may be ``team``'s run (``team`` None: any of our accounts',
-        for ``submit``, which judges the owner itself). A record without its owner's uid is
-        kept, as before: it says how the run ended, and its files are never read."""
-        if team is None or not self.team_accounts:
+    def _of_owner(self, jobs: list[SlurmJob], owner: str | None) -> list[SlurmJob]:
+        """With ``team_accounts``, the jobs of ``jobs`` that may be the run submitted as
+        ``owner`` (see :meth:`_owner_uids`). A record without its owner's uid is kept, as
+        before: it says how the run ended, and its files are never read."""
+        if not self.team_accounts:
             return jobs
-        uids = self._team_uids(team)
+        uids = self._owner_uids(owner)
         return [job for job in jobs if job.user_id is None or job.user_id in uids]
 
-    def _squeue(self) -> list[SlurmJob]:
+    def _squeue(self, accounts: Iterable[str] = ()) -> list[SlurmJob]:
         # One call answers for every run we track. --states=all: 23.02 and later honour squeue's
         # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter
         # (--me / --user too, so the owner is checked on each job as well).
-        argv = ["squeue", "--json", "--states=all", *self._owner_filter()]
+        argv = ["squeue", "--json", "--states=all", *self._owner_filter(accounts)]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_json)  # type: ignore[assignment]
-        return self._ours(jobs)
+        return self._ours(jobs, accounts)
 
-    def _accounting_jobs(self, names: list[str]) -> list[SlurmJob]:
+    def _accounting_jobs(self, names: list[str], accounts: Iterable[str] = ()) -> list[SlurmJob]:
         """Finished jobs from accounting (sacct, or the jobcomp file via ``sacct -c``)."""
         base = ["sacct", "-X", "-P", "-n", "-o", _SACCT_FORMAT, "-S", self.sacct_since]
         if self.team_accounts:
             # sacct shows its caller's jobs alone unless told whose.
-            base += self._owner_filter()
+            base += self._owner_filter(accounts)
         if len(names) <= 50:
             base.append("--name=" + ",".join(names))
         modes = [self._accounting_mode] if self._accounting_mode else ["sacct", "jobcomp"]
@@ -485,7 +499,7 @@ class SlurmBackend:
                 continue
             self._accounting_mode = mode
             # sacct -c reads the jobcomp file, every user's jobs, whatever --user says.
-            return self._ours(jobs)  # type: ignore[arg-type]
+            return self._ours(jobs, accounts)  # type: ignore[arg-type]
         self._accounting_mode = "none"
         return []
 
@@ -502,14 +516,16 @@ class SlurmBackend:
         return [job for job in jobs if job.user_id == first.user_id]
 
     def _find_runs(self, wanted: Mapping[str, str | None]) -> dict[str, SlurmJob]:
-        """The Slurm job that stands for each run of ``wanted`` (run name -> its team, see
-        :meth:`_of_team`), from squeue, else accounting; runs with none are left out."""
+        """The Slurm job that stands for each run of ``wanted`` (run name -> the account it was
+        submitted as, see :meth:`_of_owner`), from squeue, else accounting; runs with none are
+        left out."""
+        accounts = {account for account in wanted.values() if account}
         by_name: dict[str, list[SlurmJob]] = {}
-        for job in self._squeue():
+        for job in self._squeue(accounts):
             by_name.setdefault(job.name, []).append(job)
         found: dict[str, SlurmJob] = {}
-        for name, team in wanted.items():
-            job = pick_run(self._first_owners_jobs(self._of_team(by_name.get(name, []), team)))
+        for name, owner in wanted.items():
+            job = pick_run(self._first_owners_jobs(self._of_owner(by_name.get(name, []), owner)))
             if job is not None:
                 found[name] = job
         # Runs that left squeue, and COMPLETING ones: squeue 22.05 hides the final state of a
@@ -517,11 +533,11 @@ class SlurmBackend:
         ask = [n for n in wanted if n not in found or found[n].state == "COMPLETING"]
         if ask:
             finished: dict[str, list[SlurmJob]] = {}
-            for job in self._accounting_jobs(ask):
+            for job in self._accounting_jobs(ask, accounts):
                 finished.setdefault(job.name, []).append(job)
             for name in ask:
                 record = pick_run(
-                    self._first_owners_jobs(self._of_team(finished.get(name, []), wanted[name]))
+                    self._first_owners_jobs(self._of_owner(finished.get(name, []), wanted[name]))
                 )
                 if record is None:
                     continue
@@ -563,7 +579,7 @@ class SlurmBackend:
             # freely. Another team's job of the name is neither adopted (its output would be
             # shown as this run's, its GPU time billed to this team) nor in the way: the run is
             # submitted beside it, and every later call is told the run's team.
-            existing = self._find_runs({name: spec.team}).get(name)
+            existing = self._find_runs({name: account}).get(name)
             if existing is not None:
                 logger.info("slurm: %s already submitted as job %s", name, existing.job_id)
                 return existing.job_id
@@ -710,9 +726,10 @@ class SlurmBackend:
         if self.team_accounts:
             # As the account that owns it: a team account may cancel its own jobs alone, and
             # the service account needs no Slurm privilege over the teams'.
-            for job in self._unfinished_runs(run):
+            owner = self._run_owner(run)
+            for job in self._unfinished_runs(run, owner):
                 if job.state != "COMPLETING":
-                    account = self._account_of(job)
+                    account = self._account_of(job, owner)
                     self._run(["scancel", job.job_id], already_done_ok=True, account=account)
             return
         # --me: with Slurm's Admin level (for drains) scancel --name would also stop another
@@ -722,18 +739,20 @@ class SlurmBackend:
             argv.append(f"--partition={self.partition}")
         self._run(argv, already_done_ok=True)
 
-    def _unfinished_runs(self, run: RunRef) -> list[SlurmJob]:
-        """The unfinished Slurm jobs of ``run``'s name that its team's account (or the service
-        account) owns, each with its owner's uid (one light squeue)."""
+    def _unfinished_runs(self, run: RunRef, owner: str | None) -> list[SlurmJob]:
+        """The unfinished Slurm jobs of ``run``'s name that ``owner``, the account it was
+        submitted as (or the service account) owns, each with its owner's uid (one light
+        squeue)."""
         name = run.backend_name
-        argv = ["squeue", "--noheader", *self._owner_filter(), f"--name={name}"]
+        accounts = [owner] if owner else []
+        argv = ["squeue", "--noheader", *self._owner_filter(accounts), f"--name={name}"]
         argv.append(f"--format={SQUEUE_OWNED_FORMAT}")
         if self.partition:
             argv.append(f"--partition={self.partition}")
         jobs: list[SlurmJob] = self._run(  # type: ignore[assignment]
             argv, parse=lambda text: parse_squeue_live(text, with_user_id=True)
         )
-        owners = self._team_uids(run.team)
+        owners = self._owner_uids(owner)
         return [job for job in jobs if job.name == name and job.user_id in owners]
 
     def checkpoint(self, run: RunRef) -> None:
@@ -744,10 +763,11 @@ class SlurmBackend:
         of a preemption grace does not make the job checkpoint over and over."""
         name = run.backend_name
         if self.team_accounts:
-            for job in self._unfinished_runs(run):
+            owner = self._run_owner(run)
+            for job in self._unfinished_runs(run, owner):
                 if job.state != "RUNNING":
                     continue
-                account = self._account_of(job)
+                account = self._account_of(job, owner)
                 asked = self.files.mtime(self.files.checkpoint_request_path(name, account), account)
                 if asked is not None and time.time() - asked < self.checkpoint_min_interval_s:
                     continue
@@ -834,10 +854,11 @@ class SlurmBackend:
         runs = list(runs)
         if not runs:
             return []
-        found = self._find_runs({run.backend_name: run.team for run in runs})
+        owners = {run.backend_name: self._run_owner(run) for run in runs}
+        found = self._find_runs(owners)
         by_account: dict[str | None, list[str]] = {}
         for name in sorted(found):
-            account = self._account_of(found[name]) if self.team_accounts else None
+            account = self._account_of(found[name], owners[name]) if self.team_accounts else None
             if account == UNKNOWN_OWNER:
                 continue
             self._remember_account(name, account)
@@ -868,20 +889,35 @@ class SlurmBackend:
                 out.append(status)
         return out
 
-    def live_runs(self, job_id_prefix: str) -> list[tuple[str, int]]:
-        """Our runs Slurm has not finished (of ``partition`` when set), from one light
-        ``squeue``. COMPLETING runs are left out: they are already ending."""
-        argv = ["squeue", "--noheader", *self._owner_filter(), f"--format={SQUEUE_LIVE_FORMAT}"]
+    def team_account(self, team: str) -> str:
+        """``team``'s account in ``team_accounts`` ("" without the setting, or for a team
+        without one, whose runs ``submit`` refuses)."""
+        return self.team_accounts.get(team, "")
+
+    def live_runs(self, job_id_prefix: str, accounts: Iterable[str] = ()) -> list[LiveRun]:
+        """Our runs (and, with ``team_accounts``, those of ``accounts``) Slurm has not finished
+        (of ``partition`` when set), from one light ``squeue``, each with the team account that
+        owns it ("" : the service account's). COMPLETING runs are left out: they are already
+        ending."""
+        accounts = list(accounts) if self.team_accounts else []
+        owner_filter = self._owner_filter(accounts)
+        argv = ["squeue", "--noheader", *owner_filter, f"--format={SQUEUE_OWNED_FORMAT}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
-        jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_live)  # type: ignore[assignment]
+        jobs: list[SlurmJob] = self._run(  # type: ignore[assignment]
+            argv, parse=lambda text: parse_squeue_live(text, with_user_id=True)
+        )
+        own_uid = self._own_uid() if self.team_accounts else None
+        names = [*self.team_accounts.values(), *accounts]
+        owners = {uid: account for account, uid in self._account_uids(names).items()}
         runs = set()
         for job in jobs:
             run = parse_backend_job_name(job.name)
             if run is None or not run[0].startswith(job_id_prefix):
                 continue
             if is_live(job) and job.state != "COMPLETING":
-                runs.add(run)
+                account = "" if job.user_id == own_uid else owners.get(job.user_id, "")
+                runs.add(LiveRun(*run, account))
         return sorted(runs)
 
     # -----------------------------------------------------------------------------------------
@@ -898,14 +934,12 @@ class SlurmBackend:
         if not self.team_accounts:
             return None
         name = run.backend_name
-        # An owner is remembered only as found for its run's team; one that is not this team's
-        # account (nor the service account) is looked up again, never read as.
-        if self._run_accounts.get(name, UNKNOWN_OWNER) not in (
-            None,
-            self.team_accounts.get(run.team),
-        ):
-            job = self._find_runs({name: run.team}).get(name)
-            account = UNKNOWN_OWNER if job is None else self._account_of(job)
+        owner = self._run_owner(run)
+        # An owner is remembered only as found for its run; one that is not the account the run
+        # was submitted as (nor the service account) is looked up again, never read as.
+        if self._run_accounts.get(name, UNKNOWN_OWNER) not in (None, owner):
+            job = self._find_runs({name: owner}).get(name)
+            account = UNKNOWN_OWNER if job is None else self._account_of(job, owner)
             if account == UNKNOWN_OWNER:
                 return account
             self._remember_account(name, account)

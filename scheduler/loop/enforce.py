@@ -77,7 +77,7 @@ def reconcile(*, now: datetime) -> None:
         .values_list("job_id", "node__name", "gpu_index")
     ):
         placements.setdefault(job_pk, {}).setdefault(name, []).append(gpu)
-    submitted: list[tuple[int, int, str]] = []
+    submitted: list[tuple[Job, str, str]] = []
     for job in to_submit:
         if job.cluster is None:
             continue
@@ -107,11 +107,18 @@ def reconcile(*, now: datetime) -> None:
             )
             continue
         cluster_backend_mark(cluster=job.cluster)
-        submitted.append((job.pk, job.attempts, ref))
+        submitted.append((job, ref, backend.team_account(spec.team)))
         _record_attempt(job, spec, backend, ref, now)
-    for job_pk, attempts, ref in submitted:
-        Job.objects.filter(pk=job_pk, state=JobState.RUNNING, attempts=attempts).update(
-            backend_ref=ref
+    for job, ref, account in submitted:
+        fields: dict[str, object] = {"backend_ref": ref}
+        if account:
+            # Every later call about this run names the account, whatever the team's is then.
+            fields["backend_accounts"] = {
+                **(job.backend_accounts or {}),
+                str(job.attempts): account,
+            }
+        Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
+            **fields
         )
     # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
     # preemption (nothing more to save; the GPUs are wanted), else when the grace is over.

@@ -115,7 +115,10 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
             )
     # After the jobs above: a run this pass just requeued is already stale here.
     steps = (
-        ("cancelling stale runs", lambda: cancel_stale_runs(cluster=cluster, backend=backend)),
+        (
+            "cancelling stale runs",
+            lambda: cancel_stale_runs(cluster=cluster, backend=backend, now=now),
+        ),
         ("purging finished runs", lambda: _purge_finished_runs(cluster, backend)),
         ("releasing after probation", lambda: _release_after_probation(cluster, backend, now)),
         ("sampling utilization", lambda: _publish_utilization(cluster, backend)),

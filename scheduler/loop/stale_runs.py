@@ -16,19 +16,32 @@ every run that is
 
 A run whose job id is not in the database, or whose attempt is newer than its job's, is left
 alone and logged: it is not ours to judge (another database sharing the namespace, a restored
-backup). Each cancel is idempotent, so a repeated or crashed sync is safe.
+backup). A run owned by an account that is not its job's (``is_jobs_run``: with Slurm's
+``team_accounts``, another team's account may name a job like any run) is left alone without a
+word, on every sync: it is that team's business, not a stale run. The runs listed include those
+of the accounts recorded with the platform's recent runs (``recorded_accounts``), so a run stays
+in sight after its team is mapped to another account. Each cancel is idempotent, so a repeated
+or crashed sync is safe.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
+
+from django.db.models import Q
 
 from ..backends import run_namespace
-from ..backends.base import Backend, BackendError, RunRef, backend_job_name
+from ..backends.base import Backend, BackendError, LiveRun, RunRef, backend_job_name
 from ..models import Job
-from ..states import FINAL_STATES, HOLDING_STATES
+from ..states import FINAL_STATES, HOLDING_STATES, LIVE_STATES
 
 log = logging.getLogger(__name__)
+
+# How long after its job ended a run is still looked for under the account it was submitted as.
+# The sweep runs on every sync: a run left behind while the account was mapped was cancelled
+# then; this covers a team mapped elsewhere just after its job ended.
+RECORDED_ACCOUNTS_HORIZON = timedelta(days=1)
 
 
 def judge_run(*, attempt: int, job_state: str | None, job_attempts: int) -> tuple[bool, str]:
@@ -48,6 +61,13 @@ def judge_run(*, attempt: int, job_state: str | None, job_attempts: int) -> tupl
     return False, ""
 
 
+def is_jobs_run(*, live_account: str, run_account: str) -> bool:
+    """Whether a live run owned by ``live_account`` is the run of a job attempt submitted as
+    ``run_account`` ("" for either: the backend's own identity, which submits for every team
+    and so may hold any team's run)."""
+    return live_account in ("", run_account)
+
+
 def job_pk_of(job_id: str, namespace: str) -> int | None:
     """Our job's primary key from a run's job id (``<run_namespace><pk>``), else None."""
     if not job_id.startswith(namespace):
@@ -56,33 +76,54 @@ def job_pk_of(job_id: str, namespace: str) -> int | None:
     return int(rest) if rest.isascii() and rest.isdigit() else None
 
 
-def cancel_stale_runs(*, cluster, backend: Backend) -> list[tuple[str, int, str]]:
+def recorded_accounts(*, cluster, now: datetime) -> set[str]:
+    """The accounts the platform recorded its runs on ``cluster`` as (``Job.backend_accounts``)
+    for the jobs whose runs may still be alive: those not over, and those over for less than
+    :data:`RECORDED_ACCOUNTS_HORIZON`. One query."""
+    rows = (
+        Job.objects.filter(cluster=cluster)
+        .filter(Q(state__in=LIVE_STATES) | Q(finished_at__gte=now - RECORDED_ACCOUNTS_HORIZON))
+        .exclude(backend_accounts={})
+        .values_list("backend_accounts", flat=True)
+    )
+    return {account for accounts in rows for account in accounts.values() if account}
+
+
+def cancel_stale_runs(*, cluster, backend: Backend, now: datetime) -> list[tuple[str, int, str]]:
     """Cancel the cluster's live runs the platform no longer wants (see the module docstring);
     return ``(job_id, attempt, why)`` of each one cancelled. A backend error is logged and ends
     this pass; the next sync tries again."""
     namespace = run_namespace(cluster)
     try:
-        runs = backend.live_runs(namespace)
+        runs = backend.live_runs(namespace, recorded_accounts(cluster=cluster, now=now))
     except BackendError as exc:
         log.warning("cluster %s: cannot list live runs: %s", cluster.name, exc)
         return []
-    ours: dict[int, list[tuple[str, int]]] = {}
-    for job_id, attempt in runs:
-        pk = job_pk_of(job_id, namespace)
+    ours: dict[int, list[LiveRun]] = {}
+    for live in runs:
+        pk = job_pk_of(live.job_id, namespace)
         if pk is not None:
-            ours.setdefault(pk, []).append((job_id, attempt))
+            ours.setdefault(pk, []).append(live)
     if not ours:
         return []
     jobs = {
-        pk: (state, attempts, team)
-        for pk, state, attempts, team in Job.objects.filter(pk__in=ours).values_list(
-            "pk", "state", "attempts", "team__slug"
+        pk: (state, attempts, team, accounts or {})
+        for pk, state, attempts, team, accounts in Job.objects.filter(pk__in=ours).values_list(
+            "pk", "state", "attempts", "team__slug", "backend_accounts"
         )
     }
     cancelled = []
     for pk, job_runs in sorted(ours.items()):
-        state, attempts, team = jobs.get(pk, (None, 0, ""))
-        for job_id, attempt in sorted(job_runs):
+        state, attempts, team, accounts = jobs.get(pk, (None, 0, "", {}))
+        for live in sorted(job_runs):
+            job_id, attempt = live.job_id, live.attempt
+            # The account the attempt was submitted as; for one recorded without any, the
+            # account the team's runs are submitted as now.
+            account = accounts.get(str(attempt)) or backend.team_account(team)
+            if state is not None and not is_jobs_run(
+                live_account=live.account, run_account=account
+            ):
+                continue
             cancel, why = judge_run(attempt=attempt, job_state=state, job_attempts=attempts)
             name = backend_job_name(job_id, attempt)
             if not cancel:
@@ -92,7 +133,7 @@ def cancel_stale_runs(*, cluster, backend: Backend) -> list[tuple[str, int, str]
             try:
                 # As the job's team's run: a job of another team's account that took the
                 # run's name is not cancelled (the Slurm backend with team_accounts).
-                backend.cancel(RunRef(job_id, attempt, team))
+                backend.cancel(RunRef(job_id, attempt, team, accounts.get(str(attempt), "")))
             except BackendError as exc:
                 log.warning(
                     "cluster %s: could not cancel stale run %s: %s", cluster.name, name, exc

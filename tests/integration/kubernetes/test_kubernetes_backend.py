@@ -20,6 +20,7 @@ from scheduler.backends.base import (
     BackendJobState,
     BackendRejected,
     BackendUnavailable,
+    LiveRun,
     RunRef,
     log_tail,
 )
@@ -463,13 +464,13 @@ def test_live_runs_lists_runs_with_a_pod_still_working(server, backend):
     backend.submit(make_spec(attempt=2))
     backend.submit(make_spec(job_id="2002", placement={"gpu-a": (4, 5, 6, 7)}))
     server.set_pod_phase("gp-1001-a1-w0", "Running")  # w1 still Pending: live too
-    assert backend.live_runs("") == [("1001", 1), ("1001", 2), ("2002", 1)]
-    assert backend.live_runs("10") == [("1001", 1), ("1001", 2)]
+    assert backend.live_runs("") == [LiveRun("1001", 1), LiveRun("1001", 2), LiveRun("2002", 1)]
+    assert backend.live_runs("10") == [LiveRun("1001", 1), LiveRun("1001", 2)]
 
     backend.cancel(run_ref("1001"))  # being deleted: already stopping, not listed again
     server.set_pod_phase("gp-2002-a1-w0", "Succeeded")  # finished
     backend.watcher.sync()  # the live-run list may otherwise reuse a cache a few seconds old
-    assert backend.live_runs("") == [("1001", 2)]
+    assert backend.live_runs("") == [LiveRun("1001", 2)]
     assert server.requests_matching("DELETE", r"/pods/gp-1001-a2") == []
 
 

@@ -34,7 +34,9 @@ one unit); a test elsewhere that asks for these fixtures is refused at collectio
 from __future__ import annotations
 
 import dataclasses
+import grp
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -445,6 +447,38 @@ def ensure_system_user(
 
 
 LOGIN_SHELL = "/bin/bash"
+
+# Two team accounts (test_team_accounts_on_slurm.py, test_team_account_runs_on_slurm.py).
+TEAM_ACCOUNTS = {"team-a": "gp-ci-team-a", "team-b": "gp-ci-team-b"}
+
+
+@pytest.fixture(scope="session")
+def team_uids(slurm_cluster: LocalSlurm) -> dict[str, int]:
+    """The team accounts' uids, each made where missing (on the host and in the root)."""
+    uids = {}
+    for account in TEAM_ACCOUNTS.values():
+        ensure_system_user([], account)
+        uid, gid = pwd.getpwnam(account).pw_uid, grp.getgrnam(account).gr_gid
+        if slurm_cluster.root:
+            ensure_system_user(slurm_cluster.prefix, account, uid, gid)
+        uids[account] = uid
+    return uids
+
+
+def idle_nodes(cluster: LocalSlurm, count: int) -> list[str]:
+    """``count`` nodes Slurm would start a job on now. An earlier test of the session may leave
+    one COMPLETING for minutes (the controller outage test, on 24.11), and a job pinned there
+    would wait that long."""
+
+    def idle() -> list[str]:
+        # "%T" exactly "idle": `sinfo -t idle` also lists a node that is "completing"
+        listing = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        nodes = sorted(
+            {n for n, _, t in (line.partition(" ") for line in listing.splitlines()) if t == "idle"}
+        )
+        return nodes[:count] if len(nodes) >= count else []
+
+    return wait_for(idle, 120, f"{count} idle nodes")
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str, every: float = 0.5):

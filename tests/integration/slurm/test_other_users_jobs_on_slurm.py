@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.backends.base import BackendJobState, backend_job_name
+from scheduler.backends.base import BackendJobState, LiveRun, backend_job_name
 from tests.integration.slurm.conftest import run_ref, spec, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -60,7 +60,7 @@ def test_another_users_job_named_like_our_run_is_left_alone(backend, slurm_clust
         assert ours != foreign
         (status,) = backend.poll_jobs([run_ref(job_id)])
         assert status.backend_ref == ours
-        assert backend.live_runs(job_id) == [(job_id, 1)]
+        assert backend.live_runs(job_id) == [LiveRun(job_id, 1)]
 
         backend.cancel(run_ref(job_id))
         wait_for(

@@ -17,7 +17,7 @@ import pwd
 
 import pytest
 
-from scheduler.backends.base import BackendJobState, BackendRejected
+from scheduler.backends.base import BackendJobState, BackendRejected, LiveRun
 from scheduler.backends.slurm import SlurmBackend
 from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, run_ref, spec, wait_for
 
@@ -83,7 +83,7 @@ def test_jobs_run_as_the_service_account_and_drains_need_admin(
     wait_for(whoami.exists, 30, "the job to start")
     assert whoami.read_text().strip() == ACCOUNT
     assert status().state is BackendJobState.RUNNING
-    assert backend.live_runs(job_id) == [(job_id, 1)]
+    assert backend.live_runs(job_id) == [LiveRun(job_id, 1)]
     wait_for(lambda: "trained as" in backend.read_log(run_ref(job_id)).text, 10, "its output")
     backend.checkpoint(run_ref(job_id))  # a signal to its own job: allowed
     backend.cancel(run_ref(job_id))

@@ -23,6 +23,7 @@ from scheduler.backends.base import (
     BackendJobState,
     BackendRejected,
     BackendUnavailable,
+    LiveRun,
     backend_job_name,
     log_tail,
     worker_envs,
@@ -272,12 +273,14 @@ def test_live_runs_lists_our_unfinished_runs_by_prefix(backend, slurm_cluster, j
         wait_state(backend, f"{prefix}2", {BackendJobState.SUCCEEDED})
         wait_state(backend, f"{prefix}1", {BackendJobState.RUNNING}, attempt=2)
         # Finished runs and other prefixes are left out; pending and running ones are listed.
-        assert backend.live_runs(prefix) == [(f"{prefix}1", 1), (f"{prefix}1", 2)]
+        assert backend.live_runs(prefix) == [LiveRun(f"{prefix}1", 1), LiveRun(f"{prefix}1", 2)]
         backend.cancel(run_ref(f"{prefix}1"))
         wait_for(
-            lambda: backend.live_runs(prefix) == [(f"{prefix}1", 2)], 15, "attempt 1 to be gone"
+            lambda: backend.live_runs(prefix) == [LiveRun(f"{prefix}1", 2)],
+            15,
+            "attempt 1 to be gone",
         )
-        assert (f"other-{job_id}", 1) in backend.live_runs("")
+        assert LiveRun(f"other-{job_id}", 1) in backend.live_runs("")
     finally:
         for run in [(f"{prefix}1", 1), (f"{prefix}1", 2), (f"other-{job_id}", 1)]:
             backend.cancel(run_ref(*run))

@@ -11,47 +11,27 @@ and cancels both; a team with no account is refused before anything reaches Slur
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import shlex
 
 import pytest
 
-from scheduler.backends.base import BackendJobState, BackendRejected, backend_job_name
-from tests.integration.slurm.conftest import LocalSlurm, ensure_system_user, run_ref, spec, wait_for
+from scheduler.backends.base import (
+    BackendJobState,
+    BackendRejected,
+    LiveRun,
+    backend_job_name,
+)
+from tests.integration.slurm.conftest import (
+    TEAM_ACCOUNTS,
+    LocalSlurm,
+    idle_nodes,
+    run_ref,
+    spec,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions("24.11", "26.05", "22.05")]
-
-TEAM_ACCOUNTS = {"team-a": "gp-ci-team-a", "team-b": "gp-ci-team-b"}
-
-
-@pytest.fixture(scope="session")
-def team_uids(slurm_cluster: LocalSlurm) -> dict[str, int]:
-    uids = {}
-    for account in TEAM_ACCOUNTS.values():
-        ensure_system_user([], account)
-        uid, gid = pwd.getpwnam(account).pw_uid, grp.getgrnam(account).gr_gid
-        if slurm_cluster.root:
-            ensure_system_user(slurm_cluster.prefix, account, uid, gid)
-        uids[account] = uid
-    return uids
-
-
-def _idle_nodes(cluster: LocalSlurm, count: int) -> list[str]:
-    """``count`` nodes Slurm would start a job on now. An earlier test of the session may leave
-    one COMPLETING for minutes (the controller outage test, on 24.11), and a job pinned there
-    would wait that long."""
-
-    def idle() -> list[str]:
-        # "%T" exactly "idle": `sinfo -t idle` also lists a node that is "completing"
-        listing = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
-        nodes = sorted(
-            {n for n, _, t in (line.partition(" ") for line in listing.splitlines()) if t == "idle"}
-        )
-        return nodes[:count] if len(nodes) >= count else []
-
-    return wait_for(idle, 120, f"{count} idle nodes")
 
 
 @pytest.fixture()
@@ -74,7 +54,7 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
     def state(job: str) -> BackendJobState:
         return backend.poll_jobs([run_ref(job, team=teams[job])])[0].state
 
-    node_a, node_b = _idle_nodes(cluster, 2)
+    node_a, node_b = idle_nodes(cluster, 2)
 
     b_ref = backend.submit(
         spec(
@@ -129,7 +109,8 @@ def test_a_teams_job_runs_as_its_account_and_cannot_touch_another_teams(
         assert state(job_b) is BackendJobState.RUNNING
         (status_b,) = backend.poll_jobs([run_ref(job_b, team="team-b")])
         assert status_b.checkpointed_progress_s == 42
-        assert {(job_a, 1), (job_b, 1)} <= set(backend.live_runs(job_id))
+        live = set(backend.live_runs(job_id))
+        assert {LiveRun(job_a, 1, "gp-ci-team-a"), LiveRun(job_b, 1, "gp-ci-team-b")} <= live
         for account in ("gp-ci-team-a", "gp-ci-team-b"):
             private = os.stat(f"{cluster.host_dir}/jobs/{account}")
             assert (private.st_uid, private.st_mode & 0o777) == (team_uids[account], 0o700)
@@ -281,7 +262,7 @@ def test_another_teams_job_named_like_a_run_does_not_keep_the_run_from_starting(
     job, runs as A, and every call about it is A's job's alone."""
     cluster, backend = slurm_cluster, team_backend
     name = backend_job_name(job_id, 1)
-    (node,) = _idle_nodes(cluster, 1)
+    (node,) = idle_nodes(cluster, 1)
     as_b = ["runuser", "-u", "gp-ci-team-b", "--"]
     b_dir = f"{cluster.dir}/jobs/gp-ci-team-b"
     cluster.run(*as_b, "install", "-d", "-m", "0700", b_dir)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.backends.base import backend_job_name, parse_backend_job_name
-from scheduler.loop.stale_runs import job_pk_of, judge_run
+from scheduler.loop.stale_runs import is_jobs_run, job_pk_of, judge_run
 
 
 @given(
@@ -75,3 +75,19 @@ def test_job_pk_only_from_our_namespace(job_id, namespace, pk):
 )
 def test_judge_run(attempt, state, attempts, cancel, why):
     assert judge_run(attempt=attempt, job_state=state, job_attempts=attempts) == (cancel, why)
+
+
+@pytest.mark.parametrize(
+    ("live_account", "run_account", "ours"),
+    [
+        ("", "", True),  # one identity for every run (no team accounts)
+        ("", "gp-vision", True),  # the service account's run, from before team_accounts
+        ("gp-vision", "gp-vision", True),  # the account the attempt was submitted as
+        ("gp-nlp", "gp-vision", False),  # another team's account named a job like the run
+        ("gp-vision", "", False),  # a team account's job, for a run of the service account
+    ],
+)
+def test_a_live_run_is_its_jobs_only_as_the_account_it_was_submitted_as(
+    live_account, run_account, ours
+):
+    assert is_jobs_run(live_account=live_account, run_account=run_account) is ours
