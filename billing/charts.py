@@ -146,7 +146,7 @@ def top_jobs(d: CostDashboard) -> go.Figure:
     fig.add_bar(
         orientation="h",
         x=[float(j.cost) for j in jobs],
-        y=[f"#{j.job_id} {j.name}" for j in jobs],
+        y=[j.name if j.job_id is None else f"#{j.job_id} {j.name}" for j in jobs],
         customdata=[[j.user, j.team, round(j.gpu_hours, 1)] for j in jobs],
         hovertemplate="%{y}<br>$%{x:.2f}<br>%{customdata[2]} GPU-h by %{customdata[0]}"
         " (%{customdata[1]})<extra></extra>",

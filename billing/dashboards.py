@@ -30,7 +30,7 @@ from scheduler.models import Job
 from tenants.models import Team
 from tenants.permissions import is_platform_admin, visible_teams
 
-from . import calc
+from . import calc, sub_teams
 from .models import (
     Budget,
     BudgetAlert,
@@ -203,17 +203,18 @@ def _top_jobs(team_ids: list[int] | None, month: date, limit: int) -> list[JobCo
     return out
 
 
-def _by_user(team_ids: list[int] | None, month: date) -> list[tuple[str, float, Decimal]]:
-    """Spend per submitting user for the month (from the job-month rollup)."""
+def _by_user(
+    team_ids: list[int] | None, month: date, seen: frozenset[str] | None = None
+) -> list[tuple[str, float, Decimal]]:
+    """Spend per submitting user for the month (from the job-month rollup); the submitters of a
+    team outside ``seen`` as one row (``sub_teams.spend_by_user``)."""
     qs = UsageJobMonth.objects.filter(month=month)
     if team_ids is not None:
         qs = qs.filter(team_id__in=team_ids)
-    return [
-        (r["job__submitter__username"], (r["s_secs"] or 0.0) / 3600, r["s_cost"] or Decimal(0))
-        for r in qs.values("job__submitter__username")
-        .annotate(s_secs=Sum("gpu_seconds"), s_cost=Sum("cost"))
-        .order_by("-s_cost", "job__submitter__username")
-    ]
+    rows = qs.values_list("job__submitter__username", "team__slug").annotate(
+        s_secs=Sum("gpu_seconds"), s_cost=Sum("cost")
+    )
+    return sub_teams.spend_by_user(rows.order_by(), seen)
 
 
 def _trailing_window(month: date, now: datetime) -> tuple[datetime, datetime]:
@@ -300,9 +301,11 @@ def team_cost_dashboard(
     *, user, team_slug: str, month: date, now: datetime, top: int = 10
 ) -> CostDashboard:
     """The cost dashboard of one of the caller's teams (rolled up over its sub-teams) for a month.
-    Another team is NotFound."""
+    Another team is NotFound; the jobs and people of a sub-team the caller is not a member of are
+    not named (``sub_teams``), only its amounts."""
     team = _team_for(user, team_slug)
     team_ids = TeamTree.load().subtree(team.pk)
+    seen = sub_teams.seen_team_slugs(user)
     days, idle, unpriced = _daily_series(team_ids, month)
     egress = _egress_series(team_ids, month)
     return CostDashboard(
@@ -311,10 +314,10 @@ def team_cost_dashboard(
         month=month,
         now=now,
         days=days,
-        top_jobs=_top_jobs(team_ids, month, top),
-        by_user=_by_user(team_ids, month),
+        top_jobs=sub_teams.hide_jobs(_top_jobs(team_ids, month, top), seen),
+        by_user=_by_user(team_ids, month, seen),
         cluster_days=_cluster_series(team_ids, month),
-        egress=egress,
+        egress=sub_teams.hide_egress(egress, seen),
         lost=_lost_series(team_ids, month),
         idle=idle,
         budget=_budget_summary(team, team_ids, days, egress, month, now),

@@ -45,8 +45,8 @@ class EgressLine:
     """One egress charge: a job attempt's dataset moved from ``from_cluster`` to ``to_cluster``."""
 
     time: datetime
-    job_id: int
-    attempt: int
+    job_id: int | None  # None: a sub-team the reader is not a member of (``sub_teams``)
+    attempt: int | None
     team: str
     dataset: str
     from_cluster: str
@@ -63,7 +63,7 @@ UNKNOWN_CLUSTER_LABEL = "(unknown)"
 
 @dataclass(frozen=True, slots=True)
 class JobCost:
-    job_id: int
+    job_id: int | None  # None: a sub-team the reader is not a member of (``sub_teams``)
     name: str
     team: str
     user: str
