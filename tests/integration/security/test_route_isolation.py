@@ -11,7 +11,8 @@ to the other side may contain it, whatever the route renders.
 from __future__ import annotations
 
 import json
-from datetime import date
+import re
+from datetime import date, timedelta
 
 import pytest
 from django.apps import apps
@@ -24,8 +25,18 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from notifications.models import DeliveryAttempt, Event, Message, Preference, Webhook
-from scheduler.models import Job, JobArray, JobEvent, Node
-from tenants.models import ApiToken, AuditEntry, Membership, Quota, QuotaRequest, Team, hash_token
+from scheduler.models import Allocation, Job, JobArray, JobEvent, Node
+from tenants.models import (
+    ApiToken,
+    AuditEntry,
+    Membership,
+    PriorityClass,
+    Quota,
+    QuotaRequest,
+    Team,
+    hash_token,
+)
+from tests.integration.roles import make_user
 
 from .routes import Route, concrete_path, fill_values, iter_routes
 
@@ -497,3 +508,205 @@ def test_memberships_of_team_b_untouched_by_team_a_admin(world):
     response = client.post("/teams/team/nlp/members/", {"username": "vera", "role": "owner"})
     assert response.status_code == 404
     assert not Membership.objects.filter(user=world["vera"], team__slug="nlp").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Filters in the query string, the parent team's owner, team A's viewer, and what team B's
+# activity changes in what team A reads.
+
+# Every filter name a list, page or export takes (or might take) with team B's values: a filter
+# must narrow the caller's rows, never widen them to another team's.
+B_FILTERS = {
+    "team": "nlp",
+    "team__slug": "nlp",
+    "job": str(B_PK),
+    "job_id": str(B_PK),
+    "ids": str(B_PK),
+    "array": str(B_PK),
+    "user": "bob",
+    "username": "bob",
+    "submitter": "bob",
+    "owner": "bob",
+    "actor": "nick",
+    "webhook": str(B_PK),
+    "request": str(B_PK),
+    "entitlements": "nlp",
+}
+# A missing object of each kind, to compare with team B's (an answer that differs says B's
+# exists).
+MISSING = {
+    "pk": "987654",
+    "job_id": "987654",
+    "array_id": "987654",
+    "object_id": "987654",
+    "id": "987654",
+    "webhook_id": "987654",
+    "slug": "no-such-team",
+    "username": "nobody",
+}
+# What team B's activity may change in another team's pages: the shared cluster grid (GPUs "in
+# use", never by whom: the walk above checks no name shows) and, for the parent team's owner,
+# the GPUs in use with the sub-teams on /teams/ (docs/tenancy.md).
+SHARED_CHANGES = {"/cluster/", "/cluster/state/"}
+PARENT_CHANGES = {"/teams/"}
+# What differs between two renders of one page with nothing changed.
+_NOISE = [
+    re.compile(r'csrfmiddlewaretoken" value="[^"]+"'),
+    re.compile(r'nonce="[^"]+"'),
+    re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?"),
+    re.compile(r"\d\d:\d\d(:\d\d)?"),
+]
+
+
+def _normalised(response) -> str:
+    text = _body(response)
+    for pattern in _NOISE:
+        text = pattern.sub("~", text)
+    return text
+
+
+def _get_routes() -> list[Route]:
+    return [
+        r
+        for r in iter_routes()
+        if not (r.is_format_variant or r.is_admin_site)
+        and r.name not in EXPENSIVE_ROUTE_NAMES
+        and r.name != "logout"
+    ]
+
+
+def _more_roles(world) -> dict:
+    """Team A's member, admin and viewer, and the owner of research, the parent of both teams
+    (who is no member of either)."""
+    rhea = make_user("rhea", world["teams"]["research"], "owner")
+    return {k: world[k] for k in ("alice", "vera", "charlie")} | {"rhea": rhea}
+
+
+def _team_b_runs(world, count: int = 1, first_gpu: int = 0) -> None:
+    """Team B's jobs holding GPUs, finished and pending, so that pages showing the cluster, use,
+    outcomes or queues have something of B's to show."""
+    now = timezone.now()
+    node = Node.objects.order_by("-pk").first()
+    for i in range(count):
+        for state in ("running", "failed", "pending"):
+            job = Job.objects.create(
+                team=world["teams"]["nlp"],
+                submitter=world["bob"],
+                name=f"bravo-secret-{state}-{first_gpu + i}",
+                workers=1,
+                gpus_per_worker=1,
+                priority_class=PriorityClass.objects.get(name="research"),
+                submitted_at=now - timedelta(hours=3),
+                state=state,
+                started_at=None if state == "pending" else now - timedelta(hours=2),
+                finished_at=now - timedelta(hours=1) if state == "failed" else None,
+                cluster=None if state == "pending" else node.cluster,
+                attempts=0 if state == "pending" else 1,
+            )
+            JobEvent.objects.create(job=job, time=now, kind=state, message="bravo-secret-ev")
+            if state == "running":
+                Allocation.objects.create(
+                    job=job, node=node, gpu_index=first_gpu + i, started_at=job.started_at
+                )
+
+
+def test_query_filters_naming_team_b_show_nothing_of_it(world, capsys):
+    """Every GET route with every filter set to team B's values, as team A's member, admin and
+    viewer and as the parent team's owner: no 5xx, nothing of team B in the answer."""
+    _team_b_runs(world)
+    walker = Walker(world)
+    routes = _get_routes()
+    for who, user in _more_roles(world).items():
+        client = walker.client(user)
+        for route in routes:
+            path = concrete_path(route, fill_values(route, world["values"]))
+            response = client.get(path, B_FILTERS)
+            walker.requests += 1
+            if response.status_code >= 500:
+                walker.problems.append(f"{who} GET {path}?<B filters>: {response.status_code}")
+            if "bravo-secret" in _body(response):
+                walker.problems.append(f"{who} GET {path}?<B filters> leaks bravo-secret")
+    assert not walker.problems, "\n".join(walker.problems)
+    with capsys.disabled():
+        print(f"\n[isolation] {walker.requests} requests with team B's filters: no leak")
+
+
+def test_team_b_ids_answer_as_missing_ids_do(world, capsys):
+    """For every route aimed at team B's objects, and every method: team A's member, admin and
+    viewer get the same status and the same body for team B's id as for an id nobody has, so
+    no answer confirms that team B's object exists."""
+    roles = _more_roles(world)
+    problems, compared = [], 0
+    for route in _get_routes():
+        keys = B_KWARGS & set(route.kwargs)
+        if not keys:
+            continue
+        real = fill_values(route, world["values"])
+        missing = dict(real, **{k: MISSING[k] for k in keys})
+        methods = ["get", "post"] + (["put", "patch", "delete"] if route.is_api else [])
+        for who in ("alice", "vera", "charlie"):
+            client = Client(raise_request_exception=False)
+            client.force_login(roles[who])
+            for method in methods:
+                answers = []
+                for values in (real, missing):
+                    kwargs = {}
+                    if method != "get":
+                        body = dict(SMUGGLED, user=world["bob"].pk)
+                        kwargs = (
+                            {"data": json.dumps(body), "content_type": "application/json"}
+                            if route.is_api
+                            else {"data": body}
+                        )
+                    path = concrete_path(route, values)
+                    response = getattr(client, method)(path, **kwargs)
+                    text = _normalised(response)
+                    for key in keys:
+                        text = text.replace(values[key], "<id>")
+                    answers.append((response.status_code, text))
+                compared += 1
+                if answers[0] != answers[1]:
+                    problems.append(
+                        f"{who} {method.upper()} {concrete_path(route, real)}: "
+                        f"{answers[0][0]} for team B's, {answers[1][0]} for a missing one"
+                    )
+    assert not problems, "\n".join(problems)
+    with capsys.disabled():
+        print(f"\n[isolation] {compared} answers to team B's ids match those to missing ids")
+
+
+def test_team_b_activity_changes_nothing_team_a_or_the_parent_reads(world):
+    """Every GET page and endpoint, as team A's member and viewer and the parent team's owner,
+    before and after team B runs, finishes and queues more jobs: nothing changes but the shared
+    cluster grid (and the parent's GPUs in use with its sub-teams). Catches what a marker cannot:
+    counts, totals and queue positions of another team."""
+    _team_b_runs(world)
+    roles = _more_roles(world)
+    readers = {k: roles[k] for k in ("alice", "charlie", "rhea")}
+    routes = _get_routes()
+
+    def render() -> dict:
+        out = {}
+        for who, user in readers.items():
+            client = Client(raise_request_exception=False)
+            client.force_login(user)
+            for route in routes:
+                path = concrete_path(route, fill_values(route, world["values"]))
+                response = client.get(path)
+                out[(who, path)] = (response.status_code, _normalised(response))
+        return out
+
+    before, again = render(), render()
+    noisy = {key for key in before if before[key] != again[key]}
+    assert len(noisy) <= 3, f"pages that change by themselves: {sorted(noisy)}"
+    _team_b_runs(world, count=2, first_gpu=1)
+    after = render()
+    changed = [
+        f"{who} {path}"
+        for (who, path), answer in before.items()
+        if (who, path) not in noisy
+        and answer != after[(who, path)]
+        and path not in SHARED_CHANGES
+        and not (who == "rhea" and path in PARENT_CHANGES)
+    ]
+    assert not changed, "team B's activity changed:\n" + "\n".join(changed)
