@@ -32,9 +32,12 @@ from .statements import (
 
 
 def statement_list(*, user, team_slug: str | None = None) -> QuerySet[Statement]:
-    """Statements of the caller's teams, newest month first."""
+    """Statements of the caller's teams, newest month first; ``team_slug`` naming a team the
+    caller does not see (or none) is NotFound, as in the cost API, not an empty list."""
     qs = Statement.objects.filter(team__in=visible_teams(user)).select_related("team")
     if team_slug:
+        if not visible_teams(user).filter(slug=team_slug).exists():
+            raise NotFound("no such team", field="team")
         qs = qs.filter(team__slug=team_slug)
     return qs.order_by("-month", "team__slug")
 

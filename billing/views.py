@@ -236,7 +236,10 @@ def price_book(request):
 @login_required
 def statement_list(request):
     team = request.GET.get("team") or None
-    statements = selectors.statement_list(user=request.user, team_slug=team)
+    try:
+        statements = selectors.statement_list(user=request.user, team_slug=team)
+    except NotFound:
+        raise Http404("no such team") from None
     return render(
         request,
         "billing/statement_list.html",

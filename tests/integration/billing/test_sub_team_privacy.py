@@ -101,3 +101,21 @@ def test_platform_admins_see_every_job_and_person(december, platform_admin):
         assert {j.name for j in d.top_jobs} == {"vision-secret-run", "nlp-secret-run"}
         assert {u for u, _, _ in d.by_user} == {"alice", "bob"}
         assert None not in {e.job_id for e in d.egress}
+
+
+def test_a_statement_list_naming_another_team_is_a_404_on_the_page_as_in_the_api(
+    december, alice, teams
+):
+    """``?team=`` naming a team the caller does not see: the API said 404 and the page said
+    "Statements of nlp: none yet"; both are a 404 now, the same whether the team exists."""
+    client = Client()
+    client.force_login(alice)
+    for team in ("nlp", "research", "no-such-team"):
+        assert client.get(f"/billing/statements/?team={team}").status_code == 404, team
+        assert client.get(f"/api/v1/billing/statements/?team={team}").status_code == 404, team
+    page = client.get("/billing/statements/?team=vision")
+    api = client.get("/api/v1/billing/statements/?team=vision")
+    assert page.status_code == api.status_code == 200
+    # The meter opened December's statements of vision and of its tree.
+    assert [s["team"] for s in api.json()["results"]] == ["vision"]
+    assert ">nlp<" not in page.content.decode()
