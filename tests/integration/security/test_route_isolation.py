@@ -136,7 +136,8 @@ def _notifications(team, pk, user, admin, side):
 
 
 def _try_billing(team, pk, user):
-    """Billing rows for the team when the billing app has them (its routes are walked too)."""
+    """Billing rows for the team when the billing app has them (its routes are walked too),
+    after the team's job ``pk`` exists."""
     try:
         budget_model = apps.get_model("billing", "Budget")
         statement_model = apps.get_model("billing", "Statement")
@@ -147,6 +148,10 @@ def _try_billing(team, pk, user):
     statement_model.objects.create(pk=pk, team=team, month=date(2026, 12, 1))
     alert_model.objects.create(
         pk=pk, budget=budget, threshold=50, spend=60, fired_at=timezone.now()
+    )
+    # The job's usage this month: the dashboards and the cost API name their top jobs.
+    apps.get_model("billing", "UsageJobMonth").objects.create(
+        job_id=pk, month=timezone.now().date().replace(day=1), team=team, gpu_seconds=3600, cost=1
     )
 
 
