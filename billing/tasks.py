@@ -13,16 +13,19 @@ from django.db import OperationalError
 
 from . import meter
 
+# A meter run that meets a database or broker hiccup is retried, backing off to a minute; its
+# work is idempotent (a run meters from the cursors it left), so a retry never bills twice.
+_METER_TASK_OPTIONS = {
+    "autoretry_for": (ConnectionError, TimeoutError, OperationalError),
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 5,
+    "ignore_result": True,
+}
 
-@shared_task(
-    name="billing.tasks.meter_run",
-    autoretry_for=(ConnectionError, TimeoutError, OperationalError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=5,
-    ignore_result=True,
-)
+
+@shared_task(name="billing.tasks.meter_run", **_METER_TASK_OPTIONS)
 def meter_run() -> dict:
     """Meter all allocations up to now, meter lost work, fire budget alerts."""
     result = meter.meter_run()
@@ -35,15 +38,7 @@ def meter_run() -> dict:
     }
 
 
-@shared_task(
-    name="billing.tasks.meter_backlog",
-    autoretry_for=(ConnectionError, TimeoutError, OperationalError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=5,
-    ignore_result=True,
-)
+@shared_task(name="billing.tasks.meter_backlog", **_METER_TASK_OPTIONS)
 def meter_backlog() -> dict:
     """Meter allocations ended before the meter's lookback that it never finalized."""
     result = meter.meter_backlog_run()

@@ -90,11 +90,9 @@ print(node_token_revoke(token=NodeAgentToken.objects.get(pk=int(sys.argv[1]))))
 """
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_token_revoked_in_another_process_stops_working_here_at_once(node1, post_batch):
-    if connection.vendor != "postgresql" or not isinstance(caches["default"], RedisCache):
-        pytest.skip("two processes share a database and a cache on PostgreSQL and Redis only")
-    assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
+def _in_another_process(script: str, token_id: int) -> subprocess.CompletedProcess:
+    """Run ``script`` with ``token_id`` in a new Python process on this test's database and
+    cache (a second server process, as far as the caches are concerned)."""
     db = connection.settings_dict
     env = {
         **os.environ,
@@ -103,15 +101,22 @@ def test_a_token_revoked_in_another_process_stops_working_here_at_once(node1, po
         "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
         "PYTHONPATH": str(ROOT),
     }
-    token = NodeAgentToken.objects.get(node=node1)
-    done = subprocess.run(
-        [sys.executable, "-c", REVOKE, str(token.pk)],
+    return subprocess.run(
+        [sys.executable, "-c", script, str(token_id)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_revoked_in_another_process_stops_working_here_at_once(node1, post_batch):
+    if connection.vendor != "postgresql" or not isinstance(caches["default"], RedisCache):
+        pytest.skip("two processes share a database and a cache on PostgreSQL and Redis only")
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
+    done = _in_another_process(REVOKE, NodeAgentToken.objects.get(node=node1).pk)
     assert done.stdout.strip() == "True", done.stderr
     assert post_batch([make_sample(gpu=1)]).status_code == 401
     assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
@@ -193,23 +198,7 @@ def test_a_token_revoked_by_bare_sql_in_another_process_is_refused_here(
         pytest.skip("two processes share a database and a cache on PostgreSQL and Redis only")
     settings.TELEMETRY_TOKEN_MARKER_SECONDS = 1
     assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:"
-        f"{db['PORT']}/{db['NAME']}",
-        "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
-        "PYTHONPATH": str(ROOT),
-    }
-    token = NodeAgentToken.objects.get(node=node1)
-    done = subprocess.run(
-        [sys.executable, "-c", BARE_REVOKE, str(token.pk)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _in_another_process(BARE_REVOKE, NodeAgentToken.objects.get(node=node1).pk)
     assert done.stdout.strip() == "1", done.stderr
     time.sleep(1.2)
     assert post_batch([make_sample(gpu=1)]).status_code == 401
