@@ -51,7 +51,8 @@ for _proxy in TRUSTED_PROXIES:
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django admin, open to platform admins only (tenants.admin_site).
+    "tenants.apps.PlatformAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

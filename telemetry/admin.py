@@ -24,13 +24,14 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
     # worked again. Revoking is the action below; a new node gets a new token.
     readonly_fields = (
         "node",
-        "key_hash",
         "key_prefix",
         "created_at",
         "created_by",
         "revoked_at",
         "last_used_at",
     )
+    # The key's hash is neither shown nor editable: what the agent's token is checked against.
+    exclude = ("key_hash",)
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -233,7 +233,8 @@ class ApiTokenAdmin(AuditedAdmin):
         "last_used_at",
         "revoked_at",
     )
-    readonly_fields = ("user", "name", "key_hash", "key_prefix", "created_at", "last_used_at")
+    # Not the key's hash: nobody needs it on a page, and it is what a token is checked against.
+    readonly_fields = ("user", "name", "key_prefix", "created_at", "last_used_at")
 
     def has_add_permission(self, request):
         return False
