@@ -122,6 +122,15 @@ def parse_deadline(value: Any) -> str:
     return value.isoformat()
 
 
+def _whole(value: Any) -> Any:
+    """A float with no fraction as the integer it is, anything else as it came. YAML reads
+    ``1e3`` as a float (1000.0); an integer field or a number of seconds takes it as 1000, and
+    ``1e300`` meets the field's upper bound rather than "must be an integer"."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def parse_duration(value: Any) -> int:
     """Seconds from ``7200``, ``"7200"``, ``"2h"``, ``"90m"``, ``"1h30m"``, ``"1d"``, ``"45s"``,
     or Slurm's ``--time`` forms ``"H:M:S"``, ``"M:S"``, ``"D-H"``, ``"D-H:M"``, ``"D-H:M:S"``. Raises ``ValueError`` (with a
@@ -129,6 +138,9 @@ def parse_duration(value: Any) -> int:
     number means seconds (unlike Slurm's ``--time``, where it means minutes)."""
     if isinstance(value, bool):
         raise ValueError("must be a duration like 2h, 90m, 1h30m or a number of seconds")
+    value = _whole(value)
+    if isinstance(value, float):
+        raise ValueError("must be a whole number of seconds")
     if isinstance(value, int):
         seconds = value
     elif isinstance(value, str):
@@ -259,6 +271,7 @@ def _validate_spec_fields(
     body: dict[str, Any] = {}
 
     def integer(path: str, value: Any, low: int, high: int | None = None) -> int | None:
+        value = _whole(value)
         if isinstance(value, bool) or not isinstance(value, int):
             fail(path, f"must be an integer >= {low}")
             return None
@@ -432,7 +445,8 @@ def _routing_names(value: Any, fail: Fail, path: str) -> list[str] | None:
 
 
 def _validate_env(env: Any, fail: Fail, prefix: str = "spec") -> dict[str, str] | None:
-    """A mapping NAME: value, or Kubernetes' list of {name, value}; values become strings."""
+    """A mapping NAME: value, or Kubernetes' list of {name, value}; values become strings (a
+    number as the file wrote it)."""
     # Names come from YAML keys and items: not necessarily strings, checked below.
     pairs: list[tuple[Any, Any, str]] = []
     if isinstance(env, Mapping):
@@ -457,7 +471,7 @@ def _validate_env(env: Any, fail: Fail, prefix: str = "spec") -> dict[str, str] 
             # YAML reads `yes`, `true`, `~` as booleans/null; refuse rather than guess the text.
             fail(path, "must be a string or a number (quote values like 'true' or 'yes')")
             continue
-        result[name] = str(value)
+        result[name] = yamltext.as_written(value)
     return result
 
 
@@ -542,7 +556,7 @@ def validate_array_spec(document: Any) -> dict[str, Any]:
                 elif any(isinstance(v, (bool, list, dict)) or v is None for v in values):
                     fail(path, "values must be strings or numbers (quote 'true', 'yes', '~')")
                 else:
-                    env_lists[name] = [str(v) for v in values]
+                    env_lists[name] = [yamltext.as_written(v) for v in values]
                     sizes.append((path, len(values)))
 
     size = None

@@ -5,13 +5,86 @@ as the date ``2030-13-45``, nesting deep enough to exhaust the interpreter's sta
 ``YamlTextError`` whose message is a single line, naming the line and column when PyYAML knows
 them; nothing else escapes, so each loader turns it into its own exit-2 error. A document whose
 aliases make a value that holds itself, or one that spelled out would have more than
-``MAX_VALUES`` values, is refused the same way."""
+``MAX_VALUES`` values, is refused the same way.
+
+Numbers are read as YAML 1.2 reads them, everything else as PyYAML's YAML 1.1 does. YAML 1.1
+reads ``1e3`` and ``1e300`` (no dot, or no sign in the exponent) as text, so a bound the server
+would name came back as "must be a number"; it also reads ``010`` as 8 and ``1:30`` as 90.
+YAML 1.2's numbers: decimal integers (``010`` is 10), ``0o17`` and ``0x1F``, and floats with an
+optional dot and exponent (``1e3``, ``1.5E-2``, ``.5``, ``.inf``, ``.nan``); ``1_000``, ``0b101``
+and ``1:30`` are text. Booleans stay YAML 1.1's (``yes``/``no``/``on``/``off`` as well as
+``true``/``false``): specs written with ``preemptible: yes`` keep working, and where a boolean
+is not wanted (an env value) the loaders refuse it by name rather than guess its text."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.2 core schema, section 10.3.2.
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_12 = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's integers and floats (see the module's docstring)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+
+class YamlInt(int):
+    """An integer read from YAML that keeps its text as written (``yaml_text``)."""
+
+    yaml_text: str
+
+
+class YamlFloat(float):
+    """A float read from YAML that keeps its text as written (``yaml_text``)."""
+
+    yaml_text: str
+
+
+def as_written(value: Any) -> str:
+    """A scalar as text: a number as the file wrote it (an env value ``3e-4`` stays ``3e-4``,
+    ``010`` stays ``010``, not ``0.0003`` and ``10``), anything else as ``str()`` makes it."""
+    text = getattr(value, "yaml_text", None)
+    return text if isinstance(text, str) else str(value)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> YamlInt:
+    # PyYAML's own reads a leading 0 as octal (YAML 1.1); YAML 1.2 writes octal 0o17.
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0o"):
+        number = YamlInt(int(text[2:], 8))
+    elif text.startswith("0x"):
+        number = YamlInt(int(text[2:], 16))
+    else:
+        number = YamlInt(int(text, 10))
+    number.yaml_text = text
+    return number
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> YamlFloat:
+    number = YamlFloat(loader.construct_yaml_float(node))
+    number.yaml_text = str(loader.construct_scalar(node))
+    return number
+
+
+# Integers first: the float pattern matches "10" too.
+_Loader.add_implicit_resolver(_INT_TAG, _INT_12, list("-+0123456789"))
+_Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_12, list("-+.0123456789"))
+_Loader.add_constructor(_INT_TAG, _construct_int)
+_Loader.add_constructor(_FLOAT_TAG, _construct_float)
 
 
 class YamlTextError(ValueError):
@@ -25,7 +98,7 @@ MAX_VALUES = 1_000_000
 def load_all(text: str) -> list[Any]:
     """Every document of ``text`` (``None`` for an empty one), or ``YamlTextError``."""
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = list(yaml.load_all(text, Loader=_Loader))  # _Loader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
