@@ -471,6 +471,19 @@ NOTIFY_RETRY_MAX_SECONDS = env.float("NOTIFY_RETRY_MAX_SECONDS", default=3600.0)
 NOTIFY_WEBHOOK_DISABLE_AFTER = env.int("NOTIFY_WEBHOOK_DISABLE_AFTER", default=5)
 NOTIFY_WEBHOOK_TIMEOUT_SECONDS = env.float("NOTIFY_WEBHOOK_TIMEOUT_SECONDS", default=10.0)
 NOTIFY_EMAIL_TIMEOUT_SECONDS = env.float("NOTIFY_EMAIL_TIMEOUT_SECONDS", default=10.0)
+# One team's (or person's) webhooks must not hold up everyone's notifications (docs/tenancy.md,
+# "Sharing the delivery worker"). GitHub allows 20 hooks per event on a repository; 10 covers a
+# team's channels (chat, paging, a bot or two) and bounds what one event fans out to.
+NOTIFY_WEBHOOKS_PER_TEAM = env.int("NOTIFY_WEBHOOKS_PER_TEAM", default=10)
+NOTIFY_WEBHOOKS_PER_PERSON = env.int("NOTIFY_WEBHOOKS_PER_PERSON", default=10)
+# Messages of one owner (a team's webhooks; a person's email and own webhooks) handed to the
+# notify worker and not finished yet. At 2 deliveries at a time and a 10 s deadline, another
+# owner's message then waits at most 4 x 10 s / 2 = 20 s behind a slow owner's, and a fast owner
+# still gets 4 per 5 s dispatch pass (48 a minute).
+NOTIFY_IN_FLIGHT_PER_OWNER = env.int("NOTIFY_IN_FLIGHT_PER_OWNER", default=4)
+# A hook whose successful answers take over half the deadline this many times in a row is
+# flagged to its owners (Slack and GitHub likewise ask receivers to answer first, work after).
+NOTIFY_WEBHOOK_SLOW_AFTER = env.int("NOTIFY_WEBHOOK_SLOW_AFTER", default=3)
 # Delivered, failed and dropped messages (with their attempts) are kept this long.
 NOTIFY_RETENTION_DAYS = env.int("NOTIFY_RETENTION_DAYS", default=90)
 

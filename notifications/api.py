@@ -39,6 +39,8 @@ class WebhookSerializer(serializers.ModelSerializer):
             "disabled_reason",
             "disabled_at",
             "consecutive_failures",
+            "slow_warning",
+            "slow_since",
             "allow_private_network",
             "signing_key",
             "created_at",

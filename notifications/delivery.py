@@ -258,6 +258,8 @@ def _record(
             "last_error": outcome.error,
         }
         hook = message.webhook
+        if hook is not None:
+            _count_speed(hook, duration_ms, now)
         if outcome.ok:
             status = MessageStatus.DELIVERED
             fields.update(delivered_at=timezone.now(), next_attempt_at=None)
@@ -276,6 +278,42 @@ def _record(
                 fields["next_attempt_at"] = None
         Message.objects.filter(pk=message.pk).update(status=status, **fields)
     return status
+
+
+def _count_speed(hook: Webhook, duration_ms: int, now: datetime) -> None:
+    """Count an attempt that took over half the deadline against ``hook`` (a quick one starts
+    the count again). A hook answering 2xx in 9.9 s of 10 never fails, yet holds one of the
+    worker's two slots each time; flagged, its owners see why their deliveries lag (and that
+    the fix is to answer first and work after)."""
+    deadline_s = _setting("NOTIFY_WEBHOOK_TIMEOUT_SECONDS")
+    if duration_ms * 2 <= deadline_s * 1000:
+        Webhook.objects.filter(pk=hook.pk, consecutive_slow__gt=0).update(
+            consecutive_slow=0, slow_warning="", slow_since=None
+        )
+        return
+    Webhook.objects.filter(pk=hook.pk).update(consecutive_slow=F("consecutive_slow") + 1)
+    hook.refresh_from_db(fields=["consecutive_slow", "slow_warning"])
+    limit = _setting("NOTIFY_WEBHOOK_SLOW_AFTER")
+    if hook.consecutive_slow < limit or hook.slow_warning:
+        return
+    warning = (
+        f"slow: the last {hook.consecutive_slow} deliveries each took over half the "
+        f"{deadline_s:g} s deadline (last {duration_ms / 1000:.1f} s); every team's notifications "
+        "share the delivery worker, so this hook's messages go out behind others'. Answer at "
+        "once (2xx) and do the work afterwards."
+    )[:500]
+    if Webhook.objects.filter(pk=hook.pk, slow_warning="").update(
+        slow_warning=warning, slow_since=now
+    ):
+        audit_record(
+            actor=None,
+            action="webhook.slow",
+            target=hook,
+            team=hook.team,
+            before=None,
+            after={"consecutive_slow": hook.consecutive_slow},
+            comment=warning,
+        )
 
 
 def _count_failure(hook: Webhook, outcome: Outcome, now: datetime) -> bool:

@@ -28,7 +28,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F, Window
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from tenants.models import MANAGE_ROLES, Membership
@@ -89,17 +90,62 @@ def notifications_dispatch(*, now: datetime | None = None) -> DispatchResult:
                 STUCK_AFTER,
             )
         result.recovered = stuck.update(status=MessageStatus.QUEUED, next_attempt_at=now)
-        due = list(
-            Message.objects.filter(status=MessageStatus.QUEUED, next_attempt_at__lte=now)
-            .order_by("next_attempt_at", "id")
-            .values_list("pk", flat=True)[:CLAIM_BATCH]
-        )
+        due = _fair_share(now)
         if due:
             Message.objects.filter(pk__in=due, status=MessageStatus.QUEUED).update(
                 status=MessageStatus.ENQUEUED, claimed_at=now
             )
         result.claimed = due
         return result
+
+
+def _owner_key() -> list:
+    """Whose a message is, as PARTITION BY terms: a team webhook's team, else the person (their
+    email and their own webhooks are one owner). Exactly one of the two is set."""
+    return [F("webhook__team_id"), Coalesce(F("webhook__owner_id"), F("user_id"))]
+
+
+def _fair_share(now: datetime) -> list[int]:
+    """The due messages to hand out now, in the order the worker should take them.
+
+    The rule: round-robin across owners, each owner's oldest first, and no owner with more than
+    ``NOTIFY_IN_FLIGHT_PER_OWNER`` messages handed out and not finished. The notify worker takes
+    its queue in order, two at a time, and a receiver may take the whole 10 s deadline to say
+    200: oldest-first let one team's backlog (or a dozen slow hooks) fill the queue, and every
+    other team's messages waited behind it for the whole window. Within a round, hooks flagged
+    slow (``Webhook.slow_warning``) go last."""
+    per_owner = settings.NOTIFY_IN_FLIGHT_PER_OWNER
+    busy: dict[tuple, int] = defaultdict(int)
+    for team_id, person_id, count in (
+        Message.objects.filter(status__in=[MessageStatus.ENQUEUED, MessageStatus.SENDING])
+        .annotate(team_key=_owner_key()[0], person_key=_owner_key()[1])
+        .values("team_key", "person_key")
+        .annotate(count=Count("id"))
+        .values_list("team_key", "person_key", "count")
+    ):
+        busy[(team_id, person_id)] += count
+    candidates = (
+        Message.objects.filter(status=MessageStatus.QUEUED, next_attempt_at__lte=now)
+        .annotate(
+            team_key=_owner_key()[0],
+            person_key=_owner_key()[1],
+            turn=Window(
+                RowNumber(),
+                partition_by=_owner_key(),
+                order_by=[F("next_attempt_at").asc(), F("id").asc()],
+            ),
+        )
+        .filter(turn__lte=per_owner)
+        .values_list(
+            "pk", "team_key", "person_key", "turn", "next_attempt_at", "webhook__slow_warning"
+        )
+    )
+    allowed = [
+        (turn, bool(slow), due_at, pk)
+        for pk, team_id, person_id, turn, due_at, slow in candidates
+        if turn <= per_owner - busy[(team_id, person_id)]
+    ]
+    return [pk for *_, pk in sorted(allowed)[:CLAIM_BATCH]]
 
 
 @dataclass

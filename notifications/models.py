@@ -111,6 +111,11 @@ class Webhook(models.Model):
     disabled_reason = models.CharField(max_length=500, blank=True)
     disabled_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
+    # Attempts in a row that took over half the delivery deadline (``delivery._count_speed``);
+    # at NOTIFY_WEBHOOK_SLOW_AFTER the hook is flagged to its owners with ``slow_warning``.
+    consecutive_slow = models.PositiveIntegerField(default=0)
+    slow_warning = models.CharField(max_length=500, blank=True)
+    slow_since = models.DateTimeField(null=True, blank=True)
     # Only a platform admin sets it: lets the hook reach private, loopback or link-local
     # addresses (an internal chat server, say). Off, such targets are refused.
     allow_private_network = models.BooleanField(default=False)

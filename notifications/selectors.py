@@ -28,7 +28,12 @@ def message_list(*, user) -> QuerySet[Message]:
 
 
 def disabled_webhooks(*, user) -> list[Webhook]:
-    """The caller's disabled hooks (own or managed), for the portal-wide notice."""
+    """The caller's disabled hooks (own or managed), and those flagged slow, for the
+    portal-wide notice."""
     if not user or not user.is_authenticated:
         return []
-    return list(webhook_list(user=user).filter(enabled=False).order_by("-disabled_at")[:5])
+    return list(
+        webhook_list(user=user)
+        .filter(Q(enabled=False) | ~Q(slow_warning=""))
+        .order_by("enabled", "-disabled_at", "-slow_since")[:5]
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -214,6 +215,7 @@ def webhook_create(
     if errors:
         raise FieldErrors(errors)
     with transaction.atomic():
+        _check_room(user=user, team=team_row)
         hook = Webhook.objects.create(
             team=team_row,
             owner=None if team_row else user,
@@ -228,6 +230,32 @@ def webhook_create(
         )
         _audit_hook(user, hook, "webhook.create", None, _hook_state(hook))
     return hook
+
+
+def _check_room(*, user, team: Team | None) -> None:
+    """Refuse a webhook past the cap of its team or person (``NOTIFY_WEBHOOKS_PER_TEAM`` /
+    ``_PER_PERSON``), disabled ones included: every hook shares the one delivery worker. Hooks
+    made before the cap keep working; only adding is refused. The team's (or person's) row is
+    locked first, so two requests at once cannot both take the last place."""
+    from django.contrib.auth import get_user_model
+
+    if team is not None:
+        Team.objects.select_for_update().filter(pk=team.pk).exists()
+        have, cap = Webhook.objects.filter(team=team).count(), settings.NOTIFY_WEBHOOKS_PER_TEAM
+        whose = f"team {team.slug} has"
+    else:
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+        have, cap = Webhook.objects.filter(owner=user).count(), settings.NOTIFY_WEBHOOKS_PER_PERSON
+        whose = "you have"
+    if have >= cap:
+        raise FieldErrors(
+            {
+                "team": [
+                    f"{whose} {have} webhooks, the most allowed ({cap}); delete one first (one "
+                    "webhook can hear several events)"
+                ]
+            }
+        )
 
 
 _UNSET = object()
