@@ -12,7 +12,8 @@ single-flight (an advisory lock) and does, in order:
 2. closing, once no event is left to fan out: collecting messages whose window ended (or whose
    array is over) become queued;
 3. recovery: a message a worker claimed and never finished (a crash) is queued again;
-4. claiming: due queued messages become ``enqueued``; the task hands each to ``deliver``, which
+4. claiming: due queued messages become ``enqueued``, round-robin across owners with a bound
+   on each owner's unfinished ones (``_fair_share``); the task hands each to ``deliver``, which
    runs on the ``notify`` queue (a worker of its own: a delivery may wait on a slow relay).
 
 Nothing here sends anything: that is ``notifications.delivery``, one Celery task per message.
