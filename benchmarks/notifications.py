@@ -7,6 +7,10 @@ notification code that runs in the loop's thread), and one dispatcher pass over 
 2. One dispatcher pass (fan-out and grouping) over the events of an array of ``--size`` jobs
    finishing, with the submitter's email and a team webhook as targets: wall and CPU seconds,
    queries, messages made (2: one per target).
+3. With ``--claim-backlog N`` (only this): choosing which due messages to hand out
+   (``dispatch._fair_share``: round-robin across owners, a bound per owner) over N queued
+   messages, half of them one team's and the rest spread over 200 teams, against the
+   oldest-first query it replaced: median ms, queries, owners among the 200 handed out.
 
     createdb -h 127.0.0.1 -U postgres gp_bench_notify
     export DATABASE_URL=postgres://postgres@127.0.0.1:5432/gp_bench_notify \\
@@ -83,16 +87,85 @@ def _finish_all(jobs) -> tuple[float, float]:
     return (time.process_time() - cpu) * 1000 / len(jobs), queries.count / len(jobs)
 
 
+def _claim_backlog(size: int, rounds: int) -> dict:
+    from django.utils import timezone
+
+    from notifications import dispatch
+    from notifications.models import Message, MessageStatus, Webhook
+    from tenants.models import Team
+
+    now = timezone.now()
+    teams = [
+        Team.objects.get_or_create(slug=f"bench-claim-{i}", defaults={"name": f"Bench {i}"})[0]
+        for i in range(200)
+    ]
+    hooks = Webhook.objects.bulk_create(
+        [Webhook(team=t, name="bench-claim", url="https://hooks.example.com/") for t in teams]
+    )
+    Message.objects.bulk_create(
+        [
+            Message(
+                channel="webhook",
+                webhook=hook,
+                target=f"webhook:{hook.pk}",
+                group_key=f"bench-{n}",
+                status=MessageStatus.QUEUED,
+                created_at=now,
+                send_after=now,
+                next_attempt_at=now,
+            )
+            for n in range(size)
+            for hook in [hooks[0] if n < size // 2 else hooks[n % len(hooks)]]
+        ],
+        batch_size=2000,
+    )
+
+    def oldest_first() -> list[int]:
+        return list(
+            Message.objects.filter(status=MessageStatus.QUEUED, next_attempt_at__lte=now)
+            .order_by("next_attempt_at", "id")
+            .values_list("pk", flat=True)[: dispatch.CLAIM_BATCH]
+        )
+
+    out = {}
+    try:
+        for label, choose in (
+            ("fair", lambda: dispatch._fair_share(now)),
+            ("oldest_first", oldest_first),
+        ):  # noqa: SLF001
+            times = []
+            for _ in range(rounds):
+                with QueryCounter() as queries:
+                    start = time.perf_counter()
+                    chosen = choose()
+                    times.append((time.perf_counter() - start) * 1000)
+            owners = Message.objects.filter(pk__in=chosen).values("webhook_id").distinct().count()
+            out[label] = {
+                "ms": round(statistics.median(times), 1),
+                "queries": queries.count,
+                "handed_out": len(chosen),
+                "owners": owners,
+            }
+    finally:
+        Webhook.objects.filter(pk__in=[h.pk for h in hooks]).delete()
+        Team.objects.filter(slug__startswith="bench-claim-").delete()
+    return {"queued": size, "rounds": rounds, **out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--finishes", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--size", type=int, default=5000)
+    parser.add_argument("--claim-backlog", type=int, default=0)
     args = parser.parse_args()
 
     import django
 
     django.setup()
+    if args.claim_backlog:
+        print(json.dumps(_claim_backlog(args.claim_backlog, args.rounds), indent=2))
+        return
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
