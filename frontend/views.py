@@ -120,7 +120,12 @@ def job_list(request):
     }
     if filters.get("state") and filters["state"] not in JobState.values:
         filters.pop("state")
-    jobs = list(scheduler_selectors.job_list(user=request.user, filters=filters)[:JOB_LIST_LIMIT])
+    try:
+        jobs = list(
+            scheduler_selectors.job_list(user=request.user, filters=filters)[:JOB_LIST_LIMIT]
+        )
+    except NotFound:
+        raise Http404("no such team") from None
     page_selectors.attach_array_headers(user=request.user, jobs=jobs)
     return render(
         request,

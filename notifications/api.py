@@ -174,7 +174,7 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
 class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """The delivery log: messages to your email and to the webhooks you may see, each with its
-    attempts. Filter by ``?webhook=<id>``."""
+    attempts. Filter by ``?webhook=<id>``: a hook the caller may not see (or none) is a 404."""
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = MessageSerializer
@@ -186,6 +186,10 @@ class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             webhook_id = parse_id(webhook)
             if webhook_id is None:
                 raise DomainError("must be a webhook id (a whole number)", field="webhook")
+            # A hook the caller may not see is as missing as one that is not there: a 404, not
+            # an empty log (docs/tenancy.md).
+            if not selectors.webhook_list(user=self.request.user).filter(pk=webhook_id).exists():
+                raise NotFound("no such webhook", field="webhook")
             queryset = queryset.filter(webhook_id=webhook_id)
         return queryset
 

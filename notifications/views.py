@@ -154,6 +154,9 @@ def deliveries(request):
         webhook_id = parse_id(hook)
         if webhook_id is None:
             raise BadRequest("webhook: must be a webhook id (a whole number)")
+        # Another person's or team's hook reads as a missing one (docs/tenancy.md).
+        if not selectors.webhook_list(user=request.user).filter(pk=webhook_id).exists():
+            raise Http404("no such webhook")
         queryset = queryset.filter(webhook_id=webhook_id)
     page = Paginator(queryset, 50).get_page(request.GET.get("page"))
     return render(

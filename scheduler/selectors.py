@@ -14,6 +14,7 @@ from django.db.models import Prefetch, QuerySet
 
 from core.errors import DomainError, NotFound, Unavailable
 from tenants.permissions import is_platform_admin
+from tenants.selectors import team_get
 
 from .env_visibility import may_see_env_values, shown_log
 from .models import Allocation, Cluster, Job, JobEvent, Node
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
     """The caller's teams' jobs, newest first, with what list views show in a bounded number of
-    queries."""
+    queries. A ``team`` filter naming a team the caller does not see (or none) is NotFound."""
     qs = (
         Job.objects.visible_to(user)
         .select_related("team", "submitter", "gpu_model", "priority_class", "cluster")
@@ -40,7 +41,7 @@ def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
     if state := filters.get("state"):
         qs = qs.filter(state__in=state.split(","))
     if team := filters.get("team"):
-        qs = qs.filter(team__slug=team)
+        qs = qs.filter(team=team_get(user=user, slug=team))
     if submitter := filters.get("submitter"):
         qs = qs.filter(submitter__username=submitter)
     return qs

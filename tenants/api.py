@@ -4,6 +4,7 @@ from ``tenants.permissions`` through the services."""
 
 from __future__ import annotations
 
+import django_filters
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -226,6 +227,20 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class QuotaFilter(django_filters.FilterSet):
+    team__slug = django_filters.CharFilter(
+        method="filter_team", help_text="a team slug; a team you do not see is a 404"
+    )
+    gpu_model__name = django_filters.CharFilter(field_name="gpu_model__name")
+
+    class Meta:
+        model = Quota
+        fields = ["team__slug", "gpu_model__name"]
+
+    def filter_team(self, queryset, _name, value):
+        return queryset.filter(team=selectors.team_get(user=self.request.user, slug=value))
+
+
 class QuotaViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -237,7 +252,7 @@ class QuotaViewSet(
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = QuotaSerializer
-    filterset_fields = ["team__slug", "gpu_model__name"]
+    filterset_class = QuotaFilter
 
     def get_queryset(self):
         teams = visible_teams(self.request.user)

@@ -26,11 +26,14 @@ from .models import (
 )
 
 
-def team_get(*, user, slug: str) -> Team:
-    """A team the caller may see; any other (or none) is NotFound."""
+def team_get(*, user, slug: str, field: str = "team") -> Team:
+    """A team the caller may see; any other (or none) is NotFound on ``field``, with one message
+    for both. Every list filter naming a team goes through here (docs/tenancy.md): an empty list
+    for another team's slug would differ from a typo only by luck, and a filter that silently
+    matches nothing reads as "this team has no rows"."""
     team = permissions.visible_teams(user).select_related("parent").filter(slug=slug).first()
     if team is None:
-        raise NotFound("no such team", field="team")
+        raise NotFound("no such team", field=field)
     return team
 
 
@@ -247,13 +250,22 @@ def audit_list(
     until: datetime | None = None,
 ) -> QuerySet[AuditEntry]:
     """Audit entries the caller may read: all for platform admins; their teams' entries for team
-    owners and admins; nothing for others. Newest first."""
+    owners and admins; nothing for others. Newest first. ``team`` naming a team whose log the
+    caller may not read (or none) is NotFound."""
     if permissions.is_platform_admin(user):
         qs = AuditEntry.objects.all()
+        teams = Team.objects.all()
     else:
-        qs = AuditEntry.objects.filter(team_id__in=permissions.auditable_team_ids(user))
+        auditable = permissions.auditable_team_ids(user)
+        qs = AuditEntry.objects.filter(team_id__in=auditable)
+        teams = Team.objects.filter(pk__in=auditable)
     if team:
-        qs = qs.filter(team__slug=team)
+        # A team whose log the caller may not read is as missing as a team that is not there
+        # (the team filter rule of team_get, scoped to the audit's own readers).
+        chosen = teams.filter(slug=team).first()
+        if chosen is None:
+            raise NotFound("no such team", field="team")
+        qs = qs.filter(team=chosen)
     if action:
         qs = qs.filter(action__startswith=action)
     if actor:

@@ -448,14 +448,17 @@ def _audit_entries(request):
         # the whole log as if it were the answer.
         return form, None
     filters = form.cleaned_data if form.is_bound else {}
-    entries = selectors.audit_list(
-        user=request.user,
-        team=filters.get("team") or None,
-        action=filters.get("action") or None,
-        actor=filters.get("actor") or None,
-        since=filters.get("since"),
-        until=filters.get("until"),
-    )
+    try:
+        entries = selectors.audit_list(
+            user=request.user,
+            team=filters.get("team") or None,
+            action=filters.get("action") or None,
+            actor=filters.get("actor") or None,
+            since=filters.get("since"),
+            until=filters.get("until"),
+        )
+    except NotFound:
+        raise Http404("no such team") from None
     return form, entries
 
 

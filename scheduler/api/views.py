@@ -17,6 +17,7 @@ from core.errors import NotFound
 from core.ids import ID_REGEX, parse_id
 from scheduler.policy import decisions_to_dict, snapshot_to_dict
 from tenants.permissions import IsPlatformAdmin
+from tenants.selectors import team_get
 
 from .. import retirement, selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
@@ -37,7 +38,9 @@ from .serializers import (
 
 class JobFilter(django_filters.FilterSet):
     state = django_filters.CharFilter(method="filter_state", help_text="comma-separated states")
-    team = django_filters.CharFilter(field_name="team__slug")
+    team = django_filters.CharFilter(
+        method="filter_team", help_text="a team slug; a team you do not see is a 404"
+    )
     submitter = django_filters.CharFilter(field_name="submitter__username")
 
     class Meta:
@@ -46,6 +49,9 @@ class JobFilter(django_filters.FilterSet):
 
     def filter_state(self, queryset, _name, value):
         return _filter_by_states(queryset, value, known=JobState.values)
+
+    def filter_team(self, queryset, _name, value):
+        return queryset.filter(team=team_get(user=self.request.user, slug=value))
 
 
 def _filter_by_states(queryset, value: str, *, known: list[str]):

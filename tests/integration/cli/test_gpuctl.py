@@ -244,6 +244,20 @@ def test_ls_shows_only_the_callers_teams_jobs(as_alice, jobs):
     assert {j["id"] for j in as_json} == {jobs["a-one"], jobs["a-two"]}
 
 
+def test_ls_and_quota_of_another_or_no_team_say_no_such_team(as_alice, jobs):
+    """--team naming a team the caller does not see, or none: the server's 404, exit 1, as
+    ``gpuctl cost --team`` (both printed an empty table and exited 0)."""
+    for command in ("ls", "quota"):
+        answers = []
+        for team in ("nlp", "no-such-team"):
+            result = as_alice(command, "--team", team)
+            assert (result.code, result.out) == (1, ""), (command, team, result)
+            assert "no such team" in result.err and "b-one" not in result.err
+            answers.append(result.err)
+        assert answers[0] == answers[1], answers  # B's team reads as a missing one
+    assert as_alice("ls", "--team", "vision").code == 0
+
+
 def test_ls_filters_by_state(as_alice, jobs):
     assert as_alice("cancel", str(jobs["a-one"])).code == 0
     pending = json.loads(as_alice("ls", "--live", "--json").out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from notifications.models import Webhook
 from scheduler.models import Job, JobArray
 from tenants import services as tenant_services
 from tenants.models import Membership
@@ -46,7 +47,10 @@ def test_a_deliveries_filter_that_is_not_a_webhook_id_is_a_400(platform, value):
 def test_the_deliveries_filter_by_id_and_without_one_still_answer(platform):
     client = client_for(platform["alice"])
     assert client.get("/notifications/deliveries/", {"webhook": ""}).status_code == 200
-    assert client.get("/notifications/deliveries/", {"webhook": "12345"}).status_code == 200
+    hook = Webhook.objects.create(owner=platform["alice"], name="mine", url="https://example.com/h")
+    assert client.get("/notifications/deliveries/", {"webhook": str(hook.pk)}).status_code == 200
+    # a hook nobody has: a 404, as another person's (docs/tenancy.md)
+    assert client.get("/notifications/deliveries/", {"webhook": "12345"}).status_code == 404
 
 
 @pytest.mark.parametrize("value", ["\u00b2", "1" * 5000])

@@ -715,3 +715,94 @@ def test_team_b_activity_changes_nothing_team_a_or_the_parent_reads(world):
         and not (who == "rhea" and path in PARENT_CHANGES)
     ]
     assert not changed, "team B's activity changed:\n" + "\n".join(changed)
+
+
+# Filters naming a team or a webhook: one rule (docs/tenancy.md), a 404 with one body whether the
+# team (or hook) is another's or does not exist, never an empty list that reads as "no rows".
+NAMING_FILTERS = {
+    "team": ("nlp", "no-such-team"),
+    "team__slug": ("nlp", "no-such-team"),
+    "webhook": (str(B_PK), "987654"),
+}
+# The routes known to take one: the walk must find each of them answering 404 (so that a route
+# dropped from the walk, or a filter renamed, cannot pass by being skipped).
+KNOWN_NAMING_FILTERS = {
+    ("team", "/api/v1/jobs/"),
+    ("team", "/jobs/"),
+    ("team__slug", "/api/v1/quotas/"),
+    ("team", "/api/v1/audit/"),
+    ("team", "/teams/audit/"),
+    ("team", "/teams/audit.csv"),
+    ("webhook", "/api/v1/notifications/deliveries/"),
+    ("webhook", "/notifications/deliveries/"),
+    ("team", "/api/v1/billing/costs/"),
+    ("team", "/api/v1/billing/statements/"),
+    ("team", "/billing/statements/"),
+    ("team", "/api/v1/outcomes/"),
+    ("team", "/outcomes/"),
+}
+# Not filters, though the walk's comparison sees the value change the page: the new-job form's
+# ``team`` preselects one of the caller's teams (another is not offered, and the submission's
+# own check refuses it on the field); the webhooks page ignores ``webhook`` but links each hook's
+# deliveries as ``?webhook=<id>``, which the echo blanking takes for the caller's own value.
+NOT_FILTERS = {
+    ("team", "/jobs/new/"),
+    ("team__slug", "/jobs/new/"),
+    ("webhook", "/notifications/webhooks/"),
+}
+
+
+def _echo_free(response, key: str, value: str) -> tuple[int, str]:
+    """The answer with the filter's own echo (a link or a form field repeating it) blanked, so
+    that answers to two values compare equal unless the filter changed what was found."""
+    text = _normalised(response)
+    for echo in (f"{key}={value}", f'name="{key}" value="{value}"'):
+        text = text.replace(echo, "~")
+    return response.status_code, text
+
+
+def test_filters_naming_a_hidden_or_missing_team_or_webhook_are_404(world, capsys):
+    """Every GET route with ``team``, ``team__slug`` or ``webhook`` set to the caller's own value,
+    team B's and one that does not exist, as team A's member and admin and the parent team's
+    owner: a route whose answer the filter changes (own value against B's) answers 404 for B's
+    and for the missing one, with the same body."""
+    roles = _more_roles(world)
+    # The caller's own team and a hook they may see (the parent's owner has none).
+    own = {
+        "alice": {"team": "vision", "webhook": str(A_PK + 1)},
+        "vera": {"team": "vision", "webhook": str(A_PK)},
+        "rhea": {"team": "research", "webhook": None},
+    }
+    problems: list[str] = []
+    found: set[tuple[str, str]] = set()
+    for who, mine in own.items():
+        client = Client(raise_request_exception=False)
+        client.force_login(roles[who])
+        for route in _get_routes():
+            path = concrete_path(route, fill_values(route, world["values"]))
+            for key, (b_value, missing) in NAMING_FILTERS.items():
+                own_value = mine["webhook" if key == "webhook" else "team"]
+                if own_value is None:
+                    continue
+                answers = {
+                    value: _echo_free(client.get(path, {key: value}), key, value)
+                    for value in (own_value, b_value, missing)
+                }
+                if answers[own_value] == answers[b_value] == answers[missing]:
+                    continue  # the route does not take this filter
+                if (key, path) in NOT_FILTERS:
+                    continue
+                if answers[b_value] != answers[missing]:
+                    problems.append(
+                        f"{who} {path}?{key}=: {answers[b_value][0]} for team B's, "
+                        f"{answers[missing][0]} for a missing one (or the bodies differ)"
+                    )
+                elif answers[b_value][0] != 404:
+                    problems.append(f"{who} {path}?{key}=<B's or none>: {answers[b_value][0]}")
+                else:
+                    found.add((key, path))
+    missed = KNOWN_NAMING_FILTERS - found
+    assert not problems, "\n".join(problems)
+    assert not missed, f"known filters that answered no 404: {sorted(missed)}"
+    with capsys.disabled():
+        print(f"\n[isolation] {len(found)} filters naming a team or hook: 404 for B's and none")

@@ -14,7 +14,7 @@ import pytest
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 
 from catalogue.models import GpuModel
-from notifications.models import Message
+from notifications.models import Message, Webhook
 from policyversions.models import PolicyVersion
 from scheduler.models import Job, JobArray
 from tenants.models import Quota, Team
@@ -182,14 +182,22 @@ def test_a_webhook_filter_by_id_still_filters(platform, api_as):
 
     client = api_as(platform["alice"])
     now = timezone.now()
-    # an email to alice: listed without the filter, and not a message of webhook 12345
+    # an email to alice and a message to her own hook: the filter keeps the hook's alone
     Message.objects.create(
         channel="email", user=platform["alice"], target="alice", created_at=now, send_after=now
     )
-    assert client.get("/api/v1/notifications/deliveries/").json()["count"] == 1
-    response = client.get("/api/v1/notifications/deliveries/", {"webhook": "12345"})
-    assert response.status_code == 200 and response.json()["count"] == 0
-    assert Message.objects.count() == 0 or response.json()["results"] == []
+    hook = Webhook.objects.create(owner=platform["alice"], name="mine", url="https://example.com/h")
+    Message.objects.create(
+        channel="webhook", webhook=hook, target="hook", created_at=now, send_after=now
+    )
+    assert client.get("/api/v1/notifications/deliveries/").json()["count"] == 2
+    response = client.get("/api/v1/notifications/deliveries/", {"webhook": str(hook.pk)})
+    assert response.status_code == 200 and response.json()["count"] == 1
+    assert response.json()["results"][0]["webhook"] == hook.pk
+    # a hook nobody has is a 404, as another person's is (docs/tenancy.md)
+    missing = client.get("/api/v1/notifications/deliveries/", {"webhook": "12345"})
+    assert missing.status_code == 404
+    assert missing.json() == {"webhook": ["no such webhook"]}
 
 
 def test_a_node_reason_longer_than_kept_is_a_400_not_cut_short(platform, api_as):
