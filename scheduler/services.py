@@ -219,11 +219,16 @@ def _validate_request(
     return team, gpu_model, priority
 
 
+MAX_ROUTING_ERRORS_REPORTED = 20
+
+
 def routing_errors(value: Any) -> list[tuple[str, str]]:
     """What is wrong with a submitted routing object, as ``(field, reason)`` pairs: its shape
     (the policy contract's own reader) and the cluster and region names no cluster has, which
     would otherwise make the job wait forever for a typo, and the clusters being retired or
-    retired (``scheduler.retirement``), where no new job starts."""
+    retired (``scheduler.retirement``), where no new job starts. At most
+    ``MAX_ROUTING_ERRORS_REPORTED`` names are listed, then one ``and N more not shown`` per list
+    that had more (as telemetry caps a batch's errors)."""
     try:
         routing = routing_from_dict(value, "routing")
     except SnapshotError as exc:
@@ -238,19 +243,29 @@ def routing_errors(value: Any) -> list[tuple[str, str]]:
         regions.add(region)
         if retiring_since is not None:
             retiring.add(name)
-    problems = []
+    problems: list[tuple[str, str]] = []
+    # A list is as long as its sender makes it: 300,000 unknown names made a 300,000-entry
+    # error body of tens of MB. The first few say what is wrong; the rest is counted.
+    omitted: dict[str, int] = {}
+
+    def problem(key: str, i: int, message: str) -> None:
+        if len(problems) < MAX_ROUTING_ERRORS_REPORTED:
+            problems.append((f"routing.{key}[{i}]", message))
+        else:
+            omitted[key] = omitted.get(key, 0) + 1
+
     for key in ("clusters", "prefer_clusters"):
         for i, name in enumerate(getattr(routing, key) or ()):
             if name not in names:
-                problems.append((f"routing.{key}[{i}]", f"no cluster is named {name!r}"))
+                problem(key, i, f"no cluster is named {name!r}")
             elif name in retiring:
-                problems.append(
-                    (f"routing.{key}[{i}]", f"cluster {name!r} is retired: no new job runs there")
-                )
+                problem(key, i, f"cluster {name!r} is retired: no new job runs there")
     for key in ("regions", "prefer_regions"):
         for i, region in enumerate(getattr(routing, key) or ()):
             if region not in regions:
-                problems.append((f"routing.{key}[{i}]", f"no cluster is in region {region!r}"))
+                problem(key, i, f"no cluster is in region {region!r}")
+    for key, count in omitted.items():
+        problems.append((f"routing.{key}", f"and {count} more not shown"))
     return problems
 
 

@@ -6,6 +6,8 @@ reads what was set."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.utils import timezone
 
@@ -171,6 +173,26 @@ def test_teams_clusters_are_replaced_and_emptied_audited(platform, api_as, cloud
     assert all(e.team == teams["vision"] for e in entries)
     missing = admin.put("/api/v1/admin/team-clusters/nope/", {"clusters": []}, format="json")
     assert missing.status_code == 404
+
+
+def test_a_team_clusters_list_of_300000_bad_names_lists_20_and_counts_the_rest(
+    platform, api_as, cloud
+):
+    """Each unknown or repeated name was listed (tens of MB of 400 body for 300,000 names), and
+    each repeat was looked for in the list of names kept so far (quadratic)."""
+    admin = api_as(platform["admin"])
+    names = ["test", *(f"tset-{i}" for i in range(150_000)), *(["test"] * 150_000)]
+    started = time.perf_counter()
+    bad = admin.put("/api/v1/admin/team-clusters/vision/", {"clusters": names}, format="json")
+    elapsed_s = time.perf_counter() - started
+    assert bad.status_code == 400
+    assert len(bad.content) < 4_000, len(bad.content)
+    body = bad.json()
+    assert list(body)[:20] == [f"clusters[{i}]" for i in range(1, 21)]
+    assert body["clusters[1]"] == ["no cluster is named 'tset-0'"]
+    assert body["clusters"] == ["and 299980 more not shown"]
+    assert elapsed_s < 30, f"{elapsed_s:.1f} s"
+    assert not TeamClusterAccess.objects.exists()
 
 
 @pytest.mark.parametrize("who", ["alice", "charlie", "anonymous"])
