@@ -12,7 +12,9 @@ and never changed after: it is what the platform knew when the attempt started. 
   ``--token=...`` style arguments; platform API tokens anywhere);
 - the code reference (``code_ref``, e.g. a git commit) and the dataset name and version, as the
   submitter declared them;
-- the cluster, nodes, GPU indices and GPU models the attempt was placed on;
+- the cluster, nodes, GPU indices and GPU models the attempt was placed on, and the backend
+  account the run was submitted as (``backend_account``: a Slurm cluster's team account, as
+  ``Job.backend_accounts`` holds it; "" when the backend runs everything as itself);
 - the scheduling policy in force (the engine's configuration and its sha256), until policies
   are versioned.
 
@@ -92,9 +94,15 @@ def _placement(job: Job, spec: BackendJobSpec) -> list[dict[str, Any]]:
 
 
 def record_build(
-    *, job: Job, spec: BackendJobSpec, provenance: dict[str, Any], now: datetime
+    *,
+    job: Job,
+    spec: BackendJobSpec,
+    provenance: dict[str, Any],
+    now: datetime,
+    account: str = "",
 ) -> dict[str, Any]:
-    """The record of ``job``'s attempt ``spec.attempt`` (JSON-safe, secrets redacted)."""
+    """The record of ``job``'s attempt ``spec.attempt`` (JSON-safe, secrets redacted);
+    ``account`` is the backend account the run was submitted as ("" for the backend's own)."""
     placement = _placement(job, spec)
     gpu_models = sorted({p["gpu_model"] for p in placement if p["gpu_model"]})
     pinned = image_digest_in(spec.image)
@@ -149,6 +157,9 @@ def record_build(
             "backend": provenance.get("kind", ""),
         },
         "backend_ref": provenance.get("backend_ref", ""),
+        # Whose share and limits the run counted against on the cluster: a team remapped to
+        # another account later does not change what this run was.
+        "backend_account": account,
         "runtime": provenance.get("runtime", {}),
         "workers": spec.workers,
         "gpus_per_worker": spec.gpus_per_worker,
@@ -167,8 +178,11 @@ def _repository(reference: str) -> str:
     return name[:colon] if colon > slash else name
 
 
-def attempt_record_write(*, job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime):
-    """Write the record of the attempt the backend just accepted. Idempotent: an attempt that
+def attempt_record_write(
+    *, job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime, account: str = ""
+):
+    """Write the record of the attempt the backend just accepted, submitted as ``account`` (what
+    ``Job.backend_accounts`` keeps for the attempt; "" for none). Idempotent: an attempt that
     already has a record keeps it (a record is what was known when the attempt started). Asks
     the backend's optional ``run_provenance(spec)`` what it can say about the run; a backend
     that cannot answer leaves the image digest unresolved, never the record unwritten."""
@@ -184,7 +198,7 @@ def attempt_record_write(*, job: Job, spec: BackendJobSpec, backend, ref: str, n
             log.warning("job %s: run provenance failed: %s", job.pk, exc)
             provenance["image_note"] = f"the cluster could not describe the run: {exc}"
     provenance["backend_ref"] = ref
-    record = record_build(job=job, spec=spec, provenance=provenance, now=now)
+    record = record_build(job=job, spec=spec, provenance=provenance, now=now, account=account)
     try:
         with transaction.atomic():
             return AttemptRecord.objects.create(

@@ -107,8 +107,9 @@ def reconcile(*, now: datetime) -> None:
             )
             continue
         cluster_backend_mark(cluster=job.cluster)
-        submitted.append((job, ref, backend.team_account(spec.team)))
-        _record_attempt(job, spec, backend, ref, now)
+        account = backend.team_account(spec.team)
+        submitted.append((job, ref, account))
+        _record_attempt(job, spec, backend, ref, now, account)
     for job, ref, account in submitted:
         fields: dict[str, object] = {"backend_ref": ref}
         if account:
@@ -166,9 +167,11 @@ def reconcile(*, now: datetime) -> None:
     request_due_checkpoints(now=now)
 
 
-def _record_attempt(job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime) -> None:
+def _record_attempt(
+    job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime, account: str
+) -> None:
     # A record that cannot be written must not stop the run the cluster already accepted.
     try:
-        attempt_record_write(job=job, spec=spec, backend=backend, ref=ref, now=now)
+        attempt_record_write(job=job, spec=spec, backend=backend, ref=ref, now=now, account=account)
     except Exception:
         log.exception("job %s: the reproducibility record was not written", job.pk)

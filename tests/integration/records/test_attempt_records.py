@@ -58,9 +58,40 @@ def test_a_started_attempt_has_a_record_with_secrets_redacted(platform, submit, 
     assert len(record["policy"]["sha256"]) == 64 and "backfill" in record["policy"]["config"]
     assert record["policy"]["version"] is None  # no policy version stored yet
     assert record["cluster"] == {"name": "test", "backend": "simulated"}
+    assert record["backend_account"] == ""  # the simulated cluster runs everything as itself
     # No secret anywhere in what is stored or exported.
     stored = json.dumps(AttemptRecord.objects.get(job=job).record)
     assert "hunter2" not in stored and "hf_secret" not in stored and ":pw@" not in stored
+
+
+def test_the_record_names_the_account_the_run_was_submitted_as(
+    platform, submit, api_as, client, monkeypatch
+):
+    """The record said where and what ran, not as whom: a cluster that runs each team as an
+    account of its own (Slurm's team_accounts, docs/backends/slurm.md) kept the account in
+    ``Job.backend_accounts`` only, which the next attempt or a remap of the team moves on."""
+    from scheduler.backends import get_backend
+
+    # The simulated cluster, mapping teams to accounts as Slurm's team_accounts does (the real
+    # mapping is tested on Slurm): what is under test is the record and what shows it.
+    backend = get_backend(platform["cluster"])
+    monkeypatch.setattr(backend, "team_account", lambda team: f"gp-{team}")
+    job = _run(platform, submit)
+    assert job.backend_accounts == {"1": "gp-vision"}
+    record = api_as(platform["alice"]).get(f"/api/v1/jobs/{job.pk}/records/1/").json()
+    assert record["backend_account"] == "gp-vision"
+    # The team's account changes; the attempt's record keeps the account it ran as.
+    monkeypatch.setattr(backend, "team_account", lambda team: f"gp2-{team}")
+    job_requeue(job=job, now=timezone.now(), reason="node lost")
+    run_cycle()
+    job.refresh_from_db()
+    assert job.backend_accounts == {"1": "gp-vision", "2": "gp2-vision"}
+    api = api_as(platform["charlie"])  # a viewer reads it too: an account is no secret
+    assert api.get(f"/api/v1/jobs/{job.pk}/records/1/").json()["backend_account"] == "gp-vision"
+    assert api.get(f"/api/v1/jobs/{job.pk}/records/2/").json()["backend_account"] == "gp2-vision"
+    client.force_login(platform["alice"])
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert '<code data-field="backend-account">gp2-vision</code>' in page
 
 
 def test_the_record_names_the_policy_version_in_force(platform, submit, api_as):
