@@ -17,7 +17,7 @@ from scheduler.backends import backend_run_id, backend_run_ref, get_backend, res
 from scheduler.backends.base import BackendJobState, backend_job_name
 from scheduler.loop.cycle import run_cycle
 from scheduler.loop.observe import sync_all
-from scheduler.models import Cluster, Job, Node
+from scheduler.models import AttemptRecord, Cluster, Job, Node
 from scheduler.states import JobState
 from scheduler.transitions import job_requeue
 from tests.integration.slurm.conftest import LocalSlurm, idle_nodes, spec, wait_for
@@ -167,5 +167,11 @@ def test_a_run_stays_its_teams_after_the_team_is_mapped_to_another_account(
         refs[third] = new_ref
         owner = slurm.run("squeue", "-h", "-j", new_ref, "-o", "%U").stdout.strip()
         assert owner == str(team_uids[B])
+        # Each attempt's reproducibility record names the account it ran as.
+        accounts = {
+            pk: AttemptRecord.objects.get(job_id=pk, attempt=1).record["backend_account"]
+            for pk in (first, second, third)
+        }
+        assert accounts == {first: A, second: A, third: B}
     finally:
         slurm.run("scancel", *refs.values(), check=False)
