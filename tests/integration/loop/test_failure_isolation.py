@@ -17,7 +17,6 @@ isolation rule), on the real simulated backend and the real loop:
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -262,10 +261,9 @@ def test_thousands_of_wide_elastic_jobs_keep_every_cycle_short(platform, submit,
     assert sweep.status_code == 201, sweep.json()
     assert run_cycle().ran  # one of them takes the A100s
     other = submit(platform["bob"], team="nlp", name="other", gpu_model="h100-80gb").json()
-    started = time.perf_counter()
+    # Not timed here (a shared machine's seconds say little): tests/unit/policy/test_elastic.py
+    # counts the placement attempts that made this cycle 13.1 s before the fix (0.9 s after).
     result = run_cycle()
-    elapsed_s = time.perf_counter() - started
     assert result.ran and result.started == [other["id"]]
     assert Job.objects.get(pk=other["id"]).state == JobState.RUNNING
     assert Job.objects.filter(team__slug="vision", state=JobState.PENDING).count() == 7_999
-    assert elapsed_s < 5, f"{elapsed_s:.1f} s"  # 0.9 s after the fix, 13.1 s before

@@ -2,7 +2,6 @@
 there is something to route, the price book in force reaches the engine per cluster, and a job
 started on a routed snapshot records where it runs and why there."""
 
-import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -61,16 +60,14 @@ def test_a_routing_typo_is_a_400_naming_the_field(platform, submit):
     assert not Job.objects.exists()
 
 
-def test_a_routing_list_of_100000_names_is_answered_in_seconds(platform, submit):
+def test_a_routing_list_of_100000_names_is_answered(platform, submit):
     """The check for a name listed twice searched the names read so far for each one: 100,000
-    regions (a 1 MB body) held a web worker for about two minutes (50,000: about 30 s)."""
+    regions (a 1 MB body) held a web worker for about two minutes (50,000: about 30 s), about
+    1 s now. Not timed here: tests/unit/policy/test_routing.py counts the comparisons."""
     names = [f"region-{i}" for i in range(100_000)]
-    started = time.perf_counter()
     response = submit(platform["alice"], routing={"prefer_regions": names})
-    elapsed_s = time.perf_counter() - started
     assert response.status_code == 400
     assert response.json()["routing.prefer_regions"] == ["and 99980 more not shown"]
-    assert elapsed_s < 15, f"{elapsed_s:.1f} s"  # about 1 s after the fix
     doubled = submit(platform["alice"], routing={"prefer_regions": [*names, "region-7"]})
     assert doubled.json() == {"routing.prefer_regions[100000]": ["'region-7' listed twice"]}
     assert not Job.objects.exists()
