@@ -6,8 +6,6 @@ reads what was set."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.utils import timezone
 
@@ -179,19 +177,17 @@ def test_a_team_clusters_list_of_300000_bad_names_lists_20_and_counts_the_rest(
     platform, api_as, cloud
 ):
     """Each unknown or repeated name was listed (tens of MB of 400 body for 300,000 names), and
-    each repeat was looked for in the list of names kept so far (quadratic)."""
+    each repeat was looked for in the list of names kept so far (quadratic: quicker than the
+    test's own time limit now, not before)."""
     admin = api_as(platform["admin"])
     names = ["test", *(f"tset-{i}" for i in range(150_000)), *(["test"] * 150_000)]
-    started = time.perf_counter()
     bad = admin.put("/api/v1/admin/team-clusters/vision/", {"clusters": names}, format="json")
-    elapsed_s = time.perf_counter() - started
     assert bad.status_code == 400
     assert len(bad.content) < 4_000, len(bad.content)
     body = bad.json()
     assert list(body)[:20] == [f"clusters[{i}]" for i in range(1, 21)]
     assert body["clusters[1]"] == ["no cluster is named 'tset-0'"]
     assert body["clusters"] == ["and 299980 more not shown"]
-    assert elapsed_s < 30, f"{elapsed_s:.1f} s"
     assert not TeamClusterAccess.objects.exists()
 
 
