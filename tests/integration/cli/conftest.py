@@ -60,3 +60,14 @@ def as_alice(platform, live_server, gpuctl):
     )
     assert result.code == 0, result.err
     return gpuctl
+
+
+@pytest.fixture
+def as_admin(platform, live_server, gpuctl):
+    """Logged in to the live server as root (a platform admin)."""
+    result = gpuctl(
+        "login", "--url", live_server.url, "--username", "root", "--password-stdin",
+        stdin="pw-root\n",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    return gpuctl

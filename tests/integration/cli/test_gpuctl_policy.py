@@ -12,16 +12,6 @@ from tenants.models import Team
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def as_admin(platform, live_server, gpuctl):
-    result = gpuctl(
-        "login", "--url", live_server.url, "--username", "root", "--password-stdin",
-        stdin="pw-root\n",
-    )  # fmt: skip
-    assert result.code == 0, result.err
-    return gpuctl
-
-
 def test_an_admin_applies_diffs_and_rolls_back(as_admin, tmp_path):
     shown = as_admin("policy", "show")
     assert shown.code == 0, shown.err

@@ -11,16 +11,6 @@ from scheduler.models import Cluster, Node, NodeState
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def as_admin(platform, live_server, gpuctl):
-    result = gpuctl(
-        "login", "--url", live_server.url, "--username", "root", "--password-stdin",
-        stdin="pw-root\n",
-    )  # fmt: skip
-    assert result.code == 0, result.err
-    return gpuctl
-
-
 def test_an_admin_retires_and_reinstates_a_node(as_admin):
     retired = as_admin("nodes", "retire", "n1", "-m", "end of lease")
     assert retired.code == 0, retired.err

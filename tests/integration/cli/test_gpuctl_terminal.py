@@ -16,21 +16,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 HOSTILE = "\x1b[2J\x1b]8;;https://evil.example/\x07click me\x1b]8;;\x07\u202etxt.exe\r"
 
 
-@pytest.fixture
-def as_admin(platform, live_server, gpuctl):
-    result = gpuctl(
-        "login",
-        "--url",
-        live_server.url,
-        "--username",
-        "root",
-        "--password-stdin",
-        stdin="pw-root\n",
-    )
-    assert result.code == 0, result.err
-    return gpuctl
-
-
 def test_job_names_with_escape_sequences_are_printed_as_text(platform, as_admin):
     job = services.job_submit(
         user=platform["alice"],

@@ -92,16 +92,6 @@ def test_env_values_keep_the_numbers_text_as_written():
 # --- against a live server ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def as_admin(platform, live_server, gpuctl):
-    result = gpuctl(
-        "login", "--url", live_server.url, "--username", "root", "--password-stdin",
-        stdin="pw-root\n",
-    )  # fmt: skip
-    assert result.code == 0, result.err
-    return gpuctl
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_policy_value_of_1e300_meets_its_bound_not_must_be_a_number(as_admin, tmp_path):
     candidate = tmp_path / "candidate.yaml"
