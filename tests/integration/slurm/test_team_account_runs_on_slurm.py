@@ -143,8 +143,13 @@ def test_a_run_stays_its_teams_after_the_team_is_mapped_to_another_account(
             assert (job.state, job.attempts, job.backend_ref) == ("running", 1, refs[pk])
             (status,) = get_backend(cluster).poll_jobs([backend_run_ref(job)])
             assert (status.state, status.backend_ref) == (BackendJobState.RUNNING, refs[pk])
-        logs = api_as(alice).get(f"/api/v1/jobs/{first}/logs/").json()
-        assert f"started as {A}" in logs["text"]
+
+        # The run may not have written its first line yet when Slurm says RUNNING.
+        def log_text() -> str:
+            return api_as(alice).get(f"/api/v1/jobs/{first}/logs/").json()["text"] or ""
+
+        wait_for(lambda: "started as" in log_text(), 30, "the run's first line")
+        assert f"started as {A}" in log_text()
 
         # The user's cancel stops the run, as a's.
         with django_capture_on_commit_callbacks(execute=True):
