@@ -31,10 +31,11 @@ def quota_figure(
     labels: Sequence[str],
     in_use: Sequence[int],
     pending: Sequence[int],
-    guaranteed: Sequence[int],
-    ceiling: Sequence[int],
+    guaranteed: Sequence[int | None],
+    ceiling: Sequence[int | None],
 ) -> dict:
-    """GPUs held and wanted per (team, GPU model) against the guarantee and the borrow ceiling."""
+    """GPUs held and wanted per (team, GPU model) against the guarantee and the borrow ceiling
+    (None where the team has no quota of its own for the model: no marker)."""
     fig = go.Figure()
     fig.add_bar(name="In use", x=list(labels), y=list(in_use), marker_color="#2856d8")
     fig.add_bar(name="Pending", x=list(labels), y=list(pending), marker_color="#93a9ef")

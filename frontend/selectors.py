@@ -110,32 +110,64 @@ def home_teams(*, user) -> set[int]:
 class QuotaUse:
     team: str
     gpu_model: str
-    guaranteed: int
-    borrow_limit: int
+    guaranteed: int | None  # None: the team has no quota of its own for the model
+    borrow_limit: int | None
     in_use: int
     pending: int
+    # Without a quota of its own, the nearest ancestor whose quota for the model counts the team's
+    # GPUs (rule 1c), or "" when none does and the model is not limited for the team.
+    counted_under: str = ""
 
     @property
-    def ceiling(self) -> int:
+    def ceiling(self) -> int | None:
+        if self.guaranteed is None or self.borrow_limit is None:
+            return None
         return self.guaranteed + self.borrow_limit
 
     @property
-    def percent_of_guarantee(self) -> int:
+    def percent_of_guarantee(self) -> int | None:
+        if self.guaranteed is None:
+            return None
         if not self.guaranteed:
             return 100 if self.in_use else 0
         return round(100 * self.in_use / self.guaranteed)
 
 
+def _nearest_quota_owner(
+    team_id: int, model: str, parents: dict[int, int | None], quota_keys: set[tuple[int, str]]
+) -> int | None:
+    """The nearest ancestor of the team with a quota for the model (the cycle's rule 1c)."""
+    seen: set[int] = set()
+    node = parents.get(team_id)
+    while node is not None and node not in seen:
+        if (node, model) in quota_keys:
+            return node
+        seen.add(node)
+        node = parents.get(node)
+    return None
+
+
 def quota_use(*, user) -> list[QuotaUse]:
     """Per (team, GPU model) of the caller's teams: the quota, GPUs held now, GPUs asked for by
-    pending jobs. Rows exist for every quota and for any model a team uses without one. 3 queries.
+    pending jobs. Rows exist for every quota and for any model a team uses without one; such a row
+    names the ancestor whose quota counts it. 4 queries.
     """
     team_ids = home_teams(user=user)
     if not team_ids:
         return []
+    parents: dict[int, int | None] = {}
+    slugs: dict[int, str] = {}
+    for pk, parent_id, slug in Team.objects.values_list("pk", "parent_id", "slug"):
+        parents[pk], slugs[pk] = parent_id, slug
+    teams_by_slug = {slugs[pk]: pk for pk in team_ids}
+    # Quotas of every team (few rows): an ancestor's counts the caller's teams' GPUs too.
+    quotas_by_id = {
+        (q.team_id, q.gpu_model.name): q for q in Quota.objects.select_related("gpu_model")
+    }
     quotas = {
-        (q.team.slug, q.gpu_model.name): q
-        for q in Quota.objects.filter(team_id__in=team_ids).select_related("team", "gpu_model")
+        (slugs[team_id], model): q
+        for (team_id, model), q in quotas_by_id.items()
+        if team_id in team_ids
     }
     in_use = {
         (row["job__team__slug"], row["node__gpu_model__name"]): row["n"]
@@ -151,17 +183,22 @@ def quota_use(*, user) -> list[QuotaUse]:
     ):
         pending[(row["team__slug"], row["gpu_model__name"] or "any")] += row["n"] or 0
     keys = sorted(set(quotas) | set(in_use) | set(pending))
+    quota_keys = set(quotas_by_id)
     rows = []
     for key in keys:
         quota = quotas.get(key)
+        owner = None
+        if quota is None:
+            owner = _nearest_quota_owner(teams_by_slug[key[0]], key[1], parents, quota_keys)
         rows.append(
             QuotaUse(
                 team=key[0],
                 gpu_model=key[1],
-                guaranteed=quota.guaranteed_gpus if quota else 0,
-                borrow_limit=quota.borrow_limit_gpus if quota else 0,
+                guaranteed=quota.guaranteed_gpus if quota else None,
+                borrow_limit=quota.borrow_limit_gpus if quota else None,
                 in_use=in_use.get(key, 0),
                 pending=pending.get(key, 0),
+                counted_under=slugs[owner] if owner is not None else "",
             )
         )
     return rows

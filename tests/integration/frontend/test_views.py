@@ -81,6 +81,33 @@ def test_home_lists_my_teams_jobs_and_quota_use_only(platform):
     assert 'id="quota-figure"' in html
 
 
+def test_home_says_which_quota_counts_a_model_the_team_has_none_for(platform):
+    """A team without its own quota for a model is counted under its nearest ancestor's quota for
+    it, or under none (docs/policy.md, rule 1c); the home page said "0 guaranteed, 0 to borrow,
+    100 % of guarantee" for both, as if the team were over a limit of zero."""
+    from tenants.models import Quota, Team
+
+    h100 = Node.objects.get(name="n1").gpu_model
+    Quota.objects.create(
+        team=Team.objects.get(slug="research"),
+        gpu_model=h100,
+        guaranteed_gpus=16,
+        borrow_limit_gpus=0,
+    )
+    submit(platform["alice"], name="on-h100", gpu_model="h100-80gb")
+    submit(platform["alice"], name="on-a100", gpu_model="a100-40gb")
+    html = client_for(platform["alice"]).get("/").content.decode()
+    rows = dict(re.findall(r'<th scope="row">vision</th><td>([\w-]+)</td>(.*?)</tr>', html, re.S))
+    assert "under research's quota" in rows["h100-80gb"], rows["h100-80gb"]
+    assert "no quota" in rows["a100-40gb"], rows["a100-40gb"]
+    for cells in rows.values():
+        assert "%" not in cells and "<meter" not in cells
+        assert re.findall(r'<td class="num">([^<]*)</td>', cells) == ["0", "1", "—", "—"]
+    figure = json.loads(re.search(r'id="quota-figure"[^>]*>(.*?)</script>', html, re.S).group(1))
+    guaranteed = next(t for t in figure["data"] if t["name"] == "Guaranteed")
+    assert guaranteed["y"] == [None, None]
+
+
 def test_job_list_filters_and_isolation(platform):
     alice, bob = platform["alice"], platform["bob"]
     submit(alice, name="a-pending")
