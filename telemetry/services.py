@@ -135,6 +135,16 @@ def _batch_mark(key: str | None, state: str) -> None:
         log.warning("telemetry batch state not recorded: cache unavailable")
 
 
+def _batch_release(key: str | None) -> None:
+    """Give back the claim on a batch that was not stored, so that its retry stores it."""
+    if key is None:
+        return
+    try:
+        cache.delete(key)
+    except Exception:  # the claim expires after STORING_CLAIM_S; until then retries get a 409
+        log.warning("telemetry batch claim not given back: cache unavailable")
+
+
 def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> IngestResult:
     """Validate and store one agent batch for ``node``. All or nothing, and once: the same
     batch sent again within ``DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not stored.
@@ -148,6 +158,12 @@ def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> Ing
     carrying ECC double-bit errors or XIDs re-scores the node at once (no waiting for a tick).
     That check runs once per batch: when it fails (the error reaches the agent, a 5xx), the
     agent's retry of the batch, a duplicate otherwise, runs it again until one finishes.
+
+    The cache (Redis) only records which batches were seen; it never decides the answer alone.
+    When it is unavailable, or fails half-way through a request, the database says whether
+    the batch is stored (its samples, read under a per-node lock), a repeat of an urgent batch
+    re-scores the node (idempotent: without the cache, whether its check finished is unknown),
+    and the row budget is not enforced (fails open, logged): no cache error reaches the agent.
     """
     now = now or timezone.now()
     parsed = parse_batch(
@@ -164,45 +180,62 @@ def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> Ing
     key: str | None = _batch_key(node, parsed)
     try:
         first_time = cache.add(key, BATCH_STORING, timeout=STORING_CLAIM_S)
-    except Exception:  # no cache: store it (a duplicate is better than a loss)
-        log.warning("telemetry duplicate check skipped: cache unavailable")
+    except Exception:  # no cache: _store_batch asks the database whether it is stored
+        log.warning("telemetry duplicate check in the database: cache unavailable")
         first_time, key = True, None
-    if first_time:
-        try:
-            rows = len(parsed.samples) + len(parsed.errors)
-            _spend_budget(node, max(rows, BATCH_MIN_ROWS_CHARGED), now)
-        except NodeOverBudget:
-            if key is not None:
-                cache.delete(key)  # not stored: its retry is a new batch
-            raise
-    else:
-        state = cache.get(key)
-        # Not stored yet: acknowledged, the agent would drop a batch that the first attempt may
-        # still fail to store; refused (409), it comes again.
-        if state == BATCH_STORING:
-            raise BatchInFlight(key)
-        # Stored, but its check failed (that attempt answered an error): this retry is the
-        # only one that will come for it, and the tick may be a minute away.
-        if urgent and state == BATCH_CHECK_DUE:
-            _urgent_check(node, now, key)
-        return IngestResult(accepted=0, errors=0, duplicate=True)
+    if not first_time:
+        return _seen_batch(node, parsed, now, key, urgent=urgent)
     try:
-        _store_batch(node, parsed, now)
+        rows = len(parsed.samples) + len(parsed.errors)
+        _spend_budget(node, max(rows, BATCH_MIN_ROWS_CHARGED), now)
+    except NodeOverBudget:
+        _batch_release(key)  # not stored: its retry is a new batch
+        raise
+    try:
+        stored = _store_batch(node, parsed, now, unless_stored=key is None)
     except BaseException as exc:
-        if key is not None:
-            cache.delete(key)
+        _batch_release(key)
         # A node deleted under a cached token fails its foreign keys at commit: the token
         # went with the node, so the agent is refused as with any dead token.
         if isinstance(exc, IntegrityError) and not Node.objects.filter(pk=node.pk).exists():
             forget_node_tokens(node.pk)
             raise NodeGone(node.pk) from exc
         raise
+    if not stored:  # found in the database (no cache): a retry; its check may not have run
+        if urgent:
+            _urgent_check(node, now, key)
+        return IngestResult(accepted=0, errors=0, duplicate=True)
     if urgent:
         _batch_mark(key, BATCH_CHECK_DUE)
         _urgent_check(node, now, key)
     else:
         _batch_mark(key, BATCH_DONE)
     return IngestResult(accepted=len(parsed.samples), errors=len(parsed.errors))
+
+
+def _seen_batch(
+    node: Node, parsed: ParsedBatch, now: datetime, key: str, *, urgent: bool
+) -> IngestResult:
+    """The answer to a batch the cache has a claim or a record of (a repeat)."""
+    try:
+        state = cache.get(key)
+    except Exception:
+        # The claim was made, its state cannot be read: stored, or still being stored (or its
+        # storer died, and the claim expires after STORING_CLAIM_S). The database tells which;
+        # a stored urgent batch is re-scored, since whether its check finished is unknown.
+        log.warning("telemetry duplicate check in the database: cache unavailable")
+        if not _batch_stored(node.pk, parsed.samples):
+            raise BatchInFlight(key) from None
+        state = BATCH_CHECK_DUE
+    # Not stored yet: acknowledged, the agent would drop a batch that the first attempt may
+    # still fail to store; refused (409), it comes again.
+    if state == BATCH_STORING:
+        raise BatchInFlight(key)
+    # Stored, but its check failed (that attempt answered an error): this retry is the
+    # only one that will come for it, and the tick may be a minute away.
+    if urgent and state == BATCH_CHECK_DUE:
+        _urgent_check(node, now, key)
+    return IngestResult(accepted=0, errors=0, duplicate=True)
 
 
 # What a batch costs the platform beyond its rows (a request, a transaction, a publication:
@@ -214,7 +247,10 @@ BATCH_MIN_ROWS_CHARGED = 40
 
 def _spend_budget(node: Node, rows: int, now: datetime) -> None:
     """Count ``rows`` against the node's budget of this clock minute; raise ``NodeOverBudget``
-    when the count had already reached it. Without a cache there is no budget (logged)."""
+    when the count had already reached it. Without a cache there is no budget (logged): it
+    fails open, as the platform's rate limits do, because it holds back one flooding agent,
+    while refusing every node's batches for an outage would blind the health rules (ECC/XID
+    quarantine) across the cluster; each batch stays bounded by ``TELEMETRY_MAX_BATCH_SAMPLES``."""
     minute = int(now.timestamp() // 60)
     key = f"telemetry:rows:{node.pk}:{minute}"
     try:
@@ -234,8 +270,26 @@ def _urgent_check(node: Node, now: datetime, key: str | None) -> None:
     _batch_mark(key, BATCH_DONE)
 
 
-def _store_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
+# With the node's id in its low half, one PostgreSQL advisory lock per node ("telm"); the
+# other advisory keys of the platform are small numbers, never in this range.
+BATCH_LOCK_NAMESPACE = 0x7465_6C6D << 32
+
+
+def _store_batch(node: Node, parsed: ParsedBatch, now: datetime, *, unless_stored: bool) -> bool:
+    """Store the batch in one transaction; True once stored. With ``unless_stored`` (no cache
+    claimed the batch), first take the node's batch lock and return False, storing nothing,
+    when the batch's samples are in the database already: two attempts of one batch at once
+    wait for each other, and the second finds the first's rows. (A lock for the rare case
+    rather than a unique index on the hot table, which every insert would pay for.)"""
     with transaction.atomic():
+        if unless_stored:
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT pg_advisory_xact_lock(%s)", [BATCH_LOCK_NAMESPACE + node.pk]
+                    )
+            if _batch_stored(node.pk, parsed.samples):
+                return False
         _insert_samples(node.pk, parsed.samples, durable=bool(parsed.errors))
         if parsed.errors:
             GpuErrorEvent.objects.bulk_create(
@@ -252,6 +306,19 @@ def _store_batch(node: Node, parsed: ParsedBatch, now: datetime) -> None:
         _mark_unrolled(node.pk, parsed.samples, now)
         _record_batch(node, parsed, now)
         _publish_utilization(node, parsed)
+    return True
+
+
+def _batch_stored(node_id: int, samples: list[SampleRow]) -> bool:
+    """Whether every sample of a batch is stored for the node: a retry of a stored batch (one
+    transaction stored all its rows, its error events with them). A batch that only overlaps
+    stored ones is new readings. One range read on the (node, time) index."""
+    wanted = {(gpu, datetime.fromtimestamp(ts, UTC)) for gpu, ts, *_ in samples}
+    times = [at for _, at in wanted]
+    stored = GpuSample.objects.filter(
+        node_id=node_id, time__gte=min(times), time__lte=max(times)
+    ).values_list("gpu_index", "time")
+    return wanted <= set(stored)
 
 
 def _insert_samples(node_id: int, samples: list[SampleRow], *, durable: bool) -> None:
