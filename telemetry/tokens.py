@@ -112,7 +112,12 @@ def tokens_changed() -> None:
                 timeout=conf.get("TELEMETRY_TOKEN_MARKER_SECONDS"),
             )
         except Exception:
-            log.error("node token revocation not announced to other processes: cache down")
+            # The value the other processes check expires on its own: they read the token
+            # table then, and refuse the token within TELEMETRY_TOKEN_MARKER_SECONDS.
+            log.error(
+                "node token revocation not announced to other processes: cache down; they"
+                " refuse it once the token marker expires (TELEMETRY_TOKEN_MARKER_SECONDS)"
+            )
 
     _token_cache.clear()
     transaction.on_commit(bump)
@@ -194,7 +199,8 @@ def forget_node_tokens(node_id: int) -> None:
 
 def node_token_revoke(*, token: NodeAgentToken) -> bool:
     """Revoke ``token``; False when it was already revoked. Idempotent. Every process stops
-    accepting it at once (after commit)."""
+    accepting it at once (after commit); when this process cannot reach the cache to announce
+    it, the others within ``TELEMETRY_TOKEN_MARKER_SECONDS``."""
     revoked = NodeAgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )

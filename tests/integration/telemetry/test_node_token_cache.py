@@ -20,6 +20,7 @@ from django.utils import timezone
 from telemetry.models import GpuSample, NodeAgentToken, hash_node_token
 from telemetry.services import node_token_issue
 from telemetry.tokens import TOKEN_MISS_CACHE_SECONDS
+from tests.conftest import DEAD_CACHES
 
 from .conftest import make_sample
 
@@ -90,12 +91,16 @@ print(node_token_revoke(token=NodeAgentToken.objects.get(pk=int(sys.argv[1]))))
 """
 
 
-def _in_another_process(script: str, token_id: int) -> subprocess.CompletedProcess:
+def _in_another_process(
+    script: str, token_id: int, redis_url: str | None = None
+) -> subprocess.CompletedProcess:
     """Run ``script`` with ``token_id`` in a new Python process on this test's database and
-    cache (a second server process, as far as the caches are concerned)."""
+    cache (a second server process, as far as the caches are concerned), or on the Redis at
+    ``redis_url``."""
     db = connection.settings_dict
     env = {
         **os.environ,
+        **({"REDIS_URL": redis_url} if redis_url else {}),
         "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:"
         f"{db['PORT']}/{db['NAME']}",
         "DJANGO_SETTINGS_MODULE": "gpuplatform.settings",
@@ -200,6 +205,27 @@ def test_a_token_revoked_by_bare_sql_in_another_process_is_refused_here(
     assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
     done = _in_another_process(BARE_REVOKE, NodeAgentToken.objects.get(node=node1).pk)
     assert done.stdout.strip() == "1", done.stderr
+    time.sleep(1.2)
+    assert post_batch([make_sample(gpu=1)]).status_code == 401
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("dead_cache", DEAD_CACHES.values(), ids=DEAD_CACHES.keys())
+def test_a_revocation_that_could_not_be_announced_is_refused_here_within_the_marker_time(
+    node1, post_batch, settings, dead_cache
+):
+    """The revoking process reaches the database but not Redis (a partition, a restart): its
+    announcement is lost. This process cached the token; it refuses it once the shared marker
+    has expired and been read again from the token table, as for a bare SQL revocation."""
+    if connection.vendor != "postgresql" or not isinstance(caches["default"], RedisCache):
+        pytest.skip("two processes share a database and a cache on PostgreSQL and Redis only")
+    settings.TELEMETRY_TOKEN_MARKER_SECONDS = 1
+    assert post_batch([make_sample(gpu=0)]).status_code == 202  # cached in this process
+    token_id = NodeAgentToken.objects.get(node=node1).pk
+    done = _in_another_process(REVOKE, token_id, redis_url=dead_cache())
+    assert done.stdout.strip() == "True", done.stderr
+    assert "revocation not announced" in done.stderr
     time.sleep(1.2)
     assert post_batch([make_sample(gpu=1)]).status_code == 401
     assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]
