@@ -5,7 +5,8 @@ automatic quarantine, and idle-job flagging.
   COPY on PostgreSQL, a multi-row insert elsewhere).
 - ``rollup_build``, ``telemetry_prune``, ``health_evaluate`` and ``idle_evaluate`` are idempotent:
   re-running them with the same ``now`` changes nothing more. ``telemetry_tick`` runs them at most
-  every ``TELEMETRY_EVALUATE_SECONDS`` (claimed through the cache, so one process does it).
+  every ``TELEMETRY_EVALUATE_SECONDS`` (claimed through the cache, so one process does it;
+  without a cache, each process at most once a period).
 - Quarantine and every later step is a conditional UPDATE plus a ``NodeEvent`` published to the
   admin group after commit, like the loop's own failure quarantine (``scheduler.loop.observe``).
 """
@@ -976,6 +977,29 @@ def _publish_idle(
 
 TICK_CACHE_KEY = "telemetry:tick"
 PRUNE_CACHE_KEY = "telemetry:prune"
+# key -> when this process last claimed it, used only while the cache is unavailable.
+_local_claims: dict[str, datetime] = {}
+
+
+def _claim_period(key: str, now: datetime, period_s: float) -> bool:
+    """Claim the work under ``key`` for ``period_s`` across processes (a cache "add"). Without
+    a cache, per process: each runs it at most once a period. The tick's stages are idempotent,
+    so a few processes doing them is only work, while skipping them for an outage would leave
+    nodes unscored and the raw table unpruned."""
+    try:
+        return bool(cache.add(key, now.isoformat(), timeout=period_s))
+    except Exception:
+        log.warning("telemetry %s claimed for this process only: cache unavailable", key)
+    last = _local_claims.get(key)
+    if last is not None and timedelta(0) <= now - last < timedelta(seconds=period_s):
+        return False
+    _local_claims[key] = now
+    return True
+
+
+def forget_local_claims() -> None:
+    """Drop this process's claims of tick periods made without a cache (tests)."""
+    _local_claims.clear()
 
 
 def telemetry_tick(*, now: datetime | None = None, force: bool = False) -> bool:
@@ -985,7 +1009,7 @@ def telemetry_tick(*, now: datetime | None = None, force: bool = False) -> bool:
     telemetry fault must not stop the scheduling loop that calls it."""
     now = now or timezone.now()
     period = conf.get("TELEMETRY_EVALUATE_SECONDS")
-    if not force and not cache.add(TICK_CACHE_KEY, now.isoformat(), timeout=period):
+    if not force and not _claim_period(TICK_CACHE_KEY, now, period):
         return False
     # Each stage on its own: a fault in one (say, rollups) must not skip the others (health
     # scoring and quarantine, idle flags).
@@ -995,7 +1019,7 @@ def telemetry_tick(*, now: datetime | None = None, force: bool = False) -> bool:
         except Exception:
             log.exception("telemetry %s failed; the next tick retries", stage.__name__)
     try:
-        if force or cache.add(PRUNE_CACHE_KEY, 1, timeout=conf.get("TELEMETRY_PRUNE_SECONDS")):
+        if force or _claim_period(PRUNE_CACHE_KEY, now, conf.get("TELEMETRY_PRUNE_SECONDS")):
             telemetry_prune(now=now)
     except Exception:
         log.exception("telemetry pruning failed; the next tick retries")

@@ -137,6 +137,39 @@ def test_with_the_cache_down_the_row_budget_fails_open(
     assert "telemetry write budget skipped: cache unavailable" in caplog.messages
 
 
+def test_with_the_cache_down_the_tick_runs_and_prunes_once_a_period_per_process(
+    node1, cache_down, caplog
+):
+    """The tick claims its period in the cache so that one process does the work; without the
+    cache it raised (and pruning, claimed the same way, never ran: the raw table grew for the
+    length of the outage). Now each process claims its own periods (the stages are idempotent:
+    a few processes doing them is only work)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from telemetry.models import GpuRollup
+    from telemetry.services import forget_local_claims, samples_ingest, telemetry_tick
+
+    forget_local_claims()  # an earlier test's, in this process
+    now = timezone.now().replace(second=30, microsecond=0)
+    old = now - timedelta(hours=7)  # beyond the raw retention (6 h)
+    GpuSample.objects.create(
+        node=node1, gpu_index=1, time=old, utilization=1.0, memory_used_mib=1,
+        memory_total_mib=2, temperature_c=40,
+    )  # fmt: skip
+    body = {"samples": [make_sample(gpu=0, at=now - timedelta(minutes=2))]}
+    samples_ingest(node=node1, body=body, now=now)
+    with caplog.at_level(logging.WARNING, logger="telemetry.services"):
+        assert telemetry_tick(now=now) is True
+    assert GpuRollup.objects.count() == 1
+    node1.refresh_from_db()
+    assert node1.telemetry.health_evaluated_at == now
+    assert list(GpuSample.objects.values_list("gpu_index", flat=True)) == [0]  # pruned
+    assert telemetry_tick(now=now + timedelta(seconds=1)) is False  # this process's period
+    assert telemetry_tick(now=now + timedelta(seconds=61)) is True
+
+
 # --------------------------------------------------- a Redis that fails between two calls
 
 
