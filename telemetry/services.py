@@ -13,7 +13,6 @@ automatic quarantine, and idle-job flagging.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent, NodeSta
 from scheduler.services import node_event_record, publish_node_status
 from scheduler.states import JobState
 
-from . import conf
+from . import batches, conf
 from .health import NodeEvidence, Verdict, evaluate
 from .ingest import ParsedBatch, SampleRow, parse_batch
 from .models import (
@@ -111,44 +110,10 @@ class IngestResult:
     duplicate: bool = False
 
 
-# A batch seen within this long is a retry of the same batch, not new readings.
-DUPLICATE_WINDOW_S = 3600
-
-# What the cache says of a batch it has seen (the value under its key): claimed by a request
-# that is storing it; stored, with the urgent health check it asks for not finished yet; done.
-BATCH_STORING, BATCH_CHECK_DUE, BATCH_DONE = "storing", "check-due", "done"
-# How long a claim to store a batch holds: far longer than a store takes, short enough that a
-# worker killed mid-store does not leave the agent's retries refused for the whole window.
-STORING_CLAIM_S = 60
-
-
-def _batch_key(node: Node, parsed: ParsedBatch) -> str:
-    digest = hashlib.sha256(repr((parsed.samples, parsed.errors)).encode()).hexdigest()[:32]
-    return f"telemetry:batch:{node.pk}:{digest}"
-
-
-def _batch_mark(key: str | None, state: str) -> None:
-    if key is None:
-        return
-    try:
-        cache.set(key, state, timeout=DUPLICATE_WINDOW_S)
-    except Exception:  # the tick's health check is the backstop; the batch itself is stored
-        log.warning("telemetry batch state not recorded: cache unavailable")
-
-
-def _batch_release(key: str | None) -> None:
-    """Give back the claim on a batch that was not stored, so that its retry stores it."""
-    if key is None:
-        return
-    try:
-        cache.delete(key)
-    except Exception:  # the claim expires after STORING_CLAIM_S; until then retries get a 409
-        log.warning("telemetry batch claim not given back: cache unavailable")
-
-
 def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> IngestResult:
     """Validate and store one agent batch for ``node``. All or nothing, and once: the same
-    batch sent again within ``DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not stored.
+    batch sent again within ``batches.DUPLICATE_WINDOW_S`` (a retry) is acknowledged and not
+    stored.
 
     Raises ``ingest.BatchInvalid`` (nothing stored) when any sample is bad, ``NodeGone``
     (nothing stored, the node's cached tokens forgotten) when the node was deleted,
@@ -178,24 +143,22 @@ def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> Ing
     urgent = any(kind != "ecc_sbe" for _, _, kind, _, _ in parsed.errors)
     # An agent that did not hear our answer sends the batch again: store it once. The claim is
     # an atomic cache "add"; it is given back when storing fails, so a retry is not lost.
-    key: str | None = _batch_key(node, parsed)
-    try:
-        first_time = cache.add(key, BATCH_STORING, timeout=STORING_CLAIM_S)
-    except Exception:  # no cache: _store_batch asks the database whether it is stored
-        log.warning("telemetry duplicate check in the database: cache unavailable")
-        first_time, key = True, None
-    if not first_time:
+    key: str | None = batches.batch_key(node.pk, parsed)
+    claimed = batches.batch_claim(key)
+    if claimed is False:
         return _seen_batch(node, parsed, now, key, urgent=urgent)
+    if claimed is None:  # no cache: _store_batch asks the database whether it is stored
+        key = None
     try:
         rows = len(parsed.samples) + len(parsed.errors)
         _spend_budget(node, max(rows, BATCH_MIN_ROWS_CHARGED), now)
     except NodeOverBudget:
-        _batch_release(key)  # not stored: its retry is a new batch
+        batches.batch_release(key)  # not stored: its retry is a new batch
         raise
     try:
         stored = _store_batch(node, parsed, now, unless_stored=key is None)
     except BaseException as exc:
-        _batch_release(key)
+        batches.batch_release(key)
         # A node deleted under a cached token fails its foreign keys at commit: the token
         # went with the node, so the agent is refused as with any dead token.
         if isinstance(exc, IntegrityError) and not Node.objects.filter(pk=node.pk).exists():
@@ -207,10 +170,10 @@ def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> Ing
             _urgent_check(node, now, key)
         return IngestResult(accepted=0, errors=0, duplicate=True)
     if urgent:
-        _batch_mark(key, BATCH_CHECK_DUE)
+        batches.batch_mark(key, batches.BATCH_CHECK_DUE)
         _urgent_check(node, now, key)
     else:
-        _batch_mark(key, BATCH_DONE)
+        batches.batch_mark(key, batches.BATCH_DONE)
     return IngestResult(accepted=len(parsed.samples), errors=len(parsed.errors))
 
 
@@ -218,23 +181,21 @@ def _seen_batch(
     node: Node, parsed: ParsedBatch, now: datetime, key: str, *, urgent: bool
 ) -> IngestResult:
     """The answer to a batch the cache has a claim or a record of (a repeat)."""
-    try:
-        state = cache.get(key)
-    except Exception:
+    state = batches.batch_state(key)
+    if state == batches.BATCH_UNKNOWN:
         # The claim was made, its state cannot be read: stored, or still being stored (or its
         # storer died, and the claim expires after STORING_CLAIM_S). The database tells which;
         # a stored urgent batch is re-scored, since whether its check finished is unknown.
-        log.warning("telemetry duplicate check in the database: cache unavailable")
-        if not _batch_stored(node.pk, parsed.samples):
-            raise BatchInFlight(key) from None
-        state = BATCH_CHECK_DUE
+        if not batches.batch_stored(node.pk, parsed.samples):
+            raise BatchInFlight(key)
+        state = batches.BATCH_CHECK_DUE
     # Not stored yet: acknowledged, the agent would drop a batch that the first attempt may
     # still fail to store; refused (409), it comes again.
-    if state == BATCH_STORING:
+    if state == batches.BATCH_STORING:
         raise BatchInFlight(key)
     # Stored, but its check failed (that attempt answered an error): this retry is the
     # only one that will come for it, and the tick may be a minute away.
-    if urgent and state == BATCH_CHECK_DUE:
+    if urgent and state == batches.BATCH_CHECK_DUE:
         _urgent_check(node, now, key)
     return IngestResult(accepted=0, errors=0, duplicate=True)
 
@@ -268,28 +229,17 @@ def _urgent_check(node: Node, now: datetime, key: str | None) -> None:
     """Re-score ``node`` now (quarantine on a critical error); the batch under ``key`` is done
     once it finished. Raises what failed, so the agent retries and the retry checks again."""
     health_evaluate(now=now, node_ids=[node.pk], raise_quarantine_failure=True)
-    _batch_mark(key, BATCH_DONE)
-
-
-# With the node's id in its low half, one PostgreSQL advisory lock per node ("telm"); the
-# other advisory keys of the platform are small numbers, never in this range.
-BATCH_LOCK_NAMESPACE = 0x7465_6C6D << 32
+    batches.batch_mark(key, batches.BATCH_DONE)
 
 
 def _store_batch(node: Node, parsed: ParsedBatch, now: datetime, *, unless_stored: bool) -> bool:
     """Store the batch in one transaction; True once stored. With ``unless_stored`` (no cache
     claimed the batch), first take the node's batch lock and return False, storing nothing,
-    when the batch's samples are in the database already: two attempts of one batch at once
-    wait for each other, and the second finds the first's rows. (A lock for the rare case
-    rather than a unique index on the hot table, which every insert would pay for.)"""
+    when the batch's samples are in the database already (``batches.lock_node_batches``)."""
     with transaction.atomic():
         if unless_stored:
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT pg_advisory_xact_lock(%s)", [BATCH_LOCK_NAMESPACE + node.pk]
-                    )
-            if _batch_stored(node.pk, parsed.samples):
+            batches.lock_node_batches(node.pk)
+            if batches.batch_stored(node.pk, parsed.samples):
                 return False
         _insert_samples(node.pk, parsed.samples, durable=bool(parsed.errors))
         if parsed.errors:
@@ -308,18 +258,6 @@ def _store_batch(node: Node, parsed: ParsedBatch, now: datetime, *, unless_store
         _record_batch(node, parsed, now)
         _publish_utilization(node, parsed)
     return True
-
-
-def _batch_stored(node_id: int, samples: list[SampleRow]) -> bool:
-    """Whether every sample of a batch is stored for the node: a retry of a stored batch (one
-    transaction stored all its rows, its error events with them). A batch that only overlaps
-    stored ones is new readings. One range read on the (node, time) index."""
-    wanted = {(gpu, datetime.fromtimestamp(ts, UTC)) for gpu, ts, *_ in samples}
-    times = [at for _, at in wanted]
-    stored = GpuSample.objects.filter(
-        node_id=node_id, time__gte=min(times), time__lte=max(times)
-    ).values_list("gpu_index", "time")
-    return wanted <= set(stored)
 
 
 def _insert_samples(node_id: int, samples: list[SampleRow], *, durable: bool) -> None:

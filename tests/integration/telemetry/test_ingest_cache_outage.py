@@ -46,7 +46,7 @@ def _urgent_batch() -> list[dict]:
 
 def test_with_the_cache_down_a_retried_batch_is_stored_once(node1, agent_token, cache_down, caplog):
     batch = _urgent_batch()
-    with caplog.at_level(logging.WARNING, logger="telemetry.services"):
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
         first = _post(agent_token, batch)
         assert first.json() == {"accepted": 9, "errors": 1, "duplicate": False}
         retry = _post(agent_token, batch)
@@ -130,7 +130,7 @@ def test_with_the_cache_down_the_row_budget_fails_open(
     budget holds back a flooding agent, while refusing every node's telemetry for the length of
     an outage would blind the health rules (ECC/XID quarantine) across the cluster."""
     settings.TELEMETRY_NODE_ROWS_PER_MINUTE = 1
-    with caplog.at_level(logging.WARNING, logger="telemetry.services"):
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
         codes = [_post(agent_token, [make_sample(gpu=g)]).status_code for g in range(3)]
     assert codes == [202, 202, 202]
     assert GpuSample.objects.filter(node=node1).count() == 3
@@ -160,7 +160,7 @@ def test_with_the_cache_down_the_tick_runs_and_prunes_once_a_period_per_process(
     )  # fmt: skip
     body = {"samples": [make_sample(gpu=0, at=now - timedelta(minutes=2))]}
     samples_ingest(node=node1, body=body, now=now)
-    with caplog.at_level(logging.WARNING, logger="telemetry.services"):
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
         assert telemetry_tick(now=now) is True
     assert GpuRollup.objects.count() == 1
     node1.refresh_from_db()
