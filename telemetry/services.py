@@ -143,12 +143,12 @@ def samples_ingest(*, node: Node, body: Any, now: datetime | None = None) -> Ing
     urgent = any(kind != "ecc_sbe" for _, _, kind, _, _ in parsed.errors)
     # An agent that did not hear our answer sends the batch again: store it once. The claim is
     # an atomic cache "add"; it is given back when storing fails, so a retry is not lost.
-    key: str | None = batches.batch_key(node.pk, parsed)
-    claimed = batches.batch_claim(key)
+    seen_key = batches.batch_key(node.pk, parsed)
+    claimed = batches.batch_claim(seen_key)
     if claimed is False:
-        return _seen_batch(node, parsed, now, key, urgent=urgent)
-    if claimed is None:  # no cache: _store_batch asks the database whether it is stored
-        key = None
+        return _seen_batch(node, parsed, now, seen_key, urgent=urgent)
+    # No cache (None): no claim to mark or give back; _store_batch asks the database.
+    key = seen_key if claimed else None
     try:
         rows = len(parsed.samples) + len(parsed.errors)
         _spend_budget(node, max(rows, BATCH_MIN_ROWS_CHARGED), now)
