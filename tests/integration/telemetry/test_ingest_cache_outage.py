@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from scheduler.models import NodeState
 from telemetry.models import GpuErrorEvent, GpuSample, NodeTelemetry
 from tests.integration.concurrency import require_postgresql
-from tests.integration.loop.test_celery_loop import PrivateRedis
+from tests.privateredis import PrivateRedis
 
 from .conftest import make_sample
 from .test_ingest_failures import SCORE_WRITE, _refused
