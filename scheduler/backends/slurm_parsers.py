@@ -548,6 +548,25 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
 SQUEUE_LIVE_FORMAT = "%i|%j|%T"
 # The same and the owner's uid: which account a run belongs to (team_accounts).
 SQUEUE_OWNED_FORMAT = "%i|%j|%T|%U"
+# Id, owner's uid and user name, state, full name (last: a job name may hold "|", a user name
+# cannot): whose a run recorded without an account is (``SlurmBackend.run_accounts``).
+SQUEUE_OWNER_NAME_FORMAT = "%i|%U|%u|%T|%j"
+
+
+def parse_squeue_owners(text: str) -> list[tuple[SlurmJob, str]]:
+    """Jobs from ``squeue --noheader --format=%i|%U|%u|%T|%j``, each with its owner's user
+    name as squeue printed it (a uid in digits where the name does not resolve)."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 4)
+        if len(parts) != 5 or not parts[0].strip() or not parts[1].strip().isdigit():
+            raise SlurmQueryError(f"squeue printed an unexpected line: {line[:200]!r}")
+        job_id, uid, user, state = (part.strip() for part in parts[:4])
+        job = SlurmJob(job_id=job_id, name=parts[4], state=state.upper(), user_id=int(uid))
+        jobs.append((job, user))
+    return jobs
 
 
 def parse_squeue_live(text: str, *, with_user_id: bool = False) -> list[SlurmJob]:

@@ -36,6 +36,7 @@ from scheduler.backends.slurm_nodes import (
 from scheduler.backends.slurm_parsers import (
     SQUEUE_LIVE_FORMAT,
     SQUEUE_OWNED_FORMAT,
+    SQUEUE_OWNER_NAME_FORMAT,
     ErrorKind,
     SlurmFormatError,
     SlurmJob,
@@ -54,6 +55,7 @@ from scheduler.backends.slurm_parsers import (
     parse_sbatch_parsable,
     parse_squeue_json,
     parse_squeue_live,
+    parse_squeue_owners,
     pick_run,
 )
 from scheduler.outcomes import failure_cause, loss_cause
@@ -215,6 +217,24 @@ def test_squeue_owned_reads_each_jobs_owner_uid(captured_on):
     assert SQUEUE_OWNED_FORMAT == "%i|%j|%T|%U"
     with pytest.raises(SlurmQueryError, match="unexpected line"):
         parse_squeue_live("6|gp-x-a1|RUNNING\n", with_user_id=True)
+
+
+@pytest.mark.parametrize("captured_on", ["22.05", "24.11"])
+def test_squeue_owners_reads_each_jobs_owner_uid_and_name(captured_on):
+    # `squeue --noheader --states=all --name=... --format=%i|%U|%u|%T|%j`: a job of root, and
+    # two of a team account, one cancelled (--states=all keeps it while Slurm does), one whose
+    # name holds the separator (captured by hand: the text format is the same on both).
+    jobs = parse_squeue_owners(fixture("squeue_owners.txt", captured_on))
+    assert sorted((j.job_id, j.name, j.state, j.user_id, user) for j, user in jobs) == [
+        ("10", "weird|name with space", "PENDING", 999, "gp-ci-team-a"),
+        ("11", "gp-owners-a2", "CANCELLED", 999, "gp-ci-team-a"),
+        ("9", "gp-owners-a1", "PENDING", 0, "root"),
+    ]
+    assert SQUEUE_OWNER_NAME_FORMAT == "%i|%U|%u|%T|%j"
+    assert parse_squeue_owners("") == []
+    for line in ("6|gp-x-a1|RUNNING|0\n", "6|root|0|RUNNING|gp-x-a1\n", "squeue: error: x\n"):
+        with pytest.raises(SlurmQueryError, match="unexpected line"):
+            parse_squeue_owners(line)
 
 
 def test_squeue_live_refuses_a_line_it_cannot_read():
