@@ -22,7 +22,9 @@ The scheduling loop decides *where* a job runs; a backend only executes that dec
   backend where other teams could make a job of the same name (Slurm with ``team_accounts``)
   takes for the run only a job of that team's; the others may ignore the team. The account a
   run was submitted as (``team_account``) is recorded with it and named in every later
-  :class:`RunRef`, so a team mapped to another account keeps its runs in sight.
+  :class:`RunRef`, so a team mapped to another account keeps its runs in sight. A run recorded
+  without one (submitted before the platform recorded accounts) learns it from the cluster
+  (``run_owners``: the owner of the backend's job of the run's reference) at the next sync.
 
 This module is plain Python (no Django) so backends and their parsers are testable on their own.
 """
@@ -251,6 +253,14 @@ class Backend(Protocol):
     def team_account(self, team: str) -> str:
         """The account ``team``'s new runs are submitted as ("" : the backend's own identity).
         The platform records it with each run it submits (``RunRef.account``)."""
+        ...
+
+    def run_owners(self, runs: Mapping[str, RunRef]) -> dict[str, str]:
+        """The account that owns each of ``runs`` (the backend's reference, as ``submit``
+        returned it -> the run) as the cluster itself reports it ("" : the backend's own
+        identity), for runs the platform recorded no account for (submitted before it recorded
+        them). Runs the cluster no longer knows are left out; a backend that runs everything as
+        itself answers ``{}`` without asking its cluster."""
         ...
 
 

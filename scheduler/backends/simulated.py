@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -249,6 +249,10 @@ class SimulatedBackend:
     def team_account(self, team: str) -> str:
         """Every run is the simulated cluster's own: no team accounts."""
         return ""
+
+    def run_owners(self, runs: Mapping[str, RunRef]) -> dict[str, str]:
+        """Every run is the simulated cluster's own: nothing to learn."""
+        return {}
 
     def live_runs(self, job_id_prefix: str, accounts: Iterable[str] = ()) -> list[LiveRun]:
         """Runs still working (not cancelled, not failed with their node, not done).

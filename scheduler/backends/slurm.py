@@ -13,8 +13,8 @@ host's filesystem.
 Guarantees (on top of :mod:`scheduler.backends.base`):
 - Idempotent by our identity: a run is the Slurm job named ``backend_job_name(job_id, attempt)``
   that the account running the commands owns, or, with ``team_accounts``, the account the run
-  was submitted as (``RunRef.account``, recorded by the platform from ``team_account``; for a
-  run recorded without one, its team's account now; the service account's for runs submitted
+  was submitted as (``RunRef.account``, recorded by the platform from ``team_account``, or for
+  older runs learnt from Slurm with ``run_owners``; the service account's for runs submitted
   before the setting). A team mapped to another account keeps its live runs; its new runs are
   the new account's. Another user's job of that name, another team's account's included, is
   not the run: it is never adopted, reported, read, signalled or cancelled as it.
@@ -93,6 +93,7 @@ from scheduler.backends.slurm_nodes import (
 )
 from scheduler.backends.slurm_parsers import (
     SQUEUE_OWNED_FORMAT,
+    SQUEUE_OWNER_NAME_FORMAT,
     ErrorKind,
     SlurmJob,
     SlurmQueryError,
@@ -106,6 +107,7 @@ from scheduler.backends.slurm_parsers import (
     parse_sbatch_parsable,
     parse_squeue_json,
     parse_squeue_live,
+    parse_squeue_owners,
     pick_run,
 )
 
@@ -893,6 +895,31 @@ class SlurmBackend:
         """``team``'s account in ``team_accounts`` ("" without the setting, or for a team
         without one, whose runs ``submit`` refuses)."""
         return self.team_accounts.get(team, "")
+
+    def run_owners(self, runs: Mapping[str, RunRef]) -> dict[str, str]:
+        """With ``team_accounts``, whose the Slurm job of each of ``runs`` (Slurm job id -> the
+        run) is: the account Slurm names as its owner ("" : the service account), from a
+        ``squeue`` of every user's jobs of the runs' names, finished ones included. The job id
+        is Slurm's answer to our sbatch, so another account's job of the name is never taken
+        for the run. Left out: jobs Slurm has forgotten, owners without a name where the
+        commands run, and root (the platform never submits as root)."""
+        if not self.team_accounts:
+            return {}
+        names = sorted({run.backend_name for run in runs.values()})
+        owners: dict[str, str] = {}
+        for start in range(0, len(names), 100):  # a command line of bounded length
+            argv = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_OWNER_NAME_FORMAT}"]
+            argv.append("--name=" + ",".join(names[start : start + 100]))
+            listed: list = self._run(argv, parse=parse_squeue_owners)  # type: ignore[assignment]
+            for job, user in listed:
+                run = runs.get(job.job_id)
+                if run is None or job.name != run.backend_name:
+                    continue
+                if job.user_id == self._own_uid():
+                    owners[job.job_id] = ""
+                elif job.user_id != 0 and self._account_uids([user]).get(user) == job.user_id:
+                    owners[job.job_id] = user
+        return owners
 
     def live_runs(self, job_id_prefix: str, accounts: Iterable[str] = ()) -> list[LiveRun]:
         """Our runs (and, with ``team_accounts``, those of ``accounts``) Slurm has not finished

@@ -10,6 +10,8 @@ Fault tolerance:
   ``SCHEDULER_QUARANTINE_WINDOW_SECONDS`` is quarantined (drained on the backend) when it comes
   back, with a probation of ``SCHEDULER_PROBATION_SECONDS``; after probation and a health check
   it is released. Each step is an event streamed to admins.
+- A run recorded without the account it runs as (submitted before the platform recorded
+  them) learns it from the cluster before the poll (``run_accounts``).
 - Runs the platform gave up on (an older attempt, a job that is over or requeued) and that the
   cluster still runs are cancelled (``stale_runs``).
 - A running job whose run the cluster keeps waiting (Slurm PENDING) is noted, and put back in
@@ -48,6 +50,7 @@ from ..services import cluster_backend_mark, node_event_record
 from ..states import LIVE_STATES, JobState
 from ..transitions import event_record, job_fail, job_finish, job_requeue
 from .cluster_pending import sync_cluster_pending
+from .run_accounts import learn_run_accounts
 from .stale_runs import cancel_stale_runs
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,13 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
             .exclude(backend_ref="")
             .select_related("team", "cluster")
         )
+        try:
+            # Before the poll, which must look for each run as the account that owns it.
+            learn_run_accounts(backend=backend, jobs=holders)
+        except BackendError:
+            raise
+        except Exception:  # the runs are then looked for as before: no reason to stop the sync
+            log.exception("cluster %s: learning the accounts of runs raised", cluster.name)
         try:
             polled = backend.poll_jobs([backend_run_ref(j) for j in holders])
         except BackendError:

@@ -180,3 +180,63 @@ def test_a_run_stays_its_teams_after_the_team_is_mapped_to_another_account(
         assert accounts == {first: A, second: A, third: B}
     finally:
         slurm.run("scancel", *refs.values(), check=False)
+
+
+def test_a_run_recorded_without_an_account_learns_it_from_slurm_before_or_after_a_remap(
+    slurm_platform, team_uids, submit, alice, api_as, caplog, django_capture_on_commit_callbacks
+):
+    """Runs submitted before the platform recorded each run's account have none recorded (the
+    rows are cleared here, as such a run's row is). Every call about them looked for a job of
+    the team's account now, so once vision was mapped to ``gp-ci-team-b`` the poll found
+    nothing, the loop started attempt 2 as b's beside attempt 1, and no cancel or sweep ever
+    reached a's job. Now the sync learns such a run's account from Slurm (the owner of the run's
+    Slurm job) and records it: ``early`` at the first sync after the upgrade, before the remap
+    (as it happens in practice); ``late`` at the first sync after a remap that came first."""
+    cluster, slurm = slurm_platform["cluster"], slurm_platform["slurm"]
+    _map_teams(cluster, {"vision": A})
+    gpu_model = Node.objects.filter(cluster=cluster).first().gpu_model.name
+    command = 'echo "started as $(id -un)"; exec sleep 300'
+    early, late = (
+        submit(alice, gpu_model=gpu_model, command=command).json()["id"] for _ in range(2)
+    )
+    run_cycle()
+    refs = dict(Job.objects.filter(pk__in=(early, late)).values_list("pk", "backend_ref"))
+    assert all(refs.values()), refs
+    try:
+        for ref in refs.values():
+            wait_for(lambda r=ref: _slurm_state(slurm, r) == "RUNNING", 30, f"run {ref} to start")
+        Job.objects.filter(pk__in=refs).update(backend_accounts={})
+        sync_all()  # the first sync after the upgrade
+        Job.objects.filter(pk=late).update(backend_accounts={})  # ... had the remap come first
+
+        _map_teams(cluster, {"vision": B})
+        for _ in range(2):
+            run_cycle()
+        jobs = {pk: Job.objects.select_related("team", "cluster").get(pk=pk) for pk in refs}
+        for pk, job in jobs.items():
+            assert (job.state, job.attempts, job.backend_ref) == ("running", 1, refs[pk])
+            assert job.backend_accounts == {"1": A}
+            (status,) = get_backend(cluster).poll_jobs([backend_run_ref(job)])
+            assert (status.state, status.backend_ref) == (BackendJobState.RUNNING, refs[pk])
+        assert Job.objects.filter(cluster=cluster).count() == 2  # nothing else started
+
+        def log_text() -> str:
+            return api_as(alice).get(f"/api/v1/jobs/{late}/logs/").json()["text"] or ""
+
+        wait_for(lambda: "started as" in log_text(), 30, "the run's first line")
+        assert f"started as {A}" in log_text()
+
+        # The user's cancel stops the run, as a's.
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api_as(alice).post(f"/api/v1/jobs/{early}/cancel/").status_code == 200
+        wait_for(lambda: _slurm_state(slurm, refs[early]) == "CANCELLED", 30, "the cancel")
+
+        # A run the platform gave up on without reaching Slurm: the sweep stops it, as a's.
+        assert job_requeue(job=jobs[late], now=timezone.now(), reason="test: moved on")
+        with caplog.at_level(logging.WARNING, logger="scheduler.loop.stale_runs"):
+            sync_all()
+        wait_for(lambda: _slurm_state(slurm, refs[late]) == "CANCELLED", 30, "the sweep")
+        run = backend_job_name(backend_run_id(jobs[late]), 1)
+        assert f"cancelled stale run {run} (the job was requeued" in caplog.text
+    finally:
+        slurm.run("scancel", *refs.values(), check=False)
