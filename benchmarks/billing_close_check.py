@@ -18,7 +18,9 @@ allocations still running on 30 November. Measured as of 1 December 2026, 00:05 
 - meter window: the allocations ``meter_run`` reads each run (live, or ended within the
   lookback, not finalized);
 - meter backlog: the ended allocations older than the lookback it has not finalized (one
-  batch of the hourly sweep; absent before the sweep existed).
+  batch of the hourly sweep; absent before the sweep existed): without the sweeps' mark (the
+  whole history, as every sweep searched before the mark) and with it (after two sweeps an
+  hour apart, as the hourly task leaves it); and the whole sweep with the mark.
 """
 
 from __future__ import annotations
@@ -176,11 +178,30 @@ def measure(repeat: int) -> dict:
         ),
         "meter window": meter.meter_window_query(now=NOW),
     }
-    if hasattr(meter, "meter_backlog_query"):  # absent before the backlog was metered
+    sweep = None
+    if hasattr(meter, "meter_backlog_search"):  # the sweep's mark
+        from billing.models import BacklogMark
+
+        batch = meter.BACKLOG_BATCH
+        # No mark: what every sweep searched before the mark, and the first sweep still does.
+        queries["meter backlog, no mark (whole history)"] = meter.meter_backlog_query(
+            now=NOW, mark=BacklogMark(pk=1)
+        )[:batch]
+        # Two sweeps an hour apart leave the mark where the hourly task keeps it.
+        meter.meter_backlog_run(now=NOW - timedelta(hours=2))
+        meter.meter_backlog_run(now=NOW - timedelta(hours=1))
+        queries["meter backlog, with the mark (hourly)"] = meter.meter_backlog_query(now=NOW)[
+            :batch
+        ]
+        sweep = lambda: meter.meter_backlog_run(now=NOW)  # noqa: E731
+    elif hasattr(meter, "meter_backlog_query"):  # absent before the backlog was metered
         # As the hourly sweep reads it: one batch per transaction.
         batch = getattr(meter, "BACKLOG_BATCH", 200)
         queries["meter backlog"] = meter.meter_backlog_query(now=NOW)[:batch]
     out = {}
+    if sweep is not None:
+        # The whole sweep (its batch query, then moving the mark), nothing left to meter.
+        out["backlog sweep, with the mark (meter_backlog_run)"] = timed(sweep, repeat)
     for label, query in queries.items():
         plan = query.explain(analyze=True, buffers=True)
         out[label] = {

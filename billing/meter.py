@@ -1,6 +1,6 @@
 """The meter: the per-minute run (``meter_run``), the hourly sweep of its backlog
-(``meter_backlog_run``), the allocations each reads (``meter_window_query``,
-``meter_backlog_query``) and the lock they share.
+(``meter_backlog_run``, searching from its mark: ``meter_backlog_search``), the allocations each
+reads (``meter_window_query``, ``meter_backlog_query``) and the lock they share.
 
 The meter is idempotent: it writes absolute values keyed by (allocation, hour), so running it
 twice, concurrently, or after a crash never double counts (the unique constraint
@@ -19,7 +19,7 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -28,7 +28,7 @@ from scheduler.models import Allocation
 from . import calc
 from .egress import _drop_egress_of_unstarted, _meter_egress
 from .lost_work import _meter_lost_work
-from .models import AllocationMeter, EgressCharge, Statement, UsageDaily, UsageRecord
+from .models import AllocationMeter, BacklogMark, EgressCharge, Statement, UsageDaily, UsageRecord
 from .rollups import _refresh_rollups
 from .services import PriceBook, budget_evaluate
 from .tree import TeamTree
@@ -53,6 +53,10 @@ def _backlog_per_sweep() -> int:
 # Allocations metered per transaction by the backlog sweep: the meter's lock is held for one
 # batch at a time, so the per-minute runs go on between batches.
 BACKLOG_BATCH = 200
+
+# How long after a sweep read the highest allocation id it trusts that every lower id is visible:
+# a transaction writing allocations (the loop's, an import's) has committed by then.
+BACKLOG_SETTLE = timedelta(hours=1)
 
 
 METER_LOCK_KEY = 0x6270_6D74  # "bpmt": billing meter, distinct from the scheduler's key
@@ -127,19 +131,76 @@ def meter_window_query(*, now: datetime) -> QuerySet[Allocation]:
     )
 
 
-def meter_backlog_query(*, now: datetime) -> QuerySet[Allocation]:
+def meter_backlog_query(*, now: datetime, mark: BacklogMark | None = None) -> QuerySet[Allocation]:
     """The allocations the window of ``meter_window_query`` no longer reaches but the meter has
     not finalized: ended before the lookback and never metered to their end (the meter was
-    down longer than the lookback, or the allocation was recorded late). Oldest end first.
-    It reads every cursor older than the lookback, hence hourly (``meter_backlog_run``)."""
+    down longer than the lookback, the allocation or its end was recorded late, or it could not
+    be priced). Oldest end first. Searched where ``meter_backlog_search`` looks."""
     finalized = AllocationMeter.objects.filter(allocation_id=OuterRef("pk"), finalized=True)
     return (
-        Allocation.objects.filter(started_at__lt=now, ended_at__lt=now - _lookback())
+        meter_backlog_search(now=now, mark=mark)
         .exclude(Exists(finalized))
         .select_related("node", "job")
         .only(*_METERED_FIELDS)
         .order_by("ended_at", "pk")
     )
+
+
+def meter_backlog_search(*, now: datetime, mark: BacklogMark | None = None) -> QuerySet[Allocation]:
+    """Where the backlog sweep at ``now`` looks: the allocations started before ``now`` and ended
+    before the lookback that ended since the sweeps' mark (``BacklogMark``, read when not
+    given), were recorded since it, or have a cursor not finalized (an end recorded after the
+    meter had metered the live allocation). Nothing else older than the lookback can be owed
+    (the mark's invariant), so the search follows the backlog and the live cursors, not the
+    history. Without a mark: every allocation ended before the lookback."""
+    mark = mark if mark is not None else _backlog_mark()
+    cutoff = now - _lookback()
+    old = Allocation.objects.filter(started_at__lt=now, ended_at__lt=cutoff)
+    if mark.ended_before is None or mark.checked_id is None:
+        return old
+    # One union of three index reads (allocation_ended_at, the primary key, allocmeter_finalized)
+    # rather than an OR of them, which PostgreSQL would answer with a scan of the whole table;
+    # each part bounded itself (the planner does not carry the outer bounds into a union).
+    ended_since = Allocation.objects.filter(
+        ended_at__gte=mark.ended_before, ended_at__lt=cutoff
+    ).values("pk")
+    recorded_since = Allocation.objects.filter(pk__gt=mark.checked_id).values("pk")
+    open_cursors = AllocationMeter.objects.filter(finalized=False).values("allocation_id")
+    return old.filter(pk__in=ended_since.union(recorded_since, open_cursors))
+
+
+def _backlog_mark() -> BacklogMark:
+    return BacklogMark.objects.filter(pk=1).first() or BacklogMark(pk=1)
+
+
+def _backlog_mark_advance(*, now: datetime, mark: BacklogMark) -> None:
+    """Move the sweeps' mark after a sweep at ``now`` that searched with ``mark``; in the
+    meter's lock. ``ended_before`` goes to the lookback's start, but no later than the end of
+    an allocation still owed that has no cursor (only the mark's ranges find it) nor the start
+    of a live one that has none (its end, when recorded, may lie before the lookback);
+    ``checked_id`` to the highest allocation id seen ``BACKLOG_SETTLE`` ago (committed since),
+    and the id seen now waits its turn."""
+    never_metered = ~Exists(AllocationMeter.objects.filter(allocation_id=OuterRef("pk")))
+    owed_from = (
+        meter_backlog_search(now=now, mark=mark)
+        .filter(never_metered)
+        .aggregate(at=Min("ended_at"))["at"]
+    )
+    live_from = (
+        Allocation.objects.filter(ended_at__isnull=True)
+        .filter(never_metered)
+        .aggregate(at=Min("started_at"))["at"]
+    )
+    checked_id = mark.checked_id
+    if mark.seen_at is None or mark.seen_at <= now - BACKLOG_SETTLE:
+        if mark.seen_at is not None:
+            checked_id = mark.seen_id
+        mark.seen_id = Allocation.objects.aggregate(top=Max("pk"))["top"] or 0
+        mark.seen_at = now
+    if checked_id is not None:
+        mark.checked_id = checked_id
+        mark.ended_before = min(t for t in (now - _lookback(), owed_from, live_from) if t)
+    mark.save()
 
 
 _METERED_FIELDS = (
@@ -170,17 +231,20 @@ def meter_backlog_run(
     and its month could never be closed (the close waits for it) until an operator raised the
     lookback. Idempotent like ``meter_run``. Stops early when another meter run holds the lock
     (``skipped``: the next sweep goes on) or when a batch meters nothing (an allocation that
-    cannot be priced is logged and stays in the backlog, as in the window)."""
+    cannot be priced is logged and stays in the backlog, as in the window). Then moves the
+    sweeps' mark (``BacklogMark``, ``_backlog_mark_advance``), so the next sweep searches what
+    ended or was recorded since, not the whole history (``meter_backlog_search``)."""
     now = now or timezone.now()
     idle_source = idle_source or _configured_idle_source()
     result = MeterResult()
     left = _backlog_per_sweep()
+    mark = _backlog_mark()
     while left > 0:
         with transaction.atomic():
             if not _meter_lock():
                 result.skipped = True
                 break
-            batch = list(meter_backlog_query(now=now)[: min(BACKLOG_BATCH, left)])
+            batch = list(meter_backlog_query(now=now, mark=mark)[: min(BACKLOG_BATCH, left)])
             metered = _meter_allocations(
                 allocations=batch, now=now, idle_source=idle_source, result=result
             )
@@ -189,6 +253,10 @@ def meter_backlog_run(
         left -= len(batch)
         if len(batch) < BACKLOG_BATCH or not metered:
             break
+    if not result.skipped:
+        with transaction.atomic():
+            if _meter_lock():
+                _backlog_mark_advance(now=now, mark=mark)
     for month in sorted(result.months):
         result.alerts.extend(budget_evaluate(month=month, now=now))
     return result

@@ -301,6 +301,30 @@ class AllocationMeter(models.Model):
         return f"meter of allocation {self.allocation_id} to {self.metered_until:%Y-%m-%d %H:%M}"
 
 
+class BacklogMark(models.Model):
+    """Where the meter's backlog sweep (``billing.meter.meter_backlog_run``) need not look again:
+    one row, moved by each sweep, so the sweep's search follows the backlog, not the history.
+
+    Every allocation that ended before ``ended_before`` is finalized, or has a cursor that is
+    not (an end recorded late), or has an id above ``checked_id`` (recorded since); the sweep
+    searches those three sets and the allocations ended since ``ended_before``, nothing older.
+    ``seen_id`` is the highest allocation id at ``seen_at``: it becomes ``checked_id`` only once
+    it is ``meter.BACKLOG_SETTLE`` old, so a transaction still writing allocations below it when
+    it was read has committed by then. No row, or ``ended_before`` null: the sweep searches the
+    whole history (the first sweeps, or after an operator deleted the row to start over)."""
+
+    ended_before = models.DateTimeField(null=True, blank=True)
+    checked_id = models.BigIntegerField(null=True, blank=True)
+    seen_id = models.BigIntegerField(null=True, blank=True)
+    seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="backlogmark_one_row")]
+
+    def __str__(self) -> str:
+        return f"backlog searched from {self.ended_before} and above allocation {self.checked_id}"
+
+
 class LostKind(models.TextChoices):
     PREEMPTED = "preempted", "Preemption"
     NODE_FAILED = "node_failed", "Node failure"
