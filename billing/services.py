@@ -146,6 +146,10 @@ class BudgetAlertPayload(TypedDict):
     budget: str
     spend: str
     hard_stop: bool
+    # The month was over when its cost was metered (the backlog sweep caught it up): the alert
+    # belongs to that month, and its hard stop, which refuses that month's submissions only,
+    # stops nothing any more.
+    after_month_end: bool
     time: str
 
 
@@ -221,7 +225,12 @@ def budget_set(
 def budget_evaluate(*, month: date, now: datetime | None = None) -> list[BudgetAlert]:
     """Fire the 50/80/100 % alerts that spend in ``month`` has reached. Each (budget, threshold)
     fires at most once ever (database constraint), even when evaluations race. Returns the alerts
-    fired by this call; each is published to the budget team's stream after commit."""
+    fired by this call; each is published to the budget team's stream after commit.
+
+    A month's cost metered after the month ended (the backlog sweep) fires that month's alerts
+    when it is metered, dated then, naming the month, with ``after_month_end`` set: the team
+    learns what the month cost once it is known, and is not told a hard stop refuses new jobs
+    (it refused that month's submissions only)."""
     now = now or timezone.now()
     budgets = list(Budget.objects.filter(month=month).select_related("team"))
     if not budgets:
@@ -267,6 +276,7 @@ def _budget_alerts(budget, spent, fired_before, month, now) -> list[BudgetAlert]
             "budget": str(budget.amount),
             "spend": str(alert.spend),
             "hard_stop": budget.hard_stop,
+            "after_month_end": now >= calc.month_bounds(month)[1],
             "time": now.isoformat(),
         }
         streams.publish(streams.team_group(budget.team_id), dict(payload))

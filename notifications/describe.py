@@ -55,6 +55,8 @@ def describe(events: list[Event]) -> None:
             event.title = (
                 f"Budget of team {slug} for {data.get('month')}: {data.get('threshold')}% reached"
             )
+            if data.get("after_month_end"):
+                event.title += " (metered after the month ended)"
         if event.kind in (EventKind.BUDGET_THRESHOLD, EventKind.BUDGET_HARD_STOP):
             event.detail = f"spent {data.get('spend')} of {data.get('budget')}"
             event.link = portal_url(f"/billing/teams/{slug}/")

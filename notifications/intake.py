@@ -58,9 +58,14 @@ def events_from(messages: Iterable[tuple[str, dict]]) -> list[Event]:
                 )
             )
         elif kind == "budget.alert" and team_id is not None:
+            late = bool(payload.get("after_month_end"))
+            # A hard stop refuses its own month's submissions: reached once that month is over
+            # (its cost metered late), it refuses nothing, so it is told as a threshold.
             hard = bool(payload.get("hard_stop")) and payload.get("threshold", 0) >= 100
+            hard = hard and not late
             data = {k: payload.get(k) for k in ("month", "threshold", "budget", "spend")}
             data["hard_stop"] = bool(payload.get("hard_stop"))
+            data["after_month_end"] = late
             out.append(
                 Event(
                     kind=EventKind.BUDGET_HARD_STOP if hard else EventKind.BUDGET_THRESHOLD,

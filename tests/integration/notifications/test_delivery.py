@@ -366,6 +366,56 @@ def test_budget_alerts_reach_the_teams_admins(
     assert "new jobs are refused" in mail["body"]
 
 
+def test_a_month_metered_after_its_end_alerts_its_budget_without_a_hard_stop(
+    platform, teams, vera, smtp, notify_settings, django_capture_on_commit_callbacks
+):
+    """October's usage metered on 1 December by the backlog sweep: the October budget's alerts
+    fire then, once the cost is known, naming October and saying it was metered after the
+    month ended. A hard-stop budget's 100 % is an ordinary threshold alert: the stop refused
+    October's submissions only, so "new jobs are refused" would be false in December."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from billing.meter import meter_backlog_run
+    from billing.models import Budget, BudgetAlert, Capacity, PriceRate
+    from billing.services import budget_check_submission
+    from scheduler.models import Allocation, Node
+
+    vera.email = "vera@example.com"
+    vera.save()
+    october = datetime(2026, 10, 1, tzinfo=UTC)
+    node = Node.objects.get(name="n1")
+    PriceRate.objects.create(
+        gpu_model=node.gpu_model,
+        capacity=Capacity.ON_DEMAND,
+        rate_per_gpu_hour=Decimal("3.60"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    Budget.objects.create(team=teams["vision"], month=october.date(), amount=10, hard_stop=True)
+    job = running_job(platform["alice"])
+    start = october + timedelta(days=9)
+    Allocation.objects.create(
+        job=job, node=node, gpu_index=0, started_at=start, ended_at=start + timedelta(hours=3)
+    )
+    swept_at = datetime(2026, 12, 1, 0, 5, tzinfo=UTC)
+    with django_capture_on_commit_callbacks(execute=True):
+        meter_backlog_run(now=swept_at)  # $10.80 of October's $10: 50, 80, 100 %
+
+    assert set(BudgetAlert.objects.values_list("fired_at", flat=True)) == {swept_at}
+    events = list(Event.objects.order_by("id"))
+    assert [e.kind for e in events] == ["budget.threshold"] * 3
+    assert {(e.data["month"], e.data["after_month_end"]) for e in events} == {("2026-10", True)}
+    budget_check_submission(team=teams["vision"], now=swept_at)  # December is not stopped
+    run_dispatch(after_window())
+    [mail] = smtp.messages
+    assert "budget thresholds reached" in mail["subject"]
+    assert (
+        "Budget of team vision for 2026-10: 100% reached (metered after the month ended)"
+        in mail["body"]
+    )
+    assert "new jobs are refused" not in mail["body"]
+
+
 def test_webhook_targets_are_checked_at_creation(platform, vera, receiver, api_as):
     client = api_as(vera)
     refused = {
