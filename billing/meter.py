@@ -174,8 +174,8 @@ def _backlog_mark() -> BacklogMark:
 
 
 def _backlog_mark_advance(*, now: datetime, mark: BacklogMark) -> None:
-    """Move the sweeps' mark after a sweep at ``now`` that searched with ``mark``; in the
-    meter's lock. ``ended_before`` goes to the lookback's start, but no later than the end of
+    """Move the sweeps' mark, ``mark``, after a sweep at ``now``, from what a search with it
+    still finds; in the meter's lock. ``ended_before`` goes to the lookback's start, but no later than the end of
     an allocation still owed that has no cursor (only the mark's ranges find it) nor the start
     of a live one that has none (its end, when recorded, may lie before the lookback);
     ``checked_id`` to the highest allocation id seen ``BACKLOG_SETTLE`` ago (committed since),
@@ -256,7 +256,8 @@ def meter_backlog_run(
     if not result.skipped:
         with transaction.atomic():
             if _meter_lock():
-                _backlog_mark_advance(now=now, mark=mark)
+                # Read again under the lock: the move is computed from the mark it replaces.
+                _backlog_mark_advance(now=now, mark=_backlog_mark())
     for month in sorted(result.months):
         result.alerts.extend(budget_evaluate(month=month, now=now))
     return result
