@@ -135,3 +135,33 @@ def test_billing_meter_backlog_meters_what_ended_before_the_lookback(
 
     assert "allocations older than the lookback metered 1, usage rows" in capsys.readouterr().out
     assert AllocationMeter.objects.get().finalized
+
+
+def test_no_price_in_the_book_can_keep_an_allocation_in_the_backlog(
+    make_job, allocate, price, platform_admin
+):
+    """What the meter logs as "not metered" (a cost that does not fit a usage row) cannot come
+    from the price book: a rate is at most $100,000 per GPU-hour (a database constraint) and a
+    usage row holds at most one GPU-hour: $100,000, a ten-millionth of what the row holds. So a month never
+    waits for pricing: the whole of October at the largest rate is metered by the backlog
+    sweep, time with no rate at all is metered at $0 as unpriced GPU-hours, and the month
+    closes with nothing left in the backlog."""
+    from billing.models import MAX_RATE
+
+    price("h100", "on_demand", str(MAX_RATE), utc(2026, 1, 1))  # no rate for the a100 nodes
+    job = make_job(name="october")
+    allocate(job, "n1", 0, utc(2026, 10, 1), utc(2026, 11, 1))
+    allocate(job, "n3", 0, utc(2026, 10, 1), utc(2026, 10, 1, 2))
+
+    meter.meter_backlog_run(now=utc(2026, 12, 10))
+
+    assert not meter.meter_backlog_query(now=utc(2026, 12, 10)).exists()
+    research = Statement.objects.get(team__slug="research", month=OCT)
+    closed = statements.statement_close(
+        user=platform_admin, statement_id=research.pk, now=utc(2026, 12, 10)
+    )
+    assert closed.total == Decimal("74400000.00")  # 744 GPU-hours x $100,000
+    assert sorted(closed.lines.values_list("gpu_hours", "unpriced_gpu_hours", "cost")) == [
+        (Decimal("2.0000"), Decimal("2.0000"), Decimal("0.00")),
+        (Decimal("744.0000"), Decimal("0.0000"), Decimal("74400000.00")),
+    ]
