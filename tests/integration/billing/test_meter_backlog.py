@@ -142,10 +142,10 @@ def test_no_price_in_the_book_can_keep_an_allocation_in_the_backlog(
 ):
     """What the meter logs as "not metered" (a cost that does not fit a usage row) cannot come
     from the price book: a rate is at most $100,000 per GPU-hour (a database constraint) and a
-    usage row holds at most one GPU-hour: $100,000, a ten-millionth of what the row holds. So a month never
-    waits for pricing: the whole of October at the largest rate is metered by the backlog
-    sweep, time with no rate at all is metered at $0 as unpriced GPU-hours, and the month
-    closes with nothing left in the backlog."""
+    usage row holds at most one GPU-hour, so at most $100,000, a ten-millionth of what the row
+    holds. So a month never waits for pricing: the whole of October at the largest rate is
+    metered by the backlog sweep, time with no rate at all is metered at $0 as unpriced
+    GPU-hours, and the month closes with nothing left in the backlog."""
     from billing.models import MAX_RATE
 
     price("h100", "on_demand", str(MAX_RATE), utc(2026, 1, 1))  # no rate for the a100 nodes
