@@ -1,8 +1,8 @@
 """One JSON reader for everything a client sends: REST bodies and websocket frames.
 
 ``loads_bounded`` refuses, with :class:`JsonRefused` (a ``ValueError``), a document larger than
-its byte limit, nested deeper than ``MAX_DEPTH``, not valid strict JSON (``NaN`` and
-``Infinity`` are not JSON), with a number of more than Python's 4,300 digits, or with a string
+its byte limit, nested deeper than ``MAX_DEPTH``, not valid strict JSON, with a number that is
+not finite, with a number of more than Python's 4,300 digits, or with a string
 (a key or a value) holding a NUL character or half of a UTF-16 surrogate pair: PostgreSQL
 stores neither, and a lone surrogate cannot even be written back in an error message, so
 either ended as a 500 wherever a field did not check it (form fields and query strings get the
@@ -10,11 +10,18 @@ same NUL check from ``gpuplatform.middleware.RejectNulBytesMiddleware``). Python
 ``json.loads`` raised ``RecursionError`` on ``'[' * 5000``, which is not a ``ValueError``, so a
 five-kilobyte body ended as a 500 and a websocket frame killed its consumer. The API answers a
 refusal with a 400 (``gpuplatform.api.BoundedJSONParser``); the websocket closes cleanly.
+
+Non-finite numbers: Python reads the tokens ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON),
+and reads ``1e400`` (valid JSON) as infinity. Typed fields refuse infinity, but a free-form
+field (a policy's engine configuration, an ignored extra key) took it, and PostgreSQL's jsonb
+cannot store it; a body that an action ignored was acted on. Every one is refused here, the
+message naming where it sits (``the number at items[2].workers is 1e400, ...``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 # No document the platform accepts nests deeper than a handful of levels (an array's items'
@@ -23,15 +30,35 @@ MAX_DEPTH = 32
 
 
 class JsonRefused(ValueError):
-    """The document is refused; ``reason`` is "size", "depth", "syntax" or "text"."""
+    """The document is refused; ``reason`` is "size", "depth", "syntax", "number" or "text"."""
 
     def __init__(self, message: str, *, reason: str):
         super().__init__(message)
         self.reason = reason
 
 
-def _no_constants(name: str):
-    raise ValueError(f"{name} is not valid JSON")
+class _NonFinite:
+    """Stands in for a non-finite number while the document is read, so that the refusal can
+    say where it was (the decoder's hooks do not know)."""
+
+    __slots__ = ("spelling",)
+
+    def __init__(self, spelling: str):
+        self.spelling = spelling
+
+
+def _first_non_finite(value: Any) -> tuple[tuple, str] | None:
+    """The path and spelling of the first non-finite number of ``value``, in document order."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _NonFinite):
+            return path, item.spelling
+        if isinstance(item, dict):
+            stack.extend((child, (*path, key)) for key, child in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((item[i], (*path, i)) for i in range(len(item) - 1, -1, -1))
+    return None
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -101,14 +128,39 @@ def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEP
         ) from None
     if size > max_bytes:
         raise JsonRefused(f"JSON larger than {max_bytes:,} bytes", reason="size")
+    non_finite: list[_NonFinite] = []
+
+    def constant(spelling: str) -> _NonFinite:  # NaN, Infinity, -Infinity
+        non_finite.append(_NonFinite(spelling))
+        return non_finite[-1]
+
+    def number(spelling: str) -> float | _NonFinite:
+        parsed = float(spelling)
+        return parsed if math.isfinite(parsed) else constant(spelling)
+
     try:
-        value = json.loads(data, parse_constant=_no_constants)
+        value = json.loads(data, parse_constant=constant, parse_float=number)
     except RecursionError:
         raise JsonRefused(f"JSON nested deeper than {max_depth} levels", reason="depth") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise JsonRefused(f"not valid JSON: {exc}", reason="syntax") from None
     if isinstance(value, dict | list) and _deeper_than(value, max_depth):
         raise JsonRefused(f"JSON nested deeper than {max_depth} levels", reason="depth")
+    if non_finite:
+        found = _first_non_finite(value)  # None if a repeated key dropped it
+        path, spelling = found if found else ((), non_finite[0].spelling)
+        where = f"the number at {_where(path)}" if path else "the body"
+        if not found:
+            where = "a number of the body"
+        why = (
+            "too large: it reads as infinity"
+            if spelling[-1].isdigit()
+            else "NaN and Infinity are not JSON"
+        )
+        raise JsonRefused(
+            f"{where} is {spelling}, which is not a finite number ({why}); numbers must be finite",
+            reason="number",
+        )
     # Both can only come from a backslash-u escape (strict JSON has no raw control characters,
     # and the bytes were decoded as UTF-8), so documents without one skip the walk.
     text = data if isinstance(data, str) else data.decode("utf-8", "replace")

@@ -172,7 +172,8 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
         try:
             content = await self.decode_json(text_data)
         except JsonRefused as exc:
-            if exc.reason == "syntax":  # plain text: the same answer as any other frame
+            # Plain text, or JSON with NaN or 1e400 in it: the same answer as any other frame.
+            if exc.reason in ("syntax", "number"):
                 await self.receive_json(None)
                 return
             await self.close(code=CLOSE_TOO_BIG if exc.reason == "size" else CLOSE_BAD_PAYLOAD)
