@@ -15,6 +15,7 @@ Guarantees:
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -131,6 +132,15 @@ def _whole(value: Any) -> Any:
     return value
 
 
+def _not_finite(value: Any) -> str | None:
+    """The reason to refuse ``value`` if it is a float that is no number (``.nan``) or infinite
+    (``.inf``, or ``1e400``, which reads as infinity), else None: said as such, not as "must be
+    an integer >= 1" (which read as if ``1e400`` were too small)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, not {yamltext.as_written(value)}"
+    return None
+
+
 def parse_duration(value: Any) -> int:
     """Seconds from ``7200``, ``"7200"``, ``"2h"``, ``"90m"``, ``"1h30m"``, ``"1d"``, ``"45s"``,
     or Slurm's ``--time`` forms ``"H:M:S"``, ``"M:S"``, ``"D-H"``, ``"D-H:M"``, ``"D-H:M:S"``. Raises ``ValueError`` (with a
@@ -138,6 +148,8 @@ def parse_duration(value: Any) -> int:
     number means seconds (unlike Slurm's ``--time``, where it means minutes)."""
     if isinstance(value, bool):
         raise ValueError("must be a duration like 2h, 90m, 1h30m or a number of seconds")
+    if reason := _not_finite(value):
+        raise ValueError(reason)
     value = _whole(value)
     if isinstance(value, float):
         raise ValueError("must be a whole number of seconds")
@@ -271,6 +283,9 @@ def _validate_spec_fields(
     body: dict[str, Any] = {}
 
     def integer(path: str, value: Any, low: int, high: int | None = None) -> int | None:
+        if reason := _not_finite(value):
+            fail(path, reason)
+            return None
         value = _whole(value)
         if isinstance(value, bool) or not isinstance(value, int):
             fail(path, f"must be an integer >= {low}")
@@ -317,7 +332,9 @@ def _validate_spec_fields(
             isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in command
         ):
             # The API stores one shell-quoted string; quoting keeps each list item one argument.
-            body["command"] = shlex.join(str(a) for a in command)
+            # A number is its text as written: 3e-4, 010 and 1e400 stay so (str() wrote 0.0003,
+            # 10 and inf, and the job ran other arguments).
+            body["command"] = shlex.join(yamltext.as_written(a) for a in command)
         else:
             fail(f"{prefix}.command", "must be a string or a list of strings")
 
@@ -507,7 +524,10 @@ def validate_array_spec(document: Any) -> dict[str, Any]:
 
     sizes: list[tuple[str, int]] = []
     count = section.get("count")
-    if count is not None:
+    if count is not None and (reason := _not_finite(count)):
+        fail("array.count", reason)
+    elif count is not None:
+        count = _whole(count)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             fail("array.count", "must be an integer >= 1")
         elif count > MAX_ARRAY_SIZE:

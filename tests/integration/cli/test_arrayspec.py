@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gpuctl.spec import SpecError, array_path_for, validate_array_spec
@@ -41,6 +43,17 @@ def test_env_lists_and_items_merge_per_index():
 
 def test_count_alone_gives_equal_indices():
     assert validate_array_spec(doc({"count": 3}))["items"] == [{}, {}, {}]
+
+
+@pytest.mark.parametrize("count", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_count_is_named_as_such(count):
+    assert errors_of(doc({"count": count})) == {
+        "array.count": [f"must be a finite number, not {count}"]
+    }
+
+
+def test_a_whole_float_count_is_an_integer_as_elsewhere_in_a_spec():
+    assert validate_array_spec(doc({"count": 2.0}))["items"] == [{}, {}]
 
 
 def test_required_fields_may_come_from_every_item_only():

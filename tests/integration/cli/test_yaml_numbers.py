@@ -89,6 +89,36 @@ def test_env_values_keep_the_numbers_text_as_written():
     assert validate_spec(document)["env"] == {"LR": "3e-4", "SEED": "010", "V": "1.10", "N": "7"}
 
 
+def test_command_list_items_keep_the_numbers_text_as_written():
+    # str() made 3e-4 "0.0003", 010 "10" and 1e400 "inf": the job ran other arguments.
+    document = yamltext.load_one(
+        "apiVersion: gpuplatform/v1\nkind: TrainingJob\nmetadata: {name: j}\n"
+        "spec: {workers: 1, gpusPerWorker: 1,"
+        " command: [python, t.py, --lr, 3e-4, --seed, 010, --x, 1e400, --y, .nan, 7]}\n"
+    )
+    assert validate_spec(document)["command"] == (
+        "python t.py --lr 3e-4 --seed 010 --x 1e400 --y .nan 7"
+    )
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", "1e400", "-1e400"])
+@pytest.mark.parametrize(
+    "field",
+    ["workers", "gpusPerWorker", "runtimeLimit", "checkpointIntervalSeconds", "elastic.minWorkers"],
+)
+def test_non_finite_numbers_in_a_job_spec_are_named_as_such(field, text):
+    # "must be an integer >= 1" for 1e400 read as if it were too small.
+    spec = {"workers": 1, "gpusPerWorker": 1}
+    if field.startswith("elastic."):
+        spec["elastic"] = {"minWorkers": _value(text), "maxWorkers": 2}
+    else:
+        spec[field] = _value(text)
+    with pytest.raises(SpecError) as caught:
+        validate_spec(_spec(**spec))
+    reasons = caught.value.errors[f"spec.{field}"]
+    assert any("finite" in r for r in reasons), reasons
+
+
 # --- against a live server ----------------------------------------------------------------------
 
 
