@@ -155,8 +155,8 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
         """File an error under the template or the items that set the field."""
         nonlocal reported
         root = bad_field.split(".")[0]
-        if root == "team":
-            errors.setdefault("team", messages)
+        if root in ("team", "non_field_errors"):  # the array's, not an index's
+            errors.setdefault(root, messages)
             return
         from_items = [i for i in indices if root in req.items[i]]
         if len(from_items) < len(indices):

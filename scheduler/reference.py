@@ -1,4 +1,5 @@
-"""Reference data every submission reads: GPU models, priority classes, the largest node.
+"""Reference data every submission reads: GPU models, priority classes, the largest node, whether
+any cluster is being retired.
 
 They change a few times a year but were read from the database on every submission (four of its
 sixteen queries). Each process keeps what it read for ``TTL_S`` seconds; saving or deleting a GPU
@@ -78,6 +79,17 @@ def largest_node_gpus(gpu_model: GpuModel | None, *, fresh: bool = False) -> int
 
     key = ("largest_node", gpu_model.pk if gpu_model is not None else None)
     return load() if fresh else _remembered(key, load)
+
+
+def any_cluster_retiring() -> bool:
+    """Whether some cluster is retired or being retired (``scheduler.retirement``): when none
+    is, no team can be held to retired clusters only, and a submission skips that check. A
+    stale True costs the check's queries, which then read the truth; a stale False lets a
+    submission through for at most the TTL after a retirement in another process (its job then
+    waits with the loop's reason, as one submitted a moment earlier does). Retiring and
+    reinstating a cluster clear the cache in their own process."""
+    retiring = Cluster.objects.filter(retiring_since__isnull=False).exists
+    return bool(_remembered(("any_cluster_retiring",), retiring))
 
 
 for _model in (GpuModel, PriorityClass, Node, Cluster):

@@ -12,8 +12,9 @@ capacity once nothing runs on it, its history kept.
   every scheduling cycle runs under the loop's lock).
 - :func:`node_reinstate` undoes it: the node comes back drained (an admin releases it as usual).
 - :func:`cluster_retire` retires every node of the cluster, and no new job is routed there: a
-  submission confined to it is refused, and a pending job confined to it stays pending, its why
-  saying so (``scheduler.snapshot``). The loop stops polling the cluster once all its nodes are
+  submission confined to it is refused, as is any submission of a team whose every allowed
+  cluster is retired (``scheduler.services.retired_team_clusters_error``), and a pending job
+  confined to it stays pending, its why saying so (``scheduler.snapshot``). The loop stops polling the cluster once all its nodes are
   retired and none of its jobs runs.
 - :func:`cluster_reinstate` reinstates the cluster and the nodes its retirement retired.
 
@@ -171,6 +172,8 @@ def cluster_retire(*, user, name: str, reason: str = "") -> Cluster:
                 node = node_for_admin(user=user, node_id=node_id)
                 _retire_locked(node, user=user, reason=stored, now=now)
             request_cycle()
+    # A queryset update sends no signal: submissions of this process see the retirement at once.
+    reference.clear()
     retirements_finish_now(node_ids=cluster.nodes.values_list("pk", flat=True))
     cluster.refresh_from_db()
     return cluster
@@ -200,6 +203,7 @@ def cluster_reinstate(*, user, name: str) -> Cluster:
             node = node_for_admin(user=user, node_id=node_id)
             _reinstate_locked(node, user=user, now=timezone.now())
         request_cycle()
+    reference.clear()
     return cluster
 
 

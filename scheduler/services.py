@@ -31,7 +31,7 @@ from . import reference
 from .admission import check_submission
 from .backends import get_backend
 from .backends.base import BackendError
-from .models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
+from .models import Allocation, Cluster, Job, Node, NodeEvent, NodeState, TeamClusterAccess
 from .states import JobState
 from .transitions import event_record, publish_job
 from .triggers import request_cycle
@@ -196,6 +196,14 @@ def _validate_request(
     if team is not None and priority is not None and not is_platform_admin(user):
         _check_entitlements(req, team=team, priority=priority, err=err)
 
+    if team is not None:
+        retired = retired_team_clusters_error(team)
+        if retired:
+            # On the field that names clusters when the submission has one (the team's list,
+            # not the submission, is at fault otherwise).
+            named = isinstance(req.routing, dict) and bool(req.routing.get("clusters"))
+            err("routing.clusters" if named else "non_field_errors", retired)
+
     if "gpus_per_worker" not in errors and "gpu_model" not in errors:
         largest = reference.largest_node_gpus(gpu_model)
         if req.gpus_per_worker > largest:
@@ -267,6 +275,44 @@ def routing_errors(value: Any) -> list[tuple[str, str]]:
     for key, count in omitted.items():
         problems.append((f"routing.{key}", f"and {count} more not shown"))
     return problems
+
+
+def retired_team_clusters_error(team: Team) -> str:
+    """Why ``team`` may not submit when every cluster it may use (its own list intersected with
+    its ancestors', as the engine reads them: ``scheduler.policy.routing.team_clusters``) is
+    retired or being retired, naming them and what to do; "" when one is in service or the team
+    is held to no list. Such a job could never start (Slurm likewise refuses a submission to a
+    DRAIN or INACTIVE partition); one already pending is left alone, the loop saying why
+    (``scheduler.snapshot.retired_team_clusters``). No query while no cluster is being retired
+    (a cached fact), else two."""
+    if not reference.any_cluster_retiring():
+        return ""
+    parents = dict(Team.objects.values_list("id", "parent_id"))
+    chain, node = [], team.pk
+    while node is not None and node not in chain:
+        chain.append(node)
+        node = parents.get(node)
+    lists: dict[int, set[str]] = {}
+    retired: dict[str, bool | None] = {}  # name -> retired yet (None: in service)
+    for team_id, name, retiring_since, retired_at in TeamClusterAccess.objects.filter(
+        team_id__in=chain
+    ).values_list("team_id", "cluster__name", "cluster__retiring_since", "cluster__retired_at"):
+        lists.setdefault(team_id, set()).add(name)
+        retired[name] = None if retiring_since is None else retired_at is not None
+    allowed: set[str] | None = None
+    for team_id in chain:
+        if team_id in lists:
+            allowed = set(lists[team_id]) if allowed is None else allowed & lists[team_id]
+    if not allowed or any(retired[name] is None for name in allowed):
+        return ""
+    listed = ", ".join(
+        f"{name} ({'retired' if retired[name] else 'being retired'})" for name in sorted(allowed)
+    )
+    return (
+        f"every cluster team {team.slug} may use is retired: {listed}; no job of it can start. "
+        "Nothing was submitted: ask a platform admin to let the team use another cluster or to "
+        "reinstate one of these"
+    )
 
 
 def _check_entitlements(req: JobRequest, *, team: Team, priority: PriorityClass, err) -> None:

@@ -297,9 +297,12 @@ def test_a_team_allowed_only_retired_clusters_is_told_so(platform, submit, gpu_m
     old = _second_cluster(gpu_models)
     # On the parent team: vision is held to its ancestors' lists too.
     TeamClusterAccess.objects.create(team=teams["research"], cluster=old)
-    cluster_retire(user=admin, name="old", reason="moved to the new hall")
-    waiting = submit(alice, gpu_model="h100-80gb", gpus_per_worker=8)
+    # Submitted before the retirement: a new submission is refused once every cluster the team
+    # may use is retired (test_retired_team_submission.py); a job already pending stays.
+    waiting = submit(alice, gpu_model="a100-40gb", gpus_per_worker=8)
     assert waiting.status_code == 201, waiting.json()
+    run_cycle()  # "old" has no A100: it waits there
+    cluster_retire(user=admin, name="old", reason="moved to the new hall")
 
     run_cycle()
 
