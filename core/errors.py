@@ -33,6 +33,40 @@ class FieldErrors(DomainError):
         return self.errors
 
 
+# Bad entries of lists named one by one in a 400, over the whole request; the rest are counted.
+MAX_LISTED_ERRORS = 20
+
+
+class ListErrors:
+    """Errors on the items of lists whose length the sender chooses (a routing's clusters, a
+    team's clusters, a dataset's regions and copies): every bad item was named, so 300,000 bad
+    names made a 400 body of tens of MB. The first ``limit`` entries of the request are kept in
+    ``errors`` under their own path (``copies[3].cluster``); past that, entries are counted per
+    list, and :meth:`close` adds one ``and N more not shown`` under the list's name.
+
+    Usage: ``listed = ListErrors(errors)``, ``listed.add("copies", f"copies[{i}].cluster",
+    reason)`` for each bad entry, then ``listed.close()`` before raising ``FieldErrors(errors)``.
+    """
+
+    def __init__(self, errors: dict[str, list[str]], *, limit: int = MAX_LISTED_ERRORS):
+        self.errors = errors
+        self.limit = limit
+        self.shown = 0
+        self.omitted: dict[str, int] = {}
+
+    def add(self, list_name: str, path: str, message: str) -> None:
+        if self.shown < self.limit:
+            self.errors.setdefault(path, []).append(message)
+            self.shown += 1
+        else:
+            self.omitted[list_name] = self.omitted.get(list_name, 0) + 1
+
+    def close(self) -> None:
+        for list_name, count in self.omitted.items():
+            self.errors.setdefault(list_name, []).append(f"and {count} more not shown")
+        self.omitted = {}
+
+
 class NotFound(DomainError):
     """The object does not exist or is not visible to the caller (never tell which)."""
 

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from core.errors import DomainError, NotFound
+from core.errors import DomainError, ListErrors, NotFound
 from scheduler import routing_admin, routing_facts
 from scheduler.models import Cluster, ClusterDataset, Dataset, Interconnect, TeamClusterAccess
 from tenants.models import Team
@@ -124,17 +124,23 @@ class DatasetForm(forms.Form):
         return regions or None
 
     def clean_copies(self) -> list[dict[str, Any]]:
-        copies, errors = [], []
+        copies: list[dict[str, Any]] = []
+        # The first bad lines are named, the rest counted, as the service names its errors.
+        errors: dict[str, list[str]] = {}
+        listed = ListErrors(errors)
         for number, line in enumerate((self.cleaned_data.get("copies") or "").splitlines(), 1):
             if not line.strip():
                 continue
             cluster, sep, price = line.partition("=")
             if not sep or not cluster.strip():
-                errors.append(f"line {number}: write CLUSTER=price per GB")
+                listed.add("lines", f"line {number}", "write CLUSTER=price per GB")
                 continue
             copies.append({"cluster": cluster.strip(), "egress_price_per_gb": price.strip()})
+        listed.close()
         if errors:
-            raise forms.ValidationError(errors)
+            raise forms.ValidationError(
+                [m if key == "lines" else f"{key}: {m}" for key, ms in errors.items() for m in ms]
+            )
         return copies
 
     def service_fields(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import transaction
 
 from core.bounds import finite_number
-from core.errors import FieldErrors, Forbidden, NotFound, duplicate_refused
+from core.errors import FieldErrors, Forbidden, ListErrors, NotFound, duplicate_refused
 from core.names import name_errors
 from tenants.audit import audit_record
 from tenants.models import Team
@@ -127,7 +127,35 @@ def _check_dataset(
     errors: dict[str, list[str]],
     clusters: dict[str, Cluster],
 ) -> list[tuple[Cluster, Decimal]] | None:
-    """Check the given fields (``_UNSET`` ones are not checked); return the copies resolved."""
+    """Check the given fields (``_UNSET`` ones are not checked); return the copies resolved.
+    Bad entries of the lists (regions, copies, a copy's fields) are named up to
+    ``MAX_ROUTING_ERRORS_REPORTED`` over the request, then counted (``core.errors.ListErrors``):
+    each was named, and 300,000 of them made a 400 body of 44 MB."""
+    listed = ListErrors(errors, limit=MAX_ROUTING_ERRORS_REPORTED)
+    try:
+        return _check_dataset_fields(
+            name=name,
+            size_gb=size_gb,
+            residency_regions=residency_regions,
+            copies=copies,
+            errors=errors,
+            listed=listed,
+            clusters=clusters,
+        )
+    finally:
+        listed.close()
+
+
+def _check_dataset_fields(
+    *,
+    name: Any,
+    size_gb: Any,
+    residency_regions: Any,
+    copies: Any,
+    errors: dict[str, list[str]],
+    listed: ListErrors,
+    clusters: dict[str, Cluster],
+) -> list[tuple[Cluster, Decimal]] | None:
     if name is not _UNSET:
         if not isinstance(name, str) or not name.strip():
             errors["name"] = ["is required (a non-empty string)"]
@@ -152,10 +180,11 @@ def _check_dataset(
         else:
             seen: set[str] = set()
             for i, region in enumerate(residency_regions):
+                path = f"residency_regions[{i}]"
                 if problem := region_error(region):
-                    errors[f"residency_regions[{i}]"] = [problem]
+                    listed.add("residency_regions", path, problem)
                 elif region in seen:
-                    errors[f"residency_regions[{i}]"] = [f"{region!r} listed twice"]
+                    listed.add("residency_regions", path, f"{region!r} listed twice")
                 else:
                     seen.add(region)
     if copies is _UNSET:
@@ -168,20 +197,24 @@ def _check_dataset(
     for i, copy in enumerate(copies):
         path = f"copies[{i}]"
         if not isinstance(copy, dict):
-            errors[path] = ["must be an object {cluster, egress_price_per_gb}"]
+            listed.add("copies", path, "must be an object {cluster, egress_price_per_gb}")
             continue
-        unknown = set(copy) - {"cluster", "egress_price_per_gb"}
-        for key in sorted(unknown):
-            errors[f"{path}.{key}"] = ["unknown field"]
+        for key in copy:
+            if key not in ("cluster", "egress_price_per_gb"):
+                listed.add("copies", f"{path}.{key}", "unknown field")
         cluster_name = copy.get("cluster")
         cluster = clusters.get(cluster_name) if isinstance(cluster_name, str) else None
         if cluster is None:
-            errors[f"{path}.cluster"] = [f"no cluster is named {cluster_name!r}"]
+            listed.add("copies", f"{path}.cluster", f"no cluster is named {cluster_name!r}")
         elif cluster_name in held:
-            errors[f"{path}.cluster"] = [f"{cluster_name!r} listed twice"]
+            listed.add("copies", f"{path}.cluster", f"{cluster_name!r} listed twice")
+        price_errors: dict[str, list[str]] = {}
         price = _egress_price(
-            copy.get("egress_price_per_gb", 0), f"{path}.egress_price_per_gb", errors
+            copy.get("egress_price_per_gb", 0), f"{path}.egress_price_per_gb", price_errors
         )
+        for price_path, messages in price_errors.items():
+            for message in messages:
+                listed.add("copies", price_path, message)
         if cluster is not None and cluster_name not in held and price is not None:
             resolved.append((cluster, price))
         if isinstance(cluster_name, str):
@@ -358,7 +391,7 @@ def team_clusters_set(*, user, slug: str, clusters: list[str]) -> list[str]:
         # sends. Only the first bad names are listed (an error body of one entry per name
         # of a 300,000-name list is tens of MB); the rest are counted.
         chosen_names: set[str] = set()
-        omitted = 0
+        listed = ListErrors(errors, limit=MAX_ROUTING_ERRORS_REPORTED)
         for i, name in enumerate(clusters):
             if not isinstance(name, str) or name not in known:
                 problem = f"no cluster is named {name!r}"
@@ -368,12 +401,8 @@ def team_clusters_set(*, user, slug: str, clusters: list[str]) -> list[str]:
                 chosen.append(known[name])
                 chosen_names.add(name)
                 continue
-            if len(errors) < MAX_ROUTING_ERRORS_REPORTED:
-                errors[f"clusters[{i}]"] = [problem]
-            else:
-                omitted += 1
-        if omitted:
-            errors["clusters"] = [f"and {omitted} more not shown"]
+            listed.add("clusters", f"clusters[{i}]", problem)
+        listed.close()
         if errors:
             raise FieldErrors(errors)
         before = team_clusters(team)

@@ -20,7 +20,15 @@ from catalogue.models import GpuModel
 from core import streams
 from core.bounds import number_error
 from core.envvars import MAX_ENTRY_BYTES, env_name_errors
-from core.errors import Conflict, DomainError, FieldErrors, Forbidden, NotFound
+from core.errors import (
+    MAX_LISTED_ERRORS,
+    Conflict,
+    DomainError,
+    FieldErrors,
+    Forbidden,
+    ListErrors,
+    NotFound,
+)
 from core.images import image_error
 from core.names import name_errors
 from scheduler.policy import SnapshotError, routing_from_dict, routing_to_dict
@@ -227,7 +235,7 @@ def _validate_request(
     return team, gpu_model, priority
 
 
-MAX_ROUTING_ERRORS_REPORTED = 20
+MAX_ROUTING_ERRORS_REPORTED = MAX_LISTED_ERRORS
 
 
 def routing_errors(value: Any) -> list[tuple[str, str]]:
@@ -251,16 +259,13 @@ def routing_errors(value: Any) -> list[tuple[str, str]]:
         regions.add(region)
         if retiring_since is not None:
             retiring.add(name)
-    problems: list[tuple[str, str]] = []
     # A list is as long as its sender makes it: 300,000 unknown names made a 300,000-entry
     # error body of tens of MB. The first few say what is wrong; the rest is counted.
-    omitted: dict[str, int] = {}
+    errors: dict[str, list[str]] = {}
+    listed = ListErrors(errors, limit=MAX_ROUTING_ERRORS_REPORTED)
 
     def problem(key: str, i: int, message: str) -> None:
-        if len(problems) < MAX_ROUTING_ERRORS_REPORTED:
-            problems.append((f"routing.{key}[{i}]", message))
-        else:
-            omitted[key] = omitted.get(key, 0) + 1
+        listed.add(f"routing.{key}", f"routing.{key}[{i}]", message)
 
     for key in ("clusters", "prefer_clusters"):
         for i, name in enumerate(getattr(routing, key) or ()):
@@ -272,9 +277,8 @@ def routing_errors(value: Any) -> list[tuple[str, str]]:
         for i, region in enumerate(getattr(routing, key) or ()):
             if region not in regions:
                 problem(key, i, f"no cluster is in region {region!r}")
-    for key, count in omitted.items():
-        problems.append((f"routing.{key}", f"and {count} more not shown"))
-    return problems
+    listed.close()
+    return [(field, message) for field, messages in errors.items() for message in messages]
 
 
 def retired_team_clusters_error(team: Team) -> str:
