@@ -12,10 +12,11 @@ five-kilobyte body ended as a 500 and a websocket frame killed its consumer. The
 refusal with a 400 (``gpuplatform.api.BoundedJSONParser``); the websocket closes cleanly.
 
 Non-finite numbers: Python reads the tokens ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON),
-and reads ``1e400`` (valid JSON) as infinity. Typed fields refuse infinity, but a free-form
-field (a policy's engine configuration, an ignored extra key) took it, and PostgreSQL's jsonb
-cannot store it; a body that an action ignored was acted on. Every one is refused here, the
-message naming where it sits (``the number at items[2].workers is 1e400, ...``).
+and reads ``1e400`` (valid JSON) as infinity, which then reached the views: typed fields
+refused it each in its own words (none saying where), and an action that ignores its body (a
+node's drain) acted on one holding it; PostgreSQL's jsonb stores neither NaN nor infinity.
+Every one is refused here, the message naming where it sits (``the number at
+items[2].workers is 1e400, ...``).
 """
 
 from __future__ import annotations
