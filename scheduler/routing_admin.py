@@ -373,6 +373,50 @@ def team_clusters(team: Team) -> list[str]:
     )
 
 
+def _stranded_by(team: Team, new_list: set[str]) -> str:
+    """Why giving ``team`` the list ``new_list`` would leave it, or a team below it, no cluster
+    at all: a team may use its own list intersected with every ancestor's (as the engine reads
+    them), so an empty intersection holds each of its jobs pending for ever. "" when none."""
+    parents = dict(Team.objects.values_list("pk", "parent_id"))
+    slugs = dict(Team.objects.values_list("pk", "slug"))
+    lists: dict[int, set[str]] = {}
+    for team_id, name in TeamClusterAccess.objects.values_list("team_id", "cluster__name"):
+        lists.setdefault(team_id, set()).add(name)
+    lists[team.pk] = new_list
+
+    def allowed(team_id: int) -> tuple[set[str] | None, list[int]]:
+        usable: set[str] | None = None
+        holders, seen, node = [], set(), team_id
+        while node is not None and node not in seen:
+            seen.add(node)
+            if node in lists:
+                usable = set(lists[node]) if usable is None else usable & lists[node]
+                holders.append(node)
+            node = parents.get(node)
+        return usable, holders
+
+    def below(team_id: int) -> bool:
+        seen, node = set(), parents.get(team_id)
+        while node is not None and node not in seen:
+            if node == team.pk:
+                return True
+            seen.add(node)
+            node = parents.get(node)
+        return False
+
+    for team_id in [team.pk] + sorted(t for t in lists if t != team.pk and below(t)):
+        usable, holders = allowed(team_id)
+        if usable == set():
+            named = "; ".join(f"{slugs[h]}: {', '.join(sorted(lists[h]))}" for h in holders)
+            who = "it" if team_id == team.pk else f"its sub-team {slugs[team_id]}"
+            return (
+                f"this list would leave {who} no cluster in common with the lists above or "
+                f"below it ({named}), so no job of {slugs[team_id]} could ever start; include "
+                "one cluster of each, or change the other list first"
+            )
+    return ""
+
+
 def team_clusters_set(*, user, slug: str, clusters: list[str]) -> list[str]:
     """The clusters a team (and its subteams) may use, replacing the list; an empty list lifts
     the restriction (any cluster). NotFound for no such team; an unknown or repeated cluster is
@@ -405,6 +449,8 @@ def team_clusters_set(*, user, slug: str, clusters: list[str]) -> list[str]:
         listed.close()
         if errors:
             raise FieldErrors(errors)
+        if chosen_names and (stranded := _stranded_by(team, chosen_names)):
+            raise FieldErrors({"clusters": [stranded]})
         before = team_clusters(team)
         TeamClusterAccess.objects.filter(team=team).delete()
         TeamClusterAccess.objects.bulk_create(

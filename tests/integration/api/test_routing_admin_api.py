@@ -173,6 +173,39 @@ def test_teams_clusters_are_replaced_and_emptied_audited(platform, api_as, cloud
     assert missing.status_code == 404
 
 
+def test_a_list_that_leaves_a_team_no_cluster_in_common_with_its_ancestors_is_a_400(
+    platform, api_as, cloud, teams
+):
+    """The clusters a team may use are its list intersected with its ancestors' (docs/routing.md);
+    a list that makes that empty, for the team or for a sub-team below it, left every job of
+    that team pending for ever. It is refused, naming the team and the lists, and nothing is
+    written; emptying a list (any cluster) never is."""
+    admin = api_as(platform["admin"])
+
+    def put(slug, clusters):
+        return admin.put(
+            f"/api/v1/admin/team-clusters/{slug}/", {"clusters": clusters}, format="json"
+        )
+
+    assert put("research", ["test"]).status_code == 200
+    disjoint = put("vision", ["cloud"])
+    assert disjoint.status_code == 400, disjoint.json()
+    message = disjoint.json()["clusters"][0]
+    assert "no cluster in common" in message and "research" in message and "test" in message
+    assert put("vision", ["cloud", "test"]).status_code == 200
+    assert put("research", ["cloud"]).status_code == 200  # vision keeps cloud
+    assert put("vision", ["test"]).status_code == 400  # research now allows cloud only
+    assert put("nlp", ["cloud"]).status_code == 200
+    # From above: research's new list would leave nlp (cloud) with nothing.
+    above = put("research", ["test"])
+    assert above.status_code == 400, above.json()
+    assert "nlp" in above.json()["clusters"][0]
+    assert sorted(
+        TeamClusterAccess.objects.values_list("team__slug", "cluster__name")
+    ) == [("nlp", "cloud"), ("research", "cloud"), ("vision", "cloud"), ("vision", "test")]
+    assert put("research", []).status_code == 200
+
+
 def test_a_team_clusters_list_of_300000_bad_names_lists_20_and_counts_the_rest(
     platform, api_as, cloud
 ):
