@@ -200,9 +200,12 @@ def test_a_list_that_leaves_a_team_no_cluster_in_common_with_its_ancestors_is_a_
     above = put("research", ["test"])
     assert above.status_code == 400, above.json()
     assert "nlp" in above.json()["clusters"][0]
-    assert sorted(
-        TeamClusterAccess.objects.values_list("team__slug", "cluster__name")
-    ) == [("nlp", "cloud"), ("research", "cloud"), ("vision", "cloud"), ("vision", "test")]
+    assert sorted(TeamClusterAccess.objects.values_list("team__slug", "cluster__name")) == [
+        ("nlp", "cloud"),
+        ("research", "cloud"),
+        ("vision", "cloud"),
+        ("vision", "test"),
+    ]
     assert put("research", []).status_code == 200
 
 
