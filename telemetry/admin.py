@@ -1,7 +1,9 @@
 """Django admin for telemetry: agent tokens (issue one from a node's row: the plain token is shown
 once, in the confirmation message), node telemetry and idle flags (view only)."""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import Any, NoReturn
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -15,8 +17,10 @@ from .models import JobIdleFlag, NodeAgentToken, NodeTelemetry
 from .tokens import node_token_issue, node_token_revoke
 
 
+# ModelAdmin is generic only in django-stubs: `ModelAdmin[NodeAgentToken]` fails at run time
+# without django-stubs-ext's monkeypatch, a run-time dependency the image does not carry.
 @admin.register(NodeAgentToken)
-class NodeAgentTokenAdmin(admin.ModelAdmin):
+class NodeAgentTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("key_prefix", "node", "created_at", "last_used_at", "revoked_at")
     list_filter = ("node__cluster",)
     # The node and the revocation too: a token moved to another node here reported for that
@@ -38,7 +42,7 @@ class NodeAgentTokenAdmin(admin.ModelAdmin):
         return False  # tokens are issued by the node action or `telemetry_issue_token`
 
     @admin.action(description="Revoke the selected tokens")
-    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def revoke(self, request: HttpRequest, queryset: QuerySet[NodeAgentToken]) -> None:
         revoked = sum(node_token_revoke(token=t) for t in queryset)
         self.message_user(request, f"{revoked} token(s) revoked")
 
@@ -58,7 +62,7 @@ class NodeTelemetryAdmin(ReadOnlyAdmin):
 
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
-    ) -> None:
+    ) -> NoReturn:
         raise PermissionDenied
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
@@ -74,7 +78,7 @@ class JobIdleFlagAdmin(ReadOnlyAdmin):
 
 @admin.action(description="Issue a telemetry agent token")
 def issue_agent_token(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+    modeladmin: admin.ModelAdmin[Node], request: HttpRequest, queryset: QuerySet[Node]
 ) -> None:
     for node in queryset:
         _, raw = node_token_issue(node=node, created_by=request.user)

@@ -9,7 +9,8 @@ The ingest answers 202 with the count stored, or 400 naming each bad field
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse
@@ -88,7 +89,9 @@ class SampleBatchView(APIView):
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         try:
-            result = samples_ingest(node=request.auth.node, body=request.data)
+            # IsNodeAgent let only a node's token through (DRF types request.auth as any token).
+            token = cast(NodeAgentToken, request.auth)
+            result = samples_ingest(node=token.node, body=request.data)
         except BatchInvalid as exc:
             return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         except BatchInFlight:
@@ -128,13 +131,19 @@ class AnyAcceptNegotiation(BaseContentNegotiation):
     """/metrics picks its own format from Accept (Prometheus text or OpenMetrics); DRF's
     negotiation must not refuse a scraper's Accept header with a 406."""
 
-    def select_parser(self, request: HttpRequest, parsers: list[BaseParser]) -> BaseParser | None:
-        return parsers[0] if parsers else None
+    def select_parser(
+        self, request: HttpRequest, parsers: Iterable[BaseParser]
+    ) -> BaseParser | None:
+        return next(iter(parsers), None)
 
     def select_renderer(
-        self, request: HttpRequest, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self,
+        request: HttpRequest,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
     ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
+        renderer = list(renderers)[0]
+        return renderer, renderer.media_type
 
 
 @extend_schema(exclude=True)

