@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import date
 from decimal import Decimal
+from typing import Any, cast
 
 import django_filters
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from catalogue.models import GpuModel
@@ -22,6 +26,7 @@ from core.bounds import api_number
 from core.errors import DomainError, NotFound
 from core.ids import parse_id
 from scheduler.models import Cluster
+from tenants.models import Team
 from tenants.permissions import visible_teams
 
 from . import calc, dashboards, selectors, services, statements
@@ -36,7 +41,20 @@ from .models import (
 )
 
 
-class PriceRateSerializer(serializers.ModelSerializer):
+def _context(serializer: serializers.BaseSerializer[Any]) -> dict[str, Any]:
+    """The serializer's context, where a page's serializers share what they computed once.
+    DRF keeps the dict its caller passed (a new one when none was); the stubs type it as a
+    read-only Mapping."""
+    return cast(dict[str, Any], serializer.context)
+
+
+def _many(serializer: serializers.BaseSerializer[Any]) -> list[dict[str, Any]]:
+    """The data of a ``many=True`` serializer: a list of dicts (DRF's ReturnList). The stubs
+    cannot tell ``many=True`` apart and type it as one object's dict."""
+    return cast(list[dict[str, Any]], serializer.data)
+
+
+class PriceRateSerializer(serializers.ModelSerializer[PriceRate]):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     capacity = serializers.ChoiceField(choices=Capacity.choices)
     rate_per_gpu_hour = api_number(PriceRate, "rate_per_gpu_hour")
@@ -63,7 +81,9 @@ class PriceRateSerializer(serializers.ModelSerializer):
         ]
 
 
-class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class PriceRateViewSet(
+    viewsets.GenericViewSet[PriceRate], mixins.ListModelMixin, mixins.RetrieveModelMixin
+):
     """The price book: USD per GPU-hour by GPU model and capacity type, with effective dates,
     platform-wide (``cluster`` null) or for one cluster, where it overrides the platform-wide
     rate. Everyone signed in reads it; platform admins add rates (from now on, never
@@ -72,10 +92,10 @@ class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
     serializer_class = PriceRateSerializer
     filterset_fields = ["capacity"]
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[PriceRate]:
         return selectors.price_list()
 
-    def create(self, request):
+    def create(self, request: Request) -> Response:
         incoming = PriceRateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
@@ -92,13 +112,13 @@ class PriceRateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
 
 
 @extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-12"})
-class MonthField(serializers.Field):
+class MonthField(serializers.Field[date, object, str, Any]):
     """A month as ``"YYYY-MM"`` on the wire, the month's first day inside."""
 
-    def to_representation(self, value):
+    def to_representation(self, value: date) -> str:
         return f"{value:%Y-%m}"
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> date:
         try:
             return calc.parse_month(str(data)[:20])
         except ValueError as exc:
@@ -107,8 +127,10 @@ class MonthField(serializers.Field):
             ) from None
 
 
-class BudgetSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class BudgetSerializer(serializers.ModelSerializer[Budget]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     month = MonthField()
     amount = api_number(Budget, "amount")
     spend = serializers.SerializerMethodField()
@@ -117,16 +139,16 @@ class BudgetSerializer(serializers.ModelSerializer):
         model = Budget
         fields = ["id", "team", "month", "amount", "hard_stop", "spend"]
 
-    def get_spend(self, budget) -> str:
+    def get_spend(self, budget: Budget) -> str:
         # One query per distinct month on the page, not one per budget.
-        by_month = self.context.setdefault("spend_by_month", {})
+        by_month: dict[date, dict[int, Decimal]] = _context(self).setdefault("spend_by_month", {})
         if budget.month not in by_month:
             by_month[budget.month] = services.team_spends(month=budget.month)
         spent = by_month[budget.month].get(budget.team_id, Decimal(0))
         return str(spent.quantize(calc.CENT))
 
 
-class BudgetWriteSerializer(serializers.Serializer):
+class BudgetWriteSerializer(serializers.Serializer[Any]):
     team = serializers.SlugField()
     month = MonthField()
     amount = api_number(Budget, "amount")
@@ -141,25 +163,29 @@ class BudgetFilter(django_filters.FilterSet):
         model = Budget
         fields = ["hard_stop"]
 
-    def filter_hard_stop(self, queryset, _name, value):
+    def filter_hard_stop(
+        self, queryset: QuerySet[Budget], _name: str, value: str
+    ) -> QuerySet[Budget]:
         answer = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
         if answer is None:
             raise serializers.ValidationError({"hard_stop": ["must be true or false"]})
         return queryset.filter(hard_stop=answer)
 
 
-class BudgetViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class BudgetViewSet(
+    viewsets.GenericViewSet[Budget], mixins.ListModelMixin, mixins.RetrieveModelMixin
+):
     """Budgets of the caller's teams. POST sets (creates or changes) a team's budget for a month;
     team owners/admins and platform admins only."""
 
     serializer_class = BudgetSerializer
     filterset_class = BudgetFilter
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Budget]:
         return selectors.budget_list(user=self.request.user).order_by("-month", "team__slug")
 
     @extend_schema(request=BudgetWriteSerializer, responses={201: BudgetSerializer})
-    def create(self, request):
+    def create(self, request: Request) -> Response:
         incoming = BudgetWriteSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
@@ -176,7 +202,7 @@ class BudgetViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retri
         return Response(BudgetSerializer(budget).data, status=status.HTTP_201_CREATED)
 
 
-class BudgetAlertSerializer(serializers.ModelSerializer):
+class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
     team = serializers.CharField(source="budget.team.slug")
     month = MonthField(source="budget.month")
     budget = serializers.DecimalField(
@@ -189,16 +215,16 @@ class BudgetAlertSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet):
+class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet[BudgetAlert]):
     """Budget alert events (50 / 80 / 100 %) of the caller's teams, newest first."""
 
     serializer_class = BudgetAlertSerializer
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[BudgetAlert]:
         return selectors.alert_list(user=self.request.user).order_by("-fired_at", "-id")
 
 
-class StatementLineSerializer(serializers.Serializer):
+class StatementLineSerializer(serializers.Serializer[Any]):
     team = serializers.CharField(read_only=True)
     gpu_model = serializers.CharField(read_only=True)
     capacity = serializers.CharField(read_only=True)
@@ -213,7 +239,7 @@ class StatementLineSerializer(serializers.Serializer):
     )
 
 
-class StatementEgressLineSerializer(serializers.Serializer):
+class StatementEgressLineSerializer(serializers.Serializer[Any]):
     team = serializers.CharField(read_only=True)
     from_cluster = serializers.CharField(read_only=True)
     to_cluster = serializers.CharField(read_only=True)
@@ -222,15 +248,17 @@ class StatementEgressLineSerializer(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=14, decimal_places=2, read_only=True)
 
 
-class AdjustmentSerializer(serializers.Serializer):
+class AdjustmentSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField(read_only=True)
     amount = api_number(Adjustment, "amount")
     reason = serializers.CharField(max_length=300)
     created_at = serializers.DateTimeField(read_only=True)
 
 
-class StatementSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class StatementSerializer(serializers.ModelSerializer[Statement]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     month = MonthField()
 
     class Meta:
@@ -264,65 +292,67 @@ class StatementDetailSerializer(StatementSerializer):
             "unpriced_gpu_hours",
         ]
 
-    def _view(self, statement):
-        cache = self.context.setdefault("views", {})
+    def _view(self, statement: Statement) -> selectors.StatementView:
+        cache: dict[int, selectors.StatementView] = _context(self).setdefault("views", {})
         if statement.pk not in cache:
             cache[statement.pk] = selectors.statement_view(statement=statement)
         return cache[statement.pk]
 
     @extend_schema_field(StatementLineSerializer(many=True))
-    def get_lines(self, statement) -> list[dict]:
-        return StatementLineSerializer(self._view(statement).lines, many=True).data
+    def get_lines(self, statement: Statement) -> list[dict[str, Any]]:
+        return _many(StatementLineSerializer(self._view(statement).lines, many=True))
 
     @extend_schema_field(StatementEgressLineSerializer(many=True))
-    def get_egress_lines(self, statement) -> list[dict]:
-        return StatementEgressLineSerializer(self._view(statement).egress_lines, many=True).data
+    def get_egress_lines(self, statement: Statement) -> list[dict[str, Any]]:
+        return _many(StatementEgressLineSerializer(self._view(statement).egress_lines, many=True))
 
     @extend_schema_field(OpenApiTypes.DECIMAL)
-    def get_gpu_total(self, statement) -> str:
+    def get_gpu_total(self, statement: Statement) -> str:
         return str(self._view(statement).gpu_total)
 
     @extend_schema_field(OpenApiTypes.DECIMAL)
-    def get_egress_total(self, statement) -> str:
+    def get_egress_total(self, statement: Statement) -> str:
         return str(self._view(statement).egress_total)
 
     @extend_schema_field(AdjustmentSerializer(many=True))
-    def get_adjustments(self, statement) -> list[dict]:
-        return AdjustmentSerializer(self._view(statement).adjustments, many=True).data
+    def get_adjustments(self, statement: Statement) -> list[dict[str, Any]]:
+        return _many(AdjustmentSerializer(self._view(statement).adjustments, many=True))
 
     @extend_schema_field(OpenApiTypes.DECIMAL)
-    def get_computed_total(self, statement) -> str:
+    def get_computed_total(self, statement: Statement) -> str:
         return str(self._view(statement).total)
 
     @extend_schema_field(OpenApiTypes.DECIMAL)
-    def get_adjusted_total(self, statement) -> str:
+    def get_adjusted_total(self, statement: Statement) -> str:
         return str(self._view(statement).adjusted_total)
 
     @extend_schema_field(OpenApiTypes.DECIMAL)
-    def get_unpriced_gpu_hours(self, statement) -> str:
+    def get_unpriced_gpu_hours(self, statement: Statement) -> str:
         return str(self._view(statement).unpriced_gpu_hours)
 
 
-class StatementCloseSerializer(serializers.Serializer):
+class StatementCloseSerializer(serializers.Serializer[Any]):
     mode = serializers.ChoiceField(choices=StatementMode.choices, required=False)
 
 
-class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class StatementViewSet(
+    viewsets.GenericViewSet[Statement], mixins.ListModelMixin, mixins.RetrieveModelMixin
+):
     """Monthly statements of the caller's teams (each rolled up over its sub-teams). Another
     team's statement is a 404. Closing freezes it; corrections are adjustments."""
 
     serializer_class = StatementSerializer
     filterset_fields = ["status", "mode"]
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Statement]:
         return selectors.statement_list(
             user=self.request.user, team_slug=self.request.query_params.get("team") or None
         )
 
-    def get_serializer_class(self):
+    def get_serializer_class(self) -> type[StatementSerializer]:
         return StatementDetailSerializer if self.action == "retrieve" else StatementSerializer
 
-    def get_object(self):
+    def get_object(self) -> Statement:
         pk = parse_id(self.kwargs.get("pk"))
         if pk is None:
             raise NotFound("no such statement", field="id")
@@ -330,7 +360,7 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
 
     @extend_schema(request=StatementCloseSerializer, responses={200: StatementDetailSerializer})
     @action(detail=True, methods=["post"])
-    def close(self, request, pk=None):
+    def close(self, request: Request, pk: str | None = None) -> Response:
         statement = self.get_object()
         incoming = StatementCloseSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -341,7 +371,7 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
 
     @extend_schema(request=AdjustmentSerializer, responses={201: AdjustmentSerializer})
     @action(detail=True, methods=["post"])
-    def adjustments(self, request, pk=None):
+    def adjustments(self, request: Request, pk: str | None = None) -> Response:
         statement = self.get_object()
         incoming = AdjustmentSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -355,7 +385,7 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
 
     @extend_schema(responses={(200, "text/csv"): OpenApiResponse(description="statement as CSV")})
     @action(detail=True, methods=["get"])
-    def csv(self, request, pk=None):
+    def csv(self, request: Request, pk: str | None = None) -> HttpResponse:
         statement = self.get_object()
         buffer = io.StringIO()
         csv.writer(buffer).writerows(
@@ -368,7 +398,7 @@ class StatementViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Re
         return response
 
 
-class CostQuerySerializer(serializers.Serializer):
+class CostQuerySerializer(serializers.Serializer[Any]):
     team = serializers.SlugField(required=False, help_text="team slug; omitted: all (admins)")
     month = MonthField(required=False, help_text="YYYY-MM; default: the current month")
 
@@ -378,7 +408,7 @@ class CostViewSet(viewsets.ViewSet):
     every team for platform admins when ``team`` is omitted. Another team is a 404."""
 
     @extend_schema(parameters=[CostQuerySerializer], responses={200: OpenApiTypes.OBJECT})
-    def list(self, request):
+    def list(self, request: Request) -> Response:
         from django.utils import timezone
 
         query = CostQuerySerializer(data=request.query_params)

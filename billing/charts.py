@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs_version
@@ -22,7 +23,7 @@ from .series import CostDashboard
 def plotly_version() -> str:
     """The version of the plotly.js bundled with the installed ``plotly`` (the portal serves it
     under a URL carrying this version)."""
-    return get_plotlyjs_version()
+    return str(get_plotlyjs_version())
 
 
 _LAYOUT = {
@@ -202,7 +203,7 @@ def plot_text(value: str) -> str:
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _escaped(value):
+def _escaped(value: object) -> object:
     if isinstance(value, str):
         return plot_text(value)
     if isinstance(value, list):
@@ -212,11 +213,13 @@ def _escaped(value):
     return value
 
 
-def figure_dict(fig: go.Figure) -> dict:
+def figure_dict(fig: go.Figure) -> dict[str, Any]:
     """The figure as the JSON-ready dict a page embeds (``json_script``), with every string of
     its traces' data escaped by :func:`plot_text`. Layout text (titles, notes, hover templates)
     is the platform's own and keeps its markup."""
-    out = json.loads(fig.to_json())  # plotly's encoders (dates, numpy), then a plain dict
+    out: dict[str, Any] = json.loads(
+        fig.to_json()
+    )  # plotly's encoders (dates, numpy), then a plain dict
     for trace in out.get("data", []):
         for key in _DATA_TEXT_KEYS:
             if key in trace:

@@ -18,6 +18,7 @@ caller first, rather than be imported from elsewhere.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -28,7 +29,7 @@ from catalogue.models import GpuModel
 from core.errors import NotFound
 from scheduler.models import Job
 from tenants.models import Team
-from tenants.permissions import is_platform_admin, visible_teams
+from tenants.permissions import Caller, is_platform_admin, visible_teams
 
 from . import calc, sub_teams
 from .models import (
@@ -60,14 +61,14 @@ from .tree import TeamTree
 # ----------------------------------------------------------------------------- scope helpers
 
 
-def _team_for(user, slug: str) -> Team:
+def _team_for(user: Caller, slug: str) -> Team:
     team = visible_teams(user).filter(slug=slug).first()
     if team is None:
         raise NotFound("no such team", field="team")
     return team
 
 
-def default_team(user) -> Team | None:
+def default_team(user: Caller) -> Team | None:
     """The first team the user may see (the dashboard's landing team)."""
     return visible_teams(user).order_by("slug").first()
 
@@ -77,7 +78,9 @@ def _month_days(month: date) -> tuple[date, date]:
     return start.date(), end.date()
 
 
-def _daily_series(team_ids: list[int] | None, month: date):
+def _daily_series(
+    team_ids: list[int] | None, month: date
+) -> tuple[list[DaySpend], IdleSummary, float]:
     """Daily spend by GPU model and capacity, the idle summary and the unpriced GPU-hours, from
     the daily rollup (a few rows per day whatever the number of allocations)."""
     first, after = _month_days(month)
@@ -124,7 +127,7 @@ def _daily_series(team_ids: list[int] | None, month: date):
     return days, idle, unpriced / 3600
 
 
-def _cluster_names(ids) -> dict[int | None, str]:
+def _cluster_names(ids: Iterable[int | None]) -> dict[int | None, str]:
     return {i: name or UNKNOWN_CLUSTER_LABEL for i, name in cluster_labels(ids).items()}
 
 
@@ -239,7 +242,12 @@ def _trailing_spend(team_ids: list[int] | None, month: date, now: datetime) -> D
 
 
 def _budget_summary(
-    team: Team | None, team_ids, days, egress: list[EgressLine], month, now
+    team: Team | None,
+    team_ids: list[int] | None,
+    days: list[DaySpend],
+    egress: list[EgressLine],
+    month: date,
+    now: datetime,
 ) -> BudgetSummary:
     """Spend (GPU + egress) against the budget. The egress is the month's charges already loaded
     for the page, so counting it costs no query."""
@@ -261,7 +269,7 @@ def _budget_summary(
         month=month,
     )
     budget = Budget.objects.filter(team=team, month=month).first() if team else None
-    alerts: tuple = ()
+    alerts: tuple[tuple[int, datetime], ...] = ()
     if budget is not None:
         alerts = tuple(
             BudgetAlert.objects.filter(budget=budget)
@@ -298,7 +306,7 @@ def _lost_series(team_ids: list[int] | None, month: date) -> list[LostPoint]:
 
 
 def team_cost_dashboard(
-    *, user, team_slug: str, month: date, now: datetime, top: int = 10
+    *, user: Caller, team_slug: str, month: date, now: datetime, top: int = 10
 ) -> CostDashboard:
     """The cost dashboard of one of the caller's teams (rolled up over its sub-teams) for a month.
     Another team is NotFound; the jobs and people of a sub-team the caller is not a member of are
@@ -326,7 +334,7 @@ def team_cost_dashboard(
 
 
 def admin_cost_overview(
-    *, user, month: date, now: datetime, sort: str = "spend", descending: bool = True
+    *, user: Caller, month: date, now: datetime, sort: str = "spend", descending: bool = True
 ) -> AdminOverview:
     """All teams for a month, sortable by any column, plus the platform-wide charts. Platform
     admins only (anyone else: NotFound)."""

@@ -3,9 +3,11 @@ months parse through ``calc.parse_month``, the one month rule of the pages and t
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, date, datetime
+from typing import Any
 
 from django import forms
+from django.http import QueryDict
 from django.utils import timezone
 
 from catalogue.models import GpuModel
@@ -19,7 +21,7 @@ from .models import Budget, Capacity, PriceRate
 class MonthField(forms.Field):
     """A month as ``YYYY-MM`` within ``calc.MIN_MONTH..MAX_MONTH``; cleaned to its first day."""
 
-    def to_python(self, value):
+    def to_python(self, value: object) -> date | None:
         if value in self.empty_values:
             return None
         try:
@@ -32,7 +34,7 @@ class UtcDateTimeField(forms.DateTimeField):
     """A date and time without an offset read as UTC, as the price book labels it: read in the
     active zone, a page showing local times would start a rate hours away from what was typed."""
 
-    def to_python(self, value):
+    def to_python(self, value: str | datetime | date | None) -> datetime | None:
         with timezone.override(UTC):
             return super().to_python(value)
 
@@ -42,7 +44,7 @@ class BudgetForm(forms.Form):
     amount = form_number(Budget, "amount", label="Amount (USD)")
     hard_stop = forms.BooleanField(required=False)
 
-    def __init__(self, data=None, **kwargs):
+    def __init__(self, data: QueryDict | None = None, **kwargs: Any) -> None:
         # People type "12,500": a thousands separator, not a decimal mark.
         if data is not None and "amount" in data:
             data = data.copy()

@@ -60,12 +60,12 @@ def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
             continue  # a run the cluster never started lost nothing: no loss to tag
         requeues[job_id].append((time, str((data or {}).get("reason", ""))))
     nodes: dict[int, list[tuple[datetime, tuple[int, bool, int | None]]]] = defaultdict(list)
-    for job_id, started_at, gpu_model_id, spot, cluster_id in (
+    for job_id, started_at, model_id, on_spot, at_cluster_id in (
         Allocation.objects.filter(job_id__in=job_ids, started_at__lt=now)
         .order_by("job_id", "started_at", "id")
         .values_list("job_id", "started_at", "node__gpu_model_id", "node__spot", "node__cluster_id")
     ):
-        nodes[job_id].append((started_at, (gpu_model_id, spot, cluster_id)))
+        nodes[job_id].append((started_at, (model_id, on_spot, at_cluster_id)))
     book = PriceBook.load()
     rows = []
     for job in jobs:

@@ -17,6 +17,7 @@ Money is ``Decimal`` throughout (USD). Months are UTC calendar months, stored as
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TypedDict
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -29,8 +30,16 @@ from tenants.models import Team
 
 from . import calc
 
-MONEY = {"max_digits": 18, "decimal_places": 6}
-RATE = {"max_digits": 12, "decimal_places": 4}
+
+class _Digits(TypedDict):
+    """A DecimalField's size, spread into it (typed, so each key reaches its own argument)."""
+
+    max_digits: int
+    decimal_places: int
+
+
+MONEY: _Digits = {"max_digits": 18, "decimal_places": 6}
+RATE: _Digits = {"max_digits": 12, "decimal_places": 4}
 # The largest amount a budget, an adjustment or a statement total holds (14 digits, 2 decimals).
 MAX_AMOUNT = Decimal("999999999999.99")
 # USD per GPU-hour: far above any price sold, low enough that a day of a very large team's usage

@@ -7,8 +7,10 @@ recompute absolute values from the usage rows, so re-running either is harmless.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, FloatField, Sum, When
@@ -28,7 +30,7 @@ _DAILY_SUMS = {
 }
 
 
-def _daily_row(team_id: int, day: date, r: dict) -> UsageDaily:
+def _daily_row(team_id: int, day: date, r: Mapping[str, Any]) -> UsageDaily:
     return UsageDaily(
         team_id=team_id,
         day=day,

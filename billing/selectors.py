@@ -8,9 +8,11 @@ rarely opened). The cost dashboards are ``billing.dashboards``.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import cast
 
 from django.db.models import F, Q, QuerySet
 
@@ -18,10 +20,10 @@ from catalogue.models import GpuModel
 from core.errors import NotFound
 from tenants.csvcells import safe_rows
 from tenants.models import Team
-from tenants.permissions import visible_teams
+from tenants.permissions import Caller, visible_teams
 
 from . import calc
-from .models import Budget, BudgetAlert, PriceRate, Statement, StatementStatus
+from .models import Adjustment, Budget, BudgetAlert, PriceRate, Statement, StatementStatus
 from .statements import (
     cluster_labels,
     statement_live_egress_lines,
@@ -31,7 +33,7 @@ from .statements import (
 # ----------------------------------------------------------------------------- statements
 
 
-def statement_list(*, user, team_slug: str | None = None) -> QuerySet[Statement]:
+def statement_list(*, user: Caller, team_slug: str | None = None) -> QuerySet[Statement]:
     """Statements of the caller's teams, newest month first; ``team_slug`` naming a team the
     caller does not see (or none) is NotFound, as in the cost API, not an empty list."""
     qs = Statement.objects.filter(team__in=visible_teams(user)).select_related("team")
@@ -42,7 +44,7 @@ def statement_list(*, user, team_slug: str | None = None) -> QuerySet[Statement]
     return qs.order_by("-month", "team__slug")
 
 
-def statement_get(*, user, statement_id: int) -> Statement:
+def statement_get(*, user: Caller, statement_id: int) -> Statement:
     """One statement of the caller's teams; another team's (or none) is NotFound."""
     statement = statement_list(user=user).filter(pk=statement_id).first()
     if statement is None:
@@ -82,7 +84,7 @@ class StatementView:
     statement: Statement
     lines: list[StatementLineView]
     total: Decimal
-    adjustments: list = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
     # Closed statements only: usage or egress recorded for the month after it was closed (not
     # billed here). A statement closed before egress was billed shows that month's egress here.
     # Negative when usage left the month after the close (``withdrawn_after_close``).
@@ -118,12 +120,15 @@ class StatementView:
     @property
     def by_team(self) -> list[tuple[str, Decimal]]:
         out: dict[str, Decimal] = defaultdict(Decimal)
-        for line in [*self.lines, *self.egress_lines]:
+        lines: list[StatementLineView | StatementEgressLineView] = [*self.lines, *self.egress_lines]
+        for line in lines:
             out[line.team] += line.cost
         return sorted(out.items())
 
 
-def _live_egress_lines(statement: Statement, teams: dict) -> list[StatementEgressLineView]:
+def _live_egress_lines(
+    statement: Statement, teams: dict[int, str]
+) -> list[StatementEgressLineView]:
     lines = [
         StatementEgressLineView(
             teams.get(e["team_id"], "?"),
@@ -172,6 +177,9 @@ def statement_view(*, statement: Statement) -> StatementView:
         ) + sum(
             (row["cost"] for row in statement_live_egress_lines(statement=statement)), Decimal(0)
         )
+        assert (
+            statement.total is not None
+        )  # a closed statement has one (statement_closed_is_frozen)
         return StatementView(
             statement,
             lines,
@@ -276,32 +284,38 @@ def price_list() -> QuerySet[PriceRate]:
     )
 
 
-def budget_list(*, user) -> QuerySet[Budget]:
+def budget_list(*, user: Caller) -> QuerySet[Budget]:
     return Budget.objects.filter(team__in=visible_teams(user)).select_related("team")
 
 
-def alert_list(*, user) -> QuerySet[BudgetAlert]:
+def alert_list(*, user: Caller) -> QuerySet[BudgetAlert]:
     return BudgetAlert.objects.filter(budget__team__in=visible_teams(user)).select_related(
         "budget__team"
     )
 
 
-def price_book_in_force(*, at: datetime, cluster_names: list[str]) -> dict:
+def price_book_in_force(
+    *, at: datetime, cluster_names: list[str]
+) -> dict[str, dict[str, dict[str, float]]]:
     """What the scheduler routes by (``settings.SCHEDULER_PRICE_BOOK_SOURCE``): per cluster,
     GPU model -> capacity type -> USD per GPU-hour in force at ``at``: the cluster's own rate
     where it has one in force, else the platform-wide rate (the meter's rule,
     ``calc.PriceSchedule.overridden_by``). One query."""
     platform: dict[str, dict[str, float]] = {}
     own: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
-    for cluster, model, capacity, rate in (
+    # The plugin types "cluster__name" as str; through the nullable FK it is None for a
+    # platform-wide rate.
+    rows = cast(
+        Iterable[tuple[str | None, str, str, Decimal]],
         PriceRate.objects.filter(effective_from__lte=at)
         .filter(Q(cluster__isnull=True) | Q(cluster__name__in=cluster_names))
         .order_by("effective_from", "id")
-        .values_list("cluster__name", "gpu_model__name", "capacity", "rate_per_gpu_hour")
-    ):
+        .values_list("cluster__name", "gpu_model__name", "capacity", "rate_per_gpu_hour"),
+    )
+    for cluster, model, capacity, rate in rows:
         book = platform if cluster is None else own[cluster]
         book.setdefault(model, {})[capacity] = float(rate)  # the latest step wins
-    out = {}
+    out: dict[str, dict[str, dict[str, float]]] = {}
     for name in cluster_names:
         prices = {model: dict(rates) for model, rates in platform.items()}
         for model, rates in own.get(name, {}).items():

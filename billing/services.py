@@ -25,7 +25,7 @@ from core.errors import DomainError, FieldErrors, Forbidden, duplicate_refused
 from core.names import text_errors
 from scheduler.models import Cluster
 from tenants.models import Team
-from tenants.permissions import can_manage_team, is_platform_admin
+from tenants.permissions import Caller, can_manage_team, is_platform_admin
 
 from . import calc
 from .models import Budget, BudgetAlert, Capacity, EgressCharge, PriceRate, UsageDaily
@@ -57,7 +57,9 @@ class PriceBook:
             )
         )
 
-    def schedule(self, *, cluster_id: int | None, gpu_model_id: int, capacity: str):
+    def schedule(
+        self, *, cluster_id: int | None, gpu_model_id: int, capacity: str
+    ) -> calc.PriceSchedule:
         """The rates a GPU of ``gpu_model_id`` on ``cluster_id`` is priced at (no cluster: the
         platform-wide rates only)."""
         key = (cluster_id, gpu_model_id, capacity)
@@ -74,7 +76,7 @@ _NO_PRICES = calc.PriceSchedule([])
 @transaction.atomic
 def price_set(
     *,
-    user,
+    user: Caller,
     gpu_model: GpuModel,
     capacity: str,
     rate_per_gpu_hour: Decimal,
@@ -98,9 +100,7 @@ def price_set(
             errors["cluster"] = [f"no cluster named {name[:64]!r}"]
     if capacity not in Capacity.values:
         errors["capacity"] = [f"must be one of {', '.join(Capacity.values)}"]
-    if not isinstance(rate_per_gpu_hour, Decimal):
-        errors["rate_per_gpu_hour"] = ["must be a decimal amount >= 0"]
-    elif problem := number_error(PriceRate, "rate_per_gpu_hour", rate_per_gpu_hour):
+    if problem := number_error(PriceRate, "rate_per_gpu_hour", rate_per_gpu_hour):
         errors["rate_per_gpu_hour"] = [problem]
     if problems := text_errors(note):
         errors["note"] = problems
@@ -198,16 +198,14 @@ def team_spend(*, team: Team, month: date) -> Decimal:
 
 @transaction.atomic
 def budget_set(
-    *, user, team: Team, month: date, amount: Decimal, hard_stop: bool = False
+    *, user: Caller, team: Team, month: date, amount: Decimal, hard_stop: bool = False
 ) -> Budget:
     """Create or change a team's budget for a month (team owners/admins, platform admins).
     Alerts already fired for that budget stay fired."""
     if not can_manage_team(user, team):
         raise DomainError("only team owners and admins set budgets", field="team")
     errors: dict[str, list[str]] = {}
-    if not isinstance(amount, Decimal):
-        errors["amount"] = ["must be a decimal amount"]
-    elif problem := number_error(Budget, "amount", amount):
+    if problem := number_error(Budget, "amount", amount):
         errors["amount"] = [problem]
     if month.day != 1:
         errors["month"] = ["must be the first day of a month"]
@@ -249,10 +247,16 @@ def budget_evaluate(*, month: date, now: datetime | None = None) -> list[BudgetA
     return fired
 
 
-def _budget_alerts(budget, spent, fired_before, month, now) -> list[BudgetAlert]:
+def _budget_alerts(
+    budget: Budget,
+    spent: Decimal,
+    fired_before: set[tuple[int, int]],
+    month: date,
+    now: datetime,
+) -> list[BudgetAlert]:
     """The alerts of one budget that ``spent`` newly reaches (each created once, published
     after commit)."""
-    fired = []
+    fired: list[BudgetAlert] = []
     for threshold in BudgetAlert.THRESHOLDS:
         if (budget.pk, threshold) in fired_before:
             continue

@@ -7,8 +7,9 @@ through ``billing.selectors``."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
+from typing import TypedDict, cast
 
 from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
@@ -18,7 +19,7 @@ from django.utils import timezone
 from core.bounds import number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound
 from scheduler.models import Allocation, Cluster
-from tenants.permissions import is_platform_admin
+from tenants.permissions import Caller, is_platform_admin
 
 from . import calc
 from .models import (
@@ -37,6 +38,29 @@ from .tree import TeamTree
 UNKNOWN_CLUSTER = ""
 
 
+class LiveLine(TypedDict):
+    """One GPU line of an open statement (``statement_live_lines``)."""
+
+    team_id: int
+    gpu_model_id: int
+    capacity: str
+    cluster_id: int | None  # None: usage whose cluster was never known
+    gpu_seconds: float
+    unpriced_gpu_seconds: float
+    cost: Decimal
+
+
+class LiveEgressLine(TypedDict):
+    """One egress line of an open statement (``statement_live_egress_lines``)."""
+
+    team_id: int
+    from_cluster: str
+    to_cluster: str
+    charges: int
+    gb: Decimal
+    cost: Decimal
+
+
 def cluster_labels(cluster_ids: Iterable[int | None]) -> dict[int | None, str]:
     """What a bill calls each cluster id of usage: its name; ``UNKNOWN_CLUSTER`` ("") for usage
     whose cluster was never known; ``removed-<id>`` for a cluster deleted since."""
@@ -47,13 +71,15 @@ def cluster_labels(cluster_ids: Iterable[int | None]) -> dict[int | None, str]:
     return {i: UNKNOWN_CLUSTER if i is None else names.get(i, f"removed-{i}") for i in ids}
 
 
-def statement_live_lines(*, statement: Statement) -> list[dict]:
+def statement_live_lines(*, statement: Statement) -> list[LiveLine]:
     """Lines of a statement computed from usage now: one per (sub-team, GPU model, capacity,
     cluster id; None when unknown), with its GPU-seconds, the part of them that had no price
     (``unpriced_gpu_seconds``) and its cost."""
     start, end = calc.month_bounds(statement.month)
     tree = TeamTree.load()
-    return list(
+    # The plugin types the sums as Any and the nullable cluster_id as int: LiveLine says what
+    # the rows hold (a group's sums are never null: a group has at least one row).
+    rows = list(
         UsageRecord.objects.filter(
             team_id__in=tree.subtree(statement.team_id), hour__gte=start, hour__lt=end
         )
@@ -65,9 +91,10 @@ def statement_live_lines(*, statement: Statement) -> list[dict]:
         )
         .order_by("team_id", "gpu_model_id", "capacity", "cluster_id")
     )
+    return cast(list[LiveLine], rows)
 
 
-def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
+def statement_live_egress_lines(*, statement: Statement) -> list[LiveEgressLine]:
     """Egress lines of a statement computed from the charges now, as a bill shows them (what
     closing freezes): one per (sub-team, source cluster, destination cluster) with
     ``team_id``, the clusters' names, the number of charges, GB (three decimals) and the cost to
@@ -98,7 +125,7 @@ def statement_live_egress_lines(*, statement: Statement) -> list[dict]:
     ]
 
 
-def unmetered_allocations_query(*, team_ids: list[int], month) -> QuerySet[Allocation]:
+def unmetered_allocations_query(*, team_ids: list[int], month: date) -> QuerySet[Allocation]:
     """The allocations of ``team_ids``' jobs that held a GPU in ``month`` and are not yet
     metered to the month's end (or to their own end, when sooner): a meter run has still to
     bill them (and charge their attempts' egress) in that month. Empty once the meter has run
@@ -121,14 +148,14 @@ def unmetered_allocations_query(*, team_ids: list[int], month) -> QuerySet[Alloc
     )
 
 
-def unmetered_allocations(*, team_ids: list[int], month) -> int:
+def unmetered_allocations(*, team_ids: list[int], month: date) -> int:
     """How many allocations ``unmetered_allocations_query`` holds: zero once the month can be
     closed."""
     return unmetered_allocations_query(team_ids=team_ids, month=month).count()
 
 
 def statement_close(
-    *, user, statement_id: int, mode: str | None = None, now: datetime | None = None
+    *, user: Caller, statement_id: int, mode: str | None = None, now: datetime | None = None
 ) -> Statement:
     """Freeze a past month's statement (platform admins): its GPU lines, egress lines and total
     (the sum of both, each line rounded to the cent) are written once and never change again.
@@ -256,7 +283,7 @@ def _refuse_a_second_charge(statement: Statement, related: list[Statement], tree
 
 @transaction.atomic
 def adjustment_add(
-    *, user, statement_id: int, amount: Decimal, reason: str, now: datetime | None = None
+    *, user: Caller, statement_id: int, amount: Decimal, reason: str, now: datetime | None = None
 ) -> Adjustment:
     """Append a correction to a statement (platform admins). The statement's frozen lines and
     total are untouched; its adjusted total is total + adjustments."""
@@ -266,7 +293,7 @@ def adjustment_add(
     if statement is None:
         raise NotFound("no such statement", field="id")
     errors: dict[str, list[str]] = {}
-    if not isinstance(amount, Decimal) or not amount.is_finite() or amount == 0:
+    if not amount.is_finite() or amount == 0:
         errors["amount"] = ["must be a non-zero decimal amount"]
     elif problem := number_error(Adjustment, "amount", amount):
         errors["amount"] = [problem]

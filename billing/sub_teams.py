@@ -18,13 +18,13 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from tenants.permissions import is_platform_admin, visible_teams
+from tenants.permissions import Caller, is_platform_admin, visible_teams
 
 if TYPE_CHECKING:
     from .series import EgressLine, JobCost
 
 
-def seen_team_slugs(user) -> frozenset[str] | None:
+def seen_team_slugs(user: Caller) -> frozenset[str] | None:
     """Slugs of the teams whose jobs and people ``user`` may see; None for platform admins
     (every team)."""
     if is_platform_admin(user):
@@ -56,18 +56,18 @@ def hide_egress(lines: list[EgressLine], seen: frozenset[str] | None) -> list[Eg
 
 
 def spend_by_user(
-    rows: Iterable[tuple[str | None, str, float | None, Decimal | None]],
+    rows: Iterable[tuple[str, str, float | None, Decimal | None]],
     seen: frozenset[str] | None,
-) -> list[tuple[str | None, float, Decimal]]:
+) -> list[tuple[str, float, Decimal]]:
     """``(username, GPU-hours, cost)``, largest cost first, from ``(username, team slug,
     GPU-seconds, cost)`` rows: one row per person across the teams the caller sees, one
     ``(team <slug>)`` row for all the submitters of each team they do not."""
-    totals: dict[str | None, tuple[float, Decimal]] = {}
+    totals: dict[str, tuple[float, Decimal]] = {}
     for username, team_slug, seconds, cost in rows:
         label = f"(team {team_slug})" if _hidden(team_slug, seen) else username
         hours, spent = totals.get(label, (0.0, Decimal(0)))
         totals[label] = (hours + (seconds or 0.0) / 3600, spent + (cost or Decimal(0)))
     return sorted(
         ((label, hours, spent) for label, (hours, spent) in totals.items()),
-        key=lambda row: (-row[2], row[0] or ""),
+        key=lambda row: (-row[2], row[0]),
     )

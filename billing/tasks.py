@@ -26,7 +26,7 @@ _METER_TASK_OPTIONS = {
 
 
 @shared_task(name="billing.tasks.meter_run", **_METER_TASK_OPTIONS)
-def meter_run() -> dict:
+def meter_run() -> dict[str, int | bool]:
     """Meter all allocations up to now, meter lost work, fire budget alerts."""
     result = meter.meter_run()
     return {
@@ -39,7 +39,7 @@ def meter_run() -> dict:
 
 
 @shared_task(name="billing.tasks.meter_backlog", **_METER_TASK_OPTIONS)
-def meter_backlog() -> dict:
+def meter_backlog() -> dict[str, int | bool]:
     """Meter allocations ended before the meter's lookback that it never finalized."""
     result = meter.meter_backlog_run()
     return {

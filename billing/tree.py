@@ -43,7 +43,8 @@ class TeamTree:
 
     def ancestors_and_self(self, team_id: int) -> list[int]:
         """``team_id`` then its parent, grandparent... up to the root."""
-        out, current = [], team_id
+        out: list[int] = []
+        current: int | None = team_id
         while current is not None and current not in out:
             out.append(current)
             current = self.parents.get(current)

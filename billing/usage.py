@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from . import calc
 from .models import MAX_COST, BudgetAlert, Capacity, UsageRecord
 from .services import PriceBook
+
+if TYPE_CHECKING:
+    from scheduler.models import Allocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +53,13 @@ class MeterResult:
     skipped: bool = False
 
 
-def _price_allocation(alloc, cursor, end, now, book: PriceBook):
+def _price_allocation(
+    alloc: Allocation, cursor: datetime | None, end: datetime, now: datetime, book: PriceBook
+) -> tuple[list[UsageRecord], list[UsageSlice]]:
     """The usage rows (and idle-source slices) of one allocation from ``cursor`` to ``end``.
     Raises ArithmeticError when a cost does not fit the money column."""
-    rows, slices = [], []
+    rows: list[UsageRecord] = []
+    slices: list[UsageSlice] = []
     is_final = alloc.ended_at is not None and alloc.ended_at <= now
     capacity = Capacity.SPOT if alloc.node.spot else Capacity.ON_DEMAND
     # The rates of the node's cluster: its own where it has them, else the platform's.

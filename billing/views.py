@@ -8,11 +8,12 @@ import csv
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest
-from django.http import FileResponse, Http404, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -24,10 +25,11 @@ from tenants.permissions import can_manage_team, is_platform_admin, visible_team
 
 from . import calc, charts, dashboards, selectors, services, statements
 from .forms import BudgetForm, PriceForm
-from .models import StatementMode
+from .models import Statement, StatementMode
+from .series import CostDashboard
 
 
-def _month(request) -> date:
+def _month(request: HttpRequest) -> date:
     """The page's ``?month=YYYY-MM`` (this month when absent); a bad one is a 400."""
     raw = request.GET.get("month", "")
     if not raw:
@@ -46,14 +48,14 @@ def plotly_src() -> str:
         return reverse("billing:plotly-js")
 
 
-def _figures(dashboard) -> list[dict]:
+def _figures(dashboard: CostDashboard) -> list[dict[str, Any]]:
     return [
         {"id": f"fig-{key}", "figure": charts.figure_dict(fig)}
         for key, fig in charts.all_figures(dashboard).items()
     ]
 
 
-def _month_nav(month: date) -> dict:
+def _month_nav(month: date) -> dict[str, Any]:
     """The month shown and its neighbours (None past the first or last month served)."""
     prev = date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
     after = calc.next_month(month)
@@ -66,7 +68,7 @@ def _month_nav(month: date) -> dict:
 
 
 @login_required
-def home(request):
+def home(request: HttpRequest) -> HttpResponse:
     """Land on the caller's first team's dashboard (admins on the all-teams overview)."""
     if is_platform_admin(request.user):
         return redirect("billing:overview")
@@ -77,7 +79,7 @@ def home(request):
 
 
 @login_required
-def team_dashboard(request, slug: str):
+def team_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     month = _month(request)
     try:
         dashboard = dashboards.team_cost_dashboard(
@@ -102,7 +104,7 @@ def team_dashboard(request, slug: str):
 
 @login_required
 @require_POST
-def budget_set(request, slug: str):
+def budget_set(request: HttpRequest, slug: str) -> HttpResponse:
     """Set the team's budget for the month shown (team owners/admins, platform admins)."""
     team = visible_teams(request.user).filter(slug=slug).first()
     if team is None:
@@ -110,7 +112,7 @@ def budget_set(request, slug: str):
     form = BudgetForm(request.POST)
     if not form.is_valid():
         if "month" in form.errors:
-            raise BadRequest(f"month: {' '.join(form.errors['month'])}")
+            raise BadRequest(f"month: {' '.join(str(m) for m in form.errors['month'])}")
         problems = errors_text(form)
         messages.error(request, f"Budget not set: {problems}")
         return redirect(
@@ -137,7 +139,7 @@ def budget_set(request, slug: str):
 
 
 @login_required
-def overview(request):
+def overview(request: HttpRequest) -> HttpResponse:
     month = _month(request)
     sort = request.GET.get("sort", "spend")
     descending = request.GET.get("dir", "desc") != "asc"
@@ -189,7 +191,7 @@ def overview(request):
 
 
 @login_required
-def price_book(request):
+def price_book(request: HttpRequest) -> HttpResponse:
     """The price book, platform-wide rates then each cluster's overrides (every signed-in user
     reads it: prices are not secret); platform admins add rates here (``services.price_set``).
     A refused rate is reported on the page and nothing is written."""
@@ -234,7 +236,7 @@ def price_book(request):
 
 
 @login_required
-def statement_list(request):
+def statement_list(request: HttpRequest) -> HttpResponse:
     team = request.GET.get("team") or None
     try:
         statements = selectors.statement_list(user=request.user, team_slug=team)
@@ -247,7 +249,7 @@ def statement_list(request):
     )
 
 
-def _statement_or_404(request, pk: int):
+def _statement_or_404(request: HttpRequest, pk: int) -> Statement:
     try:
         return selectors.statement_get(user=request.user, statement_id=pk)
     except NotFound:
@@ -255,7 +257,7 @@ def _statement_or_404(request, pk: int):
 
 
 @login_required
-def statement_detail(request, pk: int):
+def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
     statement = _statement_or_404(request, pk)
     view = selectors.statement_view(statement=statement)
     return render(
@@ -273,7 +275,7 @@ def statement_detail(request, pk: int):
 
 @login_required
 @require_GET
-def statement_csv(request, pk: int):
+def statement_csv(request: HttpRequest, pk: int) -> HttpResponse:
     statement = _statement_or_404(request, pk)
     view = selectors.statement_view(statement=statement)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
@@ -285,7 +287,7 @@ def statement_csv(request, pk: int):
 
 @login_required
 @require_POST
-def statement_close(request, pk: int):
+def statement_close(request: HttpRequest, pk: int) -> HttpResponse:
     statement = _statement_or_404(request, pk)
     try:
         statements.statement_close(
@@ -308,12 +310,13 @@ def _plotly_path() -> Path:
 
 
 @require_GET
-def plotly_js(request):
+def plotly_js(request: HttpRequest) -> HttpResponseBase:
     """plotly.min.js streamed from the installed plotly package (no CDN), cached a day and
     revalidated by an ETag naming the package version."""
     from plotly.offline import get_plotlyjs_version
 
     etag = f'"plotly-{get_plotlyjs_version()}"'
+    response: HttpResponseBase
     if request.headers.get("If-None-Match") == etag:
         response = HttpResponse(status=304)
     else:

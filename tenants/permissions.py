@@ -7,12 +7,21 @@ from ``team_ids_of`` and ``is_platform_admin``.)
 
 from __future__ import annotations
 
+from typing import TypeAlias, TypeGuard
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import QuerySet
 from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from .models import MANAGE_ROLES, SUBMIT_ROLES, Membership, Role, Team
 
+# Who asks: `request.user`, signed in or anonymous (None where no request is at hand).
+Caller: TypeAlias = User | AnonymousUser | None
 
-def is_platform_admin(user) -> bool:
+
+def is_platform_admin(user: Caller) -> TypeGuard[User]:
     return bool(user and user.is_authenticated and user.is_superuser)
 
 
@@ -20,24 +29,24 @@ class IsPlatformAdmin(BasePermission):
     """DRF permission: platform admins only (``is_platform_admin``), not every staff user
     (DRF's IsAdminUser lets ``is_staff`` through)."""
 
-    def has_permission(self, request, view) -> bool:
+    def has_permission(self, request: Request, view: APIView) -> bool:
         return is_platform_admin(request.user)
 
 
-def team_ids_of(user) -> set[int]:
+def team_ids_of(user: Caller) -> set[int]:
     """Ids of the teams ``user`` belongs to, in any role."""
     if not user or not user.is_authenticated:
         return set()
     return set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
 
 
-def role_in(user, team: Team) -> str | None:
+def role_in(user: Caller, team: Team) -> str | None:
     if not user or not user.is_authenticated:
         return None
     return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
 
 
-def submission_target(user, slug: str) -> tuple[Team | None, str | None]:
+def submission_target(user: Caller, slug: str) -> tuple[Team | None, str | None]:
     """The team ``slug`` names and the caller's role in it, in one query, or (None, None) when the
     caller may not see it (a platform admin sees every team, with no role of their own)."""
     if not user or not user.is_authenticated or not isinstance(slug, str):
@@ -52,21 +61,21 @@ def submission_target(user, slug: str) -> tuple[Team | None, str | None]:
     return None, None
 
 
-def can_view_team(user, team: Team) -> bool:
+def can_view_team(user: Caller, team: Team) -> bool:
     return is_platform_admin(user) or role_in(user, team) is not None
 
 
-def can_submit_to(user, team: Team) -> bool:
+def can_submit_to(user: Caller, team: Team) -> bool:
     """Members and above submit and cancel their team's jobs; platform admins anywhere."""
     return is_platform_admin(user) or role_in(user, team) in SUBMIT_ROLES
 
 
-def can_manage_team(user, team: Team) -> bool:
+def can_manage_team(user: Caller, team: Team) -> bool:
     """Team owners and admins manage memberships and ask for quota changes."""
     return is_platform_admin(user) or role_in(user, team) in MANAGE_ROLES
 
 
-def visible_teams(user):
+def visible_teams(user: Caller) -> QuerySet[Team]:
     """The teams whose objects ``user`` may see."""
     if is_platform_admin(user):
         return Team.objects.all()
@@ -75,21 +84,21 @@ def visible_teams(user):
     return Team.objects.filter(memberships__user=user).distinct()
 
 
-def can_manage_quotas(user) -> bool:
+def can_manage_quotas(user: Caller) -> bool:
     """Quotas, the team tree, fair-share weights and priority classes: platform admins only."""
     return is_platform_admin(user)
 
 
-def can_request_quota(user, team: Team) -> bool:
+def can_request_quota(user: Caller, team: Team) -> bool:
     """Team owners and admins ask for quota changes; platform admins decide them."""
     return can_manage_team(user, team)
 
 
-def can_decide_quota_request(user) -> bool:
+def can_decide_quota_request(user: Caller) -> bool:
     return is_platform_admin(user)
 
 
-def can_set_role(user, team: Team, *, current: str | None, new: str | None) -> bool:
+def can_set_role(user: Caller, team: Team, *, current: str | None, new: str | None) -> bool:
     """May ``user`` move a member of ``team`` from role ``current`` to ``new`` (None = absent)?
 
     Team owners and admins manage memberships, but only owners (and platform admins) grant or
@@ -104,7 +113,7 @@ def can_set_role(user, team: Team, *, current: str | None, new: str | None) -> b
     return mine == Role.OWNER or not touches_owner
 
 
-def can_view_audit(user, team: Team | None = None) -> bool:
+def can_view_audit(user: Caller, team: Team | None = None) -> bool:
     """Platform admins read the whole log; team owners and admins read their team's entries."""
     if is_platform_admin(user):
         return True
@@ -113,7 +122,7 @@ def can_view_audit(user, team: Team | None = None) -> bool:
     return can_manage_team(user, team)
 
 
-def auditable_team_ids(user) -> set[int]:
+def auditable_team_ids(user: Caller) -> set[int]:
     """Teams whose audit entries ``user`` may read (empty for members and viewers)."""
     if not user or not user.is_authenticated:
         return set()

