@@ -12,11 +12,15 @@ from __future__ import annotations
 import re
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from .models import ApiToken, AuditEntry, Team
+
+if TYPE_CHECKING:
+    from .permissions import Caller
 
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(r"pass(word)?|secret|token|key|hash|credential|authorization", re.I)
@@ -46,25 +50,26 @@ def redact(value: Any) -> Any:
 
 def audit_record(
     *,
-    actor,
+    actor: Caller,
     action: str,
     target: Any = None,
     target_type: str = "",
     target_id: Any = "",
     team: Team | None = None,
-    before: dict | None = None,
-    after: dict | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
     comment: str = "",
 ) -> AuditEntry:
     """Append one entry. ``actor`` may be None for the system (e.g. expiry of quota requests)."""
     if target is not None:
         target_type = target_type or target._meta.model_name
         target_id = target_id or target.pk
-    actor_ok = actor is not None and getattr(actor, "is_authenticated", False)
+    # A signed-in user is the actor; the anonymous one and None are the system.
+    user = actor if isinstance(actor, User) and actor.is_authenticated else None
     return AuditEntry.objects.create(
         time=timezone.now(),
-        actor=actor if actor_ok else None,
-        actor_name=actor.get_username() if actor_ok else "system",
+        actor=user,
+        actor_name=user.get_username() if user is not None else "system",
         action=action,
         target_type=target_type,
         target_id=str(target_id if target_id is not None else ""),

@@ -15,8 +15,10 @@ again. Local (password) users' tokens are not affected.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
@@ -24,6 +26,9 @@ from rest_framework import exceptions
 from core.auth import BearerTokenAuthentication
 
 from .models import ApiToken, SsoIdentity, hash_token
+
+if TYPE_CHECKING:
+    from .permissions import Caller
 
 # The 401's "code": clients (gpuctl) tell "sign in to the portal" from a token that is no good.
 SSO_SIGN_IN_REQUIRED = "sso_sign_in_required"
@@ -34,7 +39,7 @@ class ApiTokenAuthentication(BearerTokenAuthentication):
 
     keywords = ("bearer", "token")
 
-    def authenticate_token(self, raw: str):
+    def authenticate_token(self, raw: str) -> tuple[User, ApiToken]:
         token = (
             # The user's identity comes with the same row: the single sign-on rule costs no query.
             ApiToken.objects.select_related("user", "user__sso_identity")
@@ -75,10 +80,11 @@ def sso_confirmation_expired(identity: SsoIdentity, *, now: datetime) -> bool:
     return identity.last_login_at < now - timedelta(days=days)
 
 
-def sso_tokens_work_until(user) -> datetime | None:
+def sso_tokens_work_until(user: Caller) -> datetime | None:
     """When ``user``'s API tokens stop working for want of a sign-in, or None where the rule
     does not apply to them (a password user, the rule or single sign-on off)."""
-    identity = getattr(user, "sso_identity", None)
+    # The reverse one-to-one raises when there is no identity; getattr reads that as None.
+    identity: SsoIdentity | None = getattr(user, "sso_identity", None)
     days = settings.OIDC_TOKEN_CONFIRMATION_DAYS
     if identity is None or not days or not settings.SSO_ENABLED:
         return None
@@ -91,5 +97,5 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     target_class = "tenants.authentication.ApiTokenAuthentication"
     name = "tokenAuth"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "an API token (gpt_…)"}

@@ -22,12 +22,12 @@ def _is_number(text: str) -> bool:
     return text.strip() == text and text.lower() not in ("nan", "inf", "-inf", "+inf")
 
 
-def safe_cell(value) -> str:
+def safe_cell(value: object) -> str:
     text = "" if value is None else str(value)
     if text.startswith(_FORMULA_START) and not _is_number(text):
         return "'" + text
     return text
 
 
-def safe_rows(rows: Iterable[Iterable]) -> list[list[str]]:
+def safe_rows(rows: Iterable[Iterable[object]]) -> list[list[str]]:
     return [[safe_cell(cell) for cell in row] for row in rows]

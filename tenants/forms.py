@@ -4,6 +4,7 @@ rules, and ``add_domain_error`` puts a refusal next to the field it names."""
 from __future__ import annotations
 
 from django import forms
+from django.db.models import QuerySet
 
 from catalogue.models import GpuModel
 from core.bounds import form_number
@@ -22,10 +23,12 @@ def add_domain_error(form: forms.Form, exc: DomainError) -> None:
 
 def errors_text(form: forms.Form) -> str:
     """The form's errors as one line (``field: message; ...``), for a message or a 400."""
-    return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())
+    return "; ".join(
+        f"{field}: {' '.join(str(m) for m in messages)}" for field, messages in form.errors.items()
+    )
 
 
-def _gpu_models():
+def _gpu_models() -> QuerySet[GpuModel]:
     return GpuModel.objects.order_by("name")
 
 

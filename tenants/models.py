@@ -62,7 +62,8 @@ class Team(models.Model):
         if parent is None or self.pk is None:
             return False
         parents = dict(Team.objects.values_list("id", "parent_id"))
-        node, seen = parent.pk, set()
+        node: int | None = parent.pk
+        seen: set[int] = set()
         while node is not None and node not in seen:
             if node == self.pk:
                 return True

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
 
 MAX_OFFSET = 2**53  # far beyond any table here, far below SQLite's/PostgreSQL's bigint
 
 
-def _whole_number(request, name: str, *, low: int) -> int | None:
+def _whole_number(request: Request, name: str, *, low: int) -> int | None:
     """The query parameter ``name`` as an int >= ``low``; None when it is absent or empty."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
@@ -29,13 +30,13 @@ def _whole_number(request, name: str, *, low: int) -> int | None:
 class BoundedLimitOffsetPagination(LimitOffsetPagination):
     max_limit = 1000
 
-    def get_limit(self, request):
+    def get_limit(self, request: Request) -> int | None:
         limit = _whole_number(request, self.limit_query_param, low=1)
         if limit is None:
             return self.default_limit
         return min(limit, self.max_limit)
 
-    def get_offset(self, request):
+    def get_offset(self, request: Request) -> int:
         offset = _whole_number(request, self.offset_query_param, low=0)
         if offset is None:
             return 0

@@ -7,15 +7,17 @@ from ``team_ids_of`` and ``is_platform_admin``.)
 
 from __future__ import annotations
 
-from typing import TypeAlias, TypeGuard
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 from rest_framework.permissions import BasePermission
-from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from .models import MANAGE_ROLES, SUBMIT_ROLES, Membership, Role, Team
+
+if TYPE_CHECKING:  # rest_framework.views imports the authentication classes, which import this
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
 
 # Who asks: `request.user`, signed in or anonymous (None where no request is at hand).
 Caller: TypeAlias = User | AnonymousUser | None

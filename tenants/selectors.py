@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -26,7 +27,7 @@ from .models import (
 )
 
 
-def team_get(*, user, slug: str, field: str = "team") -> Team:
+def team_get(*, user: permissions.Caller, slug: str, field: str = "team") -> Team:
     """A team the caller may see; any other (or none) is NotFound on ``field``, with one message
     for both. Every list filter naming a team goes through here (docs/tenancy.md): an empty list
     for another team's slug would differ from a typo only by luck, and a filter that silently
@@ -37,7 +38,7 @@ def team_get(*, user, slug: str, field: str = "team") -> Team:
     return team
 
 
-def team_tree(*, user) -> list[tuple[Team, int]]:
+def team_tree(*, user: permissions.Caller) -> list[tuple[Team, int]]:
     """Visible teams in tree order (depth-first by slug) with their depth. A team whose parent is
     hidden from the caller is shown as a root."""
     teams = list(permissions.visible_teams(user).select_related("parent").order_by("slug"))
@@ -74,7 +75,8 @@ class Entitlements:
 
 def _ancestors_and_self(team_id: int) -> list[int]:
     parents = dict(Team.objects.values_list("id", "parent_id"))
-    chain, node = [], team_id
+    chain: list[int] = []
+    node: int | None = team_id
     while node is not None and node not in chain:
         chain.append(node)
         node = parents.get(node)
@@ -152,7 +154,7 @@ def live_gpus_by_team_model() -> dict[tuple[int, str], int]:
     return {(r["job__team_id"], r["node__gpu_model__name"]): r["n"] for r in rows}
 
 
-def quota_overview(*, user) -> list[TeamQuotaRow]:
+def quota_overview(*, user: permissions.Caller) -> list[TeamQuotaRow]:
     """Per visible team (tree order) and GPU model: guarantee, borrow limit, current use of the
     team and of its subtree. Models appear where the team has a quota or uses GPUs."""
     tree = team_tree(user=user)
@@ -164,7 +166,8 @@ def quota_overview(*, user) -> list[TeamQuotaRow]:
     used = live_gpus_by_team_model()
     subtree: dict[tuple[int, str], int] = defaultdict(int)
     for (team_id, model), n in used.items():
-        node, seen = team_id, set()
+        node: int | None = team_id
+        seen: set[int] = set()
         while node is not None and node not in seen:
             seen.add(node)
             subtree[(node, model)] += n
@@ -191,7 +194,7 @@ def quota_overview(*, user) -> list[TeamQuotaRow]:
     return rows
 
 
-def capacity_overview() -> list[dict]:
+def capacity_overview() -> list[dict[str, str | int]]:
     """Per GPU model: GPUs in capacity (enabled clusters, not retired), and the sum of all guarantees (a hint; the
     precise overcommit rule is ``services.overcommit_problems``)."""
     capacity = dict(
@@ -210,13 +213,15 @@ def capacity_overview() -> list[dict]:
     ]
 
 
-def membership_list(*, user, team: Team) -> QuerySet[Membership]:
+def membership_list(*, user: permissions.Caller, team: Team) -> QuerySet[Membership]:
     if not permissions.can_view_team(user, team):
         raise NotFound("no such team", field="team")
     return Membership.objects.filter(team=team).select_related("user").order_by("user__username")
 
 
-def quota_request_list(*, user, status: str | None = None) -> QuerySet[QuotaRequest]:
+def quota_request_list(
+    *, user: permissions.Caller, status: str | None = None
+) -> QuerySet[QuotaRequest]:
     """Requests of the caller's teams (all of them for platform admins), newest first."""
     qs = QuotaRequest.objects.filter(team__in=permissions.visible_teams(user)).select_related(
         "team", "gpu_model", "requested_by", "decided_by"
@@ -226,14 +231,14 @@ def quota_request_list(*, user, status: str | None = None) -> QuerySet[QuotaRequ
     return qs.order_by("-created_at", "-id")
 
 
-def quota_request_get(*, user, request_id: int) -> QuotaRequest:
+def quota_request_get(*, user: permissions.Caller, request_id: int) -> QuotaRequest:
     req = quota_request_list(user=user).filter(pk=request_id).first()
     if req is None:
         raise NotFound("no such quota request", field="id")
     return req
 
 
-def token_list(*, user) -> QuerySet[ApiToken]:
+def token_list(*, user: permissions.Caller) -> QuerySet[ApiToken]:
     """The caller's own tokens (never anyone else's, platform admins included)."""
     if not user or not user.is_authenticated:
         return ApiToken.objects.none()
@@ -242,7 +247,7 @@ def token_list(*, user) -> QuerySet[ApiToken]:
 
 def audit_list(
     *,
-    user,
+    user: permissions.Caller,
     team: str | None = None,
     action: str | None = None,
     actor: str | None = None,
@@ -291,7 +296,7 @@ AUDIT_CSV_COLUMNS = [
 ]
 
 
-def audit_csv_rows(entries) -> list[list[str]]:
+def audit_csv_rows(entries: Iterable[AuditEntry]) -> list[list[str]]:
     """Rows for the CSV export, one per entry, JSON for before/after."""
     import json
 
@@ -305,7 +310,7 @@ def audit_csv_rows(entries) -> list[list[str]]:
                 e.target_type,
                 e.target_id,
                 e.target_repr,
-                e.team.slug if e.team_id else "",
+                e.team.slug if e.team is not None else "",
                 "" if e.before is None else json.dumps(e.before, sort_keys=True),
                 "" if e.after is None else json.dumps(e.after, sort_keys=True),
                 e.comment,
