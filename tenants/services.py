@@ -10,15 +10,20 @@ naming the field at fault and write nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from datetime import datetime
-from numbers import Integral
+from decimal import Decimal
+from numbers import Integral, Real
+from types import EllipsisType
+from typing import Any
 
 from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import ProtectedError, Sum
 from django.utils import timezone
 
+from catalogue.models import GpuModel
 from core import streams
 from core.bounds import MAX_GPUS, finite_number, number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound, duplicate_refused
@@ -52,7 +57,7 @@ class PermissionDenied(DomainError):
 # --- validation helpers -------------------------------------------------------------------------
 
 
-def _whole(errors: dict[str, list[str]], field: str, value) -> int | None:
+def _whole(errors: dict[str, list[str]], field: str, value: object) -> int | None:
     """A non-negative whole number, or an error naming ``field``. Strings of digits are accepted
     (forms send text); floats, negatives and booleans are not."""
     if isinstance(value, str) and value.strip().lstrip("+").isdigit():
@@ -60,16 +65,17 @@ def _whole(errors: dict[str, list[str]], field: str, value) -> int | None:
     if isinstance(value, bool) or not isinstance(value, Integral):
         errors.setdefault(field, []).append("must be a whole number")
         return None
-    if value < 0:
+    number = int(value)
+    if number < 0:
         errors.setdefault(field, []).append("must be >= 0")
         return None
-    if value > MAX_GPUS:
+    if number > MAX_GPUS:
         errors.setdefault(field, []).append(f"must be <= {MAX_GPUS}")
         return None
-    return int(value)
+    return number
 
 
-def _quota_state(quota: Quota | None) -> dict | None:
+def _quota_state(quota: Quota | None) -> dict[str, Any] | None:
     if quota is None:
         return None
     return {
@@ -80,14 +86,14 @@ def _quota_state(quota: Quota | None) -> dict | None:
     }
 
 
-def _capacity(gpu_model) -> int:
+def _capacity(gpu_model: GpuModel) -> int:
     total = (
         Node.objects.in_capacity().filter(gpu_model=gpu_model).aggregate(n=Sum("gpu_count"))["n"]
     )
     return int(total or 0)
 
 
-def _lock_quotas_of(gpu_model) -> None:
+def _lock_quotas_of(gpu_model: GpuModel) -> None:
     """Serialize every change of the quotas of ``gpu_model`` (set, approve, expire) on its row,
     for the rest of the transaction.
 
@@ -101,7 +107,7 @@ def _lock_quotas_of(gpu_model) -> None:
     type(gpu_model).objects.select_for_update(no_key=True).filter(pk=gpu_model.pk).first()
 
 
-def overcommit_problems(*, team: Team, gpu_model, guaranteed_gpus: int) -> list[str]:
+def overcommit_problems(*, team: Team, gpu_model: GpuModel, guaranteed_gpus: int) -> list[str]:
     """Why setting ``team``'s guarantee to ``guaranteed_gpus`` would overcommit, or [] if it fits.
 
     A child's use counts against its ancestors' quotas (policy contract), so the guarantees that
@@ -116,7 +122,7 @@ def overcommit_problems(*, team: Team, gpu_model, guaranteed_gpus: int) -> list[
     parents = dict(Team.objects.values_list("id", "parent_id"))
 
     def holder_above(team_id: int) -> int | None:
-        seen = set()
+        seen: set[int] = set()
         parent = parents.get(team_id)
         while parent is not None and parent not in seen:
             seen.add(parent)
@@ -158,7 +164,9 @@ def overcommit_problems(*, team: Team, gpu_model, guaranteed_gpus: int) -> list[
 # --- tokens -------------------------------------------------------------------------------------
 
 
-def token_create(*, user, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
+def token_create(
+    *, user: User, name: object, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
     """Create a token for ``user``; returns the row and the plain value (shown once, not stored).
 
     Only the SHA-256 and an 8-character prefix are stored; the plain value is never logged."""
@@ -198,7 +206,7 @@ def token_exchange(*, username: str, password: str, name: str = "api") -> tuple[
 
 
 @transaction.atomic
-def token_revoke(*, user, token_id: int) -> ApiToken:
+def token_revoke(*, user: User, token_id: int) -> ApiToken:
     """Revoke one of ``user``'s own live tokens. Another user's token, or a revoked one, is
     NotFound (never tell which). Idempotence is the caller's: a second revoke is NotFound."""
     now = timezone.now()
@@ -223,7 +231,14 @@ def token_revoke(*, user, token_id: int) -> ApiToken:
 
 
 def _apply_quota(
-    *, actor, team: Team, gpu_model, guaranteed: int, borrow: int, action: str, comment: str = ""
+    *,
+    actor: permissions.Caller,
+    team: Team,
+    gpu_model: GpuModel,
+    guaranteed: int,
+    borrow: int,
+    action: str,
+    comment: str = "",
 ) -> Quota:
     existing = (
         Quota.objects.select_for_update(of=("self",))
@@ -254,11 +269,11 @@ def _apply_quota(
 @transaction.atomic
 def quota_set(
     *,
-    user,
-    team: Team,
-    gpu_model,
-    guaranteed_gpus,
-    borrow_limit_gpus,
+    user: permissions.Caller,
+    team: Team | None,
+    gpu_model: GpuModel | None,
+    guaranteed_gpus: object,
+    borrow_limit_gpus: object,
     confirm_overcommit: bool = False,
     comment: str = "",
 ) -> Quota:
@@ -281,6 +296,9 @@ def quota_set(
         errors["comment"] = problems
     if errors:
         raise FieldErrors(errors)
+    # Each None above was refused with its field.
+    assert team is not None and gpu_model is not None
+    assert guaranteed is not None and borrow is not None
     _lock_quotas_of(gpu_model)
     problems = overcommit_problems(team=team, gpu_model=gpu_model, guaranteed_gpus=guaranteed)
     if problems and not confirm_overcommit:
@@ -305,23 +323,24 @@ def quota_set(
 # --- the team tree ------------------------------------------------------------------------------
 
 
-def _team_state(team: Team) -> dict:
+def _team_state(team: Team) -> dict[str, Any]:
     return {
         "slug": team.slug,
         "name": team.name,
-        "parent": team.parent.slug if team.parent_id else None,
+        "parent": team.parent.slug if team.parent is not None else None,
         "fair_share_weight": team.fair_share_weight,
     }
 
 
-def _weight(errors: dict[str, list[str]], value) -> float | None:
+def _weight(errors: dict[str, list[str]], value: object) -> float | None:
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
             errors.setdefault("fair_share_weight", []).append("must be a number")
             return None
-    if not finite_number(value):
+    # finite_number admits only a Real; the isinstance says so to the type checker.
+    if not finite_number(value) or not isinstance(value, Real):
         errors.setdefault("fair_share_weight", []).append("must be a finite number")
         return None
     problem = number_error(Team, "fair_share_weight", value)
@@ -338,7 +357,12 @@ def _check_parent(team: Team | None, parent: Team | None, errors: dict[str, list
 
 @transaction.atomic
 def team_create(
-    *, user, slug: str, name: str, parent: Team | None = None, fair_share_weight=1.0
+    *,
+    user: permissions.Caller,
+    slug: str,
+    name: str,
+    parent: Team | None = None,
+    fair_share_weight: object = 1.0,
 ) -> Team:
     """Add a team to the tree (platform admins only). Audited."""
     if not permissions.can_manage_quotas(user):
@@ -353,6 +377,7 @@ def team_create(
         errors.setdefault("name", []).append(message)
     if errors:
         raise FieldErrors(errors)
+    assert weight is not None  # refused above otherwise
     with duplicate_refused("slug", "must be a new, non-empty slug"):
         team = Team.objects.create(
             slug=slug, name=name.strip(), parent=parent, fair_share_weight=weight
@@ -363,7 +388,12 @@ def team_create(
 
 @transaction.atomic
 def team_update(
-    *, user, team: Team, fair_share_weight=None, name: str | None = None, parent=...
+    *,
+    user: permissions.Caller,
+    team: Team,
+    fair_share_weight: object = None,
+    name: str | None = None,
+    parent: Team | None | EllipsisType = ...,
 ) -> Team:
     """Change a team's weight, name or parent (platform admins only). Cycles are refused.
 
@@ -413,7 +443,7 @@ def team_update(
 # --- priority classes ---------------------------------------------------------------------------
 
 
-def _priority_state(pc: PriorityClass | None) -> dict | None:
+def _priority_state(pc: PriorityClass | None) -> dict[str, Any] | None:
     if pc is None:
         return None
     return {
@@ -428,9 +458,9 @@ def _priority_state(pc: PriorityClass | None) -> dict | None:
 @transaction.atomic
 def priority_class_set(
     *,
-    user,
-    name: str,
-    value,
+    user: permissions.Caller,
+    name: object,
+    value: object,
     preemptible_by_default: bool = True,
     restricted: bool = False,
     description: str = "",
@@ -444,10 +474,11 @@ def priority_class_set(
         errors["name"] = ["must not be blank"]
     if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, Integral) or abs(value) > 10**9:
+    if isinstance(value, bool) or not isinstance(value, Integral) or abs(int(value)) > 10**9:
         errors["value"] = ["must be a whole number"]
     if errors:
         raise FieldErrors(errors)
+    assert isinstance(name, str) and isinstance(value, Integral)  # refused above otherwise
     existing = PriorityClass.objects.select_for_update().filter(name=name).first()
     # Only a new description is checked: a policy change rewrites the class with the one it
     # has, which may predate the check, and must not fail on a field it did not touch.
@@ -471,7 +502,7 @@ def priority_class_set(
 
 
 @transaction.atomic
-def priority_class_delete(*, user, name: str) -> None:
+def priority_class_delete(*, user: permissions.Caller, name: str) -> None:
     """Delete an unused priority class (platform admins only); one in use is a Conflict."""
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("only platform admins change priority classes", field="name")
@@ -497,7 +528,7 @@ def priority_class_delete(*, user, name: str) -> None:
 # --- entitlements (part of a team's quota settings) ----------------------------------------------
 
 
-def _entitlements_state(row: TeamEntitlements | None) -> dict | None:
+def _entitlements_state(row: TeamEntitlements | None) -> dict[str, Any] | None:
     if row is None:
         return None
     return {
@@ -511,12 +542,12 @@ def _entitlements_state(row: TeamEntitlements | None) -> dict | None:
 @transaction.atomic
 def entitlements_set(
     *,
-    user,
+    user: permissions.Caller,
     team: Team,
-    priority_classes,
+    priority_classes: Iterable[object] | None,
     may_opt_out_of_preemption: bool,
-    max_pending_jobs=None,
-    max_pending_jobs_per_user=None,
+    max_pending_jobs: object = None,
+    max_pending_jobs_per_user: object = None,
 ) -> TeamEntitlements:
     """Set what ``team`` may ask of the scheduler (platform admins only): the restricted
     priority classes granted to it (names), whether it may opt out of preemption, and its caps on
@@ -535,7 +566,7 @@ def entitlements_set(
     unknown = sorted(set(names) - {c.name for c in classes})
     if unknown:
         errors["priority_classes"] = [f"unknown priority class(es): {', '.join(unknown)}"]
-    caps = {}
+    caps: dict[str, int | None] = {}
     for field, value in (
         ("max_pending_jobs", max_pending_jobs),
         ("max_pending_jobs_per_user", max_pending_jobs_per_user),
@@ -546,8 +577,10 @@ def entitlements_set(
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value.strip())
         problem = number_error(TeamEntitlements, field, value)
-        if problem:
-            errors[field] = [problem]
+        # number_error passes only a number (JSON's int or float, a Decimal); the isinstance
+        # says so to the type checker.
+        if problem or not isinstance(value, int | float | Decimal):
+            errors[field] = [problem or "must be a number"]
         else:
             caps[field] = int(value)
     if errors:
@@ -576,7 +609,7 @@ def entitlements_set(
 
 
 @transaction.atomic
-def membership_set(*, user, team: Team, username: str, role: str) -> Membership:
+def membership_set(*, user: permissions.Caller, team: Team, username: str, role: str) -> Membership:
     """Add ``username`` to ``team`` with ``role`` or change their role.
 
     Team owners and admins (and platform admins) manage memberships; only owners grant or remove
@@ -595,7 +628,7 @@ def membership_set(*, user, team: Team, username: str, role: str) -> Membership:
     current = existing.role if existing else None
     if not permissions.can_set_role(user, team, current=current, new=role):
         raise PermissionDenied("you may not give or change this role", field="role")
-    if current == Role.OWNER and role != Role.OWNER:
+    if existing is not None and current == Role.OWNER and role != Role.OWNER:
         _keep_an_owner(team, leaving=existing)
     if existing is None:
         membership = Membership.objects.create(team=team, user=target, role=role)
@@ -647,7 +680,7 @@ def owner_loss_problem(*, team: Team, leaving: Collection[int], new_owners: int 
 
 
 @transaction.atomic
-def membership_remove(*, user, team: Team, username: str) -> None:
+def membership_remove(*, user: permissions.Caller, team: Team, username: str) -> None:
     """Remove ``username`` from ``team`` (same rules as :func:`membership_set`)."""
     _lock_memberships(team)
     if not permissions.can_view_team(user, team):
@@ -679,7 +712,7 @@ def membership_remove(*, user, team: Team, username: str) -> None:
 # --- quota requests -----------------------------------------------------------------------------
 
 
-def _request_state(req: QuotaRequest) -> dict:
+def _request_state(req: QuotaRequest) -> dict[str, Any]:
     return {
         "team": req.team.slug,
         "gpu_model": req.gpu_model.name,
@@ -692,7 +725,14 @@ def _request_state(req: QuotaRequest) -> dict:
 
 @transaction.atomic
 def quota_request_create(
-    *, user, team: Team, gpu_model, guaranteed_gpus, borrow_limit_gpus=None, reason: str, until=None
+    *,
+    user: User,
+    team: Team | None,
+    gpu_model: GpuModel | None,
+    guaranteed_gpus: object,
+    borrow_limit_gpus: object = None,
+    reason: object,
+    until: datetime | None = None,
 ) -> QuotaRequest:
     """A team owner or admin asks for a new guarantee (and borrow limit) of one GPU model, why,
     and optionally until when. Another team is NotFound; members and viewers are refused."""
@@ -705,6 +745,7 @@ def quota_request_create(
         errors["gpu_model"] = ["this field is required"]
     guaranteed = _whole(errors, "guaranteed_gpus", guaranteed_gpus)
     current = Quota.objects.filter(team=team, gpu_model=gpu_model).first() if gpu_model else None
+    borrow: int | None
     if borrow_limit_gpus is None or borrow_limit_gpus == "":
         borrow = current.borrow_limit_gpus if current else 0
     else:
@@ -717,6 +758,9 @@ def quota_request_create(
         errors["until"] = ["must be in the future"]
     if errors:
         raise FieldErrors(errors)
+    # Each None, and a reason that is not text, was refused above with its field.
+    assert gpu_model is not None and guaranteed is not None and borrow is not None
+    assert isinstance(reason, str)
     req = QuotaRequest.objects.create(
         team=team,
         gpu_model=gpu_model,
@@ -738,7 +782,7 @@ def quota_request_create(
     return req
 
 
-def _claim(req_id: int, *, source: str, target: str, **fields) -> QuotaRequest | None:
+def _claim(req_id: int, *, source: str, target: str, **fields: Any) -> QuotaRequest | None:
     """Move a request from ``source`` to ``target`` with one conditional UPDATE (compare and
     set), so two admins or two expiry runs cannot both act on it. None when someone else won."""
     updated = QuotaRequest.objects.filter(pk=req_id, status=source).update(status=target, **fields)
@@ -749,7 +793,11 @@ def _claim(req_id: int, *, source: str, target: str, **fields) -> QuotaRequest |
 
 @transaction.atomic
 def quota_request_approve(
-    *, user, request_id: int, comment: str = "", confirm_overcommit: bool = False
+    *,
+    user: permissions.Caller,
+    request_id: int,
+    comment: str = "",
+    confirm_overcommit: bool = False,
 ) -> QuotaRequest:
     """Approve a pending request and apply it to the team's quota (platform admins only).
 
@@ -815,7 +863,9 @@ def quota_request_approve(
 
 
 @transaction.atomic
-def quota_request_reject(*, user, request_id: int, comment: str) -> QuotaRequest:
+def quota_request_reject(
+    *, user: permissions.Caller, request_id: int, comment: object
+) -> QuotaRequest:
     """Reject a pending request with a comment (platform admins only). Nothing else changes."""
     if not permissions.can_decide_quota_request(user):
         raise PermissionDenied("only platform admins decide quota requests", field="id")
