@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from core.errors import DomainError, FieldErrors, Forbidden, NotFound, duplicate_refused
@@ -27,19 +29,27 @@ from .audit import audit_record
 from .models import Membership, MembershipSource, Role, SsoGroupRule, SsoIdentity, Team
 
 # Strongest first: a user in two groups mapped to one team gets the stronger role.
-ROLE_RANK = {Role.OWNER: 4, Role.ADMIN: 3, Role.MEMBER: 2, Role.VIEWER: 1}
+ROLE_RANK: dict[str, int] = {Role.OWNER: 4, Role.ADMIN: 3, Role.MEMBER: 2, Role.VIEWER: 1}
 _USERNAME_BAD = re.compile(r"[^\w.@+-]")
+
+
+def _column_limit(model: type[models.Model], name: str) -> int:
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.CharField) and field.max_length is not None
+    return field.max_length
+
+
 # The columns' own limits: what they cannot hold is refused or dropped before it reaches them.
-GROUP_MAX = SsoGroupRule._meta.get_field("group").max_length
-SUBJECT_MAX = SsoIdentity._meta.get_field("subject").max_length
-ISSUER_MAX = SsoIdentity._meta.get_field("issuer").max_length
+GROUP_MAX = _column_limit(SsoGroupRule, "group")
+SUBJECT_MAX = _column_limit(SsoIdentity, "subject")
+ISSUER_MAX = _column_limit(SsoIdentity, "issuer")
 
 
 class SsoRefused(Exception):
     """The provider's claims cannot sign anyone in (no subject, say)."""
 
 
-def groups_from(claims: dict, claim: str) -> list[str]:
+def groups_from(claims: dict[str, Any], claim: str) -> list[str]:
     """The provider's groups: a list of strings, one string, or nothing. Only names a rule
     could hold are kept: the others can give nothing, and a NUL among them would fail the
     login where the groups are stored, control characters end up in the audit comments."""
@@ -55,7 +65,7 @@ def _rule_group(group: str) -> bool:
     return 0 < len(group) <= GROUP_MAX and not name_errors(group)
 
 
-def _email_from(claims: dict) -> str:
+def _email_from(claims: dict[str, Any]) -> str:
     """The email claim if it is an address the provider does not call unverified, else "" (as
     if absent). It becomes the To: of notifications: one with a line break would fail every one
     of them, one longer than the column or holding a NUL would fail the login.
@@ -85,7 +95,7 @@ def desired_roles(groups: list[str]) -> tuple[dict[int, str], dict[int, list[str
     for team_id, role, group in SsoGroupRule.objects.filter(group__in=groups).values_list(
         "team_id", "role", "group"
     ):
-        if ROLE_RANK[role] > ROLE_RANK.get(roles.get(team_id), 0):
+        if ROLE_RANK[role] > ROLE_RANK.get(roles.get(team_id, ""), 0):
             roles[team_id] = role
         matched.setdefault(team_id, []).append(group)
     return roles, {team_id: sorted(set(names)) for team_id, names in matched.items()}
@@ -109,7 +119,16 @@ def _free_username(wanted: str) -> str:
     return name
 
 
-def _first_login(*, claims, issuer, subject, email, groups, username_claim, now) -> SsoIdentity:
+def _first_login(
+    *,
+    claims: dict[str, Any],
+    issuer: str,
+    subject: str,
+    email: str,
+    groups: list[str],
+    username_claim: str,
+    now: datetime,
+) -> SsoIdentity:
     """Create the user and identity of a first login (audited). Raises IntegrityError when a
     concurrent login took the name or made this identity first."""
     wanted = claims.get(username_claim) or (email.split("@")[0] if email else subject)
@@ -136,12 +155,12 @@ def _first_login(*, claims, issuer, subject, email, groups, username_claim, now)
 @transaction.atomic
 def sso_login(
     *,
-    claims: dict,
+    claims: dict[str, Any],
     issuer: str,
     groups_claim: str,
     username_claim: str,
     now: datetime | None = None,
-):
+) -> User | None:
     """The user the verified ``claims`` sign in (created on first login), with memberships
     matching the group rules. Raises :class:`SsoRefused` without a subject; returns None for a
     deactivated user."""
@@ -210,7 +229,7 @@ def sso_login(
     return user
 
 
-def memberships_sync(*, user, groups: list[str]) -> list[str]:
+def memberships_sync(*, user: User, groups: list[str]) -> list[str]:
     """Make ``user``'s SSO memberships match the rules for ``groups``; returns what changed (also
     in the audit log). Manual memberships are left as they are.
 
@@ -273,14 +292,14 @@ def memberships_sync(*, user, groups: list[str]) -> list[str]:
 
 
 def _audit_change(
-    user,
+    user: User,
     team: Team,
     membership_id: int,
     action: str,
     before: str | None,
     after: str | None,
-    comment,
-):
+    comment: str,
+) -> None:
     """One audited membership change made by a login (the user is the actor)."""
     audit_record(
         actor=user,
@@ -296,12 +315,14 @@ def _audit_change(
     )
 
 
-def _rule_state(rule: SsoGroupRule) -> dict:
+def _rule_state(rule: SsoGroupRule) -> dict[str, str]:
     return {"group": rule.group, "team": rule.team.slug, "role": rule.role}
 
 
 @transaction.atomic
-def sso_rule_create(*, user, group: str, team: str, role: str) -> SsoGroupRule:
+def sso_rule_create(
+    *, user: permissions.Caller, group: object, team: object, role: str
+) -> SsoGroupRule:
     """Map provider group ``group`` to ``role`` in ``team`` (platform admins). Takes effect at
     each member's next login. Audited."""
     if not permissions.is_platform_admin(user):
@@ -321,6 +342,7 @@ def sso_rule_create(*, user, group: str, team: str, role: str) -> SsoGroupRule:
         errors["role"] = [f"must be one of {', '.join(Role.values)}"]
     if errors:
         raise FieldErrors(errors)
+    assert isinstance(group, str) and team_row is not None  # refused above otherwise
     if SsoGroupRule.objects.filter(group=group.strip(), team=team_row).exists():
         raise DomainError(f"group '{group.strip()}' already maps to team {team}", field="group")
     with duplicate_refused("group", f"group '{group.strip()}' already maps to team {team}"):
@@ -334,7 +356,7 @@ def sso_rule_create(*, user, group: str, team: str, role: str) -> SsoGroupRule:
 
 
 @transaction.atomic
-def sso_rule_delete(*, user, rule_id: int) -> None:
+def sso_rule_delete(*, user: permissions.Caller, rule_id: int) -> None:
     """Remove a rule (platform admins); members lose what it gave at their next login."""
     if not permissions.is_platform_admin(user):
         raise NotFound("no such rule", field="id")
