@@ -4,14 +4,21 @@ from ``tenants.permissions`` through the services."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import django_filters
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import Throttled
 from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from catalogue.models import GpuModel
@@ -32,12 +39,20 @@ from .models import (
     TeamEntitlements,
 )
 from .pagination import BoundedLimitOffsetPagination
-from .permissions import is_platform_admin, visible_teams
+from .permissions import Caller, is_platform_admin, visible_teams
 from .throttles import password_attempt_failed, password_attempt_refused
 
 
-class TeamSerializer(serializers.ModelSerializer):
-    parent = serializers.SerializerMethodField(
+def _signed_in(request: Request) -> User:
+    """The caller of a view behind IsAuthenticated (the default permission): a User. DRF's
+    stubs type ``request.user`` as any user, the anonymous one included."""
+    return cast(User, request.user)
+
+
+class TeamSerializer(serializers.ModelSerializer[Team]):
+    # The stubs read a field named "parent" as Field.parent (the field's own serializer); DRF's
+    # metaclass moves declared fields off the class, so the two never meet.
+    parent = serializers.SerializerMethodField(  # type: ignore[assignment]
         help_text="the parent team's slug, if the caller may see it (null otherwise, as for a root)"
     )
     role = serializers.SerializerMethodField()
@@ -46,17 +61,17 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["slug", "name", "parent", "fair_share_weight", "role"]
 
-    def get_parent(self, team) -> str | None:
+    def get_parent(self, team: Team) -> str | None:
         # a parent the caller is no member of is hidden, as the portal's team tree hides it
         visible = self.context.get("visible_team_ids", ())
-        return team.parent.slug if team.parent_id in visible else None
+        return team.parent.slug if team.parent is not None and team.parent_id in visible else None
 
-    def get_role(self, team) -> str | None:
-        roles = self.context.get("roles", {})
+    def get_role(self, team: Team) -> str | None:
+        roles: dict[int, str] = self.context.get("roles", {})
         return roles.get(team.pk)
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(serializers.ModelSerializer[Quota]):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     guaranteed_gpus = api_number(Quota, "guaranteed_gpus")
@@ -79,7 +94,7 @@ class QuotaSerializer(serializers.ModelSerializer):
             "confirm_overcommit",
         ]
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # A quota is one team's for one GPU model. Changing either on PUT/PATCH wrote (or
         # created) another team's or model's quota with this one's numbers and left this one as
         # it was, while answering as if this one had changed.
@@ -97,14 +112,14 @@ class QuotaSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class PriorityClassSerializer(serializers.ModelSerializer):
+class PriorityClassSerializer(serializers.ModelSerializer[PriorityClass]):
     class Meta:
         model = PriorityClass
         fields = ["name", "value", "preemptible_by_default", "restricted", "description"]
         read_only_fields = fields
 
 
-class EntitlementsSerializer(serializers.Serializer):
+class EntitlementsSerializer(serializers.Serializer[Any]):
     """A team's quota settings beyond GPU quotas. The writable fields are the team's own; the
     ``effective`` object adds what it inherits from its parent teams and the platform defaults."""
 
@@ -128,7 +143,7 @@ class EntitlementsSerializer(serializers.Serializer):
     effective = serializers.DictField(read_only=True)
 
 
-def _entitlements_body(team: Team) -> dict:
+def _entitlements_body(team: Team) -> dict[str, Any]:
     row = TeamEntitlements.objects.filter(team=team).first()
     granted = selectors.team_entitlements(team)
     return {
@@ -148,9 +163,11 @@ def _entitlements_body(team: Team) -> dict:
     }
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(serializers.ModelSerializer[Membership]):
     username = serializers.CharField(source="user.username", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
 
     class Meta:
         model = Membership
@@ -158,23 +175,23 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MembershipWriteSerializer(serializers.Serializer):
+class MembershipWriteSerializer(serializers.Serializer[Any]):
     username = serializers.CharField(max_length=150)
     role = serializers.ChoiceField(choices=Role.choices)
 
 
-class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
     """The teams the caller belongs to (all teams for platform admins)."""
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = TeamSerializer
     lookup_field = "slug"
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Team]:
         return visible_teams(self.request.user).select_related("parent").order_by("slug")
 
-    def get_serializer_context(self):
-        context = super().get_serializer_context()
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = dict(super().get_serializer_context())
         user = self.request.user
         if user.is_authenticated:
             context["roles"] = dict(
@@ -188,7 +205,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         responses={200: MembershipSerializer(many=True), 201: MembershipSerializer},
     )
     @action(detail=True, methods=["get", "post"], pagination_class=None)
-    def members(self, request, slug=None, **kwargs):
+    def members(self, request: Request, slug: str = "", **kwargs: Any) -> Response:
         """GET: the team's members. POST {username, role}: add or change a member (team owners
         and admins; only owners touch the owner role)."""
         team = selectors.team_get(user=request.user, slug=slug)
@@ -204,7 +221,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=EntitlementsSerializer, responses={200: EntitlementsSerializer})
     @action(detail=True, methods=["get", "put"], pagination_class=None)
-    def entitlements(self, request, slug=None, **kwargs):
+    def entitlements(self, request: Request, slug: str = "", **kwargs: Any) -> Response:
         """GET: the team's quota settings (restricted classes granted, preemption opt-out,
         pending caps), as its members may read them. PUT: set them (platform admins)."""
         team = selectors.team_get(user=request.user, slug=slug)
@@ -221,7 +238,9 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         url_path=r"members/(?P<username>[^/]+)",
         url_name="member-remove",
     )
-    def member_remove(self, request, slug=None, username=None, **kwargs):
+    def member_remove(
+        self, request: Request, slug: str = "", username: str = "", **kwargs: Any
+    ) -> Response:
         team = selectors.team_get(user=request.user, slug=slug)
         services.membership_remove(user=request.user, team=team, username=username)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -237,8 +256,10 @@ class QuotaFilter(django_filters.FilterSet):
         model = Quota
         fields = ["team__slug", "gpu_model__name"]
 
-    def filter_team(self, queryset, _name, value):
-        return queryset.filter(team=selectors.team_get(user=self.request.user, slug=value))
+    def filter_team(self, queryset: QuerySet[Quota], _name: str, value: str) -> QuerySet[Quota]:
+        # django-filter hands the view's request in (the filter backend always passes it).
+        user = self.request.user if self.request is not None else None
+        return queryset.filter(team=selectors.team_get(user=user, slug=value))
 
 
 class QuotaViewSet(
@@ -246,7 +267,7 @@ class QuotaViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
-    viewsets.GenericViewSet,
+    viewsets.GenericViewSet[Quota],
 ):
     """Quotas of the caller's teams; platform admins may create and change any."""
 
@@ -254,11 +275,11 @@ class QuotaViewSet(
     serializer_class = QuotaSerializer
     filterset_class = QuotaFilter
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Quota]:
         teams = visible_teams(self.request.user)
         return Quota.objects.filter(team__in=teams).select_related("team", "gpu_model")
 
-    def _save(self, serializer):
+    def _save(self, serializer: serializers.BaseSerializer[Quota]) -> Quota:
         data = serializer.validated_data
         instance = getattr(serializer, "instance", None)
         return services.quota_set(
@@ -274,7 +295,7 @@ class QuotaViewSet(
             confirm_overcommit=data.get("confirm_overcommit", False),
         )
 
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         if not is_platform_admin(request.user):
             return Response({"detail": "only platform admins change quotas"}, status=403)
         serializer = self.get_serializer(data=request.data)
@@ -282,7 +303,7 @@ class QuotaViewSet(
         quota = self._save(serializer)
         return Response(QuotaSerializer(quota).data, status=status.HTTP_201_CREATED)
 
-    def update(self, request, *args, **kwargs):
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         instance = self.get_object()
         if not is_platform_admin(request.user):
             return Response({"detail": "only platform admins change quotas"}, status=403)
@@ -294,7 +315,7 @@ class QuotaViewSet(
         return Response(QuotaSerializer(quota).data)
 
 
-class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
+class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet[PriorityClass]):
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = PriorityClassSerializer
     queryset = PriorityClass.objects.order_by("-value")
@@ -304,10 +325,10 @@ class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
 class TokenExchangeView(APIView):
     """POST username and password, get a new API token (shown once)."""
 
-    authentication_classes: list = []
+    authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
 
-    def get_throttles(self):
+    def get_throttles(self) -> list[BaseThrottle]:
         return []  # failed password attempts are limited in post(), as at the portal's form
 
     @extend_schema(
@@ -330,13 +351,13 @@ class TokenExchangeView(APIView):
             )
         },
     )
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         data = request.data
         if not hasattr(data, "get"):  # a JSON list, string, number or null
             return Response({"non_field_errors": ["expected a JSON object"]}, status=400)
         username = data.get("username")
         password = data.get("password")
-        errors = {}
+        errors: dict[str, list[str]] = {}
         for field, value in (("username", username), ("password", password)):
             if value is None or value == "":
                 errors[field] = ["this field is required"]
@@ -344,6 +365,7 @@ class TokenExchangeView(APIView):
                 errors[field] = ["must be a string"]
         if errors:
             return Response(errors, status=status.HTTP_400_BAD_REQUEST)
+        assert isinstance(username, str) and isinstance(password, str)  # refused above otherwise
         name = data.get("name")
         if name is None:
             name = "api"
@@ -366,7 +388,7 @@ class TokenExchangeView(APIView):
         return response
 
 
-def _visible_team_from_body(user, slug) -> Team:
+def _visible_team_from_body(user: Caller, slug: object) -> Team:
     """The team named in a request body, if the caller may see it. Any other team is refused on
     the field, with one message whether or not it exists."""
     team = visible_teams(user).filter(slug=slug).first() if isinstance(slug, str) else None
@@ -375,11 +397,19 @@ def _visible_team_from_body(user, slug) -> Team:
     return team
 
 
-class QuotaChangeRequestSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+class QuotaChangeRequestSerializer(serializers.ModelSerializer[QuotaRequest]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    gpu_model: serializers.SlugRelatedField[GpuModel] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    requested_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    decided_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = QuotaRequest
@@ -401,7 +431,7 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class QuotaChangeRequestCreateSerializer(serializers.Serializer):
+class QuotaChangeRequestCreateSerializer(serializers.Serializer[Any]):
     team = serializers.SlugField()
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     guaranteed_gpus = api_number(QuotaRequest, "guaranteed_gpus")
@@ -412,13 +442,13 @@ class QuotaChangeRequestCreateSerializer(serializers.Serializer):
     until = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
 
-class DecisionSerializer(serializers.Serializer):
+class DecisionSerializer(serializers.Serializer[Any]):
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
     confirm_overcommit = serializers.BooleanField(required=False, default=False)
 
 
 class QuotaRequestViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[QuotaRequest]
 ):
     """Quota requests of the caller's teams. Team owners and admins create them; platform admins
     approve (which applies the change) or reject them with a comment."""
@@ -427,7 +457,7 @@ class QuotaRequestViewSet(
     serializer_class = QuotaChangeRequestSerializer
     filterset_fields = ["status"]
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[QuotaRequest]:
         return selectors.quota_request_list(user=self.request.user)
 
     def _request_id(self) -> int:
@@ -436,18 +466,18 @@ class QuotaRequestViewSet(
             raise NotFound("no such quota request", field="id")
         return request_id
 
-    def get_object(self):
+    def get_object(self) -> QuotaRequest:
         return selectors.quota_request_get(user=self.request.user, request_id=self._request_id())
 
     @extend_schema(
         request=QuotaChangeRequestCreateSerializer, responses={201: QuotaChangeRequestSerializer}
     )
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         incoming = QuotaChangeRequestCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         req = services.quota_request_create(
-            user=request.user,
+            user=_signed_in(request),
             team=_visible_team_from_body(request.user, data["team"]),
             gpu_model=data["gpu_model"],
             guaranteed_gpus=data["guaranteed_gpus"],
@@ -459,7 +489,7 @@ class QuotaRequestViewSet(
 
     @extend_schema(request=DecisionSerializer, responses={200: QuotaChangeRequestSerializer})
     @action(detail=True, methods=["post"])
-    def approve(self, request, pk=None, **kwargs):
+    def approve(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         self.get_object()  # another team's request is a 404 before any permission message
         incoming = DecisionSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -473,7 +503,7 @@ class QuotaRequestViewSet(
 
     @extend_schema(request=DecisionSerializer, responses={200: QuotaChangeRequestSerializer})
     @action(detail=True, methods=["post"])
-    def reject(self, request, pk=None, **kwargs):
+    def reject(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         self.get_object()
         incoming = DecisionSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -485,7 +515,7 @@ class QuotaRequestViewSet(
         return Response(QuotaChangeRequestSerializer(req).data)
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
     revoked = serializers.SerializerMethodField()
 
     class Meta:
@@ -502,11 +532,11 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_revoked(self, token) -> bool:
+    def get_revoked(self, token: ApiToken) -> bool:
         return token.revoked_at is not None
 
 
-class ApiTokenCreateSerializer(serializers.Serializer):
+class ApiTokenCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
@@ -519,14 +549,16 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
         read_only_fields = fields
 
 
-class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class TokenViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[ApiToken]
+):
     """The caller's own API tokens. The plain token appears only in the create response; revoke
     with DELETE or POST …/revoke/. Another user's token is a 404."""
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = ApiTokenSerializer
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[ApiToken]:
         return selectors.token_list(user=self.request.user)
 
     def _token_id(self) -> int:
@@ -535,37 +567,39 @@ class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             raise NotFound("no such token", field="id")
         return token_id
 
-    def get_object(self):
+    def get_object(self) -> ApiToken:
         token = self.get_queryset().filter(pk=self._token_id()).first()
         if token is None:
             raise NotFound("no such token", field="id")
         return token
 
     @extend_schema(request=ApiTokenCreateSerializer, responses={201: ApiTokenCreatedSerializer})
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         incoming = ApiTokenCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        token, raw = services.token_create(user=request.user, **incoming.validated_data)
-        body = ApiTokenSerializer(token).data
+        token, raw = services.token_create(user=_signed_in(request), **incoming.validated_data)
+        body = dict(ApiTokenSerializer(token).data)
         body["token"] = raw
         response = Response(body, status=status.HTTP_201_CREATED)
         add_never_cache_headers(response)
         return response
 
     @extend_schema(request=None, responses={204: None})
-    def destroy(self, request, pk=None, **kwargs):
-        services.token_revoke(user=request.user, token_id=self._token_id())
+    def destroy(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        services.token_revoke(user=_signed_in(request), token_id=self._token_id())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: ApiTokenSerializer})
     @action(detail=True, methods=["post"])
-    def revoke(self, request, pk=None, **kwargs):
-        token = services.token_revoke(user=request.user, token_id=self._token_id())
+    def revoke(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        token = services.token_revoke(user=_signed_in(request), token_id=self._token_id())
         return Response(ApiTokenSerializer(token).data)
 
 
-class AuditEntrySerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     actor = serializers.CharField(source="actor_name", read_only=True)
     target = serializers.CharField(source="target_repr", read_only=True)
 
@@ -587,13 +621,13 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
+class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet[AuditEntry]):
     """The audit log: all entries for platform admins, their teams' for team owners and admins."""
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = AuditEntrySerializer
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[AuditEntry]:
         params = self.request.query_params
         return selectors.audit_list(
             user=self.request.user,
@@ -602,7 +636,7 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
             actor=params.get("actor") or None,
         )
 
-    def get_object(self):
+    def get_object(self) -> AuditEntry:
         pk = parse_id(self.kwargs.get("pk"))
         if pk is None:
             raise NotFound("no such audit entry", field="id")
@@ -630,10 +664,10 @@ class MeView(APIView):
             )
         }
     )
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         from .models import Membership
 
-        user = request.user
+        user = _signed_in(request)
         teams = [
             {"team": slug, "role": role, "source": source}
             for slug, role, source in Membership.objects.filter(user=user)
