@@ -4,6 +4,9 @@ Every call is an argument list handed to ``subprocess.run`` (never a shell strin
 (script on stdin), ``scancel``, ``scontrol``, ``squeue --json``, ``sinfo --json`` and, where
 accounting exists, ``sacct``. Parsing lives in :mod:`scheduler.backends.slurm_parsers`; it reads
 the JSON of Slurm 22.05 and of 23.02 and later (24.11 tested) by the shape each answer has.
+Running one command (prefixes, retries, typed errors) is :mod:`scheduler.backends.slurm_commands`;
+telling our runs' jobs from other users' and finding each run's job is
+:mod:`scheduler.backends.slurm_runs`; the class here is the backend protocol on top of them.
 
 The commands can run through a ``command_prefix`` (``["ssh", "login-node"]``, ``["chroot",
 "/srv/slurm-root"]``), so the platform host need not be a Slurm node; job files (output,
@@ -50,13 +53,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import random
-import shlex
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from scheduler.backends.base import (
     BackendError,
@@ -74,15 +75,12 @@ from scheduler.backends.base import (
     parse_backend_job_name,
 )
 from scheduler.backends.slurm_accounts import (
-    ACCOUNT_PLACEHOLDER,
     UNKNOWN_OWNER,
     directory_problems,
-    local_uids,
     path_and_parents,
     prefix_setting,
     team_accounts_setting,
     team_command_prefix_setting,
-    uids_from_getent,
 )
 from scheduler.backends.slurm_files import JobFiles
 from scheduler.backends.slurm_nodes import (
@@ -94,31 +92,20 @@ from scheduler.backends.slurm_nodes import (
 from scheduler.backends.slurm_parsers import (
     SQUEUE_OWNED_FORMAT,
     SQUEUE_OWNER_NAME_FORMAT,
-    ErrorKind,
     SlurmJob,
     SlurmQueryError,
     build_job_script,
     build_sbatch_argv,
-    classify_error,
     is_known_state,
     is_live,
     job_status,
-    parse_sacct_parsable,
     parse_sbatch_parsable,
-    parse_squeue_json,
     parse_squeue_live,
     parse_squeue_owners,
-    pick_run,
 )
+from scheduler.backends.slurm_runs import SlurmRunFinder
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-_SACCT_FORMAT = "jobid,jobname,state,exitcode,nodelist,uid"
-_MUTATING = {"sbatch", "scancel", "scontrol"}
-_SLURM_COMMANDS = {"sbatch", "squeue", "sinfo", "scancel", "scontrol", "sacct"}
-
 
 # The configuration keys SlurmBackend reads (the class docstring says what each does), and the
 # run namespace every backend's configuration may carry (scheduler.backends.run_namespace).
@@ -150,11 +137,7 @@ _CONFIG_KEYS = frozenset(
 )
 
 
-def _is_ssh(program: str) -> bool:
-    return os.path.basename(program) == "ssh"
-
-
-class SlurmBackend:
+class SlurmBackend(SlurmRunFinder):
     """A Slurm cluster driven through its command-line tools.
 
     ``config`` keys (all optional):
@@ -253,300 +236,6 @@ class SlurmBackend:
         # Run name -> the team account that owns it (None: the service account). A Slurm job's
         # owner never changes; remembered so reading a log does not query Slurm each time.
         self._run_accounts: dict[str, str | None] = {}
-
-    # -----------------------------------------------------------------------------------------
-    # Running commands
-
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["LC_ALL"] = "C"
-        if self.slurm_conf:
-            env["SLURM_CONF"] = self.slurm_conf
-        return env
-
-    def _command(
-        self, argv: list[str], *, node_change: bool = False, account: str | None = None
-    ) -> list[str]:
-        """The argument list to execute: ``bin_dir`` (for Slurm's own commands) and
-        ``command_prefix`` (``node_command_prefix`` for a node change) applied, then, for a
-        team ``account``, ``team_command_prefix``."""
-        program = argv[0]
-        if self.bin_dir and program in _SLURM_COMMANDS:
-            program = os.path.join(self.bin_dir, program)
-        command = [program, *argv[1:]]
-        outer = self.node_command_prefix if node_change else self.command_prefix
-        inner = (
-            tuple(a.replace(ACCOUNT_PLACEHOLDER, account) for a in self.team_command_prefix)
-            if account
-            else ()
-        )
-        if not outer and not inner:
-            return command
-        # sudo and ssh do not pass this process's environment on: the settings travel as env.
-        settings = ["LC_ALL=C"] + ([f"SLURM_CONF={self.slurm_conf}"] if self.slurm_conf else [])
-        tail = ["env", *settings, *command]
-        # ssh joins its arguments into one line for the remote shell: quote each one after it.
-        if outer and _is_ssh(outer[0]):
-            return [*outer, *(shlex.quote(arg) for arg in [*inner, *tail])]
-        if inner and _is_ssh(inner[0]):
-            return [*outer, *inner, *(shlex.quote(arg) for arg in tail)]
-        return [*outer, *inner, *tail]
-
-    def _backoff(self, try_no: int) -> None:
-        # Full jitter: spreads retries of many callers after a shared outage.
-        cap = min(self.backoff_max_s, self.backoff_s * (2 ** (try_no - 1)))
-        self._sleep(random.uniform(0, cap))
-
-    def _exec(
-        self, command: list[str], *, stdin: str | None = None, binary: bool = False
-    ) -> subprocess.CompletedProcess:
-        """Run ``command`` (already through :meth:`_command`) with the backend's environment and
-        deadline; its exit status is the caller's to read."""
-        return subprocess.run(
-            command,
-            input=stdin,
-            capture_output=True,
-            text=not binary,
-            timeout=self.command_timeout_s,
-            env=self._env(),
-            check=False,
-        )
-
-    def _run(
-        self,
-        argv: list[str],
-        *,
-        stdin: str | None = None,
-        parse: Callable[[str], T] | None = None,
-        already_done_ok: bool = False,
-        retry: bool = True,
-        node_change: bool = False,
-        account: str | None = None,
-    ) -> T | str:
-        """Run one Slurm command; return its stdout (or ``parse(stdout)``).
-
-        Maps failures: unreachable / timeout / garbled answer -> retried, then
-        BackendUnavailable; "already done" -> "" when ``already_done_ok``; anything else ->
-        BackendRejected. ``retry=False`` makes a single attempt (for non-idempotent sbatch).
-        """
-        if self.dry_run and argv[0] in _MUTATING and argv[1:2] != ["show"]:
-            logger.info("slurm dry-run: %s", argv)
-            if stdin:
-                logger.info("slurm dry-run stdin:\n%s", stdin)
-            return ""
-        command = self._command(argv, node_change=node_change, account=account)
-        tries = self.tries if retry else 1
-        problem = ""
-        for try_no in range(1, tries + 1):
-            try:
-                proc = self._exec(command, stdin=stdin)
-            except FileNotFoundError as exc:
-                raise BackendUnavailable(f"Slurm command not found: {command[0]}") from exc
-            except subprocess.TimeoutExpired:
-                problem = f"{argv[0]} timed out after {self.command_timeout_s:g}s"
-            else:
-                if proc.returncode == 0:
-                    if parse is None:
-                        return proc.stdout
-                    try:
-                        return parse(proc.stdout)
-                    except SlurmQueryError as exc:
-                        kind, problem = classify_error(str(exc)), str(exc)
-                        if kind is not ErrorKind.UNAVAILABLE:
-                            raise BackendRejected(problem) from exc
-                else:
-                    problem = (proc.stderr.strip() or proc.stdout.strip()) or (
-                        f"{argv[0]} exited with status {proc.returncode}"
-                    )
-                    kind = classify_error(problem)
-                    if kind is ErrorKind.ALREADY_DONE and already_done_ok:
-                        logger.info("slurm: already done (%s): %s", argv[0], problem)
-                        return ""
-                    if kind is not ErrorKind.UNAVAILABLE:
-                        raise BackendRejected(f"{argv[0]}: {problem}")
-            logger.warning("slurm unavailable (try %d/%d): %s", try_no, tries, problem)
-            if try_no < tries:
-                self._backoff(try_no)
-        raise BackendUnavailable(f"Slurm unavailable: {problem}")
-
-    # -----------------------------------------------------------------------------------------
-    # Finding our runs
-
-    def _own_uid(self) -> int:
-        """The uid the Slurm commands run as (through ``command_prefix``: the remote account),
-        which owns every run the platform submitted; asked once."""
-        if self._uid is None:
-            if not self.command_prefix:
-                self._uid = os.getuid()
-            else:
-                try:
-                    proc = self._exec(self._command(["id", "-u"]))
-                except (OSError, subprocess.TimeoutExpired) as exc:
-                    raise BackendUnavailable(f"id -u: {exc}") from exc
-                if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-                    raise BackendUnavailable(f"id -u: {proc.stderr.strip() or proc.stdout!r}")
-                self._uid = int(proc.stdout.strip())
-        return self._uid
-
-    def _account_uids(self, accounts: Iterable[str]) -> dict[str, int]:
-        """The uid of each of ``accounts`` where the commands run (through ``command_prefix``),
-        those not known yet in one ``getent``. An account that does not exist there is left out
-        (logged; none of its jobs can exist) and asked about again next time."""
-        names = sorted(set(accounts))
-        unknown = [name for name in names if name not in self._known_uids]
-        if unknown:
-            if not self.command_prefix:
-                found = local_uids(unknown)
-            else:
-                try:
-                    proc = self._exec(self._command(["getent", "passwd", *unknown]))
-                except (OSError, subprocess.TimeoutExpired) as exc:
-                    raise BackendUnavailable(f"getent passwd: {exc}") from exc
-                if proc.returncode not in (0, 2):  # 2: some name not found
-                    problem = proc.stderr.strip() or proc.returncode
-                    raise BackendUnavailable(f"getent passwd: {problem}")
-                found = uids_from_getent(proc.stdout, unknown)
-            self._known_uids.update(found)
-            missing = sorted(set(unknown) - set(found))
-            if missing:
-                logger.warning("slurm: team accounts %s do not exist where commands run", missing)
-        return {name: self._known_uids[name] for name in names if name in self._known_uids}
-
-    def _team_account_uids(self) -> dict[str, int]:
-        """The uid of each ``team_accounts`` account (see :meth:`_account_uids`)."""
-        return self._account_uids(self.team_accounts.values())
-
-    def _our_uids(self) -> set[int]:
-        """The owners whose jobs are the platform's: the service account, and every team
-        account of ``team_accounts``."""
-        return {self._own_uid(), *self._team_account_uids().values()}
-
-    def _run_owner(self, run: RunRef) -> str | None:
-        """With ``team_accounts``, the account ``run`` was submitted as: the one recorded with
-        it (``RunRef.account``), so a team mapped to another account since keeps its runs;
-        else, for a run recorded without one, its team's account now. None without the setting
-        (every run is the service account's) or when neither names one."""
-        if not self.team_accounts:
-            return None
-        return run.account or self.team_accounts.get(run.team)
-
-    def _account_of(self, job: SlurmJob, owner: str | None) -> str | None:
-        """Whose ``job``, a job of a run submitted as ``owner``, is: ``owner``; None for the
-        service account's (runs submitted before ``team_accounts`` was set), which are acted on
-        as before; ``UNKNOWN_OWNER`` for a record without its owner's uid."""
-        if job.user_id is None:
-            return UNKNOWN_OWNER if self.team_accounts else None
-        mine = owner and job.user_id != self._own_uid()
-        return owner if mine and self._account_uids([owner]).get(owner) == job.user_id else None
-
-    def _owner_filter(self, accounts: Iterable[str] = ()) -> list[str]:
-        """squeue's / sacct's filter for the owners of our runs (and of ``accounts``: those
-        recorded with the runs asked about, which the team's mapping may no longer name)."""
-        if not self.team_accounts:
-            return ["--me"]
-        uids = self._our_uids() | set(self._account_uids(accounts).values())
-        return ["--user=" + ",".join(str(uid) for uid in sorted(uids))]
-
-    def _ours(self, jobs: Iterable[SlurmJob], accounts: Iterable[str] = ()) -> list[SlurmJob]:
-        """The jobs of ``jobs`` the platform's accounts (or ``accounts``) own. On a shared
-        cluster anyone may name a job ``gp-<id>-a<n>``; taken for our run it would be adopted
-        by ``submit``, reported as our job's state, and cancelled by the stale-run sweep."""
-        mine = self._our_uids() | set(self._account_uids(accounts).values())
-        return [job for job in jobs if job.user_id is None or job.user_id in mine]
-
-    def _owner_uids(self, owner: str | None) -> set[int]:
-        """The owners a job of a run submitted as ``owner`` may have: that account and the
-        service account (runs submitted before ``team_accounts``). Another team's account can
-        name a job like any run; such a job is never the run."""
-        return {self._own_uid(), *self._account_uids([owner] if owner else []).values()}
-
-    def _of_owner(self, jobs: list[SlurmJob], owner: str | None) -> list[SlurmJob]:
-        """With ``team_accounts``, the jobs of ``jobs`` that may be the run submitted as
-        ``owner`` (see :meth:`_owner_uids`). A record without its owner's uid is kept, as
-        before: it says how the run ended, and its files are never read."""
-        if not self.team_accounts:
-            return jobs
-        uids = self._owner_uids(owner)
-        return [job for job in jobs if job.user_id is None or job.user_id in uids]
-
-    def _squeue(self, accounts: Iterable[str] = ()) -> list[SlurmJob]:
-        # One call answers for every run we track. --states=all: 23.02 and later honour squeue's
-        # default filter in JSON too and would hide finished jobs; 22.05 ignores every filter
-        # (--me / --user too, so the owner is checked on each job as well).
-        argv = ["squeue", "--json", "--states=all", *self._owner_filter(accounts)]
-        if self.partition:
-            argv.append(f"--partition={self.partition}")
-        jobs: list[SlurmJob] = self._run(argv, parse=parse_squeue_json)  # type: ignore[assignment]
-        return self._ours(jobs, accounts)
-
-    def _accounting_jobs(self, names: list[str], accounts: Iterable[str] = ()) -> list[SlurmJob]:
-        """Finished jobs from accounting (sacct, or the jobcomp file via ``sacct -c``)."""
-        base = ["sacct", "-X", "-P", "-n", "-o", _SACCT_FORMAT, "-S", self.sacct_since]
-        if self.team_accounts:
-            # sacct shows its caller's jobs alone unless told whose.
-            base += self._owner_filter(accounts)
-        if len(names) <= 50:
-            base.append("--name=" + ",".join(names))
-        modes = [self._accounting_mode] if self._accounting_mode else ["sacct", "jobcomp"]
-        for mode in modes:
-            if mode == "none":
-                return []
-            argv = base if mode == "sacct" else [base[0], "-c", *base[1:]]
-            try:
-                jobs = self._run(argv, parse=parse_sacct_parsable)
-            except BackendRejected as exc:
-                if self._accounting_mode:
-                    raise
-                logger.info("slurm accounting via %s not available: %s", mode, exc)
-                continue
-            self._accounting_mode = mode
-            # sacct -c reads the jobcomp file, every user's jobs, whatever --user says.
-            return self._ours(jobs, accounts)  # type: ignore[arg-type]
-        self._accounting_mode = "none"
-        return []
-
-    def _first_owners_jobs(self, jobs: list[SlurmJob]) -> list[SlurmJob]:
-        """Of the jobs that share a run's name, those that may stand for the run: with
-        ``team_accounts``, the jobs of whoever owns the earliest. Every team account may name
-        its jobs freely, and ``submit`` refuses a name another account already holds, so a
-        later job of another owner is a copy made after the run was submitted: taken for the
-        run (the newest live job wins), it would report its own state and show its own output
-        as the run's, and a held one would make the run look stuck until it was cancelled."""
-        if not self.team_accounts or len(jobs) < 2:
-            return jobs
-        first = min(jobs, key=lambda job: job.numeric_id)
-        return [job for job in jobs if job.user_id == first.user_id]
-
-    def _find_runs(self, wanted: Mapping[str, str | None]) -> dict[str, SlurmJob]:
-        """The Slurm job that stands for each run of ``wanted`` (run name -> the account it was
-        submitted as, see :meth:`_of_owner`), from squeue, else accounting; runs with none are
-        left out."""
-        accounts = {account for account in wanted.values() if account}
-        by_name: dict[str, list[SlurmJob]] = {}
-        for job in self._squeue(accounts):
-            by_name.setdefault(job.name, []).append(job)
-        found: dict[str, SlurmJob] = {}
-        for name, owner in wanted.items():
-            job = pick_run(self._first_owners_jobs(self._of_owner(by_name.get(name, []), owner)))
-            if job is not None:
-                found[name] = job
-        # Runs that left squeue, and COMPLETING ones: squeue 22.05 hides the final state of a
-        # completing job (after a slurmctld restart that can last a minute); accounting has it.
-        ask = [n for n in wanted if n not in found or found[n].state == "COMPLETING"]
-        if ask:
-            finished: dict[str, list[SlurmJob]] = {}
-            for job in self._accounting_jobs(ask, accounts):
-                finished.setdefault(job.name, []).append(job)
-            for name in ask:
-                record = pick_run(
-                    self._first_owners_jobs(self._of_owner(finished.get(name, []), wanted[name]))
-                )
-                if record is None:
-                    continue
-                current = found.get(name)
-                if current is None or (record.job_id == current.job_id and not is_live(record)):
-                    found[name] = record
-        return found
 
     # -----------------------------------------------------------------------------------------
     # The Backend protocol
