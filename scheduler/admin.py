@@ -14,9 +14,10 @@ from django.contrib import admin, messages
 
 from catalogue.models import GpuModel
 from core.bounds import form_number
-from core.errors import DomainError
+from core.errors import Conflict, DomainError
 from tenants.admin import AuditedAdmin
 
+from .backend_settings import cluster_backend_change_check
 from .backends import backend_config_problem
 from .models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent
 from .retirement import cluster_reinstate, cluster_retire, node_reinstate, node_retire
@@ -72,7 +73,9 @@ class ScheduledAdmin(AuditedAdmin):
 class ClusterAdminForm(forms.ModelForm):
     """Refuses a backend configuration the loop's backend registry would refuse, on
     ``backend_config``, with the registry's own reason, and a region ``region_error`` refuses,
-    on ``region``. Saved as posted, a misspelt Slurm setting or a bad ``run_namespace``
+    on ``region``. A change of where the cluster's runs live (its kind, ``run_namespace``, a Slurm
+    partition, ...) is refused while its jobs hold GPUs (``cluster_backend_change_check``, on
+    ``backend_kind`` or ``backend_config``). Saved as posted, a misspelt Slurm setting or a bad ``run_namespace``
     surfaced only as the cluster going unavailable on the next cycle, its jobs stalled; a
     configuration that was no JSON object made every job of the cluster fail to cancel or show
     its log (a 500)."""
@@ -103,6 +106,14 @@ class ClusterAdminForm(forms.ModelForm):
             problem = backend_config_problem(kind, config if config is not None else {})
             if problem:
                 self.add_error("backend_config", problem)
+            elif self.instance.pk is not None:
+                # Inside the admin's transaction: the check holds the loop off until the save.
+                try:
+                    cluster_backend_change_check(
+                        cluster=self.instance, backend_kind=kind, backend_config=config or {}
+                    )
+                except Conflict as exc:
+                    self.add_error(exc.field, exc.message)
         return cleaned
 
 
