@@ -273,7 +273,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, declaring the error answers too (gpuplatform/apischema.py).
+    "DEFAULT_SCHEMA_CLASS": "gpuplatform.apischema.AutoSchema",
     "EXCEPTION_HANDLER": "gpuplatform.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # Job submission limits (tenants.throttles); generous so load tests are not throttled.

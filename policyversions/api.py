@@ -22,6 +22,9 @@ class AdminElseNotFound(BasePermission):
     """Signed-in platform admins; any other signed-in user gets a 404 whatever the method (the
     routes do not exist for them), before a 405 could tell them otherwise."""
 
+    # The OpenAPI document declares the 404 it answers (gpuplatform/apischema.py).
+    refused_status = 404
+
     def has_permission(self, request, view) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False
