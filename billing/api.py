@@ -267,6 +267,12 @@ class StatementSerializer(serializers.ModelSerializer[Statement]):
         read_only_fields = fields
 
 
+# How the computed amounts are documented: strings, as every DecimalField of the API sends them
+# (DRF's COERCE_DECIMAL_TO_STRING), not the JSON numbers OpenApiTypes.DECIMAL would declare.
+USD = serializers.DecimalField(max_digits=14, decimal_places=2, read_only=True)
+HOURS = serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True)
+
+
 class StatementDetailSerializer(StatementSerializer):
     """A statement with its lines. ``computed_total`` = ``gpu_total`` + ``egress_total``: the GPU
     lines (``lines``) plus the egress lines (``egress_lines``), each to the cent."""
@@ -306,11 +312,11 @@ class StatementDetailSerializer(StatementSerializer):
     def get_egress_lines(self, statement: Statement) -> list[dict[str, Any]]:
         return _many(StatementEgressLineSerializer(self._view(statement).egress_lines, many=True))
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(USD)
     def get_gpu_total(self, statement: Statement) -> str:
         return str(self._view(statement).gpu_total)
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(USD)
     def get_egress_total(self, statement: Statement) -> str:
         return str(self._view(statement).egress_total)
 
@@ -318,15 +324,15 @@ class StatementDetailSerializer(StatementSerializer):
     def get_adjustments(self, statement: Statement) -> list[dict[str, Any]]:
         return _many(AdjustmentSerializer(self._view(statement).adjustments, many=True))
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(USD)
     def get_computed_total(self, statement: Statement) -> str:
         return str(self._view(statement).total)
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(USD)
     def get_adjusted_total(self, statement: Statement) -> str:
         return str(self._view(statement).adjusted_total)
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(HOURS)
     def get_unpriced_gpu_hours(self, statement: Statement) -> str:
         return str(self._view(statement).unpriced_gpu_hours)
 
@@ -383,7 +389,13 @@ class StatementViewSet(
         )
         return Response(AdjustmentSerializer(adjustment).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={(200, "text/csv"): OpenApiResponse(description="statement as CSV")})
+    @extend_schema(
+        responses={
+            (200, "text/csv"): OpenApiResponse(
+                response=OpenApiTypes.STR, description="statement as CSV"
+            )
+        }
+    )
     @action(detail=True, methods=["get"])
     def csv(self, request: Request, pk: str | None = None) -> HttpResponse:
         statement = self.get_object()

@@ -20,8 +20,9 @@ from .models import DeliveryAttempt, Message, Webhook, WebhookFormat
 
 
 class WebhookSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # One of the two is set: a team's hook has no owner, a personal hook no team.
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     # The Standard Webhooks signing key ("whsec_..."), shown to whoever manages the hook.
     signing_key = serializers.CharField(source="secret", read_only=True)
 
@@ -74,7 +75,7 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 
 class MessageSerializer(serializers.ModelSerializer):
-    webhook = serializers.PrimaryKeyRelatedField(read_only=True)
+    webhook = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)  # null: email
     attempt_log = AttemptSerializer(many=True, read_only=True)
 
     class Meta:

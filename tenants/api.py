@@ -10,7 +10,7 @@ import django_filters
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.utils.cache import add_never_cache_headers
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import action
@@ -348,7 +348,11 @@ class TokenExchangeView(APIView):
                     "name": serializers.CharField(),
                     "expires_at": serializers.DateTimeField(allow_null=True),
                 },
-            )
+            ),
+            429: OpenApiResponse(
+                description="Too many failed password attempts from this address or for this "
+                "username; retry after the `Retry-After` header's seconds."
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -408,8 +412,8 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer[QuotaRequest]):
         slug_field="username", read_only=True
     )
     decided_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
+        slug_field="username", read_only=True, allow_null=True
+    )  # null until decided
 
     class Meta:
         model = QuotaRequest
@@ -597,8 +601,9 @@ class TokenViewSet(
 
 
 class AuditEntrySerializer(serializers.ModelSerializer[AuditEntry]):
+    # Null for platform-wide actions (a cluster, a node, a price).
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
+        slug_field="slug", read_only=True, allow_null=True
     )
     actor = serializers.CharField(source="actor_name", read_only=True)
     target = serializers.CharField(source="target_repr", read_only=True)

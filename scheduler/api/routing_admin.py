@@ -147,6 +147,9 @@ def _teams():
 class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
     permission_classes = [IsPlatformAdmin]
     serializer_class = ClusterRoutingSerializer
+    # The list answers every row as a plain list (a platform's clusters, datasets or teams are
+    # few): no page, as the OpenAPI document says.
+    pagination_class = None
     lookup_field = "name"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
@@ -208,6 +211,7 @@ _DATASET_FIELDS = {"name", "size_gb", "residency_regions", "copies"}
 class DatasetAdminViewSet(viewsets.GenericViewSet):
     permission_classes = [IsPlatformAdmin]
     serializer_class = DatasetSerializer
+    pagination_class = None  # a plain list, as ClusterRoutingAdminViewSet's
 
     def get_queryset(self):
         return _datasets()
@@ -248,6 +252,7 @@ class DatasetAdminViewSet(viewsets.GenericViewSet):
 class TeamClustersAdminViewSet(viewsets.GenericViewSet):
     permission_classes = [IsPlatformAdmin]
     serializer_class = TeamClustersSerializer
+    pagination_class = None  # a plain list, as ClusterRoutingAdminViewSet's
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
 

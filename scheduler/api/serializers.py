@@ -131,13 +131,15 @@ class JobSubmitSerializer(serializers.Serializer):
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Null until the job is placed when it was submitted for any GPU model.
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
     elastic = serializers.SerializerMethodField()
     why = serializers.CharField(source="why_pending", read_only=True)
     placement = serializers.SerializerMethodField()
     total_gpus = serializers.IntegerField(read_only=True)
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Null until the job is routed to a cluster.
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     command = serializers.SerializerMethodField(
         help_text="As submitted; for a viewer of the team, with --token=... style arguments, "
         "passwords in URLs and API tokens redacted."
@@ -262,6 +264,7 @@ class NodeSerializer(serializers.ModelSerializer):
 
     avoid_until = serializers.DateTimeField(
         read_only=True,
+        allow_null=True,
         help_text="No new run is placed on the node before this time: the cluster kept a run "
         "placed there pending for a reason about the node (a maintenance reservation ahead), "
         "so the platform gave up on that run; null when it does not apply. In the past, it "

@@ -124,14 +124,16 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
             ).data
         )
 
+    # Not paginated: pagination_class=None says so in the OpenAPI document, which otherwise
+    # wraps a list answer of a paginated viewset in the page object.
     @extend_schema(responses={200: JobEventSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request, pk=None):
         events = selectors.job_events(user=request.user, job_id=self._job_id())
         return Response(JobEventSerializer(events, many=True).data)
 
     @extend_schema(responses={200: JobAttemptSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)
     def attempts(self, request, pk=None):
         """Every attempt of the job: nodes, times, how it ended, work lost and resumed from."""
         attempts = selectors.job_attempts(user=request.user, job_id=self._job_id())
