@@ -215,6 +215,7 @@ def _manage_context(request, **forms_in) -> dict:
 
     context = {
         "rows": selectors.quota_overview(user=request.user),
+        "is_admin": True,  # the page is for platform admins only
         "capacity": selectors.capacity_overview(),
         "priorities": PriorityClass.objects.order_by("-value"),
         "quota_form": forms.QuotaForm(),

@@ -1,0 +1,45 @@
+"""What the first platform admin of a new site sees before anything exists: no team, no cluster,
+no GPU model. Each empty page says what is missing and where to add it, instead of a message meant
+for a member ("You are not a member of any team", read by the one user who sees every team)."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def first_admin(client):
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    return client
+
+
+def test_the_team_pages_of_an_empty_site_point_the_admin_at_adding_a_team(first_admin):
+    for path in ("/teams/", "/teams/manage/"):
+        page = first_admin.get(path).content.decode()
+        assert "You are not a member of any team" not in page, path
+        assert "No teams yet" in page, path
+        assert 'href="/teams/manage/#team-form"' in page, path
+
+
+def test_a_member_without_a_team_is_still_told_so(client):
+    member = get_user_model().objects.create_user("newcomer", password="pw")
+    client.force_login(member)
+    page = client.get("/teams/").content.decode()
+    assert "You are not a member of any team" in page
+    assert "/teams/manage/" not in page
+
+
+def test_the_cluster_page_of_an_empty_site_says_how_to_add_a_cluster(first_admin):
+    page = first_admin.get("/cluster/").content.decode()
+    assert "No nodes yet" in page
+    assert 'href="/admin/scheduler/cluster/"' in page
+    assert "manage.py import_nodes" in page
+
+
+def test_a_member_is_not_sent_to_django_admin(client):
+    member = get_user_model().objects.create_user("newcomer", password="pw")
+    client.force_login(member)
+    page = client.get("/cluster/").content.decode()
+    assert "No nodes yet" in page and "/admin/" not in page
