@@ -25,17 +25,24 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
-    # Only ever used with DEBUG on (demo and tests); never valid in production.
-    SECRET_KEY = "insecure-development-key-only-for-debug"
-
 REDIS_URL = env.str("REDIS_URL", default="")
 if not DEBUG:
-    for required in ("DATABASE_URL", "REDIS_URL"):
-        if not env.str(required, default=""):
-            raise ImproperlyConfigured(f"{required} must be set when DJANGO_DEBUG is off")
+    # Named all at once: a new site's first start would otherwise meet them one per try.
+    _missing = [
+        name
+        for name in ("DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+        if not env.str(name, default="")
+    ]
+    if _missing:
+        _names = (
+            ", ".join(_missing[:-1]) + " and " + _missing[-1] if len(_missing) > 1 else _missing[0]
+        )
+        raise ImproperlyConfigured(
+            f'{_names} must be set when DJANGO_DEBUG is off (docs/deploy.md, "First start")'
+        )
+if not SECRET_KEY:
+    # Only ever used with DEBUG on (demo and tests); never valid in production.
+    SECRET_KEY = "insecure-development-key-only-for-debug"
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 # Reverse proxies whose X-Forwarded-For is believed (addresses or networks, e.g. the nginx in
