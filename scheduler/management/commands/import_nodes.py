@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import Conflict
 from scheduler.backends.base import BackendError
-from scheduler.models import Cluster
+from scheduler.models import BackendKind, Cluster, Node
 from scheduler.services import cluster_import_nodes
 
 
@@ -25,3 +25,13 @@ class Command(BaseCommand):
         except Conflict as exc:
             raise CommandError(f"cluster: {exc}") from exc
         self.stdout.write(f"{row.name}: {created} nodes created, {updated} updated")
+        # A simulated backend reports the platform's own node rows, so a new one has nothing to
+        # import: say where they come from instead of leaving "0 created" to be guessed at.
+        if (
+            row.backend_kind == BackendKind.SIMULATED
+            and not Node.objects.filter(cluster=row).exists()
+        ):
+            self.stdout.write(
+                f"{row.name} is a simulated cluster: it reports the nodes added to it in Django "
+                "admin (Scheduler > Nodes), and it has none yet"
+            )
