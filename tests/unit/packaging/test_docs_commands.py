@@ -2,9 +2,8 @@
 
 test_docs_settings.py checks the other direction (what the code reads, some document names).
 Here: a `manage.py <command> --flag`, `gpuctl <command> <action> --flag` or `python -m
-scheduler.simulation <command> --flag` written in README.md
-or docs/**/*.md, in a code span or a code block, is a command of this checkout and takes that
-flag. A renamed command or flag otherwise leaves a new site's operator with "Unknown command"
+scheduler.simulation <command> --flag` written in README.md or docs/**/*.md, in a code span or a
+code block, is a command of this checkout and takes that flag. A renamed command or flag otherwise leaves a new site's operator with "Unknown command"
 on the first day, and nothing in the suite notices."""
 
 from __future__ import annotations
