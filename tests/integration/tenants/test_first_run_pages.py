@@ -43,3 +43,18 @@ def test_a_member_is_not_sent_to_django_admin(client):
     client.force_login(member)
     page = client.get("/cluster/").content.decode()
     assert "No nodes yet" in page and "/admin/" not in page
+
+
+def test_the_submit_form_tells_a_user_with_no_team_to_submit_to_why_and_whom_to_ask(client):
+    """The form showed a required Team list with nothing in it, and a submission could only fail."""
+    member = get_user_model().objects.create_user("newcomer", password="pw")
+    client.force_login(member)
+    page = client.get("/jobs/new/").content.decode()
+    assert "no team you may submit jobs to" in page
+    assert "team owner" in page
+    assert "<form" not in page.split("<h1>", 1)[1].split("</main>", 1)[0]
+
+
+def test_the_submit_form_tells_the_first_admin_to_add_a_team(first_admin):
+    page = first_admin.get("/jobs/new/").content.decode()
+    assert "No teams yet" in page and 'href="/teams/manage/#team-form"' in page
