@@ -347,6 +347,11 @@ class StatementViewSet(
     """Monthly statements of the caller's teams (each rolled up over its sub-teams). Another
     team's statement is a 404. Closing freezes it; corrections are adjustments."""
 
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {
+        "close": "the statement is closed already, its month is not over or not all metered, "
+        "or a chargeback would charge the same usage twice"
+    }
     serializer_class = StatementSerializer
     filterset_fields = ["status", "mode"]
 
@@ -415,11 +420,129 @@ class CostQuerySerializer(serializers.Serializer[Any]):
     month = MonthField(required=False, help_text="YYYY-MM; default: the current month")
 
 
+@extend_schema_field({"type": "string", "format": "decimal", "example": "12.50"})
+class DecimalStringField(serializers.CharField):
+    """A decimal sent as a string, of whatever precision the figure has (declaration only)."""
+
+
+# The cost dashboard's answer, declared (the view writes the JSON itself). Money is a decimal
+# string, as every decimal of this API; hours and GB are JSON numbers rounded to 3 places.
+class CostAlertSerializer(serializers.Serializer[Any]):
+    threshold = serializers.IntegerField(help_text="percent of the budget")
+    fired_at = serializers.DateTimeField()
+
+
+class CostDaySerializer(serializers.Serializer[Any]):
+    day = serializers.DateField()
+    gpu_model = serializers.CharField()
+    capacity = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    cost = DecimalStringField()
+
+
+class CostTopJobSerializer(serializers.Serializer[Any]):
+    job = serializers.IntegerField(
+        allow_null=True, help_text="null: a sub-team's job the caller is not a member of"
+    )
+    name = serializers.CharField(allow_blank=True)
+    team = serializers.CharField()
+    user = serializers.CharField(allow_blank=True)
+    gpu_hours = serializers.FloatField()
+    cost = DecimalStringField()
+
+
+class CostByUserSerializer(serializers.Serializer[Any]):
+    user = serializers.CharField(allow_blank=True)
+    gpu_hours = serializers.FloatField()
+    cost = DecimalStringField()
+
+
+class CostByClusterSerializer(serializers.Serializer[Any]):
+    cluster = serializers.CharField(help_text='"(unknown)": metered before clusters were kept')
+    gpu_hours = serializers.FloatField()
+    cost = DecimalStringField()
+
+
+class CostEgressChargeSerializer(serializers.Serializer[Any]):
+    job = serializers.IntegerField(allow_null=True)
+    attempt = serializers.IntegerField(allow_null=True)
+    team = serializers.CharField()
+    dataset = serializers.CharField()
+    from_cluster = serializers.CharField()
+    to_cluster = serializers.CharField()
+    size_gb = serializers.FloatField()
+    price_per_gb = DecimalStringField()
+    cost = DecimalStringField()
+    time = serializers.DateTimeField()
+
+
+class CostEgressSerializer(serializers.Serializer[Any]):
+    cost = DecimalStringField()
+    gb = serializers.FloatField()
+    charges = CostEgressChargeSerializer(many=True)
+
+
+class CostLostWorkSerializer(serializers.Serializer[Any]):
+    gpu_hours = serializers.FloatField()
+    cost = DecimalStringField()
+
+
+class CostIdleSerializer(serializers.Serializer[Any]):
+    cost = DecimalStringField()
+    gpu_hours = serializers.FloatField()
+    telemetry_coverage = serializers.FloatField(help_text="share of GPU time with telemetry")
+
+
+class CostTeamRowSerializer(serializers.Serializer[Any]):
+    team = serializers.SlugField()
+    # DRF's metaclass moves declared fields out of the class, so this does not replace
+    # Field.parent at run time; mypy sees only the class body.
+    parent = serializers.SlugField(allow_null=True)  # type: ignore[assignment]
+    own_spend = DecimalStringField()
+    own_egress = DecimalStringField()
+    spend = DecimalStringField(help_text="GPU time + egress, sub-teams included")
+    gpu_spend = DecimalStringField()
+    egress = DecimalStringField()
+    gpu_hours = serializers.FloatField()
+    budget = DecimalStringField(allow_null=True)
+    forecast = DecimalStringField()
+    idle_cost = DecimalStringField(allow_null=True, help_text="null: no telemetry")
+    lost_cost = DecimalStringField()
+
+
+class CostDashboardSerializer(serializers.Serializer[Any]):
+    """One team's month (rolled up over its sub-teams), or every team's for platform admins."""
+
+    team = serializers.SlugField(allow_null=True, help_text="null: every team (admins)")
+    month = MonthField()
+    spend = DecimalStringField(help_text="GPU time + egress: what the budget counts")
+    gpu_spend = DecimalStringField()
+    forecast = DecimalStringField()
+    budget = DecimalStringField(allow_null=True, help_text="null: no budget")
+    hard_stop = serializers.BooleanField()
+    alerts = CostAlertSerializer(many=True)
+    gpu_hours = serializers.FloatField()
+    unpriced_gpu_hours = serializers.FloatField()
+    daily = CostDaySerializer(many=True)
+    top_jobs = CostTopJobSerializer(many=True)
+    by_user = CostByUserSerializer(many=True)
+    by_cluster = CostByClusterSerializer(many=True)
+    egress = CostEgressSerializer()
+    lost_work = CostLostWorkSerializer()
+    idle = CostIdleSerializer(allow_null=True, help_text="null: no telemetry (unknown, not 0)")
+    teams = CostTeamRowSerializer(
+        many=True, required=False, help_text="every team's row: admins, without `team`"
+    )
+
+
 class CostViewSet(viewsets.ViewSet):
     """The cost dashboard as JSON: one of the caller's teams (rolled up over its sub-teams), or
     every team for platform admins when ``team`` is omitted. Another team is a 404."""
 
-    @extend_schema(parameters=[CostQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    # Its ``list`` answers one object, not an array (gpuplatform.apischema).
+    answers_one_object = True
+
+    @extend_schema(parameters=[CostQuerySerializer], responses={200: CostDashboardSerializer})
     def list(self, request: Request) -> Response:
         from django.utils import timezone
 

@@ -12,6 +12,9 @@ declares it, under the component ``Error``, for:
 - 404: operations on one object (a path parameter), operations taking a filter that names a
   team or a webhook (another's is a 404, docs/tenancy.md), and views whose permission refuses
   with a 404 (``refused_status = 404`` on the permission class);
+- 409: the actions a view names in ``conflicts`` (action or, for an APIView, method -> when):
+  the object's state does not allow the action (cancel a finished job, approve a decided
+  request), or the state changed meanwhile;
 - 429: operations with a throttle.
 
 What a view declares itself (``@extend_schema(responses=...)``) is kept; an error it declares
@@ -53,6 +56,7 @@ DESCRIPTIONS = {
     "401": "No credentials, or a token that is unknown, expired or revoked.",
     "403": "The caller's role does not allow this.",
     "404": "No such object, or not one the caller may see (the two are never told apart).",
+    "409": "The object's state does not allow this action",
     "429": "Too many requests; retry after the `Retry-After` header's seconds.",
 }
 
@@ -66,11 +70,28 @@ class AutoSchema(SpectacularAutoSchema):
         responses = operation["responses"]
         for status in self._error_statuses(operation):
             responses.setdefault(status, {"description": DESCRIPTIONS[status]})
+        if when := self._conflict():
+            responses.setdefault("409", {"description": f"{DESCRIPTIONS['409']}: {when}."})
         for status, response in responses.items():
             if status.startswith(("4", "5")) and not response.get("content"):
                 response["content"] = {"application/json": {"schema": error.ref}}
         operation["responses"] = dict(sorted(responses.items()))
         return operation
+
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        # drf-spectacular takes every ViewSet ``list`` for an array; a view whose ``list``
+        # answers one object (the cost dashboard) says so with ``answers_one_object``.
+        if getattr(self.view, "answers_one_object", False):
+            return False
+        return bool(super()._is_list_view(serializer))
+
+    def _conflict(self) -> str | None:
+        """When this operation answers 409 (the view's ``conflicts``), or None. A read never
+        conflicts: an action that also answers GET (a team's members) declares it on its write."""
+        if self.method == "GET":
+            return None
+        conflicts: dict[str, str] = getattr(self.view, "conflicts", {})
+        return conflicts.get(getattr(self.view, "action", None) or self.method.lower())
 
     def _error_statuses(self, operation: dict[str, Any]) -> list[str]:
         parameters = operation.get("parameters", [])

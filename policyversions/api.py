@@ -121,6 +121,8 @@ class PolicyView(APIView):
 
 class PolicyVersionListView(APIView):
     permission_classes = [AdminElseNotFound]
+    # When it answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {"post": "another version was put in force meanwhile; try again"}
 
     @extend_schema(responses={200: PolicyVersionSerializer(many=True)})
     def get(self, request):
@@ -146,6 +148,7 @@ class PolicyVersionView(APIView):
 
 class PolicyRollbackView(APIView):
     permission_classes = [AdminElseNotFound]
+    conflicts = {"post": "another version was put in force meanwhile; try again"}
 
     @extend_schema(request=RollbackSerializer, responses={201: PolicyVersionSerializer})
     def post(self, request, number: int):
@@ -270,6 +273,7 @@ class WhatIfApplySerializer(serializers.Serializer):
 
 class WhatIfRunListView(APIView):
     permission_classes = [AdminElseNotFound]
+    conflicts = {"post": "another replay of the cluster is live"}
 
     @extend_schema(responses={200: WhatIfRunSerializer(many=True)}, operation_id="whatif_list")
     def get(self, request):
@@ -300,6 +304,7 @@ class WhatIfRunView(APIView):
 
 class WhatIfCancelView(APIView):
     permission_classes = [AdminElseNotFound]
+    conflicts = {"post": "the run is not live any more"}
 
     @extend_schema(request=None, responses={200: WhatIfRunSerializer}, operation_id="whatif_cancel")
     def post(self, request, run_id: int):
@@ -309,6 +314,10 @@ class WhatIfCancelView(APIView):
 
 class WhatIfApplyView(APIView):
     permission_classes = [AdminElseNotFound]
+    conflicts = {
+        "post": "the replay compared against a version no longer in force, or another version "
+        "was put in force meanwhile"
+    }
 
     @extend_schema(
         request=WhatIfApplySerializer,

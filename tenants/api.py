@@ -183,6 +183,12 @@ class MembershipWriteSerializer(serializers.Serializer[Any]):
 class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
     """The teams the caller belongs to (all teams for platform admins)."""
 
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {
+        "members": "the change would leave the team without an owner",
+        "member_remove": "the change would leave the team without an owner",
+    }
+
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = TeamSerializer
     lookup_field = "slug"
@@ -456,6 +462,12 @@ class QuotaRequestViewSet(
 ):
     """Quota requests of the caller's teams. Team owners and admins create them; platform admins
     approve (which applies the change) or reject them with a comment."""
+
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {
+        "approve": "the request is decided already, or its end date has passed",
+        "reject": "the request is decided already",
+    }
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = QuotaChangeRequestSerializer

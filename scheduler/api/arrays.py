@@ -125,6 +125,8 @@ def _shape(data: dict) -> arrays.ArrayRequest:
 
 
 class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {"cancel": "no job of the array is live any more"}
     serializer_class = JobArraySerializer
     pagination_class = BoundedLimitOffsetPagination
 

@@ -3,14 +3,115 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import reproducibility
+from .contract_schema import ElasticRangeSerializer, EngineConfigSerializer
 from .serializers import JobSerializer
+
+# The record serializers below declare the stored JSON (``reproducibility.record_build``) in the
+# OpenAPI document; they shape nothing. A record is never rewritten, so a field added to the
+# format later is missing from older records: those are declared not required.
+
+
+def _env() -> serializers.DictField:
+    return serializers.DictField(
+        child=serializers.CharField(allow_blank=True),
+        help_text="variable -> value; passwords, tokens and keys redacted; every value hidden from "
+        "the team's viewers",
+    )
+
+
+class RecordImageSerializer(serializers.Serializer):
+    reference = serializers.CharField(allow_blank=True)
+    digest = serializers.CharField(allow_null=True, help_text="null: not resolved")
+    resolved_by = serializers.CharField(
+        allow_null=True, help_text="reference (pinned in it), or the backend kind that resolved it"
+    )
+    note = serializers.CharField(allow_blank=True, help_text="why no digest, when none")
+
+
+class RecordDatasetSerializer(serializers.Serializer):
+    name = serializers.CharField(allow_blank=True)
+    version = serializers.CharField(allow_blank=True)
+
+
+class RecordClusterSerializer(serializers.Serializer):
+    name = serializers.CharField(allow_blank=True)
+    backend = serializers.CharField(allow_blank=True)
+
+
+class RecordPlacementSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    gpu_indices = serializers.ListField(child=serializers.IntegerField())
+    gpu_model = serializers.CharField(allow_blank=True)
+
+
+class RecordPolicySerializer(serializers.Serializer):
+    version = serializers.IntegerField(allow_null=True, help_text="the policy version in force")
+    sha256 = serializers.CharField(help_text="of the engine configuration's canonical JSON")
+    config = EngineConfigSerializer()
+
+
+class RecordResubmitSerializer(serializers.Serializer):
+    """The submission that runs the attempt again (``POST .../resubmit/``)."""
+
+    name = serializers.CharField()
+    team = serializers.CharField()
+    image = serializers.CharField(allow_blank=True)
+    command = serializers.CharField(allow_blank=True)
+    env = _env()
+    workers = serializers.IntegerField()
+    gpus_per_worker = serializers.IntegerField()
+    gpu_model = serializers.CharField(allow_null=True)
+    priority_class = serializers.CharField()
+    preemptible = serializers.BooleanField()
+    checkpoint_interval_s = serializers.IntegerField(allow_null=True)
+    checkpoint_on_advice = serializers.BooleanField(required=False)
+    runtime_limit_s = serializers.IntegerField(allow_null=True)
+    deadline = serializers.DateTimeField(allow_null=True)
+    dataset = serializers.CharField(allow_blank=True)
+    dataset_version = serializers.CharField(allow_blank=True)
+    code_ref = serializers.CharField(allow_blank=True)
+    elastic = ElasticRangeSerializer(allow_null=True)
+    routing = serializers.JSONField(
+        required=False, allow_null=True, help_text="as submitted (docs/routing.md)"
+    )
+    simulated_duration_s = serializers.FloatField(allow_null=True)
+
+
+class AttemptRecordSerializer(serializers.Serializer):
+    """What exactly ran in one attempt (format ``gpuplatform.attempt-record/v1``)."""
+
+    format = serializers.CharField()
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    recorded_at = serializers.DateTimeField()
+    team = serializers.CharField()
+    submitter = serializers.CharField()
+    image = RecordImageSerializer()
+    command = serializers.CharField(allow_blank=True)
+    env = _env()
+    code_ref = serializers.CharField(allow_blank=True)
+    dataset = RecordDatasetSerializer()
+    cluster = RecordClusterSerializer()
+    backend_ref = serializers.CharField(allow_blank=True)
+    backend_account = serializers.CharField(allow_blank=True, required=False)
+    runtime = serializers.DictField(help_text="what the backend said of the run (its own keys)")
+    workers = serializers.IntegerField()
+    gpus_per_worker = serializers.IntegerField()
+    placement = RecordPlacementSerializer(many=True)
+    gpu_models = serializers.ListField(child=serializers.CharField())
+    policy = RecordPolicySerializer()
+    resubmit = RecordResubmitSerializer()
+
+
+class JobRecordsSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    records = AttemptRecordSerializer(many=True, help_text="first attempt first")
 
 
 class ResubmitSerializer(serializers.Serializer):
@@ -27,7 +128,7 @@ class ResubmitSerializer(serializers.Serializer):
 class JobRecordsView(APIView):
     """Every attempt's reproducibility record of a job, first attempt first."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: JobRecordsSerializer})
     def get(self, request, job_id: int):
         records = reproducibility.attempt_records(user=request.user, job_id=job_id)
         shown = [reproducibility.record_shown(user=request.user, record=r) for r in records]
@@ -39,7 +140,9 @@ class JobRecordView(APIView):
     team's viewers."""
 
     # Both record routes would otherwise get the operation id api_v1_jobs_records_retrieve.
-    @extend_schema(operation_id="api_v1_jobs_record_retrieve", responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        operation_id="api_v1_jobs_record_retrieve", responses={200: AttemptRecordSerializer}
+    )
     def get(self, request, job_id: int, attempt: int):
         record = reproducibility.attempt_record_get(
             user=request.user, job_id=job_id, attempt=attempt

@@ -16,10 +16,10 @@ The views only shape HTTP; ``scheduler.routing_admin`` validates and writes.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Prefetch
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
@@ -31,7 +31,7 @@ from tenants.models import Team
 from tenants.permissions import IsPlatformAdmin
 
 from .. import retirement, routing_admin
-from ..models import Cluster, ClusterDataset, Dataset, Node, TeamClusterAccess
+from ..models import Cluster, ClusterDataset, Dataset, Interconnect, Node, TeamClusterAccess
 
 
 class CopySerializer(serializers.ModelSerializer):
@@ -100,6 +100,74 @@ class TeamClustersSerializer(serializers.ModelSerializer):
         return [access.cluster.name for access in team.cluster_access.all()]
 
 
+# Request bodies, declared for the OpenAPI document (clients are generated from it). They do not
+# validate: ``scheduler.routing_admin`` does, naming each bad field (``copies[1].cluster``), and
+# ``_body`` takes its allowed keys from them, so a key declared is a key accepted.
+class ClusterFactsSerializer(serializers.Serializer):
+    region = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=routing_admin.REGION_MAX_LENGTH,
+        help_text='Lowercase words joined by "-" (eu-west); "": no region. Left out: kept.',
+    )
+    interconnect = serializers.ChoiceField(
+        choices=Interconnect.choices, required=False, help_text="Left out: kept."
+    )
+
+
+class ClusterRetireSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=Node._meta.get_field("retire_reason").max_length,
+        help_text="Shown on the cluster's nodes.",
+    )
+
+
+class DatasetCopyFactsSerializer(serializers.Serializer):
+    cluster = serializers.CharField(help_text="The name of a cluster holding a copy.")
+    egress_price_per_gb = serializers.DecimalField(
+        max_digits=8,
+        decimal_places=4,
+        min_value=Decimal(0),
+        max_value=routing_admin.MAX_EGRESS_PRICE_PER_GB,
+        required=False,
+        help_text="USD per GB of moving the dataset out of this cluster (default 0).",
+    )
+
+
+class DatasetFactsSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=routing_admin.DATASET_NAME_MAX_LENGTH)
+    size_gb = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=routing_admin.MAX_DATASET_SIZE_GB,
+        help_text="null: unknown (moving it is then free).",
+    )
+    residency_regions = serializers.ListField(
+        child=serializers.CharField(max_length=routing_admin.REGION_MAX_LENGTH),
+        required=False,
+        allow_null=True,
+        min_length=1,
+        help_text="The regions it may be read in; null: anywhere.",
+    )
+    copies = DatasetCopyFactsSerializer(
+        many=True, required=False, help_text="The copies clusters hold; given, replaces them all."
+    )
+
+
+class TeamClustersSetSerializer(serializers.Serializer):
+    clusters = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Cluster names the team (and its subteams) may use; []: any cluster.",
+    )
+
+
+def _declared(serializer: type[serializers.Serializer]) -> set[str]:
+    return set(serializer().fields)
+
+
 def _body(request, allowed: set[str], *, required: set[str] = frozenset()) -> dict[str, Any]:
     """The JSON object sent, refusing unknown and missing keys (a misspelt fact must not be
     dropped silently)."""
@@ -145,6 +213,8 @@ def _teams():
 
 
 class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {"reinstate": "the cluster is not retired or retiring"}
     permission_classes = [IsPlatformAdmin]
     serializer_class = ClusterRoutingSerializer
     # The list answers every row as a plain list (a platform's clusters, datasets or teams are
@@ -162,10 +232,10 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
     def retrieve(self, request, name=None):
         return Response(ClusterRoutingSerializer(self.get_object()).data)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: ClusterRoutingSerializer})
+    @extend_schema(request=ClusterFactsSerializer, responses={200: ClusterRoutingSerializer})
     def partial_update(self, request, name=None):
         self.get_object()  # 404 before 400
-        body = _body(request, {"region", "interconnect"})
+        body = _body(request, _declared(ClusterFactsSerializer))
         routing_admin.cluster_routing_set(
             user=request.user,
             name=str(name),
@@ -174,14 +244,14 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
         )
         return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: ClusterRoutingSerializer})
+    @extend_schema(request=ClusterRetireSerializer, responses={200: ClusterRoutingSerializer})
     @action(detail=True, methods=["post"])
     def retire(self, request, name=None):
         """Retire the cluster: its nodes drain and retire, no new job is routed to it (a job
         confined to it is refused at submission; one pending stays pending, saying why), and
         the loop stops polling it once nothing runs there. Idempotent."""
         _cluster_exists(name)  # 404 before 400
-        reason = _body(request, {"reason"}).get("reason", "")
+        reason = _body(request, _declared(ClusterRetireSerializer)).get("reason", "")
         limit = Node._meta.get_field("retire_reason").max_length
         if not isinstance(reason, str):
             raise FieldErrors({"reason": ["must be a string"]})
@@ -205,9 +275,6 @@ def _cluster_exists(name) -> None:
         raise NotFound(f"no cluster is named {name!r}", field="cluster")
 
 
-_DATASET_FIELDS = {"name", "size_gb", "residency_regions", "copies"}
-
-
 class DatasetAdminViewSet(viewsets.GenericViewSet):
     permission_classes = [IsPlatformAdmin]
     serializer_class = DatasetSerializer
@@ -228,19 +295,19 @@ class DatasetAdminViewSet(viewsets.GenericViewSet):
     def retrieve(self, request, pk=None):
         return Response(DatasetSerializer(self.get_object()).data)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: DatasetSerializer})
+    @extend_schema(request=DatasetFactsSerializer, responses={201: DatasetSerializer})
     def create(self, request):
-        body = _body(request, _DATASET_FIELDS, required={"name"})
+        body = _body(request, _declared(DatasetFactsSerializer), required={"name"})
         dataset = routing_admin.dataset_create(user=request.user, **body)
         return Response(
             DatasetSerializer(self.get_queryset().get(pk=dataset.pk)).data,
             status=status.HTTP_201_CREATED,
         )
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: DatasetSerializer})
+    @extend_schema(request=DatasetFactsSerializer, responses={200: DatasetSerializer})
     def partial_update(self, request, pk=None):
         self.get_object()  # 404 before 400
-        body = _body(request, _DATASET_FIELDS)
+        body = _body(request, _declared(DatasetFactsSerializer))
         dataset = routing_admin.dataset_update(user=request.user, dataset_id=self._id(), **body)
         return Response(DatasetSerializer(self.get_queryset().get(pk=dataset.pk)).data)
 
@@ -265,10 +332,10 @@ class TeamClustersAdminViewSet(viewsets.GenericViewSet):
     def retrieve(self, request, slug=None):
         return Response(TeamClustersSerializer(self.get_object()).data)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: TeamClustersSerializer})
+    @extend_schema(request=TeamClustersSetSerializer, responses={200: TeamClustersSerializer})
     def update(self, request, slug=None):
         self.get_object()  # 404 before 400
-        body = _body(request, {"clusters"}, required={"clusters"})
+        body = _body(request, _declared(TeamClustersSetSerializer), required={"clusters"})
         routing_admin.team_clusters_set(
             user=request.user, slug=str(slug), clusters=body["clusters"]
         )

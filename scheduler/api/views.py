@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import django_filters
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -23,6 +22,7 @@ from .. import retirement, selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
 from ..models import Cluster, Job, Node, NodeState
 from ..states import JobState
+from .contract_schema import LastCycleSerializer
 from .serializers import (
     ClusterSerializer,
     GpuModelSerializer,
@@ -72,6 +72,8 @@ def _filter_by_states(queryset, value: str, *, known: list[str]):
 
 
 class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {"cancel": "the job is already finished, or changed state meanwhile"}
     serializer_class = JobSerializer
     filterset_class = JobFilter
 
@@ -202,7 +204,7 @@ class LastCycleView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: LastCycleSerializer})
     def get(self, request):
         remembered = last_cycle()
         if remembered is None or request.query_params.get("fresh"):
@@ -225,6 +227,12 @@ class NodeActionSerializer(serializers.Serializer):
 
 class NodeAdminViewSet(viewsets.GenericViewSet):
     """Platform admins: quarantine, drain, release, retire and reinstate nodes."""
+
+    # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
+    conflicts = {
+        "reinstate": "the node is not retired or retiring, or its cluster is retired",
+        "release": "the node is neither drained nor quarantined",
+    }
 
     permission_classes = [IsPlatformAdmin]
     serializer_class = NodeSerializer
