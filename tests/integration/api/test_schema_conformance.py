@@ -8,9 +8,12 @@ where the schema says number, no null where it says never null). Checked here ov
 - every GET route of the REST API (walked from the URL configuration, so a route added later is
   checked too), as a member of a team with data and as a platform admin, on the isolation walk's
   world (tests/integration/security/test_route_isolation.py);
+- the success answer of every write operation (POST, PUT, PATCH, DELETE), sent with a valid body
+  from the table in ``write_bodies.py`` (an operation with no entry there fails the test);
 - one bad field in the body of every POST, PUT and PATCH that takes one: a 400 of the declared
   shape;
-- an id nobody has in every operation with a path parameter: a 404 of the declared shape.
+- an id nobody has in every operation with a path parameter: a 404 of the declared shape;
+- no answer and no request body is declared as a bare "an object" (anything would conform).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -29,6 +34,7 @@ from tests.integration.security.routes import concrete_path, fill_values, iter_r
 from tests.integration.security.test_route_isolation import A_PK
 
 from .openapi import Document, schema_document
+from .write_bodies import CONFLICTS, SKIPPED, WRITES
 
 pytestmark = pytest.mark.django_db
 
@@ -57,7 +63,9 @@ def rich_world(world, gpu_models):
     what-if run."""
     from billing.models import PriceRate
     from policyversions.models import PolicyVersion, WhatIfRun
+    from scheduler.backends.base import BackendJobSpec
     from scheduler.models import Allocation, AttemptRecord, Dataset
+    from scheduler.reproducibility import record_build
 
     now = timezone.now()
     cluster = world["cluster"]
@@ -78,9 +86,26 @@ def rich_world(world, gpu_models):
         attempts=1,
     )
     Allocation.objects.create(job=ran, node=node, gpu_index=0, started_at=ran.started_at)
-    AttemptRecord.objects.create(
-        job=job, attempt=1, recorded_at=now, record={"command": "alpha-secret-command"}
+    # The record as the loop writes it when the backend accepts the attempt.
+    spec = BackendJobSpec(
+        job_id=str(job.pk),
+        attempt=1,
+        name=job.name,
+        team=job.team.slug,
+        image="registry.example.com/train:1.0",
+        command=job.command,
+        workers=1,
+        gpus_per_worker=1,
+        placement={node.name: (0,)},
+        env={"WANDB_API_KEY": "alpha-secret-key", "EPOCHS": "3"},
     )
+    record = record_build(
+        job=job,
+        spec=spec,
+        provenance={"kind": "simulated", "backend_ref": "sim-1", "runtime": {}},
+        now=now,
+    )
+    AttemptRecord.objects.create(job=job, attempt=1, recorded_at=now, record=record)
     PriceRate.objects.create(
         pk=A_PK,
         gpu_model=gpu_models["h100"],
@@ -199,6 +224,128 @@ def test_every_get_answer_is_one_the_document_declares(rich_world, document, cap
     assert not unanswered, f"GET operations no route reached: {sorted(unanswered)}"
     with capsys.disabled():
         print(f"\n[schema] {len(checked)} GET operations, {answers} answers: as declared")
+
+
+def test_every_write_success_is_one_the_document_declares(rich_world, document, capsys):
+    """Each write operation, sent a valid body by the caller it is for, succeeds (2xx) with an
+    answer the document declares. Each runs in a savepoint rolled back afterwards, so every
+    operation sees the same world (a DELETE does not take away what the next one needs)."""
+    world = rich_world
+    doc = Document(document)
+    writes = [op for op in doc.operations() if op.method != "get"]
+    missing = [
+        f"{op.method.upper()} {op.path}"
+        for op in writes
+        if (op.method, op.path) not in WRITES and (op.method, op.path) not in SKIPPED
+    ]
+    assert not missing, f"write operations with no valid body in write_bodies.py: {missing}"
+    stale = (set(WRITES) | set(SKIPPED)) - {(op.method, op.path) for op in writes}
+    assert not stale, f"write_bodies.py names operations the document lacks: {sorted(stale)}"
+    values = _a_values(world)
+    overrides = _route_values(world)
+    problems: list[str] = []
+    checked = 0
+    for operation in writes:
+        write = WRITES.get((operation.method, operation.path))
+        if write is None:
+            continue
+        extra = write.values(world) if callable(write.values) else write.values
+        path = _paths(doc, {**values, **extra}, overrides)[operation.path]
+        body = write.body(world) if callable(write.body) else write.body
+        savepoint = transaction.savepoint()
+        # Rate limits (job submission, the token exchange) count in the cache.
+        cache.clear()
+        try:
+            if write.before is not None:
+                write.before(world)
+            response = _write(world, write.who, operation.method, path, body)
+        finally:
+            transaction.savepoint_rollback(savepoint)
+        checked += 1
+        where = f"{write.who} {operation.method.upper()} {path}"
+        if not 200 <= response.status_code < 300:
+            problems.append(f"{where}: {response.status_code}: {_body_text(response)[:300]}")
+        problems += [f"{where}: {p}" for p in doc.check(operation, response)]
+    assert not problems, "\n".join(problems)
+    with capsys.disabled():
+        print(f"\n[schema] {checked} write operations: declared successes")
+
+
+def test_a_state_that_refuses_the_action_is_a_declared_409(rich_world, document, capsys):
+    """An action the object's state does not allow (cancel a finished job, approve a decided
+    request, reinstate what is not retired) is a 409 of the declared shape."""
+    world = rich_world
+    doc = Document(document)
+    values = _a_values(world)
+    overrides = _route_values(world)
+    problems: list[str] = []
+    for (method, template), write in CONFLICTS.items():
+        operation = doc.operation(template, method)
+        assert operation is not None, f"{method.upper()} {template}: not in the document"
+        extra = write.values(world) if callable(write.values) else write.values
+        path = _paths(doc, {**values, **extra}, overrides)[template]
+        savepoint = transaction.savepoint()
+        cache.clear()
+        try:
+            if write.before is not None:
+                write.before(world)
+            response = _write(world, write.who, method, path, write.body)
+        finally:
+            transaction.savepoint_rollback(savepoint)
+        where = f"{write.who} {method.upper()} {path}"
+        if response.status_code != 409:
+            problems.append(
+                f"{where}: {response.status_code}, not 409: {_body_text(response)[:200]}"
+            )
+        problems += [f"{where}: {p}" for p in doc.check(operation, response)]
+    assert not problems, "\n".join(problems)
+    with capsys.disabled():
+        print(f"\n[schema] {len(CONFLICTS)} refusals for the state: declared 409s")
+
+
+def _write(world, who: str | None, method: str, path: str, body):
+    if who is None or who == "node agent":
+        if who is None:
+            client = Client(raise_request_exception=False)
+        else:
+            return _send(world, who, method, path, body)
+    else:
+        client = _client(world[who])
+    if body is None:
+        return getattr(client, method)(path)
+    return getattr(client, method)(path, json.dumps(body), content_type="application/json")
+
+
+def _body_text(response) -> str:
+    if getattr(response, "streaming", False):
+        return "(streamed)"
+    return response.content.decode(errors="replace")
+
+
+def _free_object(schema: dict, doc: Document) -> bool:
+    """Whether ``schema`` is (a list of) "an object" with no declared field: anything conforms."""
+    if "$ref" in schema:
+        schema = doc.raw["components"]["schemas"][schema["$ref"].split("/")[-1]]
+    if schema.get("type") == "array":
+        return _free_object(schema.get("items", {}), doc)
+    return schema.get("type") == "object" and not schema.get("properties")
+
+
+def test_no_answer_or_body_is_declared_as_any_object(document):
+    """A body declared only as "an object" checks nothing and gives generated clients an untyped
+    dict: every answer and every request body of the API declares its fields. (Values inside a
+    body may still be free-form maps where the API says so, e.g. a job's ``env``.)"""
+    doc = Document(document)
+    loose = []
+    for operation in doc.operations():
+        request = _request_schema(operation, doc)
+        if request is not None and _free_object(request, doc):
+            loose.append(f"{operation.method.upper()} {operation.path} request body")
+        for status, answer in operation.spec.get("responses", {}).items():
+            schema = answer.get("content", {}).get("application/json", {}).get("schema")
+            if schema is not None and _free_object(schema, doc):
+                loose.append(f"{operation.method.upper()} {operation.path} {status}")
+    assert not loose, "declared as any object:\n" + "\n".join(loose)
 
 
 def _bad_value(schema: dict, doc: Document):
