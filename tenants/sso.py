@@ -23,13 +23,19 @@ from django.contrib import auth
 from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.sessions.backends.base import SessionBase
 from django.core.cache import cache
 from django.core.exceptions import SuspiciousOperation
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from django.urls import reverse
 from django.utils.encoding import smart_str
 from django.utils.module_loading import import_string
+from django.views import View
+
+# mozilla-django-oidc ships no type information (pyproject.toml): its classes are Any to mypy, so
+# the four subclassing them below say so with `type: ignore[misc]`; their own methods are typed.
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh as _SessionRefresh
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
@@ -46,13 +52,14 @@ class LocalPasswordBackend(ModelBackend):
     login is turned off. Applies everywhere a password is accepted: the login page, the
     break-glass page, the admin site and the API's token exchange."""
 
-    def user_can_authenticate(self, user) -> bool:
+    def user_can_authenticate(self, user: User | AnonymousUser | None) -> bool:
         if not super().user_can_authenticate(user):
             return False
-        return settings.LOCAL_LOGIN_ENABLED or bool(user.is_superuser)
+        # Django asks only of a user it holds; the stubs allow None, which is nobody's admin.
+        return settings.LOCAL_LOGIN_ENABLED or bool(user is not None and user.is_superuser)
 
 
-class SsoBackend(OIDCAuthenticationBackend):
+class SsoBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # untyped library
     """Verified claims (ID token merged with userinfo: some providers put groups only in the
     token) become a user and memberships through ``tenants.identity.sso_login``."""
 
@@ -62,7 +69,7 @@ class SsoBackend(OIDCAuthenticationBackend):
         # down for the rest of it.
         self._jwks_cache_down = False
 
-    def verify_token(self, token, **kwargs):
+    def verify_token(self, token: str | bytes, **kwargs: Any) -> dict[str, Any]:
         """The library's signature and nonce checks, and the issuer and audience it leaves out (it
         decodes with ``verify_aud`` off): an ID token the provider issued to another of its
         clients, or for another organisation signed with the same keys, must not sign anyone in
@@ -72,6 +79,7 @@ class SsoBackend(OIDCAuthenticationBackend):
         fetched JWKS: a provider may replace a key and keep its key id, and a cached key must
         not refuse every login until the cache expires."""
         self._jwk_cached = False
+        payload: dict[str, Any]
         try:
             payload = super().verify_token(token, **kwargs)
         except SuspiciousOperation:
@@ -173,7 +181,9 @@ class SsoBackend(OIDCAuthenticationBackend):
             )
             return None
 
-    def get_or_create_user(self, access_token, id_token, payload):
+    def get_or_create_user(
+        self, access_token: str, id_token: str, payload: dict[str, Any]
+    ) -> User | None:
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not isinstance(userinfo, dict):
             # the provider's answer, not the user's fault: a refused login, not a 500
@@ -194,10 +204,10 @@ class SsoBackend(OIDCAuthenticationBackend):
             log.warning("single sign-on refused: %s", exc)
             return None
 
-    def get_user(self, user_id):
+    def get_user(self, user_id: Any) -> User | None:
         """The session's user, unless deactivated (Django's ModelBackend rule; the library's
         own returned a deactivated user, whose open sessions then kept using the portal)."""
-        user = super().get_user(user_id)
+        user: User | None = super().get_user(user_id)
         return user if user is not None and user.is_active else None
 
 
@@ -214,14 +224,16 @@ def _matching_jwk(jwks: Any, header: dict[str, Any]) -> dict[str, Any] | None:
     return match
 
 
-class _OnlyWhenConfigured:
-    def dispatch(self, request, *args, **kwargs):
+class _OnlyWhenConfigured(View):
+    # A View, as every class it is mixed into is (their order of resolution is unchanged), so
+    # that mypy knows the dispatch it calls.
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not settings.SSO_ENABLED:
             raise Http404("single sign-on is not configured")
         return super().dispatch(request, *args, **kwargs)
 
 
-class SsoStartView(_OnlyWhenConfigured, OIDCAuthenticationRequestView):
+class SsoStartView(_OnlyWhenConfigured, OIDCAuthenticationRequestView):  # type: ignore[misc]
     """Redirects to the provider (state, nonce and a PKCE S256 challenge kept in the session)."""
 
 
@@ -239,7 +251,7 @@ PROVIDER_FAILURES = (
 )
 
 
-class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
+class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):  # type: ignore[misc]
     """The provider's redirect back: exchanges the code (with the PKCE verifier) and signs in.
 
     A login that does not complete ends any session the browser had (a re-check of a signed-in
@@ -248,9 +260,10 @@ class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
     ``?sso=failed`` when the provider's answer was refused, ``?sso=unavailable`` when the
     provider could not be reached or answered something unusable (a 500 before)."""
 
-    def get(self, request):
+    def get(self, request: HttpRequest) -> HttpResponseBase:
         try:
-            return super().get(request)
+            response: HttpResponseBase = super().get(request)
+            return response
         except SuspiciousOperation as exc:  # bad state, signature, nonce, audience, issuer
             log.warning("single sign-on refused: %s", exc)
             return self._fail(settings.LOGIN_REDIRECT_URL_FAILURE)
@@ -262,7 +275,7 @@ class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
             )
             return self._fail(settings.SSO_UNAVAILABLE_URL)
 
-    def login_failure(self):
+    def login_failure(self) -> HttpResponseRedirect:
         return self._fail(self.failure_url)
 
     def _fail(self, url: str) -> HttpResponseRedirect:
@@ -271,7 +284,7 @@ class SsoCallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
         return HttpResponseRedirect(url)
 
 
-class SessionRefresh(_SessionRefresh):
+class SessionRefresh(_SessionRefresh):  # type: ignore[misc]  # untyped library
     """The library's silent re-check of single sign-on sessions (``prompt=none`` once the last
     check is older than ``OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS``; each re-check is a login, so
     group rules are applied again), with our routes exempt: the sign-in views, logout, and what
@@ -287,7 +300,7 @@ class SessionRefresh(_SessionRefresh):
     reads send to the login page, and the portal's sockets (4440) load the page again, which
     makes the check. API tokens are not sessions and are not affected."""
 
-    def is_refreshable_url(self, request) -> bool:
+    def is_refreshable_url(self, request: HttpRequest) -> bool:
         """The library's rule without its GET-only condition: any method of a signed-in single
         sign-on session, except the exempt routes."""
         return (
@@ -296,7 +309,7 @@ class SessionRefresh(_SessionRefresh):
             and not self._exempt(request.path)
         )
 
-    def process_request(self, request):
+    def process_request(self, request: HttpRequest) -> HttpResponseBase | None:
         if (
             request.path not in self.exempt_urls
             and self._exempt(request.path)
@@ -304,13 +317,14 @@ class SessionRefresh(_SessionRefresh):
         ):
             request.user = AnonymousUser()
             return None
-        return super().process_request(request)
+        response: HttpResponseBase | None = super().process_request(request)
+        return response
 
     def _exempt(self, path: str) -> bool:
         return path in self.exempt_urls or any(p.match(path) for p in self.exempt_url_patterns)
 
     @cached_property
-    def exempt_urls(self):
+    def exempt_urls(self) -> set[str]:
         return {
             reverse("oidc_authentication_init"),
             reverse("oidc_authentication_callback"),
@@ -318,11 +332,11 @@ class SessionRefresh(_SessionRefresh):
         }
 
     @cached_property
-    def exempt_url_patterns(self):
+    def exempt_url_patterns(self) -> set[re.Pattern[str]]:
         return {re.compile(p) for p in settings.SSO_REFRESH_EXEMPT_PATTERNS}
 
 
-def sso_recheck_due(session) -> bool:
+def sso_recheck_due(session: SessionBase) -> bool:
     """Is ``session`` a single sign-on session whose ID token expiry (``oidc_id_token_expiration``,
     now + ``OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS`` at each login) has passed? The library's rule
     for :class:`SessionRefresh` sending the next page load back to the provider. The websockets,
@@ -330,15 +344,18 @@ def sso_recheck_due(session) -> bool:
     (``frontend/consumers.py``). A password session never is."""
     if not _is_sso_session(session):
         return False
-    return session.get("oidc_id_token_expiration", 0) <= time.time()
+    expiration_s: float = session.get("oidc_id_token_expiration", 0)
+    return expiration_s <= time.time()
 
 
-def _is_sso_session(session) -> bool:
+def _is_sso_session(session: SessionBase) -> bool:
     backend = session.get(BACKEND_SESSION_KEY)
-    return bool(backend) and issubclass(import_string(backend), OIDCAuthenticationBackend)
+    if not backend:
+        return False
+    return issubclass(import_string(backend), OIDCAuthenticationBackend)
 
 
-def provider_logout_url(request) -> str:
+def provider_logout_url(request: HttpRequest) -> str:
     """Where logout sends the browser: the provider's end-session endpoint (ending its session
     too) for a user who signed in with it, else the login page."""
     local = settings.LOGOUT_REDIRECT_URL
@@ -358,7 +375,7 @@ def provider_logout_url(request) -> str:
 class LogoutView(auth_views.LogoutView):
     """Django's logout; for a single sign-on session it then goes on to the provider's logout."""
 
-    def post(self, request, *args, **kwargs):
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         provider = provider_logout_url(request)
         response = super().post(request, *args, **kwargs)
         if provider != settings.LOGOUT_REDIRECT_URL:
@@ -366,7 +383,7 @@ class LogoutView(auth_views.LogoutView):
         return response
 
 
-def login_options(request) -> dict:
+def login_options(request: HttpRequest) -> dict[str, Any]:
     """Template context: whether to show the single sign-on button and the password form."""
     return {
         "sso_enabled": settings.SSO_ENABLED,

@@ -20,8 +20,11 @@ import logging
 from functools import cache
 
 from django.conf import settings
+from django.http import HttpRequest
 from rest_framework.exceptions import APIException
+from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
 
 from .models import SUBMIT_ROLES, hash_token
 from .permissions import is_platform_admin, submission_target
@@ -30,7 +33,9 @@ log = logging.getLogger(__name__)
 
 
 @cache
-def _networks(entries: tuple[str, ...]) -> tuple:
+def _networks(
+    entries: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     return tuple(ipaddress.ip_network(entry.strip(), strict=False) for entry in entries)
 
 
@@ -45,7 +50,7 @@ def _trusted(address: str) -> bool:
     return any(ip in network for network in networks)
 
 
-def client_address(request) -> str:
+def client_address(request: HttpRequest) -> str:
     """The address of the client that sent ``request``.
 
     The peer's address (``REMOTE_ADDR``), unless the peer is one of ``TRUSTED_PROXIES``: then
@@ -84,16 +89,23 @@ class _SettingsRateThrottle(SimpleRateThrottle):
     count, as with DRF's throttle.
     """
 
-    def __init__(self):
+    scope: str  # each throttle names its rate's scope
+
+    def __init__(self) -> None:
         # DRF reads the rate in __init__ from a class attribute frozen at import; read it now.
         self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
-        self._wait = None
+        num_requests, duration = self.parse_rate(self.rate)
+        # DRF's parse_rate answers (None, None) only when there is no rate, and a throttle without
+        # one reads neither: allow_request lets everything through first, and the password doors
+        # build only the throttles that have a rate.
+        self.num_requests = num_requests or 0
+        self.duration = duration or 0
+        self._wait: float | None = None
 
-    def get_rate(self):
+    def get_rate(self) -> str | None:
         return _rate(self.scope)
 
-    def allow_request(self, request, view):
+    def allow_request(self, request: Request, view: APIView) -> bool:
         if self.rate is None:
             return True
         key = self.get_cache_key(request, view)
@@ -141,10 +153,10 @@ class _SettingsRateThrottle(SimpleRateThrottle):
         # previous * (1 - (into + t) / duration) <= room  =>  t >= duration * (1 - room / previous)
         return max(1.0, min(left_in_window, self.duration * (1 - room / previous) - into))
 
-    def wait(self):
+    def wait(self) -> float | None:
         return self._wait
 
-    def get_ident(self, request):
+    def get_ident(self, request: HttpRequest) -> str:
         return client_address(request)
 
 
@@ -153,8 +165,8 @@ class JobSubmitUserThrottle(_SettingsRateThrottle):
 
     scope = "job_submit_user"
 
-    def get_cache_key(self, request, view):
-        if not request.user or not request.user.is_authenticated:
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        if not request.user.is_authenticated:
             return None  # anonymous requests are refused by authentication anyway
         return f"throttle_{self.scope}_{request.user.pk}"
 
@@ -165,26 +177,30 @@ class JobSubmitTeamThrottle(_SettingsRateThrottle):
 
     scope = "job_submit_team"
 
-    def get_cache_key(self, request, view):
-        if not request.user or not request.user.is_authenticated:
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        if not request.user.is_authenticated:
             return None
         try:
-            slug = request.data.get("team")
+            data = request.data
         except APIException:  # an unparsable body: the same 400 the view would answer
             raise
-        except Exception:  # a body that is not an object is the view's 400, not ours
+        except Exception:  # a body that cannot be read is the view's 400, not ours
             return None
+        # A body that is not an object (a JSON list, string or number) is the view's 400 too.
+        slug = data.get("team") if isinstance(data, dict) else None
         if not isinstance(slug, str) or not slug:
             return None
         team, role = submission_target(request.user, slug)
         # The view validates the same team next; it reuses this answer instead of asking again.
-        request.submission_target = (slug, team, role)
+        # An attribute of our own on the request, read by the view with getattr: DRF's stubs
+        # declare none.
+        request.submission_target = (slug, team, role)  # type: ignore[attr-defined]
         if team is None or not (is_platform_admin(request.user) or role in SUBMIT_ROLES):
             return None
         return f"throttle_{self.scope}_{team.pk}"
 
 
-def _username(request) -> str:
+def _username(request: HttpRequest) -> str:
     """The username a password attempt names (a DRF request's body or a portal form)."""
     data = getattr(request, "data", None)
     if data is None:
@@ -198,31 +214,39 @@ def _username(request) -> str:
     return username.strip().lower() if isinstance(username, str) else ""
 
 
-class PasswordAttemptThrottle(_SettingsRateThrottle):
+class _PasswordThrottle(_SettingsRateThrottle):
+    """A limit on password attempts. Asked outside any DRF view (no view), with the request of
+    either door: the portal's Django request or the API's DRF one."""
+
+    def get_cache_key(self, request: HttpRequest, view: APIView | None = None) -> str:
+        raise NotImplementedError
+
+
+class PasswordAttemptThrottle(_PasswordThrottle):
     """Failed password attempts per client address and username, at either door: slows down
     guessing one user's password without letting one address lock everybody out."""
 
     scope = "login"
 
-    def get_cache_key(self, request, view):
+    def get_cache_key(self, request: HttpRequest, view: APIView | None = None) -> str:
         digest = hash_token(_username(request))[:16]
         return f"throttle_{self.scope}_{self.get_ident(request)}_{digest}"
 
 
-class PasswordAddressThrottle(_SettingsRateThrottle):
+class PasswordAddressThrottle(_PasswordThrottle):
     """Failed password attempts per client address, whatever the username (spraying)."""
 
     scope = "login_address"
 
-    def get_cache_key(self, request, view):
+    def get_cache_key(self, request: HttpRequest, view: APIView | None = None) -> str:
         return f"throttle_{self.scope}_{self.get_ident(request)}"
 
 
-def _password_throttles() -> list[_SettingsRateThrottle]:
+def _password_throttles() -> list[_PasswordThrottle]:
     return [cls() for cls in (PasswordAttemptThrottle, PasswordAddressThrottle) if _rate(cls.scope)]
 
 
-def password_attempt_refused(request) -> float | None:
+def password_attempt_refused(request: HttpRequest) -> float | None:
     """Seconds the client must wait before its next password attempt, or None when it may try.
     Only failed attempts count (:func:`password_attempt_failed`): a user who signs in often is
     never held back, and a right password after too many wrong ones is refused like the rest.
@@ -239,7 +263,7 @@ def password_attempt_refused(request) -> float | None:
     return max(waits) if waits else None
 
 
-def password_attempt_failed(request) -> None:
+def password_attempt_failed(request: HttpRequest) -> None:
     """Count one failed password attempt of ``request``'s client (and username)."""
     for throttle in _password_throttles():
         try:

@@ -9,12 +9,17 @@ protected by Django's CSRF middleware.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest, PermissionDenied
-from django.http import Http404, StreamingHttpResponse
+from django.db.models import QuerySet
+from django.forms import Form
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -23,23 +28,29 @@ from core.errors import DomainError, NotFound
 from . import forms, permissions, selectors, services
 from .authentication import sso_tokens_work_until
 from .csvcells import safe_cell
-from .models import QuotaRequestStatus, Role
+from .models import AuditEntry, QuotaRequestStatus, Role, Team
 
 
-def _team_or_404(user, slug: str):
+def _team_or_404(user: permissions.Caller, slug: str) -> Team:
     try:
         return selectors.team_get(user=user, slug=slug)
     except NotFound as exc:
         raise Http404("no such team") from exc
 
 
-def _require_platform_admin(user) -> None:
+def _signed_in(request: HttpRequest) -> User:
+    """The caller of a view behind ``login_required``: a User. Django's stubs type
+    ``request.user`` as any user, the anonymous one included."""
+    return cast(User, request.user)
+
+
+def _require_platform_admin(user: permissions.Caller) -> None:
     if not permissions.can_manage_quotas(user):
         raise PermissionDenied("platform admins only")
 
 
 @login_required
-def index(request):
+def index(request: HttpRequest) -> HttpResponse:
     """The team tree (the caller's teams; every team for platform admins) with weights,
     guarantees, borrow limits and current use."""
     is_admin = permissions.is_platform_admin(request.user)
@@ -58,7 +69,7 @@ def index(request):
 
 
 @login_required
-def team_detail(request, slug: str):
+def team_detail(request: HttpRequest, slug: str) -> HttpResponse:
     team = _team_or_404(request.user, slug)
     can_manage = permissions.can_manage_team(request.user, team)
     overview = [r for r in selectors.quota_overview(user=request.user) if r.team.pk == team.pk]
@@ -80,7 +91,7 @@ def team_detail(request, slug: str):
 
 @login_required
 @require_POST
-def member_set(request, slug: str):
+def member_set(request: HttpRequest, slug: str) -> HttpResponse:
     team = _team_or_404(request.user, slug)
     form = forms.MembershipForm(request.POST)
     if form.is_valid():
@@ -106,7 +117,7 @@ def member_set(request, slug: str):
 
 @login_required
 @require_POST
-def member_remove(request, slug: str, username: str):
+def member_remove(request: HttpRequest, slug: str, username: str) -> HttpResponse:
     team = _team_or_404(request.user, slug)
     try:
         services.membership_remove(user=request.user, team=team, username=username)
@@ -127,7 +138,7 @@ def _domain_refusal(exc: DomainError) -> None:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def quota_request_new(request, slug: str):
+def quota_request_new(request: HttpRequest, slug: str) -> HttpResponse:
     team = _team_or_404(request.user, slug)
     if not permissions.can_request_quota(request.user, team):
         raise PermissionDenied("only team owners and admins request quota")
@@ -136,7 +147,7 @@ def quota_request_new(request, slug: str):
         data = form.cleaned_data
         try:
             services.quota_request_create(
-                user=request.user,
+                user=_signed_in(request),
                 team=team,
                 gpu_model=data["gpu_model"],
                 guaranteed_gpus=data["guaranteed_gpus"],
@@ -158,7 +169,7 @@ def quota_request_new(request, slug: str):
 
 
 @login_required
-def quota_requests(request):
+def quota_requests(request: HttpRequest) -> HttpResponse:
     """Requests of the caller's teams; platform admins see all and decide pending ones."""
     status = request.GET.get("status") or None
     if status not in QuotaRequestStatus.values:
@@ -175,7 +186,7 @@ def quota_requests(request):
 
 @login_required
 @require_POST
-def quota_request_decide(request, pk: int, decision: str):
+def quota_request_decide(request: HttpRequest, pk: int, decision: str) -> HttpResponse:
     try:
         selectors.quota_request_get(user=request.user, request_id=pk)
     except NotFound as exc:
@@ -210,7 +221,7 @@ def quota_request_decide(request, pk: int, decision: str):
 # --- platform admins: quotas, the tree, priority classes ---------------------------------------
 
 
-def _manage_context(request, **forms_in) -> dict:
+def _manage_context(request: HttpRequest, **forms_in: Form) -> dict[str, Any]:
     from .models import PriorityClass
 
     context = {
@@ -229,10 +240,10 @@ def _manage_context(request, **forms_in) -> dict:
 
 
 @login_required
-def manage(request):
+def manage(request: HttpRequest) -> HttpResponse:
     """The admin page; ``?team=&gpu_model=`` prefills the quota form with that quota."""
     _require_platform_admin(request.user)
-    initial = {}
+    initial: dict[str, Any] = {}
     team, model = request.GET.get("team"), request.GET.get("gpu_model")
     if team and model:
         from .models import Quota
@@ -244,7 +255,7 @@ def manage(request):
                 "guaranteed_gpus": quota.guaranteed_gpus,
                 "borrow_limit_gpus": quota.borrow_limit_gpus,
             }
-    extra = {"quota_form": forms.QuotaForm(initial=initial)}
+    extra: dict[str, Form] = {"quota_form": forms.QuotaForm(initial=initial)}
     if slug := request.GET.get("entitlements"):
         team_row = _team_or_404(request.user, slug)
         from .models import TeamEntitlements
@@ -264,7 +275,7 @@ def manage(request):
 
 @login_required
 @require_POST
-def manage_quota(request):
+def manage_quota(request: HttpRequest) -> HttpResponse:
     _require_platform_admin(request.user)
     form = forms.QuotaForm(request.POST)
     if form.is_valid():
@@ -290,7 +301,7 @@ def manage_quota(request):
 
 @login_required
 @require_POST
-def manage_team_new(request):
+def manage_team_new(request: HttpRequest) -> HttpResponse:
     _require_platform_admin(request.user)
     form = forms.TeamCreateForm(request.POST)
     if form.is_valid():
@@ -307,7 +318,7 @@ def manage_team_new(request):
 
 @login_required
 @require_POST
-def manage_team_weight(request, slug: str):
+def manage_team_weight(request: HttpRequest, slug: str) -> HttpResponse:
     _require_platform_admin(request.user)
     team = _team_or_404(request.user, slug)
     form = forms.TeamWeightForm(request.POST)
@@ -329,7 +340,7 @@ def manage_team_weight(request, slug: str):
 
 @login_required
 @require_POST
-def manage_priority(request):
+def manage_priority(request: HttpRequest) -> HttpResponse:
     _require_platform_admin(request.user)
     form = forms.PriorityClassForm(request.POST)
     if form.is_valid():
@@ -346,7 +357,7 @@ def manage_priority(request):
 
 @login_required
 @require_POST
-def manage_entitlements(request):
+def manage_entitlements(request: HttpRequest) -> HttpResponse:
     """Set a team's entitlements and pending caps (platform admins)."""
     _require_platform_admin(request.user)
     form = forms.EntitlementsForm(request.POST)
@@ -375,7 +386,7 @@ def manage_entitlements(request):
 
 @login_required
 @require_POST
-def manage_priority_delete(request, name: str):
+def manage_priority_delete(request: HttpRequest, name: str) -> HttpResponse:
     _require_platform_admin(request.user)
     try:
         services.priority_class_delete(user=request.user, name=name)
@@ -392,7 +403,7 @@ def manage_priority_delete(request, name: str):
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def tokens(request):
+def tokens(request: HttpRequest) -> HttpResponse:
     """The caller's tokens. A created token is shown once, in this response only (never stored
     in the session or a message, never logged); the page is marked no-store."""
     form = forms.TokenForm(request.POST or None)
@@ -401,7 +412,7 @@ def tokens(request):
     if request.method == "POST":
         if form.is_valid():
             try:
-                token, raw = services.token_create(user=request.user, **form.cleaned_data)
+                token, raw = services.token_create(user=_signed_in(request), **form.cleaned_data)
                 created = {"token": token, "raw": raw}
                 form = forms.TokenForm()
             except DomainError as exc:
@@ -428,9 +439,9 @@ def tokens(request):
 
 @login_required
 @require_POST
-def token_revoke(request, pk: int):
+def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     try:
-        token = services.token_revoke(user=request.user, token_id=pk)
+        token = services.token_revoke(user=_signed_in(request), token_id=pk)
     except NotFound as exc:
         raise Http404("no such token") from exc
     messages.success(request, f"Token {token.name} revoked.")
@@ -440,7 +451,9 @@ def token_revoke(request, pk: int):
 # --- audit log ----------------------------------------------------------------------------------
 
 
-def _audit_entries(request):
+def _audit_entries(
+    request: HttpRequest,
+) -> tuple[forms.AuditFilterForm, QuerySet[AuditEntry] | None]:
     if not permissions.can_view_audit(request.user):
         raise PermissionDenied("platform admins and team admins only")
     form = forms.AuditFilterForm(request.GET or None)
@@ -464,7 +477,7 @@ def _audit_entries(request):
 
 
 @login_required
-def audit(request):
+def audit(request: HttpRequest) -> HttpResponse:
     form, entries = _audit_entries(request)
     return render(
         request,
@@ -480,19 +493,19 @@ def audit(request):
 
 
 class _Echo:
-    def write(self, value):
+    def write(self, value: str) -> str:
         return value
 
 
 @login_required
-def audit_csv(request):
+def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
     """The filtered audit log as CSV (streamed, so a long log does not sit in memory)."""
     form, entries = _audit_entries(request)
     if entries is None:
         raise BadRequest(forms.errors_text(form))
     writer = csv.writer(_Echo())
 
-    def rows():
+    def rows() -> Iterator[str]:
         yield writer.writerow(selectors.AUDIT_CSV_COLUMNS)
         for chunk_start in range(0, 10**9, 1000):
             chunk = list(entries[chunk_start : chunk_start + 1000])
@@ -507,7 +520,7 @@ def audit_csv(request):
 
 
 @login_required
-def manage_sso(request):
+def manage_sso(request: HttpRequest) -> HttpResponse:
     """Single sign-on group rules (platform admins): provider group -> team and role, applied at
     each member's next login."""
     from django.conf import settings
@@ -547,7 +560,7 @@ def manage_sso(request):
 
 @login_required
 @require_POST
-def manage_sso_delete(request, pk: int):
+def manage_sso_delete(request: HttpRequest, pk: int) -> HttpResponse:
     from . import identity
 
     _require_platform_admin(request.user)
