@@ -8,14 +8,28 @@ entry: every 60 s with ``expires`` 54 s (a backlog never replays stale runs).
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from celery import shared_task
 from django.db import OperationalError
 
 from . import meter
 
+
+class _MeterTaskOptions(TypedDict):
+    """The meter tasks' options, typed so that shared_task's overloads (celery-types) see each."""
+
+    autoretry_for: tuple[type[BaseException], ...]
+    retry_backoff: bool
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int
+    ignore_result: bool
+
+
 # A meter run that meets a database or broker hiccup is retried, backing off to a minute; its
 # work is idempotent (a run meters from the cursors it left), so a retry never bills twice.
-_METER_TASK_OPTIONS = {
+_METER_TASK_OPTIONS: _MeterTaskOptions = {
     "autoretry_for": (ConnectionError, TimeoutError, OperationalError),
     "retry_backoff": True,
     "retry_backoff_max": 60,

