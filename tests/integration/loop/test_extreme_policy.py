@@ -16,7 +16,10 @@ from scheduler.snapshot import build_snapshot
 from scheduler.states import JobState
 from tests.integration.loop.conftest import fill_with_best_effort
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_simulation")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("fast_simulation", "jobs_outlive_the_test"),
+]
 
 CENTURY_S = 3_153_600_000  # the codec's largest duration (scheduler/policy/fields.py)
 

@@ -29,7 +29,10 @@ from scheduler.models import Allocation, Job, JobEvent, SimulatedRun
 from scheduler.states import JobState
 from tests.integration.loop.conftest import fill_with_best_effort
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_simulation")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("fast_simulation", "jobs_outlive_the_test"),
+]
 
 
 def _failure_reason(job: Job) -> str:
