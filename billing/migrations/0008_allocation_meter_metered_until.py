@@ -10,23 +10,9 @@ behind: drop it (``DROP INDEX CONCURRENTLY allocmeter_metered_until``) and migra
 
 from django.db import migrations, models
 
+from core.schema_ops import add_index_concurrently
+
 INDEX = models.Index(fields=['metered_until'], name='allocmeter_metered_until')
-
-
-def add_index(apps, schema_editor):
-    model = apps.get_model('billing', 'AllocationMeter')
-    if schema_editor.connection.vendor == 'postgresql':
-        schema_editor.add_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def remove_index(apps, schema_editor):
-    model = apps.get_model('billing', 'AllocationMeter')
-    if schema_editor.connection.vendor == 'postgresql':
-        schema_editor.remove_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.remove_index(model, INDEX)
 
 
 class Migration(migrations.Migration):
@@ -38,8 +24,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name='allocationmeter', index=INDEX)],
-            database_operations=[migrations.RunPython(add_index, remove_index)],
-        ),
+        add_index_concurrently(app_label="billing", model_name="AllocationMeter", index=INDEX),
     ]

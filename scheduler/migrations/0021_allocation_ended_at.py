@@ -12,23 +12,9 @@ allocation_ended_at``) and migrate again."""
 
 from django.db import migrations, models
 
+from core.schema_ops import add_index_concurrently
+
 INDEX = models.Index(fields=['ended_at'], name='allocation_ended_at')
-
-
-def add_index(apps, schema_editor):
-    model = apps.get_model('scheduler', 'Allocation')
-    if schema_editor.connection.vendor == 'postgresql':
-        schema_editor.add_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def remove_index(apps, schema_editor):
-    model = apps.get_model('scheduler', 'Allocation')
-    if schema_editor.connection.vendor == 'postgresql':
-        schema_editor.remove_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.remove_index(model, INDEX)
 
 
 class Migration(migrations.Migration):
@@ -40,8 +26,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name='allocation', index=INDEX)],
-            database_operations=[migrations.RunPython(add_index, remove_index)],
-        ),
+        add_index_concurrently(app_label="scheduler", model_name="Allocation", index=INDEX),
     ]

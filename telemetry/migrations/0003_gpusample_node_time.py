@@ -8,23 +8,9 @@ index behind: drop it (``DROP INDEX CONCURRENTLY gpusample_node_time``) and migr
 
 from django.db import migrations, models
 
+from core.schema_ops import add_index_concurrently
+
 INDEX = models.Index(fields=["node", "time"], name="gpusample_node_time")
-
-
-def add_index(apps, schema_editor):
-    model = apps.get_model("telemetry", "GpuSample")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.add_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def remove_index(apps, schema_editor):
-    model = apps.get_model("telemetry", "GpuSample")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.remove_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.remove_index(model, INDEX)
 
 
 class Migration(migrations.Migration):
@@ -36,8 +22,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name='gpusample', index=INDEX)],
-            database_operations=[migrations.RunPython(add_index, remove_index)],
-        ),
+        add_index_concurrently(app_label="telemetry", model_name="GpuSample", index=INDEX),
     ]
