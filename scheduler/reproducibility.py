@@ -34,7 +34,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from core.errors import NotFound
+from core.errors import Conflict, NotFound
 from tenants.audit import REDACTED, redact
 
 from .backends.base import BackendJobSpec
@@ -260,14 +260,22 @@ def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Resubmissi
     job has none, and a note says so. Checked like any submission (the caller must be able to
     submit to the team). The job and its "resubmitted" event are written in one transaction: all
     or nothing. Raises NotFound for a job outside the caller's teams or an attempt without a
-    record."""
+    record, Conflict for a record without its submission."""
     from django.utils import timezone
 
     from .services import deadline_error
 
     chosen = attempt_record_get(user=user, job_id=job_id, attempt=attempt)
     original = chosen.job
-    body = dict(chosen.record.get("resubmit") or {})
+    submission = chosen.record.get("resubmit")
+    if not isinstance(submission, dict) or not submission:
+        # Every record the platform writes carries it; one edited by hand or restored from
+        # elsewhere may not, and guessing the submission would not be "exactly what ran".
+        raise Conflict(
+            f"attempt {chosen.attempt} of job {original.pk} has a record without its "
+            "submission, so it cannot be resubmitted exactly; submit the job again by hand"
+        )
+    body = dict(submission)
     # The record's command and env are redacted; the job's own values are the ones that ran.
     body["command"] = original.command
     body["env"] = {str(k): str(v) for k, v in (original.env or {}).items()}

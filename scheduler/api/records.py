@@ -169,6 +169,8 @@ class ResubmittedJobSerializer(JobSerializer):
 class JobResubmitView(APIView):
     """Submit a new job that runs exactly what an attempt of this job ran."""
 
+    conflicts = {"post": "the attempt's record lacks its submission (a record edited by hand)"}
+
     def get_throttles(self):
         from tenants.throttles import job_submit_throttles
 

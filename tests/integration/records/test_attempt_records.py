@@ -155,6 +155,21 @@ def test_viewer_cannot_resubmit_and_nothing_is_written(platform, submit, api_as)
     assert Job.objects.count() == 1
 
 
+def test_resubmit_of_a_record_without_its_submission_is_a_409_not_a_500(platform, submit, api_as):
+    """Records carry their submission ("resubmit") since the format began; one without it (edited
+    by hand, or restored from elsewhere) raised a TypeError: a 500."""
+    job = _run(platform, submit)
+    record = AttemptRecord.objects.get(job=job)
+    record.record = {k: v for k, v in record.record.items() if k != "resubmit"}
+    record.save(update_fields=["record"])
+    response = api_as(platform["alice"]).post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", {"attempt": 1}, format="json"
+    )
+    assert response.status_code == 409, response.content
+    assert "submission" in json.dumps(response.json())
+    assert Job.objects.count() == 1
+
+
 def test_resubmit_of_a_job_that_never_started_is_404_naming_the_attempt(platform, submit, api_as):
     pending = submit(platform["alice"]).json()["id"]  # no cycle ran: no attempt yet
     response = api_as(platform["alice"]).post(
