@@ -22,11 +22,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 from . import __version__, config, fleet, output, reports, session
 from . import policy as policy_commands
 from . import whatif as whatif_commands
+from .argparser import CommandParser
 from .client import ApiError, Client, UnsendableError
 from .common import UsageError
 from .common import client as _client
@@ -43,77 +44,10 @@ STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
 Handler = Callable[[argparse.Namespace], int]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors raise instead of exiting, so ``main`` owns every exit code,
-    and an option given before the command it belongs to is named as such."""
-
-    _argv: list[str] = []
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> tuple[Any, list[str]]:
-        self._argv = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> NoReturn:
-        hint = self._misplaced_option()
-        raise UsageError(f"{hint or message}\n{self.format_usage().rstrip()}")
-
-    def _children(self) -> dict[str, _Parser]:
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return dict(action.choices)
-        return {}
-
-    def _misplaced_option(self) -> str:
-        """``--cluster is an option of `gpuctl whatif run` ...`` when an option this parser
-        does not know belongs to a command below it. argparse took the option's value for the
-        command (``gpuctl whatif --cluster x run``: "invalid choice: 'x'") or, with ``=``,
-        said "unrecognized arguments" with the top level's usage; neither said what was wrong."""
-        words = self._argv[: self._argv.index("--")] if "--" in self._argv else self._argv
-        chain: list[_Parser] = []  # the commands the words name, below this parser
-        at: list[int] = []  # where each is named
-        parser = self
-        for i, word in enumerate(words):
-            child = parser._children().get(word)
-            if child is not None:
-                chain.append(child)
-                at.append(i)
-                parser = child
-        for i, word in enumerate(words):
-            name = word.split("=", 1)[0]
-            if not name.startswith("-") or name in self._option_string_actions:
-                continue
-            owners = [p for p in chain if name in p._option_string_actions]
-            if not owners:
-                owners = [p for p in self._descendants() if name in p._option_string_actions]
-            if not owners:
-                continue
-            value = words[i + 1] if "=" not in word and i + 1 < len(words) else ""
-            example = " ".join(w for w in (owners[0].prog, word, value) if w)
-            named = ", ".join(f"`{p.prog}`" for p in owners[:3])
-            given = ([self] + [p for p, j in zip(chain, at, strict=True) if j < i])[-1]
-            return (
-                f"{name} is an option of {named}, not of `{given.prog}`: give it after the "
-                f"command it belongs to, e.g. `{example} ...`"
-            )
-        return ""
-
-    def _descendants(self) -> list[_Parser]:
-        found: list[_Parser] = []
-        stack = list(self._children().values())
-        while stack:
-            parser = stack.pop(0)
-            if parser not in found:  # aliases (show, get) share one parser
-                found.append(parser)
-                stack.extend(parser._children().values())
-        return found
-
-
-def _common(json_default: Any = argparse.SUPPRESS) -> _Parser:
+def _common(json_default: Any = argparse.SUPPRESS) -> CommandParser:
     # Shared by the top level and each subcommand, so `gpuctl --json ls` and `gpuctl ls --json`
     # both work; SUPPRESS on the subcommand copy keeps it from resetting the top-level value.
-    parent = _Parser(add_help=False)
+    parent = CommandParser(add_help=False)
     parent.add_argument(
         "--json", action="store_true", default=json_default, help="print JSON for scripts"
     )
@@ -127,14 +61,14 @@ def _common(json_default: Any = argparse.SUPPRESS) -> _Parser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar (also used to render ``--help``)."""
-    parser = _Parser(
+    parser = CommandParser(
         prog="gpuctl",
         description="Submit and manage GPU training jobs on a gpuplatform server.",
         parents=[_common(json_default=False)],
         epilog="Exit codes: 0 ok, 1 API error, 2 bad usage. Docs: docs/jobspec.md",
     )
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     common = _common()
 
     def add(
@@ -234,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     array = add("array", cmd_array_help, "job arrays (sweeps): submit, list, get, cancel")
-    array_sub = array.add_subparsers(dest="array_command", metavar="ACTION", parser_class=_Parser)
+    array_sub = array.add_subparsers(
+        dest="array_command", metavar="ACTION", parser_class=CommandParser
+    )
 
     def add_array(
         name: str, handler: Handler, help_text: str, aliases: Sequence[str] = ()
@@ -265,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Actions of a command with subcommands (policy, whatif, nodes, clusters): each takes the
     # common options and runs its handler.
     def add_under(
-        subparsers: argparse._SubParsersAction[_Parser],
+        subparsers: argparse._SubParsersAction[CommandParser],
     ) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
         def add_action(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
             cmd: argparse.ArgumentParser = subparsers.add_parser(
@@ -280,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "policy", policy_commands.cmd_help, "the scheduling policy history (platform admins)"
     )
     policy_sub = policy.add_subparsers(
-        dest="policy_command", metavar="ACTION", parser_class=_Parser
+        dest="policy_command", metavar="ACTION", parser_class=CommandParser
     )
 
     policy_commands.register(add_under(policy_sub))
@@ -291,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "replay the cluster's history under candidate policies (platform admins)",
     )
     whatif_sub = whatif.add_subparsers(
-        dest="whatif_command", metavar="ACTION", parser_class=_Parser
+        dest="whatif_command", metavar="ACTION", parser_class=CommandParser
     )
 
     whatif_commands.register(add_under(whatif_sub))
@@ -303,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_argument("--rack", help="only this rack")
     nodes.add_argument("--gpu-model", help="only this GPU model")
     nodes.add_argument("--cluster", help="only this cluster")
-    nodes_sub = nodes.add_subparsers(dest="nodes_command", metavar="ACTION", parser_class=_Parser)
+    nodes_sub = nodes.add_subparsers(
+        dest="nodes_command", metavar="ACTION", parser_class=CommandParser
+    )
 
     fleet.register_nodes(add_under(nodes_sub))
     clusters = add(
@@ -312,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         "clusters and whether they are in service; retire or reinstate one (platform admins)",
     )
     clusters_sub = clusters.add_subparsers(
-        dest="clusters_command", metavar="ACTION", parser_class=_Parser
+        dest="clusters_command", metavar="ACTION", parser_class=CommandParser
     )
     fleet.register_clusters(add_under(clusters_sub))
     return parser
