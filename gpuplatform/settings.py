@@ -56,6 +56,9 @@ for _proxy in TRUSTED_PROXIES:
             f"TRUSTED_PROXIES: {_proxy!r} is not an IP address or network"
         ) from None
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+# A refused form says why in the portal's page (JSON for JSON clients), and names the cause and
+# fix of the usual first-start one: HTTPS-only cookies on a portal reached over plain http.
+CSRF_FAILURE_VIEW = "gpuplatform.api.csrf_failure"
 
 INSTALLED_APPS = [
     # Django admin, open to platform admins only (tenants.admin_site).
