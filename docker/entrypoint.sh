@@ -8,6 +8,15 @@ if [ "$#" -gt 0 ]; then
     shift
 fi
 
+# The roles that load Django's settings check them first: a configuration error (a missing
+# DJANGO_SECRET_KEY, ...) is one line and exit 2 (gpuplatform/startup.py). Without it uvicorn's
+# supervisor restarted the web workers that failed to import the app, for ever, a traceback each.
+case "$role" in
+    web|worker|beat)
+        python -m gpuplatform.startup
+        ;;
+esac
+
 case "$role" in
     web)
         # Publish the static files collected at build time to the proxy's volume, when mounted.

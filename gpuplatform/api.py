@@ -105,8 +105,8 @@ _HTTP_WITH_SECURE_COOKIES = (
     "CSRF cookie back with the form."
 )
 _HTTP_WITH_SECURE_COOKIES_FIX = (
-    "Serve the portal over https (docs/deploy.md, \"TLS and host names\"), or, for a trial "
-    "without TLS, set DJANGO_SECURE_COOKIES=false (docs/deploy.md, \"First start\")."
+    'Serve the portal over https (docs/deploy.md, "TLS and host names"), or, for a trial '
+    'without TLS, set DJANGO_SECURE_COOKIES=false (docs/deploy.md, "First start").'
 )
 
 
@@ -122,9 +122,7 @@ def csrf_failure(request, reason=""):
     # Only the missing cookie: a form whose token is wrong or missing over http (a browser on
     # localhost keeps Secure cookies) has another cause, and the hint would mislead.
     http_cause = (
-        reason == REASON_NO_CSRF_COOKIE
-        and not request.is_secure()
-        and settings.CSRF_COOKIE_SECURE
+        reason == REASON_NO_CSRF_COOKIE and not request.is_secure() and settings.CSRF_COOKIE_SECURE
     )
     if _wants_json(request):
         body = {"detail": "CSRF verification failed; the request was refused", "reason": reason}

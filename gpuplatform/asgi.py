@@ -9,13 +9,16 @@ import os
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
+from gpuplatform.startup import exit_on_configuration_error
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplatform.settings")
 # A server that imports this module first is a production start: DEBUG is off unless asked for
 # (and settings then refuse to start without the secret key, database and Redis). Where settings
 # are already loaded (manage.py: the demo's runserver, the tests) nothing changes.
 if not settings.configured:
     os.environ.setdefault("DJANGO_DEBUG", "false")
-django_asgi_app = get_asgi_application()
+# A configuration error is one line and exit 2, not a traceback (gpuplatform/startup.py).
+django_asgi_app = exit_on_configuration_error(get_asgi_application)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
