@@ -427,12 +427,19 @@ class DecimalStringField(serializers.CharField):
 
 # The cost dashboard's answer, declared (the view writes the JSON itself). Money is a decimal
 # string, as every decimal of this API; hours and GB are JSON numbers rounded to 3 places.
-class CostAlertSerializer(serializers.Serializer[Any]):
+class _CostAnswer(serializers.Serializer[Any]):
+    """Describes part of the cost dashboard's answer in the OpenAPI document; reads no input, so
+    its numbers need no bounds (tests/integration/security/test_numeric_bounds.py)."""
+
+    describes_an_answer = True
+
+
+class CostAlertSerializer(_CostAnswer):
     threshold = serializers.IntegerField(help_text="percent of the budget")
     fired_at = serializers.DateTimeField()
 
 
-class CostDaySerializer(serializers.Serializer[Any]):
+class CostDaySerializer(_CostAnswer):
     day = serializers.DateField()
     gpu_model = serializers.CharField()
     capacity = serializers.CharField()
@@ -440,7 +447,7 @@ class CostDaySerializer(serializers.Serializer[Any]):
     cost = DecimalStringField()
 
 
-class CostTopJobSerializer(serializers.Serializer[Any]):
+class CostTopJobSerializer(_CostAnswer):
     job = serializers.IntegerField(
         allow_null=True, help_text="null: a sub-team's job the caller is not a member of"
     )
@@ -451,19 +458,19 @@ class CostTopJobSerializer(serializers.Serializer[Any]):
     cost = DecimalStringField()
 
 
-class CostByUserSerializer(serializers.Serializer[Any]):
+class CostByUserSerializer(_CostAnswer):
     user = serializers.CharField(allow_blank=True)
     gpu_hours = serializers.FloatField()
     cost = DecimalStringField()
 
 
-class CostByClusterSerializer(serializers.Serializer[Any]):
+class CostByClusterSerializer(_CostAnswer):
     cluster = serializers.CharField(help_text='"(unknown)": metered before clusters were kept')
     gpu_hours = serializers.FloatField()
     cost = DecimalStringField()
 
 
-class CostEgressChargeSerializer(serializers.Serializer[Any]):
+class CostEgressChargeSerializer(_CostAnswer):
     job = serializers.IntegerField(allow_null=True)
     attempt = serializers.IntegerField(allow_null=True)
     team = serializers.CharField()
@@ -476,24 +483,24 @@ class CostEgressChargeSerializer(serializers.Serializer[Any]):
     time = serializers.DateTimeField()
 
 
-class CostEgressSerializer(serializers.Serializer[Any]):
+class CostEgressSerializer(_CostAnswer):
     cost = DecimalStringField()
     gb = serializers.FloatField()
     charges = CostEgressChargeSerializer(many=True)
 
 
-class CostLostWorkSerializer(serializers.Serializer[Any]):
+class CostLostWorkSerializer(_CostAnswer):
     gpu_hours = serializers.FloatField()
     cost = DecimalStringField()
 
 
-class CostIdleSerializer(serializers.Serializer[Any]):
+class CostIdleSerializer(_CostAnswer):
     cost = DecimalStringField()
     gpu_hours = serializers.FloatField()
     telemetry_coverage = serializers.FloatField(help_text="share of GPU time with telemetry")
 
 
-class CostTeamRowSerializer(serializers.Serializer[Any]):
+class CostTeamRowSerializer(_CostAnswer):
     team = serializers.SlugField()
     # DRF's metaclass moves declared fields out of the class, so this does not replace
     # Field.parent at run time; mypy sees only the class body.
@@ -510,7 +517,7 @@ class CostTeamRowSerializer(serializers.Serializer[Any]):
     lost_cost = DecimalStringField()
 
 
-class CostDashboardSerializer(serializers.Serializer[Any]):
+class CostDashboardSerializer(_CostAnswer):
     """One team's month (rolled up over its sub-teams), or every team's for platform admins."""
 
     team = serializers.SlugField(allow_null=True, help_text="null: every team (admins)")

@@ -258,6 +258,51 @@ def _serializer_fields(serializer, prefix=""):
             yield path, field
 
 
+def _describes_an_answer(cls) -> bool:
+    """A serializer that only declares an answer in the OpenAPI document reads no input, so its
+    numbers need no bounds; ``test_no_answer_serializer_reads_a_request_body`` keeps the mark true."""
+    return bool(getattr(cls, "describes_an_answer", False))
+
+
+def test_no_answer_serializer_reads_a_request_body():
+    from drf_spectacular.generators import SchemaGenerator
+
+    document = SchemaGenerator().get_schema(request=None, public=True)
+    components = document["components"]["schemas"]
+
+    def refs(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                yield node["$ref"].rsplit("/", 1)[-1]
+            for value in node.values():
+                yield from refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from refs(value)
+
+    read: set[str] = set()
+    stack = [
+        name
+        for path in document["paths"].values()
+        for operation in path.values()
+        if isinstance(operation, dict)
+        for name in refs(operation.get("requestBody", {}))
+    ]
+    while stack:
+        name = stack.pop()
+        if name not in read:
+            read.add(name)
+            stack.extend(refs(components.get(name, {})))
+    answers = {
+        cls.__name__.removesuffix("Serializer")
+        for cls in _all_subclasses(serializers.BaseSerializer)
+        if _ours(cls) and _describes_an_answer(cls)
+    }
+    assert answers, "no serializer is marked as an answer's"
+    assert read, "no request body refers to a component"
+    assert not answers & read, f"marked as answers but read from request bodies: {answers & read}"
+
+
 def test_every_numeric_api_field_has_finite_bounds():
     import billing.api  # noqa: F401  (the modules that define the serializers)
     import notifications.api  # noqa: F401
@@ -268,7 +313,7 @@ def test_every_numeric_api_field_has_finite_bounds():
 
     checked, unbounded = 0, []
     for cls in _all_subclasses(serializers.BaseSerializer):
-        if not _ours(cls) or inspect.isabstract(cls):
+        if not _ours(cls) or inspect.isabstract(cls) or _describes_an_answer(cls):
             continue
         for path, field in _serializer_fields(cls()):
             if not isinstance(field, NUMERIC_API_FIELDS) or field.read_only:
