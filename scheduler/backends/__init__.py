@@ -10,15 +10,19 @@ from __future__ import annotations
 import json
 import re
 import threading
+from typing import TYPE_CHECKING, Any
 
 from .base import Backend, RunRef
+
+if TYPE_CHECKING:
+    from scheduler.models import Cluster, Job
 
 _lock = threading.Lock()
 # Cluster id -> (the backend kind and configuration it was built from, the backend).
 _instances: dict[int, tuple[tuple[str, str], Backend]] = {}
 
 
-def get_backend(cluster) -> Backend:
+def get_backend(cluster: Cluster) -> Backend:
     """The backend of ``cluster`` as this row configures it. Built once per kind and
     configuration and reused: a change saved by an admin (a Slurm partition, ``team_accounts``)
     reaches every process at its next use with a row read after the change, without a restart
@@ -35,7 +39,7 @@ def get_backend(cluster) -> Backend:
         return backend
 
 
-def _config_key(config) -> str:
+def _config_key(config: object) -> str:
     # Canonical JSON: the same settings read again (in another key order) are the same backend.
     return json.dumps(config or {}, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -52,11 +56,11 @@ def reset_backends() -> None:
 _NAMESPACE = re.compile(r"([a-z0-9][a-z0-9-]*)?[a-z-]")
 
 
-def _build(cluster) -> Backend:
+def _build(cluster: Cluster) -> Backend:
     return _construct(cluster.backend_kind, dict(cluster.backend_config or {}), cluster.pk)
 
 
-def _construct(backend_kind: str, config: dict, cluster_id) -> Backend:
+def _construct(backend_kind: str, config: dict[str, Any], cluster_id: int) -> Backend:
     """The backend for these settings; ValueError or TypeError naming a setting it refuses.
     Constructors only read their settings: nothing connects or runs a command here."""
     namespace = str(config.get("run_namespace", ""))
@@ -86,22 +90,24 @@ def backend_config_problem(backend_kind: str, config: object) -> str | None:
     if not isinstance(config, dict):
         return 'must be a JSON object of backend settings, e.g. {"partition": "gpu"}'
     try:
-        _construct(backend_kind, dict(config), None)
+        # Built only to read its settings and then dropped: the id of no cluster (ids start at 1).
+        _construct(backend_kind, dict(config), 0)
     except (ValueError, TypeError) as exc:
         return str(exc)
     return None
 
 
-def backend_run_id(job) -> str:
+def backend_run_id(job: Job) -> str:
     """Our job's identity on its backend: its id, prefixed by the cluster's ``run_namespace``
     (``Cluster.backend_config``) when one is set. Backends find runs by this name, so two platform
     databases sharing one cluster (or a database restored from a backup) must use different
     namespaces, or one would mistake the other's runs for its own."""
-    namespace = run_namespace(job.cluster) if job.cluster_id is not None else ""
+    cluster = job.cluster if job.cluster_id is not None else None
+    namespace = run_namespace(cluster) if cluster is not None else ""
     return f"{namespace}{job.pk}"
 
 
-def backend_run_ref(job, attempt: int | None = None) -> RunRef:
+def backend_run_ref(job: Job, attempt: int | None = None) -> RunRef:
     """How a backend is told which run of ``job`` to poll, read, cancel or checkpoint: its
     :func:`backend_run_id`, ``attempt`` (default: its current one), its team's slug (the team
     ``submit`` ran it for) and the account that attempt was submitted as (``Job.backend_accounts``).
@@ -111,6 +117,6 @@ def backend_run_ref(job, attempt: int | None = None) -> RunRef:
     return RunRef(backend_run_id(job), attempt, job.team.slug, account)
 
 
-def run_namespace(cluster) -> str:
+def run_namespace(cluster: Cluster) -> str:
     """The ``run_namespace`` of a cluster's ``backend_config`` ("" when unset)."""
     return str((cluster.backend_config or {}).get("run_namespace", ""))

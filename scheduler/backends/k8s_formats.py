@@ -49,7 +49,8 @@ def log_time_ns(stamp: str) -> int | None:
     match = _LOG_TIME.fullmatch(stamp)
     if match is None:
         return None
-    whole = datetime(*(int(match[i]) for i in range(1, 7)), tzinfo=UTC)
+    year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
+    whole = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     fraction = (match[7] or "").ljust(9, "0")
     return int(whole.timestamp()) * 1_000_000_000 + int(fraction)
 

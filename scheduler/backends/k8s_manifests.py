@@ -201,10 +201,12 @@ class KubernetesConfig:
             )
         if cfg.pod_security not in POD_SECURITY_LEVELS:
             raise ValueError(f"pod_security must be one of {list(POD_SECURITY_LEVELS)}")
-        if cfg.run_as_user is not None and (
-            isinstance(cfg.run_as_user, bool)
-            or not isinstance(cfg.run_as_user, int)
-            or not 0 < cfg.run_as_user < 2**31
+        # Read from the cluster's JSON settings: any JSON value until this check.
+        run_as_user: object = cfg.run_as_user
+        if run_as_user is not None and (
+            isinstance(run_as_user, bool)
+            or not isinstance(run_as_user, int)
+            or not 0 < run_as_user < 2**31
         ):
             # 0 is root, which "restricted" forbids and which needs no setting to get.
             raise ValueError("run_as_user must be a uid from 1 to 2147483647")
@@ -515,7 +517,9 @@ def cancel_patch() -> dict[str, Any]:
     return {"metadata": {"annotations": {ANN_CANCELLED: "true"}}}
 
 
-def quarantine_patch(node: Mapping[str, Any], cfg: KubernetesConfig, reason: str) -> dict | None:
+def quarantine_patch(
+    node: Mapping[str, Any], cfg: KubernetesConfig, reason: str
+) -> dict[str, Any] | None:
     """Cordon + taint ``node`` with the quarantine taint; ``None`` if already quarantined.
 
     Taints are a plain list in strategic merge (no merge key), so the patch carries the whole new
@@ -554,7 +558,7 @@ def _with_rv(meta: Mapping[str, Any], patch_meta: dict[str, Any]) -> dict[str, A
     return patch_meta
 
 
-def release_patch(node: Mapping[str, Any], cfg: KubernetesConfig) -> dict | None:
+def release_patch(node: Mapping[str, Any], cfg: KubernetesConfig) -> dict[str, Any] | None:
     """Undo :func:`quarantine_patch`; ``None`` if there is nothing of ours to undo.
 
     Removes our taint and annotations; uncordons only if the platform did the cordoning.
@@ -601,6 +605,7 @@ def strategic_merge(target: Any, patch: Any) -> Any:
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    cond: Mapping[str, Any]
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind:
             return cond
@@ -630,7 +635,7 @@ def node_health(node: Mapping[str, Any] | None) -> NodeHealth:
     if node is None:
         return NodeHealth(exists=False, ready=False)
     cond = _condition(node, "Ready")
-    ready = bool(cond) and cond.get("status") == "True"
+    ready = cond is not None and cond.get("status") == "True"
     since = None if ready or not cond else parse_time(cond.get("lastTransitionTime"))
     return NodeHealth(exists=True, ready=ready, not_ready_since=since)
 
@@ -697,7 +702,8 @@ def _exit_code(pod: Mapping[str, Any]) -> int | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
         if term is not None and cs.get("name") == WORKER_CONTAINER:
-            return term.get("exitCode")
+            code: int | None = term.get("exitCode")
+            return code
     return None
 
 
@@ -849,10 +855,11 @@ def run_status(
     deleted = sorted(deleted, key=_worker_order)
     everything = pods + deleted
 
-    def status(state: BackendJobState, reason: str = "", exit_code: int | None = None):
-        node_names = sorted(
-            {(p.get("spec") or {}).get("nodeName") for p in everything} - {None, ""}
-        )
+    def status(
+        state: BackendJobState, reason: str = "", exit_code: int | None = None
+    ) -> BackendJobStatus:
+        bound = {(p.get("spec") or {}).get("nodeName") for p in everything}
+        node_names = sorted(name for name in bound if name is not None and name != "")
         return BackendJobStatus(
             job_id=job_id,
             attempt=attempt,
@@ -872,10 +879,12 @@ def run_status(
     workers = max(_gang_size(a) for a in annotations) or len(everything)
 
     def phase(p: Mapping[str, Any]) -> str:
-        return (p.get("status") or {}).get("phase", "Pending")
+        value: str = (p.get("status") or {}).get("phase", "Pending")
+        return value
 
     def index(p: Mapping[str, Any]) -> str:
-        return ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_INDEX, "?")
+        value: str = ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_INDEX, "?")
+        return value
 
     succeeded = {index(p) for p in everything if _succeeded(p)}
     if len(succeeded) >= workers:
@@ -950,9 +959,10 @@ def finished_runs(
     out = []
     for _run, members in sorted(by_run.items()):
         ends = [_finished_at(p) for p in members]
-        if any(end is None for end in ends):
+        known = [end for end in ends if end is not None]
+        if len(known) < len(ends):
             continue
-        if (now - max(ends)).total_seconds() <= older_than_s:  # type: ignore[type-var]
+        if (now - max(known)).total_seconds() <= older_than_s:
             continue
         labels = members[0]["metadata"]["labels"]
         try:

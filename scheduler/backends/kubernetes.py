@@ -412,7 +412,9 @@ class KubernetesBackend:
         raise AssertionError("unreachable")
 
     def _as_dict(self, obj: Any) -> dict[str, Any]:
-        return self.core.api_client.sanitize_for_serialization(obj)
+        # The client's serializer is untyped; an API object (what we pass) serializes to a dict.
+        serialized: dict[str, Any] = self.core.api_client.sanitize_for_serialization(obj)
+        return serialized
 
     def _dry(self, action: str, body: Any = None) -> None:
         logger.info(
@@ -878,7 +880,9 @@ class KubernetesBackend:
         if bound_to != node:
             raise BackendRejected(f"pod {name} is bound to {bound_to!r}, not {node}")
 
-    def _patch_node(self, name: str, compute: Callable[[dict[str, Any]], dict | None]) -> None:
+    def _patch_node(
+        self, name: str, compute: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> None:
         # Read-modify-write with the node's resourceVersion in the patch: a concurrent writer
         # (kubectl, the node controller) makes it fail with 409 and we recompute.
         for _ in range(5):
@@ -910,4 +914,5 @@ class KubernetesBackend:
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
-    return (pod.get("status") or {}).get("phase", "Pending")
+    phase: str = (pod.get("status") or {}).get("phase", "Pending")
+    return phase

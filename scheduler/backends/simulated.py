@@ -23,7 +23,9 @@ import hashlib
 import math
 import random
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -47,6 +49,9 @@ from .base import (
     worker_envs,
     worker_slots,
 )
+
+if TYPE_CHECKING:
+    from scheduler.models import SimulatedRun
 
 DEFAULT_SERVICE_TIME_S = 1800.0
 # The launcher variables a simulated log shows for each worker.
@@ -87,7 +92,7 @@ def _seconds(text: str, name: str) -> float:
 class SimulatedBackend:
     kind = "simulated"
 
-    def __init__(self, *, cluster_id: int, config: dict | None = None):
+    def __init__(self, *, cluster_id: int, config: dict[str, Any] | None = None):
         self.cluster_id = cluster_id
         self.config = config or {}
         self.seed = int(self.config.get("seed", 0))
@@ -102,7 +107,7 @@ class SimulatedBackend:
         return timezone.now()
 
     # -- runs ----------------------------------------------------------------------------------
-    def run_provenance(self, spec: BackendJobSpec) -> dict:
+    def run_provenance(self, spec: BackendJobSpec) -> dict[str, Any]:
         """For the attempt's reproducibility record: a simulated run pulls no image."""
         return {
             "image_digest": None,
@@ -165,7 +170,9 @@ class SimulatedBackend:
             cluster_id=self.cluster_id, job_id=run.job_id, attempt=run.attempt
         ).update(checkpoint_requested_at=self._now())
 
-    def _status(self, run, now: datetime, down: dict[str, list[datetime]]) -> BackendJobStatus:
+    def _status(
+        self, run: SimulatedRun, now: datetime, down: dict[str, list[datetime]]
+    ) -> BackendJobStatus:
         # ``pending_nodes`` (config: node name -> reason): the cluster keeps every run placed on
         # such a node waiting, as Slurm does a run whose time limit reaches into a maintenance
         # reservation there. Tests set it to see what the loop does with such a run.
@@ -206,22 +213,21 @@ class SimulatedBackend:
             )
             checkpointed = max(checkpointed, min(asked, progress))
         ref = backend_job_name(run.job_id, run.attempt)
-        common = dict(
+        running = BackendJobStatus(
             job_id=run.job_id,
             attempt=run.attempt,
+            state=BackendJobState.RUNNING,
             backend_ref=ref,
             nodes=tuple(dict.fromkeys(run.nodes)),
             checkpointed_progress_s=checkpointed,
         )
         if run.cancelled_at and stop == run.cancelled_at and run.cancelled_at < end_of_work:
-            return BackendJobStatus(state=BackendJobState.CANCELLED, **common)
+            return replace(running, state=BackendJobState.CANCELLED)
         if failed_at is not None and stop == failed_at and failed_at < end_of_work:
-            return BackendJobStatus(
-                state=BackendJobState.NODE_FAILED, reason="node failed", **common
-            )
+            return replace(running, state=BackendJobState.NODE_FAILED, reason="node failed")
         if stop == end_of_work:
-            return BackendJobStatus(state=BackendJobState.SUCCEEDED, exit_code=0, **common)
-        return BackendJobStatus(state=BackendJobState.RUNNING, **common)
+            return replace(running, state=BackendJobState.SUCCEEDED, exit_code=0)
+        return running
 
     def poll_jobs(self, runs: Iterable[RunRef]) -> list[BackendJobStatus]:
         from scheduler.models import SimulatedRun

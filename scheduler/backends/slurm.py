@@ -599,7 +599,7 @@ class SlurmBackend(SlurmRunFinder):
         for start in range(0, len(names), 100):  # a command line of bounded length
             argv = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_OWNER_NAME_FORMAT}"]
             argv.append("--name=" + ",".join(names[start : start + 100]))
-            listed: list = self._run(argv, parse=parse_squeue_owners)  # type: ignore[assignment]
+            listed: list[tuple[SlurmJob, str]] = self._run(argv, parse=parse_squeue_owners)  # type: ignore[assignment]
             for job, user in listed:
                 run = runs.get(job.job_id)
                 if run is None or job.name != run.backend_name:
@@ -632,7 +632,10 @@ class SlurmBackend(SlurmRunFinder):
             if run is None or not run[0].startswith(job_id_prefix):
                 continue
             if is_live(job) and job.state != "COMPLETING":
-                account = "" if job.user_id == own_uid else owners.get(job.user_id, "")
+                if job.user_id == own_uid or job.user_id is None:
+                    account = ""
+                else:
+                    account = owners.get(job.user_id, "")
                 runs.add(LiveRun(*run, account))
         return sorted(runs)
 

@@ -16,7 +16,7 @@ import random
 import shlex
 import subprocess
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from scheduler.backends.base import BackendRejected, BackendUnavailable
 from scheduler.backends.slurm_accounts import ACCOUNT_PLACEHOLDER
@@ -92,9 +92,20 @@ class SlurmCommands:
         cap = min(self.backoff_max_s, self.backoff_s * (2 ** (try_no - 1)))
         self._sleep(random.uniform(0, cap))
 
+    @overload
+    def _exec(
+        self, command: list[str], *, stdin: str | None = None, binary: Literal[False] = False
+    ) -> subprocess.CompletedProcess[str]: ...
+
+    # Output as bytes or text, as ``binary`` says (JobFiles reads a log either way).
+    @overload
+    def _exec(
+        self, command: list[str], *, stdin: str | None = None, binary: bool
+    ) -> subprocess.CompletedProcess[Any]: ...
+
     def _exec(
         self, command: list[str], *, stdin: str | None = None, binary: bool = False
-    ) -> subprocess.CompletedProcess:
+    ) -> subprocess.CompletedProcess[Any]:
         """Run ``command`` (already through :meth:`_command`) with the backend's environment and
         deadline; its exit status is the caller's to read."""
         return subprocess.run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.backends.base import BackendNode
 from scheduler.backends.slurm_parsers import (
@@ -160,7 +161,7 @@ class _SinfoNode:
     partitions: tuple[str, ...]
 
 
-def _sinfo_v0038(reader: _Reader, data: dict) -> list[_SinfoNode]:
+def _sinfo_v0038(reader: _Reader, data: dict[str, Any]) -> list[_SinfoNode]:
     """22.05 (openapi v0.0.3x): ``nodes`` of one object per node, state a word plus flags."""
     out = []
     for i, raw in enumerate(reader.entries(data, "nodes")):
@@ -186,14 +187,14 @@ def _sinfo_v0038(reader: _Reader, data: dict) -> list[_SinfoNode]:
     return out
 
 
-def _section(reader: _Reader, raw: dict, key: str, where: str) -> dict:
+def _section(reader: _Reader, raw: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = raw.get(key) or {}
     if not isinstance(value, dict):
         raise reader.fail(f"{where}.{key}", "an object", value)
     return value
 
 
-def _sinfo_v0040(reader: _Reader, data: dict) -> list[_SinfoNode]:
+def _sinfo_v0040(reader: _Reader, data: dict[str, Any]) -> list[_SinfoNode]:
     """23.02+ (data_parser v0.0.39+): ``sinfo`` entries, each grouping nodes that share a
     state, partition, GRES and features (one node each with ``sinfo -N``)."""
     out = []

@@ -30,6 +30,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from core.envvars import env_name_error
 from scheduler.backends.base import (
@@ -367,7 +368,7 @@ class SlurmFormatError(SlurmQueryError):
     """Slurm printed JSON of a shape this backend does not read (a newer generation)."""
 
 
-def _load_json(text: str, what: str) -> dict:
+def _load_json(text: str, what: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -390,10 +391,12 @@ def _load_json(text: str, what: str) -> dict:
     return data
 
 
-def _generation(data: dict) -> str:
+def _generation(data: dict[str, Any]) -> str:
     """``Slurm 24.11.5, data_parser/v0.0.42`` from an answer's ``meta`` (best effort)."""
-    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
-    plugin = meta.get("plugin") if isinstance(meta.get("plugin"), dict) else {}
+    meta = data.get("meta")
+    meta = meta if isinstance(meta, dict) else {}
+    plugin = meta.get("plugin")
+    plugin = plugin if isinstance(plugin, dict) else {}
     parser = plugin.get("data_parser") or plugin.get("type") or "unknown format"
     slurm = meta.get("slurm") or meta.get("Slurm") or {}
     release = slurm.get("release") if isinstance(slurm, dict) else None
@@ -403,7 +406,7 @@ def _generation(data: dict) -> str:
 class _Reader:
     """Reads the fields of one command's JSON answer; every complaint names the field."""
 
-    def __init__(self, what: str, data: dict) -> None:
+    def __init__(self, what: str, data: dict[str, Any]) -> None:
         self.what = what
         self.generation = _generation(data)
 
@@ -414,7 +417,7 @@ class _Reader:
             f"got {shown}"
         )
 
-    def text(self, obj: dict, key: str, where: str, *, required: bool = False) -> str:
+    def text(self, obj: dict[str, Any], key: str, where: str, *, required: bool = False) -> str:
         value = obj.get(key, _MISSING)
         if value is _MISSING or value is None:
             if required:
@@ -424,7 +427,9 @@ class _Reader:
             raise self.fail(f"{where}.{key}", "a string", value)
         return value
 
-    def number(self, obj: dict, key: str, where: str, *, required: bool = False) -> int | None:
+    def number(
+        self, obj: dict[str, Any], key: str, where: str, *, required: bool = False
+    ) -> int | None:
         """A plain integer (v0.0.38) or ``{set, infinite, number}`` (v0.0.39+); None when
         unset or infinite."""
         value = obj.get(key, _MISSING)
@@ -446,7 +451,7 @@ class _Reader:
             return int(number)
         raise self.fail(where, "a number or {set, infinite, number}", value)
 
-    def words(self, obj: dict, key: str, where: str) -> list[str]:
+    def words(self, obj: dict[str, Any], key: str, where: str) -> list[str]:
         """A state: one word (v0.0.38) or a list of flag words (v0.0.39+)."""
         value = obj.get(key, _MISSING)
         if isinstance(value, str):
@@ -455,7 +460,7 @@ class _Reader:
             return [v.upper() for v in value]
         raise self.fail(f"{where}.{key}", "a string or a list of strings", value)
 
-    def entries(self, data: dict, key: str) -> list[dict]:
+    def entries(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
         value = data.get(key, _MISSING)
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
             raise self.fail(key, "a list of objects", value)
@@ -493,7 +498,7 @@ def job_state_word(words: list[str]) -> str:
     return words[0] if words else ""
 
 
-def _exit_status(reader: _Reader, raw: dict, where: str) -> tuple[int | None, int | None]:
+def _exit_status(reader: _Reader, raw: dict[str, Any], where: str) -> tuple[int | None, int | None]:
     """``(exit_code, signal)``: a wait(2) status (22.05) or ``{return_code, signal}`` (23.02+)."""
     value = raw.get("exit_code", _MISSING)
     if value is _MISSING or value is None:

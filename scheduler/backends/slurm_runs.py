@@ -107,8 +107,9 @@ class SlurmRunFinder(SlurmCommands):
         as before; ``UNKNOWN_OWNER`` for a record without its owner's uid."""
         if job.user_id is None:
             return UNKNOWN_OWNER if self.team_accounts else None
-        mine = owner and job.user_id != self._own_uid()
-        return owner if mine and self._account_uids([owner]).get(owner) == job.user_id else None
+        if not owner or job.user_id == self._own_uid():
+            return None
+        return owner if self._account_uids([owner]).get(owner) == job.user_id else None
 
     def _owner_filter(self, accounts: Iterable[str] = ()) -> list[str]:
         """squeue's / sacct's filter for the owners of our runs (and of ``accounts``: those
@@ -198,9 +199,9 @@ class SlurmRunFinder(SlurmCommands):
             by_name.setdefault(job.name, []).append(job)
         found: dict[str, SlurmJob] = {}
         for name, owner in wanted.items():
-            job = pick_run(self._first_owners_jobs(self._of_owner(by_name.get(name, []), owner)))
-            if job is not None:
-                found[name] = job
+            picked = pick_run(self._first_owners_jobs(self._of_owner(by_name.get(name, []), owner)))
+            if picked is not None:
+                found[name] = picked
         # Runs that left squeue, and COMPLETING ones: squeue 22.05 hides the final state of a
         # completing job (after a slurmctld restart that can last a minute); accounting has it.
         ask = [n for n in wanted if n not in found or found[n].state == "COMPLETING"]
