@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from core import streams
-from scheduler.policy import Decisions, Snapshot
+from scheduler.policy import Decisions, Snapshot, Start
 from scheduler.policy.ranking import DEADLINE_MISS, deadline_warning
 from scheduler.policy.routing import explain_starts
 
@@ -74,7 +76,7 @@ def apply_decisions(
     return result
 
 
-def _apply_starts(starts, index: SnapshotIndex, now: datetime) -> list[int]:
+def _apply_starts(starts: Sequence[Start], index: SnapshotIndex, now: datetime) -> list[int]:
     """Start the engine's starts whose job and placement still resolve (one cluster each)."""
     resolved = []
     for start in starts:
@@ -97,7 +99,11 @@ def _apply_starts(starts, index: SnapshotIndex, now: datetime) -> list[int]:
 
 
 def _record_late_starts(
-    starts, started: list[int], snapshot: Snapshot, index: SnapshotIndex, now: datetime
+    starts: Sequence[Start],
+    started: list[int],
+    snapshot: Snapshot,
+    index: SnapshotIndex,
+    now: datetime,
 ) -> None:
     """A ``deadline_at_risk`` event on each job started now whose planned run time (its limit,
     else the prediction, else the engine's default) ends after its deadline. A job that starts at
@@ -123,7 +129,11 @@ def _record_late_starts(
 
 
 def _record_routes(
-    starts, started: list[int], snapshot: Snapshot, index: SnapshotIndex, now: datetime
+    starts: Sequence[Start],
+    started: list[int],
+    snapshot: Snapshot,
+    index: SnapshotIndex,
+    now: datetime,
 ) -> None:
     """A ``routed`` event on each job started now on a routed snapshot: where it runs and why
     there (the expected total the placement weighed against the other pools), for its page."""
@@ -145,7 +155,7 @@ def _record_routes(
     JobEvent.objects.bulk_create(events)
 
 
-def route_summary(route: dict) -> str:
+def route_summary(route: dict[str, Any]) -> str:
     """One line for a ``routed`` event: the pool, its expected total and why it won."""
     usable = [a for a in route["alternatives"] if a["excluded"] is None]
     cheaper = [a for a in usable if a["expected_cost"] < route["expected_cost"]]
@@ -220,11 +230,14 @@ def _apply_pending(decisions: Decisions, index: SnapshotIndex) -> int:
         )
     for team_id, jobs in batches.items():
         batch: streams.JobsStatusPayload = {"type": "jobs.status", "jobs": jobs, "time": now}
-        streams.publish(streams.team_group(team_id), batch)
+        # (a dict of its own: streams.publish takes a plain dict, which a TypedDict is not to mypy)
+        streams.publish(streams.team_group(team_id), dict(batch))
     return len(wanted)
 
 
-def _record_deadline_risks(changed: list[tuple], index: SnapshotIndex) -> None:
+def _record_deadline_risks(
+    changed: list[tuple[int, str, datetime | None, int, str, str]], index: SnapshotIndex
+) -> None:
     """A ``deadline_at_risk`` event on each job whose why now says it will miss its deadline and
     did not before, so the timeline (and whoever watches it) hears it once, early."""
     now = timezone.now()
@@ -257,7 +270,7 @@ def _estimate_datetime(epoch_s: float) -> datetime | None:
 def _humanize_times(why: str) -> str:
     """The engine speaks in clock seconds (``t=1764685234``); people read ``14:05 UTC``."""
 
-    def shown(match: re.Match) -> str:
+    def shown(match: re.Match[str]) -> str:
         at = _estimate_datetime(float(match.group(1)))
         return "an unknown time" if at is None else at.strftime("%Y-%m-%d %H:%M UTC")
 

@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.core.cache import cache
 
@@ -56,6 +57,8 @@ def remember_cycle(decided: Decided) -> None:
         log.warning("could not store the last cycle's snapshot", exc_info=True)
 
 
-def last_cycle() -> dict | None:
+def last_cycle() -> dict[str, Any] | None:
     """The last cycle's snapshot and decisions as contract JSON, or None."""
-    return cache.get(LAST_CYCLE_CACHE_KEY)
+    # The cache holds what ``decide`` stored there: that dict, or nothing.
+    stored: dict[str, Any] | None = cache.get(LAST_CYCLE_CACHE_KEY)
+    return stored

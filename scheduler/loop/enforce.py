@@ -23,7 +23,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..backends import backend_run_id, backend_run_ref, get_backend
-from ..backends.base import BackendError, BackendJobSpec, BackendRejected
+from ..backends.base import Backend, BackendError, BackendJobSpec, BackendRejected
 from ..checkpoint_advice import advice_env, request_due_checkpoints
 from ..models import Allocation, Job
 from ..reproducibility import attempt_record_write
@@ -130,7 +130,7 @@ def reconcile(*, now: datetime) -> None:
     )
     for job in victims:
         try:
-            backend = get_backend(job.cluster) if job.cluster else None
+            stopper = get_backend(job.cluster) if job.cluster else None
         except Exception as exc:
             # As for a submission: the sync reports the cluster's misconfiguration; the victim
             # keeps its GPUs until its run can be stopped.
@@ -142,16 +142,16 @@ def reconcile(*, now: datetime) -> None:
             and job.last_checkpoint_at > job.preempted_at
         )
         try:
-            if backend is not None and job.backend_ref and not saved:
-                backend.checkpoint(backend_run_ref(job))
+            if stopper is not None and job.backend_ref and not saved:
+                stopper.checkpoint(backend_run_ref(job))
             if saved or (job.preempt_deadline and job.preempt_deadline <= now):
                 progress = None
-                if backend is not None and job.backend_ref:
+                if stopper is not None and job.backend_ref:
                     # No status at all when the backend cannot read the run's state: stopped
                     # all the same, with the checkpoint the platform last saw.
-                    for status in backend.poll_jobs([backend_run_ref(job)]):
+                    for status in stopper.poll_jobs([backend_run_ref(job)]):
                         progress = status.checkpointed_progress_s
-                    backend.cancel(backend_run_ref(job))
+                    stopper.cancel(backend_run_ref(job))
                 job_requeue(job=job, now=now, reason="preempted", checkpointed_progress_s=progress)
         except BackendError as exc:
             if job.cluster:
@@ -168,7 +168,7 @@ def reconcile(*, now: datetime) -> None:
 
 
 def _record_attempt(
-    job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime, account: str
+    job: Job, spec: BackendJobSpec, backend: Backend, ref: str, now: datetime, account: str
 ) -> None:
     # A record that cannot be written must not stop the run the cluster already accepted.
     try:

@@ -44,7 +44,7 @@ from core import streams
 from core.bounds import bounds, number_error
 
 from ..backends import backend_run_id, backend_run_ref, get_backend
-from ..backends.base import BackendError, BackendJobState, BackendNode
+from ..backends.base import Backend, BackendError, BackendJobState, BackendJobStatus, BackendNode
 from ..models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from ..services import cluster_backend_mark, node_event_record
 from ..states import LIVE_STATES, JobState
@@ -142,10 +142,10 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
             log.exception("cluster %s: %s raised", cluster.name, what)
 
 
-def _poll_each(backend, holders: list[Job], now: datetime) -> list:
+def _poll_each(backend: Backend, holders: list[Job], now: datetime) -> list[BackendJobStatus]:
     """Statuses of ``holders`` asked one run at a time; a job whose own status raises is failed
     (its run stopped), the others are returned. A backend outage still raises BackendError."""
-    statuses = []
+    statuses: list[BackendJobStatus] = []
     for job in holders:
         try:
             statuses.extend(backend.poll_jobs([backend_run_ref(job)]))
@@ -162,7 +162,7 @@ def _poll_each(backend, holders: list[Job], now: datetime) -> list:
     return statuses
 
 
-def _sync_job(job: Job, status, now: datetime) -> None:
+def _sync_job(job: Job, status: BackendJobStatus, now: datetime) -> None:
     if status.checkpointed_progress_s is not None and (
         status.checkpointed_progress_s > job.checkpointed_progress_s + 1e-6
     ):
@@ -223,7 +223,7 @@ def _sync_job(job: Job, status, now: datetime) -> None:
         )
 
 
-def _purge_finished_runs(cluster: Cluster, backend) -> None:
+def _purge_finished_runs(cluster: Cluster, backend: Backend) -> None:
     """Let backends that keep finished runs around (Kubernetes pods, kept for their logs) delete
     those finished long enough ago. Runs after this pass recorded every polled run's final
     state, so nothing is deleted before the platform knows how it ended; a failure only
@@ -247,7 +247,7 @@ def _node_event(node: Node, kind: str, message: str, now: datetime) -> None:
 _SERVICE_FIELDS = ["state", "state_reason", "resume_state", "resume_reason"]
 
 
-def _sync_nodes(cluster: Cluster, backend_nodes: dict, now: datetime) -> None:
+def _sync_nodes(cluster: Cluster, backend_nodes: dict[str, BackendNode], now: datetime) -> None:
     window = timedelta(seconds=settings.SCHEDULER_QUARANTINE_WINDOW_SECONDS)
     # A retired node is out of service for good (scheduler.retirement): what the backend says
     # of it (down, back, or gone) changes nothing until an admin reinstates it.
@@ -396,7 +396,7 @@ def _drain_on_backend(node: Node, reason: str) -> None:
         log.warning("could not drain %s on the backend (asked again next pass): %s", node.name, exc)
 
 
-def _release_after_probation(cluster: Cluster, backend, now: datetime) -> None:
+def _release_after_probation(cluster: Cluster, backend: Backend, now: datetime) -> None:
     min_health = getattr(settings, "SCHEDULER_RELEASE_MIN_HEALTH", 0.5)
     # A retiring node stays out of service after its probation: it is leaving.
     for node in Node.objects.filter(
@@ -418,7 +418,7 @@ def _release_after_probation(cluster: Cluster, backend, now: datetime) -> None:
             _node_event(node, NodeEvent.Kind.RELEASED, "probation passed, health check ok", now)
 
 
-def _publish_utilization(cluster: Cluster, backend) -> None:
+def _publish_utilization(cluster: Cluster, backend: Backend) -> None:
     sampler = getattr(backend, "gpu_utilization", None)
     if sampler is None:
         return

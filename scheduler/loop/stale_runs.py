@@ -33,7 +33,7 @@ from django.db.models import Q
 
 from ..backends import run_namespace
 from ..backends.base import Backend, BackendError, LiveRun, RunRef, backend_job_name
-from ..models import Job
+from ..models import Cluster, Job
 from ..states import FINAL_STATES, HOLDING_STATES, LIVE_STATES
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def job_pk_of(job_id: str, namespace: str) -> int | None:
     return int(rest) if rest.isascii() and rest.isdigit() else None
 
 
-def recorded_accounts(*, cluster, now: datetime) -> set[str]:
+def recorded_accounts(*, cluster: Cluster, now: datetime) -> set[str]:
     """The accounts the platform recorded its runs on ``cluster`` as (``Job.backend_accounts``)
     for the jobs whose runs may still be alive: those not over, and those over for less than
     :data:`RECORDED_ACCOUNTS_HORIZON`. One query."""
@@ -89,7 +89,9 @@ def recorded_accounts(*, cluster, now: datetime) -> set[str]:
     return {account for accounts in rows for account in accounts.values() if account}
 
 
-def cancel_stale_runs(*, cluster, backend: Backend, now: datetime) -> list[tuple[str, int, str]]:
+def cancel_stale_runs(
+    *, cluster: Cluster, backend: Backend, now: datetime
+) -> list[tuple[str, int, str]]:
     """Cancel the cluster's live runs the platform no longer wants (see the module docstring);
     return ``(job_id, attempt, why)`` of each one cancelled. A backend error is logged and ends
     this pass; the next sync tries again."""
