@@ -259,7 +259,7 @@ class RuntimeModel:
             )
             for j in batch
         ]
-        first: dict[tuple, JobDescription] = {}
+        first: dict[tuple[str, str, str, str, int, int, str | None, str], JobDescription] = {}
         for k, j in zip(keys, batch, strict=True):
             first.setdefault(k, j)
         centre = self._centre
