@@ -18,8 +18,9 @@ to the fullest node that fits; a multi-node job takes whole free nodes.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 
-from .simulator import SimJob, Simulator
+from .simulator import Policy, SimJob, Simulator
 
 
 def _remaining(job: SimJob) -> float:
@@ -33,7 +34,7 @@ class Fifo:
 
     name = "fifo"
 
-    def _key(self, job: SimJob) -> tuple:
+    def _key(self, job: SimJob) -> tuple[float, ...]:
         return (job.submit, job.idx)
 
     def schedule(self, sim: Simulator, now: float) -> None:
@@ -50,7 +51,7 @@ class Sjf(Fifo):
 
     name = "sjf"
 
-    def _key(self, job: SimJob) -> tuple:
+    def _key(self, job: SimJob) -> tuple[float, ...]:
         return (_remaining(job), job.submit, job.idx)
 
 
@@ -64,7 +65,7 @@ class FifoBackfill:
         queue = sorted(sim.pending.values(), key=lambda j: (j.submit, j.idx))
         shadow: float | None = None
         reserved: set[int] = set()
-        failed: set[tuple] = set()
+        failed: set[tuple[int, int, tuple[str, ...] | None, bool]] = set()
         for job in queue:
             if shadow is None:
                 placement = sim.find_placement(job)
@@ -145,7 +146,7 @@ class Tiresias:
         it, start the rest of it, then fill leftover GPUs; wake at the next queue demotion."""
         q = self.thresholds
 
-        def key(job: SimJob) -> tuple:
+        def key(job: SimJob) -> tuple[float, ...]:
             return (bisect_right(q, job.attained_gpu_s(now)), job.submit, job.idx)
 
         running = [j for j in sim.running.values() if not j.stopping]
@@ -161,7 +162,7 @@ class Tiresias:
         for job in running:
             if job.idx not in keep:
                 sim.preempt(job, 0.0, "tiresias: lower-priority queue")
-        failed: set[tuple] = set()
+        failed: set[tuple[int, int, tuple[str, ...] | None]] = set()
         for job in candidates:
             if job.state != "pending":
                 continue
@@ -185,4 +186,9 @@ class Tiresias:
             sim.wake_at(wake)
 
 
-BASELINES = {"fifo": Fifo, "fifo-backfill": FifoBackfill, "sjf": Sjf, "tiresias": Tiresias}
+BASELINES: dict[str, Callable[[], Policy]] = {
+    "fifo": Fifo,
+    "fifo-backfill": FifoBackfill,
+    "sjf": Sjf,
+    "tiresias": Tiresias,
+}

@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,7 +42,7 @@ from .cluster import (
 from .history import History, PolicyChangeError, load_history, with_policy
 from .metrics import compute_metrics
 from .runner import POLICIES, VARIANT_FIELDS, VARIANTS, make_policy
-from .simulator import SimConfig, SimulationError, Simulator
+from .simulator import Policy, SimConfig, SimulationError, Simulator
 from .trace_job import MAX_NODE_GPUS, MAX_TRACE_JOBS
 from .traces import (
     FORMATS,
@@ -379,7 +380,7 @@ def _policy(
     variants: dict[str, dict[str, Any]],
     history: History | None,
     tables: dict[str, dict[str, dict[str, Any]]] | None = None,
-):
+) -> Policy:
     """The policy object for `name`: a baseline or labelled variant by name, or the engine
     (`gpuplatform` or a variant) configured as the history's platform was, plus the variant's
     changes: `variants` its engine Config fields, `tables` its team weights and priority class
@@ -457,11 +458,11 @@ def _config(args: argparse.Namespace) -> SimConfig:
 
 
 def _run_one(
-    args,
-    trace,
-    cluster,
+    args: argparse.Namespace,
+    trace: Sequence[TraceJob],
+    cluster: ClusterSpec,
     name: str,
-    policy,
+    policy: Policy,
     watch: Watch | None = None,
     tick: Watch | None = None,
 ) -> tuple[dict[str, Any], Any]:

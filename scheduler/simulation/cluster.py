@@ -113,7 +113,7 @@ def load_openb_nodes(path: str | os.PathLike[str], *, nodes_per_rack: int = 16) 
     """The openb node list as a heterogeneous cluster: one node per row with `gpu > 0`, its
     `model` as GPU model. The list has no topology, so racks group `nodes_per_rack` consecutive
     nodes of one model and every node is its own NVLink domain."""
-    specs = []
+    specs: list[NodeSpec] = []
     per_model: dict[str, int] = {}
     with open(path, newline="") as fh:
         for lineno, row in enumerate(csv.DictReader(fh), start=2):

@@ -26,7 +26,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.policy import (
     Config,
@@ -41,6 +41,16 @@ from scheduler.policy import (
 )
 
 from .simulator import SimJob, Simulator
+
+if TYPE_CHECKING:
+    from scheduler.prediction import JobDescription
+
+# A job's description as RuntimeModel keys its features (ModelPredictor's estimate cache).
+_DescriptionKey = tuple[str, str, str, str, int, int, str | None, str]
+# What a pending job's PendingJob is built from besides its fixed fields (_pending_inputs), and
+# the estimate part of it (_pending_job's key).
+_PendingInputs = tuple[int, float, float, bool]
+_PendingKey = tuple[float | None, float, bool]
 
 PRIORITY_CLASSES = {"production": 1000, "research": 500, "best-effort": 100}
 
@@ -101,6 +111,7 @@ class RuntimePredictor:
         if est is None or attained_s < est:
             return est
         ordered = self._samples(tenant, gpus)
+        assert ordered is not None  # base_estimate found an estimate in these samples
         i = bisect_right(ordered, attained_s)
         if i < len(ordered):
             return ordered[i + (len(ordered) - i) // 2]
@@ -119,12 +130,12 @@ class ModelPredictor:
         from scheduler.prediction import RuntimeModel
 
         self.model = RuntimeModel()
-        self._batch: list[tuple[Any, float]] = []
-        self._cache: dict[tuple, float | None] = {}
+        self._batch: list[tuple[JobDescription, float]] = []
+        self._cache: dict[_DescriptionKey, float | None] = {}
         self.version = 0
 
     @staticmethod
-    def describe(job: SimJob) -> Any:
+    def describe(job: SimJob) -> JobDescription:
         from scheduler.prediction import JobDescription
 
         return JobDescription(
@@ -157,7 +168,7 @@ class ModelPredictor:
         if len(self._batch) >= self.BATCH or (self._batch and not self.model.ready):
             self._learn()
         desc = self.describe(job)
-        key = (
+        key: _DescriptionKey = (
             desc.team,
             desc.user,
             desc.name,
@@ -178,7 +189,7 @@ class ModelPredictor:
         return 2.0 * attained_s
 
 
-def _pending_inputs(predictor_version: int, job: SimJob) -> tuple:
+def _pending_inputs(predictor_version: int, job: SimJob) -> _PendingInputs:
     """What a pending job's PendingJob is built from besides its fixed fields: while these are
     equal, the cached object stands (one definition for both places that test it)."""
     return (predictor_version, job.progress, job.executed_s, job.requeued)
@@ -241,7 +252,7 @@ class GpuPlatformPolicy:
         self._node_names: list[str] = []
         self._node_index: dict[str, int] = {}
         self._running: dict[int, tuple[int, float, RunningJob]] = {}
-        self._pending: dict[int, tuple[tuple, PendingJob, tuple]] = {}
+        self._pending: dict[int, tuple[_PendingKey, PendingJob, _PendingInputs]] = {}
         self._finished_seen = 0
         # LAS wake-ups: a heap of (threshold crossing time, job idx, run id, threshold index, the
         # run's first checkpoint), one live entry per run, so finding the earliest crossing does
@@ -253,7 +264,7 @@ class GpuPlatformPolicy:
         # which the live loop notices at its next cycle: the replay looks again then too.
         self._ends: list[tuple[float, int, int]] = []
         self.resizes_ignored = 0
-        self.last_decisions = None
+        self.last_decisions: Decisions | None = None
 
     @property
     def fair_share_half_life_s(self) -> float:
@@ -441,15 +452,15 @@ class GpuPlatformPolicy:
         cache = self._running
         rebuild = self._running_job
         sim_now = sim.now
-        running = []
+        running_list = []
         for j in sim.running.values():
             c = cache.get(j.idx)
             if c is None or c[0] != j.run_id or sim_now >= c[1] or c[2].releasing_at != j.stop_at:
-                running.append(rebuild(sim, j))
+                running_list.append(rebuild(sim, j))
                 self._track_demotions(sim, j)
             else:
-                running.append(c[2])
-        running = tuple(running)
+                running_list.append(c[2])
+        running = tuple(running_list)
         # every running job has an entry now, so entries of gone jobs exist only if it is larger
         if len(cache) > len(sim.running):
             for idx in [i for i in cache if i not in sim.running]:
@@ -466,27 +477,31 @@ class GpuPlatformPolicy:
             # change, while most estimates do not: ask the predictor once per (tenant, GPUs,
             # progress) in this call (its estimates are a function of those for one version),
             # and keep the entry when the estimate is the same, as _pending_job would.
-            estimates: dict[tuple, float | None] | None = (
-                {} if type(predictor) is RuntimePredictor and not self.runtime_model else None
+            # (only a RuntimePredictor estimates from those three alone)
+            by_shape = (
+                predictor
+                if type(predictor) is RuntimePredictor and not self.runtime_model
+                else None
             )
+            estimates: dict[tuple[str, int, float], float | None] = {}
             pending_list = []
             for j in sim.pending.values():
-                c = pcache.get(j.idx)
-                if c is not None:
+                pc = pcache.get(j.idx)
+                if pc is not None:
                     inputs = _pending_inputs(version, j)
-                    if c[2] == inputs:
-                        pending_list.append(c[1])
+                    if pc[2] == inputs:
+                        pending_list.append(pc[1])
                         continue
-                    if estimates is not None and j.runtime_limit_s is None:
+                    if by_shape is not None and j.runtime_limit_s is None:
                         shape = (j.tenant, j.gpus, j.progress)
                         if shape in estimates:
                             est = estimates[shape]
                         else:
-                            est = estimates[shape] = predictor.estimate(*shape)
+                            est = estimates[shape] = by_shape.estimate(*shape)
                         key = (est, j.executed_s, j.requeued)
-                        if c[0] == key:
-                            pcache[j.idx] = (key, c[1], inputs)
-                            pending_list.append(c[1])
+                        if pc[0] == key:
+                            pcache[j.idx] = (key, pc[1], inputs)
+                            pending_list.append(pc[1])
                             continue
                 pending_list.append(prebuild(j, now))
             pending = tuple(pending_list)

@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, overload
 
 from .cluster import ClusterSpec, NodeSpec
 from .trace_job import MAX_NODE_GPUS, MAX_TRACE_TIME_S, TraceJob, finish_trace
@@ -64,6 +64,21 @@ class _Line:
             raise self.fail(key, f"expected {_name(kind)}")
         return value
 
+    @overload
+    def number(
+        self,
+        key: str,
+        *,
+        minimum: float,
+        optional: Literal[False] = False,
+        maximum: float = math.inf,
+    ) -> float: ...
+
+    @overload
+    def number(
+        self, key: str, *, minimum: float, optional: Literal[True], maximum: float = math.inf
+    ) -> float | None: ...
+
     def number(
         self, key: str, *, minimum: float, optional: bool = False, maximum: float = math.inf
     ) -> float | None:
@@ -77,7 +92,7 @@ class _Line:
         return float(value)
 
     def count(self, key: str, *, maximum: int | None = None) -> int:
-        value = self.get(key, int)
+        value: int = self.get(key, int)
         if value < 1:
             raise self.fail(key, "must be >= 1")
         if maximum is not None and value > maximum:
@@ -189,10 +204,14 @@ def with_policy(
     in force under the candidate's label."""
     errors: dict[str, str] = {}
     teams = {name: dict(spec) for name, spec in history.teams.items()}
-    if team_weights is not None and not isinstance(team_weights, Mapping):
+    # Both come from a request's JSON: any value until checked here.
+    given_weights: object = team_weights
+    weights: Mapping[str, Any] = {}
+    if isinstance(given_weights, Mapping):
+        weights = given_weights
+    elif given_weights is not None:
         errors["team_weights"] = "expected an object of team name to weight"
-        team_weights = None
-    for name, weight in (team_weights or {}).items():
+    for name, weight in weights.items():
         where = f"team_weights.{name}"
         if name not in teams:
             errors[where] = f"no such team in the history (teams: {_known(teams)})"
@@ -206,10 +225,13 @@ def with_policy(
         else:
             teams[name]["weight"] = float(weight)
     classes = dict(history.priority_classes)
-    if priority_classes is not None and not isinstance(priority_classes, Mapping):
+    given_values: object = priority_classes
+    values: Mapping[str, Any] = {}
+    if isinstance(given_values, Mapping):
+        values = given_values
+    elif given_values is not None:
         errors["priority_classes"] = "expected an object of class name to integer value"
-        priority_classes = None
-    for name, value in (priority_classes or {}).items():
+    for name, value in values.items():
         where = f"priority_classes.{name}"
         if name not in classes:
             errors[where] = f"no such priority class in the history (classes: {_known(classes)})"

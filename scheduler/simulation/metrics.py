@@ -69,22 +69,24 @@ def compute_metrics(sim: Simulator) -> dict[str, Any]:
     """The metric dict (keys `METRIC_KEYS` first, then a few extra diagnostics) of a finished
     simulation."""
     jobs = sim.jobs
-    jct = sorted(j.finish - j.submit for j in jobs)
+    jct = sorted(j.finish_s() - j.submit for j in jobs)
     queue = sorted(j.queue_s for j in jobs)
     n = len(jobs)
-    makespan = (max(j.finish for j in jobs) - jobs[0].submit) if jobs else 0.0
+    makespan = (max(j.finish_s() for j in jobs) - jobs[0].submit) if jobs else 0.0
     capacity = sim.total_gpus * makespan
     per_tenant: dict[str, list[float]] = defaultdict(list)
     for j in jobs:
-        span = j.finish - j.submit
+        span = j.finish_s() - j.submit
         per_tenant[j.tenant].append(j.duration / span if span > 0 else 1.0)
     tenant_means = [sum(v) / len(v) for _, v in sorted(per_tenant.items())]
     times = sorted(sim.decide_times)
-    due = [j for j in jobs if j.deadline is not None]
+    due = [(j, j.deadline) for j in jobs if j.deadline is not None]
     # A job not finished by its deadline missed it, whether it was running or still waiting then
     # (every job finishes in a replay; one that did not would count as a miss too).
-    hits = sum(1 for j in due if j.finish is not None and j.finish <= j.deadline)
-    missed_waiting = sum(1 for j in due if j.first_start is None or j.first_start > j.deadline)
+    hits = sum(1 for j, deadline in due if j.finish is not None and j.finish <= deadline)
+    missed_waiting = sum(
+        1 for j, deadline in due if j.first_start is None or j.first_start > deadline
+    )
     window = sim.window_end - jobs[0].submit if jobs else 0.0
     return {
         "jobs": n,

@@ -23,7 +23,7 @@ spot nodes are interrupted only if ``SimConfig.spot_mtbi_s`` is set, independent
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,7 +43,8 @@ from scheduler.policy import (
 
 from .cluster import ClusterSpec, NodeSpec
 from .gpuplatform_policy import GpuPlatformPolicy
-from .simulator import SimJob, Simulator
+from .simulator import SimConfig, SimJob, Simulator
+from .trace_job import TraceJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +353,10 @@ class RoutedPolicy(GpuPlatformPolicy):
 
 
 def replay_policies(
-    trace, spec: MultiClusterSpec, policies: Mapping[str, tuple[Config, bool]], sim_config=None
+    trace: Sequence[TraceJob],
+    spec: MultiClusterSpec,
+    policies: Mapping[str, tuple[Config, bool]],
+    sim_config: SimConfig | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Replay ``trace`` on ``spec`` under each named ``(engine config, pooled)``; per policy the
     simulator's metrics plus the ledger's report."""

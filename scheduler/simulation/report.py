@@ -37,7 +37,7 @@ def series_of(sim: Simulator, metrics: dict[str, Any]) -> dict[str, Any]:
             pend.append(sim.series_pending[i])
             util.append(sim.series_used[i] / sim.total_gpus)
         out.update(hours=xs, pending=pend, utilization=util)
-    out["jct_s"] = sorted(j.finish - j.submit for j in sim.jobs)
+    out["jct_s"] = sorted(j.finish_s() - j.submit for j in sim.jobs)
     out["queue_s"] = sorted(j.queue_s for j in sim.jobs)
     return out
 

@@ -117,6 +117,12 @@ class SimJob:
     name: str = ""
     image: str = ""
 
+    def finish_s(self) -> float:
+        """When the job finished: for a finished replay's jobs (a replay runs until every job
+        has finished)."""
+        assert self.finish is not None  # asked of an unfinished job
+        return self.finish
+
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service received so far (all segments, lost work included)."""
         run = now - self.run_start if self.state == "running" else 0.0

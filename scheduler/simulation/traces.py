@@ -27,7 +27,8 @@ from dataclasses import replace
 
 from .history import load_history
 from .trace_job import SIM_DEFAULT_CHECKPOINTS as SIM_DEFAULT_CHECKPOINTS
-from .trace_job import TRACE_TIME, TraceJob, csv_cell, finish_trace, trace_time
+from .trace_job import TRACE_TIME, csv_cell, finish_trace, trace_time
+from .trace_job import TraceJob as TraceJob
 from .trace_job import default_traces_dir as default_traces_dir
 
 DEFAULT_TENANTS = ("team-a", "team-b", "team-c", "team-d")
