@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from scheduler.loop.decide import last_cycle
@@ -18,11 +19,11 @@ from scheduler.snapshot import build_snapshot
 class Command(BaseCommand):
     help = "Dump the last cycle's policy snapshot as JSON (to stdout or --out FILE)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--out", default="-", help="file to write, - for stdout")
         parser.add_argument("--fresh", action="store_true", help="build a snapshot now")
 
-    def handle(self, *args, out: str, fresh: bool, **options):
+    def handle(self, *args: Any, out: str, fresh: bool, **options: Any) -> None:
         remembered = None if fresh else last_cycle()
         if remembered is not None:
             data = remembered["snapshot"]

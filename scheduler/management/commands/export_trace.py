@@ -11,10 +11,10 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
-from django.core.management.base import BaseCommand, CommandError
-from django.db.models import OuterRef, Subquery
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from scheduler.models import Allocation, Cluster, Job, Node
@@ -85,19 +85,23 @@ def _dumps(obj: Any) -> str:
 
 def service_seconds(row: dict[str, Any]) -> float | None:
     """What the job needed exclusively, from a values() row; None when it cannot be known."""
-    started, finished = row["started_at"], row["finished_at"]
+    # (the row's fields, as Job declares them)
+    started: datetime | None = row["started_at"]
+    finished: datetime | None = row["finished_at"]
     if started is None or finished is None:
         return None
     last_run = (finished - started).total_seconds()
-    release = row["last_release"]
+    release: datetime | None = row["last_release"]
     if release is not None and release < finished:
         # Finalised while queued to resume (a requeued job cancelled): its GPUs went back at the
         # requeue, started_at is that attempt's, and earlier_runs_s already holds its run.
         last_run = 0.0
-    gpus = row["workers"] * row["gpus_per_worker"]
+    gpus: int = row["workers"] * row["gpus_per_worker"]
     # Each restart resets started_at and each requeue adds its run (lost work included) to
     # earlier_runs_s, so attained + last run are all runs; lost_gpu_seconds counts GPU-seconds.
-    return row["earlier_runs_s"] + last_run - row["lost_gpu_seconds"] / gpus
+    earlier_s: float = row["earlier_runs_s"]
+    lost_gpu_s: float = row["lost_gpu_seconds"]
+    return earlier_s + last_run - lost_gpu_s / gpus
 
 
 def job_line(row: dict[str, Any], *, origin: datetime, duration_s: float) -> dict[str, Any]:
@@ -178,7 +182,7 @@ class Command(BaseCommand):
     # and may raise to stop the export (the file at --out is then left as it was).
     stealth_options = ("progress",)
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--out", required=True, help="file to write, - for stdout")
         parser.add_argument(
             "--since", help="jobs submitted at or after this ISO 8601 date or datetime"
@@ -188,7 +192,16 @@ class Command(BaseCommand):
             "--cluster", help="only jobs that ran on this cluster, and only its nodes"
         )
 
-    def handle(self, *args, out: str, since, until, cluster, progress=None, **options):
+    def handle(
+        self,
+        *args: Any,
+        out: str,
+        since: str | None,
+        until: str | None,
+        cluster: str | None,
+        progress: Callable[[int], object] | None = None,
+        **options: Any,
+    ) -> None:
         since_at = _parse_time("--since", since)
         until_at = _parse_time("--until", until)
         if since_at is not None and until_at is not None and since_at >= until_at:
@@ -232,7 +245,12 @@ class Command(BaseCommand):
         )
 
     def _export_atomically(
-        self, jobs, cluster_row, exported_at, out: str, progress: Callable[[int], object] | None
+        self,
+        jobs: QuerySet[Job],
+        cluster_row: Cluster | None,
+        exported_at: datetime,
+        out: str,
+        progress: Callable[[int], object] | None,
     ) -> dict[str, int]:
         directory = os.path.dirname(os.path.abspath(out))
         try:
@@ -264,7 +282,7 @@ class Command(BaseCommand):
 
     def _export(
         self,
-        jobs,
+        jobs: QuerySet[Job],
         cluster_row: Cluster | None,
         exported_at: datetime,
         write: Callable[[str], object],
@@ -345,7 +363,7 @@ class Command(BaseCommand):
         return {"exported": exported, **skipped}
 
 
-def _write_group(spool, group: list[dict[str, Any]]) -> None:
+def _write_group(spool: IO[str], group: list[dict[str, Any]]) -> None:
     # Jobs submitted in the same microsecond (an array's members) go in the format's
     # (submit_s, id) order, where id is a string as the loaders compare it: "10" before "9".
     for line in sorted(group, key=lambda j: j["id"]):

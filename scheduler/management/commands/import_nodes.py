@@ -1,6 +1,8 @@
 """Import a cluster's nodes from its backend (Slurm: sinfo; Kubernetes: node labels)."""
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import Conflict
 from scheduler.backends.base import BackendError
@@ -11,10 +13,10 @@ from scheduler.services import cluster_import_nodes
 class Command(BaseCommand):
     help = "Create or update a cluster's nodes from what its backend reports."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("cluster", help="cluster name")
 
-    def handle(self, *args, cluster: str, **options):
+    def handle(self, *args: Any, cluster: str, **options: Any) -> None:
         row = Cluster.objects.filter(name=cluster).first()
         if row is None:
             raise CommandError(f"cluster: no cluster named '{cluster}'")
