@@ -9,8 +9,14 @@ audited and asks for a scheduling cycle. A node or cluster with history is not d
 history is view only, so Django refuses the cascade): it is retired (the list's actions,
 ``scheduler.retirement``)."""
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.models import User
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
 
 from catalogue.models import GpuModel
 from core.bounds import form_number
@@ -25,19 +31,35 @@ from .routing_admin import region_error
 from .services import node_change_problems, node_drain, node_release
 from .triggers import request_cycle
 
+# ModelAdmin, ModelForm and TabularInline are generic only in django-stubs (the image has no
+# django-stubs-ext to make them so at run time), as in tenants.admin.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Any]
+    _TabularInline = admin.TabularInline[Any, Any]
+    _ModelForm = forms.ModelForm[Any]
+else:
+    _ModelAdmin = admin.ModelAdmin
+    _TabularInline = admin.TabularInline
+    _ModelForm = forms.ModelForm
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+
+def _admin_user(request: HttpRequest) -> User:
+    # Django admin serves signed-in staff users only: never an anonymous one.
+    return cast(User, request.user)
+
+
+class ReadOnlyAdmin(_ModelAdmin):
     """Rows shown, never added, changed or deleted here. A row of another model whose deletion
     would take such rows along (a cascade) is not deleted here either: Django admin refuses a
     delete that needs a permission the user lacks on what it cascades to."""
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
         return False
 
 
@@ -47,16 +69,23 @@ class ScheduledAdmin(AuditedAdmin):
     delete, as ``cluster_routing_set`` does: whether and where pending jobs may run has changed
     (a node's rack, zone or cached datasets move placement; a GPU model's facts its jobs')."""
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         if not change or form.has_changed():
             request_cycle()
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Model) -> None:
         super().delete_model(request, obj)
         request_cycle()
 
-    def _each(self, request, rows, verb: str, done_verb: str, act) -> None:
+    def _each(
+        self,
+        request: HttpRequest,
+        rows: Iterable[Any],
+        verb: str,
+        done_verb: str,
+        act: Callable[[Any], object],
+    ) -> None:
         """Apply ``act`` to each row through its service; a refusal is reported by row."""
         done = []
         for row in rows:
@@ -70,7 +99,7 @@ class ScheduledAdmin(AuditedAdmin):
             self.message_user(request, f"{done_verb}: {', '.join(done)}")
 
 
-class ClusterAdminForm(forms.ModelForm):
+class ClusterAdminForm(_ModelForm):
     """Refuses a backend configuration the loop's backend registry would refuse, on
     ``backend_config``, with the registry's own reason, and a region ``region_error`` refuses,
     on ``region``. A change of where the cluster's runs live (its kind, ``run_namespace``, a Slurm
@@ -91,16 +120,17 @@ class ClusterAdminForm(forms.ModelForm):
             "enabled",
         )
 
-    def clean_region(self):
+    def clean_region(self) -> str:
         # The rule of cluster_routing_set, which the routing admin API applies: a region
         # spelled otherwise ("EU-West") matched no job's regions or dataset residency.
-        region = self.cleaned_data.get("region", "")
+        region: str = self.cleaned_data.get("region", "")
         if region and (problem := region_error(region)):
             raise forms.ValidationError(problem)
         return region
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean answers
         kind, config = cleaned.get("backend_kind"), cleaned.get("backend_config")
         if kind is not None and "backend_config" in cleaned:
             problem = backend_config_problem(kind, config if config is not None else {})
@@ -136,29 +166,29 @@ class ClusterAdmin(ScheduledAdmin):
     )
     actions = ["retire_clusters", "reinstate_clusters"]
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
         if obj is None:
             return self.readonly_fields
         return ("name", *self.readonly_fields)
 
     @admin.action(description="Retire selected clusters (their nodes drain, then retire)")
-    def retire_clusters(self, request, queryset):
+    def retire_clusters(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._each(
             request,
             queryset.order_by("name"),
             "retire",
             "Retired, or retiring until their jobs end",
-            lambda c: cluster_retire(user=request.user, name=c.name, reason=""),
+            lambda c: cluster_retire(user=_admin_user(request), name=c.name, reason=""),
         )
 
     @admin.action(description="Reinstate selected retired clusters (their nodes come back drained)")
-    def reinstate_clusters(self, request, queryset):
+    def reinstate_clusters(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._each(
             request,
             queryset.order_by("name"),
             "reinstate",
             "Reinstated",
-            lambda c: cluster_reinstate(user=request.user, name=c.name),
+            lambda c: cluster_reinstate(user=_admin_user(request), name=c.name),
         )
 
 
@@ -170,7 +200,7 @@ class GpuModelAdmin(ScheduledAdmin):
     list_display = ("name", "memory_gib")
 
 
-class NodeAdminForm(forms.ModelForm):
+class NodeAdminForm(_ModelForm):
     """Refuses, on the field, a rename, cluster move or GPU change of a node jobs are running
     on (``node_change_problems``, the services' rule)."""
 
@@ -191,8 +221,9 @@ class NodeAdminForm(forms.ModelForm):
             "datasets",
         )
 
-    def clean(self):
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean answers
         problems = node_change_problems(node=self.instance, changed=self.changed_data)
         for field, reason in problems.items():
             if field in cleaned:
@@ -232,58 +263,58 @@ class NodeAdmin(ScheduledAdmin):
     actions = ["drain_nodes", "release_nodes", "retire_nodes", "reinstate_nodes"]
 
     @admin.action(description="Drain selected nodes (running work finishes, nothing new starts)")
-    def drain_nodes(self, request, queryset):
+    def drain_nodes(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._each(
             request,
             queryset.order_by("pk"),
             "drain",
             "Drained",
-            lambda node: node_drain(user=request.user, node_id=node.pk, reason=""),
+            lambda node: node_drain(user=_admin_user(request), node_id=node.pk, reason=""),
         )
 
     @admin.action(description="Release selected drained or quarantined nodes")
-    def release_nodes(self, request, queryset):
+    def release_nodes(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._each(
             request,
             queryset.order_by("pk"),
             "release",
             "Released",
-            lambda node: node_release(user=request.user, node_id=node.pk),
+            lambda node: node_release(user=_admin_user(request), node_id=node.pk),
         )
 
     @admin.action(description="Retire selected nodes (drained, retired once nothing runs there)")
-    def retire_nodes(self, request, queryset):
+    def retire_nodes(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._each(
             request,
             queryset.order_by("pk"),
             "retire",
             "Retired, or retiring until their jobs end",
-            lambda node: node_retire(user=request.user, node_id=node.pk, reason=""),
+            lambda node: node_retire(user=_admin_user(request), node_id=node.pk, reason=""),
         )
 
     @admin.action(description="Reinstate selected retired nodes (they come back drained)")
-    def reinstate_nodes(self, request, queryset):
+    def reinstate_nodes(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._each(
             request,
             queryset.order_by("pk"),
             "reinstate",
             "Reinstated",
-            lambda node: node_reinstate(user=request.user, node_id=node.pk),
+            lambda node: node_reinstate(user=_admin_user(request), node_id=node.pk),
         )
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(_TabularInline):
     model = JobEvent
     extra = 0
     readonly_fields = ("time", "kind", "message", "data")
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
         return False
 
 

@@ -7,7 +7,7 @@ class SchedulerConfig(AppConfig):
     name = "scheduler"
     verbose_name = "Scheduler"
 
-    def ready(self):
+    def ready(self) -> None:
         from django.conf import settings
         from django.urls import register_converter
 

@@ -26,15 +26,18 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Field, Q, QuerySet
 from django.utils import timezone
 
+from catalogue.models import GpuModel
 from core import streams
 from core.bounds import MAX_ARRAY_SIZE
 from core.envvars import env_name_errors
 from core.errors import Conflict, FieldErrors, Forbidden, NotFound
 from core.names import name_errors
+from tenants.models import PriorityClass, Team
 from tenants.permissions import can_submit_to
 
 from .admission import check_submission
@@ -53,6 +56,11 @@ from .services import (
 from .states import LIVE_STATES, JobState
 from .transitions import jobs_cancel_locked
 from .triggers import request_cycle
+
+# Indices whose requests agree on the fields checked once per group (_RULE_FIELDS) share
+# their check; what that check resolved (the team, GPU model and priority class).
+_RuleKey = tuple[object, ...]
+_Resolved = tuple[Team, GpuModel | None, PriorityClass]
 
 # Per-index errors listed before the rest are summarised (a 10,000-index mistake stays readable).
 MAX_REPORTED_ERRORS = 50
@@ -104,7 +112,7 @@ def _member_request(req: ArrayRequest, index: int) -> JobRequest:
     return JobRequest(team=req.team, **merged)
 
 
-def _rule_key(job_request: JobRequest) -> tuple:
+def _rule_key(job_request: JobRequest) -> _RuleKey:
     elastic = job_request.elastic
     return tuple(
         tuple(sorted(elastic.items()))
@@ -117,7 +125,7 @@ def _rule_key(job_request: JobRequest) -> tuple:
     )
 
 
-def _index_rule_errors(member: JobRequest, *, now) -> dict[str, list[str]]:
+def _index_rule_errors(member: JobRequest, *, now: datetime) -> dict[str, list[str]]:
     """The rules of ``_PER_INDEX_RULES`` for one index, as ``_validate_request`` states them."""
     errors: dict[str, list[str]] = {}
     if member.deadline is not None:
@@ -131,7 +139,9 @@ def _index_rule_errors(member: JobRequest, *, now) -> dict[str, list[str]]:
     return errors
 
 
-def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, dict]:
+def _validate_array(
+    *, user: User, req: ArrayRequest
+) -> tuple[list[JobRequest], Team, dict[_RuleKey, _Resolved]]:
     """Validate every index; return the member requests and the resolved team, GPU models and
     priority classes, or raise FieldErrors naming each bad index and field."""
     size = len(req.items)
@@ -144,7 +154,7 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
         raise FieldErrors({f"template.{k}": ["not a job field"] for k in sorted(unknown)})
 
     members = [_member_request(req, i) for i in range(size)]
-    groups: dict[tuple, list[int]] = defaultdict(list)
+    groups: dict[_RuleKey, list[int]] = defaultdict(list)
     for i, member in enumerate(members):
         groups[_rule_key(member)].append(i)
 
@@ -166,7 +176,7 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
                 errors[f"items[{i}].{bad_field}"] = messages
             reported += 1
 
-    resolved: dict[tuple, tuple] = {}
+    resolved: dict[_RuleKey, _Resolved] = {}
     for key, indices in groups.items():
         try:
             resolved[key] = _validate_request(members[indices[0]], user=user)
@@ -187,6 +197,7 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
     elif any("name" not in item for item in req.items):
         # The longest such name must fit the job's column: past it, the write failed (a 500).
         longest = Job._meta.get_field("name").max_length
+        assert longest is not None  # Job.name declares its length
         room = longest - len(f"-{size - 1}")
         if len(req.name) > room:
             errors["name"] = [
@@ -223,7 +234,7 @@ def _validate_array(*, user, req: ArrayRequest) -> tuple[list[JobRequest], Any, 
     return members, team, {key: value for key, value in resolved.items()}
 
 
-def array_submit(*, user, request: ArrayRequest) -> JobArray:
+def array_submit(*, user: User, request: ArrayRequest) -> JobArray:
     """Validate and queue every index of the array, or nothing (FieldErrors names what is wrong).
 
     The jobs are pending, named ``<name>-<index>`` unless an item names itself, and carry their
@@ -292,7 +303,7 @@ def _insert_members(members: list[dict[str, Any]]) -> None:
     columns = [f for f in Job._meta.concrete_fields if not f.primary_key]
     defaults = {f.name: f.get_default() for f in columns}
 
-    def value(column, fields):
+    def value(column: Field[Any, Any], fields: dict[str, Any]) -> object:
         given = fields[column.name] if column.name in fields else defaults[column.name]
         if given is None:
             return None
@@ -304,14 +315,18 @@ def _insert_members(members: list[dict[str, Any]]) -> None:
             return Jsonb(given)
         return given
 
-    names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
+    # A concrete field has a column: the stubs type Field.column as optional for all fields.
+    names = ", ".join(
+        connection.ops.quote_name(f.column)  # type: ignore[arg-type]
+        for f in columns
+    )
     statement = f"COPY {Job._meta.db_table} ({names}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
         for fields in members:
             copy.write_row([value(column, fields) for column in columns])
 
 
-def _record_submitted_events(array: JobArray, *, user, now) -> None:
+def _record_submitted_events(array: JobArray, *, user: User, now: datetime) -> None:
     """One ``submitted`` event per member, written by the database in one INSERT … SELECT.
 
     Building 5,000 JobEvent objects in Python cost about as much as the jobs themselves; the rows
@@ -345,7 +360,7 @@ def _publish_array(array: JobArray, counts: dict[str, int]) -> None:
     )
 
 
-def array_cancel(*, user, array_id: int) -> JobArray:
+def array_cancel(*, user: User, array_id: int) -> JobArray:
     """Cancel every live job of an array of one of the caller's teams, in one transaction.
 
     Another team's array is NotFound; viewers get a DomainError; an array with no live job left is
@@ -389,7 +404,7 @@ def array_cancel(*, user, array_id: int) -> JobArray:
 _COUNTS = {state.value: Count("jobs", filter=Q(jobs__state=state.value)) for state in JobState}
 
 
-def array_list(*, user) -> QuerySet[JobArray]:
+def array_list(*, user: User | AnonymousUser) -> QuerySet[JobArray]:
     """Arrays of the caller's teams (all for platform admins), newest first, each annotated with
     its members' count per state (``n_pending``, ``n_running``, …) in ONE query whatever the page
     size."""
@@ -404,7 +419,7 @@ def array_list(*, user) -> QuerySet[JobArray]:
     )
 
 
-def array_get(*, user, array_id: int) -> JobArray:
+def array_get(*, user: User | AnonymousUser, array_id: int) -> JobArray:
     """One array of the caller's teams; another team's array (or none) is NotFound."""
     array = array_list(user=user).filter(pk=array_id).first()
     if array is None:
@@ -412,7 +427,7 @@ def array_get(*, user, array_id: int) -> JobArray:
     return array
 
 
-def submit_team_ids(user) -> set[int] | None:
+def submit_team_ids(user: User) -> set[int] | None:
     """Teams whose arrays' environment values ``user`` may read (those they may submit to);
     None for platform admins (all). One query."""
     from tenants.models import SUBMIT_ROLES, Membership
@@ -427,7 +442,7 @@ def submit_team_ids(user) -> set[int] | None:
     )
 
 
-def shown_template(array: JobArray, *, may_see: set[int] | None) -> dict:
+def shown_template(array: JobArray, *, may_see: set[int] | None) -> dict[str, Any]:
     """The array's template with its env values hidden and its command's secrets redacted unless
     the team is in ``may_see`` (``submit_team_ids``; None: everything shown)."""
     template = dict(array.template or {})

@@ -23,6 +23,7 @@ import logging
 import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import IntegerField, Max, Min
 from django.db.models.functions import Cast
@@ -65,7 +66,7 @@ def observed_rates(*, now: datetime) -> Rates:
     (cached)."""
     cached = cached_or_none(_CACHE_KEY)
     if cached is not None:
-        return {tuple(k): v for k, v in cached}  # type: ignore[misc]
+        return {tuple(k): v for k, v in cached}
     since = now - timedelta(days=OBSERVATION_DAYS)
     attempts = (
         Allocation.objects.filter(started_at__lte=now)
@@ -90,9 +91,10 @@ def observed_rates(*, now: datetime) -> Rates:
     for job_id, data in JobEvent.objects.filter(
         kind="requeued", time__gte=since, time__lte=now
     ).values_list("job_id", "data"):
-        key = pool_of.get((job_id, (data or {}).get("attempt")))
-        if key is not None:
-            rates[key][0] += 1
+        attempt: int | None = (data or {}).get("attempt")
+        pool = pool_of.get((job_id, attempt)) if attempt is not None else None
+        if pool is not None:
+            rates[pool][0] += 1
     cache_quietly(_CACHE_KEY, list(rates.items()), RATES_CACHE_S)
     return rates
 
@@ -153,7 +155,7 @@ class JobAdvice:
     spot: bool
     cost_source: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         a = self.advice
         return {
             "advised_interval_s": round(a.advised_interval_s),
@@ -173,7 +175,12 @@ class JobAdvice:
 
 
 def _job_pool(job: Job, placement_nodes: list[str] | None) -> tuple[str, bool] | None:
-    nodes = Node.objects.filter(cluster_id=job.cluster_id, name__in=placement_nodes or [])
+    # (the nodes of no cluster: none, as the filter on a null cluster_id found)
+    nodes = (
+        Node.objects.filter(cluster_id=job.cluster_id, name__in=placement_nodes or [])
+        if job.cluster_id is not None
+        else Node.objects.none()
+    )
     if not placement_nodes:
         nodes = Node.objects.filter(
             allocations__job=job, allocations__ended_at__isnull=True
@@ -181,8 +188,9 @@ def _job_pool(job: Job, placement_nodes: list[str] | None) -> tuple[str, bool] |
     seen = list(nodes.values_list("gpu_model__name", "spot"))
     if seen:
         return seen[0][0], any(spot for _, spot in seen)
-    if job.gpu_model_id:
-        return job.gpu_model.name, False
+    gpu_model = job.gpu_model if job.gpu_model_id else None
+    if gpu_model is not None:
+        return gpu_model.name, False
     return None
 
 
@@ -222,7 +230,7 @@ def advice_env(job: Job, placement: dict[str, list[int]], *, now: datetime) -> d
     return {ENV_NAME: str(round(found.advice.advised_interval_s))}
 
 
-def pool_advice_table(*, team_ids: list[int], now: datetime) -> list[dict]:
+def pool_advice_table(*, team_ids: list[int], now: datetime) -> list[dict[str, Any]]:
     """For the submit form: per team, GPU model and capacity type observed, the interruption
     rate and the advised interval at the default (or the team's measured) checkpoint cost."""
     rates = observed_rates(now=now)

@@ -20,10 +20,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from tenants.audit import REDACTED, redact
-from tenants.permissions import can_submit_to
+from tenants.models import Team
+from tenants.permissions import Caller, can_submit_to
 
 HIDDEN_VALUE = "(hidden)"
 
@@ -95,12 +96,12 @@ def redact_text(text: str, *, within_lines: bool = False) -> str:
     return str(redact(text))
 
 
-def may_see_env_values(user, team) -> bool:
+def may_see_env_values(user: Caller, team: Team) -> bool:
     """Whether ``user`` sees the values of the env of ``team``'s jobs (not only the names)."""
     return can_submit_to(user, team)
 
 
-def shown_env(env: dict | None, *, visible: bool) -> dict:
+def shown_env(env: dict[str, Any] | None, *, visible: bool) -> dict[str, Any]:
     """An environment as shown: the values when ``visible``, else the names with every value
     hidden."""
     env = env or {}
@@ -136,7 +137,7 @@ MIN_MASKED_VALUE_CHARS = 6
 _LINE_END = re.compile(r"[\r\n]+")
 
 
-def shown_log(text: str, *, env: dict | None, visible: bool) -> str:
+def shown_log(text: str, *, env: dict[str, Any] | None, visible: bool) -> str:
     """A job's output as shown: as written when ``visible``; else with every occurrence of a
     value of the job's ``env`` (of at least :data:`MIN_MASKED_VALUE_CHARS` characters) and
     what :func:`redact_text` redacts (a flag's value on its own line) replaced by
@@ -155,7 +156,7 @@ def shown_log(text: str, *, env: dict | None, visible: bool) -> str:
     return redact_text(text, within_lines=True)
 
 
-def _env_values(env: dict) -> tuple[str, ...]:
+def _env_values(env: dict[str, Any]) -> tuple[str, ...]:
     """The pieces of ``env``'s values that are masked in a log, longest first, each once."""
     pieces = {
         piece.strip()
@@ -239,16 +240,20 @@ def _values_patterns(values: tuple[str, ...]) -> _ValuePatterns:
     )
 
 
+# A prefix tree: each character to the tree of what may follow it ("" where a value ends).
+_Tree: TypeAlias = dict[str, "_Tree"]
+
+
 def _prefix_tree(values: tuple[str, ...]) -> str:
     """A regex of ``values`` as a prefix tree whose every branch matches as far as it can."""
-    root: dict[str, dict] = {}
+    root: _Tree = {}
     for value in values:
         node = root
         for char in value:
             node = node.setdefault(char, {})
         node[""] = {}  # a value ends here
 
-    def emit(node: dict[str, dict]) -> str:
+    def emit(node: _Tree) -> str:
         # A chain of single characters is one literal: no nesting per character.
         literal = []
         while len(node) == 1 and "" not in node:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from django.contrib.auth.models import User
+
 from scheduler.policy import PendingJob, decide, routing_from_dict
 
 from .models import Dataset
@@ -40,10 +42,10 @@ class Feasibility:
     meets_deadline: bool | None  # None: no deadline, or no estimate
 
 
-def job_feasibility(*, user, request: JobRequest, now: datetime) -> Feasibility:
+def job_feasibility(*, user: User, request: JobRequest, now: datetime) -> Feasibility:
     """The estimate for ``request`` as ``user`` would submit it at ``now``. Raises the same
     ``FieldErrors`` as ``job_submit`` for a bad request; writes nothing."""
-    from .runtime_prediction import JobDescription
+    from scheduler.prediction import JobDescription
 
     team, gpu_model, priority = _validate_request(request, user=user)
     snapshot, _ = build_snapshot(now=now)

@@ -35,7 +35,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import Any
 
+from django.contrib.auth.models import User
 from django.db.models import F, Q
 
 from core.errors import FieldErrors, NotFound
@@ -138,7 +140,7 @@ class OutcomeReport:
             total.deadline_missed += day.deadline_missed
         return total
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         total = self.totals()
         ended = total.counts["succeeded"] + total.failed
         return {
@@ -157,7 +159,7 @@ class OutcomeReport:
         }
 
 
-def _day_dict(day: OutcomeDay) -> dict:
+def _day_dict(day: OutcomeDay) -> dict[str, Any]:
     return {
         "day": day.day.isoformat(),
         "finished": day.finished,
@@ -169,7 +171,7 @@ def _day_dict(day: OutcomeDay) -> dict:
     }
 
 
-def _teams_for(user, team_slug: str | None) -> list[Team]:
+def _teams_for(user: User, team_slug: str | None) -> list[Team]:
     if user.is_superuser:
         teams = Team.objects.all()
     else:
@@ -182,12 +184,13 @@ def _teams_for(user, team_slug: str | None) -> list[Team]:
 
 
 def outcome_report(
-    *, user, now: datetime, days: int = 30, team: str | None = None
+    *, user: User, now: datetime, days: int = 30, team: str | None = None
 ) -> OutcomeReport:
     """Jobs that ended, by outcome and cause, and work lost to requeues, per UTC day over the
     last ``days`` days (1..366) for the caller's teams (one team with ``team``). A fixed number of
     queries (jobs ended, deadlines passed, failure and requeue events), whatever the window."""
-    if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= MAX_DAYS:
+    given: object = days  # from a query string: checked here whatever its type
+    if not isinstance(given, int) or isinstance(given, bool) or not 1 <= given <= MAX_DAYS:
         raise FieldErrors({"days": [f"must be a whole number of days from 1 to {MAX_DAYS}"]})
     teams = _teams_for(user, team)
     end = now.date()

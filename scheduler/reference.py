@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 from django.db.models import Max
 from django.db.models.signals import post_delete, post_save
@@ -30,19 +32,22 @@ from .models import Cluster, Node
 TTL_S = 10.0
 
 _lock = threading.Lock()
-_entries: dict[tuple, tuple[float, object]] = {}
+_entries: dict[tuple[object, ...], tuple[float, object]] = {}
+
+T = TypeVar("T")
 
 
-def clear(**_signal_kwargs) -> None:
+def clear(**_signal_kwargs: object) -> None:
     with _lock:
         _entries.clear()
 
 
-def _remembered(key: tuple, load):
+def _remembered(key: tuple[object, ...], load: Callable[[], T]) -> T:
     now = time.monotonic()
     hit = _entries.get(key)
     if hit is not None and now - hit[0] < TTL_S:
-        return hit[1]
+        # Each key is stored by one loader (the key names what it loads): its type.
+        return cast(T, hit[1])
     value = load()
     if value is not None:
         with _lock:
@@ -71,11 +76,12 @@ def largest_node_gpus(gpu_model: GpuModel | None, *, fresh: bool = False) -> int
     """GPUs of the largest node in capacity (``Node.objects.in_capacity``: of enabled clusters,
     not retired), of ``gpu_model`` when given."""
 
-    def load():
+    def load() -> int:
         nodes = Node.objects.in_capacity()
         if gpu_model is not None:
             nodes = nodes.filter(gpu_model=gpu_model)
-        return nodes.aggregate(m=Max("gpu_count"))["m"] or 0
+        largest: int | None = nodes.aggregate(m=Max("gpu_count"))["m"]
+        return largest or 0
 
     key = ("largest_node", gpu_model.pk if gpu_model is not None else None)
     return load() if fresh else _remembered(key, load)

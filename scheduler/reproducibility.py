@@ -32,12 +32,14 @@ import re
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from core.errors import Conflict, NotFound
 from tenants.audit import REDACTED, redact
+from tenants.permissions import Caller
 
-from .backends.base import BackendJobSpec
+from .backends.base import Backend, BackendJobSpec
 from .env_visibility import may_see_env_values, redact_text, shown_record
 from .models import AttemptRecord, Job, Node
 from .services import JobRequest, job_submit
@@ -82,10 +84,15 @@ def policy_in_force() -> dict[str, Any]:
 
 
 def _placement(job: Job, spec: BackendJobSpec) -> list[dict[str, Any]]:
-    models = dict(
-        Node.objects.filter(cluster_id=job.cluster_id, name__in=list(spec.placement)).values_list(
-            "name", "gpu_model__name"
+    # (a job without a cluster has no nodes to name: the filter on a null cluster_id found none)
+    models = (
+        dict(
+            Node.objects.filter(
+                cluster_id=job.cluster_id, name__in=list(spec.placement)
+            ).values_list("name", "gpu_model__name")
         )
+        if job.cluster_id is not None
+        else {}
     )
     return [
         {"node": name, "gpu_indices": list(gpus), "gpu_model": models.get(name, "")}
@@ -114,6 +121,7 @@ def record_build(
         "note": "" if (pinned or resolved) else provenance.get("image_note", ""),
     }
     elastic = job.elastic
+    gpu_model = job.gpu_model if job.gpu_model_id else None
     resubmit = {
         "name": job.name,
         "team": job.team.slug,
@@ -123,8 +131,8 @@ def record_build(
         "workers": spec.workers,
         "gpus_per_worker": spec.gpus_per_worker,
         # The model the attempt ran on, so the resubmission gets the same hardware.
-        "gpu_model": job.gpu_model.name
-        if job.gpu_model_id
+        "gpu_model": gpu_model.name
+        if gpu_model is not None
         else (gpu_models[0] if len(gpu_models) == 1 else None),
         "priority_class": job.priority_class.name,
         "preemptible": job.preemptible,
@@ -179,8 +187,8 @@ def _repository(reference: str) -> str:
 
 
 def attempt_record_write(
-    *, job: Job, spec: BackendJobSpec, backend, ref: str, now: datetime, account: str = ""
-):
+    *, job: Job, spec: BackendJobSpec, backend: Backend, ref: str, now: datetime, account: str = ""
+) -> AttemptRecord:
     """Write the record of the attempt the backend just accepted, submitted as ``account`` (what
     ``Job.backend_accounts`` keeps for the attempt; "" for none). Idempotent: an attempt that
     already has a record keeps it (a record is what was known when the attempt started). Asks
@@ -211,7 +219,7 @@ def attempt_record_write(
 # --- reads -------------------------------------------------------------------------------------
 
 
-def attempt_records(*, user, job_id: int) -> list[AttemptRecord]:
+def attempt_records(*, user: Caller, job_id: int) -> list[AttemptRecord]:
     """The records of a job of the caller's teams, first attempt first (NotFound otherwise)."""
     from .selectors import job_get
 
@@ -222,14 +230,14 @@ def attempt_records(*, user, job_id: int) -> list[AttemptRecord]:
     return records
 
 
-def record_shown(*, user, record: AttemptRecord) -> dict[str, Any]:
+def record_shown(*, user: Caller, record: AttemptRecord) -> dict[str, Any]:
     """A record as ``user`` may see it: env values hidden from those who may not submit to the
     job's team (``scheduler.env_visibility``)."""
 
     return shown_record(record.record, visible=may_see_env_values(user, record.job.team))
 
 
-def attempt_record_get(*, user, job_id: int, attempt: int | None = None) -> AttemptRecord:
+def attempt_record_get(*, user: Caller, job_id: int, attempt: int | None = None) -> AttemptRecord:
     """One attempt's record (the latest when ``attempt`` is None); NotFound when the job is not
     the caller's or the attempt has no record."""
     records = attempt_records(user=user, job_id=job_id)
@@ -251,7 +259,7 @@ class Resubmission:
     notes: tuple[str, ...] = ()
 
 
-def job_resubmit(*, user, job_id: int, attempt: int | None = None) -> Resubmission:
+def job_resubmit(*, user: User, job_id: int, attempt: int | None = None) -> Resubmission:
     """Submit a new job that runs exactly what the given attempt ran: its record's submission
     (image pinned to the digest when one was known, the GPU model it ran on, the code reference
     and dataset version), with the secret env values taken from the original job. Every other

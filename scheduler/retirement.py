@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -42,6 +44,9 @@ from .services import node_drain, node_event_record, node_for_admin, node_reason
 from .states import JobState
 from .triggers import request_cycle
 
+if TYPE_CHECKING:
+    from django.db.models.expressions import Combinable, NegatedExpression
+
 # The jobs that hold a cluster's capacity: the loop polls their cluster until they end.
 _HOLDING = (JobState.RUNNING, JobState.PREEMPTED)
 
@@ -54,11 +59,11 @@ def _retirement_state(node: Node) -> dict[str, str | None]:
     }
 
 
-def _idle() -> Exists:
+def _idle() -> NegatedExpression[Combinable]:
     return ~Exists(Allocation.objects.filter(node=OuterRef("pk"), ended_at__isnull=True))
 
 
-def _retire_locked(node: Node, *, user, reason: str, now: datetime) -> None:
+def _retire_locked(node: Node, *, user: User, reason: str, now: datetime) -> None:
     """Mark the locked ``node`` retiring and drain it (nothing new starts there)."""
     before = _retirement_state(node)
     # The drain service's own audit entry, node event and backend drain; it leaves a node that
@@ -77,13 +82,13 @@ def _retire_locked(node: Node, *, user, reason: str, now: datetime) -> None:
     )
 
 
-def node_retire(*, user, node_id: int, reason: str = "") -> Node:
+def node_retire(*, user: User, node_id: int, reason: str = "") -> Node:
     """Retire a node (platform admins; else Forbidden, NotFound for no such node): drained now,
     retired once nothing runs on it. Its history is kept. Retiring a retiring or retired node
     changes nothing. A reason longer than the node's reason column is refused on ``reason``."""
     stored = node_reason_checked((reason or "").strip() or "retired by admin")
     with transaction.atomic():
-        node = node_for_admin(user=user, node_id=node_id)
+        node: Node = node_for_admin(user=user, node_id=node_id)
         if node.retiring_since is None:
             _retire_locked(node, user=user, reason=stored, now=timezone.now())
             request_cycle()
@@ -92,12 +97,12 @@ def node_retire(*, user, node_id: int, reason: str = "") -> Node:
     return node
 
 
-def node_reinstate(*, user, node_id: int) -> Node:
+def node_reinstate(*, user: User, node_id: int) -> Node:
     """Undo a node's retirement (platform admins): it comes back drained, so nothing starts on it
     until an admin releases it; a node still retiring stays drained. A node that is not retired
     or retiring, or whose cluster is retired, is a Conflict (reinstate the cluster instead)."""
     with transaction.atomic():
-        node = node_for_admin(user=user, node_id=node_id)
+        node: Node = node_for_admin(user=user, node_id=node_id)
         if node.retiring_since is None:
             raise Conflict(f"node is {node.state}, not retired or retiring", field="state")
         if node.cluster.retiring_since is not None:
@@ -109,9 +114,9 @@ def node_reinstate(*, user, node_id: int) -> Node:
     return node
 
 
-def _reinstate_locked(node: Node, *, user, now: datetime) -> None:
+def _reinstate_locked(node: Node, *, user: User, now: datetime) -> None:
     before = _retirement_state(node)
-    fields: dict = {"retiring_since": None, "retired_at": None, "retire_reason": ""}
+    fields: dict[str, Any] = {"retiring_since": None, "retired_at": None, "retire_reason": ""}
     if node.state == NodeState.RETIRED:
         fields |= {"state": NodeState.DRAINING, "state_reason": "reinstated: release it to use it"}
     Node.objects.filter(pk=node.pk).update(**fields)
@@ -130,7 +135,7 @@ def _reinstate_locked(node: Node, *, user, now: datetime) -> None:
     reference.clear()
 
 
-def _cluster_for_admin(*, user, name: str) -> Cluster:
+def _cluster_for_admin(*, user: User, name: str) -> Cluster:
     if not is_platform_admin(user):
         raise Forbidden("cluster actions are for platform admins")
     cluster = Cluster.objects.select_for_update().filter(name=name).first()
@@ -146,7 +151,7 @@ def _cluster_state(cluster: Cluster) -> dict[str, str | None]:
     }
 
 
-def cluster_retire(*, user, name: str, reason: str = "") -> Cluster:
+def cluster_retire(*, user: User, name: str, reason: str = "") -> Cluster:
     """Retire a cluster (platform admins; NotFound for no such cluster): every node of it is
     retired (:func:`node_retire`), no new job is routed to it, and the loop stops polling it once
     nothing runs there. Retiring a retiring or retired cluster changes nothing."""
@@ -179,7 +184,7 @@ def cluster_retire(*, user, name: str, reason: str = "") -> Cluster:
     return cluster
 
 
-def cluster_reinstate(*, user, name: str) -> Cluster:
+def cluster_reinstate(*, user: User, name: str) -> Cluster:
     """Undo a cluster's retirement (platform admins): jobs may be routed to it again, the loop
     polls it again, and the nodes its retirement retired come back drained (a node retired on
     its own before stays retired). A cluster that is not retired or retiring is a Conflict."""
@@ -266,6 +271,10 @@ def retirements_finish_now(*, node_ids: Iterable[int]) -> None:
 
 def retired_cluster_names() -> dict[str, datetime]:
     """Clusters being retired or retired, name -> since when: no new job is routed to them."""
-    return dict(
-        Cluster.objects.filter(retiring_since__isnull=False).values_list("name", "retiring_since")
-    )
+    return {
+        name: since
+        for name, since in Cluster.objects.filter(retiring_since__isnull=False).values_list(
+            "name", "retiring_since"
+        )
+        if since is not None  # (the filter's: mypy reads the column as nullable)
+    }

@@ -20,6 +20,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from core.bounds import finite_number
@@ -44,7 +45,7 @@ MAX_EGRESS_PRICE_PER_GB = Decimal(1000)
 MAX_DATASET_SIZE_GB = 1e9
 
 
-def _require_admin(user) -> None:
+def _require_admin(user: User) -> None:
     if not is_platform_admin(user):
         raise Forbidden("only platform admins set routing facts")
 
@@ -68,7 +69,7 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
 
 
 def cluster_routing_set(
-    *, user, name: str, region: str | None = None, interconnect: str | None = None
+    *, user: User, name: str, region: str | None = None, interconnect: str | None = None
 ) -> Cluster:
     """Set a cluster's region and/or interconnect (a value left None is kept). An empty region
     means "no region" (a job that names regions never runs there). NotFound for no such
@@ -254,7 +255,7 @@ def _write_copies(dataset: Dataset, copies: list[tuple[Cluster, Decimal]]) -> No
 
 def dataset_create(
     *,
-    user,
+    user: User,
     name: str,
     size_gb: float | None = None,
     residency_regions: list[str] | None = None,
@@ -295,7 +296,7 @@ def dataset_create(
 
 def dataset_update(
     *,
-    user,
+    user: User,
     dataset_id: int,
     name: Any = _UNSET,
     size_gb: Any = _UNSET,
@@ -348,7 +349,7 @@ def dataset_update(
     return dataset
 
 
-def dataset_delete(*, user, dataset_id: int) -> None:
+def dataset_delete(*, user: User, dataset_id: int) -> None:
     """Forget a dataset's description and copies (jobs naming it keep their text: it then has no
     size and no residency)."""
     _require_admin(user)
@@ -386,7 +387,9 @@ def _stranded_by(team: Team, new_list: set[str]) -> str:
 
     def allowed(team_id: int) -> tuple[set[str] | None, list[int]]:
         usable: set[str] | None = None
-        holders, seen, node = [], set(), team_id
+        holders: list[int] = []
+        seen: set[int] = set()
+        node: int | None = team_id
         while node is not None and node not in seen:
             seen.add(node)
             if node in lists:
@@ -396,7 +399,8 @@ def _stranded_by(team: Team, new_list: set[str]) -> str:
         return usable, holders
 
     def below(team_id: int) -> bool:
-        seen, node = set(), parents.get(team_id)
+        seen: set[int] = set()
+        node = parents.get(team_id)
         while node is not None and node not in seen:
             if node == team.pk:
                 return True
@@ -417,13 +421,14 @@ def _stranded_by(team: Team, new_list: set[str]) -> str:
     return ""
 
 
-def team_clusters_set(*, user, slug: str, clusters: list[str]) -> list[str]:
+def team_clusters_set(*, user: User, slug: str, clusters: list[str]) -> list[str]:
     """The clusters a team (and its subteams) may use, replacing the list; an empty list lifts
     the restriction (any cluster). NotFound for no such team; an unknown or repeated cluster is
     a 400 on ``clusters[i]``. Returns the list now in force."""
     _require_admin(user)
     errors: dict[str, list[str]] = {}
-    if not isinstance(clusters, list | tuple):
+    given: object = clusters  # from a request body: checked here whatever its type
+    if not isinstance(given, list | tuple):
         raise FieldErrors({"clusters": ["must be a list of cluster names ([] for any)"]})
     with transaction.atomic():
         team = Team.objects.select_for_update().filter(slug=slug).first()
@@ -436,7 +441,7 @@ def team_clusters_set(*, user, slug: str, clusters: list[str]) -> list[str]:
         # of a 300,000-name list is tens of MB); the rest are counted.
         chosen_names: set[str] = set()
         listed = ListErrors(errors, limit=MAX_ROUTING_ERRORS_REPORTED)
-        for i, name in enumerate(clusters):
+        for i, name in enumerate(given):
             if not isinstance(name, str) or name not in known:
                 problem = f"no cluster is named {name!r}"
             elif name in chosen_names:

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -66,7 +67,7 @@ def routing_in_force(*, enabled_clusters: int, pending_routed: bool) -> bool:
     )
 
 
-def job_routing(stored: dict | None, *, job_id: int) -> JobRouting | None:
+def job_routing(stored: dict[str, Any] | None, *, job_id: int) -> JobRouting | None:
     """A job's stored routing object for the engine (validated on the way in, so this fails only
     if the contract changed under a stored row)."""
     if stored is None:
@@ -100,9 +101,12 @@ def spot_interruption_rates(*, now: datetime) -> dict[int, float]:
             kind="requeued", time__gte=since, time__lte=now
         ).values_list("job_id", "data"):
             data = data or {}
-            cluster_id = cluster_of_attempt.get((job_id, data.get("attempt")))
-            if cluster_id is not None:
-                lost_s[cluster_id] += float(data.get("lost_gpu_s") or 0.0)
+            lost_attempt: int | None = data.get("attempt")
+            on_cluster = (
+                cluster_of_attempt.get((job_id, lost_attempt)) if lost_attempt is not None else None
+            )
+            if on_cluster is not None:
+                lost_s[on_cluster] += float(data.get("lost_gpu_s") or 0.0)
     rates = {
         cid: min(lost_s[cid] / seconds, MAX_SPOT_INTERRUPTION_RATE)
         for cid, seconds in run_s.items()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Q
 
@@ -40,7 +41,7 @@ _DESCRIPTION_FIELDS = (
 )
 
 
-def describe(row: dict) -> JobDescription:
+def describe(row: dict[str, Any]) -> JobDescription:
     """A job's description from a ``values()`` row with ``_DESCRIPTION_FIELDS``."""
     return JobDescription(
         team=row["team__slug"],
@@ -56,6 +57,7 @@ def describe(row: dict) -> JobDescription:
 
 def describe_job(job: Job) -> JobDescription:
     """A job's description from a model instance (the submit form's unsaved job too)."""
+    gpu_model = job.gpu_model if job.gpu_model_id else None
     return JobDescription(
         team=job.team.slug,
         user=job.submitter.get_username() if job.submitter_id else "",
@@ -63,7 +65,7 @@ def describe_job(job: Job) -> JobDescription:
         image=job.image,
         workers=job.workers,
         gpus_per_worker=job.gpus_per_worker,
-        gpu_model=job.gpu_model.name if job.gpu_model_id else None,
+        gpu_model=gpu_model.name if gpu_model is not None else None,
         priority_class=job.priority_class.name if job.priority_class_id else "",
     )
 
@@ -125,7 +127,9 @@ def reset() -> None:
     _learner = None
 
 
-def predict_runtime_s(jobs: Sequence[JobDescription] | Iterable[JobDescription]) -> list:
+def predict_runtime_s(
+    jobs: Sequence[JobDescription] | Iterable[JobDescription],
+) -> list[float | None]:
     """Predicted run seconds per job (None while too little history), after learning the jobs
     finished since the last call."""
     global _learner

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Prefetch, QuerySet
 
 from core.errors import DomainError, NotFound, Unavailable
-from tenants.permissions import is_platform_admin
+from tenants.permissions import Caller, is_platform_admin
 from tenants.selectors import team_get
 
 from .env_visibility import may_see_env_values, shown_log
@@ -23,7 +25,7 @@ from .states import FINAL_STATES, JobState
 log = logging.getLogger(__name__)
 
 
-def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
+def job_list(*, user: Caller, filters: Mapping[str, str] | None = None) -> QuerySet[Job]:
     """The caller's teams' jobs, newest first, with what list views show in a bounded number of
     queries. A ``team`` filter naming a team the caller does not see (or none) is NotFound."""
     qs = (
@@ -47,7 +49,7 @@ def job_list(*, user, filters: dict | None = None) -> QuerySet[Job]:
     return qs
 
 
-def job_get(*, user, job_id: int) -> Job:
+def job_get(*, user: Caller, job_id: int) -> Job:
     """One job of the caller's teams; another team's job (or none) is NotFound."""
     job = job_list(user=user).filter(pk=job_id).first()
     if job is None:
@@ -55,7 +57,7 @@ def job_get(*, user, job_id: int) -> Job:
     return job
 
 
-def job_events(*, user, job_id: int) -> QuerySet[JobEvent]:
+def job_events(*, user: Caller, job_id: int) -> QuerySet[JobEvent]:
     job = job_get(user=user, job_id=job_id)
     return JobEvent.objects.filter(job=job).order_by("time", "id")
 
@@ -73,14 +75,14 @@ def job_placement(job: Job) -> dict[str, list[int]]:
     return placement
 
 
-def node_list(*, user) -> QuerySet[Node]:
+def node_list(*, user: User | AnonymousUser) -> QuerySet[Node]:
     """Nodes are visible to every signed-in user (the cluster is shared); their jobs are not."""
     if not user.is_authenticated:
         return Node.objects.none()
     return Node.objects.select_related("cluster", "gpu_model").order_by("cluster__name", "name")
 
 
-def cluster_backend_error(*, user, cluster: Cluster) -> str:
+def cluster_backend_error(*, user: Caller, cluster: Cluster) -> str:
     """Why the cluster's backend last failed, as ``user`` may see it; empty while it answers.
 
     The recorded text is the backend's own (a submit's stderr, a Kubernetes API error body) and
@@ -116,7 +118,7 @@ class JobAttempt:
     lost_gpu_s: float
 
 
-def job_attempts(*, user, job_id: int) -> list[JobAttempt]:
+def job_attempts(*, user: Caller, job_id: int) -> list[JobAttempt]:
     """Every attempt of one of the caller's teams' jobs, oldest first, from its allocations
     (which GPUs each attempt held) and its events (how each ended). Another team's job is
     NotFound."""
@@ -204,7 +206,7 @@ def attempt_finished(job: Job, attempt: int) -> bool:
 
 def job_log(
     *,
-    user,
+    user: Caller,
     job_id: int,
     attempt: int | None = None,
     cursor: str | None = None,
@@ -228,7 +230,7 @@ def job_log(
 def job_log_read(
     *,
     job: Job,
-    user,
+    user: Caller,
     attempt: int | None,
     cursor: str | None,
     limit_bytes: int = LOG_LIMIT_DEFAULT,
@@ -248,10 +250,11 @@ def job_log_read(
             f"the job has {job.attempts} attempt{'s' if job.attempts != 1 else ''}",
             field="attempt",
         )
-    if attempt is None or job.cluster_id is None:
+    cluster = job.cluster if job.cluster_id is not None else None
+    if attempt is None or cluster is None:
         return JobLog(job, None, "", cursor, False, job.state in FINAL_STATES)
     try:
-        chunk = get_backend(job.cluster).read_log(
+        chunk = get_backend(cluster).read_log(
             backend_run_ref(job, attempt), cursor=cursor, limit_bytes=limit_bytes
         )
     except BackendRejected as exc:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -96,12 +97,14 @@ def request_number_errors(req: JobRequest) -> dict[str, list[str]]:
         problem = number_error(Job, model_field, value)
         if problem:
             errors[name] = [problem]
-    if req.elastic is not None:
-        if not isinstance(req.elastic, dict):
+    # An array's template and items reach these fields unchecked: any JSON value until here.
+    elastic: object = req.elastic
+    if elastic is not None:
+        if not isinstance(elastic, dict):
             errors["elastic"] = ["must be an object with min_workers and max_workers"]
         else:
             for key in ("min_workers", "max_workers"):
-                value = req.elastic.get(key)
+                value = elastic.get(key)
                 if value is None:
                     problem = "is required for an elastic job (with min_workers and max_workers)"
                 else:
@@ -115,10 +118,13 @@ def request_text_errors(req: JobRequest) -> dict[str, list[str]]:
     """What in ``req``'s image and command no cluster could start, by field. Pure (no database):
     arrays run it for every index, since these differ by index."""
     errors: dict[str, list[str]] = {}
-    if isinstance(req.image, str) and image_error(req.image):
-        errors["image"] = [image_error(req.image)]
+    # (an array's index reaches these fields unchecked: any JSON value until here)
+    image: object = req.image
+    if isinstance(image, str) and image_error(image):
+        errors["image"] = [image_error(image)]
     # Slurm runs it as the one argument of bash -c, which Linux caps as it caps a variable.
-    command = req.command if isinstance(req.command, str) else ""
+    given_command: object = req.command
+    command = given_command if isinstance(given_command, str) else ""
     command_bytes = len(command.encode(errors="surrogatepass"))
     if command_bytes > MAX_ENTRY_BYTES:
         errors["command"] = [
@@ -144,7 +150,7 @@ def deadline_error(deadline: datetime, *, now: datetime) -> str:
 
 
 def _validate_request(
-    req: JobRequest, *, user, target: tuple[str, Team | None, str | None] | None = None
+    req: JobRequest, *, user: User, target: tuple[str, Team | None, str | None] | None = None
 ) -> tuple[Team, GpuModel | None, PriorityClass]:
     """``target``: ``(slug, team, role)`` as ``submission_target`` answered it earlier in the same
     request (the team rate limit looks it up first); used only when the slug is the request's."""
@@ -232,6 +238,7 @@ def _validate_request(
 
     if errors:
         raise FieldErrors(errors)
+    assert team is not None and priority is not None  # either missing is an error above
     return team, gpu_model, priority
 
 
@@ -292,7 +299,8 @@ def retired_team_clusters_error(team: Team) -> str:
     if not reference.any_cluster_retiring():
         return ""
     parents = dict(Team.objects.values_list("id", "parent_id"))
-    chain, node = [], team.pk
+    chain: list[int] = []
+    node: int | None = team.pk
     while node is not None and node not in chain:
         chain.append(node)
         node = parents.get(node)
@@ -319,7 +327,9 @@ def retired_team_clusters_error(team: Team) -> str:
     )
 
 
-def _check_entitlements(req: JobRequest, *, team: Team, priority: PriorityClass, err) -> None:
+def _check_entitlements(
+    req: JobRequest, *, team: Team, priority: PriorityClass, err: Callable[[str, str], None]
+) -> None:
     """The team's quota settings: a restricted priority class needs a grant; opting out of
     preemption in a class whose jobs are preemptible needs the team's permission. Read only when
     the request asks for either (most submissions cost no query here)."""
@@ -347,7 +357,7 @@ def _check_entitlements(req: JobRequest, *, team: Team, priority: PriorityClass,
         )
 
 
-def pending_caps_check(*, user, team: Team, adding: int) -> None:
+def pending_caps_check(*, user: User, team: Team, adding: int) -> None:
     """Refuse a submission that would take the team's pending jobs, or the submitter's pending
     jobs in the team, past its cap (the team's quota settings, else ``JOB_PENDING_MAX_TEAM`` /
     ``JOB_PENDING_MAX_USER``; arrays count by size). Raises FieldErrors on "team".
@@ -407,11 +417,20 @@ def pending_caps_check(*, user, team: Team, adding: int) -> None:
 
 
 def job_fields(
-    *, user, team, gpu_model, priority, request: JobRequest, submitted_at: datetime, **extra: Any
+    *,
+    user: User,
+    team: Team,
+    gpu_model: GpuModel | None,
+    priority: PriorityClass,
+    request: JobRequest,
+    submitted_at: datetime,
+    **extra: Any,
 ) -> dict[str, Any]:
     """The fields of a new pending job from a validated request (shared by single and array
     submission; ``extra`` sets further fields such as the array it belongs to). Fields left out
     take the model's defaults."""
+    # (a routing object read is one: routing_from_dict answers None for None only)
+    routing = None if request.routing is None else routing_from_dict(request.routing)
     return {
         "team": team,
         "submitter": user,
@@ -433,9 +452,7 @@ def job_fields(
         "dataset_version": request.dataset_version,
         "code_ref": request.code_ref,
         "checkpoint_on_advice": bool(request.checkpoint_on_advice),
-        "routing": (
-            None if request.routing is None else routing_to_dict(routing_from_dict(request.routing))
-        ),
+        "routing": None if routing is None else routing_to_dict(routing),
         "elastic_min_workers": (request.elastic or {}).get("min_workers"),
         "elastic_max_workers": (request.elastic or {}).get("max_workers"),
         "requested_workers": request.workers if request.elastic else None,
@@ -471,7 +488,7 @@ def references_checked() -> Iterator[None]:
 
 
 def job_submit(
-    *, user, request: JobRequest, target: tuple[str, Team | None, str | None] | None = None
+    *, user: User, request: JobRequest, target: tuple[str, Team | None, str | None] | None = None
 ) -> Job:
     """Validate and queue a job. All-or-nothing: on any error nothing is written.
 
@@ -502,14 +519,14 @@ def job_submit(
 # --- Nodes (admin actions from the cluster view and the API) ---------------------------------
 
 
-def node_for_admin(*, user, node_id: int):
+def node_for_admin(*, user: User, node_id: int) -> Node:
     # Nodes belong to no team, so there is no existence to hide: an action for platform admins
     # only is a 403 (docs/tenancy.md), as the API's permission class and routing admin answer.
     if not is_platform_admin(user):
         raise Forbidden("node actions are for platform admins")
     # Locked: the loop and the health rules change a node's state too, and each action below
     # decides from the state it reads.
-    node = (
+    node: Node | None = (
         Node.objects.select_for_update(of=("self",))
         .select_related("cluster")
         .filter(pk=node_id)
@@ -520,7 +537,14 @@ def node_for_admin(*, user, node_id: int):
     return node
 
 
-def _node_changed(node, kind: str, message: str, *, actor=None, before: dict | None = None) -> None:
+def _node_changed(
+    node: Node,
+    kind: str,
+    message: str,
+    *,
+    actor: User | None = None,
+    before: dict[str, str] | None = None,
+) -> None:
     from tenants.audit import audit_record
 
     now = timezone.now()
@@ -539,21 +563,21 @@ def _node_changed(node, kind: str, message: str, *, actor=None, before: dict | N
     node_event_record(node=node, kind=kind, message=message, now=now)
 
 
-def _service_state(node) -> dict[str, str]:
+def _service_state(node: Node) -> dict[str, str]:
     # A down node's admin actions change only the state it comes back to.
     if node.state == NodeState.DOWN:
         return {"state": node.state, "resume_state": node.resume_state}
     return {"state": node.state}
 
 
-def _held(node) -> tuple[str, str]:
+def _held(node: Node) -> tuple[str, str]:
     """The state the node is in and its reason, or for a down node those it comes back to."""
     if node.state == NodeState.DOWN:
         return node.resume_state, node.resume_reason
     return node.state, node.state_reason
 
 
-def _node_set(node, state: str, reason: str, **fields) -> None:
+def _node_set(node: Node, state: str, reason: str, **fields: Any) -> None:
     """Write the locked ``node``'s service state. A down node stays down and keeps it as the
     state to come back to (``resume_state``, blank for ready), as Slurm's DOWN+DRAIN: marked
     draining at once, the loop would see it go down again and record a second failure (which
@@ -580,7 +604,8 @@ def node_event_record(*, node: Node, kind: str, message: str, now: datetime) -> 
         "message": message,
         "time": now.isoformat(),
     }
-    streams.publish(streams.ADMIN_GROUP, event)
+    # (a dict of its own: streams.publish takes a plain dict, which a TypedDict is not to mypy)
+    streams.publish(streams.ADMIN_GROUP, dict(event))
     publish_node_status(node=node, now=now)
 
 
@@ -604,10 +629,10 @@ def publish_node_status(*, node: Node, now: datetime, in_use: set[int] | None = 
         "gpus": {str(i): "in use" if i in in_use else "free" for i in range(node.gpu_count)},
         "time": now.isoformat(),
     }
-    streams.publish(streams.CLUSTER_GROUP, payload)
+    streams.publish(streams.CLUSTER_GROUP, dict(payload))
 
 
-def _backend_after_commit(node, action: str, *args) -> None:
+def _backend_after_commit(node: Node, action: str, *args: str) -> None:
     def run() -> None:
         try:
             getattr(get_backend(node.cluster), action)(node.name, *args)
@@ -623,6 +648,7 @@ def node_reason_checked(reason: str) -> str:
     """An admin's reason as the node's ``state_reason`` column holds it, whole: a longer one is
     refused (the portal cut it silently where the API refused it)."""
     limit = Node._meta.get_field("state_reason").max_length
+    assert limit is not None  # Node.state_reason declares its length
     if len(reason) > limit:
         raise DomainError(
             f"a reason is at most {limit} characters ({len(reason)} given)", field="reason"
@@ -630,7 +656,7 @@ def node_reason_checked(reason: str) -> str:
     return reason
 
 
-def node_quarantine(*, user, node_id: int, reason: str) -> Node:
+def node_quarantine(*, user: User, node_id: int, reason: str) -> Node:
     """Quarantine a node by hand (platform admins): no new work, drained on the backend, released
     only by :func:`node_release`. Running jobs keep running.
 
@@ -658,7 +684,7 @@ def node_quarantine(*, user, node_id: int, reason: str) -> Node:
     return node
 
 
-def node_drain(*, user, node_id: int, reason: str) -> Node:
+def node_drain(*, user: User, node_id: int, reason: str) -> Node:
     """Let running work finish but place nothing new on the node (platform admins). A down node
     stays down and comes back drained. A node already out of service is left as it is."""
     stored = node_reason_checked(reason or "drained by admin")
@@ -679,7 +705,7 @@ def node_drain(*, user, node_id: int, reason: str) -> Node:
     return node
 
 
-def node_release(*, user, node_id: int) -> Node:
+def node_release(*, user: User, node_id: int) -> Node:
     """Return a drained or quarantined node to service (platform admins). A down node's drain or
     quarantine is lifted where it stands, as Slurm's resume of a DOWN+DRAIN node: it stays down
     and comes back ready when the backend reports it back. A node with neither is a Conflict."""
@@ -731,7 +757,7 @@ def node_change_problems(*, node: Node, changed: Iterable[str]) -> dict[str, str
 # --- Clusters --------------------------------------------------------------------------------
 
 
-def cluster_import_nodes(*, cluster) -> tuple[int, int]:
+def cluster_import_nodes(*, cluster: Cluster) -> tuple[int, int]:
     """Create or update the cluster's nodes from its backend's inventory (GPU count and model,
     rack, NVLink domain, zone, fabric, spot). Nodes the backend no longer lists are left alone
     (an admin removes them). A node a Node row cannot hold (a name longer than the column, a GPU

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any, overload
 
 from django.conf import settings
 from django.db import connection
@@ -53,13 +54,19 @@ class SnapshotIndex:
     job_pk: dict[str, int] = field(default_factory=dict)
     # What each pending job showed before this cycle: (team id, team slug, name, why, estimate),
     # so the apply step writes and announces only reasons that changed, without a second read.
-    pending_shown: dict[int, tuple] = field(default_factory=dict)
+    pending_shown: dict[int, tuple[int, str, str, str, datetime | None]] = field(
+        default_factory=dict
+    )
     # Pending jobs confined to retired or retiring clusters (by their routing, or by their team's
     # cluster lists), kept from the engine: job id -> why (``retired_confinement``,
     # ``retired_team_clusters``), which the apply step shows as their reason.
     retired_why: dict[int, str] = field(default_factory=dict)
 
 
+@overload
+def _ts(value: None) -> None: ...
+@overload
+def _ts(value: datetime | float) -> float: ...
 def _ts(value: datetime | float | None) -> float | None:
     if value is None or isinstance(value, float):
         return value
@@ -84,15 +91,17 @@ def _seconds_of(name: str) -> Func | F:
     return EpochSeconds(name) if connection.vendor == "postgresql" else F(name)
 
 
-def policy_config_data() -> dict:
+def policy_config_data() -> dict[str, Any]:
     """The engine configuration JSON in force: from ``settings.SCHEDULER_POLICY_SOURCE`` (a
     dotted path to a callable returning it, or None for "none stored": the policy history) when
     set, else the environment's ``SCHEDULER_POLICY``. Read every cycle."""
     source = getattr(settings, "SCHEDULER_POLICY_SOURCE", "")
-    stored = import_string(source)() if source else None
+    # Both are the engine configuration's JSON object (the source's contract; settings').
+    stored: dict[str, Any] | None = import_string(source)() if source else None
     if stored is not None:
         return stored
-    return getattr(settings, "SCHEDULER_POLICY", {}) or {}
+    configured: dict[str, Any] = getattr(settings, "SCHEDULER_POLICY", {}) or {}
+    return configured
 
 
 def policy_config() -> Config:
@@ -346,13 +355,11 @@ def build_snapshot(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
                 attained_service_s=row["earlier_runs_s"],
                 requeued=row["requeued"],
                 deadline=_ts(row["deadline_s"]),
-                **(
-                    {
-                        "routing": job_routing(row["routing"], job_id=row["id"]),
-                        "dataset_size_gb": facts.dataset_size_gb.get(row["dataset"]),
-                    }
-                    if facts is not None
-                    else {}
+                routing=(
+                    job_routing(row["routing"], job_id=row["id"]) if facts is not None else None
+                ),
+                dataset_size_gb=(
+                    facts.dataset_size_gb.get(row["dataset"]) if facts is not None else None
                 ),
             )
         )
@@ -381,7 +388,9 @@ def _retired_clusters() -> dict[str, bool]:
     }
 
 
-def retired_confinement(stored: dict | None, retired: dict[str, bool], *, job_id: int) -> str:
+def retired_confinement(
+    stored: dict[str, Any] | None, retired: dict[str, bool], *, job_id: int
+) -> str:
     """Why a pending job confined (its routing's ``clusters``) to retired or retiring clusters
     only will not start, or "" when it may run elsewhere. Such a job stays pending rather than
     being cancelled, as Slurm leaves a job pending on an inactive partition and Kueue on an
@@ -423,7 +432,7 @@ def _fair_share_weight(slug: str, weight: float) -> float:
     if number_error(TeamRow, "fair_share_weight", weight) is None:
         return weight
     lo, hi = bounds(TeamRow, "fair_share_weight")
-    read = TeamRow._meta.get_field("fair_share_weight").default
+    read: float = TeamRow._meta.get_field("fair_share_weight").default  # (a FloatField's)
     if not math.isnan(weight):
         read = min(max(weight, lo), hi)
     log.error("team %s: fair-share weight %r is out of bounds; read as %r", slug, weight, read)
@@ -441,7 +450,7 @@ def _cached_datasets(row: NodeRow) -> tuple[str, ...]:
     return names
 
 
-def _runtime_estimates(rows: list[dict]) -> dict[int, float]:
+def _runtime_estimates(rows: list[dict[str, Any]]) -> dict[int, float]:
     """Run seconds the engine plans with, by job id: the user's limit where there is one, else
     the prediction from the platform's history (``scheduler.runtime_prediction``); a job with
     neither is left out (the engine's ``default_runtime_s``)."""
@@ -453,7 +462,7 @@ def _runtime_estimates(rows: list[dict]) -> dict[int, float]:
     return out
 
 
-def _elastic(row: dict) -> Elastic | None:
+def _elastic(row: dict[str, Any]) -> Elastic | None:
     if row["elastic_min_workers"] is None:
         return None
     return Elastic(min_workers=row["elastic_min_workers"], max_workers=row["elastic_max_workers"])

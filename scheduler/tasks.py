@@ -18,7 +18,7 @@ from .loop.cycle import run_cycle as _run_cycle
     max_retries=5,
     ignore_result=True,
 )
-def run_cycle() -> dict:
+def run_cycle() -> dict[str, object]:
     """One Observe → Decide → Enforce cycle (skipped when another is running)."""
     result = _run_cycle()
     return {"ran": result.ran, "started": result.started, "preempted": result.preempted}

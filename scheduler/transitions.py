@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
@@ -52,7 +53,7 @@ def event_record(
     job: Job,
     kind: str,
     message: str = "",
-    data: dict | None = None,
+    data: dict[str, Any] | None = None,
     time: datetime | None = None,
 ) -> JobEvent:
     """Append an event to the job's timeline."""
@@ -93,7 +94,8 @@ def job_payload(
 
 
 def publish_job(job: Job, placement: dict[str, list[int]] | None = None) -> None:
-    streams.publish(streams.team_group(job.team_id), job_payload(job, placement))
+    # (a dict of its own: streams.publish takes a plain dict, which a TypedDict is not to mypy)
+    streams.publish(streams.team_group(job.team_id), dict(job_payload(job, placement)))
 
 
 # --- Building blocks ---------------------------------------------------------------------------
@@ -127,6 +129,8 @@ def backend_cancel_after_commit(job: Job) -> None:
     Safe to repeat: a crash or a backend error here is healed by the next sync, whose stale-run
     sweep cancels a live run of a job that no longer holds GPUs."""
     cluster, run = job.cluster, backend_run_ref(job)
+    if cluster is None:  # no run to stop (every caller checks the job's cluster_id first)
+        return
 
     def _cancel() -> None:
         try:
@@ -539,7 +543,7 @@ def job_fail(*, job: Job, reason: str, now: datetime | None = None) -> bool:
     return True
 
 
-def job_cancel(*, user, job_id: int) -> Job:
+def job_cancel(*, user: User, job_id: int) -> Job:
     """Cancel a live job of one of the caller's teams.
 
     Another team's job is NotFound. A job already final is a Conflict. The backend is told to stop
@@ -550,7 +554,7 @@ def job_cancel(*, user, job_id: int) -> Job:
     stale-run sweep did, while the freed GPUs could already be handed on).
     """
     with transaction.atomic():
-        job = (
+        job: Job | None = (
             Job.objects.visible_to(user)
             # As strong as the conditional UPDATE it precedes, no stronger: events and
             # allocations of the job written meanwhile do not wait for it.
