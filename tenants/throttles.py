@@ -23,7 +23,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 from rest_framework.views import APIView
 
 from .models import SUBMIT_ROLES, hash_token
@@ -272,6 +272,7 @@ def password_attempt_failed(request: HttpRequest) -> None:
             log.warning("password limit %s not counted: cache unavailable", throttle.scope)
 
 
-def job_submit_throttles() -> list[SimpleRateThrottle]:
-    """The throttles of the job create action (only those with a configured rate)."""
+def job_submit_throttles() -> list[BaseThrottle]:
+    """The throttles of the job create action (only those with a configured rate), as a view's
+    ``get_throttles`` answers them."""
     return [cls() for cls in (JobSubmitUserThrottle, JobSubmitTeamThrottle) if _rate(cls.scope)]

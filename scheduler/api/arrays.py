@@ -13,10 +13,15 @@ the two endpoints cannot drift) and calls ``scheduler.arrays``.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 
 from core.bounds import api_number
 from core.errors import FieldErrors, NotFound
@@ -24,11 +29,12 @@ from core.ids import parse_id
 from tenants.pagination import BoundedLimitOffsetPagination
 
 from .. import arrays, selectors
-from ..models import JobArray
+from ..models import Job, JobArray
+from .caller import signed_in
 from .serializers import JobSerializer, JobSubmitSerializer
 
 
-class JobArraySubmitSerializer(serializers.Serializer):
+class JobArraySubmitSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=180)
     team = serializers.SlugField()
     template = serializers.DictField(
@@ -43,7 +49,7 @@ class JobArraySubmitSerializer(serializers.Serializer):
     )
     count = api_number(JobArray, "size", required=False, help_text="N equal indices.")
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("items" in attrs) == ("count" in attrs):
             raise serializers.ValidationError({"items": ["give either items or count"]})
         if "count" in attrs:
@@ -51,7 +57,7 @@ class JobArraySubmitSerializer(serializers.Serializer):
         return attrs
 
 
-class JobArraySerializer(serializers.Serializer):
+class JobArraySerializer(serializers.Serializer[Any]):
     """An array as the API shows it (output only)."""
 
     id = serializers.IntegerField(read_only=True)
@@ -64,27 +70,32 @@ class JobArraySerializer(serializers.Serializer):
     cancelled_at = serializers.DateTimeField(allow_null=True, read_only=True)
     counts = serializers.SerializerMethodField()
 
-    def get_counts(self, array) -> dict[str, int]:
+    def get_counts(self, array: JobArray) -> dict[str, int]:
         return arrays.array_counts(array)
 
-    def get_template(self, array) -> dict:
+    def get_template(self, array: JobArray) -> dict[str, Any]:
         """The template; its env values only for those who may submit to the team."""
-        if "may_see" not in self.context:
-            request = self.context.get("request")
-            self.context["may_see"] = (
+        # DRF keeps the dict its caller passed (a new one when none was); the stubs type it as a
+        # read-only Mapping. A page's serializers share what was computed once there.
+        context = cast(dict[str, Any], self.context)
+        if "may_see" not in context:
+            request = context.get("request")
+            context["may_see"] = (
                 arrays.submit_team_ids(request.user) if request is not None else set()
             )
-        return arrays.shown_template(array, may_see=self.context["may_see"])
+        return arrays.shown_template(array, may_see=context["may_see"])
 
 
 _JOB_FIELDS = JobSubmitSerializer().fields
 _NOT_PER_INDEX = {"team"}
 
 
-def _check_fields(values: dict, prefix: str, errors: dict, *, template: bool) -> dict:
+def _check_fields(
+    values: dict[str, Any], prefix: str, errors: dict[str, list[str]], *, template: bool
+) -> dict[str, Any]:
     """Type-check each given job field with the single-job serializer's field; collect errors
     under ``<prefix>.<field>``."""
-    clean = {}
+    clean: dict[str, Any] = {}
     for key, value in values.items():
         fld = _JOB_FIELDS.get(key)
         if fld is None or key in _NOT_PER_INDEX or (template and key == "name"):
@@ -102,7 +113,7 @@ def _check_fields(values: dict, prefix: str, errors: dict, *, template: bool) ->
     return clean
 
 
-def _shape(data: dict) -> arrays.ArrayRequest:
+def _shape(data: dict[str, Any]) -> arrays.ArrayRequest:
     errors: dict[str, list[str]] = {}
     template = _check_fields(data["template"], "template", errors, template=True)
     for required in ("workers", "gpus_per_worker"):
@@ -124,16 +135,20 @@ def _shape(data: dict) -> arrays.ArrayRequest:
     return arrays.ArrayRequest(name=data["name"], team=data["team"], template=template, items=items)
 
 
-class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class JobArrayViewSet(
+    viewsets.GenericViewSet[JobArray],
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+):
     # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
     conflicts = {"cancel": "no job of the array is live any more"}
     serializer_class = JobArraySerializer
     pagination_class = BoundedLimitOffsetPagination
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[JobArray]:
         return arrays.array_list(user=self.request.user)
 
-    def get_throttles(self):
+    def get_throttles(self) -> list[BaseThrottle]:
         # An array submission counts as one submission against the per-user and per-team limits.
         if self.action == "create":
             from tenants.throttles import job_submit_throttles
@@ -147,30 +162,33 @@ class JobArrayViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Ret
             raise NotFound("no such job array", field="id")
         return array_id
 
-    def get_object(self):
+    def get_object(self) -> JobArray:
         return arrays.array_get(user=self.request.user, array_id=self._array_id())
 
     @extend_schema(request=JobArraySubmitSerializer, responses={201: JobArraySerializer})
-    def create(self, request):
+    def create(self, request: Request) -> Response:
         incoming = JobArraySubmitSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        array = arrays.array_submit(user=request.user, request=_shape(incoming.validated_data))
+        array = arrays.array_submit(
+            user=signed_in(request), request=_shape(incoming.validated_data)
+        )
         array = arrays.array_get(user=request.user, array_id=array.pk)
         body = JobArraySerializer(array, context=self.get_serializer_context()).data
         return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobArraySerializer})
     @action(detail=True, methods=["post"])
-    def cancel(self, request, pk=None):
-        array = arrays.array_cancel(user=request.user, array_id=self._array_id())
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        array = arrays.array_cancel(user=signed_in(request), array_id=self._array_id())
         return Response(JobArraySerializer(array, context=self.get_serializer_context()).data)
 
     @extend_schema(responses={200: JobSerializer(many=True)})
     @action(detail=True, methods=["get"])
-    def jobs(self, request, pk=None):
+    def jobs(self, request: Request, pk: str | None = None) -> Response:
         array = arrays.array_get(user=request.user, array_id=self._array_id())
         members = selectors.job_list(user=request.user).filter(array=array).order_by("array_index")
-        page = self.paginate_queryset(members)
+        # The array's member jobs, paged as this viewset pages arrays (its model to the stubs).
+        page: list[Job] | None = self.paginate_queryset(members)  # type: ignore[arg-type]
         return self.get_paginated_response(
             JobSerializer(page, many=True, context=self.get_serializer_context()).data
         )

@@ -18,7 +18,7 @@ from scheduler.policy.fields import FIELDS, Field
 from scheduler.policy.model import QUEUE_ORDERS
 
 
-def _config_field(f: Field) -> serializers.Field:
+def _config_field(f: Field) -> serializers.Field[Any, Any, Any, Any]:
     # Not required: a configuration recorded before a field existed (a reproducibility record)
     # lacks it; the snapshot always has every field.
     common: dict[str, Any] = {"required": False, "allow_null": f.nullable, "help_text": f.meaning}
@@ -70,21 +70,23 @@ def _placement(**kwargs: Any) -> serializers.DictField:
     )
 
 
-class QuotaEntrySerializer(serializers.Serializer):
+class QuotaEntrySerializer(serializers.Serializer[Any]):
     guaranteed = serializers.IntegerField()
     borrow_limit = serializers.IntegerField()
 
 
-class SnapshotTeamSerializer(serializers.Serializer):
+class SnapshotTeamSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
-    parent = serializers.CharField(allow_null=True)
+    # The serializer's declared field, not DRF's Field.parent it shadows (the metaclass moves
+    # declared fields off the class), which the stubs cannot tell apart.
+    parent = serializers.CharField(allow_null=True)  # type: ignore[assignment]
     weight = serializers.FloatField()
     quota = serializers.DictField(child=QuotaEntrySerializer(), help_text="GPU model -> quota")
     usage_gpu_s = serializers.FloatField()
     clusters = _names(required=False, help_text="only when the team is restricted")
 
 
-class SnapshotNodeSerializer(serializers.Serializer):
+class SnapshotNodeSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     gpu_model = serializers.CharField()
     gpus = serializers.IntegerField()
@@ -100,12 +102,12 @@ class SnapshotNodeSerializer(serializers.Serializer):
     cluster = serializers.CharField(required=False, help_text="only when clusters are known")
 
 
-class ElasticRangeSerializer(serializers.Serializer):
+class ElasticRangeSerializer(serializers.Serializer[Any]):
     min_workers = serializers.IntegerField()
     max_workers = serializers.IntegerField()
 
 
-class SnapshotRunningSerializer(serializers.Serializer):
+class SnapshotRunningSerializer(serializers.Serializer[Any]):
     id = serializers.CharField()
     team = serializers.CharField()
     priority_class = serializers.CharField()
@@ -124,7 +126,7 @@ class SnapshotRunningSerializer(serializers.Serializer):
     submitted_at = serializers.FloatField(allow_null=True)
 
 
-class SnapshotRoutingSerializer(serializers.Serializer):
+class SnapshotRoutingSerializer(serializers.Serializer[Any]):
     clusters = _names(allow_null=True)
     regions = _names(allow_null=True)
     prefer_clusters = _names()
@@ -134,7 +136,7 @@ class SnapshotRoutingSerializer(serializers.Serializer):
     comm_heavy = serializers.BooleanField(allow_null=True)
 
 
-class SnapshotPendingSerializer(serializers.Serializer):
+class SnapshotPendingSerializer(serializers.Serializer[Any]):
     id = serializers.CharField()
     team = serializers.CharField()
     priority_class = serializers.CharField()
@@ -154,7 +156,7 @@ class SnapshotPendingSerializer(serializers.Serializer):
     dataset_size_gb = serializers.FloatField(required=False, help_text="only when known")
 
 
-class SnapshotClusterSerializer(serializers.Serializer):
+class SnapshotClusterSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     region = serializers.CharField(allow_blank=True)
     interconnect = serializers.CharField()
@@ -169,12 +171,12 @@ class SnapshotClusterSerializer(serializers.Serializer):
     spot_interruption_rate = serializers.FloatField()
 
 
-class SnapshotDatasetSerializer(serializers.Serializer):
+class SnapshotDatasetSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     regions = _names(allow_null=True)
 
 
-class SnapshotSerializer(serializers.Serializer):
+class SnapshotSerializer(serializers.Serializer[Any]):
     """What one scheduling cycle looked at (the contract's snapshot; times in epoch seconds)."""
 
     now = serializers.FloatField()
@@ -190,37 +192,37 @@ class SnapshotSerializer(serializers.Serializer):
     datasets = SnapshotDatasetSerializer(many=True, required=False, help_text="when known")
 
 
-class StartDecisionSerializer(serializers.Serializer):
+class StartDecisionSerializer(serializers.Serializer[Any]):
     job = serializers.CharField()
     placement = _placement()
     workers = serializers.IntegerField(required=False, help_text="an elastic job's start size")
 
 
-class PreemptDecisionSerializer(serializers.Serializer):
+class PreemptDecisionSerializer(serializers.Serializer[Any]):
     job = serializers.CharField()
     reason = serializers.CharField()
     grace_s = serializers.FloatField()
 
 
-class ReserveDecisionSerializer(serializers.Serializer):
+class ReserveDecisionSerializer(serializers.Serializer[Any]):
     job = serializers.CharField()
     at = serializers.FloatField()
     nodes = _names()
 
 
-class ResizeDecisionSerializer(serializers.Serializer):
+class ResizeDecisionSerializer(serializers.Serializer[Any]):
     job = serializers.CharField()
     workers = serializers.IntegerField()
     placement = _placement(required=False)
 
 
-class PendingDecisionSerializer(serializers.Serializer):
+class PendingDecisionSerializer(serializers.Serializer[Any]):
     job = serializers.CharField()
     why = serializers.CharField()
     estimated_start = serializers.FloatField(required=False)
 
 
-class DecisionsSerializer(serializers.Serializer):
+class DecisionsSerializer(serializers.Serializer[Any]):
     """What the cycle decided, in decision order (the contract's decisions)."""
 
     start = StartDecisionSerializer(many=True)
@@ -230,7 +232,7 @@ class DecisionsSerializer(serializers.Serializer):
     pending = PendingDecisionSerializer(many=True)
 
 
-class LastCycleSerializer(serializers.Serializer):
+class LastCycleSerializer(serializers.Serializer[Any]):
     """The last cycle: replay it with ``python -m scheduler.policy decide``."""
 
     snapshot = SnapshotSerializer()

@@ -5,18 +5,23 @@ nothing is written."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from ..feasibility import job_feasibility
 from ..services import JobRequest
+from .caller import signed_in
 from .serializers import JobSubmitSerializer
 
 
-class JobEstimateSerializer(serializers.Serializer):
+class JobEstimateSerializer(serializers.Serializer[Any]):
     starts_now = serializers.BooleanField()
     start = serializers.DateTimeField(allow_null=True, help_text="null: no start estimate yet")
     finish = serializers.DateTimeField(allow_null=True)
@@ -33,18 +38,18 @@ class JobEstimateSerializer(serializers.Serializer):
 
 
 class JobEstimateView(APIView):
-    def get_throttles(self):
+    def get_throttles(self) -> list[BaseThrottle]:
         # One estimate costs a scheduling cycle without its writes: limited like a submission.
         from tenants.throttles import job_submit_throttles
 
         return job_submit_throttles()
 
     @extend_schema(request=JobSubmitSerializer, responses={200: JobEstimateSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         incoming = JobSubmitSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         estimate = job_feasibility(
-            user=request.user,
+            user=signed_in(request),
             request=JobRequest(**incoming.validated_data),
             now=timezone.now(),
         )

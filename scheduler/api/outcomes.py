@@ -3,16 +3,20 @@ cause, and work lost, per day, for the caller's teams. Another team is a 404."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import outcomes
+from .caller import signed_in
 
 
-class OutcomeQuerySerializer(serializers.Serializer):
+class OutcomeQuerySerializer(serializers.Serializer[Any]):
     days = serializers.IntegerField(
         min_value=1, max_value=outcomes.MAX_DAYS, required=False, default=30
     )
@@ -21,7 +25,7 @@ class OutcomeQuerySerializer(serializers.Serializer):
     )
 
 
-class LostGpuHoursSerializer(serializers.Serializer):
+class LostGpuHoursSerializer(serializers.Serializer[Any]):
     """GPU-hours of work requeues threw away (since the last checkpoint), by what interrupted."""
 
     preemption = serializers.FloatField()
@@ -29,7 +33,7 @@ class LostGpuHoursSerializer(serializers.Serializer):
     other = serializers.FloatField()
 
 
-class OutcomeDaySerializer(serializers.Serializer):
+class OutcomeDaySerializer(serializers.Serializer[Any]):
     """Jobs that ended on a UTC day, by outcome (``outcomes.OUTCOMES``), and the work lost."""
 
     day = serializers.DateField(allow_null=True, help_text="UTC day; null in the totals")
@@ -75,11 +79,11 @@ class OutcomesView(APIView):
     lost to requeues by what interrupted them."""
 
     @extend_schema(parameters=[OutcomeQuerySerializer], responses={200: OutcomeReportSerializer})
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         query = OutcomeQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         report = outcomes.outcome_report(
-            user=request.user,
+            user=signed_in(request),
             now=timezone.now(),
             days=query.validated_data["days"],
             team=query.validated_data["team"] or None,

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from .. import reproducibility
+from .caller import signed_in
 from .contract_schema import ElasticRangeSerializer, EngineConfigSerializer
 from .serializers import JobSerializer
 
@@ -25,7 +30,7 @@ def _env() -> serializers.DictField:
     )
 
 
-class RecordImageSerializer(serializers.Serializer):
+class RecordImageSerializer(serializers.Serializer[Any]):
     reference = serializers.CharField(allow_blank=True)
     digest = serializers.CharField(allow_null=True, help_text="null: not resolved")
     resolved_by = serializers.CharField(
@@ -34,29 +39,29 @@ class RecordImageSerializer(serializers.Serializer):
     note = serializers.CharField(allow_blank=True, help_text="why no digest, when none")
 
 
-class RecordDatasetSerializer(serializers.Serializer):
+class RecordDatasetSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(allow_blank=True)
     version = serializers.CharField(allow_blank=True)
 
 
-class RecordClusterSerializer(serializers.Serializer):
+class RecordClusterSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(allow_blank=True)
     backend = serializers.CharField(allow_blank=True)
 
 
-class RecordPlacementSerializer(serializers.Serializer):
+class RecordPlacementSerializer(serializers.Serializer[Any]):
     node = serializers.CharField()
     gpu_indices = serializers.ListField(child=serializers.IntegerField())
     gpu_model = serializers.CharField(allow_blank=True)
 
 
-class RecordPolicySerializer(serializers.Serializer):
+class RecordPolicySerializer(serializers.Serializer[Any]):
     version = serializers.IntegerField(allow_null=True, help_text="the policy version in force")
     sha256 = serializers.CharField(help_text="of the engine configuration's canonical JSON")
     config = EngineConfigSerializer()
 
 
-class RecordResubmitSerializer(serializers.Serializer):
+class RecordResubmitSerializer(serializers.Serializer[Any]):
     """The submission that runs the attempt again (``POST .../resubmit/``)."""
 
     name = serializers.CharField()
@@ -83,7 +88,7 @@ class RecordResubmitSerializer(serializers.Serializer):
     simulated_duration_s = serializers.FloatField(allow_null=True)
 
 
-class AttemptRecordSerializer(serializers.Serializer):
+class AttemptRecordSerializer(serializers.Serializer[Any]):
     """What exactly ran in one attempt (format ``gpuplatform.attempt-record/v1``)."""
 
     format = serializers.CharField()
@@ -109,12 +114,12 @@ class AttemptRecordSerializer(serializers.Serializer):
     resubmit = RecordResubmitSerializer()
 
 
-class JobRecordsSerializer(serializers.Serializer):
+class JobRecordsSerializer(serializers.Serializer[Any]):
     job = serializers.IntegerField()
     records = AttemptRecordSerializer(many=True, help_text="first attempt first")
 
 
-class ResubmitSerializer(serializers.Serializer):
+class ResubmitSerializer(serializers.Serializer[Any]):
     attempt = serializers.IntegerField(
         min_value=1,
         max_value=100_000,
@@ -129,7 +134,7 @@ class JobRecordsView(APIView):
     """Every attempt's reproducibility record of a job, first attempt first."""
 
     @extend_schema(responses={200: JobRecordsSerializer})
-    def get(self, request, job_id: int):
+    def get(self, request: Request, job_id: int) -> Response:
         records = reproducibility.attempt_records(user=request.user, job_id=job_id)
         shown = [reproducibility.record_shown(user=request.user, record=r) for r in records]
         return Response({"job": job_id, "records": shown})
@@ -143,7 +148,7 @@ class JobRecordView(APIView):
     @extend_schema(
         operation_id="api_v1_jobs_record_retrieve", responses={200: AttemptRecordSerializer}
     )
-    def get(self, request, job_id: int, attempt: int):
+    def get(self, request: Request, job_id: int, attempt: int) -> Response:
         record = reproducibility.attempt_record_get(
             user=request.user, job_id=job_id, attempt=attempt
         )
@@ -171,21 +176,22 @@ class JobResubmitView(APIView):
 
     conflicts = {"post": "the attempt's record lacks its submission (a record edited by hand)"}
 
-    def get_throttles(self):
+    def get_throttles(self) -> list[BaseThrottle]:
         from tenants.throttles import job_submit_throttles
 
         return job_submit_throttles()
 
     @extend_schema(request=ResubmitSerializer, responses={201: ResubmittedJobSerializer})
-    def post(self, request, job_id: int):
+    def post(self, request: Request, job_id: int) -> Response:
         body = ResubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         resubmission = reproducibility.job_resubmit(
-            user=request.user, job_id=job_id, attempt=body.validated_data["attempt"]
+            user=signed_in(request), job_id=job_id, attempt=body.validated_data["attempt"]
         )
         job = resubmission.job
-        job.live_allocations = []
-        job.resubmit_notes = list(resubmission.notes)
+        # What JobSerializer reads (a list view's prefetch sets live_allocations) and ours.
+        job.live_allocations = []  # type: ignore[attr-defined]
+        job.resubmit_notes = list(resubmission.notes)  # type: ignore[attr-defined]
         return Response(
             # The caller just submitted it to the team: they see its command.
             ResubmittedJobSerializer(job, context={"may_see": None}).data,

@@ -16,13 +16,15 @@ The views only shape HTTP; ``scheduler.routing_admin`` validates and writes.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import FieldErrors, NotFound
@@ -32,10 +34,13 @@ from tenants.permissions import IsPlatformAdmin
 
 from .. import retirement, routing_admin
 from ..models import Cluster, ClusterDataset, Dataset, Interconnect, Node, TeamClusterAccess
+from .caller import signed_in
 
 
-class CopySerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class CopySerializer(serializers.ModelSerializer[ClusterDataset]):
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = ClusterDataset
@@ -43,8 +48,10 @@ class CopySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class HeldSerializer(serializers.ModelSerializer):
-    dataset = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class HeldSerializer(serializers.ModelSerializer[ClusterDataset]):
+    dataset: serializers.SlugRelatedField[Dataset] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = ClusterDataset
@@ -52,7 +59,7 @@ class HeldSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ClusterRoutingSerializer(serializers.ModelSerializer):
+class ClusterRoutingSerializer(serializers.ModelSerializer[Cluster]):
     """A cluster's routing facts (output)."""
 
     datasets = HeldSerializer(source="dataset_copies", many=True, read_only=True)
@@ -79,7 +86,7 @@ class ClusterRoutingSerializer(serializers.ModelSerializer):
         return [access.team.slug for access in cluster.team_access.all()]
 
 
-class DatasetSerializer(serializers.ModelSerializer):
+class DatasetSerializer(serializers.ModelSerializer[Dataset]):
     copies = CopySerializer(many=True, read_only=True)
 
     class Meta:
@@ -89,7 +96,7 @@ class DatasetSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TeamClustersSerializer(serializers.ModelSerializer):
+class TeamClustersSerializer(serializers.ModelSerializer[Team]):
     clusters = serializers.SerializerMethodField(help_text="[]: the team may use any cluster.")
 
     class Meta:
@@ -103,7 +110,7 @@ class TeamClustersSerializer(serializers.ModelSerializer):
 # Request bodies, declared for the OpenAPI document (clients are generated from it). They do not
 # validate: ``scheduler.routing_admin`` does, naming each bad field (``copies[1].cluster``), and
 # ``_body`` takes its allowed keys from them, so a key declared is a key accepted.
-class ClusterFactsSerializer(serializers.Serializer):
+class ClusterFactsSerializer(serializers.Serializer[Any]):
     region = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -115,7 +122,7 @@ class ClusterFactsSerializer(serializers.Serializer):
     )
 
 
-class ClusterRetireSerializer(serializers.Serializer):
+class ClusterRetireSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -124,7 +131,7 @@ class ClusterRetireSerializer(serializers.Serializer):
     )
 
 
-class DatasetCopyFactsSerializer(serializers.Serializer):
+class DatasetCopyFactsSerializer(serializers.Serializer[Any]):
     cluster = serializers.CharField(help_text="The name of a cluster holding a copy.")
     egress_price_per_gb = serializers.DecimalField(
         max_digits=8,
@@ -136,7 +143,7 @@ class DatasetCopyFactsSerializer(serializers.Serializer):
     )
 
 
-class DatasetFactsSerializer(serializers.Serializer):
+class DatasetFactsSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=routing_admin.DATASET_NAME_MAX_LENGTH)
     size_gb = serializers.FloatField(
         required=False,
@@ -157,18 +164,20 @@ class DatasetFactsSerializer(serializers.Serializer):
     )
 
 
-class TeamClustersSetSerializer(serializers.Serializer):
+class TeamClustersSetSerializer(serializers.Serializer[Any]):
     clusters = serializers.ListField(
         child=serializers.CharField(),
         help_text="Cluster names the team (and its subteams) may use; []: any cluster.",
     )
 
 
-def _declared(serializer: type[serializers.Serializer]) -> set[str]:
+def _declared(serializer: type[serializers.Serializer[Any]]) -> set[str]:
     return set(serializer().fields)
 
 
-def _body(request, allowed: set[str], *, required: set[str] = frozenset()) -> dict[str, Any]:
+def _body(
+    request: Request, allowed: set[str], *, required: AbstractSet[str] = frozenset()
+) -> dict[str, Any]:
     """The JSON object sent, refusing unknown and missing keys (a misspelt fact must not be
     dropped silently)."""
     data = request.data
@@ -181,7 +190,7 @@ def _body(request, allowed: set[str], *, required: set[str] = frozenset()) -> di
     return dict(data)
 
 
-def _clusters():
+def _clusters() -> QuerySet[Cluster]:
     return Cluster.objects.order_by("name").prefetch_related(
         Prefetch(
             "dataset_copies",
@@ -194,7 +203,7 @@ def _clusters():
     )
 
 
-def _datasets():
+def _datasets() -> QuerySet[Dataset]:
     return Dataset.objects.order_by("name").prefetch_related(
         Prefetch(
             "copies",
@@ -203,7 +212,7 @@ def _datasets():
     )
 
 
-def _teams():
+def _teams() -> QuerySet[Team]:
     return Team.objects.order_by("slug").prefetch_related(
         Prefetch(
             "cluster_access",
@@ -212,7 +221,7 @@ def _teams():
     )
 
 
-class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
+class ClusterRoutingAdminViewSet(viewsets.GenericViewSet[Cluster]):
     # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
     conflicts = {"reinstate": "the cluster is not retired or retiring"}
     permission_classes = [IsPlatformAdmin]
@@ -223,21 +232,21 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
     lookup_field = "name"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Cluster]:
         return _clusters()
 
-    def list(self, request):
+    def list(self, request: Request) -> Response:
         return Response(ClusterRoutingSerializer(self.get_queryset(), many=True).data)
 
-    def retrieve(self, request, name=None):
+    def retrieve(self, request: Request, name: str | None = None) -> Response:
         return Response(ClusterRoutingSerializer(self.get_object()).data)
 
     @extend_schema(request=ClusterFactsSerializer, responses={200: ClusterRoutingSerializer})
-    def partial_update(self, request, name=None):
+    def partial_update(self, request: Request, name: str | None = None) -> Response:
         self.get_object()  # 404 before 400
         body = _body(request, _declared(ClusterFactsSerializer))
         routing_admin.cluster_routing_set(
-            user=request.user,
+            user=signed_in(request),
             name=str(name),
             region=body.get("region"),
             interconnect=body.get("interconnect"),
@@ -246,41 +255,42 @@ class ClusterRoutingAdminViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=ClusterRetireSerializer, responses={200: ClusterRoutingSerializer})
     @action(detail=True, methods=["post"])
-    def retire(self, request, name=None):
+    def retire(self, request: Request, name: str | None = None) -> Response:
         """Retire the cluster: its nodes drain and retire, no new job is routed to it (a job
         confined to it is refused at submission; one pending stays pending, saying why), and
         the loop stops polling it once nothing runs there. Idempotent."""
         _cluster_exists(name)  # 404 before 400
         reason = _body(request, _declared(ClusterRetireSerializer)).get("reason", "")
         limit = Node._meta.get_field("retire_reason").max_length
+        assert limit is not None  # Node.retire_reason declares its length
         if not isinstance(reason, str):
             raise FieldErrors({"reason": ["must be a string"]})
         if len(reason) > limit:
             raise FieldErrors({"reason": [f"must be at most {limit} characters"]})
-        retirement.cluster_retire(user=request.user, name=str(name), reason=reason)
+        retirement.cluster_retire(user=signed_in(request), name=str(name), reason=reason)
         return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
 
     @extend_schema(request=None, responses={200: ClusterRoutingSerializer})
     @action(detail=True, methods=["post"])
-    def reinstate(self, request, name=None):
+    def reinstate(self, request: Request, name: str | None = None) -> Response:
         """Undo the retirement: jobs may be routed there again, its nodes come back drained.
         409 when the cluster is not retired or retiring."""
         _cluster_exists(name)
-        retirement.cluster_reinstate(user=request.user, name=str(name))
+        retirement.cluster_reinstate(user=signed_in(request), name=str(name))
         return Response(ClusterRoutingSerializer(self.get_queryset().get(name=name)).data)
 
 
-def _cluster_exists(name) -> None:
+def _cluster_exists(name: str | None) -> None:
     if not Cluster.objects.filter(name=name).exists():
         raise NotFound(f"no cluster is named {name!r}", field="cluster")
 
 
-class DatasetAdminViewSet(viewsets.GenericViewSet):
+class DatasetAdminViewSet(viewsets.GenericViewSet[Dataset]):
     permission_classes = [IsPlatformAdmin]
     serializer_class = DatasetSerializer
     pagination_class = None  # a plain list, as ClusterRoutingAdminViewSet's
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Dataset]:
         return _datasets()
 
     def _id(self) -> int:
@@ -289,54 +299,56 @@ class DatasetAdminViewSet(viewsets.GenericViewSet):
             raise NotFound("no such dataset", field="id")
         return dataset_id
 
-    def list(self, request):
+    def list(self, request: Request) -> Response:
         return Response(DatasetSerializer(self.get_queryset(), many=True).data)
 
-    def retrieve(self, request, pk=None):
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(DatasetSerializer(self.get_object()).data)
 
     @extend_schema(request=DatasetFactsSerializer, responses={201: DatasetSerializer})
-    def create(self, request):
+    def create(self, request: Request) -> Response:
         body = _body(request, _declared(DatasetFactsSerializer), required={"name"})
-        dataset = routing_admin.dataset_create(user=request.user, **body)
+        dataset = routing_admin.dataset_create(user=signed_in(request), **body)
         return Response(
             DatasetSerializer(self.get_queryset().get(pk=dataset.pk)).data,
             status=status.HTTP_201_CREATED,
         )
 
     @extend_schema(request=DatasetFactsSerializer, responses={200: DatasetSerializer})
-    def partial_update(self, request, pk=None):
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
         self.get_object()  # 404 before 400
         body = _body(request, _declared(DatasetFactsSerializer))
-        dataset = routing_admin.dataset_update(user=request.user, dataset_id=self._id(), **body)
+        dataset = routing_admin.dataset_update(
+            user=signed_in(request), dataset_id=self._id(), **body
+        )
         return Response(DatasetSerializer(self.get_queryset().get(pk=dataset.pk)).data)
 
-    def destroy(self, request, pk=None):
-        routing_admin.dataset_delete(user=request.user, dataset_id=self._id())
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        routing_admin.dataset_delete(user=signed_in(request), dataset_id=self._id())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class TeamClustersAdminViewSet(viewsets.GenericViewSet):
+class TeamClustersAdminViewSet(viewsets.GenericViewSet[Team]):
     permission_classes = [IsPlatformAdmin]
     serializer_class = TeamClustersSerializer
     pagination_class = None  # a plain list, as ClusterRoutingAdminViewSet's
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Team]:
         return _teams()
 
-    def list(self, request):
+    def list(self, request: Request) -> Response:
         return Response(TeamClustersSerializer(self.get_queryset(), many=True).data)
 
-    def retrieve(self, request, slug=None):
+    def retrieve(self, request: Request, slug: str | None = None) -> Response:
         return Response(TeamClustersSerializer(self.get_object()).data)
 
     @extend_schema(request=TeamClustersSetSerializer, responses={200: TeamClustersSerializer})
-    def update(self, request, slug=None):
+    def update(self, request: Request, slug: str | None = None) -> Response:
         self.get_object()  # 404 before 400
         body = _body(request, _declared(TeamClustersSetSerializer), required={"clusters"})
         routing_admin.team_clusters_set(
-            user=request.user, slug=str(slug), clusters=body["clusters"]
+            user=signed_in(request), slug=str(slug), clusters=body["clusters"]
         )
         return Response(TeamClustersSerializer(self.get_queryset().get(slug=slug)).data)

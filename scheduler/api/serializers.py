@@ -4,11 +4,15 @@ Serializers validate types and shape; domain rules live in ``scheduler.services`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, cast
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from catalogue.models import GpuModel
 from core.bounds import api_number
+from tenants.models import PriorityClass, Team
 
 from ..arrays import submit_team_ids
 from ..env_visibility import shown_command
@@ -16,11 +20,11 @@ from ..models import Cluster, Job, JobEvent, Node
 from ..selectors import cluster_backend_error, job_placement
 
 
-class ElasticSerializer(serializers.Serializer):
+class ElasticSerializer(serializers.Serializer[Any]):
     min_workers = api_number(Job, "elastic_min_workers")
     max_workers = api_number(Job, "elastic_max_workers")
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["max_workers"] < attrs["min_workers"]:
             raise serializers.ValidationError({"max_workers": "must be >= min_workers"})
         return attrs
@@ -29,10 +33,10 @@ class ElasticSerializer(serializers.Serializer):
 class OptionalText(serializers.CharField):
     """Optional text: null means "not given" (stored empty), as for every other optional field."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(required=False, allow_blank=True, allow_null=True, default="", **kwargs)
 
-    def validate_empty_values(self, data):
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
         if data is None:
             return True, ""
         return super().validate_empty_values(data)
@@ -44,13 +48,13 @@ class AwareDateTimeField(serializers.DateTimeField):
 
     default_error_messages = {"naive": "must include a time zone (e.g. 2030-01-31T18:00:00Z)"}
 
-    def enforce_timezone(self, value):
+    def enforce_timezone(self, value: datetime) -> datetime:
         if value.tzinfo is None:
             self.fail("naive")
         return super().enforce_timezone(value)
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(serializers.Serializer[Any]):
     """A submission. Every optional field accepts null for "not given"; numbers are bounded as
     the Job model declares (``core.bounds``)."""
 
@@ -106,10 +110,10 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Simulated clusters only: seconds of work the job takes when run alone.",
     )
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> Any:
         # A misspelt field (runtime_limit for runtime_limit_s) would otherwise be dropped and the
         # job submitted without it; an array's template refuses it the same way.
-        unknown = {}
+        unknown: dict[str, list[str]] = {}
         if isinstance(data, Mapping):
             unknown = {
                 key: ["not a job field"]
@@ -128,18 +132,28 @@ class JobSubmitSerializer(serializers.Serializer):
         return value
 
 
-class JobSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+class JobSerializer(serializers.ModelSerializer[Job]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    submitter: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     # Null until the job is placed when it was submitted for any GPU model.
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
-    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model: serializers.SlugRelatedField[GpuModel] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
+    priority_class: serializers.SlugRelatedField[PriorityClass] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     elastic = serializers.SerializerMethodField()
     why = serializers.CharField(source="why_pending", read_only=True)
     placement = serializers.SerializerMethodField()
     total_gpus = serializers.IntegerField(read_only=True)
     # Null until the job is routed to a cluster.
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     command = serializers.SerializerMethodField(
         help_text="As submitted; for a viewer of the team, with --token=... style arguments, "
         "passwords in URLs and API tokens redacted."
@@ -183,37 +197,38 @@ class JobSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_elastic(self, job: Job) -> dict | None:
+    def get_elastic(self, job: Job) -> dict[str, Any] | None:
         return job.elastic
 
     def get_command(self, job: Job) -> str:
         # The teams whose secrets the caller sees, read once per response (a list shows many);
         # without a request to say who asks, nobody's.
-        if "may_see" not in self.context:
-            request = self.context.get("request")
-            self.context["may_see"] = (
-                submit_team_ids(request.user) if request is not None else set()
-            )
-        may_see = self.context["may_see"]
+        # DRF keeps the dict its caller passed (a new one when none was); the stubs type it as a
+        # read-only Mapping. A page's serializers share what was computed once there.
+        context = cast(dict[str, Any], self.context)
+        if "may_see" not in context:
+            request = context.get("request")
+            context["may_see"] = submit_team_ids(request.user) if request is not None else set()
+        may_see = context["may_see"]
         return shown_command(job.command, visible=may_see is None or job.team_id in may_see)
 
     def get_placement(self, job: Job) -> dict[str, list[int]]:
         return job_placement(job)
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
     class Meta:
         model = JobEvent
         fields = ["time", "kind", "message", "data"]
 
 
-class GpuModelSerializer(serializers.ModelSerializer):
+class GpuModelSerializer(serializers.ModelSerializer[GpuModel]):
     class Meta:
         model = GpuModel
         fields = ["name", "memory_gib"]
 
 
-class ClusterSerializer(serializers.ModelSerializer):
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     backend_error = serializers.SerializerMethodField(
         help_text="Why the backend last failed; empty while it answers. Platform admins get the "
         "backend's own text; everyone else only that it failed and when, since the text may "
@@ -237,9 +252,13 @@ class ClusterSerializer(serializers.ModelSerializer):
         return cluster_backend_error(user=self.context["request"].user, cluster=cluster)
 
 
-class NodeSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    gpu_model: serializers.SlugRelatedField[GpuModel] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     # Declared rather than derived from the model: the model's choices would make them an enum
     # without the blank value they mostly hold.
     resume_state = serializers.CharField(
@@ -307,7 +326,7 @@ class NodeSerializer(serializers.ModelSerializer):
         }
 
 
-class JobAttemptSerializer(serializers.Serializer):
+class JobAttemptSerializer(serializers.Serializer[Any]):
     """One attempt as the API shows it (output only)."""
 
     attempt = serializers.IntegerField(read_only=True)
@@ -329,7 +348,7 @@ class JobAttemptSerializer(serializers.Serializer):
     )
 
 
-class JobLogQuerySerializer(serializers.Serializer):
+class JobLogQuerySerializer(serializers.Serializer[Any]):
     attempt = serializers.IntegerField(
         min_value=1,
         max_value=100_000,
@@ -347,7 +366,7 @@ class JobLogQuerySerializer(serializers.Serializer):
     )
 
 
-class JobLogSerializer(serializers.Serializer):
+class JobLogSerializer(serializers.Serializer[Any]):
     """A read of a job's output (output only)."""
 
     job = serializers.IntegerField(source="job.pk", read_only=True)

@@ -3,12 +3,17 @@ selectors and services; every queryset comes from a selector scoped to the calle
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import django_filters
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from catalogue.models import GpuModel
@@ -22,6 +27,7 @@ from .. import retirement, selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
 from ..models import Cluster, Job, Node, NodeState
 from ..states import JobState
+from .caller import signed_in
 from .contract_schema import LastCycleSerializer
 from .serializers import (
     ClusterSerializer,
@@ -47,14 +53,19 @@ class JobFilter(django_filters.FilterSet):
         model = Job
         fields = ["state", "team", "submitter"]
 
-    def filter_state(self, queryset, _name, value):
+    def filter_state(self, queryset: QuerySet[Job], _name: str, value: str) -> QuerySet[Job]:
         return _filter_by_states(queryset, value, known=JobState.values)
 
-    def filter_team(self, queryset, _name, value):
-        return queryset.filter(team=team_get(user=self.request.user, slug=value))
+    def filter_team(self, queryset: QuerySet[Job], _name: str, value: str) -> QuerySet[Job]:
+        # django-filter hands the view's request in (the filter backend always passes it).
+        user = self.request.user if self.request is not None else None
+        return queryset.filter(team=team_get(user=user, slug=value))
 
 
-def _filter_by_states(queryset, value: str, *, known: list[str]):
+_M = TypeVar("_M", bound=Model)
+
+
+def _filter_by_states(queryset: QuerySet[_M], value: str, *, known: list[str]) -> QuerySet[_M]:
     """``queryset`` in any of the comma-separated states of ``value``; a 400 on ``state``
     naming the states known when one is not."""
     states = [v.strip() for v in value.split(",") if v.strip()]
@@ -71,16 +82,16 @@ def _filter_by_states(queryset, value: str, *, known: list[str]):
     return queryset.filter(state__in=states)
 
 
-class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class JobViewSet(viewsets.GenericViewSet[Job], mixins.ListModelMixin, mixins.RetrieveModelMixin):
     # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
     conflicts = {"cancel": "the job is already finished, or changed state meanwhile"}
     serializer_class = JobSerializer
     filterset_class = JobFilter
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Job]:
         return selectors.job_list(user=self.request.user)
 
-    def get_throttles(self):
+    def get_throttles(self) -> list[BaseThrottle]:
         # Submission rate limits per user and per team (tenants.throttles; 429 + Retry-After).
         if self.action == "create":
             from tenants.throttles import job_submit_throttles
@@ -88,7 +99,7 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
             return job_submit_throttles()
         return super().get_throttles()
 
-    def get_object(self):
+    def get_object(self) -> Job:
         return selectors.job_get(user=self.request.user, job_id=self._job_id())
 
     def _job_id(self) -> int:
@@ -98,17 +109,17 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         return job_id
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
-    def create(self, request):
+    def create(self, request: Request) -> Response:
         incoming = JobSubmitSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         job = services.job_submit(
-            user=request.user,
+            user=signed_in(request),
             request=services.JobRequest(**incoming.validated_data),
             target=getattr(request, "submission_target", None),
         )
         # The job just written is the response: a new job holds no GPUs, and its team, submitter,
         # model and class are the objects validation loaded (re-reading it cost two queries).
-        job.live_allocations = []
+        job.live_allocations = []  # type: ignore[attr-defined]  # (what JobSerializer reads)
         # The submitter just proved they may submit to the job's team: they see its command.
         return Response(
             JobSerializer(job, context={"may_see": None}).data, status=status.HTTP_201_CREATED
@@ -116,8 +127,8 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
-    def cancel(self, request, pk=None):
-        transitions.job_cancel(user=request.user, job_id=self._job_id())
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        transitions.job_cancel(user=signed_in(request), job_id=self._job_id())
         return Response(
             # Only those who may submit to the job's team cancel it: they see its command.
             JobSerializer(
@@ -130,13 +141,13 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
     # wraps a list answer of a paginated viewset in the page object.
     @extend_schema(responses={200: JobEventSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)
-    def events(self, request, pk=None):
+    def events(self, request: Request, pk: str | None = None) -> Response:
         events = selectors.job_events(user=request.user, job_id=self._job_id())
         return Response(JobEventSerializer(events, many=True).data)
 
     @extend_schema(responses={200: JobAttemptSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)
-    def attempts(self, request, pk=None):
+    def attempts(self, request: Request, pk: str | None = None) -> Response:
         """Every attempt of the job: nodes, times, how it ended, work lost and resumed from."""
         attempts = selectors.job_attempts(user=request.user, job_id=self._job_id())
         return Response(JobAttemptSerializer(attempts, many=True).data)
@@ -149,7 +160,7 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         },
     )
     @action(detail=True, methods=["get"])
-    def logs(self, request, pk=None):
+    def logs(self, request: Request, pk: str | None = None) -> Response:
         """The output of an attempt: its tail, then (passing back ``cursor``) what follows.
         Follow a job by repeating the call with the last cursor until ``finished`` is true and
         ``text`` is empty."""
@@ -166,7 +177,7 @@ class JobViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.Retrieve
         return Response(JobLogSerializer(chunk).data)
 
 
-class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+class ClusterViewSet(viewsets.ReadOnlyModelViewSet[Cluster]):
     serializer_class = ClusterSerializer
     queryset = Cluster.objects.order_by("name")
 
@@ -180,19 +191,19 @@ class NodeFilter(django_filters.FilterSet):
         model = Node
         fields = ["name", "state", "rack", "gpu_model__name", "cluster__name"]
 
-    def filter_state(self, queryset, _name, value):
+    def filter_state(self, queryset: QuerySet[Node], _name: str, value: str) -> QuerySet[Node]:
         return _filter_by_states(queryset, value, known=NodeState.values)
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
     serializer_class = NodeSerializer
     filterset_class = NodeFilter
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Node]:
         return selectors.node_list(user=self.request.user)
 
 
-class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
+class GpuModelViewSet(viewsets.ReadOnlyModelViewSet[GpuModel]):
     serializer_class = GpuModelSerializer
     queryset = GpuModel.objects.order_by("name")
     lookup_field = "name"
@@ -205,7 +216,7 @@ class LastCycleView(APIView):
     permission_classes = [IsPlatformAdmin]
 
     @extend_schema(responses={200: LastCycleSerializer})
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         remembered = last_cycle()
         if remembered is None or request.query_params.get("fresh"):
             decided = decide_now(now=timezone.now())
@@ -216,7 +227,7 @@ class LastCycleView(APIView):
         return Response(remembered)
 
 
-class NodeActionSerializer(serializers.Serializer):
+class NodeActionSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -225,7 +236,7 @@ class NodeActionSerializer(serializers.Serializer):
     )
 
 
-class NodeAdminViewSet(viewsets.GenericViewSet):
+class NodeAdminViewSet(viewsets.GenericViewSet[Node]):
     """Platform admins: quarantine, drain, release, retire and reinstate nodes."""
 
     # When an action answers 409 (the OpenAPI document declares it: gpuplatform.apischema).
@@ -241,52 +252,52 @@ class NodeAdminViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
-    def quarantine(self, request, pk=None):
+    def quarantine(self, request: Request, pk: str | None = None) -> Response:
         body = NodeActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         node = services.node_quarantine(
-            user=request.user, node_id=_int_id(pk), reason=body.validated_data["reason"]
+            user=signed_in(request), node_id=_int_id(pk), reason=body.validated_data["reason"]
         )
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
-    def drain(self, request, pk=None):
+    def drain(self, request: Request, pk: str | None = None) -> Response:
         body = NodeActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         node = services.node_drain(
-            user=request.user, node_id=_int_id(pk), reason=body.validated_data["reason"]
+            user=signed_in(request), node_id=_int_id(pk), reason=body.validated_data["reason"]
         )
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=None, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
-    def release(self, request, pk=None):
-        node = services.node_release(user=request.user, node_id=_int_id(pk))
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        node = services.node_release(user=signed_in(request), node_id=_int_id(pk))
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
-    def retire(self, request, pk=None):
+    def retire(self, request: Request, pk: str | None = None) -> Response:
         """Drain the node and retire it once nothing runs on it (at once when nothing does):
         never scheduled again, out of capacity, its history kept. Idempotent."""
         body = NodeActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         node = retirement.node_retire(
-            user=request.user, node_id=_int_id(pk), reason=body.validated_data["reason"]
+            user=signed_in(request), node_id=_int_id(pk), reason=body.validated_data["reason"]
         )
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=None, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
-    def reinstate(self, request, pk=None):
+    def reinstate(self, request: Request, pk: str | None = None) -> Response:
         """Undo a retirement: the node comes back drained (release it to use it). 409 when it
         is not retired or retiring, or its cluster is retired."""
-        node = retirement.node_reinstate(user=request.user, node_id=_int_id(pk))
+        node = retirement.node_reinstate(user=signed_in(request), node_id=_int_id(pk))
         return Response(NodeSerializer(node).data)
 
 
-def _int_id(pk) -> int:
+def _int_id(pk: str | None) -> int:
     node_id = parse_id(pk)
     if node_id is None:
         raise NotFound("no such node", field="id")
