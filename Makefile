@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/check-docker
 
-# Static types of the packages that run outside the platform ([tool.mypy] in pyproject.toml).
+# Static types, strict ([tool.mypy] in pyproject.toml says which packages and why).
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
