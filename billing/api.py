@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from catalogue.models import GpuModel
+from core.apianswers import AnswerSerializer
 from core.bounds import api_number
 from core.errors import DomainError, NotFound
 from core.ids import parse_id
@@ -427,19 +428,12 @@ class DecimalStringField(serializers.CharField):
 
 # The cost dashboard's answer, declared (the view writes the JSON itself). Money is a decimal
 # string, as every decimal of this API; hours and GB are JSON numbers rounded to 3 places.
-class _CostAnswer(serializers.Serializer[Any]):
-    """Describes part of the cost dashboard's answer in the OpenAPI document; reads no input, so
-    its numbers need no bounds (tests/integration/security/test_numeric_bounds.py)."""
-
-    describes_an_answer = True
-
-
-class CostAlertSerializer(_CostAnswer):
+class CostAlertSerializer(AnswerSerializer):
     threshold = serializers.IntegerField(help_text="percent of the budget")
     fired_at = serializers.DateTimeField()
 
 
-class CostDaySerializer(_CostAnswer):
+class CostDaySerializer(AnswerSerializer):
     day = serializers.DateField()
     gpu_model = serializers.CharField()
     capacity = serializers.CharField()
@@ -447,7 +441,7 @@ class CostDaySerializer(_CostAnswer):
     cost = DecimalStringField()
 
 
-class CostTopJobSerializer(_CostAnswer):
+class CostTopJobSerializer(AnswerSerializer):
     job = serializers.IntegerField(
         allow_null=True, help_text="null: a sub-team's job the caller is not a member of"
     )
@@ -458,19 +452,19 @@ class CostTopJobSerializer(_CostAnswer):
     cost = DecimalStringField()
 
 
-class CostByUserSerializer(_CostAnswer):
+class CostByUserSerializer(AnswerSerializer):
     user = serializers.CharField(allow_blank=True)
     gpu_hours = serializers.FloatField()
     cost = DecimalStringField()
 
 
-class CostByClusterSerializer(_CostAnswer):
+class CostByClusterSerializer(AnswerSerializer):
     cluster = serializers.CharField(help_text='"(unknown)": metered before clusters were kept')
     gpu_hours = serializers.FloatField()
     cost = DecimalStringField()
 
 
-class CostEgressChargeSerializer(_CostAnswer):
+class CostEgressChargeSerializer(AnswerSerializer):
     job = serializers.IntegerField(allow_null=True)
     attempt = serializers.IntegerField(allow_null=True)
     team = serializers.CharField()
@@ -483,24 +477,24 @@ class CostEgressChargeSerializer(_CostAnswer):
     time = serializers.DateTimeField()
 
 
-class CostEgressSerializer(_CostAnswer):
+class CostEgressSerializer(AnswerSerializer):
     cost = DecimalStringField()
     gb = serializers.FloatField()
     charges = CostEgressChargeSerializer(many=True)
 
 
-class CostLostWorkSerializer(_CostAnswer):
+class CostLostWorkSerializer(AnswerSerializer):
     gpu_hours = serializers.FloatField()
     cost = DecimalStringField()
 
 
-class CostIdleSerializer(_CostAnswer):
+class CostIdleSerializer(AnswerSerializer):
     cost = DecimalStringField()
     gpu_hours = serializers.FloatField()
     telemetry_coverage = serializers.FloatField(help_text="share of GPU time with telemetry")
 
 
-class CostTeamRowSerializer(_CostAnswer):
+class CostTeamRowSerializer(AnswerSerializer):
     team = serializers.SlugField()
     # DRF's metaclass moves declared fields out of the class, so this does not replace
     # Field.parent at run time; mypy sees only the class body.
@@ -517,7 +511,7 @@ class CostTeamRowSerializer(_CostAnswer):
     lost_cost = DecimalStringField()
 
 
-class CostDashboardSerializer(_CostAnswer):
+class CostDashboardSerializer(AnswerSerializer):
     """One team's month (rolled up over its sub-teams), or every team's for platform admins."""
 
     team = serializers.SlugField(allow_null=True, help_text="null: every team (admins)")

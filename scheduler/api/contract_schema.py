@@ -14,6 +14,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from core.apianswers import AnswerSerializer
 from scheduler.policy.fields import FIELDS, Field
 from scheduler.policy.model import QUEUE_ORDERS
 
@@ -43,7 +44,7 @@ def _config_serializer(name: str, section: str, extra: dict[str, Any]) -> type:
         },
         **extra,
     }
-    return type(name, (serializers.Serializer,), attrs)
+    return type(name, (AnswerSerializer,), attrs)
 
 
 LasConfigSerializer = _config_serializer("LasConfigSerializer", "las", {})
@@ -70,12 +71,12 @@ def _placement(**kwargs: Any) -> serializers.DictField:
     )
 
 
-class QuotaEntrySerializer(serializers.Serializer[Any]):
+class QuotaEntrySerializer(AnswerSerializer):
     guaranteed = serializers.IntegerField()
     borrow_limit = serializers.IntegerField()
 
 
-class SnapshotTeamSerializer(serializers.Serializer[Any]):
+class SnapshotTeamSerializer(AnswerSerializer):
     name = serializers.CharField()
     # The serializer's declared field, not DRF's Field.parent it shadows (the metaclass moves
     # declared fields off the class), which the stubs cannot tell apart.
@@ -86,7 +87,7 @@ class SnapshotTeamSerializer(serializers.Serializer[Any]):
     clusters = _names(required=False, help_text="only when the team is restricted")
 
 
-class SnapshotNodeSerializer(serializers.Serializer[Any]):
+class SnapshotNodeSerializer(AnswerSerializer):
     name = serializers.CharField()
     gpu_model = serializers.CharField()
     gpus = serializers.IntegerField()
@@ -102,12 +103,12 @@ class SnapshotNodeSerializer(serializers.Serializer[Any]):
     cluster = serializers.CharField(required=False, help_text="only when clusters are known")
 
 
-class ElasticRangeSerializer(serializers.Serializer[Any]):
+class ElasticRangeSerializer(AnswerSerializer):
     min_workers = serializers.IntegerField()
     max_workers = serializers.IntegerField()
 
 
-class SnapshotRunningSerializer(serializers.Serializer[Any]):
+class SnapshotRunningSerializer(AnswerSerializer):
     id = serializers.CharField()
     team = serializers.CharField()
     priority_class = serializers.CharField()
@@ -126,7 +127,7 @@ class SnapshotRunningSerializer(serializers.Serializer[Any]):
     submitted_at = serializers.FloatField(allow_null=True)
 
 
-class SnapshotRoutingSerializer(serializers.Serializer[Any]):
+class SnapshotRoutingSerializer(AnswerSerializer):
     clusters = _names(allow_null=True)
     regions = _names(allow_null=True)
     prefer_clusters = _names()
@@ -136,7 +137,7 @@ class SnapshotRoutingSerializer(serializers.Serializer[Any]):
     comm_heavy = serializers.BooleanField(allow_null=True)
 
 
-class SnapshotPendingSerializer(serializers.Serializer[Any]):
+class SnapshotPendingSerializer(AnswerSerializer):
     id = serializers.CharField()
     team = serializers.CharField()
     priority_class = serializers.CharField()
@@ -156,7 +157,7 @@ class SnapshotPendingSerializer(serializers.Serializer[Any]):
     dataset_size_gb = serializers.FloatField(required=False, help_text="only when known")
 
 
-class SnapshotClusterSerializer(serializers.Serializer[Any]):
+class SnapshotClusterSerializer(AnswerSerializer):
     name = serializers.CharField()
     region = serializers.CharField(allow_blank=True)
     interconnect = serializers.CharField()
@@ -171,12 +172,12 @@ class SnapshotClusterSerializer(serializers.Serializer[Any]):
     spot_interruption_rate = serializers.FloatField()
 
 
-class SnapshotDatasetSerializer(serializers.Serializer[Any]):
+class SnapshotDatasetSerializer(AnswerSerializer):
     name = serializers.CharField()
     regions = _names(allow_null=True)
 
 
-class SnapshotSerializer(serializers.Serializer[Any]):
+class SnapshotSerializer(AnswerSerializer):
     """What one scheduling cycle looked at (the contract's snapshot; times in epoch seconds)."""
 
     now = serializers.FloatField()
@@ -192,37 +193,37 @@ class SnapshotSerializer(serializers.Serializer[Any]):
     datasets = SnapshotDatasetSerializer(many=True, required=False, help_text="when known")
 
 
-class StartDecisionSerializer(serializers.Serializer[Any]):
+class StartDecisionSerializer(AnswerSerializer):
     job = serializers.CharField()
     placement = _placement()
     workers = serializers.IntegerField(required=False, help_text="an elastic job's start size")
 
 
-class PreemptDecisionSerializer(serializers.Serializer[Any]):
+class PreemptDecisionSerializer(AnswerSerializer):
     job = serializers.CharField()
     reason = serializers.CharField()
     grace_s = serializers.FloatField()
 
 
-class ReserveDecisionSerializer(serializers.Serializer[Any]):
+class ReserveDecisionSerializer(AnswerSerializer):
     job = serializers.CharField()
     at = serializers.FloatField()
     nodes = _names()
 
 
-class ResizeDecisionSerializer(serializers.Serializer[Any]):
+class ResizeDecisionSerializer(AnswerSerializer):
     job = serializers.CharField()
     workers = serializers.IntegerField()
     placement = _placement(required=False)
 
 
-class PendingDecisionSerializer(serializers.Serializer[Any]):
+class PendingDecisionSerializer(AnswerSerializer):
     job = serializers.CharField()
     why = serializers.CharField()
     estimated_start = serializers.FloatField(required=False)
 
 
-class DecisionsSerializer(serializers.Serializer[Any]):
+class DecisionsSerializer(AnswerSerializer):
     """What the cycle decided, in decision order (the contract's decisions)."""
 
     start = StartDecisionSerializer(many=True)
@@ -232,7 +233,7 @@ class DecisionsSerializer(serializers.Serializer[Any]):
     pending = PendingDecisionSerializer(many=True)
 
 
-class LastCycleSerializer(serializers.Serializer[Any]):
+class LastCycleSerializer(AnswerSerializer):
     """The last cycle: replay it with ``python -m scheduler.policy decide``."""
 
     snapshot = SnapshotSerializer()

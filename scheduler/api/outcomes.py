@@ -12,6 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.apianswers import AnswerSerializer
+
 from .. import outcomes
 from .caller import signed_in
 
@@ -25,7 +27,7 @@ class OutcomeQuerySerializer(serializers.Serializer[Any]):
     )
 
 
-class LostGpuHoursSerializer(serializers.Serializer[Any]):
+class LostGpuHoursSerializer(AnswerSerializer):
     """GPU-hours of work requeues threw away (since the last checkpoint), by what interrupted."""
 
     preemption = serializers.FloatField()
@@ -33,7 +35,7 @@ class LostGpuHoursSerializer(serializers.Serializer[Any]):
     other = serializers.FloatField()
 
 
-class OutcomeDaySerializer(serializers.Serializer[Any]):
+class OutcomeDaySerializer(AnswerSerializer):
     """Jobs that ended on a UTC day, by outcome (``outcomes.OUTCOMES``), and the work lost."""
 
     day = serializers.DateField(allow_null=True, help_text="UTC day; null in the totals")
@@ -55,7 +57,7 @@ class OutcomeDaySerializer(serializers.Serializer[Any]):
 # named "from", a Python keyword.
 OutcomeReportSerializer = type(
     "OutcomeReportSerializer",
-    (serializers.Serializer,),
+    (AnswerSerializer,),
     {
         "__doc__": "Jobs ended per UTC day over a window, for the caller's teams.",
         "teams": serializers.ListField(child=serializers.SlugField()),

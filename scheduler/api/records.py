@@ -12,6 +12,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from core.apianswers import AnswerSerializer
+
 from .. import reproducibility
 from .caller import signed_in
 from .contract_schema import ElasticRangeSerializer, EngineConfigSerializer
@@ -30,7 +32,7 @@ def _env() -> serializers.DictField:
     )
 
 
-class RecordImageSerializer(serializers.Serializer[Any]):
+class RecordImageSerializer(AnswerSerializer):
     reference = serializers.CharField(allow_blank=True)
     digest = serializers.CharField(allow_null=True, help_text="null: not resolved")
     resolved_by = serializers.CharField(
@@ -39,29 +41,29 @@ class RecordImageSerializer(serializers.Serializer[Any]):
     note = serializers.CharField(allow_blank=True, help_text="why no digest, when none")
 
 
-class RecordDatasetSerializer(serializers.Serializer[Any]):
+class RecordDatasetSerializer(AnswerSerializer):
     name = serializers.CharField(allow_blank=True)
     version = serializers.CharField(allow_blank=True)
 
 
-class RecordClusterSerializer(serializers.Serializer[Any]):
+class RecordClusterSerializer(AnswerSerializer):
     name = serializers.CharField(allow_blank=True)
     backend = serializers.CharField(allow_blank=True)
 
 
-class RecordPlacementSerializer(serializers.Serializer[Any]):
+class RecordPlacementSerializer(AnswerSerializer):
     node = serializers.CharField()
     gpu_indices = serializers.ListField(child=serializers.IntegerField())
     gpu_model = serializers.CharField(allow_blank=True)
 
 
-class RecordPolicySerializer(serializers.Serializer[Any]):
+class RecordPolicySerializer(AnswerSerializer):
     version = serializers.IntegerField(allow_null=True, help_text="the policy version in force")
     sha256 = serializers.CharField(help_text="of the engine configuration's canonical JSON")
     config = EngineConfigSerializer()
 
 
-class RecordResubmitSerializer(serializers.Serializer[Any]):
+class RecordResubmitSerializer(AnswerSerializer):
     """The submission that runs the attempt again (``POST .../resubmit/``)."""
 
     name = serializers.CharField()
@@ -88,7 +90,7 @@ class RecordResubmitSerializer(serializers.Serializer[Any]):
     simulated_duration_s = serializers.FloatField(allow_null=True)
 
 
-class AttemptRecordSerializer(serializers.Serializer[Any]):
+class AttemptRecordSerializer(AnswerSerializer):
     """What exactly ran in one attempt (format ``gpuplatform.attempt-record/v1``)."""
 
     format = serializers.CharField()
@@ -114,7 +116,7 @@ class AttemptRecordSerializer(serializers.Serializer[Any]):
     resubmit = RecordResubmitSerializer()
 
 
-class JobRecordsSerializer(serializers.Serializer[Any]):
+class JobRecordsSerializer(AnswerSerializer):
     job = serializers.IntegerField()
     records = AttemptRecordSerializer(many=True, help_text="first attempt first")
 
