@@ -4,7 +4,7 @@ from ``tenants.permissions`` through the services."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import django_filters
 from django.contrib.auth.models import User
@@ -39,14 +39,8 @@ from .models import (
     TeamEntitlements,
 )
 from .pagination import BoundedLimitOffsetPagination
-from .permissions import Caller, is_platform_admin, visible_teams
+from .permissions import Caller, is_platform_admin, signed_in, visible_teams
 from .throttles import password_attempt_failed, password_attempt_refused
-
-
-def _signed_in(request: Request) -> User:
-    """The caller of a view behind IsAuthenticated (the default permission): a User. DRF's
-    stubs type ``request.user`` as any user, the anonymous one included."""
-    return cast(User, request.user)
 
 
 class TeamSerializer(serializers.ModelSerializer[Team]):
@@ -493,7 +487,7 @@ class QuotaRequestViewSet(
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         req = services.quota_request_create(
-            user=_signed_in(request),
+            user=signed_in(request),
             team=_visible_team_from_body(request.user, data["team"]),
             gpu_model=data["gpu_model"],
             guaranteed_gpus=data["guaranteed_gpus"],
@@ -593,7 +587,7 @@ class TokenViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         incoming = ApiTokenCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        token, raw = services.token_create(user=_signed_in(request), **incoming.validated_data)
+        token, raw = services.token_create(user=signed_in(request), **incoming.validated_data)
         body = dict(ApiTokenSerializer(token).data)
         body["token"] = raw
         response = Response(body, status=status.HTTP_201_CREATED)
@@ -602,13 +596,13 @@ class TokenViewSet(
 
     @extend_schema(request=None, responses={204: None})
     def destroy(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
-        services.token_revoke(user=_signed_in(request), token_id=self._token_id())
+        services.token_revoke(user=signed_in(request), token_id=self._token_id())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: ApiTokenSerializer})
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
-        token = services.token_revoke(user=_signed_in(request), token_id=self._token_id())
+        token = services.token_revoke(user=signed_in(request), token_id=self._token_id())
         return Response(ApiTokenSerializer(token).data)
 
 
@@ -684,7 +678,7 @@ class MeView(APIView):
     def get(self, request: Request) -> Response:
         from .models import Membership
 
-        user = _signed_in(request)
+        user = signed_in(request)
         teams = [
             {"team": slug, "role": role, "source": source}
             for slug, role, source in Membership.objects.filter(user=user)

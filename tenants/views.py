@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import QuerySet
 from django.forms import Form
@@ -36,12 +35,6 @@ def _team_or_404(user: permissions.Caller, slug: str) -> Team:
         return selectors.team_get(user=user, slug=slug)
     except NotFound as exc:
         raise Http404("no such team") from exc
-
-
-def _signed_in(request: HttpRequest) -> User:
-    """The caller of a view behind ``login_required``: a User. Django's stubs type
-    ``request.user`` as any user, the anonymous one included."""
-    return cast(User, request.user)
 
 
 def _require_platform_admin(user: permissions.Caller) -> None:
@@ -147,7 +140,7 @@ def quota_request_new(request: HttpRequest, slug: str) -> HttpResponse:
         data = form.cleaned_data
         try:
             services.quota_request_create(
-                user=_signed_in(request),
+                user=permissions.signed_in(request),
                 team=team,
                 gpu_model=data["gpu_model"],
                 guaranteed_gpus=data["guaranteed_gpus"],
@@ -412,7 +405,9 @@ def tokens(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         if form.is_valid():
             try:
-                token, raw = services.token_create(user=_signed_in(request), **form.cleaned_data)
+                token, raw = services.token_create(
+                    user=permissions.signed_in(request), **form.cleaned_data
+                )
                 created = {"token": token, "raw": raw}
                 form = forms.TokenForm()
             except DomainError as exc:
@@ -441,7 +436,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 @require_POST
 def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     try:
-        token = services.token_revoke(user=_signed_in(request), token_id=pk)
+        token = services.token_revoke(user=permissions.signed_in(request), token_id=pk)
     except NotFound as exc:
         raise Http404("no such token") from exc
     messages.success(request, f"Token {token.name} revoked.")

@@ -27,10 +27,10 @@ from core.bounds import api_number
 from core.errors import FieldErrors, NotFound
 from core.ids import parse_id
 from tenants.pagination import BoundedLimitOffsetPagination
+from tenants.permissions import signed_in
 
 from .. import arrays, selectors
 from ..models import Job, JobArray
-from .caller import signed_in
 from .serializers import JobSerializer, JobSubmitSerializer
 
 

@@ -15,9 +15,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from tenants.permissions import signed_in
+
 from ..feasibility import job_feasibility
 from ..services import JobRequest
-from .caller import signed_in
 from .serializers import JobSubmitSerializer
 
 

@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.apianswers import AnswerSerializer
+from tenants.permissions import signed_in
 
 from .. import outcomes
-from .caller import signed_in
 
 
 class OutcomeQuerySerializer(serializers.Serializer[Any]):

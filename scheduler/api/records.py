@@ -13,9 +13,9 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from core.apianswers import AnswerSerializer
+from tenants.permissions import signed_in
 
 from .. import reproducibility
-from .caller import signed_in
 from .contract_schema import ElasticRangeSerializer, EngineConfigSerializer
 from .serializers import JobSerializer
 

@@ -30,11 +30,10 @@ from rest_framework.response import Response
 from core.errors import FieldErrors, NotFound
 from core.ids import parse_id
 from tenants.models import Team
-from tenants.permissions import IsPlatformAdmin
+from tenants.permissions import IsPlatformAdmin, signed_in
 
 from .. import retirement, routing_admin
 from ..models import Cluster, ClusterDataset, Dataset, Interconnect, Node, TeamClusterAccess
-from .caller import signed_in
 
 
 class CopySerializer(serializers.ModelSerializer[ClusterDataset]):

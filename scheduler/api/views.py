@@ -20,14 +20,13 @@ from catalogue.models import GpuModel
 from core.errors import NotFound
 from core.ids import ID_REGEX, parse_id
 from scheduler.policy import decisions_to_dict, snapshot_to_dict
-from tenants.permissions import IsPlatformAdmin
+from tenants.permissions import IsPlatformAdmin, signed_in
 from tenants.selectors import team_get
 
 from .. import retirement, selectors, services, transitions
 from ..loop.decide import decide_now, last_cycle
 from ..models import Cluster, Job, Node, NodeState
 from ..states import JobState
-from .caller import signed_in
 from .contract_schema import LastCycleSerializer
 from .serializers import (
     ClusterSerializer,
