@@ -166,8 +166,8 @@ def measure(repeat: int) -> dict:
         from billing import meter
     except ImportError:  # a checkout from before the meter had a module of its own
         from billing import services as meter
-    from billing.tree import TeamTree
     from tenants.models import Team
+    from tenants.tree import TeamTree
 
     research = Team.objects.get(slug="research")
     team_ids = TeamTree.load().subtree(research.pk)

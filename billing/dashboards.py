@@ -30,6 +30,7 @@ from core.errors import NotFound
 from scheduler.models import Job
 from tenants.models import Team
 from tenants.permissions import Caller, is_platform_admin, visible_teams
+from tenants.tree import TeamTree
 
 from . import calc, sub_teams
 from .models import (
@@ -56,7 +57,6 @@ from .series import (
     TeamRow,
 )
 from .statements import cluster_labels
-from .tree import TeamTree
 
 # ----------------------------------------------------------------------------- scope helpers
 

@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from scheduler.models import Allocation
+from tenants.tree import TeamTree
 
 from . import calc
 from .egress import _drop_egress_of_unstarted, _meter_egress
@@ -31,7 +32,6 @@ from .lost_work import _meter_lost_work
 from .models import AllocationMeter, BacklogMark, EgressCharge, Statement, UsageDaily, UsageRecord
 from .rollups import _refresh_rollups
 from .services import PriceBook, budget_evaluate
-from .tree import TeamTree
 from .usage import IdleSource, MeterResult, UsageSlice, _price_allocation
 
 log = logging.getLogger(__name__)

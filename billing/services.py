@@ -26,10 +26,10 @@ from core.names import text_errors
 from scheduler.models import Cluster
 from tenants.models import Team
 from tenants.permissions import Caller, can_manage_team, is_platform_admin
+from tenants.tree import TeamTree
 
 from . import calc
 from .models import Budget, BudgetAlert, Capacity, EgressCharge, PriceRate, UsageDaily
-from .tree import TeamTree
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from core.bounds import number_error
 from core.errors import Conflict, DomainError, FieldErrors, NotFound
 from scheduler.models import Allocation, Cluster
 from tenants.permissions import Caller, is_platform_admin
+from tenants.tree import TeamTree
 
 from . import calc
 from .models import (
@@ -33,7 +34,6 @@ from .models import (
     StatementStatus,
     UsageRecord,
 )
-from .tree import TeamTree
 
 UNKNOWN_CLUSTER = ""
 

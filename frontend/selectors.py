@@ -25,6 +25,7 @@ from scheduler.models import Allocation, Cluster, Job, Node, NodeEvent, NodeStat
 from scheduler.states import HOLDING_STATES, JobState
 from tenants.models import SUBMIT_ROLES, Membership, PriorityClass, Quota, Team
 from tenants.permissions import is_platform_admin, team_ids_of, visible_teams
+from tenants.tree import TeamTree
 
 log = logging.getLogger(__name__)
 
@@ -133,20 +134,6 @@ class QuotaUse:
         return round(100 * self.in_use / self.guaranteed)
 
 
-def _nearest_quota_owner(
-    team_id: int, model: str, parents: dict[int, int | None], quota_keys: set[tuple[int, str]]
-) -> int | None:
-    """The nearest ancestor of the team with a quota for the model (the cycle's rule 1c)."""
-    seen: set[int] = set()
-    node = parents.get(team_id)
-    while node is not None and node not in seen:
-        if (node, model) in quota_keys:
-            return node
-        seen.add(node)
-        node = parents.get(node)
-    return None
-
-
 def quota_use(*, user) -> list[QuotaUse]:
     """Per (team, GPU model) of the caller's teams: the quota, GPUs held now, GPUs asked for by
     pending jobs. Rows exist for every quota and for any model a team uses without one; such a row
@@ -155,17 +142,16 @@ def quota_use(*, user) -> list[QuotaUse]:
     team_ids = home_teams(user=user)
     if not team_ids:
         return []
-    parents: dict[int, int | None] = {}
-    slugs: dict[int, str] = {}
-    for pk, parent_id, slug in Team.objects.values_list("pk", "parent_id", "slug"):
-        parents[pk], slugs[pk] = parent_id, slug
-    teams_by_slug = {slugs[pk]: pk for pk in team_ids}
-    # Quotas of every team (few rows): an ancestor's counts the caller's teams' GPUs too.
+    tree = TeamTree.load()
+    teams_by_slug = {tree.slugs[pk]: pk for pk in team_ids}
+    # The caller's teams' quotas and their ancestors': an ancestor's counts their GPUs too.
+    above = {a for pk in team_ids for a in tree.ancestors_and_self(pk)}
     quotas_by_id = {
-        (q.team_id, q.gpu_model.name): q for q in Quota.objects.select_related("gpu_model")
+        (q.team_id, q.gpu_model.name): q
+        for q in Quota.objects.filter(team_id__in=above).select_related("gpu_model")
     }
     quotas = {
-        (slugs[team_id], model): q
+        (tree.slugs[team_id], model): q
         for (team_id, model), q in quotas_by_id.items()
         if team_id in team_ids
     }
@@ -183,13 +169,19 @@ def quota_use(*, user) -> list[QuotaUse]:
     ):
         pending[(row["team__slug"], row["gpu_model__name"] or "any")] += row["n"] or 0
     keys = sorted(set(quotas) | set(in_use) | set(pending))
-    quota_keys = set(quotas_by_id)
     rows = []
     for key in keys:
         quota = quotas.get(key)
         owner = None
-        if quota is None:
-            owner = _nearest_quota_owner(teams_by_slug[key[0]], key[1], parents, quota_keys)
+        if quota is None:  # the nearest ancestor with a quota for the model (rule 1c)
+            owner = next(
+                (
+                    a
+                    for a in tree.ancestors_and_self(teams_by_slug[key[0]])[1:]
+                    if (a, key[1]) in quotas_by_id
+                ),
+                None,
+            )
         rows.append(
             QuotaUse(
                 team=key[0],
@@ -198,7 +190,7 @@ def quota_use(*, user) -> list[QuotaUse]:
                 borrow_limit=quota.borrow_limit_gpus if quota else None,
                 in_use=in_use.get(key, 0),
                 pending=pending.get(key, 0),
-                counted_under=slugs[owner] if owner is not None else "",
+                counted_under=tree.slugs[owner] if owner is not None else "",
             )
         )
     return rows

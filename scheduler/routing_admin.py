@@ -29,6 +29,7 @@ from core.names import name_errors
 from tenants.audit import audit_record
 from tenants.models import Team
 from tenants.permissions import is_platform_admin
+from tenants.tree import TeamTree
 
 from .models import Cluster, ClusterDataset, Dataset, Interconnect, TeamClusterAccess
 from .services import MAX_ROUTING_ERRORS_REPORTED
@@ -378,45 +379,23 @@ def _stranded_by(team: Team, new_list: set[str]) -> str:
     """Why giving ``team`` the list ``new_list`` would leave it, or a team below it, no cluster
     at all: a team may use its own list intersected with every ancestor's (as the engine reads
     them), so an empty intersection holds each of its jobs pending for ever. "" when none."""
-    parents = dict(Team.objects.values_list("pk", "parent_id"))
-    slugs = dict(Team.objects.values_list("pk", "slug"))
+    tree = TeamTree.load()
     lists: dict[int, set[str]] = {}
     for team_id, name in TeamClusterAccess.objects.values_list("team_id", "cluster__name"):
         lists.setdefault(team_id, set()).add(name)
     lists[team.pk] = new_list
-
-    def allowed(team_id: int) -> tuple[set[str] | None, list[int]]:
-        usable: set[str] | None = None
-        holders: list[int] = []
-        seen: set[int] = set()
-        node: int | None = team_id
-        while node is not None and node not in seen:
-            seen.add(node)
-            if node in lists:
-                usable = set(lists[node]) if usable is None else usable & lists[node]
-                holders.append(node)
-            node = parents.get(node)
-        return usable, holders
-
-    def below(team_id: int) -> bool:
-        seen: set[int] = set()
-        node = parents.get(team_id)
-        while node is not None and node not in seen:
-            if node == team.pk:
-                return True
-            seen.add(node)
-            node = parents.get(node)
-        return False
-
-    for team_id in [team.pk] + sorted(t for t in lists if t != team.pk and below(t)):
-        usable, holders = allowed(team_id)
-        if usable == set():
-            named = "; ".join(f"{slugs[h]}: {', '.join(sorted(lists[h]))}" for h in holders)
-            who = "it" if team_id == team.pk else f"its sub-team {slugs[team_id]}"
+    # The team itself, then each team below it with a list of its own.
+    below = [t for t in tree.subtree(team.pk) if t != team.pk and t in lists]
+    for team_id in [team.pk, *sorted(below)]:
+        holders = [t for t in tree.ancestors_and_self(team_id) if t in lists]
+        usable = set.intersection(*(lists[h] for h in holders))
+        if not usable:
+            named = "; ".join(f"{tree.slugs[h]}: {', '.join(sorted(lists[h]))}" for h in holders)
+            who = "it" if team_id == team.pk else f"its sub-team {tree.slugs[team_id]}"
             return (
                 f"this list would leave {who} no cluster in common with the lists above or "
-                f"below it ({named}), so no job of {slugs[team_id]} could ever start; include "
-                "one cluster of each, or change the other list first"
+                f"below it ({named}), so no job of {tree.slugs[team_id]} could ever start; "
+                "include one cluster of each, or change the other list first"
             )
     return ""
 

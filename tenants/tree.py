@@ -1,4 +1,5 @@
-"""The team tree as plain dicts, loaded in one query, for roll-ups (statements, budgets).
+"""The team tree as plain dicts, loaded in one query, for roll-ups (statements, budgets) and walks
+up the tree (quota rows, team cluster lists).
 
 Teams are few (hundreds at most), so loading them all is cheaper than recursive SQL and works the
 same on SQLite and PostgreSQL.
