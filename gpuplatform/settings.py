@@ -14,12 +14,13 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from gpuplatform.envreader import SettingsEnv
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
-env = environ.Env()
+env = SettingsEnv()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)

@@ -61,6 +61,12 @@ def test_a_command_of_ours_and_a_malformed_setting_are_configuration_errors_too(
         "gpuplatform: configuration error: TRUSTED_PROXIES: 'not-an-address' is not an IP "
         "address or network",
     )
+    # django-environ's own cast was a ValueError traceback (gpuplatform/envreader.py).
+    not_a_number = _run([sys.executable, "manage.py", "check"], OIDC_TIMEOUT_SECONDS="abc")
+    _one_line_and_exit_2(
+        not_a_number,
+        "gpuplatform: configuration error: OIDC_TIMEOUT_SECONDS: 'abc' is not a whole number",
+    )
 
 
 def test_manage_py_keeps_the_traceback_of_every_other_error():
