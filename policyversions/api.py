@@ -5,13 +5,14 @@ whose keys name the field (``engine_config.<field>``, ``team_weights.<slug>``, .
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import FieldErrors
+from scheduler.api.contract_schema import ENGINE_CONFIG_BY_KEY_SCHEMA
 from tenants.permissions import is_platform_admin
 
 from . import selectors, services, whatif_runs
@@ -57,9 +58,14 @@ class DiffRowSerializer(serializers.Serializer):
     after = serializers.JSONField(read_only=True)
 
 
+@extend_schema_field(ENGINE_CONFIG_BY_KEY_SCHEMA)
+class EngineConfigByKeyField(serializers.DictField):
+    """The engine configuration by JSON key (policyversions.selectors.effective_engine_config)."""
+
+
 class PolicyInForceSerializer(serializers.Serializer):
     in_force = PolicyVersionSerializer(read_only=True)
-    engine = serializers.DictField(read_only=True, help_text="every engine field's value")
+    engine = EngineConfigByKeyField(read_only=True, help_text="every engine field's value")
     drift = DiffRowSerializer(many=True, read_only=True)
 
 

@@ -22,6 +22,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from catalogue.models import GpuModel
+from core.apianswers import AnswerSerializer
 from core.bounds import api_number
 from core.errors import DomainError, NotFound
 from core.ids import parse_id
@@ -31,6 +32,7 @@ from .models import (
     ApiToken,
     AuditEntry,
     Membership,
+    MembershipSource,
     PriorityClass,
     Quota,
     QuotaRequest,
@@ -113,6 +115,15 @@ class PriorityClassSerializer(serializers.ModelSerializer[PriorityClass]):
         read_only_fields = fields
 
 
+class EffectiveEntitlementsSerializer(AnswerSerializer):
+    """A team's entitlements with what it inherits from its parents and the platform defaults."""
+
+    granted_classes = serializers.ListField(child=serializers.CharField())
+    may_opt_out_of_preemption = serializers.BooleanField()
+    max_pending_jobs = serializers.IntegerField(allow_null=True)
+    max_pending_jobs_per_user = serializers.IntegerField(allow_null=True)
+
+
 class EntitlementsSerializer(serializers.Serializer[Any]):
     """A team's quota settings beyond GPU quotas. The writable fields are the team's own; the
     ``effective`` object adds what it inherits from its parent teams and the platform defaults."""
@@ -134,7 +145,7 @@ class EntitlementsSerializer(serializers.Serializer[Any]):
         allow_null=True,
         default=None,
     )
-    effective = serializers.DictField(read_only=True)
+    effective = EffectiveEntitlementsSerializer(read_only=True)
 
 
 def _entitlements_body(team: Team) -> dict[str, Any]:
@@ -670,7 +681,15 @@ class MeView(APIView):
                     "email": serializers.CharField(),
                     "platform_admin": serializers.BooleanField(),
                     "sso": serializers.BooleanField(),
-                    "teams": serializers.ListField(child=serializers.DictField()),
+                    "teams": inline_serializer(
+                        "MeTeam",
+                        {
+                            "team": serializers.SlugField(),
+                            "role": serializers.ChoiceField(choices=Role.choices),
+                            "source": serializers.ChoiceField(choices=MembershipSource.choices),
+                        },
+                        many=True,
+                    ),
                 },
             )
         }

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -33,15 +33,29 @@ from .. import arrays, selectors
 from ..models import Job, JobArray
 from .serializers import JobSerializer, JobSubmitSerializer
 
+# The template's and an index's fields are the single job's, each optional (the view checks
+# them with the same fields: ``_check_fields``); the document declares them so.
+JOB_FIELDS_OPTIONAL = JobSubmitSerializer(partial=True)
+
+
+@extend_schema_field(JOB_FIELDS_OPTIONAL)
+class TemplateField(serializers.DictField):
+    """An array's template: read as a dict, checked field by field by the view."""
+
+
+@extend_schema_field(JOB_FIELDS_OPTIONAL)
+class ItemField(serializers.DictField):
+    """One index's overrides: read as a dict, checked field by field by the view."""
+
 
 class JobArraySubmitSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=180)
     team = serializers.SlugField()
-    template = serializers.DictField(
+    template = TemplateField(
         help_text="Job fields shared by every index (as for POST /jobs/, without name and team)."
     )
     items = serializers.ListField(
-        child=serializers.DictField(),
+        child=ItemField(),
         required=False,
         max_length=arrays.MAX_ARRAY_SIZE,
         help_text="Per-index overrides of the template; an item's env is merged over the "

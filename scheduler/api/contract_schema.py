@@ -59,6 +59,34 @@ EngineConfigSerializer = _config_serializer(
 )
 
 
+def _key_schema(f: Field) -> dict[str, Any]:
+    by_kind: dict[str, dict[str, Any]] = {
+        "bool": {"type": "boolean"},
+        "integer": {"type": "integer"},
+        "choice": {"type": "string", "enum": list(QUEUE_ORDERS)},
+        "thresholds": {"type": "array", "items": {"type": "number"}},
+    }
+    schema = dict(by_kind.get(f.kind, {"type": "number"}), description=f.meaning)
+    return {**schema, "nullable": True} if f.nullable else schema
+
+
+# The engine configuration flattened by JSON key (``las.long_run_s``), as the policy pages and
+# their diffs show it; ``las`` itself appears only when the queues are off, as null.
+ENGINE_CONFIG_BY_KEY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **{f.key: _key_schema(f) for f in FIELDS if f.kind != "section"},
+        "las": {
+            "type": "object",
+            "nullable": True,
+            "maxProperties": 0,
+            "description": "present, as null, only when the LAS queues are off",
+        },
+    },
+    "additionalProperties": False,
+}
+
+
 def _names(**kwargs: Any) -> serializers.ListField:
     return serializers.ListField(child=serializers.CharField(), **kwargs)
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.contrib.auth.models import User
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalogue.models import GpuModel
@@ -18,6 +19,7 @@ from ..arrays import submit_team_ids
 from ..env_visibility import shown_command
 from ..models import Cluster, Job, JobEvent, Node
 from ..selectors import cluster_backend_error, job_placement
+from .contract_schema import ElasticRangeSerializer
 
 
 class ElasticSerializer(serializers.Serializer[Any]):
@@ -197,6 +199,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         ]
         read_only_fields = fields
 
+    @extend_schema_field(ElasticRangeSerializer(allow_null=True))
     def get_elastic(self, job: Job) -> dict[str, Any] | None:
         return job.elastic
 

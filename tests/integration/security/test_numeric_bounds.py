@@ -248,6 +248,8 @@ def _all_subclasses(base):
 def _serializer_fields(serializer, prefix=""):
     for name, field in serializer.fields.items():
         path = f"{prefix}{name}"
+        if field.read_only:
+            continue  # nothing under it is read from a request (an answer's nested object)
         if isinstance(field, serializers.ListSerializer):
             field = field.child
         if isinstance(field, serializers.BaseSerializer):
