@@ -15,7 +15,7 @@ from typing import Any, cast
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import authentication, exceptions, permissions, serializers, status
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
@@ -29,6 +29,7 @@ from tenants.authentication import ApiTokenAuthentication
 from tenants.permissions import is_platform_admin
 
 from . import conf
+from . import ingest as limits
 from .ingest import BatchInvalid
 from .metrics import render_latest
 from .models import NodeAgentToken
@@ -62,6 +63,80 @@ class IsNodeAgent(permissions.BasePermission):
         return isinstance(request.auth, NodeAgentToken)
 
 
+# The batch as telemetry.ingest.parse_batch reads it, for the OpenAPI document (exporters other
+# than gpuagent write it too); the view hands the body to parse_batch, which checks all of it.
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "number", "description": "epoch seconds"},
+            {"type": "string", "format": "date-time", "description": "ISO 8601 with a zone"},
+        ]
+    }
+)
+class SampleTimeField(serializers.Field[Any, Any, Any, Any]):
+    """A sample's time: epoch seconds or an ISO 8601 time with a zone."""
+
+
+class AgentInfoSerializer(serializers.Serializer[Any]):
+    version = serializers.CharField(
+        required=False, allow_blank=True, max_length=limits.MAX_AGENT_VERSION_CHARS
+    )
+    dropped = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=limits.MAX_DROPPED,
+        help_text="samples the agent dropped since it started (its buffer was full)",
+    )
+
+
+class GpuSampleInSerializer(serializers.Serializer[Any]):
+    gpu = serializers.IntegerField(
+        min_value=0, max_value=1023, help_text="the GPU's index on the node (below its GPU count)"
+    )
+    time = SampleTimeField(
+        help_text="at most TELEMETRY_MAX_FUTURE_SECONDS ahead of the server's clock and "
+        "TELEMETRY_RAW_RETENTION_SECONDS behind it"
+    )
+    utilization = serializers.FloatField(min_value=0, max_value=100, help_text="percent")
+    memory_used_mib = serializers.IntegerField(
+        min_value=0, max_value=limits.MAX_MEMORY_MIB, help_text="at most memory_total_mib"
+    )
+    memory_total_mib = serializers.IntegerField(min_value=1, max_value=limits.MAX_MEMORY_MIB)
+    temperature_c = serializers.FloatField(
+        min_value=limits.TEMPERATURE_C_MIN, max_value=limits.TEMPERATURE_C_MAX
+    )
+    power_w = serializers.FloatField(
+        required=False, allow_null=True, min_value=0, max_value=limits.MAX_POWER_W
+    )
+    throttle_thermal = serializers.BooleanField(required=False, default=False)
+    ecc_sbe = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=limits.MAX_ECC_ERRORS,
+        help_text="single-bit ECC errors since the GPU's previous sample",
+    )
+    ecc_dbe = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=limits.MAX_ECC_ERRORS,
+        help_text="double-bit ECC errors since the GPU's previous sample",
+    )
+    xid = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=limits.MAX_XID_CODE),
+        required=False,
+        max_length=limits.MAX_XIDS_PER_SAMPLE,
+        help_text="XID codes seen since the GPU's previous sample",
+    )
+
+
+class SampleBatchSerializer(serializers.Serializer[Any]):
+    agent = AgentInfoSerializer(required=False)
+    samples = GpuSampleInSerializer(
+        many=True, help_text="at most TELEMETRY_MAX_BATCH_SAMPLES; the batch is stored whole or not"
+    )
+
+
 class SampleBatchView(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNodeAgent]
@@ -69,13 +144,7 @@ class SampleBatchView(APIView):
 
     @extend_schema(
         summary="Ingest a batch of GPU samples from a node agent",
-        request=inline_serializer(
-            "SampleBatch",
-            {
-                "agent": serializers.DictField(required=False),
-                "samples": serializers.ListField(child=serializers.DictField()),
-            },
-        ),
+        request=SampleBatchSerializer,
         responses={
             202: inline_serializer(
                 "SampleBatchAccepted",

@@ -67,6 +67,14 @@ def _is_int(value: object) -> bool:
 
 # Samples an agent may say it dropped, in all: a 63-bit column holds any count an agent reaches.
 MAX_DROPPED = 10**15
+# What one sample may say (the API's schema declares the same: telemetry/api.py).
+MAX_AGENT_VERSION_CHARS = 64
+MAX_MEMORY_MIB = 10_000_000
+TEMPERATURE_C_MIN, TEMPERATURE_C_MAX = -40, 150
+MAX_POWER_W = 5000
+MAX_ECC_ERRORS = 1_000_000_000
+MAX_XIDS_PER_SAMPLE = 100
+MAX_XID_CODE = 99_999
 
 
 def _epoch(value: int | float) -> float | None:
@@ -120,8 +128,10 @@ def parse_batch(
         err("agent", "must be an object")
     else:
         version = agent.get("version", "")
-        if not isinstance(version, str) or len(version) > 64:
-            err("agent.version", "must be a string of at most 64 characters")
+        if not isinstance(version, str) or len(version) > MAX_AGENT_VERSION_CHARS:
+            err(
+                "agent.version", f"must be a string of at most {MAX_AGENT_VERSION_CHARS} characters"
+            )
             version = ""
         dropped = agent.get("dropped")
         if dropped is not None and (not _is_int(dropped) or not 0 <= dropped <= MAX_DROPPED):
@@ -161,9 +171,9 @@ def parse_batch(
             err(f"{p}.utilization", "must be between 0 and 100")
             ok = False
         used, total = get("memory_used_mib"), get("memory_total_mib")
-        total_ok = type(total) is int and 1 <= total <= 10_000_000
+        total_ok = type(total) is int and 1 <= total <= MAX_MEMORY_MIB
         if not total_ok:
-            err(f"{p}.memory_total_mib", "must be an integer between 1 and 10000000")
+            err(f"{p}.memory_total_mib", f"must be an integer between 1 and {MAX_MEMORY_MIB}")
             ok = False
         if type(used) is not int or used < 0:
             err(f"{p}.memory_used_mib", "must be an integer >= 0")
@@ -172,12 +182,14 @@ def parse_batch(
             err(f"{p}.memory_used_mib", "must not exceed memory_total_mib")
             ok = False
         temp = get("temperature_c")
-        if type(temp) not in _NUMBER or not -40 <= temp <= 150:
-            err(f"{p}.temperature_c", "must be between -40 and 150")
+        if type(temp) not in _NUMBER or not TEMPERATURE_C_MIN <= temp <= TEMPERATURE_C_MAX:
+            err(
+                f"{p}.temperature_c", f"must be between {TEMPERATURE_C_MIN} and {TEMPERATURE_C_MAX}"
+            )
             ok = False
         power = get("power_w")
-        if power is not None and (type(power) not in _NUMBER or not 0 <= power <= 5000):
-            err(f"{p}.power_w", "must be null or between 0 and 5000")
+        if power is not None and (type(power) not in _NUMBER or not 0 <= power <= MAX_POWER_W):
+            err(f"{p}.power_w", f"must be null or between 0 and {MAX_POWER_W}")
             ok = False
         throttle = get("throttle_thermal", False)
         if type(throttle) is not bool:
@@ -185,15 +197,15 @@ def parse_batch(
             ok = False
         sbe, dbe = get("ecc_sbe", 0), get("ecc_dbe", 0)
         for name, value in (("ecc_sbe", sbe), ("ecc_dbe", dbe)):
-            if type(value) is not int or not 0 <= value <= 1_000_000_000:
+            if type(value) is not int or not 0 <= value <= MAX_ECC_ERRORS:
                 err(f"{p}.{name}", "must be an integer >= 0")
                 ok = False
         xids = get("xid", ())
         if xids != ():
-            if type(xids) is not list or len(xids) > 100:
-                err(f"{p}.xid", "must be a list of at most 100 XID codes")
+            if type(xids) is not list or len(xids) > MAX_XIDS_PER_SAMPLE:
+                err(f"{p}.xid", f"must be a list of at most {MAX_XIDS_PER_SAMPLE} XID codes")
                 ok = False
-            elif not all(type(c) is int and 0 < c < 100_000 for c in xids):
+            elif not all(type(c) is int and 0 < c <= MAX_XID_CODE for c in xids):
                 err(f"{p}.xid", "each XID code must be a positive integer")
                 ok = False
         if not ok or errors or ts is None:  # (ts is None only where ok is False)
