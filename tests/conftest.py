@@ -14,8 +14,17 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests judge what they find, not how fast the machine made examples: `make test` runs
+# beside other work on two shared cores, where hypothesis' generation-time health check (and its
+# per-example deadline) failed tests that were right. Every test's own settings start from this.
+settings.register_profile(
+    "shared-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("shared-machine")
 
 # Parallel runs: `make test` runs `pytest -n 2` (pytest-xdist). Most of the long tests wait (on a
 # real Slurm, a browser, a Celery worker, pip) rather than compute, so a second worker overlaps
