@@ -282,8 +282,9 @@ class NodeEvent(models.Model):
 
 class JobQuerySet(models.QuerySet):
     def visible_to(self, user) -> JobQuerySet:
-        """Jobs of the teams ``user`` belongs to (all of them for platform admins)."""
-        if not user.is_authenticated:
+        """Jobs of the teams ``user`` belongs to (all of them for platform admins); none for a
+        caller signed out, an anonymous user or None (as ``tenants.permissions`` answers)."""
+        if not user or not user.is_authenticated:
             return self.none()
         if user.is_superuser:
             return self
