@@ -192,17 +192,14 @@ def _top_jobs(team_ids: list[int] | None, month: date, limit: int) -> list[JobCo
     }
     out = []
     for t in top:
-        job = jobs.get(t["job_id"], {})
-        out.append(
-            JobCost(
-                t["job_id"],
-                job.get("name", f"job {t['job_id']}"),
-                job.get("team__slug", "?"),
-                job.get("submitter__username", "?"),
-                t["gpu_seconds"] / 3600,
-                t["cost"],
-            )
+        job = jobs.get(t["job_id"])
+        # A job whose row is gone keeps its cost under a placeholder name.
+        name, team, user = (
+            (job["name"], job["team__slug"], job["submitter__username"])
+            if job is not None
+            else (f"job {t['job_id']}", "?", "?")
         )
+        out.append(JobCost(t["job_id"], name, team, user, t["gpu_seconds"] / 3600, t["cost"]))
     return out
 
 

@@ -8,6 +8,7 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import F, Max, Q
 
@@ -19,6 +20,9 @@ from .models import Capacity, LostKind, LostWork
 from .services import PriceBook
 from .usage import MeterResult, _check_cost
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
 log = logging.getLogger(__name__)
 
 
@@ -27,10 +31,15 @@ LOSS_EVENT_KINDS = (LostKind.PREEMPTED.value, LostKind.NODE_FAILED.value)
 _LOSS_KIND = {"preemption": LostKind.PREEMPTED, "node_failure": LostKind.NODE_FAILED}
 
 
+class _Metered(TypedDict):
+    # The job's lost GPU-seconds metered so far (its latest row's cumulative value); None: none.
+    metered: float | None
+
+
 def _meter_lost_work(*, now: datetime, result: MeterResult) -> None:
     """Meter each increase of ``Job.lost_gpu_seconds`` once, as its own row (keyed by the new
     cumulative value), priced at the rate in force when the loss happened."""
-    jobs = list(
+    jobs: list[WithAnnotations[Job, _Metered]] = list(
         Job.objects.filter(lost_gpu_seconds__gt=0)
         .annotate(metered=Max("lost_work__cumulative_gpu_seconds"))
         .filter(Q(metered__isnull=True) | Q(lost_gpu_seconds__gt=F("metered") + 1e-6))

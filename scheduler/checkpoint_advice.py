@@ -284,6 +284,7 @@ def request_due_checkpoints(*, now: datetime) -> int:
             since = max(t for t in (job.started_at, job.last_checkpoint_at, last_request) if t)
             if (now - since).total_seconds() < found.advice.advised_interval_s:
                 continue
+            assert job.cluster is not None  # the query asks for cluster__isnull=False
             get_backend(job.cluster).checkpoint(backend_run_ref(job))
         except Exception as exc:
             log.warning("job %s: scheduled checkpoint not requested: %s", job.pk, exc)

@@ -7,6 +7,7 @@ bug, a manual shell) can break them: a GPU (node, index) is held by at most one 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -26,9 +27,17 @@ from tenants.models import Membership, Team
 
 from .states import JobState
 
+if TYPE_CHECKING:  # tenants.permissions imports DRF, which models need not load
+    from tenants.permissions import Caller
+
 # Bounds of the numeric fields users set (core.bounds reads them for the API and the portal).
 _WORKERS = [MinValueValidator(1), MaxValueValidator(MAX_WORKERS)]
 _DURATION = [MinValueValidator(1), MaxValueValidator(MAX_DURATION_S)]
+
+# What a custom queryset holds: generic rather than fixed to its model, so that a row of an
+# annotate()d queryset keeps its annotations (WithAnnotations[Job, ...]) when it is iterated or
+# read with get() or first(), as django-stubs documents for custom querysets.
+_M = TypeVar("_M", bound=models.Model, covariant=True)
 
 
 class BackendKind(models.TextChoices):
@@ -161,8 +170,8 @@ class NodeState(models.TextChoices):
     RETIRED = "retired", "Retired"
 
 
-class NodeQuerySet(models.QuerySet):
-    def in_capacity(self) -> NodeQuerySet:
+class NodeQuerySet(models.QuerySet[_M]):
+    def in_capacity(self) -> Self:
         """The nodes the platform counts as its capacity: of enabled clusters, not retired.
         What the snapshot schedules on, quotas' overcommit checks and capacity figures read."""
         return self.filter(cluster__enabled=True).exclude(state=NodeState.RETIRED)
@@ -280,8 +289,8 @@ class NodeEvent(models.Model):
         return f"{self.kind} @ {self.time:%H:%M:%S}"
 
 
-class JobQuerySet(models.QuerySet):
-    def visible_to(self, user) -> JobQuerySet:
+class JobQuerySet(models.QuerySet[_M]):
+    def visible_to(self, user: Caller) -> Self:
         """Jobs of the teams ``user`` belongs to (all of them for platform admins); none for a
         caller signed out, an anonymous user or None (as ``tenants.permissions`` answers)."""
         if not user or not user.is_authenticated:
@@ -427,7 +436,7 @@ class Job(models.Model):
         return self.workers * self.gpus_per_worker
 
     @property
-    def elastic(self) -> dict | None:
+    def elastic(self) -> dict[str, int | None] | None:
         if self.elastic_min_workers is None:
             return None
         return {"min_workers": self.elastic_min_workers, "max_workers": self.elastic_max_workers}

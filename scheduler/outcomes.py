@@ -212,6 +212,7 @@ def outcome_report(
     for job_id, state, finished_at, deadline in ended.values_list(
         "pk", "state", "finished_at", "deadline"
     ):
+        assert finished_at is not None  # the query asks for finished_at__gte
         day = finished_at.astimezone(now.tzinfo).date()
         if day not in by_day:
             continue
@@ -232,6 +233,7 @@ def outcome_report(
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=F("deadline")))
         .values_list("deadline")
     ):
+        assert deadline is not None  # the query asks for deadline__gte
         day = deadline.astimezone(now.tzinfo).date()
         if day in by_day:
             by_day[day].deadline_missed += 1

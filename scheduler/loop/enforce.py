@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -32,7 +33,16 @@ from ..snapshot import policy_config
 from ..states import JobState
 from ..transitions import job_fail, job_requeue
 
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+    from django_stubs_ext import WithAnnotations
+
 log = logging.getLogger(__name__)
+
+
+class _Preempted(TypedDict):
+    # When the platform preempted the victim (its latest `preempted` event); None: no event.
+    preempted_at: datetime | None
 
 
 def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
@@ -123,7 +133,7 @@ def reconcile(*, now: datetime) -> None:
         )
     # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
     # preemption (nothing more to save; the GPUs are wanted), else when the grace is over.
-    victims = (
+    victims: QuerySet[WithAnnotations[Job, _Preempted]] = (
         Job.objects.filter(state=JobState.PREEMPTED)
         .select_related("team", "cluster")
         .annotate(preempted_at=Max("events__time", filter=Q(events__kind="preempted")))

@@ -141,7 +141,7 @@ def _teams() -> list[dict[str, Any]]:
 
 def _nodes(cluster: Cluster | None) -> list[dict[str, Any]]:
     rows = Node.objects.all() if cluster is None else Node.objects.filter(cluster=cluster)
-    nodes = [
+    nodes: list[dict[str, Any]] = [
         {
             "name": row["name"],
             "gpu_model": row["gpu_model__name"],
