@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import authentication, exceptions
+from rest_framework.request import Request
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -21,7 +22,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
     # Only tokens starting with this are this class's; "" takes every token.
     prefix = ""
 
-    def authenticate(self, request) -> tuple[Any, Any] | None:
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower().decode(errors="replace") not in self.keywords:
             return None
@@ -40,5 +41,5 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         unknown, revoked or expired, or return None to leave it to the next authenticator."""
         raise NotImplementedError
 
-    def authenticate_header(self, request) -> str:
+    def authenticate_header(self, request: Request) -> str:
         return "Bearer"

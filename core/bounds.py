@@ -19,11 +19,17 @@ import re
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from numbers import Real
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+if TYPE_CHECKING:  # models import this module's constants: the forms and DRF load later
+    from django import forms
+    from rest_framework import serializers
+
+_F = TypeVar("_F", bound=type)
 
 # The longest duration a job field may state (runtime limit, checkpoint interval, simulated work):
 # a year and a day. Longer values only ever meant "forever" and overflowed date arithmetic.
@@ -38,7 +44,7 @@ MAX_GPUS = 1_000_000
 MAX_ARRAY_SIZE = 10_000
 
 
-def _limit(validator) -> Any:
+def _limit(validator: MinValueValidator | MaxValueValidator) -> Any:
     value = validator.limit_value
     return value() if callable(value) else value
 
@@ -49,8 +55,10 @@ def bounds(model: type[models.Model], name: str) -> tuple[Any, Any]:
     field = model._meta.get_field(name)
     lo = hi = None
     # ``_validators`` are the ones the model declares; ``validators`` would add the database
-    # backend's integer range, which is not the same on SQLite and PostgreSQL.
-    for validator in field._validators:
+    # backend's integer range, which is not the same on SQLite and PostgreSQL. It is Django's
+    # private attribute, which the stubs do not declare. A reverse relation declares none.
+    declared = field._validators if isinstance(field, models.Field) else []  # type: ignore[attr-defined]
+    for validator in declared:
         if isinstance(validator, MinValueValidator):
             lo = _limit(validator) if lo is None else max(lo, _limit(validator))
         elif isinstance(validator, MaxValueValidator):
@@ -62,7 +70,7 @@ def bounds(model: type[models.Model], name: str) -> tuple[Any, Any]:
     return lo, hi
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return f"{value:,}" if isinstance(value, int) else str(value)
@@ -73,7 +81,7 @@ def range_text(model: type[models.Model], name: str) -> str:
     return f"between {_shown(lo)} and {_shown(hi)}"
 
 
-def finite_number(value) -> bool:
+def finite_number(value: object) -> bool:
     """Whether a value parsed from JSON is a finite number: an int or a float, not a bool, not
     NaN or an infinity, and within the float range (JSON's integers are unbounded, and
     ``math.isfinite`` or ``float`` raise on one beyond it, ``10**309``)."""
@@ -85,7 +93,7 @@ def finite_number(value) -> bool:
         return False
 
 
-def number_error(model: type[models.Model], name: str, value) -> str | None:
+def number_error(model: type[models.Model], name: str, value: object) -> str | None:
     """Why ``value`` is not allowed in ``model.name`` (None when it is): not a finite number, a
     fraction for a whole-number field, or outside the declared bounds."""
     field = model._meta.get_field(name)
@@ -98,7 +106,7 @@ def number_error(model: type[models.Model], name: str, value) -> str | None:
         finite = False
     if not finite:
         return "must be a finite number"
-    if whole and value != int(value):
+    if whole and value != math.trunc(value):
         return "must be a whole number"
     lo, hi = bounds(model, name)
     if not lo <= value <= hi:
@@ -115,20 +123,30 @@ class _PlainNumber:
     """A DRF number field that takes a JSON number or its plain spelling as text, and refuses a
     boolean (which DRF reads as 0 or 1) and the spellings only Python reads."""
 
-    def to_internal_value(self, data):
+    # A mixin: fail() and the number parsing are those of the DRF field it is mixed into
+    # (``_plain``), which this module may not import at load time (see above).
+    def to_internal_value(self, data: object) -> Any:
         if isinstance(data, bool) or (
             isinstance(data, str) and not _NUMBER_TEXT.fullmatch(data.strip())
         ):
-            self.fail("invalid")  # type: ignore[attr-defined]
-        return super().to_internal_value(data)  # type: ignore[misc]
+            self.fail("invalid")  # type: ignore[attr-defined]  # the DRF field's, see above
+        return super().to_internal_value(data)  # type: ignore[misc]  # the DRF field's
 
 
 @cache
-def _plain(field_class: type) -> type:
+def _plain_class(field_class: type) -> type:
     return type(field_class.__name__, (_PlainNumber, field_class), {})
 
 
-def api_number(model: type[models.Model], name: str, **kwargs):
+def _plain(field_class: _F) -> _F:
+    """``field_class`` with :class:`_PlainNumber`'s refusals first (one class per field class)."""
+    # A cast: type() answers a bare `type`, here a subclass of field_class.
+    return cast(_F, _plain_class(field_class))
+
+
+def api_number(
+    model: type[models.Model], name: str, **kwargs: Any
+) -> serializers.Field[Any, Any, Any, Any]:
     """A DRF field for ``model.name`` bounded as the model declares (integer, float or decimal
     as the model field is). ``kwargs`` are passed on (required, allow_null, default, …)."""
     from rest_framework import serializers  # models import this module's constants
@@ -153,7 +171,7 @@ def api_number(model: type[models.Model], name: str, **kwargs):
     raise ImproperlyConfigured(f"{model._meta.label}.{name} is not a numeric field")
 
 
-def form_number(model: type[models.Model], name: str, **kwargs):
+def form_number(model: type[models.Model], name: str, **kwargs: Any) -> forms.Field:
     """A portal form field for ``model.name`` bounded as the model declares; the number input
     gets the same ``min``/``max`` so the browser says so before the server does."""
     from django import forms

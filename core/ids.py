@@ -13,7 +13,7 @@ MAX_ID = 2**63 - 1
 ID_REGEX = r"[0-9]{1,19}"
 
 
-def parse_id(value) -> int | None:
+def parse_id(value: object) -> int | None:
     """``value`` as a database id (1 .. 2**63-1), or None when it is not one."""
     if isinstance(value, bool):
         return None
@@ -51,5 +51,5 @@ class IdConverter:
             raise ValueError(value)  # the resolver then tries the next pattern (a 404)
         return number
 
-    def to_url(self, value) -> str:
+    def to_url(self, value: int) -> str:
         return str(value)

@@ -29,6 +29,9 @@ from typing import Any
 # environments are four); 32 leaves room and keeps every later walk of the value shallow.
 MAX_DEPTH = 32
 
+# Where a value sits in a document: its keys and list indices from the top.
+_Path = tuple[str | int, ...]
+
 
 class JsonRefused(ValueError):
     """The document is refused; ``reason`` is "size", "depth", "syntax", "number" or "text"."""
@@ -48,9 +51,9 @@ class _NonFinite:
         self.spelling = spelling
 
 
-def _first_non_finite(value: Any) -> tuple[tuple, str] | None:
+def _first_non_finite(value: Any) -> tuple[_Path, str] | None:
     """The path and spelling of the first non-finite number of ``value``, in document order."""
-    stack: list[tuple[Any, tuple]] = [(value, ())]
+    stack: list[tuple[Any, _Path]] = [(value, ())]
     while stack:
         item, path = stack.pop()
         if isinstance(item, _NonFinite):
@@ -84,7 +87,7 @@ def _unstorable(text: str) -> str | None:
     return None
 
 
-def _where(path: tuple) -> str:
+def _where(path: _Path) -> str:
     """``items[1].env["A\\u0000B"]``: keys that are not plain names are shown escaped."""
     out = ""
     for part in path:
@@ -99,7 +102,7 @@ def _where(path: tuple) -> str:
 
 def _bad_text(value: Any) -> str | None:
     """Where the first unstorable string of ``value`` is, and why, or None."""
-    stack: list[tuple[Any, tuple]] = [(value, ())]
+    stack: list[tuple[Any, _Path]] = [(value, ())]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):

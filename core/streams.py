@@ -29,13 +29,14 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
@@ -169,11 +170,16 @@ class WhatIfProgressPayload(TypedDict):
 
 # ------------------------------------------------------------------------------ publication
 
+# A payload as published: one of the TypedDicts above, as a plain dict (``dict(payload)``).
+Payload: TypeAlias = dict[str, Any]
+Message: TypeAlias = tuple[str, Payload]  # (group, payload)
+Listener: TypeAlias = Callable[[list[Message]], object]
+
 # Called with each committed batch of (group, payload) messages; see ``subscribe``.
-_listeners: list = []
+_listeners: list[Listener] = []
 
 
-def subscribe(listener) -> None:
+def subscribe(listener: Listener) -> None:
     """Register ``listener(messages)`` to hear every committed batch (idempotent per listener).
     It runs in the publishing thread right after commit: it must be quick and never block (hand
     real work to Celery)."""
@@ -181,7 +187,7 @@ def subscribe(listener) -> None:
         _listeners.append(listener)
 
 
-def _tell_listeners(messages: list[tuple[str, dict]]) -> None:
+def _tell_listeners(messages: list[Message]) -> None:
     for listener in list(_listeners):
         try:
             listener(messages)
@@ -189,7 +195,7 @@ def _tell_listeners(messages: list[tuple[str, dict]]) -> None:
             log.warning("stream listener %r failed", listener, exc_info=True)
 
 
-def publish(group: str, payload: dict) -> None:
+def publish(group: str, payload: Payload) -> None:
     """Send ``payload`` to ``group`` once the current transaction (if any) has committed."""
     connection = transaction.get_connection()
     if not connection.in_atomic_block:
@@ -217,27 +223,28 @@ class _Outbox:
     """The messages of one connection's committing transaction, staged by their hooks."""
 
     def __init__(self) -> None:
-        self.staged: list[tuple[str, dict]] = []
+        self.staged: list[Message] = []
         self.seq = 0  # of the newest flush hook; only that one sends
 
 
-def _outbox(connection) -> _Outbox:
+def _outbox(connection: BaseDatabaseWrapper) -> _Outbox:
     # A Django connection belongs to one thread: the outbox lives on the connection object.
     outbox = getattr(connection, "_stream_outbox", None)
     if outbox is None:
-        outbox = connection._stream_outbox = _Outbox()  # noqa: SLF001
+        # Our own attribute on Django's connection object, unknown to its stubs.
+        outbox = connection._stream_outbox = _Outbox()  # type: ignore[attr-defined]  # noqa: SLF001
     return outbox
 
 
-def _send(group: str, payload: dict) -> None:
+def _send(group: str, payload: Payload) -> None:
     """Send one payload now (no transaction involved)."""
     _send_many([(group, payload)])
 
 
-def coalesce(messages: Iterable[tuple[str, dict]], now: str) -> dict[str, list[dict]]:
+def coalesce(messages: Iterable[Message], now: str) -> dict[str, list[Payload]]:
     """Messages grouped by group, in order; consecutive job updates to one group merged into
     ``jobs.status`` batches of at most BATCH_MAX_JOBS (a lone update stays a ``job.status``)."""
-    frames: dict[str, list[dict]] = {}
+    frames: dict[str, list[Payload]] = {}
     batches: set[int] = set()  # id() of the batch frames built here (their lists may grow)
     for group, payload in messages:
         out = frames.setdefault(group, [])
@@ -247,7 +254,7 @@ def coalesce(messages: Iterable[tuple[str, dict]], now: str) -> dict[str, list[d
             continue
         for item in payload["jobs"] if kind == "jobs.status" else [payload]:
             last = out[-1] if out else None
-            if id(last) in batches and len(last["jobs"]) < BATCH_MAX_JOBS:
+            if last is not None and id(last) in batches and len(last["jobs"]) < BATCH_MAX_JOBS:
                 last["jobs"].append(item)
             else:
                 out.append({"type": "jobs.status", "jobs": [item], "time": now})
@@ -258,7 +265,7 @@ def coalesce(messages: Iterable[tuple[str, dict]], now: str) -> dict[str, list[d
     }
 
 
-def _send_many(messages: list[tuple[str, dict]]) -> None:
+def _send_many(messages: list[Message]) -> None:
     if not messages:
         return
     _tell_listeners(messages)
@@ -278,7 +285,7 @@ def _send_many(messages: list[tuple[str, dict]]) -> None:
         log.warning("could not publish %d stream messages", len(messages), exc_info=True)
 
 
-async def _deliver(layer, frames: dict[str, list[str]]) -> None:
+async def _deliver(layer: BaseChannelLayer, frames: dict[str, list[str]]) -> None:
     async def to_group(group: str, texts: list[str]) -> None:
         for text in texts:  # in order within a group; the groups go out side by side
             # "group" lets one listener per server loop (frontend/hub.py) route the message.
@@ -292,7 +299,7 @@ async def _deliver(layer, frames: dict[str, list[str]]) -> None:
             log.warning("could not publish to %s", group, exc_info=result)
 
 
-def _wait(future: Future) -> None:
+def _wait(future: Future[None]) -> None:
     try:
         future.result(timeout=SEND_TIMEOUT_S)
     except FutureTimeout:
@@ -329,7 +336,7 @@ def register_server_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
-def _send_in_memory(layer, frames: dict[str, list[str]]) -> None:
+def _send_in_memory(layer: InMemoryChannelLayer, frames: dict[str, list[str]]) -> None:
     loop = _server_loop
     if loop is None or loop.is_closed() or not loop.is_running():
         # No socket has connected to a live loop: nobody can be listening, nothing to wake.
