@@ -9,6 +9,8 @@ response)."""
 from __future__ import annotations
 
 import codecs
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -21,6 +23,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from core.errors import DomainError
 from core.jsonlimits import JsonRefused, loads_bounded
 
+if TYPE_CHECKING:  # the handlers import django.http when called, as they always did
+    from django.http import HttpRequest, HttpResponse
+
 
 class BoundedJSONParser(BaseParser):
     """DRF's JSON parser, bounded: at most ``API_JSON_MAX_BYTES`` are read from the stream and
@@ -28,7 +33,12 @@ class BoundedJSONParser(BaseParser):
 
     media_type = "application/json"
 
-    def parse(self, stream, media_type=None, parser_context=None):
+    def parse(
+        self,
+        stream: IO[Any] | None,
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
         limit = settings.API_JSON_MAX_BYTES
         raw = stream.read(limit + 1) if stream is not None else b""
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
@@ -41,7 +51,7 @@ class BoundedJSONParser(BaseParser):
             raise ParseError(f"JSON parse error - {exc}") from None
 
 
-def exception_handler(exc, context):
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
         return Response(exc.as_dict(), status=exc.status_code)
     if isinstance(exc, DjangoValidationError):
@@ -52,13 +62,13 @@ def exception_handler(exc, context):
     return drf_exception_handler(exc, context)
 
 
-def _wants_json(request) -> bool:
+def _wants_json(request: HttpRequest) -> bool:
     return request.path.startswith("/api/") or "application/json" in request.headers.get(
         "Accept", ""
     )
 
 
-def server_error(request):
+def server_error(request: HttpRequest) -> HttpResponse:
     """handler500: a generic answer, never a traceback (the error is logged by Django). JSON for
     the API, the plain error page for the portal."""
     from django.http import HttpResponseServerError, JsonResponse
@@ -72,7 +82,7 @@ def server_error(request):
     return response if response.status_code == 500 else HttpResponseServerError()
 
 
-def page_not_found(request, exception):
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """handler404: JSON for the API (a route that does not exist, an id out of range)."""
     from django.http import JsonResponse
     from django.views.defaults import page_not_found as page
@@ -82,7 +92,7 @@ def page_not_found(request, exception):
     return page(request, exception)
 
 
-def bad_request(request, exception):
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """handler400: our own refusals (``BadRequest``, e.g. a month out of range) say why; other
     suspicious requests get a generic answer."""
     from django.core.exceptions import BadRequest
@@ -110,7 +120,7 @@ _HTTP_WITH_SECURE_COOKIES_FIX = (
 )
 
 
-def csrf_failure(request, reason=""):
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF_FAILURE_VIEW: the 403 stays and nothing the request asked for happens (Django calls
     this instead of the view). It says Django's reason in the portal's page, or as JSON for a
     client asking for it, and names the cause and fix when the cookie was missing because the

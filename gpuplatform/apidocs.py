@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from typing import Any
 
 from django.contrib.staticfiles import finders
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 from drf_spectacular.views import SpectacularRedocView
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from gpuplatform.middleware import content_security_policy
 
@@ -33,7 +36,7 @@ def _bundle() -> tuple[bytes, str]:
 
 
 @require_GET
-def redoc_bundle(request, digest: str) -> HttpResponse:
+def redoc_bundle(request: HttpRequest, digest: str) -> HttpResponse:
     text, current = _bundle()
     if digest != current:
         raise Http404("no such bundle version")
@@ -51,7 +54,9 @@ class RedocView(SpectacularRedocView):
     def _redoc_standalone() -> str:
         return reverse("api-redoc-bundle", kwargs={"digest": _bundle()[1]})
 
-    def finalize_response(self, request, response, *args, **kwargs):
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
         response["Content-Security-Policy"] = content_security_policy(
             {"style-src": "'self' 'unsafe-inline'", "worker-src": "'self' blob:"}

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
-from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
 from rest_framework.permissions import AllowAny
 
 # Query parameters that name a team or a webhook: another's is a 404, never an empty list.
@@ -62,7 +62,14 @@ DESCRIPTIONS = {
 
 
 class AutoSchema(SpectacularAutoSchema):
-    def get_operation(self, path, path_regex, path_prefix, method, registry):
+    def get_operation(
+        self,
+        path: str,
+        path_regex: str,
+        path_prefix: str,
+        method: str,
+        registry: ComponentRegistry,
+    ) -> dict[str, Any] | None:
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
             return None

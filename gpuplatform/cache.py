@@ -10,17 +10,23 @@ thread-safe, so the processes' cache objects share one client per configuration.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from django.utils.functional import cached_property
 
 _lock = threading.Lock()
-_clients: dict[tuple, object] = {}
+_clients: dict[tuple[tuple[str, ...], str], RedisCacheClient] = {}
 
 
 class ProcessSharedRedisCache(RedisCache):
+    # What RedisCache.__init__ sets from the CACHES entry; its stubs do not declare them.
+    _servers: list[str]
+    _options: dict[str, Any]
+    _class: type[RedisCacheClient]
+
     @cached_property
-    def _cache(self):
+    def _cache(self) -> RedisCacheClient:
         key = (tuple(self._servers), repr(sorted(self._options.items())))
         with _lock:
             client = _clients.get(key)

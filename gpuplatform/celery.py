@@ -2,6 +2,7 @@
 replays a pile of stale scheduling cycles after a worker restart."""
 
 import os
+from typing import Any
 
 from celery import Celery
 
@@ -13,7 +14,7 @@ app.autodiscover_tasks()
 
 
 @app.on_after_finalize.connect
-def _register_beat(sender, **_kwargs):
+def _register_beat(sender: Celery, **_kwargs: Any) -> None:
     from django.conf import settings
 
     period = settings.SCHEDULER_CYCLE_SECONDS

@@ -25,6 +25,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 Number = TypeVar("Number", int, float)
+_T = TypeVar("_T")
 
 # The platform relies on PostgreSQL (advisory locks, concurrent index builds); SQLite is the demo.
 SUPPORTED_DATABASE_ENGINES = frozenset(
@@ -34,7 +35,8 @@ TRUE_WORDS = frozenset({"true", "on", "yes", "y", "1"})
 FALSE_WORDS = frozenset({"false", "off", "no", "n", "0"})
 
 
-class SettingsEnv(environ.Env):
+# django-environ has no types (pyproject's mypy overrides): its Env is Any to mypy.
+class SettingsEnv(environ.Env):  # type: ignore[misc]  # untyped library
     """``environ.Env`` whose ``bool``, ``int``, ``float``, ``db`` and ``email_url`` refuse what
     they cannot read exactly."""
 
@@ -42,13 +44,13 @@ class SettingsEnv(environ.Env):
         value = self.ENVIRON.get(var)
         return None if value is None else value.strip()
 
-    def _default(self, var: str, default: Any) -> Any:
+    def _default(self, var: str, default: _T) -> _T:
         # Empty is unset: compose files pass `X: ${X:-}` through.
         if default is self.NOTSET:
             raise ImproperlyConfigured(f"Set the {var} environment variable")
         return default
 
-    def bool(self, var: str, default: Any = environ.Env.NOTSET) -> bool:
+    def bool(self, var: str, default: bool = environ.Env.NOTSET) -> bool:
         raw = self._raw(var)
         if not raw:
             return self._default(var, default)
@@ -61,7 +63,7 @@ class SettingsEnv(environ.Env):
             f"{var}: {raw!r} is neither true nor false (true, on, yes or 1; false, off, no or 0)"
         )
 
-    def int(self, var: str, default: Any = environ.Env.NOTSET) -> int:
+    def int(self, var: str, default: int = environ.Env.NOTSET) -> int:
         raw = self._raw(var)
         if not raw:
             return self._default(var, default)
@@ -71,7 +73,7 @@ class SettingsEnv(environ.Env):
             raise ImproperlyConfigured(f"{var}: {raw!r} is not a whole number") from None
         return _not_negative(var, value)
 
-    def float(self, var: str, default: Any = environ.Env.NOTSET) -> float:
+    def float(self, var: str, default: float = environ.Env.NOTSET) -> float:
         raw = self._raw(var)
         if not raw:
             return self._default(var, default)

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, TypeAlias
 
-from django.http import JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.http.multipartparser import MultiPartParserError
+
+GetResponse: TypeAlias = Callable[[HttpRequest], HttpResponse]
+# An ASGI application's call, as Channels passes it on.
+Scope: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[dict[str, Any]]]
+Send: TypeAlias = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def content_security_policy(overrides: dict[str, str] | None = None) -> str:
@@ -27,11 +36,11 @@ class SecurityHeadersMiddleware:
     nosniff, the referrer policy and X-Frame-Options come from Django's SecurityMiddleware and
     clickjacking middleware (settings)."""
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
         self.header = content_security_policy()
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         from django.conf import settings
 
         response = self.get_response(request)
@@ -51,13 +60,13 @@ class RejectNulBytesMiddleware:
     ``<str:...>`` part (a username to remove from a team) reaches a query as it is.
     """
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         if "\x00" in request.path_info:
             return JsonResponse({"path": ["must not contain NUL (0x00) characters"]}, status=400)
-        sources = [request.GET]
+        sources: list[QueryDict] = [request.GET]
         form = _form_fields(request)
         if form is not None:
             sources.append(form)
@@ -71,7 +80,7 @@ class RejectNulBytesMiddleware:
         return self.get_response(request)
 
 
-def _form_fields(request) -> QueryDict | None:
+def _form_fields(request: HttpRequest) -> QueryDict | None:
     """The fields of a form-encoded body (None for any other body). Django parses one only for
     POST; the API's PUT and PATCH take forms too, and their fields reach queries just the same."""
     content_type = request.META.get("CONTENT_TYPE", "")
@@ -99,18 +108,19 @@ class SameOriginWebsocketValidator:
     refused before the consumer runs. (Channels' AllowedHostsOriginValidator compares the host
     name only, so another port or plain http on the same host passed.)"""
 
-    def __init__(self, app):
+    def __init__(self, app: AsgiApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and not _same_origin(scope):
             from channels.security.websocket import WebsocketDenier
 
-            return await WebsocketDenier()(scope, receive, send)
-        return await self.app(scope, receive, send)
+            await WebsocketDenier()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
-def _same_origin(scope) -> bool:
+def _same_origin(scope: Scope) -> bool:
     from django.conf import settings
     from django.http.request import split_domain_port, validate_host
     from django.utils.http import is_same_domain

@@ -7,6 +7,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 from rest_framework.routers import DefaultRouter
+from rest_framework.viewsets import ViewSetMixin
 
 from billing import api as billing_api
 from core.ids import ID_REGEX
@@ -26,7 +27,7 @@ class ApiRouter(DefaultRouter):
     # added URL variants that some action handlers did not accept.
     include_format_suffixes = False
 
-    def get_lookup_regex(self, viewset, lookup_prefix=""):
+    def get_lookup_regex(self, viewset: type[ViewSetMixin], lookup_prefix: str = "") -> str:
         """Detail routes keyed by id accept a database key only (core.ids): a thirty-digit
         id is a 404 at the router, not a database overflow in the view."""
         if getattr(viewset, "lookup_field", "pk") == "pk" and not getattr(
