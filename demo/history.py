@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
+from typing import Any, TypeAlias
 
+from django.contrib.auth.models import User
 from django.core.management.color import no_style
 from django.db import connection, models
-from django.db.models import Max
+from django.db.models import ForeignObjectRel, Max
 
 from billing.models import (
     AllocationMeter,
@@ -41,14 +44,20 @@ from billing.models import (
     UsageJobMonth,
     UsageRecord,
 )
-from scheduler.models import Allocation, Job, JobEvent, Node, NodeEvent, NodeState
+from catalogue.models import GpuModel
+from scheduler.models import Allocation, Cluster, Job, JobEvent, Node, NodeEvent, NodeState
 from tenants.audit import redact
-from tenants.models import AuditEntry, Membership, PriorityClass
+from tenants.models import AuditEntry, Membership, PriorityClass, Team
 
 # Shapes of demo jobs: (workers, GPUs per worker, weight). Gangs take whole 8-GPU nodes.
 _SHAPES = ((1, 1, 30), (1, 2, 14), (1, 4, 14), (1, 8, 12), (2, 8, 6), (4, 8, 3))
 _DURATIONS_H = ((0.5, 20), (1, 20), (2, 20), (4, 16), (8, 12), (16, 7), (30, 3))
 _CHECKPOINT_S = 1800
+
+# One GPU held by one attempt: (id, job, node, GPU index, worker, attempt, start, end).
+_Held: TypeAlias = tuple[int, Job, Node, int, int, int, datetime, datetime]
+# A job event's columns: (job id, time, kind, message, data).
+_EventRow: TypeAlias = tuple[int, datetime, str, str, dict[str, Any]]
 
 
 @dataclass
@@ -59,32 +68,35 @@ class HistoryCounts:
     preemptions: int = 0
     node_failures: int = 0
     budget_alerts: int = 0
-    months: set = field(default_factory=set)
+    months: set[date] = field(default_factory=set)
 
 
 @dataclass
 class _Attempt:
-    nodes: list  # Node rows
+    nodes: list[Node]
     gpus: list[list[int]]  # per node, the GPU indexes held
     start: datetime
     end: datetime
     ending: str  # "succeeded", "failed", "cancelled", "preempted", "node_failed"
 
 
-def _weighted(rng: random.Random, table):
+def _weighted(rng: random.Random, table: Sequence[tuple[Any, ...]]) -> Any:
+    """A row of ``table`` without its weight (its one value when it has one), chosen by weight."""
     return rng.choices([t[:-1] if len(t) > 2 else t[0] for t in table], [t[-1] for t in table])[0]
 
 
 class _Placer:
     """Per GPU, the instant it is next free; a job takes the GPUs that free up first."""
 
-    def __init__(self, nodes, start: datetime):
+    def __init__(self, nodes: list[Node], start: datetime):
         self.nodes = nodes
         self.free_at = {n.pk: [start] * n.gpu_count for n in nodes}
 
-    def place(self, *, pool, workers: int, per_worker: int, ready: datetime):
+    def place(
+        self, *, pool: list[Node], workers: int, per_worker: int, ready: datetime
+    ) -> tuple[datetime, list[Node], list[list[int]]]:
         if workers == 1:
-            best = None
+            best: tuple[datetime, Node] | None = None
             for node in pool:
                 at = sorted(self.free_at[node.pk])[per_worker - 1]
                 if best is None or at < best[0]:
@@ -100,16 +112,18 @@ class _Placer:
             nodes, gpus = by_whole, [list(range(per_worker)) for _ in by_whole]
         return max(at, ready), nodes, gpus
 
-    def hold(self, nodes, gpus, until: datetime) -> None:
+    def hold(self, nodes: list[Node], gpus: list[list[int]], until: datetime) -> None:
         for node, indexes in zip(nodes, gpus, strict=True):
             for i in indexes:
                 self.free_at[node.pk][i] = max(self.free_at[node.pk][i], until)
 
-    def block_node(self, node, until: datetime) -> None:
+    def block_node(self, node: Node, until: datetime) -> None:
         self.free_at[node.pk] = [max(t, until) for t in self.free_at[node.pk]]
 
 
-def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> HistoryCounts:
+def seed_history(
+    *, cluster: Cluster, people: dict[str, User], admin: User, now: datetime, days: int
+) -> HistoryCounts:
     """Write ``days`` of finished history on ``cluster`` for the demo users in ``people``
     (username -> user, each a member of one team). Call once, on a cluster with no jobs (the
     caller checks); deterministic for a given ``now``."""
@@ -117,7 +131,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
     counts = HistoryCounts()
     start = (now - timedelta(days=days)).replace(minute=0, second=0, microsecond=0)
     nodes = list(Node.objects.filter(cluster=cluster).select_related("gpu_model").order_by("name"))
-    pools: dict[str, list] = {}
+    pools: dict[str, list[Node]] = {}
     for node in nodes:
         pools.setdefault(node.gpu_model.name, []).append(node)
     classes = {c.name: c for c in PriorityClass.objects.all()}
@@ -126,8 +140,8 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
         for m in Membership.objects.filter(user__in=people.values()).select_related("team", "user")
     }
     rates: dict[tuple[int, str], Decimal] = {}
-    for rate in PriceRate.objects.filter(effective_from__lte=start).order_by("effective_from"):
-        rates[(rate.gpu_model_id, rate.capacity)] = rate.rate_per_gpu_hour
+    for price in PriceRate.objects.filter(effective_from__lte=start).order_by("effective_from"):
+        rates[(price.gpu_model_id, price.capacity)] = price.rate_per_gpu_hour
 
     placer = _Placer(nodes, start)
     # A quarantine: a node with repeated ECC errors is taken out for a day and a half, early on.
@@ -135,7 +149,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
     q_from = start + timedelta(days=6, hours=3)
     q_to = q_from + timedelta(hours=36)
     placer.hold([quarantined], [list(range(quarantined.gpu_count))], q_from)
-    node_events: list = [
+    node_events: list[NodeEvent] = [
         NodeEvent(
             node=quarantined,
             time=q_from,
@@ -184,8 +198,8 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
         t += timedelta(hours=rng.expovariate(per_hour))
         arrivals.append((t, rng.choice(["alice", "alice", "bob"])))
 
-    jobs: list = []
-    plans: list[tuple[object, list[_Attempt]]] = []
+    jobs: list[Job] = []
+    plans: list[tuple[Job, list[_Attempt]]] = []
     failures_left = 4
     for number, (submitted, username) in enumerate(arrivals, start=1):
         workers, per_worker = _weighted(rng, _SHAPES)
@@ -288,9 +302,9 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
 
     # (id, job, node, GPU index, worker, attempt, start, end); ids chosen here so usage rows can
     # name their allocation without reading the rows back.
-    allocations: list[tuple] = []
+    allocations: list[_Held] = []
     next_id = (Allocation.objects.aggregate(m=Max("id"))["m"] or 0) + 1
-    events: list = []
+    events: list[_EventRow] = []
     for job, attempts in plans:
         events.append(
             _event(
@@ -357,20 +371,22 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
     counts.allocations = len(allocations)
 
     # Usage: one row per allocation and UTC hour, priced from the book, as the meter writes it.
-    usage: list[tuple] = []
-    daily_spend: dict[tuple[int, object], Decimal] = {}
-    costs: dict[tuple, Decimal] = {}
-    # The rollups billing's meter keeps, summed here rather than re-read from the usage rows.
-    daily: dict[tuple, list] = {}
-    hours_db: dict = {}
-    job_month: dict[tuple, list] = {}
+    usage: list[tuple[Any, ...]] = []
+    daily_spend: dict[tuple[int, date], Decimal] = {}
+    costs: dict[tuple[Decimal | None, float], Decimal] = {}
+    # The rollups billing's meter keeps, summed here rather than re-read from the usage rows:
+    # per (team, day, model, capacity) seconds, cost, idle seconds, idle cost; per (job, month,
+    # team) seconds and cost.
+    daily: dict[tuple[int, date, int, str], list[Any]] = {}
+    hours_db: dict[datetime, Any] = {}  # an hour -> the database's value of it
+    job_month: dict[tuple[int, date, int], list[Any]] = {}
     adapt = connection.ops.adapt_datetimefield_value
     # The GPUs one attempt holds on one node share their hours: priced and summed once.
     for (job, attempt, node, began, ended), group in itertools.groupby(
         allocations, key=lambda a: (a[1], a[5], a[2], a[6], a[7])
     ):
         ids = [a[0] for a in group]
-        gpus = len(ids)
+        held_gpus = len(ids)
         capacity = Capacity.SPOT if node.spot else Capacity.ON_DEMAND
         rate = rates.get((node.gpu_model_id, capacity))
         fixed = (job.pk, attempt, job.team_id, job.submitter_id, node.gpu_model_id, capacity)
@@ -392,17 +408,17 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
             month = day.replace(day=1)
             counts.months.add(month)
             key = (job.team_id, day)
-            daily_spend[key] = daily_spend.get(key, Decimal(0)) + cost * gpus
+            daily_spend[key] = daily_spend.get(key, Decimal(0)) + cost * held_gpus
             sums = daily.setdefault(
                 (job.team_id, day, node.gpu_model_id, capacity), [0.0, 0, 0.0, 0.0]
             )
-            sums[0] += seconds * gpus
-            sums[1] += cost * gpus
-            sums[2] += seconds * idle * gpus
-            sums[3] += float(cost) * idle * gpus
+            sums[0] += seconds * held_gpus
+            sums[1] += cost * held_gpus
+            sums[2] += seconds * idle * held_gpus
+            sums[3] += float(cost) * idle * held_gpus
             per_job = job_month.setdefault((job.pk, month, job.team_id), [0.0, 0])
-            per_job[0] += seconds * gpus
-            per_job[1] += cost * gpus
+            per_job[0] += seconds * held_gpus
+            per_job[1] += cost * held_gpus
             t = upto
         job_id, attempt_no, team_id, user_id, model_id, cap = fixed
         usage.extend(
@@ -496,7 +512,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
             cumulative += lost
             node = attempt.nodes[0]
             capacity = Capacity.SPOT if node.spot else Capacity.ON_DEMAND
-            rate = rates.get((node.gpu_model_id, capacity), Decimal(0))
+            lost_rate = rates.get((node.gpu_model_id, capacity), Decimal(0))
             lost_rows.append(
                 LostWork(
                     job=job,
@@ -510,7 +526,7 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
                     else LostKind.NODE_FAILED,
                     occurred_at=attempt.end,
                     gpu_seconds=lost,
-                    cost=(Decimal(lost) * rate / 3600).quantize(Decimal("0.000001")),
+                    cost=(Decimal(lost) * lost_rate / 3600).quantize(Decimal("0.000001")),
                 )
             )
         if cumulative != job.lost_gpu_seconds:
@@ -571,44 +587,59 @@ def seed_history(*, cluster, people: dict, admin, now: datetime, days: int) -> H
     return counts
 
 
-def _event(*, job, time, kind, message, data=None) -> tuple:
+def _event(
+    *, job: Job, time: datetime, kind: str, message: str, data: dict[str, Any] | None = None
+) -> _EventRow:
     return (job.pk, time, kind, message, data or {})
 
 
-def _insert(model, names: list[str], rows: list[tuple], *, prepared: bool = False) -> None:
+def _insert(
+    model: type[models.Model],
+    names: list[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    prepared: bool = False,
+) -> None:
     """``rows`` (values in the order of the fields ``names``) straight into ``model``'s table:
     tens of thousands of rows, where building a model instance per row would cost seconds.
     Datetimes and JSON go through the database's adaptation (unless the caller ``prepared``
     them); on PostgreSQL the id sequence is
     moved past ids given here."""
     fields = [model._meta.get_field(name) for name in names]
+    column_names = [_column(f) for f in fields]
     quote = connection.ops.quote_name
     sql = (
         f"INSERT INTO {quote(model._meta.db_table)} "
-        f"({', '.join(quote(f.column) for f in fields)}) "
+        f"({', '.join(quote(c) for c in column_names)}) "
         f"VALUES ({', '.join(['%s'] * len(fields))})"
     )
     # Only the columns that need it are converted, each value once: datetimes repeat (every GPU
     # of an attempt starts and ends together) and most JSON is an empty object.
     ops = connection.ops
-    converters = []
+    converters: list[tuple[int, Callable[[Any], Any]]] = []
     for i, f in enumerate(fields):
         if isinstance(f, models.DateTimeField):
-            cache: dict = {}
+            cache: dict[Any, Any] = {}
 
-            def convert(value, cache=cache, adapt=ops.adapt_datetimefield_value):
+            def convert_datetime(
+                value: Any,
+                cache: dict[Any, Any] = cache,
+                adapt: Callable[[Any], Any] = ops.adapt_datetimefield_value,
+            ) -> Any:
                 if value not in cache:
                     cache[value] = adapt(value)
                 return cache[value]
 
-            converters.append((i, convert))
+            converters.append((i, convert_datetime))
         elif isinstance(f, models.JSONField):
             empty = f.get_db_prep_save({}, connection)
 
-            def convert(value, f=f, empty=empty):
+            def convert_json(
+                value: Any, f: models.JSONField[Any, Any] = f, empty: Any = empty
+            ) -> Any:
                 return empty if value == {} else f.get_db_prep_save(value, connection)
 
-            converters.append((i, convert))
+            converters.append((i, convert_json))
     if not prepared and converters:
         converted = []
         for row in rows:
@@ -620,7 +651,7 @@ def _insert(model, names: list[str], rows: list[tuple], *, prepared: bool = Fals
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # COPY: one stream instead of a statement per row (minutes on a busy server).
-            columns = ", ".join(quote(f.column) for f in fields)
+            columns = ", ".join(quote(c) for c in column_names)
             with cursor.cursor.copy(
                 f"COPY {quote(model._meta.db_table)} ({columns}) FROM STDIN"
             ) as copy:
@@ -634,34 +665,40 @@ def _insert(model, names: list[str], rows: list[tuple], *, prepared: bool = Fals
                 cursor.execute(statement)
 
 
-def held_model(attempt: _Attempt):
+def _column(field: models.Field[Any, Any] | ForeignObjectRel) -> str:
+    """The column of a field ``_insert`` writes: a concrete field, never a reverse relation."""
+    assert isinstance(field, models.Field) and field.column, f"{field} has no column"
+    return field.column
+
+
+def held_model(attempt: _Attempt) -> GpuModel:
     return attempt.nodes[0].gpu_model
 
 
-def _at(day, now: datetime, *, hours: int) -> datetime:
+def _at(day: date, now: datetime, *, hours: int) -> datetime:
     return datetime.combine(day, datetime.min.time(), now.tzinfo) + timedelta(hours=hours)
 
 
 def _audit(
-    model,
-    redact,
-    actor,
-    time,
-    action,
-    target,
-    before,
-    after,
-    comment,
+    model: type[AuditEntry],
+    redact: Callable[[Any], Any],
+    actor: User,
+    time: datetime,
+    action: str,
+    target: models.Model,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    comment: str,
     *,
-    team=None,
-    target_type="",
-):
+    team: Team | None = None,
+    target_type: str = "",
+) -> AuditEntry:
     return model(
         time=time,
         actor=actor,
         actor_name=actor.get_username(),
         action=action,
-        target_type=target_type or target._meta.model_name,
+        target_type=target_type or target._meta.model_name or "",
         target_id=str(target.pk or ""),
         target_repr=str(target)[:300],
         team=team,

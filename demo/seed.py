@@ -10,7 +10,9 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.hashers import make_password
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from billing.models import Capacity, PriceRate
@@ -25,7 +27,7 @@ from .history import seed_history
 DEMO_PASSWORD = "demo"
 
 
-def _seed_prices(h100, a100) -> None:
+def _seed_prices(h100: GpuModel, a100: GpuModel) -> None:
     """A demo price book from the start of the year, so the cost pages show money at once. (The
     billing service refuses backdated rates, which protects real bills; the demo writes rows.)"""
     # From the start of last year, so the demo's invented past (up to two months) is priced.
@@ -40,7 +42,7 @@ def _seed_prices(h100, a100) -> None:
             )
 
 
-def default_history_days(now) -> int:
+def default_history_days(now: datetime) -> int:
     """Days back to the first day of the previous month: last month's cost page is complete."""
     first_of_month = now.date().replace(day=1)
     previous = (first_of_month - timedelta(days=1)).replace(day=1)
@@ -133,7 +135,7 @@ def seed(*, jobs: int = 12, history_days: int = 0) -> bool:
     # paid three times, was the largest part of seeding after the history itself.
     demo_hash = None
 
-    def set_demo_password(user) -> None:
+    def set_demo_password(user: AbstractBaseUser) -> None:
         nonlocal demo_hash
         if demo_hash is None:
             demo_hash = make_password(DEMO_PASSWORD)
@@ -176,7 +178,7 @@ def seed(*, jobs: int = 12, history_days: int = 0) -> bool:
 DEMO_TEAMS = (("alice", "vision"), ("bob", "nlp"))
 
 
-def submit_demo_job(rng: random.Random, people: dict, *, number: int):
+def submit_demo_job(rng: random.Random, people: dict[str, User], *, number: int) -> Job:
     """One plausible training job of a demo user: a mix of single-GPU runs and gangs, models,
     priorities and lengths (2-8 simulated hours, minutes of demo time), checkpointing every 30
     minutes of work."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from argparse import ArgumentParser
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
@@ -16,7 +19,7 @@ class Command(BaseCommand):
     # make demo runs migrate (which runs the system checks) just before; they cost a second here.
     requires_system_checks: list[str] = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--jobs", type=int, default=12, help="demo jobs to queue (first run)")
         parser.add_argument(
             "--history-days",
@@ -26,7 +29,7 @@ class Command(BaseCommand):
             "of the previous month, so last month's cost page is complete); 0 for none",
         )
 
-    def handle(self, *args, jobs: int, history_days: int | None, **options):
+    def handle(self, *args: Any, jobs: int, history_days: int | None, **options: Any) -> None:
         if not settings.DEBUG:
             raise CommandError("seed_demo refuses to run with DJANGO_DEBUG off (demo passwords)")
         if history_days is None:
