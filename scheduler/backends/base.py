@@ -244,7 +244,8 @@ class Backend(Protocol):
         """Every run whose job id starts with ``job_id_prefix`` that the cluster may still run:
         pending, running, or queued to run again, each with the account that owns it; runs of
         ``accounts`` too (accounts the platform recorded runs as, which the backend's settings
-        may no longer name). Finished runs (and runs already being stopped) are left out. The
+        may no longer name; read lazily, so a backend whose runs are all its own leaves it
+        unread). Finished runs (and runs already being stopped) are left out. The
         platform cancels the ones it no longer wants (``scheduler.loop.stale_runs``), so a run
         it gave up on never keeps GPUs; it judges a run owned by a team's account only as that
         team's."""
@@ -260,7 +261,7 @@ class Backend(Protocol):
         returned it -> the run) as the cluster itself reports it ("" : the backend's own
         identity), for runs the platform recorded no account for (submitted before it recorded
         them). Runs the cluster no longer knows are left out; a backend that runs everything as
-        itself answers ``{}`` without asking its cluster."""
+        itself answers "" for every run without asking its cluster, so each is recorded once."""
         ...
 
 

@@ -591,9 +591,10 @@ class SlurmBackend(SlurmRunFinder):
         ``squeue`` of every user's jobs of the runs' names, finished ones included. The job id
         is Slurm's answer to our sbatch, so another account's job of the name is never taken
         for the run. Left out: jobs Slurm has forgotten, owners without a name where the
-        commands run, and root (the platform never submits as root)."""
+        commands run, and root (the platform never submits as root). Without the setting every
+        run is the service account's: "" for each, without asking Slurm."""
         if not self.team_accounts:
-            return {}
+            return dict.fromkeys(runs, "")
         names = sorted({run.backend_name for run in runs.values()})
         owners: dict[str, str] = {}
         for start in range(0, len(names), 100):  # a command line of bounded length

@@ -121,15 +121,13 @@ def reconcile(*, now: datetime) -> None:
         submitted.append((job, ref, account))
         _record_attempt(job, spec, backend, ref, now, account)
     for job, ref, account in submitted:
-        fields: dict[str, object] = {"backend_ref": ref}
-        if account:
-            # Every later call about this run names the account, whatever the team's is then.
-            fields["backend_accounts"] = {
-                **(job.backend_accounts or {}),
-                str(job.attempts): account,
-            }
+        # Every later call about this run names the account, whatever the team's is then; ""
+        # (the backend's own identity) is recorded too, so the sync never has to ask the
+        # cluster whose the run is (scheduler.loop.run_accounts: only runs submitted before
+        # accounts were recorded are asked about).
+        accounts = {**(job.backend_accounts or {}), str(job.attempts): account}
         Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
-            **fields
+            backend_ref=ref, backend_accounts=accounts
         )
     # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
     # preemption (nothing more to save; the GPUs are wanted), else when the grace is over.

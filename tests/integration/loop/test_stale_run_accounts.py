@@ -1,16 +1,26 @@
 """Which recorded accounts the stale-run sweep asks its backend about
-(``scheduler.loop.stale_runs.recorded_accounts``): those of the jobs whose runs may still live."""
+(``scheduler.loop.stale_runs.recorded_accounts``): those of the jobs whose runs may still live,
+read only for a backend that uses them; and a run recorded as the platform's own identity."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler.loop.stale_runs import RECORDED_ACCOUNTS_HORIZON, recorded_accounts
+from scheduler.backends import get_backend
+from scheduler.loop.cycle import run_cycle
+from scheduler.loop.stale_runs import (
+    RECORDED_ACCOUNTS_HORIZON,
+    cancel_stale_runs,
+    recorded_accounts,
+)
 from scheduler.models import Cluster, Job
 from scheduler.states import JobState
+from scheduler.transitions import job_requeue
 
 pytestmark = pytest.mark.django_db
 
@@ -54,3 +64,33 @@ def test_the_accounts_of_jobs_not_over_or_just_over_on_this_cluster(
         "gp-requeued",
         "gp-recent",
     }
+
+
+def test_a_stale_run_recorded_as_the_platforms_own_is_cancelled_and_no_account_is_read(
+    platform, submit
+):
+    """Every run records the account it was submitted as, "" for the platform's own identity
+    (here every run: a simulated cluster). Such a run is judged and cancelled as before, when
+    nothing was recorded for it. Those records are no reason to read every live job's accounts
+    on every sync: a backend whose runs are all its own ignores the accounts it is given, so
+    the sweep no longer reads them for it (it read them once "" made every record non-empty)."""
+    cluster = platform["cluster"]
+    job_id = submit(
+        platform["alice"], team="vision", gpu_model="h100-80gb", simulated_duration_s=100_000
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.select_related("team", "cluster").get(pk=job_id)
+    assert job.state == JobState.RUNNING and job.backend_accounts == {"1": ""}
+    assert job_requeue(job=job, now=timezone.now(), reason="test: the platform moved on")
+
+    with CaptureQueriesContext(connection) as captured:
+        cancelled = cancel_stale_runs(
+            cluster=cluster, backend=get_backend(cluster), now=timezone.now()
+        )
+
+    assert cancelled == [(str(job.pk), 1, "the job was requeued and is pending")]
+    # recorded_accounts is the sweep's one query that reads jobs by when they finished.
+    assert not [q["sql"] for q in captured.captured_queries if "finished_at" in q["sql"]]
+    assert (
+        cancel_stale_runs(cluster=cluster, backend=get_backend(cluster), now=timezone.now()) == []
+    )

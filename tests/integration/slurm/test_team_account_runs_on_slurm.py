@@ -240,3 +240,56 @@ def test_a_run_recorded_without_an_account_learns_it_from_slurm_before_or_after_
         assert f"cancelled stale run {run} (the job was requeued" in caplog.text
     finally:
         slurm.run("scancel", *refs.values(), check=False)
+
+
+def test_a_service_account_run_records_it_at_submission_and_is_swept_after_a_mapping(
+    slurm_platform, team_uids, submit, alice, caplog, monkeypatch
+):
+    """Without ``team_accounts`` every run is the service account's, and its account ("") was
+    not recorded: every sync asked the backend about every such run, as one submitted before
+    the platform recorded accounts. Now "" is recorded at submission and nothing is asked. The
+    stale-run sweep reads such a record as it read a run with none: once vision is mapped to
+    ``gp-ci-team-a``, the run is still polled as the service account's, the sweep stops it when
+    the platform gives up on it, and vision's next run is a's."""
+    cluster, slurm = slurm_platform["cluster"], slurm_platform["slurm"]
+    assert not cluster.backend_config.get("team_accounts")
+    gpu_model = Node.objects.filter(cluster=cluster).first().gpu_model.name
+    job_id = submit(alice, gpu_model=gpu_model, command="exec sleep 300").json()["id"]
+    run_cycle()
+    job = Job.objects.select_related("team", "cluster").get(pk=job_id)
+    ref = job.backend_ref
+    assert job.state == JobState.RUNNING and ref
+    assert job.backend_accounts == {"1": ""}
+    try:
+        wait_for(lambda: _slurm_state(slurm, ref) == "RUNNING", 30, f"run {ref} to start")
+
+        _map_teams(cluster, {"vision": A})
+        backend = get_backend(Cluster.objects.get(pk=cluster.pk))
+        asked = []
+        answer = backend.run_owners
+        monkeypatch.setattr(backend, "run_owners", lambda runs: asked.append(runs) or answer(runs))
+        for _ in range(2):
+            run_cycle()
+        assert asked == []
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.backend_ref) == ("running", 1, ref)
+        assert job.backend_accounts == {"1": ""}
+        (status,) = backend.poll_jobs([backend_run_ref(job)])
+        assert (status.state, status.backend_ref) == (BackendJobState.RUNNING, ref)
+
+        # The platform gives up on the run without reaching Slurm (a lost scancel).
+        assert job_requeue(job=job, now=timezone.now(), reason="test: moved on")
+        with caplog.at_level(logging.WARNING, logger="scheduler.loop.stale_runs"):
+            sync_all()
+        wait_for(lambda: _slurm_state(slurm, ref) == "CANCELLED", 30, "the sweep")
+        run = backend_job_name(backend_run_id(job), 1)
+        assert f"cancelled stale run {run} (the job was requeued" in caplog.text
+
+        run_cycle()
+        job.refresh_from_db()
+        assert job.state == JobState.RUNNING and job.attempts == 2 and job.backend_ref
+        assert job.backend_accounts == {"1": "", "2": A}
+        owner = slurm.run("squeue", "-h", "-j", job.backend_ref, "-o", "%U").stdout.strip()
+        assert owner == str(team_uids[A])
+    finally:
+        slurm.run("scancel", ref, *([job.backend_ref] if job.backend_ref else []), check=False)
