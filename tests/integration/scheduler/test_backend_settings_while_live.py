@@ -8,12 +8,17 @@ clusters are configured, and through the service an API would call (a 409)."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from core.errors import Conflict
 from scheduler.backend_settings import cluster_backend_change_check, run_locating_changes
+from scheduler.backends import get_backend
+from scheduler.backends.base import BackendUnavailable
 from scheduler.loop.cycle import run_cycle
+from scheduler.loop.stale_runs import cancel_stale_runs
 from scheduler.models import Cluster, Job
 from scheduler.states import JobState
+from scheduler.transitions import job_requeue
 from tenants.models import AuditEntry
 
 from .test_django_admin_clusters import _cluster_post
@@ -117,6 +122,91 @@ def test_the_service_refuses_with_a_conflict_naming_settings_and_jobs(platform, 
     cluster_backend_change_check(cluster=cluster, backend_kind="simulated", backend_config={})
     cluster_backend_change_check(
         cluster=cluster, backend_kind="simulated", backend_config={"seed": 2}
+    )
+
+
+def test_a_requeued_jobs_run_still_being_stopped_counts_until_the_sweep_stops_it(
+    platform, submit, client
+):
+    """A job the platform requeued (a node it lost, a preemption, a run the cluster kept
+    waiting) is pending, but its old run lives on the cluster until a cancel reaches it: after
+    commit, or, when that is lost, by the next sync's stale-run sweep. The check counted only
+    jobs holding GPUs, so the change was saved, and the sweep then looked for the old run where
+    it is not: it kept its GPUs with nothing left that finds or stops it. Now a pending job
+    whose run the cluster still runs counts, until the sweep has stopped it."""
+    cluster = platform["cluster"]
+    job = start_job(platform, submit)
+    assert job_requeue(job=job, now=timezone.now(), reason="test: the platform lost the node")
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    moved = {"seed": 1, "run_namespace": "x-"}
+
+    with pytest.raises(Conflict) as refused:
+        cluster_backend_change_check(
+            cluster=cluster, backend_kind="simulated", backend_config=moved
+        )
+
+    assert refused.value.status_code == 409
+    assert refused.value.field == "backend_config"
+    assert refused.value.message.startswith(
+        "run_namespace cannot change while 1 job's earlier run is still being stopped on "
+        "cluster test: "
+    )
+    client.force_login(platform["admin"])
+    response = _change(client, cluster, "simulated", moved)
+    assert response.status_code == 200
+    (error,) = response.context["adminform"].form.errors["backend_config"]
+    assert "1 job's earlier run is still being stopped" in error
+    assert Cluster.objects.get(pk=cluster.pk).backend_config == {"seed": 1}
+
+    # The sweep stops the old run; then nothing of the cluster lives under the old settings.
+    assert cancel_stale_runs(cluster=cluster, backend=get_backend(cluster), now=timezone.now())
+    cluster_backend_change_check(cluster=cluster, backend_kind="simulated", backend_config=moved)
+    response = _change(client, cluster, "simulated", moved)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+
+
+def test_running_jobs_and_runs_still_being_stopped_are_both_named(platform, submit):
+    start_job(platform, submit)
+    requeued = start_job(platform, submit)
+    assert job_requeue(job=requeued, now=timezone.now(), reason="test: lost")
+
+    with pytest.raises(Conflict) as refused:
+        cluster_backend_change_check(
+            cluster=platform["cluster"],
+            backend_kind="simulated",
+            backend_config={"run_namespace": "x-"},
+        )
+
+    assert refused.value.message.startswith(
+        "run_namespace cannot change while 1 job holds or is starting GPUs and 1 job's "
+        "earlier run is still being stopped on cluster test: "
+    )
+
+
+def test_a_cluster_that_cannot_say_whether_an_earlier_run_lives_refuses(
+    platform, submit, monkeypatch
+):
+    """With a requeued job of the cluster, the cluster is asked whether its old run lives; an
+    outage is no answer, so the change waits for one rather than risk losing the run."""
+    cluster = platform["cluster"]
+    job = start_job(platform, submit)
+    assert job_requeue(job=job, now=timezone.now(), reason="test: lost")
+    backend = get_backend(cluster)
+
+    def unreachable(*args, **kwargs):
+        raise BackendUnavailable("cluster unreachable")
+
+    monkeypatch.setattr(backend, "live_runs", unreachable)
+
+    with pytest.raises(Conflict) as refused:
+        cluster_backend_change_check(
+            cluster=cluster, backend_kind="simulated", backend_config={"run_namespace": "x-"}
+        )
+
+    assert refused.value.message.startswith(
+        "run_namespace cannot change while cluster test cannot say whether the earlier runs "
+        "of its 1 requeued job still live (cluster unreachable)"
     )
 
 

@@ -10,12 +10,15 @@ import json
 import uuid
 
 import pytest
+from django.utils import timezone
 
-from scheduler.backends import backend_run_ref, get_backend
+from scheduler.backends import backend_run_id, backend_run_ref, get_backend
 from scheduler.backends.base import BackendJobState
 from scheduler.loop.cycle import run_cycle
+from scheduler.loop.observe import sync_all
 from scheduler.models import Cluster, Job, Node
 from scheduler.states import JobState
+from scheduler.transitions import job_requeue
 
 from .conftest import wait_for
 
@@ -80,3 +83,46 @@ def test_a_partition_change_is_refused_while_a_run_lives_and_the_run_is_polled_f
     assert (job.state, job.attempts) == (JobState.RUNNING, 1)
     assert running_in_slurm()
     assert not job.events.filter(kind="requeued").exists()
+
+
+def test_a_partition_change_waits_for_a_requeued_jobs_old_run_to_be_stopped(
+    slurm_platform, other_partition, submit, alice, platform_admin, client
+):
+    """The platform requeued a job but its scancel was lost: the job is pending and its run
+    still runs in the old partition. The change was saved (no job held GPUs), and the sweep
+    then listed the new partition alone: the run kept its node with nothing left to stop it.
+    Now the change is refused until the sweep has stopped the run."""
+    cluster, slurm = slurm_platform["cluster"], slurm_platform["slurm"]
+    gpu_model = Node.objects.filter(cluster=cluster).first().gpu_model.name
+    job_id = submit(
+        alice, name="long", gpus_per_worker=1, gpu_model=gpu_model, command="exec sleep 300"
+    ).json()["id"]
+    run_cycle()
+    job = Job.objects.select_related("team", "cluster").get(pk=job_id)
+    ref = job.backend_ref
+    assert job.state == JobState.RUNNING and ref
+    backend = get_backend(cluster)
+
+    def slurm_state() -> str:
+        return slurm.run("squeue", "-h", "-t", "all", "-j", ref, "-o", "%T").stdout.strip()
+
+    wait_for(lambda: slurm_state() == "RUNNING", 60, "the run to start in Slurm")
+    assert job_requeue(job=job, now=timezone.now(), reason="test: the scancel was lost")
+    client.force_login(platform_admin)
+    moved = {**cluster.backend_config, "partition": other_partition}
+    url = f"/admin/scheduler/cluster/{cluster.pk}/change/"
+
+    response = client.post(url, _admin_post(cluster, moved))
+
+    assert response.status_code == 200
+    (error,) = response.context["adminform"].form.errors["backend_config"]
+    assert error.startswith("partition cannot change while 1 job's earlier run is still being")
+    assert Cluster.objects.get(pk=cluster.pk).backend_config["partition"] == "gpu"
+    assert slurm_state() == "RUNNING"
+
+    sync_all()  # the sweep stops the run
+    wait_for(lambda: slurm_state() in ("CANCELLED", ""), 60, "the sweep's scancel")
+    assert not backend.live_runs(backend_run_id(job)), "the run is still listed"
+    response = client.post(url, _admin_post(cluster, moved))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Cluster.objects.get(pk=cluster.pk).backend_config["partition"] == other_partition
