@@ -18,7 +18,7 @@ recorded with it; retries, timeouts, ``dry_run``) changes as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import OperationalError, connection, transaction
 from django.db.models import QuerySet
@@ -97,15 +97,10 @@ def cluster_backend_change_check(
         try:
             stopping = _requeued_with_a_live_run(cluster.pk)
         except BackendError as exc:
-            requeued = _requeued(cluster.pk).count()
-            jobs = "1 requeued job" if requeued == 1 else f"{requeued} requeued jobs"
-            raise Conflict(
-                f"{what} cannot change while cluster {cluster.name} cannot say whether the "
-                f"earlier runs of its {jobs} still live ({exc}): a run that does would be left "
-                "holding its GPUs with nothing that finds or stops it. Try again when the "
-                "cluster answers",
-                field=field,
-            ) from exc
+            if live:  # refused all the same, for the jobs holding GPUs
+                stopping = 0
+            else:
+                _refuse_unanswered(cluster, what, field, exc)
     if not live and not stopping:
         return
     holding = ""
@@ -122,6 +117,18 @@ def cluster_backend_change_check(
         "jobs to end, then change it",
         field=field,
     )
+
+
+def _refuse_unanswered(cluster: Cluster, what: str, field: str, exc: BackendError) -> NoReturn:
+    # No answer is no proof that the runs are gone: the admin tries again when there is one.
+    requeued = _requeued(cluster.pk).count()
+    jobs = "1 requeued job" if requeued == 1 else f"{requeued} requeued jobs"
+    raise Conflict(
+        f"{what} cannot change while cluster {cluster.name} cannot say whether the earlier runs "
+        f"of its {jobs} still live ({exc}): a run that does would be left holding its GPUs "
+        "with nothing that finds or stops it. Try again when the cluster answers",
+        field=field,
+    ) from exc
 
 
 def _requeued(cluster_id: int) -> QuerySet[Job]:

@@ -188,10 +188,12 @@ def test_a_cluster_that_cannot_say_whether_an_earlier_run_lives_refuses(
     platform, submit, monkeypatch
 ):
     """With a requeued job of the cluster, the cluster is asked whether its old run lives; an
-    outage is no answer, so the change waits for one rather than risk losing the run."""
+    outage is no answer, so the change waits for one rather than risk losing the run. With a
+    job holding GPUs as well, the refusal says so, whatever the cluster answers."""
     cluster = platform["cluster"]
-    job = start_job(platform, submit)
-    assert job_requeue(job=job, now=timezone.now(), reason="test: lost")
+    holding = start_job(platform, submit)
+    requeued = start_job(platform, submit)
+    assert job_requeue(job=requeued, now=timezone.now(), reason="test: lost")
     backend = get_backend(cluster)
 
     def unreachable(*args, **kwargs):
@@ -199,12 +201,18 @@ def test_a_cluster_that_cannot_say_whether_an_earlier_run_lives_refuses(
 
     monkeypatch.setattr(backend, "live_runs", unreachable)
 
-    with pytest.raises(Conflict) as refused:
-        cluster_backend_change_check(
-            cluster=cluster, backend_kind="simulated", backend_config={"run_namespace": "x-"}
-        )
+    def refusal() -> str:
+        with pytest.raises(Conflict) as refused:
+            cluster_backend_change_check(
+                cluster=cluster, backend_kind="simulated", backend_config={"run_namespace": "x-"}
+            )
+        return refused.value.message
 
-    assert refused.value.message.startswith(
+    assert refusal().startswith(
+        "run_namespace cannot change while 1 job holds or is starting GPUs on cluster test: "
+    )
+    Job.objects.filter(pk=holding.pk).update(state=JobState.SUCCEEDED)
+    assert refusal().startswith(
         "run_namespace cannot change while cluster test cannot say whether the earlier runs "
         "of its 1 requeued job still live (cluster unreachable)"
     )
