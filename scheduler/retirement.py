@@ -85,10 +85,11 @@ def _retire_locked(node: Node, *, user: User, reason: str, now: datetime) -> Non
 def node_retire(*, user: User, node_id: int, reason: str = "") -> Node:
     """Retire a node (platform admins; else Forbidden, NotFound for no such node): drained now,
     retired once nothing runs on it. Its history is kept. Retiring a retiring or retired node
-    changes nothing. A reason longer than the node's reason column is refused on ``reason``."""
-    stored = node_reason_checked((reason or "").strip() or "retired by admin")
+    changes nothing. A reason longer than the node's reason column is refused on ``reason``
+    (after Forbidden and NotFound)."""
     with transaction.atomic():
         node: Node = node_for_admin(user=user, node_id=node_id)
+        stored = node_reason_checked((reason or "").strip() or "retired by admin")
         if node.retiring_since is None:
             _retire_locked(node, user=user, reason=stored, now=timezone.now())
             request_cycle()
@@ -154,10 +155,11 @@ def _cluster_state(cluster: Cluster) -> dict[str, str | None]:
 def cluster_retire(*, user: User, name: str, reason: str = "") -> Cluster:
     """Retire a cluster (platform admins; NotFound for no such cluster): every node of it is
     retired (:func:`node_retire`), no new job is routed to it, and the loop stops polling it once
-    nothing runs there. Retiring a retiring or retired cluster changes nothing."""
-    stored = node_reason_checked((reason or "").strip() or f"cluster {name} retired")
+    nothing runs there. Retiring a retiring or retired cluster changes nothing. A reason too
+    long is refused after Forbidden and NotFound."""
     with transaction.atomic():
         cluster = _cluster_for_admin(user=user, name=name)
+        stored = node_reason_checked((reason or "").strip() or f"cluster {name} retired")
         if cluster.retiring_since is None:
             now = timezone.now()
             before = _cluster_state(cluster)

@@ -663,12 +663,12 @@ def node_quarantine(*, user: User, node_id: int, reason: str) -> Node:
     A node a health rule quarantined (on probation, released by the loop when it ends) becomes
     quarantined by hand: its probation is dropped and the admin's reason recorded. Only a repeat
     (quarantined, no probation, the same reason) changes nothing. A down node stays down and
-    comes back quarantined."""
-    if not reason or not reason.strip():
-        raise DomainError("give a reason for the quarantine", field="reason")
-    stored = node_reason_checked(reason.strip())
+    comes back quarantined. Forbidden, then NotFound, come before any refusal of the reason."""
     with transaction.atomic():
         node = node_for_admin(user=user, node_id=node_id)
+        if not reason or not reason.strip():
+            raise DomainError("give a reason for the quarantine", field="reason")
+        stored = node_reason_checked(reason.strip())
         if _held(node) == (NodeState.QUARANTINED, stored) and node.probation_until is None:
             return node
         before = _service_state(node)
@@ -686,10 +686,11 @@ def node_quarantine(*, user: User, node_id: int, reason: str) -> Node:
 
 def node_drain(*, user: User, node_id: int, reason: str) -> Node:
     """Let running work finish but place nothing new on the node (platform admins). A down node
-    stays down and comes back drained. A node already out of service is left as it is."""
-    stored = node_reason_checked(reason or "drained by admin")
+    stays down and comes back drained. A node already out of service is left as it is.
+    Forbidden, then NotFound, come before a refusal of the reason."""
     with transaction.atomic():
         node = node_for_admin(user=user, node_id=node_id)
+        stored = node_reason_checked(reason or "drained by admin")
         if _held(node)[0] in (NodeState.DRAINING, NodeState.QUARANTINED):
             return node
         before = _service_state(node)

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from core.apianswers import AnswerSerializer
 from tenants.permissions import signed_in
 
-from .. import reproducibility
+from .. import reproducibility, selectors
 from .contract_schema import ElasticRangeSerializer, EngineConfigSerializer
 from .serializers import JobSerializer
 
@@ -185,6 +185,8 @@ class JobResubmitView(APIView):
 
     @extend_schema(request=ResubmitSerializer, responses={201: ResubmittedJobSerializer})
     def post(self, request: Request, job_id: int) -> Response:
+        # Another team's job, or none, is a 404 whatever the body.
+        selectors.job_get(user=request.user, job_id=job_id)
         body = ResubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         resubmission = reproducibility.job_resubmit(

@@ -249,30 +249,39 @@ class NodeAdminViewSet(viewsets.GenericViewSet[Node]):
     queryset = Node.objects.none()  # actions load the node through the admin-only services
     lookup_value_regex = ID_REGEX
 
+    def _node_id(self) -> int:
+        """The node's id, once the node is known to exist: a node that is not there is a 404
+        whatever the body (the services lock and read it again)."""
+        node_id = parse_id(self.kwargs.get("pk"))
+        if (
+            node_id is None
+            or not selectors.node_list(user=self.request.user).filter(pk=node_id).exists()
+        ):
+            raise NotFound("no such node", field="id")
+        return node_id
+
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def quarantine(self, request: Request, pk: str | None = None) -> Response:
-        body = NodeActionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        node_id = self._node_id()
         node = services.node_quarantine(
-            user=signed_in(request), node_id=_int_id(pk), reason=body.validated_data["reason"]
+            user=signed_in(request), node_id=node_id, reason=_reason(request)
         )
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str | None = None) -> Response:
-        body = NodeActionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        node_id = self._node_id()
         node = services.node_drain(
-            user=signed_in(request), node_id=_int_id(pk), reason=body.validated_data["reason"]
+            user=signed_in(request), node_id=node_id, reason=_reason(request)
         )
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=None, responses={200: NodeSerializer})
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk: str | None = None) -> Response:
-        node = services.node_release(user=signed_in(request), node_id=_int_id(pk))
+        node = services.node_release(user=signed_in(request), node_id=self._node_id())
         return Response(NodeSerializer(node).data)
 
     @extend_schema(request=NodeActionSerializer, responses={200: NodeSerializer})
@@ -280,10 +289,9 @@ class NodeAdminViewSet(viewsets.GenericViewSet[Node]):
     def retire(self, request: Request, pk: str | None = None) -> Response:
         """Drain the node and retire it once nothing runs on it (at once when nothing does):
         never scheduled again, out of capacity, its history kept. Idempotent."""
-        body = NodeActionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        node_id = self._node_id()
         node = retirement.node_retire(
-            user=signed_in(request), node_id=_int_id(pk), reason=body.validated_data["reason"]
+            user=signed_in(request), node_id=node_id, reason=_reason(request)
         )
         return Response(NodeSerializer(node).data)
 
@@ -292,12 +300,11 @@ class NodeAdminViewSet(viewsets.GenericViewSet[Node]):
     def reinstate(self, request: Request, pk: str | None = None) -> Response:
         """Undo a retirement: the node comes back drained (release it to use it). 409 when it
         is not retired or retiring, or its cluster is retired."""
-        node = retirement.node_reinstate(user=signed_in(request), node_id=_int_id(pk))
+        node = retirement.node_reinstate(user=signed_in(request), node_id=self._node_id())
         return Response(NodeSerializer(node).data)
 
 
-def _int_id(pk: str | None) -> int:
-    node_id = parse_id(pk)
-    if node_id is None:
-        raise NotFound("no such node", field="id")
-    return node_id
+def _reason(request: Request) -> str:
+    body = NodeActionSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    return str(body.validated_data["reason"])

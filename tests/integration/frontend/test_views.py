@@ -400,6 +400,26 @@ def test_members_cannot_act_on_nodes(platform):
     assert "/cluster/nodes/" not in alice.get("/cluster/").content.decode()
 
 
+def test_a_node_action_finds_the_node_before_reading_the_reason(platform):
+    """A member is refused (403) and a missing node is a 404 whatever reason is given: the
+    quarantine's "give a reason" and a reason too long were checked first, so a member was told
+    to give a reason for an action they may not take, and an admin for a node that is not
+    there."""
+    alice = client_for(platform["alice"])
+    admin = client_for(platform["admin"])
+    node = Node.objects.get(name="n1")
+    for reason in (" ", "r" * 301):
+        assert (
+            alice.post(f"/cluster/nodes/{node.pk}/quarantine/", {"reason": reason}).status_code
+            == 403
+        )
+        for action in ("quarantine", "drain"):
+            missing = admin.post(f"/cluster/nodes/987654/{action}/", {"reason": reason})
+            assert missing.status_code == 404, (action, reason)
+    node.refresh_from_db()
+    assert node.state == "ready" and not NodeEvent.objects.exists()
+
+
 def test_plotly_is_served_locally_with_long_cache_headers(platform):
     from billing.charts import plotly_version
 
