@@ -100,9 +100,9 @@ def _where(path: _Path) -> str:
     return out or "the body"
 
 
-def _bad_text(value: Any) -> str | None:
-    """Where the first unstorable string of ``value`` is, and why, or None."""
-    stack: list[tuple[Any, _Path]] = [(value, ())]
+def _bad_text(value: Any, root: _Path = ()) -> str | None:
+    """Where the first unstorable string of ``value`` (at ``root``) is, and why, or None."""
+    stack: list[tuple[Any, _Path]] = [(value, root)]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
@@ -120,8 +120,17 @@ def _bad_text(value: Any) -> str | None:
     return None
 
 
-def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
-    """The value of the JSON document ``data``, or :class:`JsonRefused` saying why not."""
+def loads_bounded(
+    data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEPTH, root: _Path = ()
+) -> Any:
+    """The value of the JSON document ``data``, or :class:`JsonRefused` saying why not.
+
+    ``root``: where ``data`` sits in the API's body when it is typed on its own (a portal form's
+    engine configuration is the body's ``engine_config``): a refusal names the path the API
+    names for the same value, and the document nests ``len(root)`` levels less (the refusal
+    then says "nested deeper than ...": the caller names its field)."""
+    max_depth -= len(root)
+    nested = "nested" if root else "JSON nested"
     try:
         size = len(data.encode() if isinstance(data, str) else data)
     except UnicodeEncodeError:
@@ -145,17 +154,18 @@ def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEP
     try:
         value = json.loads(data, parse_constant=constant, parse_float=number)
     except RecursionError:
-        raise JsonRefused(f"JSON nested deeper than {max_depth} levels", reason="depth") from None
+        raise JsonRefused(f"{nested} deeper than {max_depth} levels", reason="depth") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise JsonRefused(f"not valid JSON: {exc}", reason="syntax") from None
     if isinstance(value, dict | list) and _deeper_than(value, max_depth):
-        raise JsonRefused(f"JSON nested deeper than {max_depth} levels", reason="depth")
+        raise JsonRefused(f"{nested} deeper than {max_depth} levels", reason="depth")
     if non_finite:
         found = _first_non_finite(value)  # None if a repeated key dropped it
         path, spelling = found if found else ((), non_finite[0].spelling)
+        path = (*root, *path)
         where = f"the number at {_where(path)}" if path else "the body"
         if not found:
-            where = "a number of the body"
+            where = f"a number of {_where(root)}"
         why = (
             "too large: it reads as infinity"
             if spelling[-1].isdigit()
@@ -169,7 +179,7 @@ def loads_bounded(data: bytes | str, *, max_bytes: int, max_depth: int = MAX_DEP
     # and the bytes were decoded as UTF-8), so documents without one skip the walk.
     text = data if isinstance(data, str) else data.decode("utf-8", "replace")
     if "\\u" in text:
-        bad = _bad_text(value)
+        bad = _bad_text(value, root)
         if bad:
             raise JsonRefused(f"{bad}, which the platform cannot store", reason="text")
     return value

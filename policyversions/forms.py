@@ -98,6 +98,19 @@ class PolicyTablesMixin:
         return target if target in self.fields else None
 
 
+def config_read(text: str, *, field: str, root: tuple[str, ...]) -> object:
+    """The engine configuration typed in ``field``, or its refusal worded by its reason, as the
+    API words it for the same configuration at ``root`` of its body: a number that is not finite
+    or a string the platform cannot store names its path (valid JSON: "not JSON" would send the
+    admin looking for a typo); only text that does not parse is called not valid JSON."""
+    try:
+        return loads_bounded(text, max_bytes=MAX_CONFIG_CHARS * 4, root=root)
+    except JsonRefused as exc:
+        if exc.reason in ("number", "text"):
+            raise forms.ValidationError(str(exc)) from None
+        raise forms.ValidationError(f"{field}: {exc}") from None
+
+
 class PolicyForm(PolicyTablesMixin, forms.Form):
     engine_config = forms.CharField(
         label="Engine configuration (JSON: fields that differ from the defaults)",
@@ -117,10 +130,7 @@ class PolicyForm(PolicyTablesMixin, forms.Form):
 
     def clean_engine_config(self):
         text = self.cleaned_data["engine_config"].strip() or "{}"
-        try:
-            return loads_bounded(text, max_bytes=MAX_CONFIG_CHARS * 4)
-        except (JsonRefused, ValueError) as exc:
-            raise forms.ValidationError(f"engine_config: not JSON ({exc})") from None
+        return config_read(text, field="engine_config", root=("engine_config",))
 
     def service_arguments(self) -> dict:
         weights, classes = self.table_values()
@@ -198,10 +208,9 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
         text = self.cleaned_data["candidate_config"].strip()
         if not text:
             return None
-        try:
-            return loads_bounded(text, max_bytes=MAX_CONFIG_CHARS * 4)
-        except (JsonRefused, ValueError) as exc:
-            raise forms.ValidationError(f"candidate_config: not JSON ({exc})") from None
+        # Where the API takes the same candidate (the errors of the service say so too).
+        root = ("candidates", self._edited_name(), "engine_config")
+        return config_read(text, field="candidate_config", root=root)
 
     def edited_candidate(self) -> dict | None:
         """The candidate edited here as a policy (the weights and classes it changes from

@@ -93,7 +93,7 @@ def test_an_admin_runs_a_whatif_and_applies_its_candidate(admin_client):
         ),
         ({"weight__nlp": "-2"}, "Ensure this value is greater than or equal to 0"),
         ({"class__research__value": "1.5"}, "Enter a whole number"),
-        ({"candidate_config": "{nope"}, "candidate_config: not JSON"),
+        ({"candidate_config": "{nope"}, "candidate_config: not valid JSON"),
         ({"candidate_name": "gpuplatform2"}, "candidates.gpuplatform2: a name"),
     ],
 )
