@@ -106,7 +106,16 @@ def home(request):
     return render(
         request,
         "frontend/home.html",
-        {"jobs": jobs, "quota_rows": quota_rows, "quota_figure": figure, "page": "home"},
+        {
+            "jobs": jobs,
+            "quota_rows": quota_rows,
+            "quota_figure": figure,
+            "page": "home",
+            # With no team to summarise, the quota card says why (and to an admin, where teams
+            # are made) rather than that teams have no quotas.
+            "has_teams": bool(team_ids),
+            "is_admin": is_platform_admin(request.user),
+        },
     )
 
 

@@ -58,3 +58,29 @@ def test_the_submit_form_tells_a_user_with_no_team_to_submit_to_why_and_whom_to_
 def test_the_submit_form_tells_the_first_admin_to_add_a_team(first_admin):
     page = first_admin.get("/jobs/new/").content.decode()
     assert "No teams yet" in page and 'href="/teams/manage/#team-form"' in page
+
+
+def test_the_home_page_of_an_empty_site_points_the_admin_at_adding_a_team(first_admin):
+    """It said "Your teams have no quotas yet" to the one user who sees every team, of teams
+    that did not exist."""
+    page = first_admin.get("/").content.decode()
+    quota = page.split('id="quota-heading"', 1)[1].split("</section>", 1)[0]
+    assert "no quotas yet" not in quota
+    assert "No teams yet" in quota and 'href="/teams/manage/#team-form"' in quota
+
+
+def test_the_home_page_tells_a_member_without_a_team_so(client):
+    member = get_user_model().objects.create_user("newcomer", password="pw")
+    client.force_login(member)
+    page = client.get("/").content.decode()
+    quota = page.split('id="quota-heading"', 1)[1].split("</section>", 1)[0]
+    assert "You are not a member of any team" in quota and "no quotas yet" not in quota
+    assert "/teams/manage/" not in page
+
+
+def test_the_home_page_of_teams_without_quotas_still_says_so(first_admin):
+    from tenants.models import Team
+
+    Team.objects.create(slug="vision", name="Vision")
+    page = first_admin.get("/").content.decode()
+    assert "Your teams have no quotas yet" in page and "No teams yet" not in page
