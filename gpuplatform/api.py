@@ -23,6 +23,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from core.errors import DomainError
 from core.jsonlimits import JsonRefused, loads_bounded
 
+from .csrf import CSRF_REFUSED, HTTP_WITH_SECURE_COOKIES, HTTP_WITH_SECURE_COOKIES_FIX, http_cause
+
 if TYPE_CHECKING:  # the handlers import django.http when called, as they always did
     from django.http import HttpRequest, HttpResponse
 
@@ -107,41 +109,24 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     return HttpResponseBadRequest(render_to_string("400.html", {"message": message}))
 
 
-# Where the cookies went: over plain http a browser keeps no Secure cookie (localhost aside),
-# so with DJANGO_SECURE_COOKIES on every form posted over http arrives without its CSRF cookie.
-_HTTP_WITH_SECURE_COOKIES = (
-    "The portal was reached over plain http, but its cookies are HTTPS-only "
-    "(DJANGO_SECURE_COOKIES is on, the production default), so the browser did not send the "
-    "CSRF cookie back with the form."
-)
-_HTTP_WITH_SECURE_COOKIES_FIX = (
-    'Serve the portal over https (docs/deploy.md, "TLS and host names"), or, for a trial '
-    'without TLS, set DJANGO_SECURE_COOKIES=false (docs/deploy.md, "First start").'
-)
-
-
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF_FAILURE_VIEW: the 403 stays and nothing the request asked for happens (Django calls
     this instead of the view). It says Django's reason in the portal's page, or as JSON for a
     client asking for it, and names the cause and fix when the cookie was missing because the
     request came over http while the cookies are HTTPS-only."""
     from django.http import JsonResponse
-    from django.middleware.csrf import REASON_NO_CSRF_COOKIE
     from django.shortcuts import render
 
-    # Only the missing cookie: a form whose token is wrong or missing over http (a browser on
-    # localhost keeps Secure cookies) has another cause, and the hint would mislead.
-    http_cause = (
-        reason == REASON_NO_CSRF_COOKIE and not request.is_secure() and settings.CSRF_COOKIE_SECURE
-    )
+    over_http = http_cause(request, reason)
+    cause = HTTP_WITH_SECURE_COOKIES.format(sent="form")
     if _wants_json(request):
-        body = {"detail": "CSRF verification failed; the request was refused", "reason": reason}
-        if http_cause:
-            body["fix"] = f"{_HTTP_WITH_SECURE_COOKIES} {_HTTP_WITH_SECURE_COOKIES_FIX}"
+        body = {"detail": CSRF_REFUSED, "reason": reason}
+        if over_http:
+            body["fix"] = f"{cause} {HTTP_WITH_SECURE_COOKIES_FIX}"
         return JsonResponse(body, status=403)
     context = {
         "reason": reason,
-        "http_cause": _HTTP_WITH_SECURE_COOKIES if http_cause else "",
-        "http_fix": _HTTP_WITH_SECURE_COOKIES_FIX if http_cause else "",
+        "http_cause": cause if over_http else "",
+        "http_fix": HTTP_WITH_SECURE_COOKIES_FIX if over_http else "",
     }
     return render(request, "403_csrf_failure.html", context, status=403)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.authentication import SessionScheme as SpectacularSessionScheme
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
 from rest_framework.permissions import AllowAny
@@ -59,6 +60,13 @@ DESCRIPTIONS = {
     "409": "The object's state does not allow this action",
     "429": "Too many requests; retry after the `Retry-After` header's seconds.",
 }
+
+
+class SessionScheme(SpectacularSessionScheme):
+    """``cookieAuth`` for the API's session authentication (``gpuplatform.csrf``), which words
+    its CSRF refusals; drf-spectacular's own matches DRF's class only, not a subclass."""
+
+    target_class = "gpuplatform.csrf.SessionAuthentication"
 
 
 class AutoSchema(SpectacularAutoSchema):

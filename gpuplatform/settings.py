@@ -272,7 +272,8 @@ if SSO_ENABLED:
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.authentication.ApiTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        # DRF's, refusing a failed CSRF check with the portal's reason and hint.
+        "gpuplatform.csrf.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

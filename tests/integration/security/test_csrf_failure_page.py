@@ -124,3 +124,67 @@ def test_a_json_client_gets_a_json_403_with_the_reason(secure_cookies, carol, se
     else:
         assert HTTP_CAUSE in body["fix"] and "https" in body["fix"]
     assert "_auth_user_id" not in client.session
+
+
+def _api_write(client: Client, *, secure: bool, **headers) -> object:
+    """A session's write to the API (a token for the caller), as a browser's script sends it."""
+    extra = {"HTTP_REFERER": "https://testserver/teams/tokens/"} if secure else {}
+    return client.post(
+        "/api/v1/tokens/",
+        {"name": "cli"},
+        content_type="application/json",
+        secure=secure,
+        **extra,
+        **headers,
+    )
+
+
+def _api_refusal(response) -> str:
+    """The refusal's one message, checked to be in the API's error shape (``{"detail": ...}``,
+    the component ``Error``), not the portal's JSON (``detail``, ``reason``, ``fix``)."""
+    from tests.integration.api.openapi import Document, schema_document
+
+    assert response.status_code == 403
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"detail"}, body
+    document = Document(schema_document())
+    operation = document.operation("/api/v1/tokens/", "post")
+    assert operation is not None and document.check(operation, response) == []
+    return body["detail"]
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_the_apis_session_refusal_says_the_reason_and_over_http_the_fix(
+    secure_cookies, carol, secure
+):
+    """DRF's own words were "CSRF Failed: CSRF cookie not set.": the reason, but not the cause
+    the portal's refusal names over http with HTTPS-only cookies, nor its fix."""
+    from tenants.models import ApiToken
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(carol)
+    detail = _api_refusal(_api_write(client, secure=secure))
+    assert detail.startswith("CSRF verification failed; the request was refused")
+    assert "CSRF cookie not set." in detail
+    if secure:
+        assert HTTP_CAUSE not in detail and "plain http" not in detail
+    else:
+        assert "plain http" in detail and HTTP_CAUSE in detail and "over https" in detail
+    assert not ApiToken.objects.exists()
+
+
+def test_the_apis_session_refusal_of_a_missing_token_says_where_it_goes(secure_cookies, carol):
+    from tenants.models import ApiToken
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(carol)
+    client.get("/teams/tokens/", secure=True)  # the page hands out the CSRF cookie
+    detail = _api_refusal(_api_write(client, secure=True))
+    assert "CSRF token missing." in detail and HTTP_CAUSE not in detail
+    assert "X-CSRFToken" in detail and "Authorization: Bearer" in detail
+    assert not ApiToken.objects.exists()
+    # With the token in the header the same write is done: CSRF is as strict as it was.
+    token = client.cookies["csrftoken"].value
+    done = _api_write(client, secure=True, HTTP_X_CSRFTOKEN=token)
+    assert done.status_code == 201 and ApiToken.objects.filter(name="cli").exists()
