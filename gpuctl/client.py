@@ -141,6 +141,30 @@ class Client:
             pages += 1
         return items
 
+    def get_up_to(
+        self, path: str, params: Mapping[str, Any] | None = None, *, limit: int
+    ) -> tuple[list[Any], int]:
+        """The first ``limit`` items of a paginated list endpoint and how many it holds in all.
+
+        The server caps a page (1,000 items); the rest are read page by page by ``offset``, so
+        ``limit`` is what the caller gets whatever the server's page size. ``offset`` rather than
+        the answer's ``next``: behind a proxy that rewrites the host, ``next`` may name one this
+        client cannot reach."""
+        items: list[Any] = []
+        count = 0
+        while len(items) < limit:
+            data = self.get(
+                path, {**(params or {}), "limit": limit - len(items), "offset": len(items)}
+            )
+            if not (isinstance(data, Mapping) and "results" in data):
+                plain = list(data) if isinstance(data, list) else [data]
+                return plain[:limit], len(plain)
+            count = int(data.get("count") or 0)
+            items.extend(data["results"])
+            if not data["results"] or not data.get("next"):
+                break
+        return items[:limit], max(count, len(items))
+
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)

@@ -494,18 +494,22 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be >= 1", {"--limit": ["must be >= 1"]})
     state = args.state or (",".join(LIVE_STATES) if args.live else None)
     with _client(args) as api:
-        submitter = args.user
-        if args.mine:
-            submitter = config.resolve(url_flag=args.url).username or None
-            if not submitter:
-                raise UsageError("--mine needs a saved login", {"--mine": ["log in first"]})
-        data = api.get(
+        # The token's user, not the name saved at login: GPUCTL_TOKEN overrides the saved
+        # token (CI has no file at all), and another user's name filters on their jobs.
+        submitter = api.get("/api/v1/auth/me")["username"] if args.mine else args.user
+        jobs, count = api.get_up_to(
             "/api/v1/jobs/",
-            {"state": state, "team": args.team, "submitter": submitter, "limit": args.limit},
+            {"state": state, "team": args.team, "submitter": submitter},
+            limit=args.limit,
         )
-    jobs = data["results"] if isinstance(data, dict) and "results" in data else data
     if args.json:
         output.print_json(jobs, _out())
+        if count > len(jobs):
+            # On stderr, so the JSON stays the plain list scripts parse; a script cancelling
+            # "all my pending jobs" learns it did not get them all.
+            _err().write(
+                f"note: {len(jobs)} of {count} jobs listed; use --limit or filters for the rest\n"
+            )
         return EXIT_OK
     now = _now()
     rows = [
@@ -525,8 +529,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     ]
     headers = ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "MODEL", "PRIORITY", "AGE"]
     output.table([*headers, "NODES/REASON"], rows, _out(), max_width=50)
-    if isinstance(data, dict) and data.get("count", 0) > len(jobs):
-        _out().write(f"({len(jobs)} of {data['count']} shown; use --limit or filters)\n")
+    if count > len(jobs):
+        _out().write(f"({len(jobs)} of {count} shown; use --limit or filters)\n")
     return EXIT_OK
 
 
