@@ -5,8 +5,10 @@ the saved login name, and the terminal writers. ``main`` and the command modules
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import TextIO, cast
+from collections.abc import Callable
+from typing import Any, TextIO, cast
 
 from . import config, output
 from .client import Client
@@ -29,6 +31,61 @@ def whole_number(text: str) -> int | None:
         return None
     value = int(text)
     return value if value >= 1 else None
+
+
+# Job ids are 64-bit database keys (the platform's core.ids.MAX_ID, which gpuctl may not import).
+MAX_JOB_ID = 2**63 - 1
+
+
+def job_id_arg(text: str) -> int:
+    """``text`` as a job id (a number a job can have), else ``UsageError`` naming JOB_ID."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(
+            f"job id must be a number, not {text!r}",
+            {"JOB_ID": [f"must be a number, not {text!r}"]},
+        ) from None
+    if not 1 <= value <= MAX_JOB_ID:
+        message = f"must be between 1 and {MAX_JOB_ID}"
+        raise UsageError(f"job id {message}", {"JOB_ID": [message]})
+    return value
+
+
+def positive_number(
+    text: str | None,
+    flag: str,
+    *,
+    number: Callable[[str], float] = int,
+    minimum: float = 1,
+    maximum: float | None = None,
+) -> Any:
+    """``text`` as a number between ``minimum`` and ``maximum`` (None when absent), else
+    ``UsageError`` naming ``flag``."""
+    if text is None:
+        return None
+    try:
+        value = number(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} must be a number, not {text!r}", {flag: [f"must be a number, not {text!r}"]}
+        ) from None
+    # float() accepts "nan" and "inf", and NaN compares false with every bound; an int of
+    # hundreds of digits is no float at all.
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise UsageError(
+            f"{flag} must be a finite number, not {text!r}",
+            {flag: [f"must be a finite number, not {text!r}"]},
+        )
+    if value < minimum:
+        raise UsageError(f"{flag} must be >= {minimum}", {flag: [f"must be >= {minimum}"]})
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{flag} must be <= {maximum}", {flag: [f"must be <= {maximum}"]})
+    return value
 
 
 def client(args: argparse.Namespace) -> Client:

@@ -6,6 +6,8 @@ Exit codes (the contract scripts rely on):
      field the server objected to, e.g. ``spec.gpuModel: unknown GPU model 'tpu-v5'``)
   2  bad usage: unknown option, a job spec that fails local validation (nothing is sent to the
      server), or no login configured
+  3  ``wait``: the jobs ended, and one of them failed or was cancelled
+  124  ``wait --timeout``: time ran out with a job still live
   141  standard output was closed early (``gpuctl ls | head -1``); nothing is printed about it
 
 Human-readable tables go to stdout by default; ``--json`` prints the API's objects instead.
@@ -16,7 +18,6 @@ Errors always go to stderr (as one JSON object with ``--json``). The API token i
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -24,12 +25,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from . import __version__, config, fleet, output, reports, session
+from . import __version__, config, fleet, output, reports, session, waiting
 from . import policy as policy_commands
 from . import whatif as whatif_commands
 from .argparser import CommandParser
 from .client import ApiError, Client, UnsendableError
-from .common import UsageError
+from .common import UsageError, job_id_arg, positive_number
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpuctl",
         description="Submit and manage GPU training jobs on a gpuplatform server.",
         parents=[_common(json_default=False)],
-        epilog="Exit codes: 0 ok, 1 API error, 2 bad usage. Docs: docs/jobspec.md",
+        epilog="Exit codes: 0 ok, 1 API error, 2 bad usage; wait: 3 a job did not succeed, 124 "
+        "timed out. Docs: docs/jobspec.md",
     )
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
@@ -127,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("job_id", metavar="JOB_ID")
     why = add("why", cmd_why, "why a job is pending and when it should start")
     why.add_argument("job_id", metavar="JOB_ID")
+    wait = add(
+        "wait",
+        waiting.cmd_wait,
+        "wait until jobs end; exit 0 if all succeeded, 3 if one failed or was cancelled",
+    )
+    waiting.register(wait)
     cancel = add("cancel", cmd_cancel, "cancel one or more jobs")
     cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID")
     logs = add("logs", cmd_logs, "a job's output: its tail, or (-f) followed to the end")
@@ -327,24 +335,6 @@ def _report(
 # --- helpers ---------------------------------------------------------------------------------
 
 
-# Job ids are 64-bit database keys (the platform's core.ids.MAX_ID, which gpuctl may not import).
-_MAX_JOB_ID = 2**63 - 1
-
-
-def _job_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(
-            f"job id must be a number, not {text!r}",
-            {"JOB_ID": [f"must be a number, not {text!r}"]},
-        ) from None
-    if not 1 <= value <= _MAX_JOB_ID:
-        message = f"must be between 1 and {_MAX_JOB_ID}"
-        raise UsageError(f"job id {message}", {"JOB_ID": [message]})
-    return value
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -536,7 +526,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """GET the job and its events; details then a timeline (JSON: the job plus ``events``)."""
-    job_id = _job_id(args.job_id)
+    job_id = job_id_arg(args.job_id)
     with _client(args) as api:
         job = api.get(f"/api/v1/jobs/{job_id}/")
         events = api.get(f"/api/v1/jobs/{job_id}/events/") or []
@@ -653,7 +643,7 @@ def _seconds(value: int | None) -> str | None:
 
 def cmd_why(args: argparse.Namespace) -> int:
     """Why a job is (not) running: the scheduler's reason and its estimated start."""
-    job_id = _job_id(args.job_id)
+    job_id = job_id_arg(args.job_id)
     with _client(args) as api:
         job = api.get(f"/api/v1/jobs/{job_id}/")
     summary = {k: job.get(k) for k in ("id", "name", "state", "why", "estimated_start")}
@@ -688,7 +678,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """POST cancel for each job; keeps going after a failure, exits 1 if any failed."""
-    ids = [_job_id(text) for text in args.job_ids]
+    ids = [job_id_arg(text) for text in args.job_ids]
     cancelled, failed = [], False
     with _client(args) as api:
         for job_id in ids:
@@ -709,8 +699,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_record(args: argparse.Namespace) -> int:
     """Print an attempt's reproducibility record as JSON (it is a JSON document either way)."""
-    job_id = _job_id(args.job_id)
-    attempt = _positive(args.attempt, "--attempt")
+    job_id = job_id_arg(args.job_id)
+    attempt = positive_number(args.attempt, "--attempt")
     with _client(args) as api:
         if attempt is None:
             records = (api.get(f"/api/v1/jobs/{job_id}/records/") or {}).get("records") or []
@@ -725,8 +715,8 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def cmd_resubmit(args: argparse.Namespace) -> int:
     """POST resubmit: a new job running exactly what the attempt ran; prints its id."""
-    job_id = _job_id(args.job_id)
-    attempt = _positive(args.attempt, "--attempt")
+    job_id = job_id_arg(args.job_id)
+    attempt = positive_number(args.attempt, "--attempt")
     with _client(args) as api:
         job = api.post(f"/api/v1/jobs/{job_id}/resubmit/", {"attempt": attempt})
     if args.json:
@@ -738,40 +728,6 @@ def cmd_resubmit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _positive(
-    text: str | None,
-    flag: str,
-    *,
-    number: Callable[[str], float] = int,
-    minimum: float = 1,
-    maximum: float | None = None,
-) -> Any:
-    if text is None:
-        return None
-    try:
-        value = number(text)
-    except ValueError:
-        raise UsageError(
-            f"{flag} must be a number, not {text!r}", {flag: [f"must be a number, not {text!r}"]}
-        ) from None
-    # float() accepts "nan" and "inf", and NaN compares false with every bound; an int of
-    # hundreds of digits is no float at all.
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:
-        finite = False
-    if not finite:
-        raise UsageError(
-            f"{flag} must be a finite number, not {text!r}",
-            {flag: [f"must be a finite number, not {text!r}"]},
-        )
-    if value < minimum:
-        raise UsageError(f"{flag} must be >= {minimum}", {flag: [f"must be >= {minimum}"]})
-    if maximum is not None and value > maximum:
-        raise UsageError(f"{flag} must be <= {maximum}", {flag: [f"must be <= {maximum}"]})
-    return value
-
-
 # Following logs reads at least once an hour; a longer pause is a typo (time.sleep overflows on
 # 1e300 long before that would matter).
 _MAX_LOG_INTERVAL = 3600
@@ -781,10 +737,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     """Print a job's output. With ``-f`` keep reading by cursor until the job is over: when an
     attempt ends and the job is requeued, wait for the next attempt and go on with it (with
     ``--attempt``, stop at the end of that attempt). A pending job is waited for."""
-    job_id = _job_id(args.job_id)
-    attempt = _positive(args.attempt, "--attempt")
+    job_id = job_id_arg(args.job_id)
+    attempt = positive_number(args.attempt, "--attempt")
     interval = float(
-        _positive(
+        positive_number(
             args.interval, "--interval", number=float, minimum=0.05, maximum=_MAX_LOG_INTERVAL
         )
     )

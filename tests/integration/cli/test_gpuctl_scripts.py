@@ -1,11 +1,27 @@
-"""``gpuctl`` as a shell script uses it (as ``squeue`` is used): ``--mine`` means the token's
-user, and ``ls`` lists what ``--limit`` asks for and ``--json`` says when the list was cut."""
+"""``gpuctl`` as a shell script uses it (as ``squeue``/``sbatch --wait`` are used): ``--mine``
+means the token's user, ``ls`` lists what ``--limit`` asks for and ``--json`` says when the list
+was cut, and ``wait`` blocks until jobs end with an exit status that tells success from failure."""
 
 from __future__ import annotations
 
+import io
 import json
+import threading
+import time
 
 import pytest
+from django.utils import timezone
+
+from gpuctl.main import main
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Job, JobState
+from scheduler.transitions import job_finish
+from tests.simclock import SimulatedClock
+
+
+@pytest.fixture(autouse=True)
+def _simulated_minutes(sim_clock):
+    return sim_clock
 
 
 def _token_of(user) -> str:
@@ -75,3 +91,121 @@ def test_ls_json_says_on_stderr_when_the_list_was_cut(as_alice, platform, submit
     assert cut.err == "note: 2 of 3 jobs listed; use --limit or filters for the rest\n"
     whole = as_alice("ls", "--limit", "3", "--json")
     assert (whole.code, whole.err, len(json.loads(whole.out))) == (0, "", 3)
+
+
+# --- wait --------------------------------------------------------------------------------------
+
+
+class Waiter:
+    """``gpuctl wait`` running in a thread (it blocks until the jobs end)."""
+
+    def __init__(self, monkeypatch, *args: str) -> None:
+        self.out = io.StringIO()
+        self.code: int | None = None
+        monkeypatch.setattr("gpuctl.waiting._out", lambda: self.out)
+        self.thread = threading.Thread(target=self._run, args=(args,), daemon=True)
+        self.thread.start()
+
+    def _run(self, args) -> None:
+        self.code = main(["wait", "--interval", "0.1", *args])
+
+    def result(self, timeout: float = 30.0) -> tuple[int | None, str]:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"gpuctl wait still running: {self.out.getvalue()}"
+        return self.code, self.out.getvalue()
+
+
+def _running(platform, submit, n: int) -> list[int]:
+    ids = [submit(platform["alice"], name=f"w{i}").json()["id"] for i in range(n)]
+    run_cycle()
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}
+    return ids
+
+
+def _end(job_id: int, state: JobState, exit_code: int | None) -> None:
+    job = Job.objects.get(pk=job_id)
+    assert job_finish(job=job, target=state, now=timezone.now(), exit_code=exit_code)
+
+
+def test_wait_blocks_until_every_job_ends_and_exits_0_when_all_succeeded(
+    as_alice, platform, submit, monkeypatch
+):
+    first, second = _running(platform, submit, 2)
+    waiter = Waiter(monkeypatch, str(first), str(second))
+    time.sleep(0.5)
+    assert waiter.thread.is_alive()  # both still running: it waits
+    _end(first, JobState.SUCCEEDED, 0)
+    time.sleep(0.5)
+    assert waiter.thread.is_alive()  # one still running
+    _end(second, JobState.SUCCEEDED, 0)
+    code, out = waiter.result()
+    assert code == 0
+    assert (
+        out
+        == f"job {first} (w0) succeeded, exit code 0\njob {second} (w1) succeeded, exit code 0\n"
+    )
+
+
+def test_wait_exits_3_when_a_job_failed_or_was_cancelled(as_alice, platform, submit):
+    """What ``sbatch --wait`` gives a script: a failed job is a failed step under ``set -e``;
+    1 stays "the request failed" (no such job, server unreachable)."""
+    ok, bad, gone = _running(platform, submit, 3)
+    _end(ok, JobState.SUCCEEDED, 0)
+    _end(bad, JobState.FAILED, 137)
+    assert as_alice("cancel", str(gone)).code == 0
+
+    result = as_alice("wait", str(ok), str(bad), str(gone))
+    assert result.code == 3, result
+    assert result.out.splitlines() == [
+        f"job {ok} (w0) succeeded, exit code 0",
+        f"job {bad} (w1) failed, exit code 137",
+        f"job {gone} (w2) cancelled",
+    ]
+    as_json = as_alice("wait", str(ok), str(bad), "--json")
+    assert as_json.code == 3
+    assert [(j["id"], j["state"], j["exit_code"]) for j in json.loads(as_json.out)] == [
+        (ok, "succeeded", 0),
+        (bad, "failed", 137),
+    ]
+    assert as_alice("wait", str(ok)).code == 0
+
+
+def test_wait_timeout_exits_124_and_leaves_the_job_alone(as_alice, platform, submit):
+    (job_id,) = _running(platform, submit, 1)
+    started = time.monotonic()
+    result = as_alice("wait", str(job_id), "--timeout", "0.5", "--interval", "0.1")
+    assert 0.4 < time.monotonic() - started < 10
+    assert result.code == 124, result
+    assert f"job {job_id} (w0) is still running" in result.err
+    assert Job.objects.get(pk=job_id).state == "running"
+
+
+def test_wait_on_another_teams_or_no_job_is_not_found_and_bad_usage_exits_2(
+    as_alice, platform, submit
+):
+    theirs = submit(platform["bob"], team="nlp").json()["id"]
+    for job_id in (theirs, 999999):
+        result = as_alice("wait", str(job_id))
+        assert (result.code, result.out) == (1, ""), result
+        assert "no such job" in result.err and "Traceback" not in result.err
+    for flags, needle in (
+        (["x"], "JOB_ID: must be a number"),
+        (["1", "--interval", "0"], "--interval: must be >= 0.1"),
+        (["1", "--timeout", "-1"], "--timeout: must be >= 0"),
+        (["1", "--timeout", "nan"], "--timeout: must be a finite number"),
+    ):
+        bad = as_alice("wait", *flags)
+        assert bad.code == 2 and needle in bad.err, (flags, bad)
+
+
+def test_wait_follows_a_job_the_loop_runs_to_its_end(as_alice, platform, submit, monkeypatch):
+    """Through the real loop on the simulated cluster, not a state written by the test."""
+    job_id = submit(platform["alice"], name="real", simulated_duration_s=180).json()["id"]
+    waiter = Waiter(monkeypatch, str(job_id))
+    deadline = time.monotonic() + 30
+    while Job.objects.get(pk=job_id).state != "succeeded":
+        assert time.monotonic() < deadline, "the job never finished"
+        SimulatedClock.advance(1)
+        run_cycle()
+        time.sleep(0.2)
+    assert waiter.result() == (0, f"job {job_id} (real) succeeded, exit code 0\n")

@@ -1,0 +1,111 @@
+"""``gpuctl wait``: block until jobs end, and say in the exit status whether they succeeded.
+
+What ``sbatch --wait`` gives a Slurm script: ``gpuctl submit ... && gpuctl wait $ID`` under
+``set -e`` stops at a job that failed. Exit codes (beyond the common 0, 1, 2):
+
+  3    every job ended, and at least one of them failed or was cancelled
+  124  ``--timeout`` passed with a job still live (as timeout(1) says it); the jobs are untouched
+
+A job id the caller cannot see is "no such job" (exit 1) before any waiting. Waiting reads each
+live job once per ``--interval``; a job that has ended is not read again."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, TextIO
+
+from . import output
+from .common import client as _client
+from .common import err as _err
+from .common import job_id_arg, positive_number
+from .common import out as _out
+
+EXIT_NOT_SUCCEEDED = 3
+EXIT_TIMED_OUT = 124
+FINAL_STATES = ("succeeded", "failed", "cancelled")
+# A read at least once an hour: a longer pause is a typo (time.sleep overflows on 1e300).
+_MAX_INTERVAL_S = 3600
+# Thirty years: beyond it, leave --timeout out (and monotonic() + a huge float loses precision).
+_MAX_TIMEOUT_S = 10**9
+
+
+def register(wait: argparse.ArgumentParser) -> None:
+    """The ``wait`` command's arguments."""
+    wait.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    wait.add_argument(
+        "--interval", default="5", help="seconds between reads of a live job (default 5)"
+    )
+    wait.add_argument(
+        "--timeout",
+        help="give up after this many seconds, exit 124, jobs untouched (default: wait forever)",
+    )
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Poll GET /api/v1/jobs/ID/ until every job is succeeded, failed or cancelled; print each
+    one's end as it happens (``--json``: the ended jobs, in the order given, at the end)."""
+    ids = list(dict.fromkeys(job_id_arg(text) for text in args.job_ids))
+    interval_s = float(
+        positive_number(
+            args.interval, "--interval", number=float, minimum=0.1, maximum=_MAX_INTERVAL_S
+        )
+    )
+    timeout_s = positive_number(
+        args.timeout, "--timeout", number=float, minimum=0, maximum=_MAX_TIMEOUT_S
+    )
+    give_up_at = None if timeout_s is None else time.monotonic() + timeout_s
+    ended: dict[int, dict[str, Any]] = {}
+    out = _out()
+    with _client(args) as api:
+        live: dict[int, dict[str, Any]] = {}
+        while True:
+            for job_id in ids:
+                if job_id in ended:
+                    continue
+                job = api.get(f"/api/v1/jobs/{job_id}/")
+                if job.get("state") in FINAL_STATES:
+                    ended[job_id] = job
+                    live.pop(job_id, None)
+                    if not args.json:
+                        out.write(_ending(job) + "\n")
+                        out.flush()
+                else:
+                    live[job_id] = job
+            if not live:
+                break
+            if give_up_at is not None and time.monotonic() >= give_up_at:
+                return _timed_out(args, ids, ended, live)
+            pause_s = interval_s
+            if give_up_at is not None:
+                pause_s = max(0.0, min(pause_s, give_up_at - time.monotonic()))
+            time.sleep(pause_s)
+    if args.json:
+        output.print_json([ended[job_id] for job_id in ids], out)
+    if all(job.get("state") == "succeeded" for job in ended.values()):
+        return 0
+    return EXIT_NOT_SUCCEEDED
+
+
+def _ending(job: dict[str, Any]) -> str:
+    """``job 7 (train) failed, exit code 137``, or ``..., <why>`` when no code was recorded."""
+    text = f"job {job['id']} ({job.get('name')}) {job['state']}"
+    if job.get("exit_code") is not None:
+        return f"{text}, exit code {job['exit_code']}"
+    if job["state"] == "failed" and job.get("why"):
+        return f"{text}: {job['why']}"
+    return text
+
+
+def _timed_out(
+    args: argparse.Namespace,
+    ids: list[int],
+    ended: dict[int, dict[str, Any]],
+    live: dict[int, dict[str, Any]],
+) -> int:
+    err: TextIO = _err()
+    if args.json:
+        output.print_json([ended.get(job_id) or live[job_id] for job_id in ids], _out())
+    for job in live.values():
+        err.write(f"timed out: job {job['id']} ({job.get('name')}) is still {job['state']}\n")
+    return EXIT_TIMED_OUT
