@@ -14,7 +14,10 @@ YAML 1.2's numbers: decimal integers (``010`` is 10), ``0o17`` and ``0x1F``, and
 optional dot and exponent (``1e3``, ``1.5E-2``, ``.5``, ``.inf``, ``.nan``); ``1_000``, ``0b101``
 and ``1:30`` are text. Booleans stay YAML 1.1's (``yes``/``no``/``on``/``off`` as well as
 ``true``/``false``): specs written with ``preemptible: yes`` keep working, and where a boolean
-is not wanted (an env value) the loaders refuse it by name rather than guess its text."""
+is not wanted (an env value) the loaders refuse it by name rather than guess its text.
+
+A key written twice in one mapping is refused, naming both lines (PyYAML kept the last);
+one brought in by a merge (``<<: *defaults``) may be given again."""
 
 from __future__ import annotations
 
@@ -33,13 +36,37 @@ _FLOAT_12 = re.compile(
 )
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2's integers and floats (see the module's docstring)."""
+    """PyYAML's safe loader with YAML 1.2's integers and floats (see the module's docstring),
+    refusing a mapping that gives a key twice."""
 
     yaml_implicit_resolvers = {
         first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # YAML says a mapping's keys are unique; PyYAML keeps the last of a repeated one, so a
+        # second `workers:` or `env:` block replaced the first in silence. Keys a merge
+        # (`<<: *defaults`) brings in may be overridden: that is what a merge is for, and
+        # flatten_mapping (in the super call) adds them after this check of the written ones.
+        first_line: dict[tuple[str, str], int] = {}
+        for key_node, _value in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                continue
+            written = (key_node.tag, key_node.value)
+            if written in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key_node.value!r} given twice (first on line {first_line[written]})",
+                    key_node.start_mark,
+                )
+            first_line[written] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 class YamlInt(int):

@@ -66,8 +66,26 @@ def assert_one_line_usage_error(result, *fragments: str) -> None:
         # Both parse at once; sending them walked (or spelled out) the value without end.
         ("a: &a [*a]\n", "an alias makes a value that holds itself"),
         (LAUGHS, "its aliases spell out more than 1,000,000 values"),
+        # PyYAML kept the last of a key given twice: workers 8 ran where the spec's reader saw
+        # 1, and a second env: block dropped the first's variables, in silence.
+        (
+            JOB.replace("  deadline: 2030-13-45\n", "  workers: 8\n"),
+            "not valid YAML (line 9, column 3): key 'workers' given twice (first on line 7)",
+        ),
+        (
+            "spec:\n  env:\n    A: '1'\n  x: 1\n  env: {B: '2'}\n",
+            "(line 5, column 3): key 'env' given twice (first on line 2)",
+        ),
     ],
-    ids=["impossible-date", "deep-nesting", "syntax-error", "self-alias", "alias-bomb"],
+    ids=[
+        "impossible-date",
+        "deep-nesting",
+        "syntax-error",
+        "self-alias",
+        "alias-bomb",
+        "duplicate-key",
+        "duplicate-block",
+    ],
 )
 def test_every_yaml_loader_reports_an_unreadable_file_in_one_line(offline, tmp_path, text, reason):
     path = tmp_path / "input.yaml"
@@ -75,6 +93,19 @@ def test_every_yaml_loader_reports_an_unreadable_file_in_one_line(offline, tmp_p
     assert_one_line_usage_error(offline("submit", "-f", str(path)), reason)
     assert_one_line_usage_error(offline("policy", "apply", str(path), "-m", "x"), reason)
     assert_one_line_usage_error(offline("whatif", "run", "--candidate", str(path)), reason)
+
+
+def test_a_key_a_merge_brings_may_be_given_again(offline, tmp_path):
+    """YAML's merge key (``<<: *defaults``) is how a file overrides shared values: only a key
+    written twice in the mapping itself is refused."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "common: &common {workers: 1, gpusPerWorker: 1, command: [a]}\n"
+        "apiVersion: gpuplatform/v1\nkind: TrainingJob\nmetadata: {name: x, team: vision}\n"
+        "spec:\n  <<: *common\n  workers: 2\n"
+    )
+    result = offline("submit", "-f", str(path), "--dry-run", "--json")
+    assert "twice" not in result.err
 
 
 # --- numbers JSON cannot carry ----------------------------------------------------------------
