@@ -149,18 +149,24 @@ class Client:
         The server caps a page (1,000 items); the rest are read page by page by ``offset``, so
         ``limit`` is what the caller gets whatever the server's page size. ``offset`` rather than
         the answer's ``next``: behind a proxy that rewrites the host, ``next`` may name one this
-        client cannot reach."""
+        client cannot reach. An item added at the top between two reads moves the others down a
+        place, so the next page repeats one already read: items are kept once by ``id``."""
         items: list[Any] = []
-        count = 0
+        seen: set[Any] = set()
+        read = count = 0
         while len(items) < limit:
-            data = self.get(
-                path, {**(params or {}), "limit": limit - len(items), "offset": len(items)}
-            )
+            page = {**(params or {}), "limit": limit - len(items), "offset": read}
+            data = self.get(path, page)
             if not (isinstance(data, Mapping) and "results" in data):
                 plain = list(data) if isinstance(data, list) else [data]
                 return plain[:limit], len(plain)
             count = int(data.get("count") or 0)
-            items.extend(data["results"])
+            read += len(data["results"])
+            for item in data["results"]:
+                key = item.get("id") if isinstance(item, Mapping) else None
+                if key is None or key not in seen:
+                    seen.add(key)
+                    items.append(item)
             if not data["results"] or not data.get("next"):
                 break
         return items[:limit], max(count, len(items))

@@ -80,6 +80,31 @@ def test_ls_lists_as_many_as_limit_asks_beyond_the_servers_page(
     assert "(4 of 5 shown; use --limit or filters)" in table.out
 
 
+def test_ls_lists_each_job_once_when_one_is_submitted_between_pages(
+    as_alice, platform, submit, two_per_page, monkeypatch
+):
+    """Newest first by offset: a job submitted while ``ls`` reads moves every later one down a
+    place, so the next page began with the last of the one before (a script cancelling the
+    list cancelled it twice, and the second failed)."""
+    from gpuctl.client import Client
+
+    ids = [submit(platform["alice"], name=f"j{i}").json()["id"] for i in range(4)]
+    real_get = Client.get
+    pages = []
+
+    def get_then_submit(self, path, params=None):
+        answer = real_get(self, path, params)
+        pages.append(path)
+        if len(pages) == 1:
+            submit(platform["alice"], name="meanwhile")
+        return answer
+
+    monkeypatch.setattr(Client, "get", get_then_submit)
+    result = as_alice("ls", "--limit", "4", "--json")
+    assert result.code == 0, result.err
+    assert [job["id"] for job in json.loads(result.out)] == ids[::-1]
+
+
 def test_ls_json_says_on_stderr_when_the_list_was_cut(as_alice, platform, submit):
     """``ls --json`` printed the first 50 (the default --limit) and nothing else: a script
     cancelling "all my pending jobs" from it silently missed the rest."""
