@@ -774,7 +774,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def _print_log(args: argparse.Namespace, out: TextIO, chunk: dict[str, Any]) -> None:
-    if args.json:
+    if args.json and args.follow:
+        # A stream of documents: JSON Lines, so a reader splits it by line; a read that found
+        # nothing new (most of them, while a job is quiet) is no news.
+        if chunk.get("text") or chunk.get("finished"):
+            out.write(output.json_line(chunk) + "\n")
+    elif args.json:
         output.print_json(chunk, out)
     elif chunk.get("text"):
         out.write(chunk["text"])

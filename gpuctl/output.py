@@ -2,7 +2,8 @@
 
 Guarantees: tables never wrap or colour (they pipe cleanly into ``grep``/``awk``; columns are
 separated by at least two spaces and empty cells print ``-``); JSON output is the API's own
-objects, sorted keys, one document per command.
+objects, sorted keys, one document per command (a command that follows a stream writes JSON Lines:
+one compact document per line).
 
 Nothing the server sends reaches the terminal as a control sequence: job names, reasons and
 messages are other people's text (a member names a job, an admin lists every team's jobs), so
@@ -45,6 +46,11 @@ def print_json(data: Any, out: TextIO) -> None:
     """One JSON document, indented, with a trailing newline."""
     json.dump(data, out, indent=2, sort_keys=True, default=str)
     out.write("\n")
+
+
+def json_line(data: Any) -> str:
+    """One JSON document on one line (JSON Lines: a stream of them, as ``logs -f --json``)."""
+    return json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
 
 
 def cell(value: Any) -> str:

@@ -152,3 +152,23 @@ def test_a_viewer_reads_the_jobs_secrets_masked_a_member_as_written(
     output.write(f"{SECRET[8:]} ok\n")
     Job.objects.filter(pk=job_id).update(state="succeeded", finished_at=timezone.now())
     assert follower.wait() == MASKED + "token [redacted] ok\n"
+
+
+def test_follow_json_is_one_object_per_line(as_alice, platform, submit, monkeypatch):
+    """``logs -f --json`` wrote each chunk as an indented document, one after another, and one
+    for every empty read: a stream no JSON parser reads (``json.load``: "Extra data") and that
+    a line-by-line reader cannot split. Now JSON Lines: a compact object per line, for each
+    chunk that has text or ends the attempt."""
+    job_id = submit(platform["alice"], gpus_per_worker=1, simulated_duration_s=180).json()["id"]
+    run_cycle()
+    follower = Follower(monkeypatch, str(job_id), "--json")
+    time.sleep(1)  # several empty reads
+    drive_until(job_id, "succeeded")
+    lines = follower.wait().splitlines()
+    assert follower.code == 0
+    chunks = [json.loads(line) for line in lines]
+    assert all(chunk["text"] or chunk["finished"] for chunk in chunks), chunks
+    assert chunks[-1]["finished"] and chunks[-1]["attempt"] == 1
+    text = "".join(chunk["text"] for chunk in chunks)
+    assert text.startswith("[gpuplatform] attempt 1 on ")
+    assert text.endswith("[gpuplatform] training finished\n")
