@@ -7,7 +7,9 @@ What ``sbatch --wait`` gives a Slurm script: ``gpuctl submit ... && gpuctl wait 
   124  ``--timeout`` passed with a job still live (as timeout(1) says it); the jobs are untouched
 
 A job id the caller cannot see is "no such job" (exit 1) before any waiting. Waiting reads each
-live job once per ``--interval``; a job that has ended is not read again."""
+live job once per ``--interval``; a job that has ended is not read again. Once every job has been
+read, a server that does not answer for a while (a restart, a proxy without upstream, 429) is
+noted on stderr and asked again at the next interval, not taken for the jobs' end."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import time
 from typing import Any, TextIO
 
 from . import output
+from .client import ApiError, Client
 from .common import client as _client
 from .common import err as _err
 from .common import job_id_arg, positive_number
@@ -59,11 +62,14 @@ def cmd_wait(args: argparse.Namespace) -> int:
     out = _out()
     with _client(args) as api:
         live: dict[int, dict[str, Any]] = {}
+        unanswered: set[int] = set()  # jobs whose last read the server did not answer
         while True:
             for job_id in ids:
                 if job_id in ended:
                     continue
-                job = api.get(f"/api/v1/jobs/{job_id}/")
+                job = _read(api, job_id, first=job_id not in live, unanswered=unanswered)
+                if job is None:  # the server did not answer this time: ask again next round
+                    continue
                 if job.get("state") in FINAL_STATES:
                     ended[job_id] = job
                     live.pop(job_id, None)
@@ -85,6 +91,28 @@ def cmd_wait(args: argparse.Namespace) -> int:
     if all(job.get("state") == "succeeded" for job in ended.values()):
         return 0
     return EXIT_NOT_SUCCEEDED
+
+
+# Answers that say "not now" rather than "no": the server restarting (a deploy during a night's
+# wait), a proxy in front of it with no upstream, throttling.
+_PASSING_STATUSES = (0, 429, 502, 503, 504)
+
+
+def _read(api: Client, job_id: int, *, first: bool, unanswered: set[int]) -> dict[str, Any] | None:
+    """The job; None when the server is passing unavailable and the job was read before (a
+    first read fails at once: a wrong URL or id must not wait in silence). The first read of an
+    outage is noted on stderr, not every one."""
+    try:
+        job: dict[str, Any] = api.get(f"/api/v1/jobs/{job_id}/")
+    except ApiError as exc:
+        if first or exc.status not in _PASSING_STATUSES:
+            raise
+        if job_id not in unanswered:
+            unanswered.add(job_id)
+            _err().write(f"note: job {job_id}: {exc.message}; still waiting\n")
+        return None
+    unanswered.discard(job_id)
+    return job
 
 
 def _ending(job: dict[str, Any]) -> str:

@@ -234,3 +234,37 @@ def test_wait_follows_a_job_the_loop_runs_to_its_end(as_alice, platform, submit,
         run_cycle()
         time.sleep(0.2)
     assert waiter.result() == (0, f"job {job_id} (real) succeeded, exit code 0\n")
+
+
+def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
+    as_alice, platform, submit, monkeypatch, capsys
+):
+    """A night's wait met a deploy: the first unanswered read ended it, exit 1, with the job
+    still running. Once the job has been read, "not now" answers (unreachable, 502-504, 429)
+    are noted once and asked again; a first read that fails still fails at once."""
+    from gpuctl.client import ApiError, Client
+
+    (job_id,) = _running(platform, submit, 1)
+    real_request = Client._request
+    reads = []
+
+    def restarting(self, method, path, **kwargs):
+        reads.append(path)
+        if 2 <= len(reads) <= 4:  # the second to fourth reads: the server is restarting
+            raise ApiError(503 if len(reads) == 3 else 0, "cannot reach the server")
+        return real_request(self, method, path, **kwargs)
+
+    monkeypatch.setattr(Client, "_request", restarting)
+    waiter = Waiter(monkeypatch, str(job_id))
+    deadline = time.monotonic() + 10
+    while len(reads) < 6:
+        assert time.monotonic() < deadline and waiter.thread.is_alive(), (reads, waiter.code)
+        time.sleep(0.05)
+    _end(job_id, JobState.SUCCEEDED, 0)
+    assert waiter.result() == (0, f"job {job_id} (w0) succeeded, exit code 0\n")
+    noted = capsys.readouterr().err
+    assert noted.count("still waiting") == 1, noted
+
+    monkeypatch.setattr(Client, "_request", real_request)
+    nowhere = as_alice("wait", str(job_id), "--url", "http://127.0.0.1:9")
+    assert nowhere.code == 1 and "cannot reach" in nowhere.err
