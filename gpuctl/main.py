@@ -677,24 +677,39 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    """POST cancel for each job; keeps going after a failure, exits 1 if any failed."""
+    """POST cancel for each job; keeps going after a failure, exits 1 if any failed. With
+    ``--json`` the failures are one error object at the end (``fields``: job id → reason), as
+    every command's error is, and ``status`` is there when they share one."""
     ids = [job_id_arg(text) for text in args.job_ids]
-    cancelled, failed = [], False
+    cancelled: list[Any] = []
+    failures: dict[str, list[str]] = {}
+    statuses: set[int] = set()
     with _client(args) as api:
         for job_id in ids:
             try:
                 cancelled.append(api.post(f"/api/v1/jobs/{job_id}/cancel/"))
             except ApiError as exc:
+                failures[str(job_id)] = [exc.message]
+                statuses.add(exc.status)
+                if not args.json:
+                    _report(False, "api", f"job {job_id}: {exc.message}", {})
                 if exc.status == 0:  # unreachable: the rest would fail the same way
-                    raise
-                failed = True
-                _report(args.json, "api", f"job {job_id}: {exc.message}", {}, status=exc.status)
+                    break
                 continue
             if not args.json:
                 _out().write(f"job {job_id} cancelled\n")
     if args.json:
         output.print_json(cancelled, _out())
-    return EXIT_API if failed else EXIT_OK
+        if failures:
+            first_id, first_reasons = next(iter(failures.items()))
+            message = (
+                f"job {first_id}: {first_reasons[0]}"
+                if len(failures) == 1
+                else f"{len(failures)} of {len(ids)} jobs not cancelled"
+            )
+            status = next(iter(statuses)) if len(statuses) == 1 else 0
+            _report(True, "api", message, failures, status=status)
+    return EXIT_API if failures else EXIT_OK
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -268,3 +268,35 @@ def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
     monkeypatch.setattr(Client, "_request", real_request)
     nowhere = as_alice("wait", str(job_id), "--url", "http://127.0.0.1:9")
     assert nowhere.code == 1 and "cannot reach" in nowhere.err
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+
+def test_cancel_json_reports_every_failure_in_one_error_object(as_alice, platform, submit):
+    """With --json the errors are one JSON object on stderr (docs/jobspec.md); cancel wrote one
+    per job that failed, a stream no JSON parser reads, each with its reason out of ``fields``."""
+    live, done = (submit(platform["alice"], name=f"c{i}").json()["id"] for i in range(2))
+    theirs = submit(platform["bob"], team="nlp").json()["id"]
+    assert as_alice("cancel", str(done)).code == 0
+
+    result = as_alice("cancel", "--json", str(live), str(done), str(theirs))
+    assert result.code == 1
+    assert [job["id"] for job in json.loads(result.out)] == [live]
+    error = json.loads(result.err)
+    assert error["kind"] == "api"
+    assert error["fields"] == {
+        str(done): ["state: job is already cancelled"],
+        str(theirs): ["id: no such job"],
+    }
+    assert error["error"] == "2 of 3 jobs not cancelled"
+    assert "status" not in error  # 409 and 404: no one status for the whole
+    assert Job.objects.get(pk=theirs).state == "pending"
+
+    one = as_alice("cancel", "--json", str(done))
+    assert json.loads(one.err) == {
+        "error": f"job {done}: state: job is already cancelled",
+        "kind": "api",
+        "fields": {str(done): ["state: job is already cancelled"]},
+        "status": 409,
+    }
