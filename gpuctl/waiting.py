@@ -134,6 +134,12 @@ def _timed_out(
     err: TextIO = _err()
     if args.json:
         output.print_json([ended.get(job_id) or live[job_id] for job_id in ids], _out())
+        # One error object, as every --json error is; its kind says which of wait's exits.
+        reasons = {str(job["id"]): [f"still {job['state']}"] for job in live.values()}
+        count = f"{len(live)} job{'s' if len(live) != 1 else ''}"
+        body = {"error": f"timed out: {count} still live", "kind": "timeout", "fields": reasons}
+        output.print_json(body, err)
+        return EXIT_TIMED_OUT
     for job in live.values():
         err.write(f"timed out: job {job['id']} ({job.get('name')}) is still {job['state']}\n")
     return EXIT_TIMED_OUT

@@ -202,6 +202,14 @@ def test_wait_timeout_exits_124_and_leaves_the_job_alone(as_alice, platform, sub
     assert 0.4 < time.monotonic() - started < 10
     assert result.code == 124, result
     assert f"job {job_id} (w0) is still running" in result.err
+    as_json = as_alice("wait", str(job_id), "--timeout", "0", "--json")
+    assert as_json.code == 124
+    assert [job["state"] for job in json.loads(as_json.out)] == ["running"]
+    assert json.loads(as_json.err) == {
+        "error": "timed out: 1 job still live",
+        "kind": "timeout",
+        "fields": {str(job_id): ["still running"]},
+    }
     assert Job.objects.get(pk=job_id).state == "running"
 
 
