@@ -132,6 +132,7 @@ _SUBMIT_FLAGS: dict[str, str] = {
     "spot": "spec.routing.spot",
     "comm_heavy": "spec.routing.commHeavy",
 }
+_FLAG_OF_PATH = {path: "--" + dest.replace("_", "-") for dest, path in _SUBMIT_FLAGS.items()}
 # Flags whose text becomes a number before it goes into the spec: flag -> (type, its name).
 _NUMERIC_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
     **dict.fromkeys(
@@ -235,10 +236,16 @@ def build_submission(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     try:
         body = validate_array_spec(document) if array else validate_spec(document)
     except SpecError as exc:
+        named = from_flags
+        if not args.file:
+            # No file was written, so a field it lacks is a flag to add: name the flag, and
+            # leave out "metadata: must be a mapping", which only repeats the missing --name.
+            named = {**_FLAG_OF_PATH, **from_flags}
+            exc.errors.pop("metadata", None)
         renamed: dict[str, list[str]] = {}
         for path, reasons in exc.errors.items():
             if path not in failed_paths:
-                renamed.setdefault(flag_for(path, from_flags), []).extend(reasons)
+                renamed.setdefault(flag_for(path, named), []).extend(reasons)
         raise SpecError({**flag_errors, **renamed}) from None
     if flag_errors:
         raise SpecError(flag_errors)

@@ -181,6 +181,22 @@ def test_bad_flag_exits_2_naming_the_flag(gpuctl):
     )
 
 
+def test_a_submission_from_flags_alone_names_the_flags_it_lacks(gpuctl, tmp_path):
+    """``gpuctl submit -- python train.py``, as ``sbatch --wrap`` is typed: the answer named
+    spec paths of a file never written (``metadata: must be a mapping with at least a name``,
+    ``spec.workers: is required``); it names the flags to add. A file's own paths stay."""
+    result = gpuctl("submit", "--", "python", "train.py")
+    assert result.code == 2
+    assert result.err == (
+        "error: --name: is required (a non-empty string)\n"
+        "error: --workers: is required (an integer >= 1)\n"
+        "error: --gpus-per-worker: is required (an integer >= 1)\n"
+    )
+    from_file = gpuctl("submit", "-f", write(tmp_path, "metadata: {}\nspec: {}\n"), "--dry-run")
+    assert "error: metadata.name: is required" in from_file.err
+    assert "error: spec.workers: is required" in from_file.err
+
+
 def test_a_spec_that_is_not_utf8_exits_2_naming_the_file(gpuctl, tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(GOOD_SPEC.replace("vision", "vision\xe9").encode("latin-1"))
