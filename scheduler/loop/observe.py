@@ -43,13 +43,14 @@ from django.utils import timezone
 from core import streams
 from core.bounds import bounds, number_error
 
-from ..backends import backend_run_id, backend_run_ref, get_backend
+from ..backends import backend_run_ref, get_backend, run_namespace
 from ..backends.base import Backend, BackendError, BackendJobState, BackendJobStatus, BackendNode
 from ..models import Allocation, Cluster, Job, Node, NodeEvent, NodeState
 from ..services import cluster_backend_mark, node_event_record
 from ..states import LIVE_STATES, JobState
 from ..transitions import event_record, job_fail, job_finish, job_requeue
 from .cluster_pending import sync_cluster_pending
+from .holders import Holder, has_news, holders_read, holding_jobs
 from .run_accounts import learn_run_accounts
 from .stale_runs import cancel_stale_runs
 
@@ -77,27 +78,24 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
         return
     try:
         backend_nodes = {n.name: n for n in backend.list_nodes()}
-        holders = list(
-            Job.objects.filter(cluster=cluster, state__in=[JobState.RUNNING, JobState.PREEMPTED])
-            .exclude(backend_ref="")
-            .select_related("team", "cluster")
-        )
+        holders = holders_read(cluster)
+        namespace = run_namespace(cluster)
         try:
             # Before the poll, which must look for each run as the account that owns it.
-            learn_run_accounts(backend=backend, jobs=holders)
+            _learn_run_accounts(cluster, backend, holders)
         except BackendError:
             raise
         except Exception:  # the runs are then looked for as before: no reason to stop the sync
             log.exception("cluster %s: learning the accounts of runs raised", cluster.name)
         try:
-            polled = backend.poll_jobs([backend_run_ref(j) for j in holders])
+            polled = backend.poll_jobs([h.run_ref(namespace) for h in holders])
         except BackendError:
             raise
         except Exception:
             # Something about one run broke the batch: ask run by run, failing only the jobs
             # whose status cannot be had.
             log.exception("polling cluster %s raised; polling its runs one by one", cluster.name)
-            polled = _poll_each(backend, holders, now)
+            polled = _poll_each(backend, holding_jobs(cluster, holders), now)
         statuses = {(s.job_id, s.attempt): s for s in polled}
     except BackendError as exc:
         # Jobs keep their state; the cluster shows as unavailable until the backend answers.
@@ -109,10 +107,13 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
     # written meanwhile is dated no earlier than it happened, so lost work is never understated.
     now = max(now, timezone.now())
     _sync_nodes(cluster, backend_nodes, now)
-    for job in holders:
-        status = statuses.get((backend_run_id(job), job.attempts))
-        if status is None:
-            continue
+    news = {}
+    for holder in holders:
+        status = statuses.get((holder.run_id(namespace), holder.attempts))
+        if status is not None and has_news(holder, status):
+            news[holder.pk] = (holder, status)
+    for job in holding_jobs(cluster, [holder for holder, _ in news.values()]):
+        status = news[job.pk][1]
         try:
             _sync_job(job, status, now)
         except Exception as exc:
@@ -140,6 +141,19 @@ def sync_cluster(cluster: Cluster, *, now: datetime) -> None:
             log.warning("cluster %s: %s failed: %s", cluster.name, what, exc)
         except Exception:
             log.exception("cluster %s: %s raised", cluster.name, what)
+
+
+def _learn_run_accounts(cluster: Cluster, backend: Backend, holders: list[Holder]) -> None:
+    """``learn_run_accounts`` for the holders whose attempt records no account (runs from
+    before accounts were recorded: rare), their rows updated with what was learnt."""
+    unrecorded = [h for h in holders if str(h.attempts) not in h.accounts]
+    if not unrecorded:
+        return
+    jobs = holding_jobs(cluster, unrecorded)
+    learn_run_accounts(backend=backend, jobs=jobs)
+    learnt = {job.pk: job.backend_accounts or {} for job in jobs}
+    for holder in unrecorded:
+        holder.accounts = learnt.get(holder.pk, holder.accounts)
 
 
 def _poll_each(backend: Backend, holders: list[Job], now: datetime) -> list[BackendJobStatus]:
