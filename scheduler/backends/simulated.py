@@ -239,7 +239,7 @@ class SimulatedBackend:
         down = self._fault_times()
         rows = SimulatedRun.objects.filter(
             cluster_id=self.cluster_id, job_id__in={job_id for job_id, _ in wanted}
-        )
+        ).defer("launch_env")  # each worker's variables: read only to show a run's environment
         found = {(r.job_id, r.attempt): r for r in rows}
         out = []
         for key in sorted(wanted):
@@ -283,7 +283,9 @@ class SimulatedBackend:
         now = self._now()
         # Capped: a run recorded with an absurd service time must not overflow the date maths.
         window_s = min(longest / self.scale, MAX_DURATION_S)
-        recent = uncancelled.filter(started_at__gte=now - timedelta(seconds=window_s))
+        recent = uncancelled.filter(started_at__gte=now - timedelta(seconds=window_s)).defer(
+            "launch_env"
+        )
         down = self._fault_times()
         return sorted(
             LiveRun(run.job_id, run.attempt)
