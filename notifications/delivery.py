@@ -183,13 +183,16 @@ def _send_webhook(message: Message, lines: list[render.Line], heading: str) -> O
 def message_deliver(*, message_id: int, now: datetime | None = None) -> str:
     """Make one delivery attempt of an enqueued message; returns its new status. Claims the
     message first (enqueued → sending), so a duplicate task does nothing ("skipped"). A message
-    or webhook gone meanwhile is a clean exit ("gone" when it went during the attempt)."""
+    or webhook gone meanwhile is a clean exit ("gone" when it went after the claim)."""
     now = now or timezone.now()
     if not Message.objects.filter(pk=message_id, status=MessageStatus.ENQUEUED).update(
         status=MessageStatus.SENDING, claimed_at=now
     ):
         return "skipped"
-    message = Message.objects.select_related("user", "webhook__owner").get(pk=message_id)
+    message = Message.objects.select_related("user", "webhook__owner").filter(pk=message_id).first()
+    if message is None:
+        # Deleted with its webhook or person between the claim and this read.
+        return "gone"
     hook = message.webhook
     if message.channel == Channel.WEBHOOK and (hook is None or not hook.enabled):
         Message.objects.filter(pk=message.pk).update(status=MessageStatus.DROPPED)

@@ -654,3 +654,46 @@ def test_a_webhook_deleted_while_its_attempt_is_recorded_is_deleted_with_it(
     assert len(receiver.requests) == 1
     assert not Webhook.objects.filter(pk=hook.pk).exists()
     assert not Message.objects.exists() and not DeliveryAttempt.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_deleted_between_the_claim_and_the_load_ends_the_delivery_cleanly(
+    platform, vera, receiver, notify_settings
+):
+    """vera deletes the team hook just after the worker claimed its message (enqueued ->
+    sending) and before it loaded the row: the delete takes the message with it, and loading it
+    raised DoesNotExist in the worker (a crashed task) rather than the clean "gone"."""
+    import threading
+
+    from django.db import connection
+
+    hook = team_hook(platform["admin"], receiver)
+    services.webhook_send_test(user=vera, webhook_id=hook.pk)
+    result = dispatch.notifications_dispatch(now=timezone.now())
+    [message_id] = result.claimed
+
+    def delete_the_hook():
+        try:
+            services.webhook_delete(user=vera, webhook_id=hook.pk)
+        finally:
+            connection.close()  # this thread's own connection
+
+    claimed = []
+
+    def after_the_claim(execute, sql, params, many, context):
+        answer = execute(sql, params, many, context)
+        if not claimed and sql.startswith('UPDATE "notifications_message"') and "sending" in params:
+            claimed.append(sql)
+            deleter = threading.Thread(target=delete_the_hook)
+            deleter.start()
+            deleter.join()
+        return answer
+
+    from notifications.delivery import message_deliver
+
+    with connection.execute_wrapper(after_the_claim):
+        assert message_deliver(message_id=message_id) == "gone"
+    assert claimed, "the claim's UPDATE was not seen"
+    assert receiver.requests == []
+    assert not Webhook.objects.filter(pk=hook.pk).exists()
+    assert not Message.objects.exists() and not DeliveryAttempt.objects.exists()
