@@ -340,7 +340,10 @@ def whatif_run_execute(*, run_id: int) -> None:
     if not claimed:
         return
     _whatif_publish(run_id)
-    run = WhatIfRun.objects.select_related("cluster").get(pk=run_id)
+    run = WhatIfRun.objects.select_related("cluster").filter(pk=run_id).first()
+    if run is None:
+        # Deleted with its cluster between the claim and this read.
+        return
     last_percent = [-1]
     # -inf: the first call reads the flag, so a cancel asked for before the replay began stops
     # it at once.

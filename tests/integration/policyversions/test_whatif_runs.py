@@ -792,3 +792,43 @@ def test_a_huge_engine_number_is_a_400_naming_it_in_a_whatif_and_an_apply(demo, 
     assert response.status_code == 400, response.content
     assert f"engine_config.{field}" in response.json(), response.json()
     assert PolicyVersion.objects.count() == versions
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cluster_deleted_between_the_claim_and_the_load_ends_the_task_cleanly(demo):
+    """An admin deletes a cluster that has no history yet (the Django admin allows it) just
+    after the worker claimed a what-if run of it (queued -> running) and before it loaded the
+    run: the delete takes the run with it, and loading it raised DoesNotExist in the worker (a
+    crashed task) where a run gone is a clean exit."""
+    from scheduler.models import Cluster
+
+    Cluster.objects.create(name="spare", enabled=False)
+    run = whatif_runs.whatif_run_start(
+        user=demo["admin"], cluster="spare", window_days=1, candidates={"a": {}}
+    )
+
+    def delete_the_cluster():
+        try:
+            Cluster.objects.filter(name="spare").delete()
+        finally:
+            connection.close()  # this thread's own connection
+
+    claimed = []
+
+    def after_the_claim(execute, sql, params, many, context):
+        answer = execute(sql, params, many, context)
+        if (
+            not claimed
+            and sql.startswith('UPDATE "policyversions_whatifrun"')
+            and "running" in [str(p) for p in params]
+        ):
+            claimed.append(sql)
+            deleter = threading.Thread(target=delete_the_cluster)
+            deleter.start()
+            deleter.join()
+        return answer
+
+    with connection.execute_wrapper(after_the_claim):
+        run_whatif(run.pk)
+    assert claimed, "the claim's UPDATE was not seen"
+    assert not WhatIfRun.objects.filter(pk=run.pk).exists()
