@@ -4,10 +4,13 @@ whose keys name the field (``engine_config.<field>``, ``team_weights.<slug>``, .
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -26,15 +29,15 @@ class AdminElseNotFound(BasePermission):
     # The OpenAPI document declares the 404 it answers (gpuplatform/apischema.py).
     refused_status = 404
 
-    def has_permission(self, request, view) -> bool:
-        if not (request.user and request.user.is_authenticated):
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        if not request.user.is_authenticated:
             return False
         if not is_platform_admin(request.user):
             raise exceptions.NotFound()
         return True
 
 
-class PolicyVersionSerializer(serializers.ModelSerializer):
+class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
     class Meta:
         model = PolicyVersion
         fields = [
@@ -51,7 +54,7 @@ class PolicyVersionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DiffRowSerializer(serializers.Serializer):
+class DiffRowSerializer(serializers.Serializer[Any]):
     section = serializers.CharField(read_only=True)
     key = serializers.CharField(read_only=True)
     before = serializers.JSONField(read_only=True)
@@ -63,13 +66,13 @@ class EngineConfigByKeyField(serializers.DictField):
     """The engine configuration by JSON key (policyversions.selectors.effective_engine_config)."""
 
 
-class PolicyInForceSerializer(serializers.Serializer):
+class PolicyInForceSerializer(serializers.Serializer[Any]):
     in_force = PolicyVersionSerializer(read_only=True)
     engine = EngineConfigByKeyField(read_only=True, help_text="every engine field's value")
     drift = DiffRowSerializer(many=True, read_only=True)
 
 
-class PolicyApplySerializer(serializers.Serializer):
+class PolicyApplySerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=500)
     engine_config = serializers.JSONField(
         required=False, help_text="engine fields that differ from the defaults (replaces)"
@@ -84,11 +87,11 @@ class PolicyApplySerializer(serializers.Serializer):
     )
 
 
-class RollbackSerializer(serializers.Serializer):
+class RollbackSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=500)
 
 
-def _flat_errors(errors, where: str = "") -> dict[str, list[str]]:
+def _flat_errors(errors: Any, where: str = "") -> dict[str, list[str]]:
     """A serializer's errors as field -> reasons, a value inside an object named by its path
     (``candidate_versions.old``): DRF gives an object's errors as an object of its own, whose
     keys would otherwise be read as the reasons."""
@@ -100,20 +103,23 @@ def _flat_errors(errors, where: str = "") -> dict[str, list[str]]:
     return {where: [str(m) for m in errors]}
 
 
-def _validated(serializer_class, data) -> dict:
+def _validated(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
     serializer = serializer_class(data=data)
     if not serializer.is_valid():
         raise FieldErrors(_flat_errors(serializer.errors))
-    return serializer.validated_data
+    validated: dict[str, Any] = serializer.validated_data
+    return validated
 
 
 class PolicyView(APIView):
     permission_classes = [AdminElseNotFound]
 
     @extend_schema(responses={200: PolicyInForceSerializer}, operation_id="policy_in_force")
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         services.policy_version_seed()
         current = selectors.policy_in_force(user=request.user)
+        # Seeded just above, and no path deletes a version.
+        assert current is not None
         return Response(
             {
                 "in_force": PolicyVersionSerializer(current).data,
@@ -131,13 +137,13 @@ class PolicyVersionListView(APIView):
     conflicts = {"post": "another version was put in force meanwhile; try again"}
 
     @extend_schema(responses={200: PolicyVersionSerializer(many=True)})
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         services.policy_version_seed()
         versions = selectors.policy_version_list(user=request.user)[:500]
         return Response(PolicyVersionSerializer(versions, many=True).data)
 
     @extend_schema(request=PolicyApplySerializer, responses={201: PolicyVersionSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         data = _validated(PolicyApplySerializer, request.data)
         version = services.policy_apply(user=request.user, **data)
         return Response(PolicyVersionSerializer(version).data, status=status.HTTP_201_CREATED)
@@ -147,7 +153,7 @@ class PolicyVersionView(APIView):
     permission_classes = [AdminElseNotFound]
 
     @extend_schema(responses={200: PolicyVersionSerializer})
-    def get(self, request, number: int):
+    def get(self, request: Request, number: int) -> Response:
         version = selectors.policy_version_get(user=request.user, number=number)
         return Response(PolicyVersionSerializer(version).data)
 
@@ -157,14 +163,14 @@ class PolicyRollbackView(APIView):
     conflicts = {"post": "another version was put in force meanwhile; try again"}
 
     @extend_schema(request=RollbackSerializer, responses={201: PolicyVersionSerializer})
-    def post(self, request, number: int):
+    def post(self, request: Request, number: int) -> Response:
         selectors.policy_version_get(user=request.user, number=number)
         data = _validated(RollbackSerializer, request.data)
         version = services.policy_rollback(user=request.user, number=number, **data)
         return Response(PolicyVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
-def _version_number(request, key: str) -> int:
+def _version_number(request: Request, key: str) -> int:
     number = selectors.version_number(request.query_params.get(key, ""))
     if number is None:
         raise FieldErrors({key: ["must be a version number"]})
@@ -181,7 +187,7 @@ class PolicyDiffView(APIView):
         ],
         responses={200: DiffRowSerializer(many=True)},
     )
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         rows = selectors.policy_diff(
             user=request.user, a=_version_number(request, "a"), b=_version_number(request, "b")
         )
@@ -204,7 +210,7 @@ urlpatterns = [
 # ------------------------------------------------------------------------------ what-if runs
 
 
-class WhatIfRunSerializer(serializers.ModelSerializer):
+class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     policies = serializers.SerializerMethodField()
 
@@ -231,7 +237,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_policies(self, run) -> list[str]:
+    def get_policies(self, run: WhatIfRun) -> list[str]:
         return selectors.whatif_policies(run)
 
 
@@ -241,7 +247,7 @@ class WhatIfRunDetailSerializer(WhatIfRunSerializer):
         read_only_fields = fields
 
 
-class WhatIfStartSerializer(serializers.Serializer):
+class WhatIfStartSerializer(serializers.Serializer[Any]):
     cluster = serializers.CharField(
         required=False, help_text="cluster name (default: the only enabled cluster)"
     )
@@ -263,7 +269,7 @@ class WhatIfStartSerializer(serializers.Serializer):
         "configuration, team weights and priority classes)",
     )
 
-    def validate(self, attrs):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # A misspelt field (``window`` for ``window_days``) would otherwise be dropped and the
         # replay run on the default instead of what was asked.
         unknown = sorted(set(self.initial_data) - set(self.fields))
@@ -272,7 +278,7 @@ class WhatIfStartSerializer(serializers.Serializer):
         return attrs
 
 
-class WhatIfApplySerializer(serializers.Serializer):
+class WhatIfApplySerializer(serializers.Serializer[Any]):
     candidate = serializers.CharField(max_length=60)
     reason = serializers.CharField(max_length=500)
 
@@ -282,7 +288,7 @@ class WhatIfRunListView(APIView):
     conflicts = {"post": "another replay of the cluster is live"}
 
     @extend_schema(responses={200: WhatIfRunSerializer(many=True)}, operation_id="whatif_list")
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         runs = selectors.whatif_run_list(user=request.user)[:200]
         return Response(WhatIfRunSerializer(runs, many=True).data)
 
@@ -293,7 +299,7 @@ class WhatIfRunListView(APIView):
         description="Queue a replay of the cluster's finished history under the policy in force "
         "and the candidates (409 while another replay of the cluster is live).",
     )
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         data = _validated(WhatIfStartSerializer, request.data)
         run = whatif_runs.whatif_run_start(user=request.user, **data)
         return Response(WhatIfRunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -303,7 +309,7 @@ class WhatIfRunView(APIView):
     permission_classes = [AdminElseNotFound]
 
     @extend_schema(responses={200: WhatIfRunDetailSerializer}, operation_id="whatif_retrieve")
-    def get(self, request, run_id: int):
+    def get(self, request: Request, run_id: int) -> Response:
         run = selectors.whatif_run_get(user=request.user, run_id=run_id)
         return Response(WhatIfRunDetailSerializer(run).data)
 
@@ -313,7 +319,7 @@ class WhatIfCancelView(APIView):
     conflicts = {"post": "the run is not live any more"}
 
     @extend_schema(request=None, responses={200: WhatIfRunSerializer}, operation_id="whatif_cancel")
-    def post(self, request, run_id: int):
+    def post(self, request: Request, run_id: int) -> Response:
         run = whatif_runs.whatif_run_cancel(user=request.user, run_id=run_id)
         return Response(WhatIfRunSerializer(run).data)
 
@@ -332,7 +338,7 @@ class WhatIfApplyView(APIView):
         description="Put a candidate of a finished replay in force as the next policy version, "
         "as it was replayed: its engine configuration, team weights and priority classes.",
     )
-    def post(self, request, run_id: int):
+    def post(self, request: Request, run_id: int) -> Response:
         selectors.whatif_run_get(user=request.user, run_id=run_id)
         data = _validated(WhatIfApplySerializer, request.data)
         version = whatif_runs.whatif_candidate_apply(user=request.user, run_id=run_id, **data)

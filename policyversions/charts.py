@@ -12,9 +12,10 @@ import plotly.graph_objects as go
 HOUR_S = 3600.0
 
 
-def _dict(fig: go.Figure) -> dict:
+def _dict(fig: go.Figure) -> dict[str, Any]:
     # Policy and team names are identifiers and slugs (no markup), checked where they are made.
-    return json.loads(fig.to_json())
+    figure: dict[str, Any] = json.loads(fig.to_json())
+    return figure
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, **extra: Any) -> None:
@@ -28,7 +29,9 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, **extra: Any) -> None:
     )
 
 
-def wait_distribution_figure(policies: list[str], details: dict[str, dict]) -> dict:
+def wait_distribution_figure(
+    policies: list[str], details: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Share of jobs that waited at most x hours, one curve per policy."""
     fig = go.Figure()
     for name in policies:
@@ -58,7 +61,7 @@ def wait_distribution_figure(policies: list[str], details: dict[str, dict]) -> d
     return _dict(fig)
 
 
-def team_wait_figure(policies: list[str], team_rows: list[dict]) -> dict:
+def team_wait_figure(policies: list[str], team_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Average wait per team, a bar per policy."""
     fig = go.Figure()
     teams = [row["team"] for row in team_rows]
@@ -74,7 +77,7 @@ def team_wait_figure(policies: list[str], team_rows: list[dict]) -> dict:
     return _dict(fig)
 
 
-def team_share_figure(policies: list[str], team_rows: list[dict]) -> dict:
+def team_share_figure(policies: list[str], team_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """GPU share each team held while the history's jobs arrived, a bar per policy, against
     the team's fair share (a marker)."""
     fig = go.Figure()
@@ -106,7 +109,7 @@ def team_share_figure(policies: list[str], team_rows: list[dict]) -> dict:
     return _dict(fig)
 
 
-def utilization_figure(policies: list[str], details: dict[str, dict]) -> dict:
+def utilization_figure(policies: list[str], details: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """GPUs in use (fraction of the cluster) over the replay, one line per policy."""
     fig = go.Figure()
     for name in policies:

@@ -7,10 +7,14 @@ put back on the matching form field (``add_service_errors``)."""
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 from django import forms
+from django.forms import BoundField
 
 from core.jsonlimits import JsonRefused, loads_bounded
+
+from .models import PolicyVersion
 
 MAX_CONFIG_CHARS = 20_000
 
@@ -27,10 +31,16 @@ class PolicyTablesMixin:
     """One weight field per team and the three fields of each priority class, filled with
     what the loop reads now; for a form that edits a whole policy."""
 
-    fields: dict
-    cleaned_data: dict
+    fields: dict[str, forms.Field]
+    cleaned_data: dict[str, Any]
 
-    def add_table_fields(self, weights: dict, classes: dict, *, required: bool = True) -> None:
+    def add_table_fields(
+        self,
+        weights: dict[str, float],
+        classes: dict[str, dict[str, Any]],
+        *,
+        required: bool = True,
+    ) -> None:
         """``required=False``: a weight or a class value left out stays as it is now."""
         self.weights_now = dict(weights)
         self.classes_now = {name: dict(spec) for name, spec in classes.items()}
@@ -58,10 +68,10 @@ class PolicyTablesMixin:
                 label=f"{name}: restricted", initial=spec["restricted"], required=False
             )
 
-    def weight_fields(self):
+    def weight_fields(self) -> list[BoundField]:
         return [self[_weight_name(slug)] for slug in self.team_slugs]  # type: ignore[index]
 
-    def class_rows(self):
+    def class_rows(self) -> list[tuple[str, BoundField, BoundField, BoundField]]:
         return [
             (
                 name,
@@ -72,8 +82,9 @@ class PolicyTablesMixin:
             for name in self.class_names
         ]
 
-    def table_values(self) -> tuple[dict[str, float], dict[str, dict]]:
-        """Every team's weight and every class's settings as submitted."""
+    def table_values(self) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
+        """Every team's weight and every class's settings as submitted (a weight or class
+        value left out is None when the fields are not required)."""
         data = self.cleaned_data
         return (
             {slug: data[_weight_name(slug)] for slug in self.team_slugs},
@@ -120,7 +131,14 @@ class PolicyForm(PolicyTablesMixin, forms.Form):
     )
     reason = forms.CharField(label="Why", max_length=500)
 
-    def __init__(self, *args, version, weights: dict, classes: dict, **kwargs):
+    def __init__(
+        self,
+        *args: Any,
+        version: PolicyVersion | None,
+        weights: dict[str, float],
+        classes: dict[str, dict[str, Any]],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             self.initial["engine_config"] = json.dumps(
@@ -128,11 +146,11 @@ class PolicyForm(PolicyTablesMixin, forms.Form):
             )
         self.add_table_fields(weights, classes)
 
-    def clean_engine_config(self):
+    def clean_engine_config(self) -> Any:
         text = self.cleaned_data["engine_config"].strip() or "{}"
         return config_read(text, field="engine_config", root=("engine_config",))
 
-    def service_arguments(self) -> dict:
+    def service_arguments(self) -> dict[str, Any]:
         weights, classes = self.table_values()
         return {
             "engine_config": self.cleaned_data["engine_config"],
@@ -182,17 +200,18 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
 
     def __init__(
         self,
-        *args,
+        *args: Any,
         clusters: list[str],
-        versions: list,
-        in_force,
-        weights: dict,
-        classes: dict,
-        **kwargs,
-    ):
+        versions: list[PolicyVersion],
+        in_force: PolicyVersion | None,
+        weights: dict[str, float],
+        classes: dict[str, dict[str, Any]],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["cluster"].choices = [(c, c) for c in clusters]
-        self.fields["versions"].choices = [
+        # The two fields declared above as choice fields (the mixin types fields as any Field).
+        cast(forms.ChoiceField, self.fields["cluster"]).choices = [(c, c) for c in clusters]
+        cast(forms.MultipleChoiceField, self.fields["versions"]).choices = [
             (str(v.number), f"v{v.number}: {v.reason}"[:120])
             for v in versions
             if in_force is None or v.number != in_force.number
@@ -204,7 +223,7 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
             )
         self.add_table_fields(weights, classes, required=False)
 
-    def clean_candidate_config(self):
+    def clean_candidate_config(self) -> Any:
         text = self.cleaned_data["candidate_config"].strip()
         if not text:
             return None
@@ -212,7 +231,7 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
         root = ("candidates", self._edited_name(), "engine_config")
         return config_read(text, field="candidate_config", root=root)
 
-    def edited_candidate(self) -> dict | None:
+    def edited_candidate(self) -> dict[str, Any] | None:
         """The candidate edited here as a policy (the weights and classes it changes from
         what the loop reads now), or None when nothing was edited: no engine configuration
         and every weight and class as it is."""
@@ -232,7 +251,10 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
         }
         if config is None and not changed_weights and not changed_classes:
             return None
-        policy: dict = {"team_weights": changed_weights, "priority_classes": changed_classes}
+        policy: dict[str, Any] = {
+            "team_weights": changed_weights,
+            "priority_classes": changed_classes,
+        }
         if config is not None:
             policy["engine_config"] = config
         return policy
@@ -240,9 +262,9 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
     def _edited_name(self) -> str:
         return (self.cleaned_data.get("candidate_name") or "").strip() or "candidate"
 
-    def service_arguments(self) -> dict:
+    def service_arguments(self) -> dict[str, Any]:
         data = self.cleaned_data
-        candidates = {}
+        candidates: dict[str, dict[str, Any]] = {}
         policy = self.edited_candidate()
         if policy is not None:
             candidates[self._edited_name()] = policy

@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from core.errors import NotFound
 from core.ids import parse_id
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict, config_to_dict
-from tenants.permissions import is_platform_admin
+from tenants.permissions import Caller, is_platform_admin
 
 from .models import PolicyVersion, WhatIfRun
 from .services import current_tables, version_content
@@ -34,13 +34,14 @@ def version_number(text: str) -> int | None:
     return number if number is not None and number <= 2**31 else None
 
 
-def engine_config_in_force() -> dict | None:
+def engine_config_in_force() -> dict[str, Any] | None:
     """The engine configuration of the newest version, or None (no version yet, or one the
     codec refuses: then the caller falls back to the environment's)."""
     data = PolicyVersion.objects.order_by("-number").values_list("number", "engine_config").first()
     if data is None:
         return None
-    number, config = data
+    number: int = data[0]
+    config: dict[str, Any] = data[1]
     try:
         config_from_dict(config, path=f"policy v{number}")
     except SnapshotError as exc:
@@ -64,17 +65,17 @@ def version_in_force_number() -> int | None:
     return PolicyVersion.objects.order_by("-number").values_list("number", flat=True).first()
 
 
-def _require_admin(user) -> None:
+def _require_admin(user: Caller) -> None:
     if not is_platform_admin(user):
         raise NotFound("no such page", field="policy")
 
 
-def policy_version_list(*, user) -> QuerySet[PolicyVersion]:
+def policy_version_list(*, user: Caller) -> QuerySet[PolicyVersion]:
     _require_admin(user)
     return PolicyVersion.objects.order_by("-number")
 
 
-def policy_version_get(*, user, number: int) -> PolicyVersion:
+def policy_version_get(*, user: Caller, number: int) -> PolicyVersion:
     _require_admin(user)
     version = PolicyVersion.objects.filter(number=number).first()
     if version is None:
@@ -82,7 +83,7 @@ def policy_version_get(*, user, number: int) -> PolicyVersion:
     return version
 
 
-def policy_in_force(*, user) -> PolicyVersion | None:
+def policy_in_force(*, user: Caller) -> PolicyVersion | None:
     _require_admin(user)
     return PolicyVersion.objects.order_by("-number").first()
 
@@ -95,7 +96,7 @@ class DiffRow:
     after: Any
 
 
-def effective_engine_config(data: dict) -> dict:
+def effective_engine_config(data: dict[str, Any]) -> dict[str, Any]:
     """Every engine field with its value under ``data`` (defaults filled in by the codec), by
     its JSON key (``las.long_run_s`` inside the ``las`` section, ``las`` itself only when it is
     off), for showing and comparing; {} if the codec refuses ``data``."""
@@ -105,7 +106,7 @@ def effective_engine_config(data: dict) -> dict:
             config = config_from_dict(data, path="engine_config")
     except SnapshotError:
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in config_to_dict(config).items():
         if key == "las" and value is not None:
             out.update({f"las.{k}": v for k, v in value.items()})
@@ -114,7 +115,7 @@ def effective_engine_config(data: dict) -> dict:
     return out
 
 
-def _class_text(spec: dict | None) -> str | None:
+def _class_text(spec: dict[str, Any] | None) -> str | None:
     if spec is None:
         return None
     flags = [
@@ -124,7 +125,7 @@ def _class_text(spec: dict | None) -> str | None:
     return f"{spec.get('value')} ({', '.join(flags)})"
 
 
-def diff_contents(before: dict, after: dict) -> list[DiffRow]:
+def diff_contents(before: dict[str, Any], after: dict[str, Any]) -> list[DiffRow]:
     """What differs between two policy contents (``engine_config``, ``team_weights``,
     ``priority_classes``), engine fields compared by their effective values."""
     rows = []
@@ -151,14 +152,14 @@ def diff_contents(before: dict, after: dict) -> list[DiffRow]:
     return rows
 
 
-def policy_diff(*, user, a: int, b: int) -> list[DiffRow]:
+def policy_diff(*, user: Caller, a: int, b: int) -> list[DiffRow]:
     """What changed from version ``a`` to version ``b``."""
     first = policy_version_get(user=user, number=a)
     second = policy_version_get(user=user, number=b)
     return diff_contents(version_content(first), version_content(second))
 
 
-def policy_drift(*, user, version: PolicyVersion | None) -> list[DiffRow]:
+def policy_drift(*, user: Caller, version: PolicyVersion | None) -> list[DiffRow]:
     """Team weights and priority classes changed outside the policy (under Teams) since
     ``version`` was put in force: what the loop reads now against what the version says."""
     _require_admin(user)
@@ -176,13 +177,13 @@ def policy_drift(*, user, version: PolicyVersion | None) -> list[DiffRow]:
     return diff_contents(recorded, now)
 
 
-def whatif_run_list(*, user):
+def whatif_run_list(*, user: Caller) -> QuerySet[WhatIfRun]:
     """Every what-if run, newest first (platform admins only)."""
     _require_admin(user)
     return WhatIfRun.objects.select_related("cluster").order_by("-created_at", "-id")
 
 
-def whatif_run_get(*, user, run_id: int):
+def whatif_run_get(*, user: Caller, run_id: int) -> WhatIfRun:
     _require_admin(user)
     run = WhatIfRun.objects.select_related("cluster").filter(pk=run_id).first()
     if run is None:
@@ -195,7 +196,7 @@ class SideBySideRow:
     label: str
     key: str
     unit: str
-    values: list  # one per policy, in the run's order (baseline first)
+    values: list[Any]  # one per policy, in the run's order (baseline first)
     better: str  # "lower" or "higher"
 
 
@@ -213,12 +214,12 @@ SIDE_BY_SIDE = (
 )
 
 
-def whatif_policies(run) -> list[str]:
+def whatif_policies(run: WhatIfRun) -> list[str]:
     """The run's policies in order: the one in force, then the candidates."""
     return [BASELINE, *[c for c in run.candidates if c != BASELINE]]
 
 
-def whatif_side_by_side(run) -> list[SideBySideRow]:
+def whatif_side_by_side(run: WhatIfRun) -> list[SideBySideRow]:
     """The headline metrics of each policy of a finished run, a row per metric."""
     names = whatif_policies(run)
     return [
@@ -227,7 +228,7 @@ def whatif_side_by_side(run) -> list[SideBySideRow]:
     ]
 
 
-def whatif_team_rows(run) -> list[dict]:
+def whatif_team_rows(run: WhatIfRun) -> list[dict[str, Any]]:
     """Per team: for each policy its average and p95 wait, its GPU share and its fair share
     under that policy's weights (a candidate may change them), and the fair share in force."""
     names = whatif_policies(run)
@@ -253,7 +254,7 @@ def whatif_team_rows(run) -> list[dict]:
     return rows
 
 
-def whatif_candidate_notes(run) -> list[tuple[str, list[str]]]:
+def whatif_candidate_notes(run: WhatIfRun) -> list[tuple[str, list[str]]]:
     """Per candidate, its changes the replay could not show (``not_replayed`` of its details):
     (candidate, fields), only for candidates with any."""
     return [

@@ -18,6 +18,7 @@ from numbers import Integral
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,7 +29,7 @@ from scheduler.policy import SnapshotError, config_deprecations, config_from_dic
 from tenants import services as tenant_services
 from tenants.audit import audit_record
 from tenants.models import PriorityClass, Team
-from tenants.permissions import is_platform_admin
+from tenants.permissions import Caller, is_platform_admin
 
 from .models import PolicySource, PolicyVersion
 
@@ -41,7 +42,7 @@ CLASS_FIELDS = ("value", "preemptible_by_default", "restricted")
 POLICY_PARTS = ("engine_config", "team_weights", "priority_classes")
 
 
-def current_tables() -> tuple[dict[str, float], dict[str, dict]]:
+def current_tables() -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     """The team weights and priority classes the loop reads today (slug -> weight, name ->
     {value, preemptible_by_default, restricted})."""
     weights = dict(Team.objects.order_by("slug").values_list("slug", "fair_share_weight"))
@@ -52,7 +53,7 @@ def current_tables() -> tuple[dict[str, float], dict[str, dict]]:
     return weights, classes
 
 
-def version_content(version: PolicyVersion) -> dict:
+def version_content(version: PolicyVersion) -> dict[str, Any]:
     return {
         "engine_config": version.engine_config,
         "team_weights": version.team_weights,
@@ -60,7 +61,7 @@ def version_content(version: PolicyVersion) -> dict:
     }
 
 
-def policy_base(version: PolicyVersion) -> dict:
+def policy_base(version: PolicyVersion) -> dict[str, Any]:
     """What a change is made to: ``version``'s engine configuration and the weights and classes
     the loop reads now. Weights and classes changed under Teams since ``version`` ("changed
     outside the policy") are kept, and the next version records them: built on ``version``'s own
@@ -76,12 +77,12 @@ def policy_base(version: PolicyVersion) -> dict:
 
 
 def policy_content_with(
-    base: dict,
+    base: dict[str, Any],
     *,
-    engine_config: dict | None = None,
-    team_weights: dict | None = None,
-    priority_classes: dict | None = None,
-) -> dict:
+    engine_config: dict[str, Any] | None = None,
+    team_weights: dict[str, float] | None = None,
+    priority_classes: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The policy ``base`` (a ``version_content`` or a ``policy_base``) with a change: ``engine_config`` replaces
     (None keeps base's), the named teams' weights and classes change and the others keep
     base's. What ``policy_apply`` puts in force, and what the what-if apply page shows first."""
@@ -92,7 +93,7 @@ def policy_content_with(
     }
 
 
-def _environment_config() -> dict:
+def _environment_config() -> dict[str, Any]:
     return dict(getattr(settings, "SCHEDULER_POLICY", None) or {})
 
 
@@ -120,7 +121,7 @@ def policy_version_seed() -> PolicyVersion:
     return version
 
 
-def validate_engine_config(data: Any) -> dict:
+def validate_engine_config(data: Any) -> dict[str, Any]:
     """``data`` if the engine's codec accepts it; else FieldErrors naming the field."""
     if not isinstance(data, dict):
         raise FieldErrors({"engine_config": ["must be a JSON object"]})
@@ -140,7 +141,7 @@ def validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, float
         errors["team_weights"] = ["must be an object of team slug to weight"]
         return {}
     known = set(Team.objects.filter(slug__in=[str(k) for k in data]).values_list("slug", flat=True))
-    out = {}
+    out: dict[str, float] = {}
     for slug, weight in data.items():
         field = f"team_weights.{slug}"
         if slug not in known:
@@ -152,7 +153,7 @@ def validate_weights(data: Any, errors: dict[str, list[str]]) -> dict[str, float
     return out
 
 
-def validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict]:
+def validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     """``data`` (class name -> {value, preemptible_by_default, restricted}); each problem added
     to ``errors`` (``priority_classes``, ``priority_classes.<name>.<field>``)."""
     if not isinstance(data, dict):
@@ -161,7 +162,7 @@ def validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict]
     known = set(
         PriorityClass.objects.filter(name__in=[str(k) for k in data]).values_list("name", flat=True)
     )
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, spec in data.items():
         field = f"priority_classes.{name}"
         if name not in known:
@@ -177,7 +178,7 @@ def validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict]
                 errors[f"{field}.{key}"] = ["required"]
         value = spec.get("value")
         if "value" in spec and (
-            isinstance(value, bool) or not isinstance(value, Integral) or abs(value) > 10**9
+            isinstance(value, bool) or not isinstance(value, Integral) or abs(int(value)) > 10**9
         ):
             errors[f"{field}.value"] = ["must be a whole number within ±1,000,000,000"]
         for key in ("preemptible_by_default", "restricted"):
@@ -198,13 +199,17 @@ def _reason(reason: Any, errors: dict[str, list[str]]) -> str:
     return reason.strip()
 
 
-def require_admin(user) -> None:
+def require_admin(user: Caller) -> User:
+    """``user``, a platform admin; anyone else NotFound."""
     # Not Forbidden: the policy routes do not exist for anyone else.
     if not is_platform_admin(user):
         raise NotFound("no such page", field="policy")
+    return user
 
 
-def _write_tables(*, user, weights: dict[str, float], classes: dict[str, dict]) -> None:
+def _write_tables(
+    *, user: User, weights: dict[str, float], classes: dict[str, dict[str, Any]]
+) -> None:
     current_weights, current_classes = current_tables()
     for slug, weight in sorted(weights.items()):
         if slug in current_weights and current_weights[slug] != weight:
@@ -256,8 +261,14 @@ def _lock_in_force(base: PolicyVersion) -> PolicyVersion:
 
 
 def _new_version(
-    *, user, previous: PolicyVersion, content: dict, reason: str, source: str, restores=None
-):
+    *,
+    user: User,
+    previous: PolicyVersion,
+    content: dict[str, Any],
+    reason: str,
+    source: str,
+    restores: int | None = None,
+) -> PolicyVersion:
     """Write version ``previous.number + 1`` and the tables ``content`` sets; ``previous`` is
     the version :func:`_lock_in_force` returned, in the same transaction."""
     version = PolicyVersion.objects.create(
@@ -284,7 +295,7 @@ def _new_version(
 
 def policy_apply(
     *,
-    user,
+    user: Caller,
     reason: Any,
     engine_config: Any = None,
     team_weights: Any = None,
@@ -296,7 +307,7 @@ def policy_apply(
     Bad input is FieldErrors naming each field (``engine_config.<field>``,
     ``team_weights.<slug>``, ``priority_classes.<name>.<field>``, ``reason``) and nothing is
     written."""
-    require_admin(user)
+    admin = require_admin(user)
     base = policy_version_seed()
     errors: dict[str, list[str]] = {}
     why = _reason(reason, errors)
@@ -321,14 +332,14 @@ def policy_apply(
         if content == version_content(previous):
             raise FieldErrors({"engine_config": ["nothing changed from the version in force"]})
         return _new_version(
-            user=user, previous=previous, content=content, reason=why, source=PolicySource.EDIT
+            user=admin, previous=previous, content=content, reason=why, source=PolicySource.EDIT
         )
 
 
-def policy_rollback(*, user, number: int, reason: Any) -> PolicyVersion:
+def policy_rollback(*, user: Caller, number: int, reason: Any) -> PolicyVersion:
     """A new version with the content of version ``number`` (platform admins only). Teams or
     classes created since keep their current settings. Audited as ``policy.rollback``."""
-    require_admin(user)
+    admin = require_admin(user)
     base = policy_version_seed()
     target = PolicyVersion.objects.filter(number=number).first()
     if target is None:
@@ -342,7 +353,7 @@ def policy_rollback(*, user, number: int, reason: Any) -> PolicyVersion:
     validate_engine_config(target.engine_config)
     with transaction.atomic():
         return _new_version(
-            user=user,
+            user=admin,
             previous=_lock_in_force(base),
             content=version_content(target),
             reason=why,

@@ -3,9 +3,11 @@ force with its edit form, the history, one version, a diff between two, rollback
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
 from core.errors import Conflict, FieldErrors, NotFound
@@ -14,15 +16,16 @@ from tenants.permissions import is_platform_admin
 
 from . import charts, selectors, services, whatif_runs
 from .forms import PolicyForm, WhatIfForm
+from .models import WhatIfRun
 
 
-def _admin_only(request) -> None:
+def _admin_only(request: HttpRequest) -> None:
     if not is_platform_admin(request.user):
         raise Http404("no such page")
 
 
 @login_required
-def index(request):
+def index(request: HttpRequest) -> HttpResponse:
     """The version in force, what changed outside it, the edit form (POST applies a new
     version) and the history."""
     _admin_only(request)
@@ -60,14 +63,14 @@ def index(request):
 
 
 @login_required
-def version(request, number: int):
+def version(request: HttpRequest, number: int) -> HttpResponse:
     """One version: who, when, why, its content and what it changed from the one before."""
     _admin_only(request)
     try:
         shown = selectors.policy_version_get(user=request.user, number=number)
     except NotFound:
         raise Http404("no such policy version") from None
-    changes = []
+    changes: list[selectors.DiffRow] = []
     if shown.number > 1:
         changes = selectors.policy_diff(user=request.user, a=shown.number - 1, b=shown.number)
     newest = selectors.policy_in_force(user=request.user)
@@ -85,18 +88,18 @@ def version(request, number: int):
 
 
 @login_required
-def diff(request):
+def diff(request: HttpRequest) -> HttpResponse:
     """``?a=N&b=M``: what changed from version N to version M."""
     _admin_only(request)
-    errors = []
-    numbers = {}
+    errors: list[str] = []
+    numbers: dict[str, int] = {}
     for key in ("a", "b"):
         number = selectors.version_number(request.GET.get(key, ""))
         if number is None:
             errors.append(f"{key}: must be a version number")
         else:
             numbers[key] = number
-    rows = None
+    rows: list[selectors.DiffRow] | None = None
     if not errors:
         try:
             rows = selectors.policy_diff(user=request.user, a=numbers["a"], b=numbers["b"])
@@ -118,7 +121,7 @@ def diff(request):
 
 
 @login_required
-def rollback(request, number: int):
+def rollback(request: HttpRequest, number: int) -> HttpResponse:
     """POST: put version ``number``'s content in force again, as a new version."""
     _admin_only(request)
     if request.method != "POST":
@@ -142,7 +145,7 @@ def rollback(request, number: int):
 
 
 @login_required
-def whatif_index(request):
+def whatif_index(request: HttpRequest) -> HttpResponse:
     """The what-if runs (newest first) and the form that starts one (POST queues it and goes
     to its page, where the progress shows)."""
     _admin_only(request)
@@ -153,11 +156,15 @@ def whatif_index(request):
     )
     versions = list(selectors.policy_version_list(user=request.user)[:50])
     weights, classes = services.current_tables()
-    tables = {"weights": weights, "classes": classes}
     status = 200
     if request.method == "POST":
         form = WhatIfForm(
-            request.POST, clusters=clusters, versions=versions, in_force=in_force, **tables
+            request.POST,
+            clusters=clusters,
+            versions=versions,
+            in_force=in_force,
+            weights=weights,
+            classes=classes,
         )
         if form.is_valid():
             try:
@@ -168,7 +175,13 @@ def whatif_index(request):
                 return redirect("policy:whatif-run", run_id=run.pk)
         status = 400
     else:
-        form = WhatIfForm(clusters=clusters, versions=versions, in_force=in_force, **tables)
+        form = WhatIfForm(
+            clusters=clusters,
+            versions=versions,
+            in_force=in_force,
+            weights=weights,
+            classes=classes,
+        )
     return render(
         request,
         "policyversions/whatif_index.html",
@@ -182,7 +195,7 @@ def whatif_index(request):
     )
 
 
-def _run_or_404(request, run_id: int):
+def _run_or_404(request: HttpRequest, run_id: int) -> WhatIfRun:
     try:
         return selectors.whatif_run_get(user=request.user, run_id=run_id)
     except NotFound:
@@ -190,13 +203,13 @@ def _run_or_404(request, run_id: int):
 
 
 @login_required
-def whatif_run(request, run_id: int):
+def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
     """One run: its progress (live over the stream) and cancel button while it runs; once done,
     the policies side by side, per team, and the charts; from there a candidate can be applied."""
     _admin_only(request)
     run = _run_or_404(request, run_id)
     policies = selectors.whatif_policies(run)
-    context = {"run": run, "policies": policies, "page": "policy"}
+    context: dict[str, Any] = {"run": run, "policies": policies, "page": "policy"}
     if run.status == "succeeded":
         teams = selectors.whatif_team_rows(run)
         context.update(
@@ -214,7 +227,7 @@ def whatif_run(request, run_id: int):
 
 
 @login_required
-def whatif_cancel(request, run_id: int):
+def whatif_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     """POST: stop a queued or running replay."""
     _admin_only(request)
     if request.method != "POST":
@@ -230,7 +243,7 @@ def whatif_cancel(request, run_id: int):
 
 
 @login_required
-def whatif_apply(request, run_id: int):
+def whatif_apply(request: HttpRequest, run_id: int) -> HttpResponse:
     """``?candidate=NAME``: what putting the candidate in force changes (the diff against the
     version in force) and why; POST applies it as the next version."""
     _admin_only(request)
@@ -248,7 +261,7 @@ def whatif_apply(request, run_id: int):
             team_weights=policy.get("team_weights"),
             priority_classes=policy.get("priority_classes"),
         )
-        if current
+        if in_force is not None
         else {}
     )
     error = ""

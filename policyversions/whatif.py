@@ -28,7 +28,7 @@ from __future__ import annotations
 import io
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,7 @@ class ReplayFailed(Exception):
     message says why, for the admin."""
 
 
-def compare_arguments(trace: Path, out: Path, candidates: dict[str, dict]) -> list[str]:
+def compare_arguments(trace: Path, out: Path, candidates: dict[str, dict[str, Any]]) -> list[str]:
     """The ``scheduler.simulation`` command line that replays ``trace`` under the policy in
     force (``gpuplatform``: the trace's own configuration, weights and classes) and each
     candidate (a policy as ``whatif_candidates`` returns it)."""
@@ -151,7 +151,9 @@ def whatif_candidates(candidates: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> dict[str, dict]:
+def whatif_validate(
+    *, since: datetime, until: datetime, candidates: Any
+) -> dict[str, dict[str, Any]]:
     """The candidates as policies (``whatif_candidates``) if the window and they can be
     replayed; FieldErrors (``window``, ``candidates``, ``candidates.<name>.<field>``)
     otherwise."""
@@ -163,7 +165,7 @@ def whatif_validate(*, since: datetime, until: datetime, candidates: Any) -> dic
             f"at most {MAX_WINDOW.days} days of history per replay "
             f"(asked for {(until - since) / timedelta(days=1):.0f}); choose a shorter window"
         ]
-    policies: dict[str, dict] = {}
+    policies: dict[str, dict[str, Any]] = {}
     try:
         policies = whatif_candidates(candidates)
     except FieldErrors as exc:
@@ -211,7 +213,7 @@ def whatif_size_problem(*, cluster: Any, since: datetime, until: datetime) -> st
     )
 
 
-def not_replayed(policy: dict[str, Any], classes_now: dict[str, dict]) -> list[str]:
+def not_replayed(policy: dict[str, Any], classes_now: dict[str, dict[str, Any]]) -> list[str]:
     """The candidate's changes a replay of finished jobs cannot show: a priority class's
     ``preemptible_by_default`` and ``restricted`` act when a job is submitted, and the
     history's jobs keep what they were submitted with."""
@@ -231,7 +233,7 @@ def _quantiles(sorted_values: list[float], count: int) -> list[float]:
     return [sorted_values[min(n - 1, round(k * (n - 1) / count))] for k in range(count + 1)]
 
 
-def _fair_shares(teams: dict[str, dict[str, Any]]) -> dict[str, float]:
+def _fair_shares(teams: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
     """Each team's fair share of the cluster: its weight's share among its siblings, times its
     parent's share (the roots share the whole cluster)."""
     children: dict[str | None, list[str]] = {}
@@ -381,8 +383,8 @@ def whatif_compare(
     """Policy name -> metrics for the jobs submitted on ``cluster`` in [since, until). Bad input
     is FieldErrors (``window``, ``candidates``, ``candidates.<name>.<field>``)."""
     try:
-        return whatif_replay(cluster=cluster, since=since, until=until, candidates=candidates)[
-            "results"
-        ]
+        replay = whatif_replay(cluster=cluster, since=since, until=until, candidates=candidates)
     except ReplayFailed as exc:
         raise FieldErrors({"window": [str(exc)]}) from None
+    results: dict[str, dict[str, Any]] = replay["results"]
+    return results

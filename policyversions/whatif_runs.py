@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import current_app
@@ -27,6 +27,7 @@ from core.errors import Conflict, FieldErrors, NotFound
 from core.streams import WHATIF_GROUP, WhatIfProgressPayload, publish
 from scheduler.models import Cluster
 from tenants.audit import audit_record
+from tenants.permissions import Caller
 
 from .models import LIVE_WHATIF_STATUSES, PolicyVersion, WhatIfRun, WhatIfStatus
 from .services import current_tables, policy_apply, policy_version_seed, require_admin
@@ -65,7 +66,7 @@ class WhatIfTooLong(Exception):
     ``WHATIF_MAX_RUNTIME_SECONDS``; the message says where the replay was."""
 
 
-def _whatif_payload(run) -> dict:
+def _whatif_payload(run: WhatIfRun) -> dict[str, Any]:
     payload: WhatIfProgressPayload = {
         "type": "whatif.progress",
         "run": run.pk,
@@ -84,7 +85,7 @@ def _whatif_publish(run_id: int) -> None:
         publish(WHATIF_GROUP, _whatif_payload(run))
 
 
-def whatif_run_reap_stale(*, cluster=None) -> None:
+def whatif_run_reap_stale(*, cluster: Cluster | None = None) -> None:
     """A running run of ``cluster`` (default: of every cluster) whose worker went silent, or a
     queued one no worker took (none while another run is replaying: it may be waiting for the
     worker), is marked failed, so it no longer holds the cluster's one replay slot or shows
@@ -165,20 +166,20 @@ def _version_candidate(source: PolicyVersion) -> dict[str, Any]:
 
 def whatif_run_start(
     *,
-    user,
+    user: Caller,
     candidates: Any = None,
     cluster: Any = None,
     window_days: Any = 30,
-    until=None,
+    until: datetime | None = None,
     candidate_versions: Any = None,
-):
+) -> WhatIfRun:
     """Record a what-if run of the last ``window_days`` days (up to ``until``, default now) of
     ``cluster`` (its name; default the only enabled cluster not retired) and queue it on Celery after commit.
     Platform admins only (anyone else NotFound). Bad input is FieldErrors naming the field
     (``cluster``, ``window_days``, also for a window of more than ``WHATIF_MAX_JOBS`` finished
     jobs, ``candidates.<name>.<field>``) and nothing is written; a
     second live run of the same cluster is a Conflict naming the one running."""
-    require_admin(user)
+    admin = require_admin(user)
     errors: dict[str, list[str]] = {}
     target = None
     if cluster in (None, ""):
@@ -239,6 +240,8 @@ def whatif_run_start(
             errors["window_days"] = [too_big]
     if errors:
         raise FieldErrors(errors)
+    # Each of them None put its field in errors, raised above.
+    assert target is not None and days is not None
     whatif_run_reap_stale(cluster=target)
     live = WhatIfRun.objects.filter(cluster=target, status__in=LIVE_WHATIF_STATUSES).first()
     busy = (
@@ -253,8 +256,8 @@ def whatif_run_start(
             run = WhatIfRun.objects.create(
                 cluster=target,
                 created_at=timezone.now(),
-                created_by=user,
-                created_by_name=user.get_username(),
+                created_by=admin,
+                created_by_name=admin.get_username(),
                 since=end - timedelta(days=days),
                 until=end,
                 baseline_version=in_force.number,
@@ -263,7 +266,7 @@ def whatif_run_start(
                 progress_text="waiting for a worker",
             )
             audit_record(
-                actor=user,
+                actor=admin,
                 action="policy.whatif",
                 target=run,
                 before=None,
@@ -281,12 +284,12 @@ def whatif_run_start(
     return run
 
 
-def whatif_run_cancel(*, user, run_id: int):
+def whatif_run_cancel(*, user: Caller, run_id: int) -> WhatIfRun:
     """Stop a live run (platform admins only). A queued run is cancelled at once; a running one
     is flagged and its worker stops within about a second of replaying (it reads the flag at
     every percent of the replay and, between them, every ``WHATIF_CHECK_EVERY_S``) and marks it
     cancelled. A finished run is a Conflict."""
-    require_admin(user)
+    admin = require_admin(user)
     run = WhatIfRun.objects.filter(pk=run_id).first()
     if run is None:
         raise NotFound("no such what-if run", field="run")
@@ -300,7 +303,7 @@ def whatif_run_cancel(*, user, run_id: int):
             status=WhatIfStatus.CANCELLED,
             cancel_requested=True,
             finished_at=now,
-            progress_text=f"cancelled by {user.get_username()} before it started",
+            progress_text=f"cancelled by {admin.get_username()} before it started",
         )
         or WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING)
         .filter(silent)
@@ -308,10 +311,10 @@ def whatif_run_cancel(*, user, run_id: int):
             status=WhatIfStatus.CANCELLED,
             cancel_requested=True,
             finished_at=now,
-            progress_text=f"cancelled by {user.get_username()}; its worker had stopped answering",
+            progress_text=f"cancelled by {admin.get_username()}; its worker had stopped answering",
         )
     ) or WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING).update(
-        cancel_requested=True, progress_text=f"stopping (cancelled by {user.get_username()})"
+        cancel_requested=True, progress_text=f"stopping (cancelled by {admin.get_username()})"
     ):
         _whatif_publish(run_id)
     else:
@@ -393,7 +396,7 @@ def whatif_run_execute(*, run_id: int) -> None:
         if not updated:
             raise WhatIfCancelled(where)
 
-    def finish(*, unless_cancelled: bool = False, **fields) -> bool:
+    def finish(*, unless_cancelled: bool = False, **fields: Any) -> bool:
         rows = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING)
         if unless_cancelled:
             rows = rows.filter(cancel_requested=False)
@@ -452,7 +455,9 @@ def whatif_run_execute(*, run_id: int) -> None:
             finish(status=WhatIfStatus.CANCELLED, progress_text="cancelled; the replay was stopped")
 
 
-def whatif_candidate_apply(*, user, run_id: int, candidate: str, reason: Any) -> PolicyVersion:
+def whatif_candidate_apply(
+    *, user: Caller, run_id: int, candidate: str, reason: Any
+) -> PolicyVersion:
     """Put a candidate of a finished run in force as the next policy version: the policy it
     replayed (its engine configuration, and its team weights and priority classes merged into
     those in force, as ``policy_apply`` merges them)."""
