@@ -4,25 +4,36 @@ message is a 404; the team of a webhook is checked by the service, never taken o
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import DomainError, FieldErrors, NotFound
 from core.ids import parse_id
+from tenants.models import Team
 from tenants.pagination import BoundedLimitOffsetPagination
+from tenants.permissions import signed_in
 
 from . import selectors, services
 from .events import TEAM_HOOK_EVENTS, Channel, EventKind
 from .models import DeliveryAttempt, Message, Webhook, WebhookFormat
 
 
-class WebhookSerializer(serializers.ModelSerializer):
+class WebhookSerializer(serializers.ModelSerializer[Webhook]):
     # One of the two is set: a team's hook has no owner, a personal hook no team.
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True
+    )
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     # The Standard Webhooks signing key ("whsec_..."), shown to whoever manages the hook.
     signing_key = serializers.CharField(source="secret", read_only=True)
 
@@ -49,7 +60,7 @@ class WebhookSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class WebhookWriteSerializer(serializers.Serializer):
+class WebhookWriteSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=100)
     url = serializers.CharField(max_length=500)
     team = serializers.CharField(required=False, allow_null=True, allow_blank=True)
@@ -60,7 +71,7 @@ class WebhookWriteSerializer(serializers.Serializer):
     allow_private_network = serializers.BooleanField(default=False)
 
 
-class AttemptSerializer(serializers.ModelSerializer):
+class AttemptSerializer(serializers.ModelSerializer[DeliveryAttempt]):
     class Meta:
         model = DeliveryAttempt
         fields = [
@@ -74,8 +85,10 @@ class AttemptSerializer(serializers.ModelSerializer):
         ]
 
 
-class MessageSerializer(serializers.ModelSerializer):
-    webhook = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)  # null: email
+class MessageSerializer(serializers.ModelSerializer[Message]):
+    webhook: serializers.PrimaryKeyRelatedField[Webhook] = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True
+    )  # null: email
     attempt_log = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
@@ -97,36 +110,38 @@ class MessageSerializer(serializers.ModelSerializer):
         ]
 
 
-def _pk(kwargs, what: str) -> int:
+def _pk(kwargs: dict[str, Any], what: str) -> int:
     try:
         return int(kwargs["pk"])
     except (TypeError, ValueError):
         raise NotFound(f"no such {what}", field="id") from None
 
 
-class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class WebhookViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Webhook]
+):
     """Webhooks: your own (``team`` null) and your managed teams'. POST …/test/ queues a test
     message; POST …/enable/ turns a disabled hook back on."""
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = WebhookSerializer
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Webhook]:
         return selectors.webhook_list(user=self.request.user).order_by("id")
 
-    def get_object(self):
+    def get_object(self) -> Webhook:
         return services.webhook_get(user=self.request.user, webhook_id=_pk(self.kwargs, "webhook"))
 
     @extend_schema(request=WebhookWriteSerializer, responses={201: WebhookSerializer})
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         incoming = WebhookWriteSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        hook = services.webhook_create(user=request.user, **incoming.validated_data)
+        hook = services.webhook_create(user=signed_in(request), **incoming.validated_data)
         return Response(WebhookSerializer(hook).data, status=status.HTTP_201_CREATED)
 
-    def _write(self, request, *, partial: bool) -> Response:
+    def _write(self, request: Request, *, partial: bool) -> Response:
         webhook_id = _pk(self.kwargs, "webhook")
-        hook = services.webhook_get(user=request.user, webhook_id=webhook_id)  # 404 first
+        hook = services.webhook_get(user=signed_in(request), webhook_id=webhook_id)  # 404 first
         incoming = WebhookWriteSerializer(data=request.data, partial=partial)
         incoming.is_valid(raise_exception=True)
         fields = dict(incoming.validated_data)
@@ -140,47 +155,51 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
             # A replacement leaves nothing of the old hook: no events stated means what a new
             # hook gets.
             fields["events"] = list(TEAM_HOOK_EVENTS) if hook.team else None
-        hook = services.webhook_update(user=request.user, webhook_id=webhook_id, **fields)
+        hook = services.webhook_update(user=signed_in(request), webhook_id=webhook_id, **fields)
         return Response(WebhookSerializer(hook).data)
 
     @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
-    def partial_update(self, request, *args, **kwargs):
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self._write(request, partial=True)
 
     @extend_schema(request=WebhookWriteSerializer, responses={200: WebhookSerializer})
-    def update(self, request, *args, **kwargs):
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Replace the hook: ``name`` and ``url`` are required; ``format``, ``events`` and
         ``allow_private_network`` not stated take the values a new hook gets."""
         return self._write(request, partial=False)
 
     @extend_schema(request=None, responses={204: None})
-    def destroy(self, request, *args, **kwargs):
-        services.webhook_delete(user=request.user, webhook_id=_pk(self.kwargs, "webhook"))
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.webhook_delete(user=signed_in(request), webhook_id=_pk(self.kwargs, "webhook"))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={202: MessageSerializer})
     @action(detail=True, methods=["post"])
-    def test(self, request, *args, **kwargs):
+    def test(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         message = services.webhook_send_test(
-            user=request.user, webhook_id=_pk(self.kwargs, "webhook")
+            user=signed_in(request), webhook_id=_pk(self.kwargs, "webhook")
         )
         return Response(MessageSerializer(message).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={200: WebhookSerializer})
     @action(detail=True, methods=["post"])
-    def enable(self, request, *args, **kwargs):
-        hook = services.webhook_enable(user=request.user, webhook_id=_pk(self.kwargs, "webhook"))
+    def enable(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        hook = services.webhook_enable(
+            user=signed_in(request), webhook_id=_pk(self.kwargs, "webhook")
+        )
         return Response(WebhookSerializer(hook).data)
 
 
-class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class DeliveryViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Message]
+):
     """The delivery log: messages to your email and to the webhooks you may see, each with its
     attempts. Filter by ``?webhook=<id>``: a hook the caller may not see (or none) is a 404."""
 
     pagination_class = BoundedLimitOffsetPagination
     serializer_class = MessageSerializer
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Message]:
         queryset = selectors.message_list(user=self.request.user)
         webhook = self.request.query_params.get("webhook")
         if webhook is not None:
@@ -194,7 +213,7 @@ class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             queryset = queryset.filter(webhook_id=webhook_id)
         return queryset
 
-    def get_object(self):
+    def get_object(self) -> Message:
         message = self.get_queryset().filter(pk=_pk(self.kwargs, "message")).first()
         if message is None:
             raise NotFound("no such message", field="id")
@@ -216,18 +235,18 @@ class PreferencesView(APIView):
     """Your event × channel choices (every pair, defaults filled in). PUT or PATCH a list of
     ``{event, channel, enabled}`` to change some."""
 
-    def _body(self, user) -> list[dict]:
+    def _body(self, user: User) -> list[dict[str, Any]]:
         return [
             {"event": event, "channel": channel, "enabled": enabled}
             for (event, channel), enabled in services.preferences_of(user).items()
         ]
 
     @extend_schema(responses={200: _PREFERENCES})
-    def get(self, request):
-        return Response(self._body(request.user))
+    def get(self, request: Request) -> Response:
+        return Response(self._body(signed_in(request)))
 
     @extend_schema(request=_PREFERENCES, responses={200: _PREFERENCES})
-    def put(self, request):
+    def put(self, request: Request) -> Response:
         items = request.data
         if not isinstance(items, list):
             raise FieldErrors(
@@ -252,7 +271,7 @@ class PreferencesView(APIView):
                 )
             first[pair] = n
             choices[pair] = item["enabled"]
-        services.preferences_set(user=request.user, choices=choices)
-        return Response(self._body(request.user))
+        services.preferences_set(user=signed_in(request), choices=choices)
+        return Response(self._body(signed_in(request)))
 
     patch = put

@@ -4,9 +4,12 @@ learns that deliveries stopped, wherever they are in the portal)."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
+
+from django.http import HttpRequest
 
 
-def notices(request) -> dict:
+def notices(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if not user or not user.is_authenticated or request.path.startswith("/api/"):
         return {}

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parseaddr
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
@@ -41,14 +42,15 @@ from .events import Channel
 from .models import DeliveryAttempt, Event, Message, MessageStatus, Webhook, WebhookFormat
 
 
-def _setting(name: str):
+def _setting(name: str) -> Any:
     return getattr(settings, name)
 
 
 def backoff_seconds(attempt: int) -> float:
     """Wait after failed attempt ``attempt`` (1-based): base × 2^(attempt-1), ±10 % jitter, capped."""
     base = _setting("NOTIFY_RETRY_BASE_SECONDS") * 2 ** (attempt - 1)
-    return min(base * random.uniform(0.9, 1.1), _setting("NOTIFY_RETRY_MAX_SECONDS"))
+    wait_s: float = min(base * random.uniform(0.9, 1.1), _setting("NOTIFY_RETRY_MAX_SECONDS"))
+    return wait_s
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def _recipient_refused_for_good(exc: Exception) -> bool:
     time, and resending it four times only makes the platform look like a spammer."""
     if not isinstance(exc, smtplib.SMTPRecipientsRefused):
         return False
-    codes = [code for code, _reply in exc.recipients.values()]
+    # object: what a relay answers is checked, not trusted to match smtplib's types.
+    codes: list[object] = [code for code, _reply in exc.recipients.values()]
     return bool(codes) and all(isinstance(code, int) and code >= 500 for code in codes)
 
 
@@ -107,6 +110,8 @@ def _message_id(message: Message) -> str:
 
 
 def _send_email(message: Message, lines: list[render.Line], heading: str) -> Outcome:
+    recipient = message.user
+    assert recipient is not None  # message_deliver drops an email message without one
     settings_url = portal_url("/notifications/settings/")
     text = render.email_text(lines, heading=heading, settings_url=settings_url)
     email = EmailMessage(
@@ -115,7 +120,7 @@ def _send_email(message: Message, lines: list[render.Line], heading: str) -> Out
         subject=" ".join(f"[gpuplatform] {heading}".split())[:250],
         body=text,
         from_email=settings.DEFAULT_FROM_EMAIL,
-        to=[message.user.email],
+        to=[recipient.email],
         headers={
             "X-Gpuplatform-Message": f"msg_{message.pk}",
             "Message-ID": _message_id(message),
@@ -142,6 +147,7 @@ def _send_email(message: Message, lines: list[render.Line], heading: str) -> Out
 
 def _send_webhook(message: Message, lines: list[render.Line], heading: str) -> Outcome:
     hook = message.webhook
+    assert hook is not None  # message_deliver drops a webhook message without one
     message_id = f"msg_{message.pk}"
     if hook.format == WebhookFormat.SLACK:
         body = render.slack_body(lines, heading=heading)
@@ -203,7 +209,11 @@ def message_deliver(*, message_id: int, now: datetime | None = None) -> str:
         )
         return MessageStatus.DROPPED
     events = list(message.events.select_related("team").order_by("created_at", "id"))
-    person = message.user if message.channel == Channel.EMAIL else hook.owner
+    if message.channel == Channel.EMAIL:
+        person = message.user
+    else:
+        assert hook is not None  # a webhook message without one was dropped above
+        person = hook.owner
     if person is not None:
         events = still_heard(person, events)
         if not events:

@@ -14,7 +14,8 @@ from tenants.models import Team
 from .events import ADMIN_EVENTS, JOB_EVENTS, EventKind
 from .models import Event
 
-_VERBS = {
+# By the event's kind as stored (a str; EventKind members are equal to their values).
+_VERBS: dict[str, str] = {
     EventKind.JOB_SUCCEEDED: "finished",
     EventKind.JOB_FAILED: "failed",
     EventKind.JOB_PREEMPTED: "was preempted",
@@ -22,7 +23,7 @@ _VERBS = {
     EventKind.JOB_IDLE: "is idle",
 }
 # The job's timeline event whose message explains the notification (exit code, reason).
-_TIMELINE_KIND = {
+_TIMELINE_KIND: dict[str, str] = {
     EventKind.JOB_SUCCEEDED: "succeeded",
     EventKind.JOB_FAILED: "failed",
     EventKind.JOB_PREEMPTED: "preempted",
@@ -31,7 +32,8 @@ _TIMELINE_KIND = {
 
 
 def portal_url(path: str) -> str:
-    return settings.PORTAL_URL.rstrip("/") + path
+    base: str = settings.PORTAL_URL
+    return base.rstrip("/") + path
 
 
 def describe(events: list[Event]) -> None:

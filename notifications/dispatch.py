@@ -25,9 +25,11 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Count, F, Window
 from django.db.models.functions import Coalesce, RowNumber
@@ -100,7 +102,7 @@ def notifications_dispatch(*, now: datetime | None = None) -> DispatchResult:
         return result
 
 
-def _owner_key() -> list:
+def _owner_key() -> list[Any]:
     """Whose a message is, as PARTITION BY terms: a team webhook's team, else the person (their
     email and their own webhooks are one owner). Exactly one of the two is set."""
     return [F("webhook__team_id"), Coalesce(F("webhook__owner_id"), F("user_id"))]
@@ -116,7 +118,7 @@ def _fair_share(now: datetime) -> list[int]:
     other team's messages waited behind it for the whole window. Within a round, hooks flagged
     slow (``Webhook.slow_warning``) go last."""
     per_owner = settings.NOTIFY_IN_FLIGHT_PER_OWNER
-    busy: dict[tuple, int] = defaultdict(int)
+    busy: dict[tuple[int | None, int | None], int] = defaultdict(int)
     for team_id, person_id, count in (
         Message.objects.filter(status__in=[MessageStatus.ENQUEUED, MessageStatus.SENDING])
         .annotate(team_key=_owner_key()[0], person_key=_owner_key()[1])
@@ -153,7 +155,7 @@ def _fair_share(now: datetime) -> list[int]:
 class _Audience:
     """Who hears one event, and in which group."""
 
-    users: list = field(default_factory=list)
+    users: list[User] = field(default_factory=list)
     team_hooks: bool = True
     group_key: str = ""
 
@@ -177,8 +179,10 @@ def _audiences(events: list[Event]) -> dict[int, _Audience]:
         e.team_id
         for e in events
         if e.kind in (EventKind.BUDGET_THRESHOLD, EventKind.BUDGET_HARD_STOP)
+        and e.team_id is not None
     }
-    managers: dict[int, list] = defaultdict(list)
+    # Keyed by int | None: an event's team_id is read as a key, and one without a team has none.
+    managers: dict[int | None, list[User]] = defaultdict(list)
     for membership in Membership.objects.filter(
         team_id__in=budget_teams, role__in=MANAGE_ROLES, user__is_active=True
     ).select_related("user"):
@@ -198,10 +202,8 @@ def _audiences(events: list[Event]) -> dict[int, _Audience]:
                 audience.team_hooks = False
                 continue
             submitter = job.submitter
-            if (
-                submitter is not None
-                and submitter.is_active
-                and (submitter.is_superuser or (submitter.pk, job.team_id) in members)
+            if submitter.is_active and (
+                submitter.is_superuser or (submitter.pk, job.team_id) in members
             ):
                 audience.users = [submitter]
             if job.array_id and event.kind in (EventKind.JOB_SUCCEEDED, EventKind.JOB_FAILED):
@@ -220,7 +222,7 @@ def _audiences(events: list[Event]) -> dict[int, _Audience]:
     return out
 
 
-def still_heard(person, events: list[Event]) -> list[Event]:
+def still_heard(person: User, events: list[Event]) -> list[Event]:
     """The events of a message ``person`` may still be told of when it is sent. The audience was
     decided at fan-out, but a message waits for its window (an array's, for hours) and its
     retries: by then the person may have left a team, lost its admin role or been deactivated,
@@ -229,13 +231,15 @@ def still_heard(person, events: list[Event]) -> list[Event]:
         return []
     if person.is_superuser:
         return events
-    roles = dict(Membership.objects.filter(user=person).values_list("team_id", "role"))
+    roles: dict[int | None, str] = dict(
+        Membership.objects.filter(user=person).values_list("team_id", "role")
+    )
     budget = (EventKind.BUDGET_THRESHOLD, EventKind.BUDGET_HARD_STOP)
     return [
         e
         for e in events
         if e.kind == EventKind.TEST
-        or (e.kind in budget and roles.get(e.team_id) in MANAGE_ROLES)
+        or (e.kind in budget and roles.get(e.team_id, "") in MANAGE_ROLES)
         or (e.kind not in budget and e.kind not in ADMIN_EVENTS and e.team_id in roles)
     ]
 
@@ -252,24 +256,32 @@ def _fan_out(now: datetime) -> int:
         (p.user_id, p.event, p.channel): p.enabled
         for p in Preference.objects.filter(user_id__in=users)
     }
-    personal: dict[int, list[Webhook]] = defaultdict(list)
+    # int | None: the model's types; the filters below leave only hooks with the key set.
+    personal: dict[int | None, list[Webhook]] = defaultdict(list)
     for hook in Webhook.objects.filter(owner_id__in=users, enabled=True):
         personal[hook.owner_id].append(hook)
-    team_hooks: dict[int, list[Webhook]] = defaultdict(list)
+    team_hooks: dict[int | None, list[Webhook]] = defaultdict(list)
     for hook in Webhook.objects.filter(
         team_id__in={e.team_id for e in events if e.team_id}, enabled=True
     ):
         team_hooks[hook.team_id].append(hook)
 
-    def wants(user, kind: str, channel: str) -> bool:
+    def wants(user: User, kind: str, channel: str) -> bool:
         if kind in ADMIN_EVENTS and not user.is_superuser:
             return False
         return chosen.get((user.pk, kind, channel), kind in DEFAULT_ON[channel])
 
     # (target, group) -> (channel, user, hook, [events])
-    wanted: dict[tuple[str, str], tuple[str, object, Webhook | None, list[Event]]] = {}
+    wanted: dict[tuple[str, str], tuple[str, User | None, Webhook | None, list[Event]]] = {}
 
-    def add(target: str, group: str, channel: str, user, hook, event: Event) -> None:
+    def add(
+        target: str,
+        group: str,
+        channel: str,
+        user: User | None,
+        hook: Webhook | None,
+        event: Event,
+    ) -> None:
         entry = wanted.setdefault((target, group), (channel, user, hook, []))
         if not entry[3] or entry[3][-1] is not event:
             entry[3].append(event)
@@ -299,13 +311,13 @@ def _fan_out(now: datetime) -> int:
             )
         }
         links = []
-        for (target, group), (channel, user, hook, joined) in wanted.items():
+        for (target, group), (channel, to_user, to_hook, joined) in wanted.items():
             message = open_messages.get((target, group))
             if message is None:
                 message = Message.objects.create(
                     channel=channel,
-                    user=user,
-                    webhook=hook,
+                    user=to_user,
+                    webhook=to_hook,
                     target=target,
                     group_key=group,
                     created_at=now,

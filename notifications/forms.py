@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, cast
+
 from django import forms
+
+from tenants.models import Team
 
 from .events import TEAM_HOOK_EVENTS, EventKind
 from .models import WebhookFormat
@@ -29,8 +34,11 @@ class WebhookForm(forms.Form):
         help_text="Platform admins only: lets the hook reach internal addresses.",
     )
 
-    def __init__(self, *args, teams=(), is_admin=False, **kwargs):
+    def __init__(
+        self, *args: Any, teams: Iterable[Team] = (), is_admin: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].choices = [("", "Me (personal)")] + [(t.slug, t.slug) for t in teams]
+        team_choices = [("", "Me (personal)")] + [(t.slug, t.slug) for t in teams]
+        cast(forms.ChoiceField, self.fields["team"]).choices = team_choices
         if not is_admin:
             del self.fields["allow_private_network"]

@@ -10,6 +10,7 @@ failure here is logged by the stream publisher and never reaches the caller.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.utils import timezone
 
@@ -31,7 +32,7 @@ def _team_id(group: str) -> int | None:
     return int(rest) if prefix == "team" and rest.isdigit() else None
 
 
-def events_from(messages: Iterable[tuple[str, dict]]) -> list[Event]:
+def events_from(messages: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
     """The ``Event`` rows (unsaved) that ``messages`` announce, in order. Pure translation."""
     now = timezone.now()
     out: list[Event] = []
@@ -88,7 +89,7 @@ def events_from(messages: Iterable[tuple[str, dict]]) -> list[Event]:
     return out
 
 
-def on_committed(messages: list[tuple[str, dict]]) -> None:
+def on_committed(messages: list[tuple[str, dict[str, Any]]]) -> None:
     """Stream listener: record the notifiable events of one committed batch (one INSERT)."""
     rows = events_from(messages)
     if rows:

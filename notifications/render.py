@@ -18,6 +18,7 @@ import hmac
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from .events import EventKind
 
@@ -35,7 +36,8 @@ class Line:
     job: int | None = None
 
 
-_PLURAL = {
+# By the kind as a line carries it (a str; EventKind members are equal to their values).
+_PLURAL: dict[str, str] = {
     EventKind.JOB_SUCCEEDED: "jobs finished",
     EventKind.JOB_FAILED: "jobs failed",
     EventKind.JOB_PREEMPTED: "jobs preempted",
@@ -83,7 +85,9 @@ def email_text(lines: list[Line], *, heading: str, settings_url: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def generic_body(lines: list[Line], *, message_id: str, heading: str, sent_at: str) -> dict:
+def generic_body(
+    lines: list[Line], *, message_id: str, heading: str, sent_at: str
+) -> dict[str, Any]:
     return {
         "type": "notification",
         "id": message_id,
@@ -111,7 +115,7 @@ def _escape_mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def slack_body(lines: list[Line], *, heading: str) -> dict:
+def slack_body(lines: list[Line], *, heading: str) -> dict[str, Any]:
     items = []
     for line in lines[:MAX_LISTED]:
         title = _escape_mrkdwn(line.title)
@@ -121,7 +125,7 @@ def slack_body(lines: list[Line], *, heading: str) -> dict:
         items.append(f"• {text}")
     if len(lines) > MAX_LISTED:
         items.append(f"… and {len(lines) - MAX_LISTED} more")
-    blocks: list[dict] = [
+    blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_escape_mrkdwn(heading)}*"}}
     ]
     # Slack caps a section's text at 3000 characters: chunk the list.
@@ -138,17 +142,17 @@ def slack_body(lines: list[Line], *, heading: str) -> dict:
     return {"text": _escape_mrkdwn(heading), "blocks": blocks[:50]}
 
 
-def teams_body(lines: list[Line], *, heading: str) -> dict:
+def teams_body(lines: list[Line], *, heading: str) -> dict[str, Any]:
     """An Adaptive Card. User text (job, array and team names) goes in TextRuns, which render no
     markdown: in a TextBlock a job named ``x](https://evil) [y`` became a link of its owner's
     choosing, and ``**`` or a list marker reshaped the card."""
-    body: list[dict] = [
+    body: list[dict[str, Any]] = [
         _rich_text(
             {"type": "TextRun", "text": heading, "weight": "Bolder", "size": "Medium"},
         )
     ]
     for line in lines[:MAX_LISTED]:
-        title: dict = {"type": "TextRun", "text": line.title}
+        title: dict[str, Any] = {"type": "TextRun", "text": line.title}
         if line.url:
             title["selectAction"] = {"type": "Action.OpenUrl", "url": line.url}
             title["color"] = "Accent"
@@ -173,11 +177,11 @@ def teams_body(lines: list[Line], *, heading: str) -> dict:
     }
 
 
-def _rich_text(*runs: dict) -> dict:
+def _rich_text(*runs: dict[str, Any]) -> dict[str, Any]:
     return {"type": "RichTextBlock", "inlines": list(runs)}
 
 
-def encode(body: dict) -> bytes:
+def encode(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -189,7 +193,9 @@ def signature(*, secret: str, message_id: str, timestamp: int, content: bytes) -
     return "v1," + base64.b64encode(digest).decode()
 
 
-def signed_headers(*, secret: str, message_id: str, timestamp: int, content: bytes) -> dict:
+def signed_headers(
+    *, secret: str, message_id: str, timestamp: int, content: bytes
+) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
         "User-Agent": "gpuplatform-webhooks/1",

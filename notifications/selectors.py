@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from tenants.permissions import Caller
+
 from .models import DeliveryAttempt, Message, Webhook
 from .services import webhooks_visible_q
 
 
-def webhook_list(*, user) -> QuerySet[Webhook]:
+def webhook_list(*, user: Caller) -> QuerySet[Webhook]:
     return Webhook.objects.filter(webhooks_visible_q(user)).select_related("team", "owner")
 
 
-def message_list(*, user) -> QuerySet[Message]:
+def message_list(*, user: Caller) -> QuerySet[Message]:
     """Messages to the caller's email and to the webhooks they may see, newest first."""
     if not user or not user.is_authenticated:
         return Message.objects.none()
@@ -27,7 +29,7 @@ def message_list(*, user) -> QuerySet[Message]:
     )
 
 
-def disabled_webhooks(*, user) -> list[Webhook]:
+def disabled_webhooks(*, user: Caller) -> list[Webhook]:
     """The caller's disabled hooks (own or managed), and those flagged slow, for the
     portal-wide notice."""
     if not user or not user.is_authenticated:

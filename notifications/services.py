@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -20,7 +22,7 @@ from core.errors import DomainError, FieldErrors, NotFound
 from core.names import name_errors
 from tenants.audit import audit_record
 from tenants.models import MANAGE_ROLES, Membership, Team
-from tenants.permissions import can_manage_team, can_view_team, is_platform_admin
+from tenants.permissions import Caller, can_manage_team, can_view_team, is_platform_admin
 
 from . import targets
 from .describe import portal_url
@@ -45,7 +47,7 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------ preferences
 
 
-def preferences_of(user) -> dict[tuple[str, str], bool]:
+def preferences_of(user: User) -> dict[tuple[str, str], bool]:
     """(event, channel) -> on/off for every event ``user`` may hear, defaults filled in."""
     chosen = {
         (p.event, p.channel): p.enabled
@@ -61,11 +63,15 @@ def preferences_of(user) -> dict[tuple[str, str], bool]:
 
 
 @transaction.atomic
-def preferences_set(*, user, choices: dict[tuple[str, str], bool]) -> dict[tuple[str, str], bool]:
+# choices: what the request sent, each value checked here (the API passes JSON as it came).
+def preferences_set(
+    *, user: User, choices: dict[tuple[str, str], object]
+) -> dict[tuple[str, str], bool]:
     """Store ``user``'s choices (only the pairs given; others keep theirs). An unknown event or
     channel, or an admin-only event chosen by someone else, is a FieldErrors naming it."""
     allowed = set(events_for(is_platform_admin=is_platform_admin(user)))
     errors: dict[str, list[str]] = {}
+    checked: dict[tuple[str, str], bool] = {}
     for (event, channel), enabled in choices.items():
         key = f"{event}.{channel}"
         if event not in allowed:
@@ -74,9 +80,11 @@ def preferences_set(*, user, choices: dict[tuple[str, str], bool]) -> dict[tuple
             errors.setdefault(key, []).append(f"unknown channel '{channel}'")
         elif not isinstance(enabled, bool):
             errors.setdefault(key, []).append("must be true or false")
+        else:
+            checked[(event, channel)] = enabled
     if errors:
         raise FieldErrors(errors)
-    for (event, channel), enabled in choices.items():
+    for (event, channel), enabled in checked.items():
         Preference.objects.update_or_create(
             user=user, event=event, channel=channel, defaults={"enabled": enabled}
         )
@@ -86,13 +94,15 @@ def preferences_set(*, user, choices: dict[tuple[str, str], bool]) -> dict[tuple
 # ------------------------------------------------------------------------------ webhooks
 
 
-def can_manage_webhook(user, hook: Webhook) -> bool:
+def can_manage_webhook(user: Caller, hook: Webhook) -> bool:
     if hook.owner_id is not None:
         return hook.owner_id == getattr(user, "pk", None)
-    return can_manage_team(user, hook.team)
+    team = hook.team
+    assert team is not None  # notif_webhook_team_xor_owner: a hook with no owner has a team
+    return can_manage_team(user, team)
 
 
-def webhooks_visible_q(user) -> Q:
+def webhooks_visible_q(user: Caller) -> Q:
     """Hooks ``user`` may see and manage: their own, their managed teams' (every team's for a
     platform admin). Nobody sees another person's own hooks."""
     if not user or not user.is_authenticated:
@@ -104,14 +114,14 @@ def webhooks_visible_q(user) -> Q:
     return mine | Q(team_id__in=managed)
 
 
-def webhook_get(*, user, webhook_id) -> Webhook:
+def webhook_get(*, user: Caller, webhook_id: object) -> Webhook:
     """A webhook the caller may see (and so manage); any other, or none, is NotFound."""
     hook = None
     if isinstance(webhook_id, int) or str(webhook_id).isdigit():
         hook = (
             Webhook.objects.filter(webhooks_visible_q(user))
             .select_related("team", "owner")
-            .filter(pk=int(webhook_id))
+            .filter(pk=webhook_id if isinstance(webhook_id, int) else int(str(webhook_id)))
             .first()
         )
     if hook is None:
@@ -122,10 +132,10 @@ def webhook_get(*, user, webhook_id) -> Webhook:
 def _check_fields(
     errors: dict[str, list[str]],
     *,
-    name,
-    url,
-    format,
-    events,
+    name: object,
+    url: object,
+    format: object,
+    events: object,
     team: Team | None,
     allow_private: bool,
 ) -> None:
@@ -158,7 +168,7 @@ def _check_fields(
         errors.setdefault("url", []).append(str(exc))
 
 
-def _hook_state(hook: Webhook) -> dict:
+def _hook_state(hook: Webhook) -> dict[str, Any]:
     return {
         "name": hook.name,
         "url": hook.url,
@@ -169,7 +179,13 @@ def _hook_state(hook: Webhook) -> dict:
     }
 
 
-def _audit_hook(user, hook: Webhook, action: str, before: dict | None, after: dict | None):
+def _audit_hook(
+    user: User,
+    hook: Webhook,
+    action: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> None:
     audit_record(
         actor=user,
         action=action,
@@ -182,10 +198,11 @@ def _audit_hook(user, hook: Webhook, action: str, before: dict | None, after: di
 
 def webhook_create(
     *,
-    user,
+    user: User,
     name: str,
     url: str,
-    team: str | None = None,
+    # object: a team slug, checked here (isinstance) whatever the caller passed.
+    team: object = None,
     format: str = WebhookFormat.GENERIC,
     events: list[str] | None = None,
     allow_private_network: bool = False,
@@ -232,7 +249,7 @@ def webhook_create(
     return hook
 
 
-def _check_room(*, user, team: Team | None) -> None:
+def _check_room(*, user: User, team: Team | None) -> None:
     """Refuse a webhook past the cap of its team or person (``NOTIFY_WEBHOOKS_PER_TEAM`` /
     ``_PER_PERSON``), disabled ones included: every hook shares the one delivery worker. Hooks
     made before the cap keep working; only adding is refused. The team's (or person's) row is
@@ -263,13 +280,13 @@ _UNSET = object()
 
 def webhook_update(
     *,
-    user,
-    webhook_id,
-    name=_UNSET,
-    url=_UNSET,
-    format=_UNSET,
-    events=_UNSET,
-    allow_private_network=_UNSET,
+    user: User,
+    webhook_id: object,
+    name: object = _UNSET,
+    url: object = _UNSET,
+    format: object = _UNSET,
+    events: object = _UNSET,
+    allow_private_network: object = _UNSET,
 ) -> Webhook:
     """Change a hook the caller manages; fields not given keep their value. Audited.
 
@@ -277,7 +294,8 @@ def webhook_update(
     worker changes ``enabled``, ``disabled_reason`` and ``consecutive_failures`` meanwhile, and
     a save of the whole row read earlier undid a disabling (the hook came back on, unaudited)."""
     hook = webhook_get(user=user, webhook_id=webhook_id)
-    new = {
+    # Any: each value is checked by _check_fields before it is written.
+    new: dict[str, Any] = {
         "name": hook.name if name is _UNSET else name,
         "url": hook.url if url is _UNSET else url,
         "format": hook.format if format is _UNSET else format,
@@ -297,14 +315,15 @@ def webhook_update(
     if errors:
         raise FieldErrors(errors)
     with transaction.atomic():
-        hook = (
+        locked = (
             Webhook.objects.select_for_update(of=("self",))
             .select_related("team")
             .filter(pk=hook.pk)
             .first()
         )
-        if hook is None:
+        if locked is None:
             raise NotFound("no such webhook", field="id")
+        hook = locked
         before = _hook_state(hook)
         hook.name = new["name"].strip()
         hook.url = new["url"].strip()
@@ -317,7 +336,7 @@ def webhook_update(
     return hook
 
 
-def webhook_delete(*, user, webhook_id) -> None:
+def webhook_delete(*, user: User, webhook_id: object) -> None:
     hook = webhook_get(user=user, webhook_id=webhook_id)
     with transaction.atomic():
         # Locked before its messages are collected: a delivery recording an attempt holds the
@@ -329,7 +348,7 @@ def webhook_delete(*, user, webhook_id) -> None:
         hook.delete()
 
 
-def webhook_enable(*, user, webhook_id) -> Webhook:
+def webhook_enable(*, user: User, webhook_id: object) -> Webhook:
     """Turn a disabled hook back on (its failure count starts again). Audited."""
     hook = webhook_get(user=user, webhook_id=webhook_id)
     with transaction.atomic():
@@ -342,7 +361,7 @@ def webhook_enable(*, user, webhook_id) -> Webhook:
     return hook
 
 
-def webhook_send_test(*, user, webhook_id, now: datetime | None = None) -> Message:
+def webhook_send_test(*, user: User, webhook_id: object, now: datetime | None = None) -> Message:
     """Queue a test message to the hook; a worker delivers it (never this request). The
     delivery log shows the outcome."""
     hook = webhook_get(user=user, webhook_id=webhook_id)

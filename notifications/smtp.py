@@ -15,8 +15,12 @@ import io
 import smtplib
 import socket
 import time
+from typing import TYPE_CHECKING, Any
 
 from django.core.mail.backends.smtp import EmailBackend
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 
 class _Deadline:
@@ -48,7 +52,7 @@ class _DeadlineReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         left = self._deadline.left()
         if left is None:
             return self._sock.recv_into(buffer)
@@ -67,19 +71,22 @@ class _DeadlineMixin:
     sock: socket.socket | None
     file: io.BufferedReader | None
 
-    def __init__(self, *args, timeout: float | None = None, **kwargs) -> None:
+    def __init__(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> None:
         self._deadline = _Deadline(timeout)  # before the connect in smtplib's __init__
         if timeout is not None:
             kwargs["timeout"] = timeout
         super().__init__(*args, **kwargs)
 
-    def _get_socket(self, host, port, timeout):
+    # timeout: smtplib's default is socket._GLOBAL_DEFAULT_TIMEOUT, an object, not a number.
+    def _get_socket(self, host: str, port: int, timeout: object) -> socket.socket:
         left = self._deadline.left()
         if left is not None and (not isinstance(timeout, (int, float)) or left < timeout):
             timeout = left
-        return super()._get_socket(host, port, timeout)
+        # smtplib.SMTP's (private, so untyped), which this mixin is mixed into.
+        sock: socket.socket = super()._get_socket(host, port, timeout)  # type: ignore[misc]
+        return sock
 
-    def send(self, s):
+    def send(self, s: ReadableBuffer | str) -> None:
         try:
             left = self._deadline.left()
         except TimeoutError as exc:
@@ -89,12 +96,13 @@ class _DeadlineMixin:
         if left is not None and self.sock is not None:
             # sendall's timeout bounds the whole call (Python 3.5+), so this is the deadline
             self.sock.settimeout(left)
-        return super().send(s)
+        super().send(s)  # type: ignore[misc]  # smtplib.SMTP's, which this mixin is mixed into
 
-    def getreply(self):
+    def getreply(self) -> tuple[int, bytes]:
         if self.file is None and self.sock is not None:
             self.file = io.BufferedReader(_DeadlineReader(self.sock, self._deadline))
-        return super().getreply()
+        reply: tuple[int, bytes] = super().getreply()  # type: ignore[misc]  # smtplib.SMTP's
+        return reply
 
 
 class _DeadlineSMTP(_DeadlineMixin, smtplib.SMTP):
@@ -110,5 +118,5 @@ class DeadlineEmailBackend(EmailBackend):
     connection (connect, commands, replies, QUIT) instead of each socket operation."""
 
     @property
-    def connection_class(self):
+    def connection_class(self) -> type[smtplib.SMTP]:
         return _DeadlineSMTPSSL if self.use_ssl else _DeadlineSMTP

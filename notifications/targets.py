@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpcore
@@ -45,7 +47,7 @@ def resolve(host: str, port: int) -> list[str]:
         raise TargetRefused(f"{host} does not resolve ({exc})") from None
     seen: list[str] = []
     for info in infos:
-        address = info[4][0]
+        address = str(info[4][0])  # an IPv6 sockaddr types its fields as str | int
         if address not in seen:
             seen.append(address)
     return seen
@@ -81,7 +83,7 @@ class Target:
     addresses: tuple[str, ...]
 
 
-def check_url(url: str, *, allow_private: bool, resolver: Resolver | None = None) -> Target:
+def check_url(url: object, *, allow_private: bool, resolver: Resolver | None = None) -> Target:
     """Parse, resolve (with ``resolver``, else the system's) and check ``url``. Raises
     :class:`TargetRefused` with the reason."""
     if not isinstance(url, str) or not url.strip():
@@ -145,14 +147,19 @@ class _Deadline(httpcore.NetworkBackend):
         port: int,
         timeout: float | None = None,
         local_address: str | None = None,
-        socket_options: Iterable | None = None,
+        socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         stream = self._sockets.connect_tcp(
             host, port, self.left(timeout), local_address, socket_options
         )
         return _DeadlineStream(stream, self)
 
-    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         raise httpcore.ConnectError("webhooks go over TCP")
 
     def sleep(self, seconds: float) -> None:
@@ -173,11 +180,16 @@ class _DeadlineStream(httpcore.NetworkStream):
     def close(self) -> None:
         self._stream.close()
 
-    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
         tls = self._stream.start_tls(ssl_context, server_hostname, self._deadline.left(timeout))
         return _DeadlineStream(tls, self._deadline)
 
-    def get_extra_info(self, info: str):
+    def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
 
 
@@ -198,7 +210,9 @@ def pinned_post(
     pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
     default_port = 443 if target.scheme == "https" else 80
     host_header = target.host if target.port == default_port else f"{target.host}:{target.port}"
-    extensions: dict = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout_s)}
+    extensions: dict[str, Any] = {
+        "timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout_s)
+    }
     if target.scheme == "https":
         extensions["sni_hostname"] = target.host
     deadline = _Deadline(time.monotonic() + timeout_s)

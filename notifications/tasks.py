@@ -7,6 +7,8 @@ Beat (``settings.PERIODIC_TASKS``): ``notifications.tasks.dispatch`` every
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 from django.db import OperationalError
 
@@ -20,7 +22,7 @@ from django.db import OperationalError
     max_retries=3,
     ignore_result=True,
 )
-def dispatch() -> dict:
+def dispatch() -> dict[str, Any]:
     """Fan new events out to grouped messages and hand the due ones to ``deliver``."""
     from .dispatch import notifications_dispatch
 
@@ -48,7 +50,7 @@ def deliver(message_id: int) -> str:
 
 
 @shared_task(name="notifications.tasks.prune", ignore_result=True)
-def prune() -> dict:
+def prune() -> dict[str, Any]:
     """Forget finished messages and events past their retention (idempotent)."""
     from .dispatch import notifications_prune
 

@@ -6,11 +6,16 @@ Views call selectors and services only. Another person's or another team's webho
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -18,21 +23,24 @@ from core.errors import DomainError, NotFound
 from core.ids import parse_id
 from tenants.forms import add_domain_error
 from tenants.models import MANAGE_ROLES, Team
-from tenants.permissions import is_platform_admin
+from tenants.permissions import is_platform_admin, signed_in
 
 from . import selectors, services
 from .events import Channel, EventKind, events_for
 from .forms import WebhookForm
+from .models import Webhook
 
 
 @login_required
-def settings_page(request):
+def settings_page(request: HttpRequest) -> HttpResponse:
     """Which events reach the caller, by channel. A POST stores the whole matrix as ticked."""
-    user = request.user
+    user = signed_in(request)
     events = events_for(is_platform_admin=is_platform_admin(user))
     if request.method == "POST":
         ticked = set(request.POST.getlist("on"))
-        choices = {(e, c.value): f"{e}|{c.value}" in ticked for e in events for c in Channel}
+        choices: dict[tuple[str, str], object] = {
+            (e, c.value): f"{e}|{c.value}" in ticked for e in events for c in Channel
+        }
         services.preferences_set(user=user, choices=choices)
         messages.success(request, "Notification settings saved.")
         return redirect("notifications:settings")
@@ -57,7 +65,7 @@ def settings_page(request):
     return render(request, "notifications/settings.html", context)
 
 
-def _managed_teams(user):
+def _managed_teams(user: User) -> QuerySet[Team]:
     if is_platform_admin(user):
         return Team.objects.order_by("slug")
     return Team.objects.filter(memberships__user=user, memberships__role__in=MANAGE_ROLES).order_by(
@@ -66,13 +74,13 @@ def _managed_teams(user):
 
 
 @login_required
-def webhooks(request):
+def webhooks(request: HttpRequest) -> HttpResponse:
     """The caller's own webhooks and their managed teams' webhooks; a POST adds one."""
-    user = request.user
+    user = signed_in(request)
     admin = is_platform_admin(user)
     teams = list(_managed_teams(user))
     form = WebhookForm(request.POST or None, teams=teams, is_admin=admin)
-    created = None
+    created: Webhook | None = None
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -108,16 +116,19 @@ def webhooks(request):
     return response
 
 
-def _hook_action(request, webhook_id: int, action):
+_T = TypeVar("_T")
+
+
+def _hook_action(request: HttpRequest, webhook_id: int, action: Callable[..., _T]) -> _T:
     try:
-        return action(user=request.user, webhook_id=webhook_id)
+        return action(user=signed_in(request), webhook_id=webhook_id)
     except NotFound as exc:
         raise Http404("no such webhook") from exc
 
 
 @login_required
 @require_POST
-def webhook_test(request, webhook_id: int):
+def webhook_test(request: HttpRequest, webhook_id: int) -> HttpResponse:
     try:
         _hook_action(request, webhook_id, services.webhook_send_test)
     except DomainError as exc:  # disabled: say so on the webhooks page
@@ -129,7 +140,7 @@ def webhook_test(request, webhook_id: int):
 
 @login_required
 @require_POST
-def webhook_enable(request, webhook_id: int):
+def webhook_enable(request: HttpRequest, webhook_id: int) -> HttpResponse:
     hook = _hook_action(request, webhook_id, services.webhook_enable)
     messages.success(request, f"Webhook {hook.name} enabled.")
     return redirect("notifications:webhooks")
@@ -137,14 +148,14 @@ def webhook_enable(request, webhook_id: int):
 
 @login_required
 @require_POST
-def webhook_delete(request, webhook_id: int):
+def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
     _hook_action(request, webhook_id, services.webhook_delete)
     messages.success(request, "Webhook deleted.")
     return redirect("notifications:webhooks")
 
 
 @login_required
-def deliveries(request):
+def deliveries(request: HttpRequest) -> HttpResponse:
     """Every message sent to the caller's email or to webhooks they may see, with each attempt."""
     queryset = selectors.message_list(user=request.user)
     hook = request.GET.get("webhook", "")
