@@ -28,13 +28,6 @@ sys.path.insert(0, str(ROOT))
 SCRATCH_DB = "gpuplatform_bench_observe"
 
 
-def _admin_sql(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-        c.execute(sql)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -42,21 +35,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="cProfile the last sync")
     args = parser.parse_args()
-    _admin_sql(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
-    _admin_sql(f"CREATE DATABASE {SCRATCH_DB}")
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="gpuplatform.settings",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{SCRATCH_DB}",
-        LOG_LEVEL="WARNING",
-    )
-    os.environ.pop("REDIS_URL", None)
-    try:
-        run(args)
-    finally:
-        from django.db import connections
+    from benchmarks.scratch_db import django_on_scratch_database
 
-        connections.close_all()
-        _admin_sql(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
+    with django_on_scratch_database(SCRATCH_DB):
+        run(args)
 
 
 def run(args: argparse.Namespace) -> None:

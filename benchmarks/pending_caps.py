@@ -12,16 +12,14 @@ row locked and the count taken again).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.scratch_db import create_database, drop_database  # noqa: E402
+from benchmarks.scratch_db import django_on_scratch_database  # noqa: E402
 
-SERVER = "postgresql://postgres@127.0.0.1:5432"
 SCRATCH_DB = "gpuplatform_bench_caps"
 
 
@@ -30,20 +28,8 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=9000)
     parser.add_argument("--finished", type=int, default=30000)
     args = parser.parse_args()
-    create_database(SERVER, SCRATCH_DB)
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="gpuplatform.settings",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{SCRATCH_DB}",
-        LOG_LEVEL="WARNING",
-    )
-    os.environ.pop("REDIS_URL", None)
-    try:
+    with django_on_scratch_database(SCRATCH_DB):
         run(args)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        drop_database(SERVER, SCRATCH_DB)
 
 
 def run(args) -> None:

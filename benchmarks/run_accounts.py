@@ -34,7 +34,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SCRATCH_DB = "gpuplatform_bench_run_accounts"
-SERVER = "postgresql://postgres@127.0.0.1:5432"
 
 
 def main() -> None:
@@ -43,22 +42,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
 
-    from benchmarks.scratch_db import create_database, drop_database
+    from benchmarks.scratch_db import django_on_scratch_database
 
-    create_database(SERVER, SCRATCH_DB)
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="gpuplatform.settings",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{SCRATCH_DB}",
-        LOG_LEVEL="WARNING",
-    )
-    os.environ.pop("REDIS_URL", None)
-    try:
+    with django_on_scratch_database(SCRATCH_DB):
         run(args)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        drop_database(SERVER, SCRATCH_DB)
 
 
 def _median_ms(fn, repeat: int, clock=time.process_time) -> float:
