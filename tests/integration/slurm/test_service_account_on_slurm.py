@@ -80,7 +80,8 @@ def test_jobs_run_as_the_service_account_and_drains_need_admin(
     def status():
         return backend.poll_jobs([run_ref(job_id)])[0]
 
-    wait_for(whoami.exists, 30, "the job to start")
+    # The shell creates the file before `id` writes into it: wait for its line, not the file.
+    wait_for(lambda: whoami.exists() and whoami.read_text().endswith("\n"), 30, "the job to start")
     assert whoami.read_text().strip() == ACCOUNT
     assert status().state is BackendJobState.RUNNING
     assert backend.live_runs(job_id) == [LiveRun(job_id, 1)]
@@ -138,7 +139,9 @@ def test_node_changes_run_through_their_own_prefix_so_jobs_need_no_admin_level(
         # Everything else still runs as the account: its job runs as it.
         whoami = cluster.file(f"{job_id}.whoami")
         backend.submit(spec(job_id, f"id -un > {whoami}; exec sleep 300", {"node1": (0,)}))
-        wait_for(whoami.exists, 30, "the job to start")
+        wait_for(
+            lambda: whoami.exists() and whoami.read_text().endswith("\n"), 30, "the job to start"
+        )
         assert whoami.read_text().strip() == ACCOUNT
         backend.cancel(run_ref(job_id))
     finally:
