@@ -1,6 +1,7 @@
-"""What gpuctl's command modules share: the usage error (exit 2), the API client the flags and
-the saved login name, and the terminal writers. ``main`` and the command modules (``policy``,
-``whatif``, ``session``) import it; it imports none of them."""
+"""What gpuctl's command modules share: the usage error (exit 2), the job states and how
+``--state`` may spell them, the API client the flags and the saved login name, and the terminal
+writers. ``main`` and the command modules (``policy``, ``whatif``, ``session``) import it; it
+imports none of them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,25 @@ from typing import Any, TextIO, cast
 from . import config, output
 from .client import Client
 
+# Ours, as the API names them.
+STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
+LIVE_STATES = ("pending", "running", "preempted")
+# Slurm's names and short codes (squeue -t, scancel -t, sacct -s) for the states that mean the same
+# thing here. Not PREEMPTED (PR): Slurm's ends the job, ours is a job on its way back to pending;
+# nor TIMEOUT, NODE_FAIL or OUT_OF_MEMORY, which our "failed" holds with other failures.
+SLURM_STATES = {
+    "PD": "pending",
+    "PENDING": "pending",
+    "R": "running",
+    "RUNNING": "running",
+    "CD": "succeeded",
+    "COMPLETED": "succeeded",
+    "F": "failed",
+    "FAILED": "failed",
+    "CA": "cancelled",
+    "CANCELLED": "cancelled",
+}
+
 
 class UsageError(Exception):
     """Bad usage detected after parsing (exit 2). ``fields`` names the inputs at fault."""
@@ -21,6 +41,27 @@ class UsageError(Exception):
         super().__init__(message)
         self.message = message
         self.fields = fields or {}
+
+
+def job_states(text: str, flag: str = "--state") -> list[str]:
+    """The states a comma-separated ``--state`` names, each once and in order: ours in any case
+    (``PENDING``, ``pending``), or Slurm's codes that map exactly (``PD``, ``R``, ``CD``, ``F``,
+    ``CA``). Anything else is ``UsageError`` naming ``flag`` and what is accepted, before a
+    request (the server knew only lower-case names: ``ls --state PENDING`` was its 400)."""
+    found: list[str] = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        state = word.lower() if word.lower() in STATES else SLURM_STATES.get(word.upper())
+        if state is None:
+            accepted = f"{', '.join(STATES)} (any case), or Slurm's " + ", ".join(
+                f"{code} ({ours})" for code, ours in SLURM_STATES.items() if len(code) < 3
+            )
+            reason = f"unknown state {word!r} (accepted: {accepted})"
+            raise UsageError(f"{flag}: {reason}", {flag: [reason]})
+        if state not in found:
+            found.append(state)
+    return found
 
 
 def whole_number(text: str) -> int | None:

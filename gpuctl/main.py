@@ -30,7 +30,7 @@ from . import policy as policy_commands
 from . import whatif as whatif_commands
 from .argparser import CommandParser
 from .client import ApiError, Client, UnsendableError
-from .common import UsageError, job_id_arg, positive_number
+from .common import LIVE_STATES, STATES, UsageError, job_id_arg, job_states, positive_number
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
@@ -39,8 +39,6 @@ from .submission import build_submission, flag_for, submit_arguments
 
 EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # killed by SIGPIPE, as the shell reports it
-LIVE_STATES = ("pending", "running", "preempted")
-STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
 # A subcommand: parsed arguments in, exit code out.
 Handler = Callable[[argparse.Namespace], int]
 
@@ -113,7 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit_arguments(estimate)
 
     ls = add("ls", cmd_ls, "list jobs, newest first")
-    ls.add_argument("--state", "-s", help="comma-separated states, e.g. pending,running")
+    ls.add_argument(
+        "--state",
+        "-s",
+        help="comma-separated states in any case, e.g. pending,running; Slurm's PD, R, CD "
+        "(succeeded), F, CA also work",
+    )
     ls.add_argument("--live", action="store_true", help="only pending, running and preempted jobs")
     ls.add_argument("--team", help="only this team's jobs")
     ls.add_argument("--user", help="only jobs submitted by this user")
@@ -482,7 +485,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     """GET /api/v1/jobs/ with filters; a squeue-like table or the JSON list."""
     if args.limit < 1:
         raise UsageError("--limit must be >= 1", {"--limit": ["must be >= 1"]})
-    state = args.state or (",".join(LIVE_STATES) if args.live else None)
+    state = ",".join(job_states(args.state)) if args.state else None
+    state = state or (",".join(LIVE_STATES) if args.live else None)
     with _client(args) as api:
         # The token's user, not the name saved at login: GPUCTL_TOKEN overrides the saved
         # token (CI has no file at all), and another user's name filters on their jobs.
