@@ -1,7 +1,7 @@
 """What gpuctl's command modules share: the usage error (exit 2), the job states and how
-``--state`` may spell them, the API client the flags and the saved login name, and the terminal
-writers. ``main`` and the command modules (``policy``, ``whatif``, ``session``) import it; it
-imports none of them."""
+``--state`` may spell them, the API client the flags and the saved login name, the terminal
+writers and the error report. ``main`` and the command modules (``policy``, ``whatif``,
+``session``, ``cancelling``) import it; it imports none of them."""
 
 from __future__ import annotations
 
@@ -141,3 +141,22 @@ def out() -> TextIO:
 
 def err() -> TextIO:
     return cast(TextIO, output.TerminalWriter(sys.stderr))
+
+
+def report(
+    json_mode: bool, kind: str, message: str, fields: dict[str, list[str]], status: int = 0
+) -> None:
+    """An error on stderr: one JSON object with ``--json``, else an ``error:`` line per reason."""
+    if json_mode:
+        body: dict[str, Any] = {"error": message, "kind": kind, "fields": fields}
+        if status:
+            body["status"] = status
+        output.print_json(body, err())
+        return
+    if fields:
+        for path, reasons in fields.items():
+            for reason in reasons:
+                prefix = "" if path in ("non_field_errors", "detail") else f"{path}: "
+                err().write(f"error: {prefix}{reason}\n")
+    else:
+        err().write(f"error: {message}\n")

@@ -29,11 +29,13 @@ from . import __version__, config, fleet, output, reports, session, waiting
 from . import policy as policy_commands
 from . import whatif as whatif_commands
 from .argparser import CommandParser
+from .cancelling import cancel_arguments, cmd_cancel
 from .client import ApiError, Client, UnsendableError
 from .common import LIVE_STATES, STATES, UsageError, job_id_arg, job_states, positive_number
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
+from .common import report as _report
 from .spec import SpecError, array_path_for, spec_path_for
 from .submission import build_submission, flag_for, submit_arguments
 
@@ -138,8 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         "wait until jobs end; exit 0 if all succeeded, 3 if one failed or was cancelled",
     )
     waiting.register(wait)
-    cancel = add("cancel", cmd_cancel, "cancel one or more jobs")
-    cancel.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    cancel_arguments(
+        add(
+            "cancel",
+            cmd_cancel,
+            "cancel jobs by id, or every live job matching filters (as scancel -u me -t PD)",
+        )
+    )
     logs = add("logs", cmd_logs, "a job's output: its tail, or (-f) followed to the end")
     logs.add_argument("job_id", metavar="JOB_ID")
     logs.add_argument(
@@ -315,24 +322,6 @@ def _silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError):  # stdout is no real file (captured in a test): nothing to flush
         pass
-
-
-def _report(
-    json_mode: bool, kind: str, message: str, fields: dict[str, list[str]], status: int = 0
-) -> None:
-    if json_mode:
-        body: dict[str, Any] = {"error": message, "kind": kind, "fields": fields}
-        if status:
-            body["status"] = status
-        output.print_json(body, _err())
-        return
-    if fields:
-        for path, reasons in fields.items():
-            for reason in reasons:
-                prefix = "" if path in ("non_field_errors", "detail") else f"{path}: "
-                _err().write(f"error: {prefix}{reason}\n")
-    else:
-        _err().write(f"error: {message}\n")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -678,42 +667,6 @@ def cmd_why(args: argparse.Namespace) -> int:
         finished = output.when(job.get("finished_at"), now)
         out.write(f"{head} is not waiting: it {state} at {finished}{code}\n")
     return EXIT_OK
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    """POST cancel for each job; keeps going after a failure, exits 1 if any failed. With
-    ``--json`` the failures are one error object at the end (``fields``: job id → reason), as
-    every command's error is, and ``status`` is there when they share one."""
-    ids = [job_id_arg(text) for text in args.job_ids]
-    cancelled: list[Any] = []
-    failures: dict[str, list[str]] = {}
-    statuses: set[int] = set()
-    with _client(args) as api:
-        for job_id in ids:
-            try:
-                cancelled.append(api.post(f"/api/v1/jobs/{job_id}/cancel/"))
-            except ApiError as exc:
-                failures[str(job_id)] = [exc.message]
-                statuses.add(exc.status)
-                if not args.json:
-                    _report(False, "api", f"job {job_id}: {exc.message}", {})
-                if exc.status == 0:  # unreachable: the rest would fail the same way
-                    break
-                continue
-            if not args.json:
-                _out().write(f"job {job_id} cancelled\n")
-    if args.json:
-        output.print_json(cancelled, _out())
-        if failures:
-            first_id, first_reasons = next(iter(failures.items()))
-            message = (
-                f"job {first_id}: {first_reasons[0]}"
-                if len(failures) == 1
-                else f"{len(failures)} of {len(ids)} jobs not cancelled"
-            )
-            status = next(iter(statuses)) if len(statuses) == 1 else 0
-            _report(True, "api", message, failures, status=status)
-    return EXIT_API if failures else EXIT_OK
 
 
 def cmd_record(args: argparse.Namespace) -> int:
