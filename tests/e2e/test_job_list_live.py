@@ -101,6 +101,10 @@ def test_the_est_start_note_survives_live_updates_and_the_resync(bob):
         workers="4",
         gpus_per_worker="8",
         runtime_limit_s=str(FILL_LIMIT_S),
+        # Its run lasts as long: without it the simulated run took the default half hour, three
+        # real seconds, and on a loaded machine the filler had ended before the waiting job's
+        # note could be read.
+        simulated_duration_s=str(FILL_LIMIT_S),
         **H100_JOB,
     )
     wait_live(page)
