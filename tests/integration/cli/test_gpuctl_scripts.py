@@ -4,11 +4,13 @@ was cut, and ``wait`` blocks until jobs end with an exit status that tells succe
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import threading
 import time
 
+import httpx
 import pytest
 from django.utils import timezone
 
@@ -244,36 +246,73 @@ def test_wait_follows_a_job_the_loop_runs_to_its_end(as_alice, platform, submit,
     assert waiter.result() == (0, f"job {job_id} (real) succeeded, exit code 0\n")
 
 
+class RestartingServer:
+    """A real HTTP front for the live server that, like a deploy behind a proxy, answers its
+    second and fourth requests 503 and drops the third's connection unanswered, and forwards
+    every other to the server: gpuctl's own client meets each the way it would."""
+
+    def __init__(self, upstream: str) -> None:
+        self.reads: list[str] = []
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                front.reads.append(self.path)
+                if len(front.reads) == 3:
+                    self.close_connection = True  # no answer at all: "cannot reach"
+                    return
+                if len(front.reads) in (2, 4):
+                    body = b'{"detail": "restarting"}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json")
+                else:
+                    answer = httpx.get(
+                        upstream + self.path,
+                        headers={"Authorization": self.headers.get("Authorization", "")},
+                    )
+                    body = answer.content
+                    self.send_response(answer.status_code)
+                    self.send_header("Content-Type", answer.headers.get("content-type", ""))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
-    as_alice, platform, submit, monkeypatch, capsys
+    as_alice, platform, submit, monkeypatch, capsys, live_server
 ):
     """A night's wait met a deploy: the first unanswered read ended it, exit 1, with the job
     still running. Once the job has been read, "not now" answers (unreachable, 502-504, 429)
     are noted once and asked again; a first read that fails still fails at once."""
-    from gpuctl.client import ApiError, Client
-
     (job_id,) = _running(platform, submit, 1)
-    real_request = Client._request
-    reads = []
-
-    def restarting(self, method, path, **kwargs):
-        reads.append(path)
-        if 2 <= len(reads) <= 4:  # the second to fourth reads: the server is restarting
-            raise ApiError(503 if len(reads) == 3 else 0, "cannot reach the server")
-        return real_request(self, method, path, **kwargs)
-
-    monkeypatch.setattr(Client, "_request", restarting)
-    waiter = Waiter(monkeypatch, str(job_id))
-    deadline = time.monotonic() + 10
-    while len(reads) < 6:
-        assert time.monotonic() < deadline and waiter.thread.is_alive(), (reads, waiter.code)
-        time.sleep(0.05)
-    _end(job_id, JobState.SUCCEEDED, 0)
-    assert waiter.result() == (0, f"job {job_id} (w0) succeeded, exit code 0\n")
+    front = RestartingServer(live_server.url)
+    try:
+        waiter = Waiter(monkeypatch, str(job_id), "--url", front.url)
+        deadline = time.monotonic() + 10
+        while len(front.reads) < 6:
+            assert time.monotonic() < deadline and waiter.thread.is_alive(), (
+                front.reads,
+                waiter.code,
+            )
+            time.sleep(0.05)
+        _end(job_id, JobState.SUCCEEDED, 0)
+        assert waiter.result() == (0, f"job {job_id} (w0) succeeded, exit code 0\n")
+    finally:
+        front.close()
     noted = capsys.readouterr().err
     assert noted.count("still waiting") == 1, noted
 
-    monkeypatch.setattr(Client, "_request", real_request)
     nowhere = as_alice("wait", str(job_id), "--url", "http://127.0.0.1:9")
     assert nowhere.code == 1 and "cannot reach" in nowhere.err
 
