@@ -34,6 +34,12 @@ SLURM_STATES = {
 }
 
 
+# Answers that say "not now" rather than "no": the server restarting (a deploy during a night's
+# wait), a proxy in front of it with no upstream, throttling. A command that has already read what
+# it follows (``wait``, ``logs -f``) notes them and asks again.
+PASSING_STATUSES = (0, 429, 502, 503, 504)
+
+
 class UsageError(Exception):
     """Bad usage detected after parsing (exit 2). ``fields`` names the inputs at fault."""
 

@@ -721,22 +721,24 @@ def cmd_logs(args: argparse.Namespace) -> int:
     with _client(args) as api:
         chunk: dict[str, Any] = api.get(path, {"attempt": attempt})
         _print_log(args, out, chunk)
+        # After the first read, a server restart or an overloaded proxy is waited out.
+        follow = waiting.PatientReads(api, f"job {job_id}", interval)
         while args.follow:
             shown = chunk["attempt"]
             if shown is not None and not (chunk["finished"] and not chunk["text"]):
                 # The attempt may still write: read what follows the cursor.
                 if not chunk["text"]:
                     time.sleep(interval)
-                chunk = api.get(path, {"attempt": shown, "cursor": chunk["cursor"]})
+                chunk = follow.get(path, {"attempt": shown, "cursor": chunk["cursor"]})
                 _print_log(args, out, chunk)
                 continue
             # This attempt is over (or the job has not started): the next one, or the end.
             if attempt is not None or chunk["state"] in ("succeeded", "failed", "cancelled"):
                 break
             time.sleep(interval)
-            job = api.get(f"/api/v1/jobs/{job_id}/")
+            job = follow.get(f"/api/v1/jobs/{job_id}/")
             if job["attempts"] > (shown or 0):
-                chunk = api.get(path, {"attempt": (shown or 0) + 1})
+                chunk = follow.get(path, {"attempt": (shown or 0) + 1})
                 if shown is not None and not args.json:
                     out.write(f"--- attempt {chunk['attempt']} ---\n")
                 _print_log(args, out, chunk)

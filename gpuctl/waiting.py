@@ -9,7 +9,8 @@ What ``sbatch --wait`` gives a Slurm script: ``gpuctl submit ... && gpuctl wait 
 A job id the caller cannot see is "no such job" (exit 1) before any waiting. Waiting reads each
 live job once per ``--interval``; a job that has ended is not read again. Once every job has been
 read, a server that does not answer for a while (a restart, a proxy without upstream, 429) is
-noted on stderr and asked again at the next interval, not taken for the jobs' end."""
+noted on stderr and asked again at the next interval, not taken for the jobs' end (``logs -f``
+waits out an outage the same way, through ``PatientReads``)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from typing import Any, TextIO
 
 from . import output
 from .client import ApiError, Client
+from .common import PASSING_STATUSES, job_id_arg, positive_number
 from .common import client as _client
 from .common import err as _err
-from .common import job_id_arg, positive_number
 from .common import out as _out
 
 EXIT_NOT_SUCCEEDED = 3
@@ -93,11 +94,6 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return EXIT_NOT_SUCCEEDED
 
 
-# Answers that say "not now" rather than "no": the server restarting (a deploy during a night's
-# wait), a proxy in front of it with no upstream, throttling.
-_PASSING_STATUSES = (0, 429, 502, 503, 504)
-
-
 def _read(api: Client, job_id: int, *, first: bool, unanswered: set[int]) -> dict[str, Any] | None:
     """The job; None when the server is passing unavailable and the job was read before (a
     first read fails at once: a wrong URL or id must not wait in silence). The first read of an
@@ -105,7 +101,7 @@ def _read(api: Client, job_id: int, *, first: bool, unanswered: set[int]) -> dic
     try:
         job: dict[str, Any] = api.get(f"/api/v1/jobs/{job_id}/")
     except ApiError as exc:
-        if first or exc.status not in _PASSING_STATUSES:
+        if first or exc.status not in PASSING_STATUSES:
             raise
         if job_id not in unanswered:
             unanswered.add(job_id)
@@ -143,3 +139,29 @@ def _timed_out(
     for job in live.values():
         err.write(f"timed out: job {job['id']} ({job.get('name')}) is still {job['state']}\n")
     return EXIT_TIMED_OUT
+
+
+class PatientReads:
+    """Reads of what a command already follows (``logs -f`` after its first read): an answer
+    that says "not now" (unreachable, 429, 502-504) is noted on stderr once per outage and asked
+    again after the pause, as ``wait`` does; a ``logs -f`` that ended at a deploy lost the rest
+    of a night's training log. Reading again is safe: a log read by cursor changes nothing."""
+
+    def __init__(self, api: Client, what: str, pause_s: float) -> None:
+        self.api, self.what, self.pause_s = api, what, pause_s
+        self.in_outage = False
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        while True:
+            try:
+                answer = self.api.get(path, params)
+            except ApiError as exc:
+                if exc.status not in PASSING_STATUSES:
+                    raise
+                if not self.in_outage:
+                    self.in_outage = True
+                    _err().write(f"note: {self.what}: {exc.message}; still following\n")
+                time.sleep(self.pause_s)
+                continue
+            self.in_outage = False
+            return answer

@@ -15,6 +15,7 @@ from gpuctl.main import main
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job
 from scheduler.transitions import job_requeue
+from tests.integration.cli.restarting import RestartingServer
 from tests.simclock import SimulatedClock
 
 
@@ -97,6 +98,38 @@ def test_follow_reads_a_running_job_to_its_end_through_a_requeue(
     assert steps == list(range(3, 8))  # resumed after step 2; 7 minutes of work in all
     first_steps = [int(line.split()[1]) for line in lines[:second] if line.startswith("step ")]
     assert first_steps[:3] == [1, 2, 3] and len(first_steps) == len(set(first_steps))
+
+
+def test_follow_outlasts_a_server_that_stops_answering_for_a_while(
+    as_alice, platform, submit, monkeypatch, capsys, live_server
+):
+    """A deploy during a night's training ended ``logs -f`` with exit 1 at its first unanswered
+    read, and the rest of the log was never shown. Once the first read is answered, "not now"
+    answers (a dropped connection, 503) are noted once and read again, and no line is lost or
+    shown twice."""
+    job_id = submit(platform["alice"], gpus_per_worker=1, simulated_duration_s=300).json()["id"]
+    run_cycle()
+    front = RestartingServer(live_server.url)
+    try:
+        follower = Follower(monkeypatch, str(job_id), "--url", front.url)
+        deadline = time.monotonic() + 10
+        while len(front.reads) < 6:
+            assert time.monotonic() < deadline and follower.thread.is_alive(), (
+                front.reads,
+                follower.code,
+                capsys.readouterr().err,
+            )
+            time.sleep(0.05)
+        drive_until(job_id, "succeeded")
+        out = follower.wait()
+    finally:
+        front.close()
+    assert follower.code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("[gpuplatform] attempt 1 on ")
+    assert lines[-1] == "[gpuplatform] training finished"
+    assert [int(line.split()[1]) for line in lines if line.startswith("step ")] == [1, 2, 3, 4, 5]
+    assert capsys.readouterr().err.count("still following") == 1
 
 
 def test_follow_with_attempt_stops_at_that_attempts_end(as_alice, platform, submit):

@@ -4,13 +4,11 @@ was cut, and ``wait`` blocks until jobs end with an exit status that tells succe
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import threading
 import time
 
-import httpx
 import pytest
 from django.utils import timezone
 
@@ -18,6 +16,7 @@ from gpuctl.main import main
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, JobState
 from scheduler.transitions import job_finish
+from tests.integration.cli.restarting import RestartingServer
 from tests.simclock import SimulatedClock
 
 
@@ -244,49 +243,6 @@ def test_wait_follows_a_job_the_loop_runs_to_its_end(as_alice, platform, submit,
         run_cycle()
         time.sleep(0.2)
     assert waiter.result() == (0, f"job {job_id} (real) succeeded, exit code 0\n")
-
-
-class RestartingServer:
-    """A real HTTP front for the live server that, like a deploy behind a proxy, answers its
-    second and fourth requests 503 and drops the third's connection unanswered, and forwards
-    every other to the server: gpuctl's own client meets each the way it would."""
-
-    def __init__(self, upstream: str) -> None:
-        self.reads: list[str] = []
-        front = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                front.reads.append(self.path)
-                if len(front.reads) == 3:
-                    self.close_connection = True  # no answer at all: "cannot reach"
-                    return
-                if len(front.reads) in (2, 4):
-                    body = b'{"detail": "restarting"}'
-                    self.send_response(503)
-                    self.send_header("Content-Type", "application/json")
-                else:
-                    answer = httpx.get(
-                        upstream + self.path,
-                        headers={"Authorization": self.headers.get("Authorization", "")},
-                    )
-                    body = answer.content
-                    self.send_response(answer.status_code)
-                    self.send_header("Content-Type", answer.headers.get("content-type", ""))
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
