@@ -77,28 +77,57 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return _cancel_matching(args, states or list(LIVE_STATES))
 
 
+class _Outcome:
+    """What one ``cancel`` did: the jobs cancelled, those that had ended meanwhile, and the
+    failures (with ``--json`` reported once at the end, as one error object)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cancelled: list[Any] = []
+        self.ended: list[dict[str, Any]] = []
+        self.failures: dict[str, list[str]] = {}
+        self.statuses: set[int] = set()
+
+    def say(self, line: str) -> None:
+        if not self.args.json:
+            _out().write(line + "\n")
+
+    def failed(self, job_id: int, label: str, exc: ApiError) -> bool:
+        """Records the failure; True when the server is unreachable (the rest would fail the same
+        way, so the caller stops)."""
+        self.failures[str(job_id)] = [exc.message]
+        self.statuses.add(exc.status)
+        if not self.args.json:
+            _report(False, "api", f"job {label}: {exc.message}", {})
+        return exc.status == 0
+
+    def finish(self, tried: int) -> int:
+        if self.args.json and self.failures:
+            first_id, first_reasons = next(iter(self.failures.items()))
+            message = (
+                f"job {first_id}: {first_reasons[0]}"
+                if len(self.failures) == 1
+                else f"{len(self.failures)} of {tried} jobs not cancelled"
+            )
+            status = next(iter(self.statuses)) if len(self.statuses) == 1 else 0
+            _report(True, "api", message, self.failures, status=status)
+        return EXIT_API if self.failures else EXIT_OK
+
+
 def _cancel_ids(args: argparse.Namespace, ids: list[int]) -> int:
-    cancelled: list[Any] = []
-    failures: dict[str, list[str]] = {}
-    statuses: set[int] = set()
+    outcome = _Outcome(args)
     with _client(args) as api:
         for job_id in ids:
             try:
-                cancelled.append(api.post(f"/api/v1/jobs/{job_id}/cancel/"))
+                outcome.cancelled.append(api.post(f"/api/v1/jobs/{job_id}/cancel/"))
             except ApiError as exc:
-                failures[str(job_id)] = [exc.message]
-                statuses.add(exc.status)
-                if not args.json:
-                    _report(False, "api", f"job {job_id}: {exc.message}", {})
-                if exc.status == 0:  # unreachable: the rest would fail the same way
+                if outcome.failed(job_id, str(job_id), exc):
                     break
                 continue
-            if not args.json:
-                _out().write(f"job {job_id} cancelled\n")
+            outcome.say(f"job {job_id} cancelled")
     if args.json:
-        output.print_json(cancelled, _out())
-    _report_failures(args, failures, statuses, len(ids))
-    return EXIT_API if failures else EXIT_OK
+        output.print_json(outcome.cancelled, _out())
+    return outcome.finish(len(ids))
 
 
 def _cancel_matching(args: argparse.Namespace, states: list[str]) -> int:
@@ -117,41 +146,34 @@ def _cancel_matching(args: argparse.Namespace, states: list[str]) -> int:
             jobs = [job for job in jobs if fnmatchcase(job["name"], args.name)]
         if args.dry_run:
             return _print_dry_run(args, jobs)
-        cancelled: list[Any] = []
-        ended: list[dict[str, Any]] = []
-        failures: dict[str, list[str]] = {}
-        statuses: set[int] = set()
+        outcome = _Outcome(args)
         for job in jobs:
+            label = f"{job['id']} ({job['name']})"
             try:
-                cancelled.append(api.post(f"/api/v1/jobs/{job['id']}/cancel/"))
+                outcome.cancelled.append(api.post(f"/api/v1/jobs/{job['id']}/cancel/"))
             except ApiError as exc:
                 final = _ended_state(api, job["id"]) if exc.status == 409 else None
                 if final is not None:
-                    ended.append({"id": job["id"], "name": job["name"], "state": final})
-                    if not args.json:
-                        _out().write(
-                            f"job {job['id']} ({job['name']}) had already ended ({final})\n"
-                        )
+                    outcome.ended.append({"id": job["id"], "name": job["name"], "state": final})
+                    outcome.say(f"job {label} had already ended ({final})")
                     continue
-                failures[str(job["id"])] = [exc.message]
-                statuses.add(exc.status)
-                if not args.json:
-                    _report(False, "api", f"job {job['id']} ({job['name']}): {exc.message}", {})
-                if exc.status == 0:  # unreachable: the rest would fail the same way
+                if outcome.failed(job["id"], label, exc):
                     break
                 continue
-            if not args.json:
-                _out().write(f"job {job['id']} ({job['name']}) cancelled\n")
+            outcome.say(f"job {label} cancelled")
     if args.json:
-        document = {"dry_run": False, "cancelled": cancelled, "finished_meanwhile": ended}
+        document = {
+            "dry_run": False,
+            "cancelled": outcome.cancelled,
+            "finished_meanwhile": outcome.ended,
+        }
         output.print_json(document, _out())
     elif not jobs:
         _out().write("no live job matches; nothing cancelled\n")
     else:
-        tail = f", {len(ended)} had already ended" if ended else ""
-        _out().write(f"{_jobs(len(cancelled))} cancelled{tail}\n")
-    _report_failures(args, failures, statuses, len(jobs))
-    return EXIT_API if failures else EXIT_OK
+        tail = f", {len(outcome.ended)} had already ended" if outcome.ended else ""
+        _out().write(f"{_jobs(len(outcome.cancelled))} cancelled{tail}\n")
+    return outcome.finish(len(jobs))
 
 
 def _ended_state(api: Client, job_id: int) -> str | None:
@@ -179,18 +201,3 @@ def _print_dry_run(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
 def _jobs(count: int) -> str:
     return f"{count} job" if count == 1 else f"{count} jobs"
-
-
-def _report_failures(
-    args: argparse.Namespace, failures: dict[str, list[str]], statuses: set[int], tried: int
-) -> None:
-    if not (args.json and failures):
-        return
-    first_id, first_reasons = next(iter(failures.items()))
-    message = (
-        f"job {first_id}: {first_reasons[0]}"
-        if len(failures) == 1
-        else f"{len(failures)} of {tried} jobs not cancelled"
-    )
-    status = next(iter(statuses)) if len(statuses) == 1 else 0
-    _report(True, "api", message, failures, status=status)
