@@ -16,7 +16,6 @@ noisy: compare medians from one run.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -28,12 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SCRATCH_DB = "gpuplatform_bench_loop"
 
-
-def _admin_sql(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-        c.execute(sql)
+from benchmarks.scratch_db import django_on_scratch_database  # noqa: E402
 
 
 def main() -> None:
@@ -46,21 +40,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the last cycle")
     args = parser.parse_args()
 
-    _admin_sql(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
-    _admin_sql(f"CREATE DATABASE {SCRATCH_DB}")
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="gpuplatform.settings",
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{SCRATCH_DB}",
-        LOG_LEVEL="WARNING",
-    )
-    os.environ.pop("REDIS_URL", None)
-    try:
+    with django_on_scratch_database(SCRATCH_DB):
         run(args)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        _admin_sql(f"DROP DATABASE IF EXISTS {SCRATCH_DB}")
 
 
 def run(args) -> None:
