@@ -40,6 +40,12 @@ SLURM_STATES = {
 PASSING_STATUSES = (0, 429, 502, 503, 504)
 
 
+def counts_text(counts: dict[str, int]) -> str:
+    """``2 pending, 1 running`` (states with no job left out; ``-`` when none)."""
+    parts = [f"{counts[state]} {state}" for state in STATES if counts.get(state)]
+    return ", ".join(parts) if parts else "-"
+
+
 class UsageError(Exception):
     """Bad usage detected after parsing (exit 2). ``fields`` names the inputs at fault."""
 

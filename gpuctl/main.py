@@ -31,13 +31,21 @@ from . import whatif as whatif_commands
 from .argparser import CommandParser
 from .cancelling import cancel_arguments, cmd_cancel
 from .client import ApiError, Client, UnsendableError
-from .common import LIVE_STATES, STATES, UsageError, job_id_arg, job_states, positive_number
+from .common import (
+    LIVE_STATES,
+    STATES,
+    UsageError,
+    counts_text,
+    job_id_arg,
+    job_states,
+    positive_number,
+)
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
 from .common import report as _report
 from .spec import SpecError, array_path_for, spec_path_for
-from .submission import build_submission, flag_for, submit_arguments
+from .submission import build_submission, flag_for, submit_arguments, wait_arguments
 
 EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # killed by SIGPIPE, as the shell reports it
@@ -105,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "submit", cmd_submit, "submit a job (or a job array, if the spec has one) from YAML/flags"
     )
     submit_arguments(submit)
+    wait_arguments(submit)
     estimate = add(
         "estimate",
         cmd_estimate,
@@ -203,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         "submit", cmd_array_submit, "submit a job array: the spec's array section, or --count"
     )
     submit_arguments(array_submit)
+    wait_arguments(array_submit)
     array_submit.add_argument(
         "--count", help="number of indices (array.count; like sbatch --array=0-(N-1))"
     )
@@ -387,6 +397,8 @@ def _send_submission(
             _out().write("(dry run: nothing was submitted)\n")
         return EXIT_OK
     path_for = array_path_for if array else spec_path_for
+    # Checked before anything is sent: a typo must not leave a job behind unwaited.
+    interval_s = waiting.wait_interval(args.wait_interval, "--wait-interval")
     with _client(args) as api:
         if "team" not in body:
             body = {"team": _pick_team(api), **body}
@@ -398,12 +410,13 @@ def _send_submission(
             path_for,
         )
     if args.json:
-        output.print_json(created, _out())
+        if not args.wait:  # with --wait, one document: the end
+            output.print_json(created, _out())
     elif array:
         _out().write(
             f"array {created['id']} submitted ({created['name']}, team {created['team']}): "
             f"{created['size']} job{'s' if created['size'] != 1 else ''} "
-            f"{_counts_text(created.get('counts') or {})}\n"
+            f"{counts_text(created.get('counts') or {})}\n"
         )
     else:
         why = f" — {created['why']}" if created.get("why") else ""
@@ -411,7 +424,12 @@ def _send_submission(
             f"job {created['id']} submitted ({created['name']}, team {created['team']}): "
             f"{created['state']}{why}\n"
         )
-    return EXIT_OK
+    if not args.wait:
+        return EXIT_OK
+    _out().flush()
+    if array:
+        return waiting.wait_for_array(args, created, interval_s)
+    return waiting.wait_for_jobs(args, [created["id"]], interval_s, None)
 
 
 def _post_naming_fields(
@@ -795,12 +813,6 @@ def _array_id(text: str) -> int:
     return value
 
 
-def _counts_text(counts: dict[str, int]) -> str:
-    """``2 pending, 1 running`` (states with no job left out; ``-`` when none)."""
-    parts = [f"{counts[state]} {state}" for state in STATES if counts.get(state)]
-    return ", ".join(parts) if parts else "-"
-
-
 def cmd_array_list(args: argparse.Namespace) -> int:
     """GET /api/v1/job-arrays/: arrays of the caller's teams with their count per state."""
     if args.limit < 1:
@@ -891,7 +903,7 @@ def cmd_array_cancel(args: argparse.Namespace) -> int:
     else:
         _out().write(
             f"array {array_id} cancelled ({array['name']}): "
-            f"{_counts_text(array.get('counts') or {})}\n"
+            f"{counts_text(array.get('counts') or {})}\n"
         )
     return EXIT_OK
 

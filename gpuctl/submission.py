@@ -107,6 +107,19 @@ def submit_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("command_args", nargs="*", metavar="-- COMMAND", help="spec.command")
 
 
+def wait_arguments(cmd: argparse.ArgumentParser) -> None:
+    """``submit --wait`` and ``array submit --wait`` (not ``estimate``: nothing runs)."""
+    cmd.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait until it ends (an array: all its jobs), as sbatch --wait: exit 0 if it "
+        "succeeded, 3 if it failed or was cancelled",
+    )
+    cmd.add_argument(
+        "--wait-interval", default="5", help="seconds between reads with --wait (default 5)"
+    )
+
+
 _SUBMIT_FLAGS: dict[str, str] = {
     "name": "metadata.name",
     "team": "metadata.team",

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from . import output
 from .client import ApiError, Client
-from .common import PASSING_STATUSES, job_id_arg, positive_number
+from .common import LIVE_STATES, PASSING_STATUSES, counts_text, job_id_arg, positive_number
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
@@ -50,14 +50,22 @@ def cmd_wait(args: argparse.Namespace) -> int:
     """Poll GET /api/v1/jobs/ID/ until every job is succeeded, failed or cancelled; print each
     one's end as it happens (``--json``: the ended jobs, in the order given, at the end)."""
     ids = list(dict.fromkeys(job_id_arg(text) for text in args.job_ids))
-    interval_s = float(
-        positive_number(
-            args.interval, "--interval", number=float, minimum=0.1, maximum=_MAX_INTERVAL_S
-        )
-    )
+    interval_s = wait_interval(args.interval, "--interval")
     timeout_s = positive_number(
         args.timeout, "--timeout", number=float, minimum=0, maximum=_MAX_TIMEOUT_S
     )
+    return wait_for_jobs(args, ids, interval_s, timeout_s)
+
+
+def wait_interval(text: str, flag: str) -> float:
+    """The seconds between reads, from ``text`` (exit 2 naming ``flag`` when it is no such)."""
+    return float(positive_number(text, flag, number=float, minimum=0.1, maximum=_MAX_INTERVAL_S))
+
+
+def wait_for_jobs(
+    args: argparse.Namespace, ids: list[int], interval_s: float, timeout_s: float | None
+) -> int:
+    """``wait``'s loop: each live job read once per ``interval_s`` until all have ended."""
     give_up_at = None if timeout_s is None else time.monotonic() + timeout_s
     ended: dict[int, dict[str, Any]] = {}
     out = _out()
@@ -139,6 +147,23 @@ def _timed_out(
     for job in live.values():
         err.write(f"timed out: job {job['id']} ({job.get('name')}) is still {job['state']}\n")
     return EXIT_TIMED_OUT
+
+
+def wait_for_array(args: argparse.Namespace, array: dict[str, Any], interval_s: float) -> int:
+    """Read the array's count per state once per ``interval_s`` until none of its jobs is live
+    (one read for the whole array, however many jobs it has); print its end (``--json``: the
+    array as last read). Exit 0 if every job succeeded, else 3."""
+    with _client(args) as api:
+        reads = PatientReads(api, f"array {array['id']}", interval_s)
+        while any((array.get("counts") or {}).get(state) for state in LIVE_STATES):
+            time.sleep(interval_s)
+            array = reads.get(f"/api/v1/job-arrays/{array['id']}/")
+    counts = array.get("counts") or {}
+    if args.json:
+        output.print_json(array, _out())
+    else:
+        _out().write(f"array {array['id']} ({array['name']}) ended: {counts_text(counts)}\n")
+    return 0 if counts.get("succeeded", 0) == array["size"] else EXIT_NOT_SUCCEEDED
 
 
 class PatientReads:

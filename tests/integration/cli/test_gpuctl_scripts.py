@@ -273,6 +273,85 @@ def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
     assert nowhere.code == 1 and "cannot reach" in nowhere.err
 
 
+# --- submit --wait ------------------------------------------------------------------------------
+
+
+class Background:
+    """A gpuctl command that blocks, run in a thread; what it prints is kept."""
+
+    def __init__(self, monkeypatch, *argv: str) -> None:
+        self.out = io.StringIO()
+        self.code: int | None = None
+        for module in ("gpuctl.main", "gpuctl.waiting"):
+            monkeypatch.setattr(f"{module}._out", lambda: self.out)
+        self.thread = threading.Thread(target=self._run, args=(argv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, argv) -> None:
+        self.code = main(list(argv))
+
+    def result(self, timeout: float = 30.0) -> tuple[int | None, str]:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"still running: {self.out.getvalue()}"
+        return self.code, self.out.getvalue()
+
+
+def _created(query, count: int) -> list[int]:
+    """The ids of the ``count`` jobs ``query`` selects, once the command has created them."""
+    deadline = time.monotonic() + 10
+    while len(ids := sorted(query.values_list("pk", flat=True))) < count:
+        assert time.monotonic() < deadline, "the jobs were never created"
+        time.sleep(0.05)
+    return ids
+
+
+ONE_GPU = ("-N", "1", "--gpus-per-worker", "1", "--", "python", "train.py")
+
+
+def test_submit_wait_blocks_until_the_job_ends_and_exits_as_wait_does(as_alice, monkeypatch):
+    """``sbatch --wait``: a pipeline step submits and blocks on the outcome in one command. Its
+    absence made every script pair submit with a parse of its id and a wait."""
+    run = Background(
+        monkeypatch, "submit", "--wait", "--wait-interval", "0.1", "-J", "step", *ONE_GPU
+    )
+    (job_id,) = _created(Job.objects.filter(name="step"), 1)
+    run_cycle()
+    time.sleep(0.5)
+    assert run.thread.is_alive()  # running: it waits
+    _end(job_id, JobState.FAILED, 137)
+    code, out = run.result()
+    lines = out.splitlines()
+    assert code == 3, out
+    assert lines[0].startswith(f"job {job_id} submitted (step, team vision): pending")
+    assert lines[1:] == [f"job {job_id} (step) failed, exit code 137"]
+
+
+def test_array_submit_wait_reads_the_arrays_counts_until_every_job_ended(as_alice, monkeypatch):
+    """An array is waited for by its count per state, one read per interval for the whole
+    array; ``--json`` prints one document, the array at its end."""
+    run = Background(
+        monkeypatch,
+        "array", "submit", "--wait", "--wait-interval", "0.1", "--count", "2", "-J", "pair",
+        "--json", *ONE_GPU,
+    )  # fmt: skip
+    first, second = _created(Job.objects.filter(array__isnull=False), 2)
+    run_cycle()
+    _end(first, JobState.SUCCEEDED, 0)
+    time.sleep(0.5)
+    assert run.thread.is_alive()  # one still running
+    _end(second, JobState.SUCCEEDED, 0)
+    code, out = run.result()
+    assert code == 0, out
+    array = json.loads(out)
+    assert (array["name"], array["size"], array["counts"]["succeeded"]) == ("pair", 2, 2)
+
+
+def test_submit_wait_refuses_a_bad_interval_before_sending(as_alice):
+    result = as_alice("submit", "--wait", "--wait-interval", "0", "-J", "never", *ONE_GPU)
+    assert result.code == 2 and "--wait-interval: must be >= 0.1" in result.err
+    assert not Job.objects.filter(name="never").exists()
+
+
 # --- cancel ------------------------------------------------------------------------------------
 
 
