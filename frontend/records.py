@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.errors import DomainError, NotFound
 from core.ids import parse_id
 from scheduler import reproducibility
+from scheduler import selectors as scheduler_selectors
 from tenants.permissions import can_submit_to
 
 
@@ -58,7 +59,14 @@ def job_record_json(request, job_id: int, attempt: int):
 @require_POST
 def job_resubmit(request, job_id: int):
     """Submit a job that runs exactly what the posted attempt ran; go to the new job's page.
-    Refusals (a viewer, a budget stop, a pending cap) come back as a message on this job."""
+    A job the caller cannot see is a 404 whatever was posted; refusals (a bad attempt, a
+    viewer, a budget stop, a pending cap) come back as a message on this job."""
+    # The job before the form: a bad attempt on a missing (or another team's) job was answered
+    # with a redirect and "attempt is not a number", not the 404 any other request about it gets.
+    try:
+        scheduler_selectors.job_get(user=request.user, job_id=job_id)
+    except NotFound:
+        raise Http404("no such job") from None
     posted = request.POST.get("attempt") or ""
     attempt = parse_id(posted)
     if posted and attempt is None:
