@@ -19,7 +19,8 @@ from scheduler.api.contract_schema import ENGINE_CONFIG_BY_KEY_SCHEMA
 from tenants.permissions import is_platform_admin
 
 from . import selectors, services, whatif_runs
-from .models import PolicyVersion, WhatIfRun
+from .models import MAX_VERSION_NUMBER, VERSION_NUMBER_RANGE, PolicyVersion, WhatIfRun
+from .whatif import MAX_WINDOW_DAYS, WINDOW_DAYS_RANGE
 
 
 class AdminElseNotFound(BasePermission):
@@ -252,7 +253,12 @@ class WhatIfStartSerializer(serializers.Serializer[Any]):
         required=False, help_text="cluster name (default: the only enabled cluster)"
     )
     window_days = serializers.FloatField(
-        required=False, default=30, help_text="replay the jobs submitted in the last N days"
+        required=False,
+        default=30,
+        min_value=0,  # 0 itself is refused by the service, with the same message
+        max_value=MAX_WINDOW_DAYS,
+        error_messages={"min_value": WINDOW_DAYS_RANGE, "max_value": WINDOW_DAYS_RANGE},
+        help_text=f"replay the jobs submitted in the last N days (at most {MAX_WINDOW_DAYS})",
     )
     candidates = serializers.DictField(
         child=serializers.JSONField(),
@@ -263,7 +269,11 @@ class WhatIfStartSerializer(serializers.Serializer[Any]):
         "teams and classes changing; an object with none of the three is an engine_config",
     )
     candidate_versions = serializers.DictField(
-        child=serializers.IntegerField(),
+        child=serializers.IntegerField(
+            min_value=1,
+            max_value=MAX_VERSION_NUMBER,
+            error_messages={"min_value": VERSION_NUMBER_RANGE, "max_value": VERSION_NUMBER_RANGE},
+        ),
         required=False,
         help_text="candidate name -> an earlier policy version to try whole (its engine "
         "configuration, team weights and priority classes)",

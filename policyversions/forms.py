@@ -12,9 +12,13 @@ from typing import Any, cast
 from django import forms
 from django.forms import BoundField
 
+from core.bounds import form_number
 from core.jsonlimits import JsonRefused, loads_bounded
+from tenants.models import PriorityClass
 
 from .models import PolicyVersion
+from .services import MAX_WEIGHT
+from .whatif import MAX_WINDOW_DAYS, WINDOW_DAYS_RANGE
 
 MAX_CONFIG_CHARS = 20_000
 
@@ -51,13 +55,18 @@ class PolicyTablesMixin:
                 label=f"Weight of {slug}",
                 initial=weights[slug],
                 min_value=0,
-                max_value=1e6,
+                max_value=MAX_WEIGHT,
                 required=required,
             )
         for name in self.class_names:
             spec = classes[name]
-            self.fields[_class_name(name, "value")] = forms.IntegerField(
-                label=f"Value of {name}", initial=spec["value"], required=required
+            # Bounded as the class's own value: thirty digits went through to the service.
+            self.fields[_class_name(name, "value")] = form_number(
+                PriorityClass,
+                "value",
+                label=f"Value of {name}",
+                initial=spec["value"],
+                required=required,
             )
             self.fields[_class_name(name, "preemptible_by_default")] = forms.BooleanField(
                 label=f"{name}: preemptible by default",
@@ -180,7 +189,10 @@ class WhatIfForm(PolicyTablesMixin, forms.Form):
     window_days = forms.FloatField(
         label="Window (days of finished history up to now)",
         initial=30,
-        help_text="at most 90 days",
+        min_value=0,  # 0 itself is refused by the service, with the same message
+        max_value=MAX_WINDOW_DAYS,
+        error_messages={"min_value": WINDOW_DAYS_RANGE, "max_value": WINDOW_DAYS_RANGE},
+        help_text=f"at most {MAX_WINDOW_DAYS} days",
     )
     candidate_name = forms.CharField(
         label="Candidate name", initial="candidate", max_length=40, required=False

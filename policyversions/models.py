@@ -20,6 +20,12 @@ class PolicySource(models.TextChoices):
     ROLLBACK = "rollback", "Rollback"
 
 
+# The highest version number a page, the API or a what-if candidate is given: a signed 32-bit
+# integer's range, more versions than any history holds.
+MAX_VERSION_NUMBER = 2**31
+VERSION_NUMBER_RANGE = f"must be a policy version number, from 1 to {MAX_VERSION_NUMBER:,}"
+
+
 class PolicyVersion(models.Model):
     number = models.PositiveIntegerField(unique=True)
     created_at = models.DateTimeField(db_index=True)

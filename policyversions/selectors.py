@@ -20,7 +20,7 @@ from core.ids import parse_id
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict, config_to_dict
 from tenants.permissions import Caller, is_platform_admin
 
-from .models import PolicyVersion, WhatIfRun
+from .models import MAX_VERSION_NUMBER, PolicyVersion, WhatIfRun
 from .services import current_tables, version_content
 from .whatif import BASELINE
 
@@ -28,10 +28,11 @@ log = logging.getLogger(__name__)
 
 
 def version_number(text: str) -> int | None:
-    """A version number as a page or the API is given it (1 .. 2**31), or None when it is not
-    one. ``parse_id``, not ``str.isdigit()``: "²" is a digit to isdigit() and not to int()."""
+    """A version number as a page or the API is given it (1 .. ``MAX_VERSION_NUMBER``), or None
+    when it is not one. ``parse_id``, not ``str.isdigit()``: "²" is a digit to isdigit() and not
+    to int()."""
     number = parse_id(text)
-    return number if number is not None and number <= 2**31 else None
+    return number if number is not None and number <= MAX_VERSION_NUMBER else None
 
 
 def engine_config_in_force() -> dict[str, Any] | None:

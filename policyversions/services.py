@@ -22,7 +22,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from core.bounds import finite_number
+from core.bounds import bounds, finite_number, range_text
 from core.errors import Conflict, FieldErrors, NotFound
 from core.names import text_errors
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
@@ -177,10 +177,15 @@ def validate_classes(data: Any, errors: dict[str, list[str]]) -> dict[str, dict[
             if key not in spec:
                 errors[f"{field}.{key}"] = ["required"]
         value = spec.get("value")
+        lowest, highest = bounds(PriorityClass, "value")
         if "value" in spec and (
-            isinstance(value, bool) or not isinstance(value, Integral) or abs(int(value)) > 10**9
+            isinstance(value, bool)
+            or not isinstance(value, Integral)
+            or not lowest <= value <= highest
         ):
-            errors[f"{field}.value"] = ["must be a whole number within ±1,000,000,000"]
+            errors[f"{field}.value"] = [
+                f"must be a whole number {range_text(PriorityClass, 'value')}"
+            ]
         for key in ("preemptible_by_default", "restricted"):
             if key in spec and not isinstance(spec[key], bool):
                 errors[f"{field}.{key}"] = ["must be true or false"]

@@ -55,7 +55,13 @@ from .services import (
     validate_weights,
 )
 
-MAX_WINDOW = timedelta(days=90)
+MAX_WINDOW_DAYS = 90
+MAX_WINDOW = timedelta(days=MAX_WINDOW_DAYS)
+# What a window outside (0, MAX_WINDOW_DAYS] days is told, by the API, the portal and the service.
+WINDOW_DAYS_RANGE = (
+    f"must be more than 0 and at most {MAX_WINDOW_DAYS} days "
+    "(a longer history is too long to replay here)"
+)
 MAX_CANDIDATES = 4
 BASELINE = "gpuplatform"
 MAX_NAME = 40
@@ -162,7 +168,7 @@ def whatif_validate(
         errors["window"] = ["must end after it starts"]
     elif until - since > MAX_WINDOW:
         errors["window"] = [
-            f"at most {MAX_WINDOW.days} days of history per replay "
+            f"at most {MAX_WINDOW_DAYS} days of history per replay "
             f"(asked for {(until - since) / timedelta(days=1):.0f}); choose a shorter window"
         ]
     policies: dict[str, dict[str, Any]] = {}

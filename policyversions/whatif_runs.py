@@ -32,7 +32,8 @@ from tenants.permissions import Caller
 from .models import LIVE_WHATIF_STATUSES, PolicyVersion, WhatIfRun, WhatIfStatus
 from .services import current_tables, policy_apply, policy_version_seed, require_admin
 from .whatif import (
-    MAX_WINDOW,
+    MAX_WINDOW_DAYS,
+    WINDOW_DAYS_RANGE,
     ReplayFailed,
     whatif_replay,
     whatif_size_problem,
@@ -199,11 +200,8 @@ def whatif_run_start(
     days = None
     if not finite_number(window_days):
         errors["window_days"] = ["must be a number of days"]
-    elif not 0 < window_days <= MAX_WINDOW.days:
-        errors["window_days"] = [
-            f"must be more than 0 and at most {MAX_WINDOW.days} days "
-            f"(a longer history is too long to replay here)"
-        ]
+    elif not 0 < window_days <= MAX_WINDOW_DAYS:
+        errors["window_days"] = [WINDOW_DAYS_RANGE]
     else:
         days = float(window_days)
     versions = candidate_versions or {}

@@ -10,11 +10,17 @@ range-checked; these tests hold each door shut and check the platform still work
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import json
+import pkgutil
+from pathlib import Path
 
 import pytest
 from django import forms
+from django.apps import apps
+from django.conf import settings
 from django.test import Client
 from rest_framework import serializers
 
@@ -228,11 +234,32 @@ def test_ids_beyond_64_bits_are_not_found(platform, path):
 
 NUMERIC_API_FIELDS = (serializers.IntegerField, serializers.FloatField, serializers.DecimalField)
 NUMERIC_FORM_FIELDS = (forms.IntegerField, forms.FloatField, forms.DecimalField)
-OUR_APPS = ("scheduler", "tenants", "billing", "frontend", "gpuplatform", "notifications")
+# Packages of ours that are no Django app but may hold serializers or forms.
+NOT_APPS = ("core", "gpuplatform")
+
+
+@functools.cache
+def our_packages() -> tuple[str, ...]:
+    """Every Django app of the project (an installed app whose code lives in it) and ``NOT_APPS``,
+    each with all its modules imported (migrations and ``__main__`` aside), so that every
+    serializer and form is defined when the walks below look for them. A list of names and
+    modules fell behind: policyversions' serializers were never imported and telemetry's were
+    imported but not counted as ours."""
+    base = Path(settings.BASE_DIR).resolve()
+    apps_here = [
+        a.name for a in apps.get_app_configs() if Path(a.path).resolve().is_relative_to(base)
+    ]
+    packages = (*apps_here, *NOT_APPS)
+    for name in packages:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if ".migrations" not in module.name and not module.name.endswith(".__main__"):
+                importlib.import_module(module.name)
+    return packages
 
 
 def _ours(cls) -> bool:
-    return cls.__module__.split(".")[0] in OUR_APPS
+    return cls.__module__.split(".")[0] in our_packages()
 
 
 def _all_subclasses(base):
@@ -369,14 +396,9 @@ def test_an_answer_serializer_under_another_component_name_is_caught():
 
 
 def test_every_numeric_api_field_has_finite_bounds():
-    import billing.api  # noqa: F401  (the modules that define the serializers)
-    import notifications.api  # noqa: F401
-    import scheduler.api.arrays  # noqa: F401
-    import scheduler.api.views  # noqa: F401
-    import telemetry.api  # noqa: F401
-    import tenants.api  # noqa: F401
-
+    our_packages()  # imports every module first: a class not yet imported has no subclass entry
     checked, unbounded = 0, []
+    covered: set[str] = set()
     for cls in _all_subclasses(serializers.BaseSerializer):
         if not _ours(cls) or inspect.isabstract(cls) or _describes_an_answer(cls):
             continue
@@ -384,19 +406,19 @@ def test_every_numeric_api_field_has_finite_bounds():
             if not isinstance(field, NUMERIC_API_FIELDS) or field.read_only:
                 continue
             checked += 1
+            covered.add(cls.__module__.split(".")[0])
             if field.min_value is None or field.max_value is None:
                 unbounded.append(f"{cls.__module__}.{cls.__name__}.{path}")
     assert not unbounded, "numeric API fields without finite bounds:\n" + "\n".join(unbounded)
     assert checked >= 15, checked
+    # The apps whose request bodies take numbers, each walked.
+    assert {"scheduler", "tenants", "billing", "policyversions", "telemetry"} <= covered, covered
 
 
 def test_every_numeric_portal_form_field_has_finite_bounds():
-    import billing.forms  # noqa: F401
-    import frontend.forms  # noqa: F401
-    import notifications.forms  # noqa: F401
-    import tenants.forms  # noqa: F401
-
+    our_packages()  # imports every module first: a class not yet imported has no subclass entry
     checked, unbounded = 0, []
+    covered: set[str] = set()
     for cls in _all_subclasses(forms.BaseForm):
         if not _ours(cls):
             continue
@@ -404,10 +426,12 @@ def test_every_numeric_portal_form_field_has_finite_bounds():
             if not isinstance(field, NUMERIC_FORM_FIELDS):
                 continue
             checked += 1
+            covered.add(cls.__module__.split(".")[0])
             if field.min_value is None or field.max_value is None:
                 unbounded.append(f"{cls.__module__}.{cls.__name__}.{name}")
     assert not unbounded, "numeric form fields without finite bounds:\n" + "\n".join(unbounded)
     assert checked >= 12, checked
+    assert {"frontend", "tenants", "billing", "policyversions"} <= covered, covered
 
 
 def test_every_id_in_a_url_is_bounded():
@@ -422,3 +446,59 @@ def test_every_id_in_a_url_is_bounded():
         if (name in ("pk", "id") and sub in ("[0-9]+", "\\d+", "[^/.]+")) or sub == "[0-9]+"
     ]
     assert not unbounded, "use <id:…> for ids:\n" + "\n".join(unbounded)
+
+
+def test_the_policy_forms_fields_per_team_and_class_have_finite_bounds(teams, priorities):
+    """The policy edit and what-if forms add a weight per team and a value per priority class
+    when they are built, so the walk of declared fields above never saw them: a class's value
+    took any whole number the browser sent (thirty digits reached the service)."""
+    from policyversions.forms import PolicyTablesMixin
+    from policyversions.services import current_tables
+
+    class Tables(PolicyTablesMixin, forms.Form):
+        pass
+
+    form = Tables()
+    form.add_table_fields(*current_tables())
+    numeric = {n: f for n, f in form.fields.items() if isinstance(f, NUMERIC_FORM_FIELDS)}
+    assert len(numeric) == len(teams) + len(priorities), sorted(form.fields)
+    unbounded = [n for n, f in numeric.items() if f.min_value is None or f.max_value is None]
+    assert not unbounded, f"policy table fields without finite bounds: {unbounded}"
+
+
+def test_what_if_and_policy_numbers_are_refused_with_their_bounds(platform, api_as):
+    """The bounds above as a user meets them: a what-if window or a candidate version out of
+    range is a 400 naming the field with the limit (the API, the portal and the service say it
+    alike), and a class value of thirty digits is refused by the policy form; nothing is
+    written."""
+    from policyversions import services
+    from policyversions.models import VERSION_NUMBER_RANGE, PolicyVersion, WhatIfRun
+    from policyversions.whatif import WINDOW_DAYS_RANGE
+
+    api = api_as(platform["admin"])
+    for body, field, message in (
+        ({"window_days": 91}, "window_days", WINDOW_DAYS_RANGE),
+        ({"window_days": 1e300}, "window_days", WINDOW_DAYS_RANGE),
+        ({"window_days": 0}, "window_days", WINDOW_DAYS_RANGE),  # the service's, same words
+        (
+            {"candidate_versions": {"old": 2**31 + 1}},
+            "candidate_versions.old",
+            VERSION_NUMBER_RANGE,
+        ),
+        ({"candidate_versions": {"old": 0}}, "candidate_versions.old", VERSION_NUMBER_RANGE),
+    ):
+        response = api.post("/api/v1/policy/whatif", {"cluster": "test", **body}, format="json")
+        assert response.status_code == 400, (body, response.content)
+        assert response.json()[field] == [message], (body, response.json())
+    portal = _portal(platform["admin"])
+    page = portal.post(
+        "/policy/whatif/", {"cluster": "test", "window_days": "1e300", "candidate_name": "c"}
+    )
+    assert page.status_code == 400 and WINDOW_DAYS_RANGE in page.content.decode()
+    assert not WhatIfRun.objects.exists()
+    services.policy_version_seed()
+    versions = PolicyVersion.objects.count()
+    page = portal.post("/policy/", {"class__research__value": "9" * 30, "reason": "bigger"})
+    assert page.status_code == 400
+    assert "less than or equal to 1000000000" in page.content.decode()
+    assert PolicyVersion.objects.count() == versions
