@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import DomainError, FieldErrors, NotFound
+from core.ids import parse_id
 from core.names import name_errors
 from tenants.audit import audit_record
 from tenants.models import MANAGE_ROLES, Membership, Team
@@ -115,13 +116,16 @@ def webhooks_visible_q(user: Caller) -> Q:
 
 
 def webhook_get(*, user: Caller, webhook_id: object) -> Webhook:
-    """A webhook the caller may see (and so manage); any other, or none, is NotFound."""
+    """A webhook the caller may see (and so manage); any other, or none, is NotFound. The id is
+    an int or ASCII digits (``parse_id``): ``str.isdigit`` also takes "²", which ``int()``
+    refuses, and "٣", which it reads as 3; a bool is no id."""
     hook = None
-    if isinstance(webhook_id, int) or str(webhook_id).isdigit():
+    pk = parse_id(webhook_id)
+    if pk is not None:
         hook = (
             Webhook.objects.filter(webhooks_visible_q(user))
             .select_related("team", "owner")
-            .filter(pk=webhook_id if isinstance(webhook_id, int) else int(str(webhook_id)))
+            .filter(pk=pk)
             .first()
         )
     if hook is None:

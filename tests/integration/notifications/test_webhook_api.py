@@ -91,3 +91,32 @@ def test_a_put_of_what_get_answered_keeps_a_personal_hook(platform, api_as, monk
     assert response.json() == {**body, "name": "renamed"}
     events = api_as(alice).patch(_url(hook), {"events": ["job.failed"]}, format="json")
     assert events.status_code == 400 and "leave events out" in events.json()["events"][0]
+
+
+@pytest.mark.parametrize(
+    "webhook_id",
+    ["²", "３", "٣", "1e3", "0x3", "", " ", "-3", "0", "9" * 30, 2**63, -1, 0, 3.0, None],
+)
+def test_a_webhook_id_is_only_ascii_digits_within_a_database_key(hook, vera, webhook_id):
+    """``webhook_get`` took anything ``str.isdigit`` calls digits: "²" is one, and ``int()``
+    then raised a ValueError (a 500 for any caller passing the id through) instead of the
+    NotFound any id naming no hook gets; "٣" and "３" (Arabic-Indic and full-width 3) found
+    hook 3."""
+    from core.errors import NotFound
+    from notifications.models import Webhook
+
+    Webhook.objects.filter(pk=hook.pk).update(id=3)
+    assert services.webhook_get(user=vera, webhook_id="3").name == "vision-alerts"
+    with pytest.raises(NotFound):
+        services.webhook_get(user=vera, webhook_id=webhook_id)
+
+
+def test_a_boolean_is_not_webhook_id_1(hook, vera):
+    """``True`` is an int to Python and was looked up as id 1."""
+    from core.errors import NotFound
+    from notifications.models import Webhook
+
+    Webhook.objects.filter(pk=hook.pk).update(id=1)
+    assert services.webhook_get(user=vera, webhook_id=1).name == "vision-alerts"
+    with pytest.raises(NotFound):
+        services.webhook_get(user=vera, webhook_id=True)
