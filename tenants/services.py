@@ -57,10 +57,16 @@ class PermissionDenied(DomainError):
 # --- validation helpers -------------------------------------------------------------------------
 
 
+def _digits(text: str) -> bool:
+    """Whether ``text`` is ASCII digits: ``str.isdigit`` also takes "²" (which ``int`` then
+    refuses with a ValueError) and "٣" (which it reads as 3)."""
+    return text.isascii() and text.isdigit()
+
+
 def _whole(errors: dict[str, list[str]], field: str, value: object) -> int | None:
     """A non-negative whole number, or an error naming ``field``. Strings of digits are accepted
     (forms send text); floats, negatives and booleans are not."""
-    if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+    if isinstance(value, str) and _digits(value.strip().lstrip("+")):
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, Integral):
         errors.setdefault(field, []).append("must be a whole number")
@@ -472,7 +478,7 @@ def priority_class_set(
     errors: dict[str, list[str]] = {}
     if not isinstance(name, str) or not name.strip():
         errors["name"] = ["must not be blank"]
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    if isinstance(value, str) and _digits(value.strip().lstrip("+-")):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, Integral) or abs(int(value)) > 10**9:
         errors["value"] = ["must be a whole number"]
@@ -574,7 +580,7 @@ def entitlements_set(
         if value is None or value == "":
             caps[field] = None
             continue
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and _digits(value.strip()):
             value = int(value.strip())
         problem = number_error(TeamEntitlements, field, value)
         # number_error passes only a number (JSON's int or float, a Decimal); the isinstance

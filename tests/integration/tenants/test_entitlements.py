@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from core.errors import FieldErrors
 from scheduler.models import Job, JobArray
 from tenants import services
 from tenants.models import AuditEntry, PriorityClass, TeamEntitlements
@@ -271,3 +272,11 @@ def test_a_grant_racing_the_deletion_of_its_class(platform, teams, restricted_pr
         assert TeamEntitlements.objects.get(team=teams["vision"]).priority_classes.count() == 0
     assert not PriorityClass.objects.filter(name="production").exists()
     assert AuditEntry.objects.filter(action="priority.delete").count() == 1
+
+
+@pytest.mark.parametrize("text", ["²", "٣"])
+def test_a_cap_in_digits_other_than_ascii_is_refused_naming_it(platform, teams, text):
+    """str.isdigit() says yes to both: int() refused "²" with a ValueError and read "٣" as 3."""
+    with pytest.raises(FieldErrors) as err:
+        _grant(platform["admin"], teams["vision"], max_pending_jobs=text)
+    assert list(err.value.errors) == ["max_pending_jobs"]

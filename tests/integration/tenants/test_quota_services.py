@@ -24,6 +24,10 @@ def h100(gpu_models):
         (True, 0, "guaranteed_gpus", "whole number"),
         (1, -3, "borrow_limit_gpus", ">= 0"),
         (1, "many", "borrow_limit_gpus", "whole number"),
+        # str.isdigit() says yes to both: int() refused the first with a ValueError (a
+        # traceback) and read the second, an Arabic-Indic 3, as 3.
+        ("²", 0, "guaranteed_gpus", "whole number"),
+        (1, "٣", "borrow_limit_gpus", "whole number"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(platform, h100, guaranteed, borrow, field, needle):
@@ -188,9 +192,10 @@ def test_priority_classes(platform):
         user=admin, name="urgent", value="2000", preemptible_by_default=False
     )
     assert PriorityClass.objects.get(name="urgent").value == 2000
-    with pytest.raises(FieldErrors) as err:
-        services.priority_class_set(user=admin, name="urgent", value=1.5)
-    assert "value" in err.value.errors
+    for value in (1.5, "²", "-٣"):
+        with pytest.raises(FieldErrors) as err:
+            services.priority_class_set(user=admin, name="urgent", value=value)
+        assert "value" in err.value.errors, value
     services.priority_class_delete(user=admin, name="urgent")
     assert not PriorityClass.objects.filter(name="urgent").exists()
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
