@@ -739,20 +739,18 @@ def health_evaluate(
         node.health = verdicts[node.pk].score
     for node in moved_far:
         publish_node_status(node=node, now=now, in_use=in_use[node.pk])
-    with transaction.atomic():
-        if changed:
-            Node.objects.bulk_update(changed, ["health"])
-        NodeTelemetry.objects.bulk_create(
-            [
-                NodeTelemetry(
-                    node=n, health_reasons=list(verdicts[n.pk].reasons), health_evaluated_at=now
-                )
-                for n in nodes
-            ],
-            update_conflicts=True,
-            unique_fields=["node"],
-            update_fields=["health_reasons", "health_evaluated_at"],
+    try:
+        _scores_write(nodes, changed, verdicts, now)
+    except IntegrityError:
+        # A node deleted since it was read (an admin removing one added by mistake) fails its
+        # telemetry row's foreign key at commit, which took every node's scores with it.
+        present = set(
+            Node.objects.filter(pk__in=[n.pk for n in nodes]).values_list("pk", flat=True)
         )
+        if len(present) == len(nodes):
+            raise
+        nodes = [n for n in nodes if n.pk in present]
+        _scores_write(nodes, [n for n in changed if n.pk in present], verdicts, now)
 
     min_health = rules["release_min_health"]
     quarantine_failure: Exception | None = None
@@ -788,6 +786,25 @@ def health_evaluate(
     if raise_quarantine_failure and quarantine_failure is not None:
         raise quarantine_failure
     return verdicts
+
+
+def _scores_write(
+    nodes: list[Node], changed: list[Node], verdicts: dict[int, Verdict], now: datetime
+) -> None:
+    with transaction.atomic():
+        if changed:
+            Node.objects.bulk_update(changed, ["health"])
+        NodeTelemetry.objects.bulk_create(
+            [
+                NodeTelemetry(
+                    node=n, health_reasons=list(verdicts[n.pk].reasons), health_evaluated_at=now
+                )
+                for n in nodes
+            ],
+            update_conflicts=True,
+            unique_fields=["node"],
+            update_fields=["health_reasons", "health_evaluated_at"],
+        )
 
 
 # -------------------------------------------------------------------------------- idle jobs

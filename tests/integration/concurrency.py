@@ -5,13 +5,18 @@ deterministically, without sleeping for luck.
 ``race(first, second)`` runs ``first`` in an open transaction, starts ``second`` in a thread,
 waits until that thread either finished or is waiting for a lock the first holds, then commits
 the first and joins the thread. It returns what ``second`` returned, or the exception it raised.
+
+``right_after(matches, action)`` runs ``action`` to its end on a second connection at one exact
+moment of the code under test: just after the first statement of this connection that
+``matches`` (an admin's delete or cancel landing between a task's read and its write).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -66,3 +71,43 @@ def race(first: Callable[[], Any], second: Callable[[], Any], *, timeout: float 
     thread.join(timeout)
     assert not thread.is_alive(), "the second writer is still blocked after the first committed"
     return outcome["value"]
+
+
+@contextlib.contextmanager
+def right_after(
+    matches: Callable[[str, Any], bool], action: Callable[[], Any], *, timeout: float = 20.0
+) -> Iterator[list[str]]:
+    """While inside, run ``action`` in a thread (its own connection, committed on return) right
+    after this connection's first statement for which ``matches(sql, params)`` holds, and wait
+    for it. Yields the statements matched (one at most): assert it is not empty, or the moment
+    never came and the test proved nothing."""
+    from django.db import connection
+
+    seen: list[str] = []
+    failure: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            action()
+        except BaseException as exc:  # re-raised in the test, not lost in the thread
+            failure.append(exc)
+        finally:
+            connection.close()  # the thread's own connection
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        answer = execute(sql, params, many, context)
+        if not seen and matches(sql, params):
+            seen.append(sql)
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join(timeout)
+            if thread.is_alive():
+                raise AssertionError(
+                    "the action is still waiting, for a lock this connection holds?"
+                )
+            if failure:
+                raise failure[0]
+        return answer
+
+    with connection.execute_wrapper(wrapper):
+        yield seen
