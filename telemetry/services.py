@@ -868,11 +868,19 @@ def idle_evaluate(*, now: datetime) -> tuple[list[int], list[int]]:
     gone = sorted(flagged_now - set(idle))
     jobs = Job.objects.select_related("team").in_bulk(new + gone)
     since = now - timedelta(seconds=window_s)
+    flagged: list[int] = []
     for job_id in new:
         job = jobs.get(job_id)
         if job is None:
             continue
         with transaction.atomic():
+            # Locked until flagged: a job cancelled or ended since its utilization was read is
+            # over, not idle, and its team is not told it wastes GPUs.
+            running = Job.objects.select_for_update(no_key=True).filter(
+                pk=job_id, state=JobState.RUNNING
+            )
+            if running.values_list("pk", flat=True).first() is None:
+                continue
             JobIdleFlag.objects.update_or_create(
                 job=job,
                 defaults={
@@ -894,6 +902,7 @@ def idle_evaluate(*, now: datetime) -> tuple[list[int], list[int]]:
                 data={"utilization_pct": round(idle[job_id], 2), "since": since.isoformat()},
             )
             _publish_idle(job, True, since, idle[job_id], now)
+        flagged.append(job_id)
     for job_id in gone:
         job = jobs.get(job_id)
         if job is None:
@@ -911,7 +920,7 @@ def idle_evaluate(*, now: datetime) -> tuple[list[int], list[int]]:
                     message=f"GPU utilization back above {threshold:g}%",
                 )
             _publish_idle(job, False, None, None, now)
-    return new, gone
+    return flagged, gone
 
 
 def _publish_idle(

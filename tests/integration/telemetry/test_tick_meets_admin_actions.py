@@ -6,13 +6,19 @@ other rows written, nothing written for the row that went."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
-from scheduler.models import Node
-from telemetry.models import NodeTelemetry
-from telemetry.services import health_evaluate
+from notifications.models import Event
+from scheduler.models import Allocation, Job, JobEvent, Node
+from scheduler.states import JobState
+from telemetry.models import JobIdleFlag, NodeTelemetry
+from telemetry.services import health_evaluate, idle_evaluate, rollup_build, samples_ingest
 from tests.integration.concurrency import require_postgresql, right_after
+
+from .conftest import make_sample
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,3 +51,58 @@ def test_a_node_deleted_after_the_tick_read_it_is_left_out_and_the_others_are_sc
     assert not Node.objects.filter(pk=spare.pk).exists()
     scored = NodeTelemetry.objects.filter(health_evaluated_at=now)
     assert sorted(scored.values_list("node__name", flat=True)) == ["n1", "n2", "n3", "n4"]
+
+
+@pytest.fixture
+def idle_job(platform, priorities, cluster):
+    """A running job of alice's holding two GPUs of n1 whose telemetry says idle for 35 min."""
+    now = timezone.now().replace(second=30, microsecond=0)
+    node = cluster.nodes.get(name="n1")
+    started = now - timedelta(minutes=40)
+    job = Job.objects.create(
+        team=platform["alice"].memberships.first().team,
+        submitter=platform["alice"],
+        name="idler",
+        workers=1,
+        gpus_per_worker=2,
+        priority_class=priorities["research"],
+        state=JobState.RUNNING,
+        submitted_at=started,
+        started_at=started,
+        attempts=1,
+    )
+    for gpu in (0, 1):
+        Allocation.objects.create(job=job, node=node, gpu_index=gpu, started_at=started)
+    samples = [
+        make_sample(gpu=g, at=now - timedelta(minutes=m), utilization=1.0)
+        for m in range(1, 36)
+        for g in (0, 1)
+    ]
+    samples_ingest(node=node, body={"samples": samples}, now=now)
+    rollup_build(now=now)
+    return job, now
+
+
+def test_a_job_cancelled_after_the_tick_judged_it_idle_is_not_flagged(platform, idle_job):
+    """alice cancels her job just after the tick read the running jobs' utilization: the tick
+    flagged the cancelled job idle, wrote an ``idle`` event after its ``cancelled`` one and told
+    the team (a notification) that a job she had just stopped was wasting GPUs."""
+    from scheduler.transitions import job_cancel
+
+    require_postgresql()
+    job, now = idle_job
+
+    def cancel() -> None:
+        job_cancel(user=platform["alice"], job_id=job.pk)
+
+    def reads_utilization(sql: str, params: object) -> bool:
+        return sql.lstrip().startswith("SELECT a.job_id, COUNT(DISTINCT r.bucket)")
+
+    with right_after(reads_utilization, cancel) as moment:
+        flagged, cleared = idle_evaluate(now=now)
+    assert moment, "the tick's read of the jobs' utilization was not seen"
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+    assert (flagged, cleared) == ([], [])
+    assert not JobIdleFlag.objects.filter(job=job).exists()
+    assert not JobEvent.objects.filter(job=job, kind="idle").exists()
+    assert not Event.objects.filter(kind="job.idle").exists()
