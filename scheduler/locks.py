@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
 ADVISORY_KEY = 0x6770_7573  # "gpus": one key for the whole loop
 _local_locks: dict[int, threading.Lock] = {}
@@ -51,3 +53,21 @@ def advisory_lock(key: int) -> Iterator[bool]:
     finally:
         if acquired:
             lock.release()
+
+
+def key_share_skip_locked(rows: QuerySet[Any], *fields: str) -> dict[Any, tuple[Any, ...]]:
+    """``{pk: (fields...)}`` of ``rows`` (columns of their own table), each locked FOR KEY SHARE
+    until the caller's transaction ends: nobody deletes it or takes it FOR UPDATE meanwhile,
+    while plain UPDATEs go on. A row another transaction holds FOR UPDATE (an admin's action on
+    it, or its delete, in progress) is left out, not waited for, so the caller never waits on
+    such an action nor deadlocks with it. Elsewhere than PostgreSQL (SQLite serializes
+    writers): a plain read."""
+    values = rows.order_by("pk").values_list("pk", *fields)
+    if connection.vendor != "postgresql":
+        return {row[0]: tuple(row[1:]) for row in values}
+    # Django's select_for_update has no KEY SHARE, the one mode that leaves plain UPDATEs alone.
+    sql, params = values.query.sql_with_params()
+    table = connection.ops.quote_name(rows.model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} FOR KEY SHARE OF {table} SKIP LOCKED", params)
+        return {row[0]: tuple(row[1:]) for row in cursor.fetchall()}

@@ -24,7 +24,9 @@ from scheduler.policy import Decisions, Snapshot, Start
 from scheduler.policy.ranking import DEADLINE_MISS, deadline_warning
 from scheduler.policy.routing import explain_starts
 
+from ..locks import key_share_skip_locked
 from ..models import Job, JobEvent
+from ..models import Node as NodeRow
 from ..snapshot import SnapshotIndex
 from ..states import JobState
 from ..transitions import JobStart, job_preempt, job_start_many
@@ -77,11 +79,18 @@ def apply_decisions(
 
 
 def _apply_starts(starts: Sequence[Start], index: SnapshotIndex, now: datetime) -> list[int]:
-    """Start the engine's starts whose job and placement still resolve (one cluster each)."""
+    """Start the engine's starts whose job and placement still resolve (one cluster each) on
+    nodes still as the snapshot read them (``_nodes_as_read``)."""
+    as_read = _nodes_as_read(starts, index)
     resolved = []
     for start in starts:
         job_pk = index.job_pk.get(start.job)
         if job_pk is None:
+            continue
+        if not as_read.issuperset(start.placement):
+            log.info(
+                "job %s not started: a node of its placement changed since the snapshot", job_pk
+            )
             continue
         clusters = {index.node_by_name[name].cluster_id for name in start.placement}
         if len(clusters) != 1:
@@ -96,6 +105,32 @@ def _apply_starts(starts: Sequence[Start], index: SnapshotIndex, now: datetime) 
             )
         )
     return job_start_many(starts=resolved, nodes=index.node_by_name, now=now)
+
+
+# What the snapshot read of a node that an admin's action or delete changes (drain, quarantine,
+# retirement, an edit of its shape): a start placed from the old values is not made.
+_NODE_AS_READ = ("name", "cluster_id", "gpu_count", "state", "retiring_since")
+
+
+def _nodes_as_read(starts: Sequence[Start], index: SnapshotIndex) -> set[str]:
+    """The names of the starts' nodes that are still as the snapshot read them, locked so that
+    no delete or admin action changes them before the apply commits.
+
+    Between the snapshot and this transaction an admin may delete a node (one without history)
+    or drain, quarantine or retire it: a start there failed its allocations' foreign key at
+    commit, which undid every start of the cycle, or put a job on a node just taken out of
+    service. A node whose action is in progress (its row locked) counts as changed; an action
+    that comes after this lock waits for the commit, and finds the job there like any other."""
+    read = {index.node_by_name[name] for start in starts for name in start.placement}
+    if not read:
+        return set()
+    by_pk = {node.pk: node for node in read}
+    now_values = key_share_skip_locked(NodeRow.objects.filter(pk__in=by_pk), *_NODE_AS_READ)
+    return {
+        by_pk[pk].name
+        for pk, values in now_values.items()
+        if values == tuple(getattr(by_pk[pk], field) for field in _NODE_AS_READ)
+    }
 
 
 def _record_late_starts(

@@ -1,0 +1,94 @@
+"""A scheduling cycle (``scheduler.tasks.run_cycle``) meets an admin's or a member's action at the
+worst moment: after the cycle read a row (the snapshot's nodes, the jobs to submit) and before
+it wrote what it decided from it. The action runs to its commit on a second connection right
+after the cycle's read (``tests.integration.concurrency.right_after``); the cycle must end
+cleanly, its other work done, nothing written on the row that went or changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.loop.cycle import run_cycle
+from scheduler.models import Allocation, Job, Node
+from tests.integration.concurrency import require_postgresql, right_after
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fast_simulation(fast_simulation, jobs_outlive_the_test):
+    """(the loop tests' simulated backend, its jobs running as long as the test)"""
+
+
+def _snapshot_reads_nodes(sql: str, params: object) -> bool:
+    # The snapshot's read of the capacity: the nodes of enabled clusters, with their cluster.
+    return (
+        sql.startswith("SELECT")
+        and 'FROM "scheduler_node" INNER JOIN "scheduler_cluster"' in sql
+        and 'WHERE ("scheduler_cluster"."enabled" AND' in sql
+    )
+
+
+@pytest.fixture
+def spare(platform, gpu_models):
+    """A new H100 node (no history), the only one a whole-node H100 job can start on: the
+    other two are drained."""
+    Node.objects.filter(name__in=["n1", "n2"]).update(state="draining", state_reason="firmware")
+    return Node.objects.create(
+        cluster=platform["cluster"],
+        name="spare",
+        gpu_model=gpu_models["h100"],
+        gpu_count=8,
+        rack="r9",
+        zone="z1",
+    )
+
+
+def _two_jobs(platform, submit) -> tuple[int, int]:
+    """One job that can only start on the spare node, one that starts on an A100 node."""
+    on_spare = submit(platform["alice"], name="h", gpus_per_worker=8, gpu_model="h100-80gb")
+    elsewhere = submit(platform["alice"], name="a", gpus_per_worker=8, gpu_model="a100-40gb")
+    return on_spare.json()["id"], elsewhere.json()["id"]
+
+
+def test_a_node_deleted_after_the_snapshot_read_it_starts_nothing_there(platform, submit, spare):
+    """An admin deletes the new node (the Django admin allows it: no history) after the cycle's
+    snapshot read it and before the apply placed a job there: the job's allocations failed
+    their foreign key at commit, which rolled back every start and preemption of the cycle and
+    raised out of the task."""
+    require_postgresql()
+    job_on_spare, job_elsewhere = _two_jobs(platform, submit)
+
+    with right_after(_snapshot_reads_nodes, lambda: Node.objects.get(pk=spare.pk).delete()) as (
+        moment
+    ):
+        result = run_cycle(sync=False)
+    assert moment, "the snapshot's read of the nodes was not seen"
+    assert result.ran and result.started == [job_elsewhere]
+    assert not Node.objects.filter(pk=spare.pk).exists()
+    assert Job.objects.get(pk=job_on_spare).state == "pending"
+    assert not Allocation.objects.filter(job_id=job_on_spare).exists()
+    assert Job.objects.get(pk=job_elsewhere).state == "running"
+
+
+def test_a_node_retired_after_the_snapshot_read_it_starts_nothing_there(platform, submit, spare):
+    """An admin retires the node after the cycle's snapshot read it ready and before the apply
+    placed a job there: the job started on a node just drained for good, which then stayed
+    retiring, still counted in the capacity, for as long as that job ran."""
+    from scheduler.retirement import node_retire
+
+    require_postgresql()
+    job_on_spare, job_elsewhere = _two_jobs(platform, submit)
+
+    def retire() -> None:
+        node_retire(user=platform["admin"], node_id=spare.pk, reason="decommissioned")
+
+    with right_after(_snapshot_reads_nodes, retire) as moment:
+        result = run_cycle(sync=False)
+    assert moment, "the snapshot's read of the nodes was not seen"
+    assert result.started == [job_elsewhere]
+    assert Job.objects.get(pk=job_on_spare).state == "pending"
+    assert not Allocation.objects.filter(node=spare).exists()
+    run_cycle(sync=False)
+    spare.refresh_from_db()
+    assert spare.state == "retired"  # nothing ran there: retired by the next cycle
