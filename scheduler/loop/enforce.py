@@ -4,7 +4,8 @@ Reads state rather than remembering what the decide step did, and every backend 
 idempotent by our job id, so a crash between commit and backend call is healed by the next
 cycle, which re-issues the call:
 
-- runs that are RUNNING in the database but not yet on their backend are submitted;
+- runs that are RUNNING in the database but not yet on their backend are submitted; one whose
+  job left that attempt while it was submitted (a member's cancel) is stopped at once;
 - preemption victims are asked to checkpoint, then stopped and requeued once a checkpoint is
   saved after the preemption, or when their grace ends;
 - jobs that opted in are asked to checkpoint on the advised schedule.
@@ -24,7 +25,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..backends import backend_run_id, backend_run_ref, get_backend
-from ..backends.base import Backend, BackendError, BackendJobSpec, BackendRejected
+from ..backends.base import Backend, BackendError, BackendJobSpec, BackendRejected, RunRef
 from ..checkpoint_advice import advice_env, request_due_checkpoints
 from ..models import Allocation, Job
 from ..reproducibility import attempt_record_write
@@ -87,7 +88,7 @@ def reconcile(*, now: datetime) -> None:
         .values_list("job_id", "node__name", "gpu_index")
     ):
         placements.setdefault(job_pk, {}).setdefault(name, []).append(gpu)
-    submitted: list[tuple[Job, str, str]] = []
+    submitted: list[tuple[Job, BackendJobSpec, Backend, str, str]] = []
     for job in to_submit:
         if job.cluster is None:
             continue
@@ -117,18 +118,19 @@ def reconcile(*, now: datetime) -> None:
             )
             continue
         cluster_backend_mark(cluster=job.cluster)
-        account = backend.team_account(spec.team)
-        submitted.append((job, ref, account))
-        _record_attempt(job, spec, backend, ref, now, account)
-    for job, ref, account in submitted:
+        submitted.append((job, spec, backend, ref, backend.team_account(spec.team)))
+    for job, spec, backend, ref, account in submitted:
         # Every later call about this run names the account, whatever the team's is then; ""
         # (the backend's own identity) is recorded too, so the sync never has to ask the
         # cluster whose the run is (scheduler.loop.run_accounts: only runs submitted before
         # accounts were recorded are asked about).
         accounts = {**(job.backend_accounts or {}), str(job.attempts): account}
-        Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
+        if Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
             backend_ref=ref, backend_accounts=accounts
-        )
+        ):
+            _record_attempt(job, spec, backend, ref, now, account)
+        else:
+            _stop_unwanted_run(job, backend, account)
     # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
     # preemption (nothing more to save; the GPUs are wanted), else when the grace is over.
     victims: QuerySet[WithAnnotations[Job, _Preempted]] = (
@@ -173,6 +175,25 @@ def reconcile(*, now: datetime) -> None:
             )
     # Jobs that opted in are asked to checkpoint on the advised schedule.
     request_due_checkpoints(now=now)
+
+
+def _stop_unwanted_run(job: Job, backend: Backend, account: str) -> None:
+    """Stop the run just submitted for ``job``, which left that attempt since it was read (its
+    member cancelled it, say, between this stage's read and the submit: the cancel had no run
+    to stop yet). Without this the run held the GPUs the cancel freed until the next sync's
+    stale-run sweep, which remains the fallback when the backend cannot be reached now."""
+    run = RunRef(backend_run_id(job), job.attempts, job.team.slug, account)
+    try:
+        backend.cancel(run)
+    except BackendError as exc:
+        log.warning(
+            "job %s: its unwanted run was not stopped (the next sync will): %s", job.pk, exc
+        )
+        return
+    except Exception:  # as for a refusal: this job's fault must not stop the stage
+        log.exception("job %s: stopping its unwanted run raised; the next sync will", job.pk)
+        return
+    log.info("job %s: left its attempt while its run was submitted; the run was stopped", job.pk)
 
 
 def _record_attempt(

@@ -92,3 +92,41 @@ def test_a_node_retired_after_the_snapshot_read_it_starts_nothing_there(platform
     run_cycle(sync=False)
     spare.refresh_from_db()
     assert spare.state == "retired"  # nothing ran there: retired by the next cycle
+
+
+def _enforce_reads_placements(sql: str, params: object) -> bool:
+    # The enforce stage's read of the placements of the runs it is about to submit (the last
+    # before the submit: a cancel before it leaves no placement, and the run is refused).
+    return (
+        sql.startswith("SELECT")
+        and 'FROM "scheduler_allocation" INNER JOIN "scheduler_node"' in sql
+        and '"scheduler_allocation"."job_id" IN' in sql
+    )
+
+
+def test_a_job_cancelled_before_its_run_was_submitted_leaves_no_run_on_the_cluster(
+    platform, submit
+):
+    """alice cancels her job after the cycle started it and the enforce stage read its run to
+    submit (the job and its placement), and before the submit: her cancel had no run to stop yet, the stage then
+    submitted one anyway and wrote the attempt's reproducibility record. The cancelled job's run
+    held the cluster's GPUs, which the cancel had freed, until the next sync's stale-run sweep."""
+    from scheduler.models import AttemptRecord, SimulatedRun
+    from scheduler.transitions import job_cancel
+
+    require_postgresql()
+    job_id = submit(platform["alice"], gpus_per_worker=8).json()["id"]
+
+    def cancel() -> None:
+        job_cancel(user=platform["alice"], job_id=job_id)
+
+    with right_after(_enforce_reads_placements, cancel) as moment:
+        result = run_cycle(sync=False)
+    assert moment, "the enforce stage's read of the placements was not seen"
+    assert result.started == [job_id]
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.backend_ref) == ("cancelled", "")
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    live = SimulatedRun.objects.filter(job_id=str(job_id), cancelled_at__isnull=True)
+    assert not live.exists(), "the cancelled job's run is still live on the cluster"
+    assert not AttemptRecord.objects.filter(job=job).exists()
