@@ -349,12 +349,16 @@ def _sync_cluster_hold(node: Node, seen: BackendNode, now: datetime) -> None:
     hold = _cluster_hold(node, seen)
     if hold == node.cluster_hold:
         return
-    Node.objects.filter(pk=node.pk).update(cluster_hold=hold)
-    node.cluster_hold = hold
-    if hold:
-        _node_event(node, NodeEvent.Kind.DRAINED, f"held by the cluster: {hold}", now)
-    elif node.state == NodeState.READY:  # else the platform's own hold or an outage took over
-        _node_event(node, NodeEvent.Kind.RECOVERED, "the cluster let it go", now)
+    with transaction.atomic():
+        # A node deleted since it was read (an admin removing one just imported) has no hold to
+        # record; one updated stays locked, so not deleted, until its event is written.
+        if not Node.objects.filter(pk=node.pk).update(cluster_hold=hold):
+            return
+        node.cluster_hold = hold
+        if hold:
+            _node_event(node, NodeEvent.Kind.DRAINED, f"held by the cluster: {hold}", now)
+        elif node.state == NodeState.READY:  # else the platform's own hold or an outage did
+            _node_event(node, NodeEvent.Kind.RECOVERED, "the cluster let it go", now)
 
 
 def _requeue_jobs_on(node: Node, now: datetime) -> None:

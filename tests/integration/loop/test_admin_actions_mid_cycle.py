@@ -130,3 +130,35 @@ def test_a_job_cancelled_before_its_run_was_submitted_leaves_no_run_on_the_clust
     live = SimulatedRun.objects.filter(job_id=str(job_id), cancelled_at__isnull=True)
     assert not live.exists(), "the cancelled job's run is still live on the cluster"
     assert not AttemptRecord.objects.filter(job=job).exists()
+
+
+def test_a_node_deleted_after_the_sync_read_it_ends_the_clusters_sync_cleanly(platform, spare):
+    """The backend reports the new node held by the cluster (a site admin's drain in Slurm), and
+    a platform admin deletes the node (just imported, no history) after the sync read the
+    cluster's nodes: recording the hold's event failed its foreign key, which ended the
+    cluster's sync there (its jobs' news unread that cycle) and marked the cluster unavailable.
+
+    The backend's report is given as the Slurm backend reads it (``BackendNode``): the local
+    Slurm clusters are shared by every run on this machine, and the moment is the platform's."""
+    from django.utils import timezone
+
+    from scheduler.backends.base import BackendNode
+    from scheduler.loop.observe import _sync_nodes
+    from scheduler.models import NodeEvent
+
+    require_postgresql()
+    report = {"spare": BackendNode(name="spare", gpus=8, state="drained", reason="bios update")}
+
+    def reads_the_clusters_nodes(sql: str, params: object) -> bool:
+        return sql.startswith("SELECT") and (
+            'WHERE ("scheduler_node"."cluster_id" = %s AND NOT ("scheduler_node"."state" = %s'
+            in sql
+        )
+
+    with right_after(reads_the_clusters_nodes, lambda: Node.objects.get(pk=spare.pk).delete()) as (
+        moment
+    ):
+        _sync_nodes(platform["cluster"], report, timezone.now())
+    assert moment, "the sync's read of the cluster's nodes was not seen"
+    assert not Node.objects.filter(pk=spare.pk).exists()
+    assert not NodeEvent.objects.filter(message__contains="bios update").exists()
