@@ -41,3 +41,19 @@ def test_demo_workload_tops_up_live_jobs_to_its_target(db, settings):
     assert demo_workload_tick(target_live=2) == 0
     settings.DEBUG = False
     assert demo_workload_tick(target_live=10) == 0
+
+
+def test_demo_workload_goes_on_when_a_demo_user_may_no_longer_submit(db, settings, caplog):
+    """An admin removed alice from vision after the demo was seeded: her submission is refused
+    (a field error on ``team``), which raised out of the task on every tick, and bob's jobs
+    after it were never submitted. Her refusal is logged and the tick goes on."""
+    from demo.seed import demo_workload_tick, seed
+    from scheduler.models import Job
+    from tenants.models import Membership
+
+    settings.DEBUG = True
+    seed(jobs=0)
+    Membership.objects.filter(user__username="alice", team__slug="vision").delete()
+    assert demo_workload_tick(target_live=3) == 2
+    assert set(Job.objects.values_list("submitter__username", flat=True)) == {"bob"}
+    assert "alice" in caplog.text and "refused" in caplog.text
