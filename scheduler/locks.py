@@ -56,12 +56,12 @@ def advisory_lock(key: int) -> Iterator[bool]:
 
 
 def key_share_skip_locked(rows: QuerySet[Any], *fields: str) -> dict[Any, tuple[Any, ...]]:
-    """``{pk: (fields...)}`` of ``rows`` (columns of their own table), each locked FOR KEY SHARE
-    until the caller's transaction ends: nobody deletes it or takes it FOR UPDATE meanwhile,
-    while plain UPDATEs go on. A row another transaction holds FOR UPDATE (an admin's action on
-    it, or its delete, in progress) is left out, not waited for, so the caller never waits on
-    such an action nor deadlocks with it. Elsewhere than PostgreSQL (SQLite serializes
-    writers): a plain read."""
+    """``{pk: (fields...)}`` of ``rows`` (a field may follow a foreign key: only the rows of
+    ``rows``' own table are locked), each locked FOR KEY SHARE until the caller's transaction
+    ends: nobody deletes it or takes it FOR UPDATE meanwhile, while plain UPDATEs go on. A row
+    another transaction holds FOR UPDATE (an admin's action on it, or its delete, in progress)
+    is left out, not waited for, so the caller never waits on such an action nor deadlocks with
+    it. Elsewhere than PostgreSQL (SQLite serializes writers): a plain read."""
     values = rows.order_by("pk").values_list("pk", *fields)
     if connection.vendor != "postgresql":
         return {row[0]: tuple(row[1:]) for row in values}

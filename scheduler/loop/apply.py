@@ -108,29 +108,39 @@ def _apply_starts(starts: Sequence[Start], index: SnapshotIndex, now: datetime) 
 
 
 # What the snapshot read of a node that an admin's action or delete changes (drain, quarantine,
-# retirement, an edit of its shape): a start placed from the old values is not made.
-_NODE_AS_READ = ("name", "cluster_id", "gpu_count", "state", "retiring_since")
+# retirement, an edit of its shape, its cluster disabled): a start placed from the old values is
+# not made. ``_as_read`` reads the same from the snapshot's row.
+_NODE_AS_READ = ("name", "cluster_id", "gpu_count", "state", "retiring_since", "cluster__enabled")
+
+
+def _as_read(node: NodeRow) -> tuple[Any, ...]:
+    return (
+        node.name,
+        node.cluster_id,
+        node.gpu_count,
+        node.state,
+        node.retiring_since,
+        node.cluster.enabled,
+    )
 
 
 def _nodes_as_read(starts: Sequence[Start], index: SnapshotIndex) -> set[str]:
-    """The names of the starts' nodes that are still as the snapshot read them, locked so that
-    no delete or admin action changes them before the apply commits.
+    """The names of the starts' nodes still as the snapshot read them, locked so that no
+    delete or admin action on them lands before the apply commits.
 
-    Between the snapshot and this transaction an admin may delete a node (one without history)
-    or drain, quarantine or retire it: a start there failed its allocations' foreign key at
-    commit, which undid every start of the cycle, or put a job on a node just taken out of
-    service. A node whose action is in progress (its row locked) counts as changed; an action
-    that comes after this lock waits for the commit, and finds the job there like any other."""
+    Between the snapshot and this transaction an admin may delete a node (one without history),
+    drain, quarantine or retire it, or disable its cluster. A start on a deleted node failed its
+    allocations' foreign key at commit, which undid every start of the cycle; on the others it
+    put a job where nothing new may start. A node whose action is in progress (its row locked)
+    counts as changed; an action on it after this lock waits for the commit and finds the job
+    there, as if it had come a moment later. (The cluster's row is not locked: a disable
+    committed after this read lets the cycle's starts there go through.)"""
     read = {index.node_by_name[name] for start in starts for name in start.placement}
     if not read:
         return set()
     by_pk = {node.pk: node for node in read}
     now_values = key_share_skip_locked(NodeRow.objects.filter(pk__in=by_pk), *_NODE_AS_READ)
-    return {
-        by_pk[pk].name
-        for pk, values in now_values.items()
-        if values == tuple(getattr(by_pk[pk], field) for field in _NODE_AS_READ)
-    }
+    return {by_pk[pk].name for pk, values in now_values.items() if values == _as_read(by_pk[pk])}
 
 
 def _record_late_starts(

@@ -108,9 +108,10 @@ def test_a_job_cancelled_before_its_run_was_submitted_leaves_no_run_on_the_clust
     platform, submit
 ):
     """alice cancels her job after the cycle started it and the enforce stage read its run to
-    submit (the job and its placement), and before the submit: her cancel had no run to stop yet, the stage then
-    submitted one anyway and wrote the attempt's reproducibility record. The cancelled job's run
-    held the cluster's GPUs, which the cancel had freed, until the next sync's stale-run sweep."""
+    submit (the job and its placement), and before the submit: her cancel had no run to stop
+    yet, the stage then submitted one anyway and wrote the attempt's reproducibility record.
+    The cancelled job's run held the cluster's GPUs, which the cancel had freed, until the next
+    sync's stale-run sweep."""
     from scheduler.models import AttemptRecord, SimulatedRun
     from scheduler.transitions import job_cancel
 
@@ -162,3 +163,25 @@ def test_a_node_deleted_after_the_sync_read_it_ends_the_clusters_sync_cleanly(pl
     assert moment, "the sync's read of the cluster's nodes was not seen"
     assert not Node.objects.filter(pk=spare.pk).exists()
     assert not NodeEvent.objects.filter(message__contains="bios update").exists()
+
+
+def test_a_cluster_disabled_after_the_snapshot_read_it_starts_nothing_there(platform, submit):
+    """An admin disables the cluster (the Django admin's cluster page) after the cycle's
+    snapshot read its nodes and before the apply placed a job there: the job started on a
+    cluster the sync no longer polls, counted running with nothing to report its end."""
+    from scheduler.models import Cluster
+
+    require_postgresql()
+    job_id = submit(platform["alice"], gpus_per_worker=8).json()["id"]
+
+    def disable() -> None:
+        cluster = Cluster.objects.get(pk=platform["cluster"].pk)
+        cluster.enabled = False
+        cluster.save()
+
+    with right_after(_snapshot_reads_nodes, disable) as moment:
+        result = run_cycle(sync=False)
+    assert moment, "the snapshot's read of the nodes was not seen"
+    assert result.ran and result.started == []
+    assert Job.objects.get(pk=job_id).state == "pending"
+    assert not Allocation.objects.filter(job_id=job_id).exists()
