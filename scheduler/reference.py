@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar, cast
 
-from django.db.models import Max
+from django.db.models import F, Max, Sum
 from django.db.models.signals import post_delete, post_save
 
 from catalogue.models import GpuModel
@@ -84,6 +84,26 @@ def largest_node_gpus(gpu_model: GpuModel | None, *, fresh: bool = False) -> int
         return largest or 0
 
     key = ("largest_node", gpu_model.pk if gpu_model is not None else None)
+    return load() if fresh else _remembered(key, load)
+
+
+def largest_gang_workers(
+    gpu_model: GpuModel | None, gpus_per_worker: int, *, fresh: bool = False
+) -> int:
+    """The most workers of ``gpus_per_worker`` GPUs that the nodes in capacity of one cluster and
+    one GPU model (``gpu_model`` when given) hold at once: a gang starts whole, on one cluster and
+    one model. Drained and down nodes count, as Slurm counts a partition's configured nodes."""
+
+    def load() -> int:
+        nodes = Node.objects.in_capacity()
+        if gpu_model is not None:
+            nodes = nodes.filter(gpu_model=gpu_model)
+        pools = nodes.values("cluster_id", "gpu_model_id").annotate(
+            workers=Sum(F("gpu_count") / gpus_per_worker)  # whole workers per node
+        )
+        return max((row["workers"] or 0 for row in pools), default=0)
+
+    key = ("largest_gang", gpu_model.pk if gpu_model is not None else None, gpus_per_worker)
     return load() if fresh else _remembered(key, load)
 
 

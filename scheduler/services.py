@@ -236,6 +236,24 @@ def _validate_request(
         elif "workers" not in errors and not lo <= req.workers <= hi:
             err("workers", f"must lie within the elastic range {lo}..{hi}")
 
+    gang_checked = ("workers", "gpus_per_worker", "gpu_model", "elastic.min_workers")
+    if req.gpus_per_worker > 0 and not any(field in errors for field in gang_checked):
+        # A gang no cluster could ever hold is refused, as sbatch refuses a request beyond the
+        # partition's configured nodes ("Requested node configuration is not available"):
+        # accepted, it would wait for good and count against the team's pending cap.
+        field = "elastic.min_workers" if req.elastic is not None else "workers"
+        least = req.elastic["min_workers"] if req.elastic is not None else req.workers
+        most = reference.largest_gang_workers(gpu_model, req.gpus_per_worker)
+        if least > most:
+            most = reference.largest_gang_workers(gpu_model, req.gpus_per_worker, fresh=True)
+        if least > most:
+            nodes = f"{gpu_model.name} nodes" if gpu_model else "nodes of one GPU model"
+            err(
+                field,
+                f"{least} workers of {req.gpus_per_worker} GPUs can never run at once: one "
+                f"cluster's {nodes} hold at most {most}",
+            )
+
     if errors:
         raise FieldErrors(errors)
     assert team is not None and priority is not None  # either missing is an error above

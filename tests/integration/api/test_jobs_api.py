@@ -40,6 +40,20 @@ def test_submit_returns_the_job_in_contract_field_names(platform, submit):
             "more than a h100-80gb node has (8)",
         ),
         ({"gpus_per_worker": 16}, "gpus_per_worker", "more than any node has (8)"),
+        # A gang no cluster holds whole waited for good (sbatch refuses it): two 8-GPU nodes of
+        # each model, and a gang runs on one model.
+        (
+            {"workers": 3, "gpus_per_worker": 8, "gpu_model": "h100-80gb"},
+            "workers",
+            "3 workers of 8 GPUs can never run at once: one cluster's h100-80gb nodes hold at "
+            "most 2",
+        ),
+        ({"workers": 5, "gpus_per_worker": 4}, "workers", "nodes of one GPU model hold at most 4"),
+        (
+            {"workers": 3, "gpus_per_worker": 8, "elastic": {"min_workers": 3, "max_workers": 4}},
+            "elastic.min_workers",
+            "3 workers of 8 GPUs can never run at once",
+        ),
         ({"gpu_model": "tpu-v5"}, "gpu_model", "unknown GPU model 'tpu-v5'"),
         ({"priority_class": "urgent"}, "priority_class", "unknown priority class 'urgent'"),
         ({"team": "nlp"}, "team", "not a member of a team 'nlp'"),

@@ -191,7 +191,9 @@ def test_the_job_pages_output_masks_the_jobs_secrets_for_a_viewer(platform, tmp_
 
 
 def test_pending_job_page_says_why(platform):
-    job = submit(platform["alice"], name="waiting", workers=9, gpus_per_worker=8)
+    h100_gang = {"workers": 2, "gpus_per_worker": 8, "gpu_model": "h100-80gb"}
+    submit(platform["alice"], name="first", **h100_gang)
+    job = submit(platform["alice"], name="waiting", **h100_gang)
     run_cycle()
     job.refresh_from_db()
     html = client_for(platform["alice"]).get(f"/jobs/{job.pk}/").content.decode()

@@ -236,9 +236,10 @@ def test_a_cancel_racing_the_cycle_that_starts_the_job_stops_its_run(
 
 
 def test_pending_job_gets_a_reason(platform, submit):
-    job_id = submit(platform["alice"], workers=3, gpus_per_worker=8, gpu_model="h100-80gb").json()[
-        "id"
-    ]
+    # Both H100 nodes go to the first gang; the second waits for them.
+    shape = {"workers": 2, "gpus_per_worker": 8, "gpu_model": "h100-80gb"}
+    submit(platform["alice"], name="first", **shape)
+    job_id = submit(platform["alice"], name="second", **shape).json()["id"]
     run_cycle()
     job = Job.objects.get(pk=job_id)
     assert job.state == "pending" and job.why_pending
@@ -347,7 +348,7 @@ def test_snapshot_times_are_exactly_the_rows_timestamps(platform, submit):
     Job.objects.filter(pk=ids[0]).update(
         started_at=odd, last_checkpoint_at=odd + timedelta(microseconds=1)
     )
-    submit(platform["alice"], name="waits", gpus_per_worker=8, workers=64)
+    submit(platform["alice"], name="waits", gpus_per_worker=8, workers=2)  # no cycle: pending
     snapshot, _ = build_snapshot(now=timezone.now())
     rows = {str(j.pk): j for j in Job.objects.all()}
     assert snapshot.running and snapshot.pending

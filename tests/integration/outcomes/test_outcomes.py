@@ -127,9 +127,11 @@ def test_a_deadline_that_passes_while_the_job_waits_or_runs_is_a_miss_at_once(
     platform, submit, api_as
 ):
     due = (timezone.now() + timedelta(hours=6)).isoformat()
-    # Larger than the cluster's free GPUs: it waits through every cycle.
-    big = {"workers": 8, "gpus_per_worker": 8, "deadline": due}
-    waiting = Job.objects.get(pk=submit(platform["alice"], **big).json()["id"])
+    # Behind a gang holding both H100 nodes (no deadline, so no outcome): it waits through every
+    # cycle.
+    h100_gang = {"workers": 2, "gpus_per_worker": 8, "gpu_model": "h100-80gb"}
+    _running(platform, submit, **h100_gang)
+    waiting = Job.objects.get(pk=submit(platform["alice"], deadline=due, **h100_gang).json()["id"])
     running = _running(platform, submit, deadline=due)
     cancelled_late = _running(platform, submit, deadline=due)
     cancelled_early = _running(platform, submit, deadline=due)

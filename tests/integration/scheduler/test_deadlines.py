@@ -24,15 +24,16 @@ def test_deadline_is_stored_shown_and_handed_to_the_engine(platform, submit):
 
 
 def test_a_job_that_cannot_make_its_deadline_says_so(platform, submit):
-    # Needs 3 h, due in 1 h: whatever the cluster does, it finishes late.
+    # Needs 3 h, due in 1 h, behind a gang holding both H100 nodes: it finishes late.
     due = timezone.now() + timedelta(hours=1)
+    h100_gang = {"gpus_per_worker": 8, "workers": 2, "gpu_model": "h100-80gb"}
+    submit(platform["alice"], name="first", runtime_limit_s=2 * 3600, **h100_gang)
     job_id = submit(
         platform["alice"],
         name="late",
-        gpus_per_worker=8,
-        workers=8,
         runtime_limit_s=3 * 3600,
         deadline=due.isoformat(),
+        **h100_gang,
     ).json()["id"]
     run_cycle()
     job = Job.objects.get(pk=job_id)
@@ -67,7 +68,7 @@ def test_a_job_that_starts_at_once_but_will_finish_late_says_so_as_it_starts(pla
 def test_the_job_page_says_missed_once_the_deadline_passes_while_it_waits(platform, submit, client):
     due = timezone.now() + timedelta(hours=6)
     job_id = submit(
-        platform["alice"], name="big", workers=8, gpus_per_worker=8, deadline=due.isoformat()
+        platform["alice"], name="big", workers=2, gpus_per_worker=8, deadline=due.isoformat()
     ).json()["id"]
     client.force_login(platform["alice"])
     assert "missed" not in client.get(f"/jobs/{job_id}/").content.decode()

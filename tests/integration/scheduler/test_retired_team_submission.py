@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.loop.cycle import run_cycle
-from scheduler.models import Cluster, Job, JobArray, Node, TeamClusterAccess
+from scheduler.models import Cluster, Job, JobArray, Node, NodeState, TeamClusterAccess
 from scheduler.retirement import cluster_reinstate, cluster_retire
 from scheduler.states import JobState
 from tenants.models import Membership, Team
@@ -125,8 +125,11 @@ def test_the_portal_form_shows_the_refusal(platform, client, held_to_old):
 
 
 def test_a_job_already_pending_is_left_pending_with_the_loops_reason(platform, submit, held_to_old):
-    waiting = submit(platform["alice"], gpu_model="h100-80gb", gpus_per_worker=8, workers=3)
-    assert waiting.status_code == 201  # three nodes' worth: "old" has two, it waits
+    # Two nodes' worth, one of old's two draining: it waits (a gang no cluster could ever hold
+    # is refused at submission).
+    Node.objects.filter(cluster=held_to_old, name="o1").update(state=NodeState.DRAINING)
+    waiting = submit(platform["alice"], gpu_model="h100-80gb", gpus_per_worker=8, workers=2)
+    assert waiting.status_code == 201
     run_cycle()
     cluster_retire(user=platform["admin"], name="old", reason="")
     run_cycle()
