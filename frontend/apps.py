@@ -5,7 +5,7 @@ class FrontendConfig(AppConfig):
     name = "frontend"
     verbose_name = "Portal"
 
-    def ready(self):
+    def ready(self) -> None:
         from . import signals
 
         signals.connect()

@@ -8,6 +8,7 @@ layout settings) so the embedded JSON is small.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -22,7 +23,7 @@ _LAYOUT = {
 }
 
 
-def _as_dict(fig: go.Figure) -> dict:
+def _as_dict(fig: go.Figure) -> dict[str, Any]:
     # The one way a figure reaches a page: user text in the traces escaped for Plotly.
     return figure_dict(fig)
 
@@ -33,7 +34,7 @@ def quota_figure(
     pending: Sequence[int],
     guaranteed: Sequence[int | None],
     ceiling: Sequence[int | None],
-) -> dict:
+) -> dict[str, Any]:
     """GPUs held and wanted per (team, GPU model) against the guarantee and the borrow ceiling
     (None where the team has no quota of its own for the model: no marker)."""
     fig = go.Figure()
@@ -65,7 +66,7 @@ def quota_figure(
 
 def usage_timeline_figure(
     times: Sequence[str], in_use: Sequence[int], unavailable: Sequence[int], total: int
-) -> dict:
+) -> dict[str, Any]:
     """GPUs in use and unavailable over time; the page appends live points to traces 0 and 1."""
     fig = go.Figure()
     fig.add_scatter(

@@ -72,7 +72,9 @@ def cluster_usage_history(*, now: datetime, days: int = HISTORY_DAYS) -> UsageHi
     )
 
 
-def _spread(series: list[float], start: datetime, lo: datetime, hi: datetime, weight=1) -> None:
+def _spread(
+    series: list[float], start: datetime, lo: datetime, hi: datetime, weight: float = 1
+) -> None:
     """Add ``weight`` x the share of each hour of ``series`` that [lo, hi) covers."""
     t = lo
     while t < hi:

@@ -8,19 +8,23 @@ must hear of every one. Nothing here changes domain state.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_logged_out
 from django.db.models.signals import post_delete, post_save
+from django.http import HttpRequest
 
 from core import streams
 from tenants.models import Membership
 
 
-def _membership_changed(sender, instance: Membership, **kwargs) -> None:
+def _membership_changed(sender: type[Membership], instance: Membership, **kwargs: Any) -> None:
     streams.recheck_sessions(instance.user_id)
 
 
-def _user_changed(sender, instance, created: bool = False, **kwargs) -> None:
+def _user_changed(sender: type[User], instance: User, created: bool = False, **kwargs: Any) -> None:
     # A deactivation or a new password ends the user's sessions: their sockets must close too.
     # (Saving last_login at each login is not worth a check.)
     update_fields = kwargs.get("update_fields")
@@ -29,7 +33,13 @@ def _user_changed(sender, instance, created: bool = False, **kwargs) -> None:
     streams.recheck_sessions(instance.pk)
 
 
-def _logged_out(sender, request, user, **kwargs) -> None:
+def _logged_out(
+    sender: type[User],
+    request: HttpRequest,
+    # Django's logout sends None for a request whose user was not signed in.
+    user: User | None,
+    **kwargs: Any,
+) -> None:
     if user is not None:
         streams.recheck_sessions(user.pk)
 

@@ -5,7 +5,10 @@ beyond the job's cluster, which the selector joins)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from scheduler.models import Job, JobEvent
 
 # The routing object's keys as the page names them (contract names in docs/routing.md).
 ROUTING_LABELS = (
@@ -38,7 +41,7 @@ def routing_rows(routing: dict[str, Any] | None) -> list[tuple[str, str]]:
     return rows
 
 
-def latest_route(events) -> Any | None:
+def latest_route(events: Sequence[JobEvent]) -> JobEvent | None:
     """The newest ``routed`` event among ``events`` (ordered oldest first), or None."""
     for event in reversed(events):
         if event.kind == "routed":
@@ -46,7 +49,7 @@ def latest_route(events) -> Any | None:
     return None
 
 
-def where_context(job, events) -> dict[str, Any]:
+def where_context(job: Job, events: Sequence[JobEvent]) -> dict[str, Any]:
     """The job page's "Where and why" section."""
     route = latest_route(events)
     data = (route.data or {}) if route is not None else {}

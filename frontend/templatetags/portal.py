@@ -4,8 +4,10 @@ plotly.js URL, and GPU utilization as a CSS-ready percentage."""
 from __future__ import annotations
 
 from django import template
+from django.template.context import Context
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from billing.charts import plotly_version
 
@@ -13,7 +15,7 @@ register = template.Library()
 
 
 @register.simple_tag(takes_context=True)
-def nav_link(context, href: str, label: str, exclude: str = ""):
+def nav_link(context: Context, href: str, label: str, exclude: str = "") -> SafeString:
     """A navigation link marked ``aria-current="page"`` when the current path is under it (and
     not under ``exclude``, a sub-path that has a link of its own)."""
     request = context.get("request")
@@ -42,8 +44,10 @@ def plotly_style_ids() -> str:
 
 
 @register.filter
-def percent(value) -> int:
+def percent(value: float | str | None) -> int:
     """0..1 (or None) to a whole percentage."""
+    if value is None:
+        return 0
     try:
         return round(float(value) * 100)
     except (TypeError, ValueError):
