@@ -3,9 +3,13 @@ and the submit form's table of the caller's pools."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from scheduler.checkpoint_advice import job_advice, pool_advice_table
+from scheduler.models import Job
 from tenants.models import Membership, Team
 
 
@@ -17,7 +21,7 @@ def _duration(seconds: float) -> str:
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
 
 
-def job_advice_context(job) -> dict:
+def job_advice_context(job: Job) -> dict[str, Any]:
     """``checkpoint_advice``: what the job page says, or None without observations."""
     found = job_advice(job, now=timezone.now())
     if found is None:
@@ -51,7 +55,7 @@ def job_advice_context(job) -> dict:
     }
 
 
-def submit_advice_context(user) -> dict:
+def submit_advice_context(user: User) -> dict[str, Any]:
     """``pool_advice``: advised intervals per team, GPU model and capacity type of the caller's
     teams (rows with an observed interruption rate)."""
     teams = (

@@ -11,7 +11,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
@@ -34,7 +34,9 @@ class RetireForm(forms.Form):
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def cluster_retirement(request, name: str, action: str):
+def cluster_retirement(
+    request: HttpRequest, name: str, action: str
+) -> HttpResponse | HttpResponseRedirect:
     """Confirm (GET) and do (POST) ``action`` (retire or reinstate) on the cluster ``name``."""
     if not is_platform_admin(request.user):
         raise PermissionDenied("platform admins only")
@@ -47,7 +49,7 @@ def cluster_retirement(request, name: str, action: str):
         return _confirmation(request, cluster, action)
     form = RetireForm(request.POST)
     if not form.is_valid():
-        errors = "; ".join(form.errors.get("reason", []))
+        errors = "; ".join(str(message) for message in form.errors.get("reason", []))
         reason = request.POST.get("reason", "").replace("\x00", "")
         return _confirmation(
             request, cluster, action, reason=reason, reason_error=errors, status=400
@@ -92,7 +94,7 @@ def cluster_retirement(request, name: str, action: str):
 
 
 def _confirmation(
-    request,
+    request: HttpRequest,
     cluster: page_selectors.ClusterRetirement,
     action: str,
     *,
@@ -100,7 +102,7 @@ def _confirmation(
     reason_error: str = "",
     error: str = "",
     status: int = 200,
-):
+) -> HttpResponse:
     return render(
         request,
         "frontend/cluster_retirement.html",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from typing import Any, Protocol
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
@@ -27,7 +28,26 @@ log = logging.getLogger(__name__)
 
 REFRESH_GROUPS_S = 3600.0
 
-_hubs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+class ChannelLayer(Protocol):
+    """The part of a Channels layer the hub uses (Channels ships no type information)."""
+
+    async def new_channel(self) -> str: ...
+    async def group_add(self, group: str, channel: str) -> None: ...
+    async def group_discard(self, group: str, channel: str) -> None: ...
+    # A layer message is whatever its sender published: the hub reads "text" and "group".
+    async def receive(self, channel: str) -> dict[str, Any]: ...
+
+
+class Member(Protocol):
+    """A local socket the hub delivers to: ``push`` relays text to the browser, ``control``
+    handles a message meant for the socket itself."""
+
+    def push(self, text: str) -> None: ...
+    def control(self, text: str) -> None: ...
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
 
 
 def hub() -> Hub | None:
@@ -46,14 +66,14 @@ def hub() -> Hub | None:
 
 
 class Hub:
-    def __init__(self, layer) -> None:
+    def __init__(self, layer: ChannelLayer) -> None:
         self.layer = layer
-        self.members: dict[str, set] = {}
+        self.members: dict[str, set[Member]] = {}
         self.channel: str | None = None
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self.lock = asyncio.Lock()
 
-    async def join(self, socket, groups: list[str]) -> None:
+    async def join(self, socket: Member, groups: list[str]) -> None:
         if not groups:
             return
         async with self.lock:
@@ -70,8 +90,11 @@ class Hub:
                     await self.layer.group_add(group, self.channel)
                 members.add(socket)
 
-    async def leave(self, socket, groups: list[str]) -> None:
+    async def leave(self, socket: Member, groups: list[str]) -> None:
         async with self.lock:
+            channel = self.channel
+            if channel is None:  # nothing joined since the hub last emptied: no group to leave
+                return
             for group in groups:
                 members = self.members.get(group)
                 if members is None:
@@ -79,8 +102,8 @@ class Hub:
                 members.discard(socket)
                 if not members:
                     del self.members[group]
-                    await self.layer.group_discard(group, self.channel)
-            if not self.members and self.channel is not None:
+                    await self.layer.group_discard(group, channel)
+            if not self.members:
                 for task in self.tasks:
                     task.cancel()
                 self.tasks, self.channel = [], None
@@ -95,7 +118,7 @@ class Hub:
                 log.warning("stream hub could not receive; retrying", exc_info=True)
                 await asyncio.sleep(1)
                 continue
-            text, group = message.get("text"), message.get("group")
+            text, group = message.get("text"), message.get("group", "")
             if text is None:
                 continue
             if group and group.startswith(streams.USER_GROUP_PREFIX):

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -13,6 +15,7 @@ from django.views.decorators.http import require_GET
 from billing.charts import figure_dict
 from core.errors import FieldErrors, NotFound
 from scheduler import outcomes
+from tenants.permissions import signed_in
 
 _COLORS = {
     "succeeded": "#15803d",
@@ -34,7 +37,7 @@ LABELS = {
 }
 
 
-def outcomes_figure(days: list[dict]) -> dict:
+def outcomes_figure(days: list[dict[str, Any]]) -> dict[str, Any]:
     """Stacked bars of jobs ended per day by outcome, and GPU-hours lost on a second axis."""
     x = [d["day"] for d in days]
     fig = go.Figure()
@@ -70,7 +73,8 @@ def outcomes_figure(days: list[dict]) -> dict:
 
 @login_required
 @require_GET
-def outcomes_page(request):
+def outcomes_page(request: HttpRequest) -> HttpResponse:
+    user = signed_in(request)
     team = (request.GET.get("team") or "").strip() or None
     error = ""
     try:
@@ -78,23 +82,19 @@ def outcomes_page(request):
     except ValueError:
         days, error = 30, "days must be a whole number from 1 to 366; showing 30"
     try:
-        report = outcomes.outcome_report(
-            user=request.user, now=timezone.now(), days=days, team=team
-        )
+        report = outcomes.outcome_report(user=user, now=timezone.now(), days=days, team=team)
     except NotFound:
         raise Http404("no such team") from None
     except FieldErrors:
         error = "days must be a whole number from 1 to 366; showing 30"
-        report = outcomes.outcome_report(user=request.user, now=timezone.now(), days=30, team=team)
+        report = outcomes.outcome_report(user=user, now=timezone.now(), days=30, team=team)
     data = report.as_dict()
     from tenants.models import Membership, Team
 
     choices = (
         Team.objects.all()
-        if request.user.is_superuser
-        else Team.objects.filter(
-            pk__in=Membership.objects.filter(user=request.user).values("team_id")
-        )
+        if user.is_superuser
+        else Team.objects.filter(pk__in=Membership.objects.filter(user=user).values("team_id"))
     ).order_by("slug")
     return render(
         request,

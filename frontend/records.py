@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
@@ -15,10 +16,11 @@ from core.errors import DomainError, NotFound
 from core.ids import parse_id
 from scheduler import reproducibility
 from scheduler import selectors as scheduler_selectors
-from tenants.permissions import can_submit_to
+from scheduler.models import Job
+from tenants.permissions import can_submit_to, signed_in
 
 
-def record_context(request, job) -> dict:
+def record_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     """What the job page's record section shows: the latest attempt's record, links to the
     earlier ones, and whether the caller may resubmit (may submit to the job's team)."""
     records = reproducibility.attempt_records(user=request.user, job_id=job.pk)
@@ -35,7 +37,7 @@ def record_context(request, job) -> dict:
 
 @login_required
 @require_GET
-def job_record_json(request, job_id: int, attempt: int):
+def job_record_json(request: HttpRequest, job_id: int, attempt: int) -> HttpResponse:
     """One attempt's record as a JSON download (``job-<id>-attempt-<n>.json``)."""
     try:
         record = reproducibility.attempt_record_get(
@@ -57,7 +59,7 @@ def job_record_json(request, job_id: int, attempt: int):
 
 @login_required
 @require_POST
-def job_resubmit(request, job_id: int):
+def job_resubmit(request: HttpRequest, job_id: int) -> HttpResponseRedirect:
     """Submit a job that runs exactly what the posted attempt ran; go to the new job's page.
     A job the caller cannot see is a 404 whatever was posted; refusals (a bad attempt, a
     viewer, a budget stop, a pending cap) come back as a message on this job."""
@@ -75,7 +77,7 @@ def job_resubmit(request, job_id: int):
         return redirect("job-detail", job_id=job_id)
     try:
         resubmission = reproducibility.job_resubmit(
-            user=request.user, job_id=job_id, attempt=attempt
+            user=signed_in(request), job_id=job_id, attempt=attempt
         )
     except NotFound:
         raise Http404("no such job") from None
