@@ -32,17 +32,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from importlib import import_module
+from typing import ParamSpec, TypeVar, cast
 from urllib.parse import parse_qs
 
+from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.sessions.backends.base import SessionBase
 
 from core import streams
 from core.jsonlimits import JsonRefused, loads_bounded
-from tenants.permissions import is_platform_admin, team_ids_of
+from tenants.permissions import Caller, is_platform_admin, team_ids_of
 from tenants.sso import sso_recheck_due
 
 from .hub import hub
@@ -56,6 +61,20 @@ CLOSE_SSO_RECHECK = 4440
 CLOSE_TOO_BIG = 1009
 CLOSE_BAD_PAYLOAD = 1007
 CLOSE_TOO_MANY_SOCKETS = 4429
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+
+
+def in_worker_thread(
+    call: Callable[_Params, _Result], *, thread_sensitive: bool = True
+) -> Callable[_Params, Awaitable[_Result]]:
+    """``call`` made awaitable by Channels' ``database_sync_to_async`` (which closes the thread's
+    stale database connections around it), typed: Channels ships no type information."""
+    return cast(
+        Callable[_Params, Awaitable[_Result]],
+        database_sync_to_async(call, thread_sensitive=thread_sensitive),
+    )
 
 
 def parse_topics(query_string: bytes) -> tuple[list[str], list[str]]:
@@ -71,7 +90,7 @@ def parse_topics(query_string: bytes) -> tuple[list[str], list[str]]:
     return known, unknown
 
 
-def socket_groups(user, topics: list[str]) -> list[str]:
+def socket_groups(user: Caller, topics: list[str]) -> list[str]:
     """The groups a socket of ``user`` joins for ``topics``: the rules of ``streams.groups_for``
     applied to the user's teams and admin standing now (nothing of any team for an anonymous
     user, whom the consumer refuses before asking)."""
@@ -80,19 +99,21 @@ def socket_groups(user, topics: list[str]) -> list[str]:
     )
 
 
-_groups_for = database_sync_to_async(socket_groups)
+_groups_for = in_worker_thread(socket_groups)
 
 
-async def _session_user(session_key: str | None):
+async def _session_user(session_key: str | None) -> tuple[User | AnonymousUser, SessionBase]:
     """The user the session ``session_key`` belongs to now, read afresh from the session store
     (AnonymousUser when the session ended, its user was deactivated or changed password), and
     the session, loaded."""
     engine = import_module(settings.SESSION_ENGINE)
-    session = engine.SessionStore(session_key)
-    return await get_user({"session": session}), session
+    session: SessionBase = engine.SessionStore(session_key)
+    user: User | AnonymousUser = await get_user({"session": session})
+    return user, session
 
 
-class ReadOnlySocket(AsyncJsonWebsocketConsumer):
+# Channels ships no type information: its consumer base class is Any to mypy.
+class ReadOnlySocket(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """What every portal websocket shares: clients send nothing useful (a frame is answered
     "read-only"), frames go through the bounded JSON reader (too large: 1009, too deep: 1007),
     :meth:`cleanup` runs however the socket ends (even when a handler raised), and
@@ -104,7 +125,12 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
     # messages from the layer sets the alias back.
     channel_layer_alias = None
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+    ) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
@@ -113,15 +139,15 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
     async def cleanup(self) -> None:
         """Release what the socket holds. Idempotent; called on every way out."""
 
-    async def disconnect(self, code):
+    async def disconnect(self, code: int) -> None:
         await self.cleanup()
 
-    def remember_session(self, user) -> None:
+    def remember_session(self, user: User) -> None:
         self.user_id = user.pk
         session = self.scope.get("session")
-        self.session_key = getattr(session, "session_key", None)
+        self.session_key: str | None = getattr(session, "session_key", None)
 
-    async def session_user(self, fallback):
+    async def session_user(self, fallback: User | None) -> tuple[User | None, int | None]:
         """``(user, None)``: the socket's user as the session store and the database say now (so
         a platform admin unticked since the socket opened reads as one no more); or ``(None,
         code)`` to close with: 4401 when the session no longer signs that user in (logged out,
@@ -154,14 +180,16 @@ class ReadOnlySocket(AsyncJsonWebsocketConsumer):
         return True
 
     @classmethod
-    async def decode_json(cls, text_data):
+    async def decode_json(cls, text_data: str) -> object:
         return loads_bounded(text_data, max_bytes=settings.WEBSOCKET_FRAME_MAX_BYTES)
 
-    async def receive_json(self, content, **kwargs):
+    async def receive_json(self, content: object, **kwargs: object) -> None:
         # One-way streams: clients cannot send commands over them.
         await self.send_json({"type": "error", "message": "this stream is read-only"})
 
-    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: object
+    ) -> None:
         data = text_data if text_data is not None else bytes_data
         if data is not None and len(data) > settings.WEBSOCKET_FRAME_MAX_BYTES:
             await self.close(code=CLOSE_TOO_BIG)
@@ -189,8 +217,8 @@ class StreamConsumer(ReadOnlySocket):
     # for every socket and pushes each message's text into this socket's queue (frontend/hub.py).
     QUEUE_MAX = 1000
 
-    async def connect(self):
-        user = self.scope.get("user")
+    async def connect(self) -> None:
+        user: User | AnonymousUser | None = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.refuse(CLOSE_SIGNED_OUT)
             return
@@ -203,7 +231,7 @@ class StreamConsumer(ReadOnlySocket):
         if _stream_sockets_by_user.get(user.pk, 0) >= settings.STREAM_MAX_SOCKETS_PER_USER:
             await self.refuse(CLOSE_TOO_MANY_SOCKETS)
             return
-        self.counted = user.pk
+        self.counted: int | None = user.pk
         _stream_sockets_by_user[user.pk] = _stream_sockets_by_user.get(user.pk, 0) + 1
         self.remember_session(user)
         self.topics, unknown = parse_topics(self.scope.get("query_string", b""))
@@ -358,7 +386,7 @@ class StreamConsumer(ReadOnlySocket):
             if task is not None:
                 task.cancel()
 
-    async def close(self, code=None, reason=None):
+    async def close(self, code: int | None = None, reason: str | None = None) -> None:
         # Out of the hub at once: a socket being closed is pushed nothing more.
         await self._leave()
         await super().close(code=code, reason=reason)

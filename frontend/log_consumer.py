@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Literal, TypedDict
+from collections.abc import Callable
+from typing import Literal, ParamSpec, TypeAlias, TypedDict, TypeVar
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 
 from core import streams
@@ -38,7 +39,7 @@ from core.errors import DomainError, NotFound, Unavailable
 from scheduler import selectors
 from scheduler.states import FINAL_STATES
 
-from .consumers import CLOSE_PERMISSIONS_CHANGED, ReadOnlySocket
+from .consumers import CLOSE_PERMISSIONS_CHANGED, ReadOnlySocket, in_worker_thread
 from .hub import hub
 
 logger = logging.getLogger(__name__)
@@ -73,13 +74,28 @@ class LogUnavailablePayload(TypedDict):
     message: str
 
 
-def _closing(read):
+class LogErrorPayload(TypedDict):
+    type: Literal["error"]
+    field: str
+    message: str
+
+
+LogSocketPayload: TypeAlias = (
+    LogAttemptPayload | LogPayload | LogEndPayload | LogUnavailablePayload | LogErrorPayload
+)
+
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+
+
+def _closing(read: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     """``read`` in a pool thread that closes its database connection afterwards: the thread may
     not serve another read for a long time, and an idle connection per pool thread adds up."""
 
-    def run(**kwargs):
+    def run(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
         try:
-            return read(**kwargs)
+            return read(*args, **kwargs)
         finally:
             connection.close()
 
@@ -88,16 +104,16 @@ def _closing(read):
 
 # Reads run off the event loop in a worker thread (a backend read may run a command for
 # seconds; the server's one thread for sync code must not wait on it).
-_read = database_sync_to_async(_closing(selectors.job_log), thread_sensitive=False)
-_visible = database_sync_to_async(_closing(selectors.job_get), thread_sensitive=False)
+_read = in_worker_thread(_closing(selectors.job_log), thread_sensitive=False)
+_visible = in_worker_thread(_closing(selectors.job_get), thread_sensitive=False)
 
 
 _open_by_user: dict[int, int] = {}
 
 
 class JobLogConsumer(ReadOnlySocket):
-    async def connect(self):
-        user = self.scope.get("user")
+    async def connect(self) -> None:
+        user: User | AnonymousUser | None = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.refuse(4401)
             return
@@ -108,9 +124,9 @@ class JobLogConsumer(ReadOnlySocket):
             return
         # Counted at once, before the job read below awaits (counted after it, sockets opened
         # together all passed the bound); given back by cleanup, however the socket ends.
-        self.counted = user.pk
+        self.counted: int | None = user.pk
         _open_by_user[user.pk] = _open_by_user.get(user.pk, 0) + 1
-        job_id = self.scope["url_route"]["kwargs"]["job_id"]
+        job_id: int = self.scope["url_route"]["kwargs"]["job_id"]
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1")[:100])
         wanted = (query.get("attempt") or [""])[0]
         # ASCII digits only: str.isdigit() also says yes to "²", which int() refuses.
@@ -178,16 +194,14 @@ class JobLogConsumer(ReadOnlySocket):
             except Exception:
                 logger.warning("log socket session check failed", exc_info=True)
                 user = None
-        if code is None and user is None:
-            code = CLOSE_PERMISSIONS_CHANGED
-        if code is not None:
-            await self.close(code=code)
+        if user is None or code is not None:
+            await self.close(code=CLOSE_PERMISSIONS_CHANGED if code is None else code)
             return
         self.user = user
         if self.checks_asked == asked:
             self.may_send.set()
 
-    async def _send(self, payload) -> None:
+    async def _send(self, payload: LogSocketPayload) -> None:
         """Send a frame of the job's (its output, its attempts, its end) once no check of the
         user's rights is running; never once the socket is closing (the wait lasts until the
         follower is cancelled). Only the follower waits here: the consumer's own handlers must
@@ -195,7 +209,7 @@ class JobLogConsumer(ReadOnlySocket):
         await self.may_send.wait()
         await self.send_json(payload)
 
-    async def close(self, code=None, reason=None):
+    async def close(self, code: int | None = None, reason: str | None = None) -> None:
         if getattr(self, "closing", False):
             return
         self.closing = True
@@ -229,7 +243,7 @@ class JobLogConsumer(ReadOnlySocket):
                 _open_by_user.pop(counted, None)
 
     @staticmethod
-    async def _over(user, job_id: int) -> bool:
+    async def _over(user: User, job_id: int) -> bool:
         """Is the job in a final state? (False when it is no longer visible: the next read
         closes with 4404.)"""
         try:
@@ -246,7 +260,8 @@ class JobLogConsumer(ReadOnlySocket):
             if loop.time() - session_checked >= SESSION_CHECK_S:
                 session_checked = loop.time()
                 fresh, code = await self.session_user(self.user)
-                if code is not None:  # logged out, deactivated, new password; or SSO check due
+                # Logged out, deactivated, new password; or SSO check due (never a user then).
+                if code is not None or fresh is None:
                     await self.close(code=code)
                     return
                 # Reads go on as the user is now, not as it was at connect: a platform admin
