@@ -10,16 +10,20 @@ message whatever the client.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, fields
+from typing import Any, cast
 
 from django import forms
 
+from catalogue.models import GpuModel
 from core.bounds import form_number
 from core.envvars import is_env_name
 from core.errors import DomainError
 from scheduler.arrays import MAX_ARRAY_SIZE, ArrayRequest
-from scheduler.models import Job, JobArray
+from scheduler.models import Cluster, Job, JobArray
 from scheduler.services import JobRequest
+from tenants.models import PriorityClass, Team
 
 # Service error keys that do not match a form field name.
 _ERROR_FIELDS = {
@@ -69,7 +73,7 @@ class NamesField(forms.Field):
 
     widget = forms.SelectMultiple
 
-    def to_python(self, value):
+    def to_python(self, value: Any) -> list[str]:  # as Field.to_python: whatever was posted
         if not value:
             return []
         if isinstance(value, str):
@@ -77,7 +81,7 @@ class NamesField(forms.Field):
         return [str(v).strip() for v in value if str(v).strip()]
 
 
-def _number(**attrs) -> forms.NumberInput:
+def _number(**attrs: str) -> forms.NumberInput:
     return forms.NumberInput(attrs={"inputmode": "numeric", **attrs})
 
 
@@ -206,7 +210,15 @@ class JobSubmitForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
     )
 
-    def __init__(self, *args, teams=(), gpu_models=(), priority_classes=(), clusters=(), **kwargs):
+    def __init__(
+        self,
+        *args: Any,
+        teams: Iterable[Team] = (),
+        gpu_models: Iterable[GpuModel] = (),
+        priority_classes: Iterable[PriorityClass] = (),
+        clusters: Iterable[Cluster] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         names = [c.name for c in clusters]
         self.fields["routing_clusters"].widget.choices = [(n, n) for n in names]
@@ -226,8 +238,9 @@ class JobSubmitForm(forms.Form):
             if bound.help_text:
                 bound.widget.attrs["aria-describedby"] = f"id_{name}_help"
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data  # what Form.clean returns (its stubs allow None)
         if "array_count" in data and "array_params" in data:
             try:
                 data["array_items"] = self._parse_array(
@@ -240,7 +253,7 @@ class JobSubmitForm(forms.Form):
         return data
 
     @staticmethod
-    def _parse_array(count: int | None, text: str) -> list[dict] | None:
+    def _parse_array(count: int | None, text: str) -> list[dict[str, Any]] | None:
         """The per-index overrides (``items`` of an ArrayRequest), or None for a single job.
         Every problem is reported at once, naming the line or the index."""
         lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
@@ -271,21 +284,21 @@ class JobSubmitForm(forms.Form):
                 continue
             columns[name] = [v.strip() for v in values.split(",")]
         size = count
-        for name, values in columns.items():
+        for name, column in columns.items():
             if size is None:
-                size = len(values)
-            if len(values) != size:
+                size = len(column)
+            if len(column) != size:
                 errors.append(
-                    f"{name} has {len(values)} value{'s' if len(values) != 1 else ''} "
+                    f"{name} has {len(column)} value{'s' if len(column) != 1 else ''} "
                     f"but the array has {size} indices"
                 )
         if size is not None and size > MAX_ARRAY_SIZE:
             errors.append(f"at most {MAX_ARRAY_SIZE} indices per array (got {size})")
-        items: list[dict] = [{} for _ in range(size or 0)]
+        items: list[dict[str, Any]] = [{} for _ in range(size or 0)]
         if not errors:
-            for name, values in columns.items():
+            for name, column in columns.items():
                 kind = ARRAY_FIELD_PARAMS.get(name)
-                for index, value in enumerate(values):
+                for index, value in enumerate(column):
                     if kind is None:
                         items[index].setdefault("env", {})[name] = value
                         continue
@@ -326,7 +339,9 @@ class JobSubmitForm(forms.Form):
         lo, hi = data.get("elastic_min_workers"), data.get("elastic_max_workers")
         elastic = None
         if lo is not None or hi is not None:
-            elastic = {"min_workers": lo, "max_workers": hi}
+            # One half may be missing (None): the service checks the untyped object and names
+            # that half (elastic.min_workers is required), as for an API body.
+            elastic = cast(dict[str, int], {"min_workers": lo, "max_workers": hi})
         preemptible = {"yes": True, "no": False}.get(data.get("preemptible") or "")
         return JobRequest(
             name=data["name"].strip(),
@@ -350,11 +365,11 @@ class JobSubmitForm(forms.Form):
             simulated_duration_s=data.get("simulated_duration_s"),
         )
 
-    def _routing(self) -> dict | None:
+    def _routing(self) -> dict[str, object] | None:
         """The routing object from the routing fields, or None when none is set (the job then
         has no constraints of its own)."""
         data = self.cleaned_data
-        routing: dict = {}
+        routing: dict[str, object] = {}
         if data.get("routing_clusters"):
             routing["clusters"] = data["routing_clusters"]
         if data.get("routing_regions"):
@@ -378,6 +393,7 @@ class JobSubmitForm(forms.Form):
         """Put a service error (one field or many) on the fields it names."""
         for key, messages in error.as_dict().items():
             # Array errors name the template field or the index (``items[3].gpu_model``).
+            field: str | None
             if item := _ITEM_ERROR.match(key):
                 field = "array_params"
                 messages = [f"index {item.group(1)}: {item.group(2)}: {m}" for m in messages]
@@ -410,7 +426,7 @@ class JobSubmitForm(forms.Form):
         if self.is_bound:
             self._mark_invalid_inputs()
 
-    def preview(self) -> dict:
+    def preview(self) -> dict[str, int | tuple[int, int] | None]:
         """GPUs the request asks for (and the elastic range), from whatever parsed so far."""
         data = getattr(self, "_parsed", None) if self.is_bound else None
         if data is None:

@@ -13,8 +13,9 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -26,6 +27,11 @@ from scheduler.states import HOLDING_STATES, JobState
 from tenants.models import SUBMIT_ROLES, Membership, PriorityClass, Quota, Team
 from tenants.permissions import is_platform_admin, team_ids_of, visible_teams
 from tenants.tree import TeamTree
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    from .routing_admin import ClusterFacts
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ class ArrayHeader:
     counts: list[tuple[str, str, int]]  # (state, label, count), non-zero counts only
 
 
-def attach_array_headers(*, user, jobs: list[Job]) -> None:
+def attach_array_headers(*, user: User | AnonymousUser, jobs: list[Job]) -> None:
     """Set ``job.array_header`` on each listed array member (ONE query for all the arrays the
     list touches, scoped to the caller like every array read), for ``_array_group.html``."""
     from scheduler.arrays import array_counts, array_list
@@ -63,10 +69,12 @@ def attach_array_headers(*, user, jobs: list[Job]) -> None:
         )
     for job in jobs:
         if job.array_id:
-            job.array_header = headers.get(job.array_id)
+            # A page-only attribute the model does not declare (as scheduler/api/views.py sets
+            # live_allocations): _array_group.html reads it.
+            job.array_header = headers.get(job.array_id)  # type: ignore[attr-defined]
 
 
-def submit_teams(*, user) -> QuerySet[Team]:
+def submit_teams(*, user: User | AnonymousUser) -> QuerySet[Team]:
     """Teams the caller may submit jobs to (member roles and up; every team for admins)."""
     if is_platform_admin(user):
         return Team.objects.order_by("slug")
@@ -76,7 +84,7 @@ def submit_teams(*, user) -> QuerySet[Team]:
     return Team.objects.filter(pk__in=team_ids).order_by("slug")
 
 
-def filter_teams(*, user) -> QuerySet[Team]:
+def filter_teams(*, user: User | AnonymousUser) -> QuerySet[Team]:
     """Teams whose jobs the caller may list (for the job list's team filter)."""
     return visible_teams(user).order_by("slug")
 
@@ -98,7 +106,7 @@ def priority_classes() -> QuerySet[PriorityClass]:
     return PriorityClass.objects.order_by("-value")
 
 
-def home_teams(*, user) -> set[int]:
+def home_teams(*, user: User | AnonymousUser) -> set[int]:
     """The teams the home page summarises: the caller's memberships (all teams for an admin with
     none)."""
     ids = team_ids_of(user)
@@ -134,7 +142,7 @@ class QuotaUse:
         return round(100 * self.in_use / self.guaranteed)
 
 
-def quota_use(*, user) -> list[QuotaUse]:
+def quota_use(*, user: User | AnonymousUser) -> list[QuotaUse]:
     """Per (team, GPU model) of the caller's teams: the quota, GPUs held now, GPUs asked for by
     pending jobs. Rows exist for every quota and for any model a team uses without one; such a row
     names the ancestor whose quota counts it. 4 queries.
@@ -161,7 +169,7 @@ def quota_use(*, user) -> list[QuotaUse]:
         .values("job__team__slug", "node__gpu_model__name")
         .annotate(n=Count("id"))
     }
-    pending = defaultdict(int)
+    pending: defaultdict[tuple[str, str], int] = defaultdict(int)
     for row in (
         Job.objects.filter(team_id__in=team_ids, state=JobState.PENDING)
         .values("team__slug", "gpu_model__name")
@@ -241,13 +249,13 @@ class ClusterCell:
     backend_error: str
     racks: list[RackCell] = field(default_factory=list)
     # Routing facts (frontend.routing_admin.ClusterFacts), attached by the cluster page.
-    facts: Any = None
+    facts: ClusterFacts | None = None
     # scheduler.retirement: since when it is being retired (None: in service), and when it was.
     retiring_since: datetime | None = None
     retired_at: datetime | None = None
 
 
-def cluster_grid(*, user) -> list[ClusterCell]:
+def cluster_grid(*, user: User | AnonymousUser) -> list[ClusterCell]:
     """Clusters -> racks -> nodes -> GPUs with who holds each GPU, anonymised for the caller.
 
     A GPU held by a job of the caller's visible jobs carries that job's id and name; any other
@@ -312,43 +320,51 @@ class ClusterRetirement:
     jobs_running: int  # its running or preempted jobs (they run to their end)
 
 
-def _retirement_rows(user) -> QuerySet[Cluster]:
-    if not user.is_authenticated:
-        return Cluster.objects.none()
+class _RetirementCounts(TypedDict):
+    nodes_in_service: int
+    jobs_running: int
+
+
+def _retirement_rows(
+    user: User | AnonymousUser,
+) -> QuerySet[WithAnnotations[Cluster, _RetirementCounts]]:
     # Counted in subqueries: a join of both relations would multiply every node by every job
     # the cluster ever ran.
     live_nodes = Node.objects.filter(cluster=OuterRef("pk")).exclude(state=NodeState.RETIRED)
     running = Job.objects.filter(
         cluster=OuterRef("pk"), state__in=[JobState.RUNNING, JobState.PREEMPTED]
     )
-    return Cluster.objects.annotate(
+    rows = Cluster.objects.annotate(
         nodes_in_service=_row_count(live_nodes), jobs_running=_row_count(running)
     ).order_by("name")
+    return rows if user.is_authenticated else rows.none()
 
 
-def _row_count(rows: QuerySet) -> Coalesce:
+def _row_count(rows: QuerySet[Node] | QuerySet[Job]) -> Coalesce:
     counted = rows.order_by().values("cluster").annotate(n=Count("pk")).values("n")
     return Coalesce(Subquery(counted), 0)
 
 
-def _retirement(row: Cluster) -> ClusterRetirement:
+def _retirement(row: WithAnnotations[Cluster, _RetirementCounts]) -> ClusterRetirement:
     return ClusterRetirement(
         name=row.name,
         retiring_since=row.retiring_since,
         retired_at=row.retired_at,
-        nodes_in_service=row.nodes_in_service,  # type: ignore[attr-defined]
-        jobs_running=row.jobs_running,  # type: ignore[attr-defined]
+        nodes_in_service=row.nodes_in_service,
+        jobs_running=row.jobs_running,
     )
 
 
-def cluster_retirement(*, user, name: str) -> ClusterRetirement | None:
+def cluster_retirement(*, user: User | AnonymousUser, name: str) -> ClusterRetirement | None:
     """The cluster ``name`` as its retirement's confirmation shows it, or None when there is no
     such cluster. Clusters are shared (no team's), like nodes. One query."""
     row = _retirement_rows(user).filter(name=name).first()
     return _retirement(row) if row is not None else None
 
 
-def retired_clusters_off_grid(*, user, grid: list[ClusterCell]) -> list[ClusterRetirement]:
+def retired_clusters_off_grid(
+    *, user: User | AnonymousUser, grid: list[ClusterCell]
+) -> list[ClusterRetirement]:
     """Clusters being retired or retired that ``grid`` does not show (every node of theirs is
     retired, and the grid is the live capacity): the cluster page lists them, so a platform admin
     can reinstate them there. One query."""
@@ -375,7 +391,7 @@ def cluster_totals(grid: list[ClusterCell]) -> dict[str, int]:
     return totals
 
 
-def node_events(*, user, limit: int = 30) -> list[NodeEvent]:
+def node_events(*, user: User | AnonymousUser, limit: int = 30) -> list[NodeEvent]:
     """The latest node events (quarantines, failures, releases) for platform admins; nothing for
     anyone else."""
     if not is_platform_admin(user):
@@ -383,7 +399,7 @@ def node_events(*, user, limit: int = 30) -> list[NodeEvent]:
     return list(NodeEvent.objects.select_related("node").order_by("-time", "-id")[:limit])
 
 
-def job_placement_nodes(*, job: Job) -> list[dict]:
+def job_placement_nodes(*, job: Job) -> list[dict[str, object]]:
     """The nodes the job runs on, each with its GPUs and which of them are the job's. 1 query."""
     placement = scheduler_selectors.job_placement(job)
     if not placement:
@@ -404,7 +420,7 @@ def job_placement_nodes(*, job: Job) -> list[dict]:
     return out
 
 
-def job_log_tail(*, user, job: Job, lines: int = 60) -> str:
+def job_log_tail(*, user: User | AnonymousUser, job: Job, lines: int = 60) -> str:
     """The last lines of the job's current (or last) run as its backend reports them, read as
     every read of a job's output is (``scheduler.selectors.job_log``): a viewer of the job's
     team sees its env values and secrets masked.
