@@ -65,7 +65,7 @@ def quota_figure(
 
 
 def usage_timeline_figure(
-    times: Sequence[str], in_use: Sequence[int], unavailable: Sequence[int], total: int
+    times: Sequence[str], in_use: Sequence[float], unavailable: Sequence[float], total: int
 ) -> dict[str, Any]:
     """GPUs in use and unavailable over time; the page appends live points to traces 0 and 1."""
     fig = go.Figure()

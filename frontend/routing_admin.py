@@ -5,15 +5,17 @@ of ``scheduler.routing_admin``, whose errors show next to the field they name.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -23,7 +25,7 @@ from core.errors import DomainError, ListErrors, NotFound
 from scheduler import routing_admin, routing_facts
 from scheduler.models import Cluster, ClusterDataset, Dataset, Interconnect, TeamClusterAccess
 from tenants.models import Team
-from tenants.permissions import is_platform_admin
+from tenants.permissions import Caller, is_platform_admin
 
 # --- what the cluster page shows ------------------------------------------------------------------
 
@@ -157,7 +159,9 @@ class DatasetForm(forms.Form):
         saying which line; copies lines are numbered among the non-empty ones)."""
         for key, messages_ in error.as_dict().items():
             root, _, rest = key.partition("[")
-            target = {"residency_regions": "residency", "copies": "copies"}.get(root, root)
+            target: str | None = {"residency_regions": "residency", "copies": "copies"}.get(
+                root, root
+            )
             if target not in self.fields:
                 target = None
             for message in messages_:
@@ -185,20 +189,26 @@ class TeamClustersForm(forms.Form):
         help_text="None ticked: the team may use any cluster.",
     )
 
-    def __init__(self, *args, cluster_names=(), **kwargs):
+    def __init__(self, *args: Any, cluster_names: Iterable[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["clusters"].choices = [(n, n) for n in cluster_names]
+        # The field declared above: a copy of it, still a MultipleChoiceField.
+        clusters = cast(forms.MultipleChoiceField, self.fields["clusters"])
+        clusters.choices = [(n, n) for n in cluster_names]
 
 
 # --- the admin page -----------------------------------------------------------------------------
 
 
-def _require_admin(user) -> None:
+def _require_admin(user: Caller) -> User:
+    """``user``, a platform admin; PermissionDenied (403) for anyone else."""
     if not is_platform_admin(user):
         raise PermissionDenied("platform admins only")
+    return user
 
 
-def _page(request, *, status: int = 200, bound: dict[str, forms.Form] | None = None):
+def _page(
+    request: HttpRequest, *, status: int = 200, bound: dict[str, forms.Form] | None = None
+) -> HttpResponse:
     """The page, with ``bound`` forms (keyed ``cluster:NAME``, ``dataset:ID``, ``dataset:new``,
     ``team:SLUG``) shown in place of the blank ones, errors and all."""
     bound = bound or {}
@@ -261,20 +271,20 @@ def _page(request, *, status: int = 200, bound: dict[str, forms.Form] | None = N
 
 @login_required
 @require_GET
-def routing_facts_page(request):
+def routing_facts_page(request: HttpRequest) -> HttpResponse:
     """Clusters' region and interconnect, datasets and their copies, teams' clusters."""
     _require_admin(request.user)
     return _page(request)
 
 
-def _back(anchor: str):
+def _back(anchor: str) -> HttpResponseRedirect:
     return redirect(reverse("routing-facts") + f"#{anchor}")
 
 
 @login_required
 @require_POST
-def routing_cluster_set(request, name: str):
-    _require_admin(request.user)
+def routing_cluster_set(request: HttpRequest, name: str) -> HttpResponse:
+    admin = _require_admin(request.user)
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise Http404("no such cluster")
@@ -282,7 +292,7 @@ def routing_cluster_set(request, name: str):
     if form.is_valid():
         try:
             routing_admin.cluster_routing_set(
-                user=request.user,
+                user=admin,
                 name=name,
                 region=form.cleaned_data["region"].strip(),
                 interconnect=form.cleaned_data["interconnect"],
@@ -299,12 +309,12 @@ def routing_cluster_set(request, name: str):
 
 @login_required
 @require_POST
-def routing_dataset_new(request):
-    _require_admin(request.user)
+def routing_dataset_new(request: HttpRequest) -> HttpResponse:
+    admin = _require_admin(request.user)
     form = DatasetForm(request.POST, prefix="new")
     if form.is_valid():
         try:
-            dataset = routing_admin.dataset_create(user=request.user, **form.service_fields())
+            dataset = routing_admin.dataset_create(user=admin, **form.service_fields())
         except DomainError as exc:
             form.add_domain_error(exc)
         else:
@@ -315,13 +325,13 @@ def routing_dataset_new(request):
 
 @login_required
 @require_POST
-def routing_dataset_edit(request, dataset_id: int):
-    _require_admin(request.user)
+def routing_dataset_edit(request: HttpRequest, dataset_id: int) -> HttpResponse:
+    admin = _require_admin(request.user)
     form = DatasetForm(request.POST, prefix=f"d-{dataset_id}")
     if form.is_valid():
         try:
             dataset = routing_admin.dataset_update(
-                user=request.user, dataset_id=dataset_id, **form.service_fields()
+                user=admin, dataset_id=dataset_id, **form.service_fields()
             )
         except NotFound:
             raise Http404("no such dataset") from None
@@ -337,10 +347,10 @@ def routing_dataset_edit(request, dataset_id: int):
 
 @login_required
 @require_POST
-def routing_dataset_delete(request, dataset_id: int):
-    _require_admin(request.user)
+def routing_dataset_delete(request: HttpRequest, dataset_id: int) -> HttpResponse:
+    admin = _require_admin(request.user)
     try:
-        routing_admin.dataset_delete(user=request.user, dataset_id=dataset_id)
+        routing_admin.dataset_delete(user=admin, dataset_id=dataset_id)
     except NotFound:
         raise Http404("no such dataset") from None
     messages.success(request, "Dataset deleted.")
@@ -349,8 +359,8 @@ def routing_dataset_delete(request, dataset_id: int):
 
 @login_required
 @require_POST
-def routing_team_set(request, slug: str):
-    _require_admin(request.user)
+def routing_team_set(request: HttpRequest, slug: str) -> HttpResponse:
+    admin = _require_admin(request.user)
     team = Team.objects.filter(slug=slug).first()
     if team is None:
         raise Http404("no such team")
@@ -359,7 +369,7 @@ def routing_team_set(request, slug: str):
     if form.is_valid():
         try:
             now = routing_admin.team_clusters_set(
-                user=request.user, slug=slug, clusters=form.cleaned_data["clusters"]
+                user=admin, slug=slug, clusters=form.cleaned_data["clusters"]
             )
         except DomainError as exc:
             for reasons in exc.as_dict().values():

@@ -13,19 +13,22 @@ import math
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import AuthenticationForm
 from django.core.paginator import Paginator
 from django.http import (
     Http404,
+    HttpRequest,
     HttpResponse,
     HttpResponseForbidden,
     HttpResponseNotAllowed,
     JsonResponse,
 )
-from django.http.request import RawPostDataException
+from django.http.request import QueryDict, RawPostDataException
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -40,8 +43,9 @@ from scheduler import arrays, services, transitions
 from scheduler import selectors as scheduler_selectors
 from scheduler.env_visibility import may_see_env_values, shown_command
 from scheduler.feasibility import job_feasibility
+from scheduler.models import Job, JobArray
 from scheduler.states import LIVE_STATES, JobState
-from tenants.permissions import can_submit_to, is_platform_admin
+from tenants.permissions import can_submit_to, is_platform_admin, signed_in
 
 from . import charts
 from . import selectors as page_selectors
@@ -64,13 +68,13 @@ class LoginView(auth_views.LoginView):
     budget for both doors). A refused attempt is a 429 with Retry-After and never reaches the
     password check, so a right guess after too many wrong ones does not get in either."""
 
-    def form_invalid(self, form):
+    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         from tenants.throttles import password_attempt_failed
 
         password_attempt_failed(self.request)
         return super().form_invalid(form)
 
-    def post(self, request, *args, **kwargs):
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         from tenants.throttles import password_attempt_refused
 
         wait = password_attempt_refused(request)
@@ -85,7 +89,7 @@ class LoginView(auth_views.LoginView):
 
 
 @login_required
-def home(request):
+def home(request: HttpRequest) -> HttpResponse:
     """My teams' running and pending jobs and my teams' quota use."""
     team_ids = page_selectors.home_teams(user=request.user)
     jobs = list(
@@ -120,7 +124,7 @@ def home(request):
 
 
 @login_required
-def job_list(request):
+def job_list(request: HttpRequest) -> HttpResponse:
     """The caller's teams' jobs, filtered by state, team and submitter; states update live."""
     filters = {
         key: request.GET.get(key, "").strip()
@@ -150,7 +154,7 @@ def job_list(request):
     )
 
 
-def _submit_form(request, data=None) -> JobSubmitForm:
+def _submit_form(request: HttpRequest, data: QueryDict | None = None) -> JobSubmitForm:
     return JobSubmitForm(
         data,
         teams=page_selectors.submit_teams(user=request.user),
@@ -161,7 +165,7 @@ def _submit_form(request, data=None) -> JobSubmitForm:
 
 
 @login_required
-def job_new(request):
+def job_new(request: HttpRequest) -> HttpResponse:
     """The submission form, for one job or an array (sweep). Validation errors come from
     ``job_submit`` / ``array_submit`` and show inline; an array is created whole or not at all."""
     if request.method not in ("GET", "POST"):
@@ -171,7 +175,7 @@ def job_new(request):
         return render(
             request,
             "frontend/job_new.html",
-            {"form": form, "page": "new", **submit_advice_context(request.user)},
+            {"form": form, "page": "new", **submit_advice_context(signed_in(request))},
         )
     form = _submit_form(request, request.POST)
     if form.is_valid() and "estimate" in request.POST and form.is_array():
@@ -191,7 +195,7 @@ def job_new(request):
         # "Estimate finish": the same checks as a submission, nothing written.
         try:
             feasibility = job_feasibility(
-                user=request.user, request=form.to_request(), now=timezone.now()
+                user=signed_in(request), request=form.to_request(), now=timezone.now()
             )
         except DomainError as exc:
             form.add_domain_error(exc)
@@ -203,32 +207,34 @@ def job_new(request):
                     "form": form,
                     "page": "new",
                     "feasibility": feasibility,
-                    **submit_advice_context(request.user),
+                    **submit_advice_context(signed_in(request)),
                 },
             )
-    elif form.is_valid():
+    elif form.is_valid() and form.is_array():
         try:
-            if form.is_array():
-                array = arrays.array_submit(user=request.user, request=form.to_array_request())
-            else:
-                job = services.job_submit(user=request.user, request=form.to_request())
+            array = arrays.array_submit(user=signed_in(request), request=form.to_array_request())
         except DomainError as exc:
             form.add_domain_error(exc)
         else:
-            if form.is_array():
-                messages.success(request, f"Job array “{array.name}” submitted: {array.size} jobs.")
-                return redirect("array-detail", array_id=array.pk)
+            messages.success(request, f"Job array “{array.name}” submitted: {array.size} jobs.")
+            return redirect("array-detail", array_id=array.pk)
+    elif form.is_valid():
+        try:
+            job = services.job_submit(user=signed_in(request), request=form.to_request())
+        except DomainError as exc:
+            form.add_domain_error(exc)
+        else:
             messages.success(request, f"Job “{job.name}” submitted.")
             return redirect("job-detail", job_id=job.pk)
     return render(
         request,
         "frontend/job_new.html",
-        {"form": form, "page": "new", **submit_advice_context(request.user)},
+        {"form": form, "page": "new", **submit_advice_context(signed_in(request))},
         status=400,
     )
 
 
-def _job_or_404(request, job_id: int):
+def _job_or_404(request: HttpRequest, job_id: int) -> Job:
     try:
         return scheduler_selectors.job_get(user=request.user, job_id=job_id)
     except NotFound:
@@ -236,7 +242,7 @@ def _job_or_404(request, job_id: int):
 
 
 @login_required
-def job_detail(request, job_id: int):
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """Timeline, placement map, why pending and estimated start, attempts, live output, cancel."""
     job = _job_or_404(request, job_id)
     events = list(scheduler_selectors.job_events(user=request.user, job_id=job.pk))
@@ -267,7 +273,7 @@ def job_detail(request, job_id: int):
 
 @login_required
 @require_GET
-def job_states(request):
+def job_states(request: HttpRequest) -> HttpResponse:
     """States of the listed jobs the caller may see (``?ids=1,2,3``, at most JOB_LIST_LIMIT), for
     job tables to resync when their stream (re)connects. Unknown or hidden ids are left out."""
     ids = parse_id_list(request.GET.get("ids", ""), limit=JOB_LIST_LIMIT)
@@ -290,7 +296,7 @@ def job_states(request):
 
 @login_required
 @require_GET
-def job_status(request, job_id: int):
+def job_status(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job's current status as JSON, shaped like a ``job.status`` payload: the job page
     re-reads it when its stream (re)connects. (Its output comes over ``/ws/jobs/<id>/log/``.)"""
     job = _job_or_404(request, job_id)
@@ -312,10 +318,10 @@ def job_status(request, job_id: int):
 
 @login_required
 @require_POST
-def job_cancel(request, job_id: int):
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     """Cancel through ``job_cancel``; refusals come back as a message on the job page."""
     try:
-        job = transitions.job_cancel(user=request.user, job_id=job_id)
+        job = transitions.job_cancel(user=signed_in(request), job_id=job_id)
     except NotFound:
         raise Http404("no such job") from None
     except DomainError as exc:
@@ -325,7 +331,7 @@ def job_cancel(request, job_id: int):
     return redirect("job-detail", job_id=job_id)
 
 
-def _array_or_404(request, array_id: int):
+def _array_or_404(request: HttpRequest, array_id: int) -> JobArray:
     try:
         return arrays.array_get(user=request.user, array_id=array_id)
     except NotFound:
@@ -334,7 +340,7 @@ def _array_or_404(request, array_id: int):
 
 @login_required
 @require_GET
-def array_detail(request, array_id: int):
+def array_detail(request: HttpRequest, array_id: int) -> HttpResponse:
     """One job array: its template, members' count per state, members (paginated, by index)
     and, for those whose role allows it, "Cancel all". A fixed number of queries per page."""
     array = _array_or_404(request, array_id)
@@ -351,7 +357,8 @@ def array_detail(request, array_id: int):
     live = sum(counts[state] for state in LIVE_STATES)
     may_see_env = may_see_env_values(request.user, array.team)
     for job in members_page:
-        job.env_shown = arrays.shown_env(job.env, visible=may_see_env)
+        # A page-only attribute the model does not declare: array_detail.html reads it.
+        job.env_shown = arrays.shown_env(job.env, visible=may_see_env)  # type: ignore[attr-defined]
     return render(
         request,
         "frontend/array_detail.html",
@@ -369,7 +376,7 @@ def array_detail(request, array_id: int):
 
 @login_required
 @require_GET
-def array_state(request, array_id: int):
+def array_state(request: HttpRequest, array_id: int) -> HttpResponse:
     """The array's count per state as JSON, for pages to refresh an array's header when an
     ``array.status`` message arrives (the message carries what changed, not the totals)."""
     array = _array_or_404(request, array_id)
@@ -386,11 +393,11 @@ def array_state(request, array_id: int):
 
 @login_required
 @require_POST
-def array_cancel(request, array_id: int):
+def array_cancel(request: HttpRequest, array_id: int) -> HttpResponse:
     """Cancel every live member through ``array_cancel``. Another team's array is a 404 and a
     viewer's POST a 403 (nothing cancelled); other refusals come back as a message."""
     try:
-        array = arrays.array_cancel(user=request.user, array_id=array_id)
+        array = arrays.array_cancel(user=signed_in(request), array_id=array_id)
     except NotFound:
         raise Http404("no such job array") from None
     except Forbidden as exc:
@@ -403,7 +410,7 @@ def array_cancel(request, array_id: int):
 
 
 @login_required
-def cluster(request):
+def cluster(request: HttpRequest) -> HttpResponse:
     """Racks -> nodes -> GPUs, anonymised for the caller; the utilization history (live from
     now on); admin actions and event feed."""
     grid = page_selectors.cluster_grid(user=request.user)
@@ -442,7 +449,7 @@ def cluster(request):
 
 @login_required
 @require_GET
-def cluster_state(request):
+def cluster_state(request: HttpRequest) -> HttpResponse:
     """The cluster grid as JSON (same anonymisation as the page), for the page to resync after a
     reconnect or when the stream has been quiet."""
     grid = page_selectors.cluster_grid(user=request.user)
@@ -482,16 +489,16 @@ def cluster_state(request):
 
 @login_required
 @require_POST
-def node_action(request, node_id: int, action: str):
+def node_action(request: HttpRequest, node_id: int, action: str) -> HttpResponse:
     """Drain, quarantine or release a node (platform admins; the service checks)."""
     reason = request.POST.get("reason", "").strip()
     try:
         if action == "quarantine":
-            node = services.node_quarantine(user=request.user, node_id=node_id, reason=reason)
+            node = services.node_quarantine(user=signed_in(request), node_id=node_id, reason=reason)
         elif action == "drain":
-            node = services.node_drain(user=request.user, node_id=node_id, reason=reason)
+            node = services.node_drain(user=signed_in(request), node_id=node_id, reason=reason)
         elif action == "release":
-            node = services.node_release(user=request.user, node_id=node_id)
+            node = services.node_release(user=signed_in(request), node_id=node_id)
         else:
             raise Http404("no such action")
     except NotFound:
@@ -510,7 +517,7 @@ CSP_REPORT_MAX_BYTES = 16 * 1024
 
 @csrf_exempt
 @require_POST
-def csp_report(request):
+def csp_report(request: HttpRequest) -> HttpResponse:
     """Where browsers report Content-Security-Policy violations (``report-uri``): each is logged
     as a warning naming the page, the directive and what was blocked, so a policy that breaks a
     page (or an injection attempt) shows in the logs. Anonymous, bounded, answers 204."""
@@ -556,7 +563,7 @@ def plotly_self_styles() -> tuple[str, ...]:
 
 
 @require_GET
-def plotly_js(request, version: str):
+def plotly_js(request: HttpRequest, version: str) -> HttpResponse:
     """plotly.js from the installed ``plotly`` package, versioned in the URL and cached for a
     year (a new plotly gives a new URL). Served gzipped to clients that accept it."""
     if version != plotly_version():
