@@ -107,9 +107,11 @@ def record_build(
     provenance: dict[str, Any],
     now: datetime,
     account: str = "",
+    policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record of ``job``'s attempt ``spec.attempt`` (JSON-safe, secrets redacted);
-    ``account`` is the backend account the run was submitted as ("" for the backend's own)."""
+    ``account`` is the backend account the run was submitted as ("" for the backend's own);
+    ``policy``, ``policy_in_force()`` when a caller recording many attempts has read it once."""
     placement = _placement(job, spec)
     gpu_models = sorted({p["gpu_model"] for p in placement if p["gpu_model"]})
     pinned = image_digest_in(spec.image)
@@ -173,7 +175,7 @@ def record_build(
         "gpus_per_worker": spec.gpus_per_worker,
         "placement": placement,
         "gpu_models": gpu_models,
-        "policy": policy_in_force(),
+        "policy": policy if policy is not None else policy_in_force(),
         "resubmit": resubmit,
     }
 
@@ -187,7 +189,14 @@ def _repository(reference: str) -> str:
 
 
 def attempt_record_write(
-    *, job: Job, spec: BackendJobSpec, backend: Backend, ref: str, now: datetime, account: str = ""
+    *,
+    job: Job,
+    spec: BackendJobSpec,
+    backend: Backend,
+    ref: str,
+    now: datetime,
+    account: str = "",
+    policy: dict[str, Any] | None = None,
 ) -> AttemptRecord:
     """Write the record of the attempt the backend just accepted, submitted as ``account`` (what
     ``Job.backend_accounts`` keeps for the attempt; "" for none). Idempotent: an attempt that
@@ -206,7 +215,9 @@ def attempt_record_write(
             log.warning("job %s: run provenance failed: %s", job.pk, exc)
             provenance["image_note"] = f"the cluster could not describe the run: {exc}"
     provenance["backend_ref"] = ref
-    record = record_build(job=job, spec=spec, provenance=provenance, now=now, account=account)
+    record = record_build(
+        job=job, spec=spec, provenance=provenance, now=now, account=account, policy=policy
+    )
     try:
         with transaction.atomic():
             return AttemptRecord.objects.create(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -28,7 +28,7 @@ from ..backends import backend_run_id, backend_run_ref, get_backend
 from ..backends.base import Backend, BackendError, BackendJobSpec, BackendRejected, RunRef
 from ..checkpoint_advice import advice_env, request_due_checkpoints
 from ..models import Allocation, Job
-from ..reproducibility import attempt_record_write
+from ..reproducibility import attempt_record_write, policy_in_force
 from ..services import cluster_backend_mark
 from ..snapshot import policy_config
 from ..states import JobState
@@ -79,7 +79,11 @@ def reconcile(*, now: datetime) -> None:
     error about one job fails that job alone; an outage marks its cluster and changes no job."""
     # Runs that are RUNNING in the database but not yet submitted (or whose submit was lost).
     to_submit = list(
-        Job.objects.filter(state=JobState.RUNNING, backend_ref="").select_related("team", "cluster")
+        # The attempt record names the job's model, class and submitter: read with the job, not
+        # one query each per start.
+        Job.objects.filter(state=JobState.RUNNING, backend_ref="").select_related(
+            "team", "cluster", "gpu_model", "priority_class", "submitter"
+        )
     )
     placements: dict[int, dict[str, list[int]]] = {}
     for job_pk, name, gpu in (
@@ -119,6 +123,8 @@ def reconcile(*, now: datetime) -> None:
             continue
         cluster_backend_mark(cluster=job.cluster)
         submitted.append((job, spec, backend, ref, backend.team_account(spec.team)))
+    # The policy in force, read once for every record of the cycle (three queries each).
+    policy = policy_in_force() if submitted else None
     for job, spec, backend, ref, account in submitted:
         # Every later call about this run names the account, whatever the team's is then; ""
         # (the backend's own identity) is recorded too, so the sync never has to ask the
@@ -128,7 +134,7 @@ def reconcile(*, now: datetime) -> None:
         if Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
             backend_ref=ref, backend_accounts=accounts
         ):
-            _record_attempt(job, spec, backend, ref, now, account)
+            _record_attempt(job, spec, backend, ref, now, account, policy)
         else:
             _stop_unwanted_run(job, backend, account)
     # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
@@ -197,10 +203,18 @@ def _stop_unwanted_run(job: Job, backend: Backend, account: str) -> None:
 
 
 def _record_attempt(
-    job: Job, spec: BackendJobSpec, backend: Backend, ref: str, now: datetime, account: str
+    job: Job,
+    spec: BackendJobSpec,
+    backend: Backend,
+    ref: str,
+    now: datetime,
+    account: str,
+    policy: dict[str, Any] | None,
 ) -> None:
     # A record that cannot be written must not stop the run the cluster already accepted.
     try:
-        attempt_record_write(job=job, spec=spec, backend=backend, ref=ref, now=now, account=account)
+        attempt_record_write(
+            job=job, spec=spec, backend=backend, ref=ref, now=now, account=account, policy=policy
+        )
     except Exception:
         log.exception("job %s: the reproducibility record was not written", job.pk)
