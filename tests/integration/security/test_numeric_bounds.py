@@ -15,6 +15,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -246,9 +247,15 @@ def our_packages() -> tuple[str, ...]:
     modules fell behind: policyversions' serializers were never imported and telemetry's were
     imported but not counted as ours."""
     base = Path(settings.BASE_DIR).resolve()
-    apps_here = [
-        a.name for a in apps.get_app_configs() if Path(a.path).resolve().is_relative_to(base)
-    ]
+    # The virtualenv may live in the checkout too (make test puts .venv there): its packages
+    # are not ours (importing rest_framework.authtoken.admin registers an abstract model).
+    environment = Path(sys.prefix).resolve()
+
+    def here(app_path: str) -> bool:
+        path = Path(app_path).resolve()
+        return path.is_relative_to(base) and not path.is_relative_to(environment)
+
+    apps_here = [a.name for a in apps.get_app_configs() if here(a.path)]
     packages = (*apps_here, *NOT_APPS)
     for name in packages:
         package = importlib.import_module(name)
