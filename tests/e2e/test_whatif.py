@@ -92,8 +92,8 @@ def test_an_admin_tries_a_candidate_applies_it_and_rolls_back(sign_in):
 
     # The progress bar moves while the replay runs (frames from the server), then the page
     # turns into the result by itself. The first frame comes after the export of the history,
-    # which shares the server's process with its loop: 10-15 s here, once over 60 s in a CI run
-    # on a loaded machine, so it has the same bound as the result.
+    # which shares the server's process with its loop and can take a minute on a loaded
+    # machine: it has the same bound as the result.
     expect(page.locator("#whatif-status")).to_have_attribute(
         "data-fraction", re.compile(r"^0\.\d+$"), timeout=180_000
     )

@@ -14,10 +14,9 @@ from scheduler.models import AttemptRecord, Job
 
 pytestmark = pytest.mark.django_db
 
-# Measured (7 Dec): the check for an existing record, its insert and the savepoint around it
-# (3), the run's update, the simulated backend's own, the placement's nodes with their models,
-# the checkpoint advice's pool and its interruptions. 14 when the job's model, class and
-# submitter and the policy in force were read again for every record.
+# The check for an existing record, its insert and the savepoint around it (3), the run's
+# update, the simulated backend's own, the placement's nodes with their models, the checkpoint
+# advice's pool and its interruptions. Nothing the submit list or the cycle already read.
 QUERIES_PER_SUBMIT = 10
 
 
