@@ -39,9 +39,10 @@ _FLOAT_12 = re.compile(
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-# libyaml's parser when PyYAML was built with it (its wheels are): it reads a job array's spec of
-# 10,000 items about four times faster than PyYAML's own, and it refuses nesting deeper than
-# 1,000 levels itself. The constructor, which builds the values, is Python's in both.
+# libyaml's parser when PyYAML was built with it (its wheels are): PyYAML's own, in pure Python,
+# made a big array spec wait seconds (docs/benchmarks.md, "gpuctl's YAML reading"), and libyaml
+# refuses nesting deeper than 1,000 levels itself. The constructor, building the values, is
+# Python's in both.
 _SafeBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
