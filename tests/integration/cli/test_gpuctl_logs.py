@@ -3,19 +3,16 @@ simulated cluster to its end (through a requeue), against a live server; scoping
 
 from __future__ import annotations
 
-import io
 import json
-import threading
 import time
 
 import pytest
 from django.utils import timezone
 
-from gpuctl.main import main
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job
 from scheduler.transitions import job_requeue
-from tests.integration.cli.restarting import RestartingServer
+from tests.integration.cli.background import Background, RestartingServer
 from tests.simclock import SimulatedClock
 
 
@@ -27,23 +24,9 @@ def _simulated_minutes(sim_clock):
 advance = SimulatedClock.advance
 
 
-class Follower:
+def _following(monkeypatch, *args: str) -> Background:
     """``gpuctl logs -f`` running in a thread (it blocks until the job ends)."""
-
-    def __init__(self, monkeypatch, *args: str) -> None:
-        self.out = io.StringIO()
-        self.code: int | None = None
-        monkeypatch.setattr("gpuctl.main._out", lambda: self.out)
-        self.thread = threading.Thread(target=self._run, args=(args,), daemon=True)
-        self.thread.start()
-
-    def _run(self, args) -> None:
-        self.code = main(["logs", "-f", "--interval", "0.1", *args])
-
-    def wait(self, timeout: float = 30.0) -> str:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"gpuctl logs -f still running: {self.out.getvalue()}"
-        return self.out.getvalue()
+    return Background(monkeypatch, "logs", "-f", "--interval", "0.1", *args)
 
 
 def drive_until(job_id: int, state: str, timeout: float = 30.0) -> None:
@@ -77,7 +60,7 @@ def test_follow_reads_a_running_job_to_its_end_through_a_requeue(
         platform["alice"], gpus_per_worker=1, simulated_duration_s=420, checkpoint_interval_s=120
     ).json()["id"]
     run_cycle()
-    follower = Follower(monkeypatch, str(job_id))
+    follower = _following(monkeypatch, str(job_id))
     drive_until(job_id, "running", timeout=5)
     advance(3)
     run_cycle()  # records the checkpoint at minute 2
@@ -86,8 +69,8 @@ def test_follow_reads_a_running_job_to_its_end_through_a_requeue(
     assert job_requeue(job=job, now=timezone.now(), reason="preempted")
     run_cycle()  # attempt 2 starts, resuming from minute 2
     drive_until(job_id, "succeeded")
-    out = follower.wait()
-    assert follower.code == 0
+    code, out = follower.result()
+    assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("[gpuplatform] attempt 1 on ")
     assert "--- attempt 2 ---" in lines
@@ -111,20 +94,13 @@ def test_follow_outlasts_a_server_that_stops_answering_for_a_while(
     run_cycle()
     front = RestartingServer(live_server.url)
     try:
-        follower = Follower(monkeypatch, str(job_id), "--url", front.url)
-        deadline = time.monotonic() + 10
-        while len(front.reads) < 6:
-            assert time.monotonic() < deadline and follower.thread.is_alive(), (
-                front.reads,
-                follower.code,
-                capsys.readouterr().err,
-            )
-            time.sleep(0.05)
+        follower = _following(monkeypatch, str(job_id), "--url", front.url)
+        front.outlasted_by(follower)
         drive_until(job_id, "succeeded")
-        out = follower.wait()
+        code, out = follower.result()
     finally:
         front.close()
-    assert follower.code == 0
+    assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("[gpuplatform] attempt 1 on ")
     assert lines[-1] == "[gpuplatform] training finished"
@@ -177,14 +153,14 @@ def test_a_viewer_reads_the_jobs_secrets_masked_a_member_as_written(
     )
     assert login.code == 0, login.err
     assert gpuctl("logs", str(job_id)).out == MASKED
-    follower = Follower(monkeypatch, str(job_id))
+    follower = _following(monkeypatch, str(job_id))
     deadline = time.monotonic() + 30
     while not follower.out.getvalue():  # its first read; the unfinished line is held back
         assert time.monotonic() < deadline, "gpuctl logs -f printed nothing"
         time.sleep(0.05)
     output.write(f"{SECRET[8:]} ok\n")
     Job.objects.filter(pk=job_id).update(state="succeeded", finished_at=timezone.now())
-    assert follower.wait() == MASKED + "token [redacted] ok\n"
+    assert follower.result()[1] == MASKED + "token [redacted] ok\n"
 
 
 def test_follow_json_is_one_object_per_line(as_alice, platform, submit, monkeypatch):
@@ -194,11 +170,12 @@ def test_follow_json_is_one_object_per_line(as_alice, platform, submit, monkeypa
     chunk that has text or ends the attempt."""
     job_id = submit(platform["alice"], gpus_per_worker=1, simulated_duration_s=180).json()["id"]
     run_cycle()
-    follower = Follower(monkeypatch, str(job_id), "--json")
+    follower = _following(monkeypatch, str(job_id), "--json")
     time.sleep(1)  # several empty reads
     drive_until(job_id, "succeeded")
-    lines = follower.wait().splitlines()
-    assert follower.code == 0
+    code, text = follower.result()
+    lines = text.splitlines()
+    assert code == 0
     chunks = [json.loads(line) for line in lines]
     assert all(chunk["text"] or chunk["finished"] for chunk in chunks), chunks
     assert chunks[-1]["finished"] and chunks[-1]["attempt"] == 1

@@ -4,19 +4,16 @@ was cut, and ``wait`` blocks until jobs end with an exit status that tells succe
 
 from __future__ import annotations
 
-import io
 import json
-import threading
 import time
 
 import pytest
 from django.utils import timezone
 
-from gpuctl.main import main
 from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, JobState
 from scheduler.transitions import job_finish
-from tests.integration.cli.restarting import RestartingServer
+from tests.integration.cli.background import Background, RestartingServer
 from tests.simclock import SimulatedClock
 
 
@@ -122,23 +119,9 @@ def test_ls_json_says_on_stderr_when_the_list_was_cut(as_alice, platform, submit
 # --- wait --------------------------------------------------------------------------------------
 
 
-class Waiter:
+def _waiting(monkeypatch, *args: str) -> Background:
     """``gpuctl wait`` running in a thread (it blocks until the jobs end)."""
-
-    def __init__(self, monkeypatch, *args: str) -> None:
-        self.out = io.StringIO()
-        self.code: int | None = None
-        monkeypatch.setattr("gpuctl.waiting._out", lambda: self.out)
-        self.thread = threading.Thread(target=self._run, args=(args,), daemon=True)
-        self.thread.start()
-
-    def _run(self, args) -> None:
-        self.code = main(["wait", "--interval", "0.1", *args])
-
-    def result(self, timeout: float = 30.0) -> tuple[int | None, str]:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"gpuctl wait still running: {self.out.getvalue()}"
-        return self.code, self.out.getvalue()
+    return Background(monkeypatch, "wait", "--interval", "0.1", *args)
 
 
 def _running(platform, submit, n: int) -> list[int]:
@@ -157,7 +140,7 @@ def test_wait_blocks_until_every_job_ends_and_exits_0_when_all_succeeded(
     as_alice, platform, submit, monkeypatch
 ):
     first, second = _running(platform, submit, 2)
-    waiter = Waiter(monkeypatch, str(first), str(second))
+    waiter = _waiting(monkeypatch, str(first), str(second))
     time.sleep(0.5)
     assert waiter.thread.is_alive()  # both still running: it waits
     _end(first, JobState.SUCCEEDED, 0)
@@ -235,7 +218,7 @@ def test_wait_on_another_teams_or_no_job_is_not_found_and_bad_usage_exits_2(
 def test_wait_follows_a_job_the_loop_runs_to_its_end(as_alice, platform, submit, monkeypatch):
     """Through the real loop on the simulated cluster, not a state written by the test."""
     job_id = submit(platform["alice"], name="real", simulated_duration_s=180).json()["id"]
-    waiter = Waiter(monkeypatch, str(job_id))
+    waiter = _waiting(monkeypatch, str(job_id))
     deadline = time.monotonic() + 30
     while Job.objects.get(pk=job_id).state != "succeeded":
         assert time.monotonic() < deadline, "the job never finished"
@@ -254,14 +237,8 @@ def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
     (job_id,) = _running(platform, submit, 1)
     front = RestartingServer(live_server.url)
     try:
-        waiter = Waiter(monkeypatch, str(job_id), "--url", front.url)
-        deadline = time.monotonic() + 10
-        while len(front.reads) < 6:
-            assert time.monotonic() < deadline and waiter.thread.is_alive(), (
-                front.reads,
-                waiter.code,
-            )
-            time.sleep(0.05)
+        waiter = _waiting(monkeypatch, str(job_id), "--url", front.url)
+        front.outlasted_by(waiter)
         _end(job_id, JobState.SUCCEEDED, 0)
         assert waiter.result() == (0, f"job {job_id} (w0) succeeded, exit code 0\n")
     finally:
@@ -274,26 +251,6 @@ def test_wait_outlasts_a_server_that_stops_answering_for_a_while(
 
 
 # --- submit --wait ------------------------------------------------------------------------------
-
-
-class Background:
-    """A gpuctl command that blocks, run in a thread; what it prints is kept."""
-
-    def __init__(self, monkeypatch, *argv: str) -> None:
-        self.out = io.StringIO()
-        self.code: int | None = None
-        for module in ("gpuctl.main", "gpuctl.waiting"):
-            monkeypatch.setattr(f"{module}._out", lambda: self.out)
-        self.thread = threading.Thread(target=self._run, args=(argv,), daemon=True)
-        self.thread.start()
-
-    def _run(self, argv) -> None:
-        self.code = main(list(argv))
-
-    def result(self, timeout: float = 30.0) -> tuple[int | None, str]:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"still running: {self.out.getvalue()}"
-        return self.code, self.out.getvalue()
 
 
 def _created(query, count: int) -> list[int]:

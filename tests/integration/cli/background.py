@@ -1,12 +1,37 @@
-"""A real HTTP front that behaves as a server being restarted behind a proxy, for the commands
-that must outlast one (``gpuctl wait``, ``gpuctl logs -f``)."""
+"""Running gpuctl as a script does, for the commands that block (``wait``, ``logs -f``,
+``submit --wait``), against a real HTTP front that behaves as a server being restarted behind a
+proxy (which those commands must outlast)."""
 
 from __future__ import annotations
 
 import http.server
+import io
 import threading
+import time
 
 import httpx
+
+from gpuctl.main import main
+
+
+class Background:
+    """A gpuctl command that blocks, run in a thread; what it prints on stdout is kept."""
+
+    def __init__(self, monkeypatch, *argv: str) -> None:
+        self.out = io.StringIO()
+        self.code: int | None = None
+        for module in ("gpuctl.main", "gpuctl.waiting"):
+            monkeypatch.setattr(f"{module}._out", lambda: self.out)
+        self.thread = threading.Thread(target=self._run, args=(argv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, argv) -> None:
+        self.code = main(list(argv))
+
+    def result(self, timeout: float = 30.0) -> tuple[int | None, str]:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"still running: {self.out.getvalue()}"
+        return self.code, self.out.getvalue()
 
 
 class RestartingServer:
@@ -50,3 +75,14 @@ class RestartingServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def outlasted_by(self, command: Background, reads: int = 6) -> None:
+        """Wait until the front has served ``reads`` requests (its outage among them) with
+        ``command`` still running: a command that ended at the outage fails here."""
+        deadline = time.monotonic() + 10
+        while len(self.reads) < reads:
+            assert time.monotonic() < deadline and command.thread.is_alive(), (
+                self.reads,
+                command.code,
+            )
+            time.sleep(0.05)
