@@ -1,4 +1,5 @@
-"""Telemetry fixtures: a node token for n1 and helpers to post batches as that node's agent."""
+"""Telemetry fixtures: a node token for n1, helpers to post batches as that node's agent, and
+running jobs holding GPUs (``running_job``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+
+from scheduler.models import Allocation, Job
+from scheduler.states import JobState
 
 
 @pytest.fixture(autouse=True)
@@ -58,3 +62,35 @@ def post_batch(agent_token):
         )
 
     return post
+
+
+@pytest.fixture
+def now():
+    return timezone.now().replace(second=30, microsecond=0)
+
+
+@pytest.fixture
+def running_job(platform, priorities, cluster, now):
+    """Make running jobs of alice's holding GPUs of a node since ``minutes_ago``; returns
+    ``(job, node)``."""
+
+    def make(name, node_name="n1", gpus=(0, 1), minutes_ago=40):
+        node = cluster.nodes.get(name=node_name)
+        started = now - timedelta(minutes=minutes_ago)
+        job = Job.objects.create(
+            team=platform["alice"].memberships.first().team,
+            submitter=platform["alice"],
+            name=name,
+            workers=1,
+            gpus_per_worker=len(gpus),
+            priority_class=priorities["research"],
+            state=JobState.RUNNING,
+            submitted_at=started,
+            started_at=started,
+            attempts=1,
+        )
+        for g in gpus:
+            Allocation.objects.create(job=job, node=node, gpu_index=g, started_at=started)
+        return job, node
+
+    return make

@@ -10,7 +10,6 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.utils import timezone
 
 from core import streams
 from scheduler.models import Allocation, Job, JobEvent
@@ -26,37 +25,6 @@ from telemetry.services import idle_evaluate, rollup_build, samples_ingest
 from .conftest import make_sample
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def now():
-    return timezone.now().replace(second=30, microsecond=0)
-
-
-@pytest.fixture
-def running_job(platform, priorities, cluster, now):
-    """Make running jobs holding GPUs of a node since ``minutes_ago``."""
-
-    def make(name, node_name="n1", gpus=(0, 1), minutes_ago=40):
-        node = cluster.nodes.get(name=node_name)
-        started = now - timedelta(minutes=minutes_ago)
-        job = Job.objects.create(
-            team=platform["alice"].memberships.first().team,
-            submitter=platform["alice"],
-            name=name,
-            workers=1,
-            gpus_per_worker=len(gpus),
-            priority_class=priorities["research"],
-            state=JobState.RUNNING,
-            submitted_at=started,
-            started_at=started,
-            attempts=1,
-        )
-        for g in gpus:
-            Allocation.objects.create(job=job, node=node, gpu_index=g, started_at=started)
-        return job, node
-
-    return make
 
 
 def feed(node, gpus, minutes, util, now, first=1):

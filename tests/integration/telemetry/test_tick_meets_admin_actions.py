@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from notifications.models import Event
-from scheduler.models import Allocation, Job, JobEvent, Node
+from scheduler.models import Job, JobEvent, Node
 from scheduler.states import JobState
 from telemetry.models import JobIdleFlag, NodeTelemetry
 from telemetry.services import health_evaluate, idle_evaluate, rollup_build, samples_ingest
@@ -54,25 +54,9 @@ def test_a_node_deleted_after_the_tick_read_it_is_left_out_and_the_others_are_sc
 
 
 @pytest.fixture
-def idle_job(platform, priorities, cluster):
+def idle_job(running_job, now):
     """A running job of alice's holding two GPUs of n1 whose telemetry says idle for 35 min."""
-    now = timezone.now().replace(second=30, microsecond=0)
-    node = cluster.nodes.get(name="n1")
-    started = now - timedelta(minutes=40)
-    job = Job.objects.create(
-        team=platform["alice"].memberships.first().team,
-        submitter=platform["alice"],
-        name="idler",
-        workers=1,
-        gpus_per_worker=2,
-        priority_class=priorities["research"],
-        state=JobState.RUNNING,
-        submitted_at=started,
-        started_at=started,
-        attempts=1,
-    )
-    for gpu in (0, 1):
-        Allocation.objects.create(job=job, node=node, gpu_index=gpu, started_at=started)
+    job, node = running_job("idler")
     samples = [
         make_sample(gpu=g, at=now - timedelta(minutes=m), utilization=1.0)
         for m in range(1, 36)
