@@ -14,19 +14,22 @@
   submitted with ``checkpoint_on_advice`` is asked by the platform to checkpoint on that schedule
   (:func:`request_due_checkpoints`, each request a ``checkpoint_requested`` event).
 
-Rates are computed in two queries and cached for ``RATES_CACHE_S`` seconds.
+Rates are computed in two queries and cached for ``RATES_CACHE_S`` seconds. The enforce stage
+advises a whole cycle's starts at once (:func:`placement_advice_envs`): the rates read once, the
+checkpoint costs of all their teams in one query.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import IntegerField, Max, Min
-from django.db.models.functions import Cast
+from django.db.models import F, IntegerField, Max, Min, Window
+from django.db.models.functions import Cast, RowNumber
 
 from core.caching import cache_quietly, cached_or_none
 
@@ -45,6 +48,8 @@ RATES_CACHE_S = 300
 ENV_NAME = "GPUPLATFORM_CHECKPOINT_ADVICE_S"
 _CACHE_KEY = "checkpoint-advice:rates:v1"
 _REQUEST_KINDS = ("preempted", "checkpoint_requested")
+# The checkpoint cost reads at most this many of a team's events in the window (its first ones).
+_EVENTS_PER_TEAM = 20_000
 
 # (GPU model name, spot, team id) -> [interruptions, run hours]
 Rates = dict[tuple[str, bool, int], list[float]]
@@ -126,25 +131,48 @@ def _delays(events: list[tuple[int, str, datetime]]) -> dict[int, list[float]]:
     return delays
 
 
-def checkpoint_cost(job: Job, *, now: datetime) -> tuple[float, str]:
-    """``(seconds, source)``: the job's measured checkpoint cost, its team's, or the default."""
+def _team_delays(team_ids: Iterable[int], *, now: datetime) -> dict[int, dict[int, list[float]]]:
+    """Per team, then per job: the seconds from each checkpoint request to its report, over the
+    team's first ``_EVENTS_PER_TEAM`` request and report events of the window. One query for
+    any number of teams: the cap is counted per team (a window function), so each team's
+    delays are what a query of its own would give."""
     since = now - timedelta(days=OBSERVATION_DAYS)
-    events = list(
+    rows = (
         JobEvent.objects.filter(
-            job__team_id=job.team_id,
+            job__team_id__in=set(team_ids),
             kind__in=[*_REQUEST_KINDS, "checkpoint"],
             time__gte=since,
         )
+        .annotate(
+            team=F("job__team_id"),
+            nth=Window(
+                RowNumber(),
+                partition_by=F("job__team_id"),
+                order_by=(F("time").asc(), F("id").asc()),
+            ),
+        )
+        .filter(nth__lte=_EVENTS_PER_TEAM)
         .order_by("time", "id")
-        .values_list("job_id", "kind", "time")[:20_000]
+        .values_list("team", "job_id", "kind", "time")
     )
-    delays = _delays(events)
-    if delays.get(job.pk):
-        return max(1.0, statistics.median(delays[job.pk])), "measured on this job"
-    team = [d for values in delays.values() for d in values]
+    events: dict[int, list[tuple[int, str, datetime]]] = {}
+    for team_id, job_id, kind, time in rows:
+        events.setdefault(team_id, []).append((job_id, kind, time))
+    return {team_id: _delays(team_events) for team_id, team_events in events.items()}
+
+
+def _cost_of(job_id: int, team_delays: Mapping[int, list[float]]) -> tuple[float, str]:
+    if team_delays.get(job_id):
+        return max(1.0, statistics.median(team_delays[job_id])), "measured on this job"
+    team = [d for values in team_delays.values() for d in values]
     if team:
         return max(1.0, statistics.median(team)), "measured on the team's jobs"
     return DEFAULT_CHECKPOINT_COST_S, "default (no checkpoint measured yet)"
+
+
+def checkpoint_cost(job: Job, *, now: datetime) -> tuple[float, str]:
+    """``(seconds, source)``: the job's measured checkpoint cost, its team's, or the default."""
+    return _cost_of(job.pk, _team_delays([job.team_id], now=now).get(job.team_id, {}))
 
 
 @dataclass(frozen=True)
@@ -185,13 +213,40 @@ def _job_pool(job: Job, placement_nodes: list[str] | None) -> tuple[str, bool] |
         nodes = Node.objects.filter(
             allocations__job=job, allocations__ended_at__isnull=True
         ).distinct()
-    seen = list(nodes.values_list("gpu_model__name", "spot"))
-    if seen:
-        return seen[0][0], any(spot for _, spot in seen)
+    return _pool_of(job, list(nodes.values_list("gpu_model__name", "spot")))
+
+
+def _pool_of(job: Job, nodes: Sequence[tuple[str, bool]]) -> tuple[str, bool] | None:
+    """The pool of a job placed on ``nodes`` ((GPU model, spot) in the nodes' order): the first
+    node's model, spot when any node is; without nodes, its GPU model on on-demand capacity."""
+    if nodes:
+        return nodes[0][0], any(spot for _, spot in nodes)
     gpu_model = job.gpu_model if job.gpu_model_id else None
     if gpu_model is not None:
         return gpu_model.name, False
     return None
+
+
+def _interrupting_rate(job: Job, pool: tuple[str, bool] | None, rates: Rates) -> PoolRate | None:
+    """The pool's rate when it has interruptions; None otherwise, and then there is no advice
+    whatever the checkpoint costs (so it is not read)."""
+    if pool is None:
+        return None
+    rate = pool_rate(rates, gpu_model=pool[0], spot=pool[1], team_id=job.team_id)
+    return rate if rate is not None and rate.per_hour > 0 else None
+
+
+def _advised(
+    job: Job, pool: tuple[str, bool], rate: PoolRate, cost_s: float, cost_source: str
+) -> JobAdvice | None:
+    advice = advise(
+        interruptions_per_hour=rate.per_hour,
+        checkpoint_cost_s=cost_s,
+        user_interval_s=job.checkpoint_interval_s,
+    )
+    if advice is None:
+        return None
+    return JobAdvice(advice, rate, pool[0], pool[1], cost_source)
 
 
 def job_advice(
@@ -201,33 +256,60 @@ def job_advice(
     on-demand capacity), with its checkpoint cost. None without a pool or without any
     interruption observed there."""
     pool = _job_pool(job, placement_nodes)
-    if pool is None:
+    rate = _interrupting_rate(job, pool, observed_rates(now=now))
+    if pool is None or rate is None:
         return None
-    rate = pool_rate(observed_rates(now=now), gpu_model=pool[0], spot=pool[1], team_id=job.team_id)
-    if rate is None:
-        return None
-    cost, source = checkpoint_cost(job, now=now)
-    advice = advise(
-        interruptions_per_hour=rate.per_hour,
-        checkpoint_cost_s=cost,
-        user_interval_s=job.checkpoint_interval_s,
-    )
-    if advice is None:
-        return None
-    return JobAdvice(advice, rate, pool[0], pool[1], source)
+    return _advised(job, pool, rate, *checkpoint_cost(job, now=now))
+
+
+def _advice_env(found: JobAdvice | None) -> dict[str, str]:
+    if found is None:
+        return {}
+    return {ENV_NAME: str(round(found.advice.advised_interval_s))}
 
 
 def advice_env(job: Job, placement: dict[str, list[int]], *, now: datetime) -> dict[str, str]:
     """``{GPUPLATFORM_CHECKPOINT_ADVICE_S: seconds}`` for a run placed on ``placement``; empty
     when there is no advice. Never raises: advice must not keep a run from starting."""
     try:
-        found = job_advice(job, now=now, placement_nodes=sorted(placement))
+        return _advice_env(job_advice(job, now=now, placement_nodes=sorted(placement)))
     except Exception:
         log.exception("job %s: checkpoint advice failed", job.pk)
         return {}
-    if found is None:
+
+
+def placement_advice_envs(
+    jobs: Sequence[Job], nodes: Mapping[int, Sequence[tuple[str, bool]]], *, now: datetime
+) -> dict[int, dict[str, str]]:
+    """:func:`advice_env` of many runs at once, by job id (a job without advice is left out).
+    ``nodes[job.pk]``: the (GPU model, spot) of each node of the job's placement found in its
+    cluster, in the nodes' order, as :func:`advice_env` reads them for one job. The same
+    values, with the rates read once and the checkpoint costs of all the jobs' teams in one
+    query. Never raises: a failure leaves the runs it concerns without advice."""
+    try:
+        rates = observed_rates(now=now)
+        interrupted = []
+        for job in jobs:
+            pool = _pool_of(job, nodes.get(job.pk, ()))
+            rate = _interrupting_rate(job, pool, rates)
+            if pool is not None and rate is not None:
+                interrupted.append((job, pool, rate))
+        teams = {job.team_id for job, _, _ in interrupted}
+        delays = _team_delays(teams, now=now) if teams else {}
+    except Exception:
+        log.exception("checkpoint advice failed for %d runs", len(jobs))
         return {}
-    return {ENV_NAME: str(round(found.advice.advised_interval_s))}
+    envs: dict[int, dict[str, str]] = {}
+    for job, pool, rate in interrupted:
+        try:
+            cost = _cost_of(job.pk, delays.get(job.team_id, {}))
+            found = _advice_env(_advised(job, pool, rate, *cost))
+        except Exception:
+            log.exception("job %s: checkpoint advice failed", job.pk)
+            continue
+        if found:
+            envs[job.pk] = found
+    return envs
 
 
 def pool_advice_table(*, team_ids: list[int], now: datetime) -> list[dict[str, Any]]:
