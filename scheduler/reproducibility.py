@@ -29,6 +29,8 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -83,19 +85,22 @@ def policy_in_force() -> dict[str, Any]:
     }
 
 
-def _placement(job: Job, spec: BackendJobSpec) -> list[dict[str, Any]]:
+def _placement(
+    job: Job, spec: BackendJobSpec, node_models: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     # (a job without a cluster has no nodes to name: the filter on a null cluster_id found none)
-    models = (
-        dict(
-            Node.objects.filter(
-                cluster_id=job.cluster_id, name__in=list(spec.placement)
-            ).values_list("name", "gpu_model__name")
+    if node_models is None:
+        node_models = (
+            dict(
+                Node.objects.filter(
+                    cluster_id=job.cluster_id, name__in=list(spec.placement)
+                ).values_list("name", "gpu_model__name")
+            )
+            if job.cluster_id is not None
+            else {}
         )
-        if job.cluster_id is not None
-        else {}
-    )
     return [
-        {"node": name, "gpu_indices": list(gpus), "gpu_model": models.get(name, "")}
+        {"node": name, "gpu_indices": list(gpus), "gpu_model": node_models.get(name, "")}
         for name, gpus in sorted(spec.placement.items())
     ]
 
@@ -108,11 +113,14 @@ def record_build(
     now: datetime,
     account: str = "",
     policy: dict[str, Any] | None = None,
+    node_models: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The record of ``job``'s attempt ``spec.attempt`` (JSON-safe, secrets redacted);
     ``account`` is the backend account the run was submitted as ("" for the backend's own);
-    ``policy``, ``policy_in_force()`` when a caller recording many attempts has read it once."""
-    placement = _placement(job, spec)
+    ``policy``, ``policy_in_force()`` when a caller recording many attempts has read it once;
+    ``node_models``, the GPU model of each of the placement's nodes found in the job's cluster,
+    when such a caller has read them (else they are read here)."""
+    placement = _placement(job, spec, node_models)
     gpu_models = sorted({p["gpu_model"] for p in placement if p["gpu_model"]})
     pinned = image_digest_in(spec.image)
     resolved = provenance.get("image_digest")
@@ -188,6 +196,19 @@ def _repository(reference: str) -> str:
     return name[:colon] if colon > slash else name
 
 
+def _provenance(job: Job, spec: BackendJobSpec, backend: Backend, ref: str) -> dict[str, Any]:
+    provenance: dict[str, Any] = {"kind": getattr(backend, "kind", "")}
+    describe = getattr(backend, "run_provenance", None)
+    if describe is not None:
+        try:
+            provenance.update(describe(spec))
+        except Exception as exc:  # the record matters more than the backend's extra details
+            log.warning("job %s: run provenance failed: %s", job.pk, exc)
+            provenance["image_note"] = f"the cluster could not describe the run: {exc}"
+    provenance["backend_ref"] = ref
+    return provenance
+
+
 def attempt_record_write(
     *,
     job: Job,
@@ -206,17 +227,13 @@ def attempt_record_write(
     existing = AttemptRecord.objects.filter(job=job, attempt=spec.attempt).first()
     if existing is not None:
         return existing
-    provenance: dict[str, Any] = {"kind": getattr(backend, "kind", "")}
-    describe = getattr(backend, "run_provenance", None)
-    if describe is not None:
-        try:
-            provenance.update(describe(spec))
-        except Exception as exc:  # the record matters more than the backend's extra details
-            log.warning("job %s: run provenance failed: %s", job.pk, exc)
-            provenance["image_note"] = f"the cluster could not describe the run: {exc}"
-    provenance["backend_ref"] = ref
     record = record_build(
-        job=job, spec=spec, provenance=provenance, now=now, account=account, policy=policy
+        job=job,
+        spec=spec,
+        provenance=_provenance(job, spec, backend, ref),
+        now=now,
+        account=account,
+        policy=policy,
     )
     try:
         with transaction.atomic():
@@ -225,6 +242,72 @@ def attempt_record_write(
             )
     except IntegrityError:  # a racing cycle wrote it first
         return AttemptRecord.objects.get(job=job, attempt=spec.attempt)
+
+
+@dataclass(frozen=True)
+class AcceptedRun:
+    """A run a backend accepted: the job, what was submitted, to which backend, the backend's
+    reference and the account it was submitted as ("" for the backend's own)."""
+
+    job: Job
+    spec: BackendJobSpec
+    backend: Backend
+    ref: str
+    account: str
+
+
+def attempt_records_write(
+    *,
+    runs: Sequence[AcceptedRun],
+    now: datetime,
+    policy: dict[str, Any],
+    node_models: Mapping[int, Mapping[str, str]],
+) -> None:
+    """:func:`attempt_record_write` for many runs at once, the same records: ``policy`` is
+    ``policy_in_force()``, ``node_models[job.pk]`` the GPU model of each node of the job's
+    placement in its cluster. The existing records are read in one query and the new ones
+    inserted in one; an attempt that has a record keeps it. Each record stays independent of
+    the others: one that cannot be built is logged and left out, and when the database refuses
+    the batch, each record is inserted alone, so only the one it refuses is missing (logged)."""
+    existing = set(
+        AttemptRecord.objects.filter(job__in=[run.job for run in runs])
+        .order_by()
+        .values_list("job_id", "attempt")
+    )
+    rows: list[AttemptRecord] = []
+    for run in runs:
+        job, spec = run.job, run.spec
+        if (job.pk, spec.attempt) in existing:
+            continue
+        try:
+            record = record_build(
+                job=job,
+                spec=spec,
+                provenance=_provenance(job, spec, run.backend, run.ref),
+                now=now,
+                account=run.account,
+                policy=policy,
+                node_models=node_models.get(job.pk, {}),
+            )
+        except Exception:
+            log.exception("job %s: the reproducibility record was not written", job.pk)
+            continue
+        rows.append(AttemptRecord(job=job, attempt=spec.attempt, recorded_at=now, record=record))
+    try:
+        with transaction.atomic():
+            # A conflict is a racing cycle's record of the same attempt: that one stays.
+            AttemptRecord.objects.bulk_create(rows, ignore_conflicts=True)
+        return
+    except Exception:
+        log.warning("%d reproducibility records refused together: written one by one", len(rows))
+    for row in rows:
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except Exception:
+            written = AttemptRecord.objects.filter(job_id=row.job_id, attempt=row.attempt)
+            if not written.exists():  # else a racing cycle wrote it first
+                log.exception("job %s: the reproducibility record was not written", row.job_id)
 
 
 # --- reads -------------------------------------------------------------------------------------
