@@ -5,7 +5,9 @@ idempotent by our job id, so a crash between commit and backend call is healed b
 cycle, which re-issues the call:
 
 - runs that are RUNNING in the database but not yet on their backend are submitted; one whose
-  job left that attempt while it was submitted (a member's cancel) is stopped at once;
+  job left that attempt while it was submitted (a member's cancel) is stopped at once. What the
+  submits read and write is read and written once for the whole batch (``submit_batch``); only
+  the backend's calls are made job by job;
 - preemption victims are asked to checkpoint, then stopped and requeued once a checkpoint is
   saved after the preemption, or when their grace ends;
 - jobs that opted in are asked to checkpoint on the advised schedule.
@@ -27,12 +29,12 @@ from django.utils import timezone
 from ..backends import backend_run_id, backend_run_ref, get_backend
 from ..backends.base import Backend, BackendError, BackendJobSpec, BackendRejected, RunRef
 from ..checkpoint_advice import advice_env, request_due_checkpoints
-from ..models import Allocation, Job
-from ..reproducibility import attempt_record_write, policy_in_force
+from ..models import Job
+from ..reproducibility import AcceptedRun, attempt_records_write, policy_in_force
 from ..services import cluster_backend_mark
-from ..snapshot import policy_config
 from ..states import JobState
 from ..transitions import job_fail, job_requeue
+from .submit_batch import checkpoint_grace_s, run_refs_write, submit_batch_read
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -46,14 +48,22 @@ class _Preempted(TypedDict):
     preempted_at: datetime | None
 
 
-def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
-    """What the backend runs for the job's current attempt. The checkpoint grace a run gets
-    when it is stopped is the policy's ``preemption_grace_s``, the time the engine waits before
-    handing a victim's GPUs on, so the run's final checkpoint fits inside it."""
+def job_spec(
+    job: Job,
+    placement: dict[str, list[int]],
+    *,
+    advice: dict[str, str] | None = None,
+    grace_s: int | None = None,
+) -> BackendJobSpec:
+    """What the backend runs for the job's current attempt. ``advice`` is the job's checkpoint
+    advice and ``grace_s`` the checkpoint grace a stopped run gets (``checkpoint_grace_s``),
+    when read for many jobs at once; else they are read here."""
     env = {str(k): str(v) for k, v in (job.env or {}).items()}
     if job.checkpoint_interval_s:
         env.setdefault("CHECKPOINT_INTERVAL_S", str(job.checkpoint_interval_s))
-    for name, value in advice_env(job, placement, now=timezone.now()).items():
+    if advice is None:
+        advice = advice_env(job, placement, now=timezone.now())
+    for name, value in advice.items():
         env.setdefault(name, value)
     return BackendJobSpec(
         job_id=backend_run_id(job),
@@ -67,7 +77,7 @@ def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
         placement={n: tuple(g) for n, g in sorted(placement.items())},
         env=env,
         runtime_limit_s=job.runtime_limit_s,
-        checkpoint_grace_s=max(1, round(policy_config().preemption_grace_s)),
+        checkpoint_grace_s=checkpoint_grace_s() if grace_s is None else grace_s,
         # Simulated clusters only; without it the simulated backend's default amount of work.
         service_time_s=job.simulated_duration_s,
         resume_from_s=job.checkpointed_progress_s,
@@ -77,23 +87,11 @@ def job_spec(job: Job, placement: dict[str, list[int]]) -> BackendJobSpec:
 def reconcile(*, now: datetime) -> None:
     """Make each backend match the database. Safe to run any number of times. A refusal or an
     error about one job fails that job alone; an outage marks its cluster and changes no job."""
-    # Runs that are RUNNING in the database but not yet submitted (or whose submit was lost).
-    to_submit = list(
-        # The attempt record names the job's model, class and submitter: read with the job, not
-        # one query each per start.
-        Job.objects.filter(state=JobState.RUNNING, backend_ref="").select_related(
-            "team", "cluster", "gpu_model", "priority_class", "submitter"
-        )
-    )
-    placements: dict[int, dict[str, list[int]]] = {}
-    for job_pk, name, gpu in (
-        Allocation.objects.filter(job__in=to_submit, ended_at__isnull=True)
-        .order_by("job_id", "node__name", "gpu_index")
-        .values_list("job_id", "node__name", "gpu_index")
-    ):
-        placements.setdefault(job_pk, {}).setdefault(name, []).append(gpu)
-    submitted: list[tuple[Job, BackendJobSpec, Backend, str, str]] = []
-    for job in to_submit:
+    # Runs that are RUNNING in the database but not yet submitted (or whose submit was lost),
+    # and what their submits read, for the whole batch.
+    batch = submit_batch_read()
+    submitted: list[AcceptedRun] = []
+    for job in batch.jobs:
         if job.cluster is None:
             continue
         try:
@@ -102,7 +100,12 @@ def reconcile(*, now: datetime) -> None:
             log.warning("cluster %s: no backend to submit to: %s", job.cluster.name, exc)
             continue
         try:
-            spec = job_spec(job, placements.get(job.pk, {}))
+            spec = job_spec(
+                job,
+                batch.placements.get(job.pk, {}),
+                advice=batch.advice.get(job.pk, {}),
+                grace_s=batch.checkpoint_grace_s,
+            )
             ref = backend.submit(spec)
         except BackendRejected as exc:
             # The cluster refuses this job; retrying it every cycle will not help.
@@ -122,21 +125,17 @@ def reconcile(*, now: datetime) -> None:
             )
             continue
         cluster_backend_mark(cluster=job.cluster)
-        submitted.append((job, spec, backend, ref, backend.team_account(spec.team)))
+        submitted.append(AcceptedRun(job, spec, backend, ref, backend.team_account(spec.team)))
     # The policy in force, read once for every record of the cycle (three queries each).
     policy = policy_in_force() if submitted else None
-    for job, spec, backend, ref, account in submitted:
-        # Every later call about this run names the account, whatever the team's is then; ""
-        # (the backend's own identity) is recorded too, so the sync never has to ask the
-        # cluster whose the run is (scheduler.loop.run_accounts: only runs submitted before
-        # accounts were recorded are asked about).
-        accounts = {**(job.backend_accounts or {}), str(job.attempts): account}
-        if Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
-            backend_ref=ref, backend_accounts=accounts
-        ):
-            _record_attempt(job, spec, backend, ref, now, account, policy)
-        else:
-            _stop_unwanted_run(job, backend, account)
+    written = run_refs_write(submitted)
+    for run in submitted:
+        if run.job.pk not in written:
+            _stop_unwanted_run(run.job, run.backend, run.account)
+    if policy is not None:
+        _record_attempts(
+            [run for run in submitted if run.job.pk in written], now, policy, batch.node_models()
+        )
     # Preemption victims: ask for a checkpoint; stop and requeue once one is saved after the
     # preemption (nothing more to save; the GPUs are wanted), else when the grace is over.
     victims: QuerySet[WithAnnotations[Job, _Preempted]] = (
@@ -202,19 +201,14 @@ def _stop_unwanted_run(job: Job, backend: Backend, account: str) -> None:
     log.info("job %s: left its attempt while its run was submitted; the run was stopped", job.pk)
 
 
-def _record_attempt(
-    job: Job,
-    spec: BackendJobSpec,
-    backend: Backend,
-    ref: str,
+def _record_attempts(
+    runs: list[AcceptedRun],
     now: datetime,
-    account: str,
-    policy: dict[str, Any] | None,
+    policy: dict[str, Any],
+    node_models: dict[int, dict[str, str]],
 ) -> None:
-    # A record that cannot be written must not stop the run the cluster already accepted.
+    # Records that cannot be written must not stop the runs the cluster already accepted.
     try:
-        attempt_record_write(
-            job=job, spec=spec, backend=backend, ref=ref, now=now, account=account, policy=policy
-        )
+        attempt_records_write(runs=runs, now=now, policy=policy, node_models=node_models)
     except Exception:
-        log.exception("job %s: the reproducibility record was not written", job.pk)
+        log.exception("the reproducibility records of %d runs were not written", len(runs))

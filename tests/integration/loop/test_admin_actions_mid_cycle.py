@@ -133,6 +133,35 @@ def test_a_job_cancelled_before_its_run_was_submitted_leaves_no_run_on_the_clust
     assert not AttemptRecord.objects.filter(job=job).exists()
 
 
+def test_a_job_cancelled_before_its_run_was_submitted_costs_the_others_nothing(platform, submit):
+    """As above, with another job started in the same cycle: the runs' references are written
+    for the whole batch at once, and only the cancelled job's is refused; the other run keeps
+    its reference and gets its record."""
+    from scheduler.models import AttemptRecord, SimulatedRun
+    from scheduler.transitions import job_cancel
+
+    require_postgresql()
+    cancelled, kept = _two_jobs(platform, submit)
+
+    def cancel() -> None:
+        job_cancel(user=platform["alice"], job_id=cancelled)
+
+    with right_after(_enforce_reads_placements, cancel) as moment:
+        result = run_cycle(sync=False)
+    assert moment, "the enforce stage's read of the placements was not seen"
+    assert sorted(result.started) == sorted([cancelled, kept])
+    gone = Job.objects.get(pk=cancelled)
+    assert (gone.state, gone.backend_ref) == ("cancelled", "")
+    assert not SimulatedRun.objects.filter(
+        job_id=str(cancelled), cancelled_at__isnull=True
+    ).exists()
+    assert not AttemptRecord.objects.filter(job=gone).exists()
+    running = Job.objects.get(pk=kept)
+    assert (running.state, running.backend_ref) == ("running", f"gp-{kept}-a1")
+    assert SimulatedRun.objects.filter(job_id=str(kept), cancelled_at__isnull=True).exists()
+    assert AttemptRecord.objects.filter(job=running, attempt=1).exists()
+
+
 def test_a_node_deleted_after_the_sync_read_it_ends_the_clusters_sync_cleanly(platform, spare):
     """The backend reports the new node held by the cluster (a site admin's drain in Slurm), and
     a platform admin deletes the node (just imported, no history) after the sync read the
