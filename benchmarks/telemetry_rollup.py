@@ -161,7 +161,7 @@ def explain_read(now: datetime) -> str:
     from django.db import connection
 
     from telemetry.models import GpuRollupPending, GpuSample
-    from telemetry.services import _marked_ranges, _minute
+    from telemetry.rollups import _marked_ranges, _minute
 
     end = _minute(now - timedelta(seconds=20))
     marks = list(
@@ -186,7 +186,8 @@ def measure(ids: list[int], now: datetime, rounds: int) -> None:
 
     from scheduler.models import Node
     from telemetry.models import GpuRollupPending
-    from telemetry.services import _mark_unrolled, rollup_build, samples_ingest
+    from telemetry.rollups import rollup_build
+    from telemetry.services import _mark_unrolled, samples_ingest
 
     nodes = {n.pk: n for n in Node.objects.filter(pk__in=ids)}
     tick = now.replace(second=30, microsecond=0)

@@ -31,6 +31,6 @@ def prune() -> dict[str, int]:
     """Delete telemetry older than its retention windows (idempotent)."""
     from django.utils import timezone
 
-    from .services import telemetry_prune
+    from .rollups import telemetry_prune
 
     return telemetry_prune(now=timezone.now())

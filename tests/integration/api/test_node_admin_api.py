@@ -59,7 +59,7 @@ def test_a_hand_quarantine_is_kept_until_released_by_hand(platform, api_as, sett
 
     from scheduler.backends import reset_backends
     from scheduler.loop.cycle import run_cycle
-    from telemetry.services import node_quarantine_health
+    from telemetry.health_scoring import node_quarantine_health
 
     settings.SCHEDULER_PROBATION_SECONDS = 60
     reset_backends()

@@ -38,7 +38,7 @@ ALL_TOPICS = "jobs,cluster,utilization,whatif"
 def _team_b_activity(bob, nick, admin, gpu_models, node) -> None:
     """What team B (nlp) does, through the services that publish it."""
     from billing.services import _budget_alerts
-    from telemetry.services import _publish_idle
+    from telemetry.idle import _publish_idle
 
     job = services.job_submit(
         user=bob,

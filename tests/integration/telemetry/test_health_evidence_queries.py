@@ -13,8 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler.models import Node, NodeEvent, NodeState
+from telemetry.health_scoring import health_evaluate
 from telemetry.models import GpuErrorEvent, GpuErrorKind
-from telemetry.services import health_evaluate
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,10 @@ from core import streams
 from scheduler.loop.observe import sync_all
 from scheduler.models import Allocation, Job, Node, NodeEvent, NodeState
 from scheduler.states import JobState
+from telemetry.health_scoring import health_evaluate
 from telemetry.models import NodeTelemetry
-from telemetry.services import health_evaluate, rollup_build, samples_ingest
+from telemetry.rollups import rollup_build
+from telemetry.services import samples_ingest
 
 from .conftest import make_sample
 

@@ -14,13 +14,15 @@ from channels.layers import get_channel_layer
 from core import streams
 from scheduler.models import Allocation, Job, JobEvent
 from scheduler.states import JobState
+from telemetry.idle import idle_evaluate
+from telemetry.rollups import rollup_build
 from telemetry.selectors import (
     billing_idle_fractions,
     job_idle_gpu_seconds,
     job_idle_status,
     job_utilization,
 )
-from telemetry.services import idle_evaluate, rollup_build, samples_ingest
+from telemetry.services import samples_ingest
 
 from .conftest import make_sample
 

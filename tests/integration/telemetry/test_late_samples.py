@@ -15,9 +15,12 @@ from django.utils import timezone
 
 from scheduler.models import Allocation, Job, Node
 from scheduler.states import JobState
+from telemetry.health_scoring import health_evaluate
+from telemetry.idle import idle_evaluate
 from telemetry.models import GpuRollup, GpuRollupPending
+from telemetry.rollups import rollup_build
 from telemetry.selectors import job_idle_gpu_seconds
-from telemetry.services import health_evaluate, idle_evaluate, rollup_build, samples_ingest
+from telemetry.services import samples_ingest
 
 from .conftest import make_sample
 

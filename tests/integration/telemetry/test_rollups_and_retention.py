@@ -9,13 +9,8 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from telemetry.models import GpuErrorEvent, GpuRollup, GpuSample
-from telemetry.services import (
-    TICK_CACHE_KEY,
-    rollup_build,
-    samples_ingest,
-    telemetry_prune,
-    telemetry_tick,
-)
+from telemetry.rollups import rollup_build, telemetry_prune
+from telemetry.services import TICK_CACHE_KEY, samples_ingest, telemetry_tick
 
 from .conftest import make_sample
 

@@ -14,8 +14,11 @@ from django.utils import timezone
 from notifications.models import Event
 from scheduler.models import Job, JobEvent, Node
 from scheduler.states import JobState
+from telemetry.health_scoring import health_evaluate
+from telemetry.idle import idle_evaluate
 from telemetry.models import JobIdleFlag, NodeTelemetry
-from telemetry.services import health_evaluate, idle_evaluate, rollup_build, samples_ingest
+from telemetry.rollups import rollup_build
+from telemetry.services import samples_ingest
 from tests.integration.concurrency import require_postgresql, right_after
 
 from .conftest import make_sample
