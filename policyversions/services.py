@@ -26,7 +26,8 @@ from core.bounds import bounds, finite_number, range_text
 from core.errors import Conflict, FieldErrors, NotFound
 from core.names import text_errors
 from scheduler.policy import SnapshotError, config_deprecations, config_from_dict
-from tenants import services as tenant_services
+from tenants import entitlements as entitlement_services
+from tenants import teams as team_services
 from tenants.audit import audit_record
 from tenants.models import PriorityClass, Team
 from tenants.permissions import Caller, is_platform_admin
@@ -219,11 +220,11 @@ def _write_tables(
     for slug, weight in sorted(weights.items()):
         if slug in current_weights and current_weights[slug] != weight:
             team = Team.objects.get(slug=slug)
-            tenant_services.team_update(user=user, team=team, fair_share_weight=weight)
+            team_services.team_update(user=user, team=team, fair_share_weight=weight)
     for name, spec in sorted(classes.items()):
         if name in current_classes and current_classes[name] != spec:
             pc = PriorityClass.objects.get(name=name)
-            tenant_services.priority_class_set(
+            entitlement_services.priority_class_set(
                 user=user,
                 name=name,
                 value=spec["value"],

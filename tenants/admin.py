@@ -27,7 +27,8 @@ from .models import (
     Role,
     Team,
 )
-from .services import overcommit_problems, owner_loss_problem
+from .quotas import overcommit_problems
+from .teams import owner_loss_problem
 
 # ModelAdmin, TabularInline, ModelForm and BaseInlineFormSet are generic only in django-stubs:
 # subscripted, they fail at run time without django-stubs-ext's monkeypatch, a run-time

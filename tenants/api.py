@@ -27,7 +27,10 @@ from core.bounds import api_number
 from core.errors import DomainError, NotFound
 from core.ids import parse_id
 
+from . import entitlements as entitlement_services
+from . import quotas as quota_services
 from . import selectors, services
+from . import teams as team_services
 from .models import (
     ApiToken,
     AuditEntry,
@@ -225,7 +228,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
             return Response(MembershipSerializer(members, many=True).data)
         incoming = MembershipWriteSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        membership = services.membership_set(
+        membership = team_services.membership_set(
             user=request.user, team=team, **incoming.validated_data
         )
         return Response(MembershipSerializer(membership).data, status=status.HTTP_201_CREATED)
@@ -239,7 +242,9 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
         if request.method == "PUT":
             incoming = EntitlementsSerializer(data=request.data)
             incoming.is_valid(raise_exception=True)
-            services.entitlements_set(user=request.user, team=team, **incoming.validated_data)
+            entitlement_services.entitlements_set(
+                user=request.user, team=team, **incoming.validated_data
+            )
         return Response(_entitlements_body(team))
 
     @extend_schema(request=None, responses={204: None})
@@ -253,7 +258,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet[Team]):
         self, request: Request, slug: str = "", username: str = "", **kwargs: Any
     ) -> Response:
         team = selectors.team_get(user=request.user, slug=slug)
-        services.membership_remove(user=request.user, team=team, username=username)
+        team_services.membership_remove(user=request.user, team=team, username=username)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -293,7 +298,7 @@ class QuotaViewSet(
     def _save(self, serializer: serializers.BaseSerializer[Quota]) -> Quota:
         data = serializer.validated_data
         instance = getattr(serializer, "instance", None)
-        return services.quota_set(
+        return quota_services.quota_set(
             user=self.request.user,
             team=data.get("team", instance.team if instance else None),
             gpu_model=data.get("gpu_model", instance.gpu_model if instance else None),
@@ -497,7 +502,7 @@ class QuotaRequestViewSet(
         incoming = QuotaChangeRequestCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
-        req = services.quota_request_create(
+        req = quota_services.quota_request_create(
             user=signed_in(request),
             team=_visible_team_from_body(request.user, data["team"]),
             gpu_model=data["gpu_model"],
@@ -514,7 +519,7 @@ class QuotaRequestViewSet(
         self.get_object()  # another team's request is a 404 before any permission message
         incoming = DecisionSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        req = services.quota_request_approve(
+        req = quota_services.quota_request_approve(
             user=request.user,
             request_id=self._request_id(),
             comment=incoming.validated_data["comment"],
@@ -528,7 +533,7 @@ class QuotaRequestViewSet(
         self.get_object()
         incoming = DecisionSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        req = services.quota_request_reject(
+        req = quota_services.quota_request_reject(
             user=request.user,
             request_id=self._request_id(),
             comment=incoming.validated_data["comment"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from .services import quota_requests_expire
+from .quotas import quota_requests_expire
 
 
 @shared_task(name="tenants.tasks.expire_quota_requests", ignore_result=True)

@@ -24,7 +24,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.errors import DomainError, NotFound
 
+from . import entitlements as entitlement_services
 from . import forms, permissions, selectors, services
+from . import quotas as quota_services
+from . import teams as team_services
 from .authentication import sso_tokens_work_until
 from .csvcells import safe_cell
 from .models import AuditEntry, QuotaRequestStatus, Role, Team
@@ -89,7 +92,7 @@ def member_set(request: HttpRequest, slug: str) -> HttpResponse:
     form = forms.MembershipForm(request.POST)
     if form.is_valid():
         try:
-            services.membership_set(
+            team_services.membership_set(
                 user=request.user,
                 team=team,
                 username=form.cleaned_data["username"],
@@ -113,7 +116,7 @@ def member_set(request: HttpRequest, slug: str) -> HttpResponse:
 def member_remove(request: HttpRequest, slug: str, username: str) -> HttpResponse:
     team = _team_or_404(request.user, slug)
     try:
-        services.membership_remove(user=request.user, team=team, username=username)
+        team_services.membership_remove(user=request.user, team=team, username=username)
         messages.success(request, f"{username} left {team.slug}.")
     except DomainError as exc:
         _domain_refusal(exc)
@@ -139,7 +142,7 @@ def quota_request_new(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            services.quota_request_create(
+            quota_services.quota_request_create(
                 user=permissions.signed_in(request),
                 team=team,
                 gpu_model=data["gpu_model"],
@@ -195,7 +198,7 @@ def quota_request_decide(request: HttpRequest, pk: int, decision: str) -> HttpRe
     comment = form.cleaned_data["comment"]
     try:
         if decision == "approve":
-            services.quota_request_approve(
+            quota_services.quota_request_approve(
                 user=request.user,
                 request_id=pk,
                 comment=comment,
@@ -203,7 +206,7 @@ def quota_request_decide(request: HttpRequest, pk: int, decision: str) -> HttpRe
             )
             messages.success(request, f"Request #{pk} approved and applied.")
         else:
-            services.quota_request_reject(user=request.user, request_id=pk, comment=comment)
+            quota_services.quota_request_reject(user=request.user, request_id=pk, comment=comment)
             messages.success(request, f"Request #{pk} rejected.")
     except DomainError as exc:
         detail = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.as_dict().items())
@@ -274,7 +277,7 @@ def manage_quota(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            quota = services.quota_set(
+            quota = quota_services.quota_set(
                 user=request.user,
                 team=data["team"],
                 gpu_model=data["gpu_model"],
@@ -299,7 +302,7 @@ def manage_team_new(request: HttpRequest) -> HttpResponse:
     form = forms.TeamCreateForm(request.POST)
     if form.is_valid():
         try:
-            team = services.team_create(user=request.user, **form.cleaned_data)
+            team = team_services.team_create(user=request.user, **form.cleaned_data)
             messages.success(request, f"Team {team.slug} created.")
             return redirect("tenants:manage")
         except DomainError as exc:
@@ -317,7 +320,7 @@ def manage_team_weight(request: HttpRequest, slug: str) -> HttpResponse:
     form = forms.TeamWeightForm(request.POST)
     if form.is_valid():
         try:
-            services.team_update(
+            team_services.team_update(
                 user=request.user,
                 team=team,
                 fair_share_weight=form.cleaned_data["fair_share_weight"],
@@ -338,7 +341,7 @@ def manage_priority(request: HttpRequest) -> HttpResponse:
     form = forms.PriorityClassForm(request.POST)
     if form.is_valid():
         try:
-            pc = services.priority_class_set(user=request.user, **form.cleaned_data)
+            pc = entitlement_services.priority_class_set(user=request.user, **form.cleaned_data)
             messages.success(request, f"Priority class {pc.name} saved.")
             return redirect("tenants:manage")
         except DomainError as exc:
@@ -357,7 +360,7 @@ def manage_entitlements(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            services.entitlements_set(
+            entitlement_services.entitlements_set(
                 user=request.user,
                 team=data["team"],
                 priority_classes=[p.name for p in data["priority_classes"]],
@@ -382,7 +385,7 @@ def manage_entitlements(request: HttpRequest) -> HttpResponse:
 def manage_priority_delete(request: HttpRequest, name: str) -> HttpResponse:
     _require_platform_admin(request.user)
     try:
-        services.priority_class_delete(user=request.user, name=name)
+        entitlement_services.priority_class_delete(user=request.user, name=name)
         messages.success(request, f"Priority class {name} deleted.")
     except NotFound as exc:
         raise Http404("no such priority class") from exc

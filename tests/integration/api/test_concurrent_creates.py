@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _team(admin, gpu_models):
-    from tenants.services import team_create
+    from tenants.teams import team_create
 
     return lambda: team_create(user=admin, slug="speech", name="Speech")
 

@@ -167,8 +167,8 @@ def test_a_submission_racing_the_deletion_of_its_priority_class_is_a_400(
     the class a moment before, failed at commit on its foreign key: a 500. It is now the 400 on
     ``priority_class`` a submission naming a class that does not exist gets, and nothing of it
     is written."""
+    from tenants.entitlements import priority_class_delete
     from tenants.models import PriorityClass
-    from tenants.services import priority_class_delete
     from tests.integration.concurrency import race
 
     def submission():

@@ -63,7 +63,7 @@ def test_a_failing_idle_source_does_not_stop_metering(make_job, allocate, price)
 def test_one_quota_request_that_cannot_expire_does_not_block_the_others(
     teams, gpu_models, platform_admin, caplog, monkeypatch
 ):
-    from tenants import services as tenant_services
+    from tenants import quotas as quota_services
     from tenants.models import QuotaRequest, QuotaRequestStatus
 
     now = timezone.now()
@@ -78,15 +78,15 @@ def test_one_quota_request_that_cannot_expire_does_not_block_the_others(
     }
     broken = QuotaRequest.objects.create(team=teams["nlp"], **common)
     fine = QuotaRequest.objects.create(team=teams["vision"], **common)
-    real_claim = tenant_services._claim
+    real_claim = quota_services._claim
 
     def claim(req_id, **kwargs):  # a storage fault on one row only
         if req_id == broken.pk:
             raise RuntimeError("could not read the row")
         return real_claim(req_id, **kwargs)
 
-    monkeypatch.setattr(tenant_services, "_claim", claim)
-    tenant_services.quota_requests_expire(now)
+    monkeypatch.setattr(quota_services, "_claim", claim)
+    quota_services.quota_requests_expire(now)
     fine.refresh_from_db()
     broken.refresh_from_db()
     assert fine.status == QuotaRequestStatus.EXPIRED

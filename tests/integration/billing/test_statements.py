@@ -206,7 +206,7 @@ def test_a_closed_statement_with_nothing_late_shows_nothing_recorded_after_close
 
 def _moved_under_ops(platform_admin, teams):
     from tenants.models import Team
-    from tenants.services import team_update
+    from tenants.teams import team_update
 
     ops = Team.objects.create(slug="ops", name="Ops")
     team_update(user=platform_admin, team=teams["vision"], parent=ops)

@@ -9,7 +9,7 @@ from django.test import Client
 
 from notifications.models import Webhook
 from scheduler.models import Job, JobArray
-from tenants import services as tenant_services
+from tenants import quotas as quota_services
 from tenants.models import Membership
 from tests.integration.roles import make_user
 
@@ -83,7 +83,7 @@ def test_estimate_finish_with_an_array_writes_nothing(platform):
 
 
 def test_a_decision_comment_too_long_is_refused_not_dropped(platform, teams, gpu_models, vera):
-    request = tenant_services.quota_request_create(
+    request = quota_services.quota_request_create(
         user=vera,
         team=teams["vision"],
         gpu_model=gpu_models["h100"],
@@ -110,7 +110,7 @@ def test_a_decision_comment_too_long_is_refused_not_dropped(platform, teams, gpu
 def test_an_audit_filter_that_does_not_parse_is_a_400_not_the_whole_log(
     platform, teams, gpu_models, path
 ):
-    tenant_services.quota_set(
+    quota_services.quota_set(
         user=platform["admin"],
         team=teams["vision"],
         gpu_model=gpu_models["h100"],

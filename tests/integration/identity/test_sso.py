@@ -308,7 +308,7 @@ def test_a_login_and_an_admin_adding_the_same_membership_at_once(rules, platform
     are now changed one at a time, and the second sees what the first made, as in sequence: an
     admin after the login changes the role of the membership the login made; a login after
     the admin keeps the membership added by hand."""
-    from tenants.services import membership_set
+    from tenants.teams import membership_set
     from tests.integration.concurrency import race
 
     dora = _login([])  # her account exists; no rule gives her a team yet

@@ -293,7 +293,7 @@ def test_requeue_preemption_quota_and_node_events_reach_their_people(
     from scheduler.models import Node
     from scheduler.services import node_quarantine, node_release
     from tenants.models import QuotaRequest
-    from tenants.services import quota_request_approve, quota_request_create
+    from tenants.quotas import quota_request_approve, quota_request_create
 
     admin = platform["admin"]
     admin.email = "root@example.com"

@@ -31,7 +31,7 @@ from scheduler.models import Job
 from scheduler.states import JobState
 from scheduler.transitions import job_finish
 from tenants.models import Membership
-from tenants.services import membership_remove
+from tenants.teams import membership_remove
 
 from .conftest import Receiver, after_window, run_dispatch, running_job, team_hook
 

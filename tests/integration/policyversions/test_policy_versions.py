@@ -7,7 +7,7 @@ import pytest
 
 from policyversions import selectors, services
 from policyversions.models import PolicyVersion
-from tenants import services as services_of_tenants
+from tenants import teams as team_services
 from tenants.models import AuditEntry, PriorityClass, Team
 
 pytestmark = pytest.mark.django_db
@@ -167,7 +167,7 @@ def test_a_stored_config_the_engine_no_longer_reads_falls_back_to_the_environmen
 
 
 def test_drift_shows_weights_changed_outside_the_policy(platform, env_policy, client):
-    from tenants.services import team_update
+    from tenants.teams import team_update
 
     services.policy_version_seed()
     team_update(user=platform["admin"], team=Team.objects.get(slug="vision"), fair_share_weight=7)
@@ -180,7 +180,7 @@ def test_drift_shows_weights_changed_outside_the_policy(platform, env_policy, cl
 def test_a_change_through_the_api_keeps_weights_changed_outside_the_policy(
     platform, env_policy, api_as
 ):
-    from tenants.services import team_update
+    from tenants.teams import team_update
 
     services.policy_version_seed()
     team_update(user=platform["admin"], team=Team.objects.get(slug="vision"), fair_share_weight=7)
@@ -330,7 +330,7 @@ def test_a_weight_changed_under_teams_during_an_apply_is_kept(platform, env_poli
     first = services.policy_version_seed()
 
     def set_weight():
-        services_of_tenants.team_update(
+        team_services.team_update(
             user=admin, team=Team.objects.get(slug="vision"), fair_share_weight=5
         )
         if weight_commits == "while the apply waits":

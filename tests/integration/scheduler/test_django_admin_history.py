@@ -14,7 +14,7 @@ from scheduler.loop.cycle import run_cycle
 from scheduler.models import Job, Node, NodeEvent
 from scheduler.services import node_drain
 from telemetry.models import JobIdleFlag, NodeTelemetry
-from tenants import services as tenant_services
+from tenants import quotas as quota_services
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,7 @@ def history(platform, gpu_models, submit, teams):
     run_cycle()
     job = Job.objects.get(pk=job_id)
     assert job.allocations.exists() and job.events.exists()
-    tenant_services.quota_request_create(
+    quota_services.quota_request_create(
         user=admin,
         team=teams["vision"],
         gpu_model=gpu_models["h100"],

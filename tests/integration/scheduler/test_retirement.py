@@ -24,8 +24,8 @@ from scheduler.snapshot import build_snapshot
 from scheduler.states import JobState
 from scheduler.transitions import job_finish
 from tenants.models import AuditEntry
+from tenants.quotas import overcommit_problems
 from tenants.selectors import capacity_overview
-from tenants.services import overcommit_problems
 
 pytestmark = pytest.mark.django_db
 

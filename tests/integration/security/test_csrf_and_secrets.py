@@ -10,7 +10,9 @@ import re
 import pytest
 from django.test import Client
 
+from tenants import quotas as quota_services
 from tenants import services
+from tenants import teams as team_services
 from tenants.audit import redact
 from tenants.models import ApiToken, AuditEntry
 
@@ -118,9 +120,9 @@ def test_the_audit_log_never_holds_passwords_or_tokens(platform, teams, gpu_mode
         {"username": "bob", "password": "pw-bob"},
         content_type="application/json",
     )
-    services.membership_set(user=vera, team=teams["vision"], username="bob", role="viewer")
+    team_services.membership_set(user=vera, team=teams["vision"], username="bob", role="viewer")
     # Even a careless caller passing secrets through before/after/comment gets them removed.
-    services.quota_set(
+    quota_services.quota_set(
         user=platform["admin"],
         team=teams["vision"],
         gpu_model=gpu_models["h100"],

@@ -17,7 +17,7 @@ from frontend import log_consumer
 from gpuplatform.asgi import application
 from scheduler import services
 from scheduler.loop.cycle import run_cycle
-from tenants import services as tenant_services
+from tenants import teams as team_services
 from tests.conftest import use_channel_layer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,7 +81,7 @@ def _deactivate(alice, browser, teams, vera):
 
 
 def _remove_from_team(alice, browser, teams, vera):
-    tenant_services.membership_remove(user=vera, team=teams["vision"], username="alice")
+    team_services.membership_remove(user=vera, team=teams["vision"], username="alice")
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_a_membership_change_that_keeps_the_job_visible_keeps_the_log_socket(
         socket = _log_socket(running_job, cookie)
         assert (await socket.connect(timeout=5))[0]
         assert (await socket.receive_json_from(timeout=5))["type"] == "log.attempt"
-        await database_sync_to_async(tenant_services.membership_set)(
+        await database_sync_to_async(team_services.membership_set)(
             user=vera, team=teams["vision"], username="alice", role="admin"
         )
         closed = await _close_code(socket, 1.0)

@@ -26,7 +26,7 @@ from policyversions.models import WhatIfRun
 from policyversions.services import policy_version_seed
 from scheduler.models import Dataset, Job, Node
 from telemetry.tokens import node_token_issue
-from tenants import services as tenant_services
+from tenants import quotas as quota_services
 from tenants.models import Quota
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +106,7 @@ def objects(platform, submit, teams, gpu_models):
         status="succeeded",
         candidates={"c": {}},
     )
-    request = tenant_services.quota_request_create(
+    request = quota_services.quota_request_create(
         user=admin,
         team=teams["vision"],
         gpu_model=gpu_models["h100"],

@@ -24,7 +24,7 @@ from billing.models import Budget
 from gpuplatform.asgi import application
 from scheduler import arrays, services
 from scheduler.models import NodeEvent
-from tenants import services as tenant_services
+from tenants import quotas as quota_services
 from tests.integration.roles import make_user
 
 from .test_websocket_permissions import _headers
@@ -58,7 +58,7 @@ def _team_b_activity(bob, nick, admin, gpu_models, node) -> None:
     month = date(now.year, now.month, 1)
     budget = Budget.objects.create(team=job.team, month=month, amount=Decimal("10"))
     _budget_alerts(budget, Decimal("100"), set(), month, now)
-    request = tenant_services.quota_request_create(
+    request = quota_services.quota_request_create(
         user=nick,
         team=job.team,
         gpu_model=gpu_models["h100"],
@@ -66,7 +66,7 @@ def _team_b_activity(bob, nick, admin, gpu_models, node) -> None:
         borrow_limit_gpus=0,
         reason="more",
     )
-    tenant_services.quota_request_reject(
+    quota_services.quota_request_reject(
         user=admin, request_id=request.pk, comment=f"{MARKER}-comment"
     )
     services.node_event_record(

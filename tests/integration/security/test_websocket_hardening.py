@@ -23,7 +23,7 @@ from django.test import Client
 from frontend import hub as hubs
 from gpuplatform.asgi import application
 from scheduler import services
-from tenants import services as tenant_services
+from tenants import teams as team_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -176,7 +176,7 @@ def test_a_removed_member_is_cut_off_within_seconds(platform, teams, vera):
     async def scenario():
         socket = _socket(cookie)
         await _open(socket)
-        await database_sync_to_async(tenant_services.membership_remove)(
+        await database_sync_to_async(team_services.membership_remove)(
             user=vera, team=teams["vision"], username="alice"
         )
         code = await _closed_with(socket, timeout=5)
@@ -215,7 +215,7 @@ def test_a_removed_member_hears_nothing_of_the_team_before_the_socket_closes(pla
         await _open(socket)
 
         def remove_then_submit():
-            tenant_services.membership_remove(user=vera, team=teams["vision"], username="alice")
+            team_services.membership_remove(user=vera, team=teams["vision"], username="alice")
             services.job_submit(
                 user=vera,
                 request=services.JobRequest(
@@ -246,7 +246,7 @@ def test_a_membership_change_that_keeps_the_teams_holds_nothing_back(platform, t
         await _open(socket)
 
         def promote_then_submit():
-            tenant_services.membership_set(
+            team_services.membership_set(
                 user=vera, team=teams["vision"], username="alice", role="admin"
             )
             services.job_submit(
@@ -281,7 +281,7 @@ def test_a_member_removed_while_the_socket_connects_is_cut_off(platform, teams, 
         ids = real_team_ids_of(user)
         if user.username == "alice" and not removed:
             removed.append(True)
-            tenant_services.membership_remove(user=vera, team=teams["vision"], username="alice")
+            team_services.membership_remove(user=vera, team=teams["vision"], username="alice")
         return ids
 
     monkeypatch.setattr(consumers, "team_ids_of", teams_then_removed)

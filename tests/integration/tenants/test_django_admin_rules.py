@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from tenants import quotas as quota_services
 from tenants import services
 from tenants.models import AuditEntry, Quota
 from tests.integration.roles import make_user
@@ -27,7 +28,7 @@ def test_admin_refuses_guarantees_above_the_clusters_capacity(platform, teams, g
     guaranteed of 16): reclaiming nlp's "guarantee" preempted vision inside its own."""
     h100 = gpu_models["h100"]
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=10, borrow_limit_gpus=0
     )
     client.force_login(admin)
@@ -46,10 +47,10 @@ def test_admin_refuses_guarantees_above_the_clusters_capacity(platform, teams, g
 def test_admin_refuses_a_childs_guarantee_above_its_parents(platform, teams, gpu_models, client):
     h100 = gpu_models["h100"]
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["research"], gpu_model=h100, guaranteed_gpus=12, borrow_limit_gpus=0
     )
-    quota = services.quota_set(
+    quota = quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=8, borrow_limit_gpus=0
     )
     client.force_login(admin)
@@ -70,7 +71,7 @@ def test_admin_team_page_refuses_an_inline_quota_that_overcommits(
 ):
     h100 = gpu_models["h100"]
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["research"], gpu_model=h100, guaranteed_gpus=12, borrow_limit_gpus=0
     )
     nlp = teams["nlp"]
@@ -112,7 +113,7 @@ def test_admin_edits_a_borrow_limit_of_a_quota_overcommitted_with_confirmation(
     """An overcommit an admin confirmed through the service stays editable in its other fields."""
     h100 = gpu_models["h100"]
     admin = platform["admin"]
-    quota = services.quota_set(
+    quota = quota_services.quota_set(
         user=admin,
         team=teams["vision"],
         gpu_model=h100,
@@ -297,7 +298,7 @@ def test_admin_cannot_delete_an_approved_temporary_quota_request(
     from tenants.models import QuotaRequest
 
     until = timezone.now() + timedelta(days=1)
-    request = services.quota_request_create(
+    request = quota_services.quota_request_create(
         user=olga,
         team=teams["vision"],
         gpu_model=gpu_models["h100"],
@@ -305,10 +306,10 @@ def test_admin_cannot_delete_an_approved_temporary_quota_request(
         reason="paper deadline",
         until=until,
     )
-    services.quota_request_approve(user=platform["admin"], request_id=request.pk)
+    quota_services.quota_request_approve(user=platform["admin"], request_id=request.pk)
     client.force_login(platform["admin"])
     response = client.post(f"/admin/tenants/quotarequest/{request.pk}/delete/", {"post": "yes"})
     assert response.status_code == 403
     assert QuotaRequest.objects.filter(pk=request.pk).exists()
-    assert services.quota_requests_expire(until + timedelta(seconds=1)) == 1
+    assert quota_services.quota_requests_expire(until + timedelta(seconds=1)) == 1
     assert Quota.objects.get(team=teams["vision"]).guaranteed_gpus == 0

@@ -10,7 +10,7 @@ from django.test import Client
 
 from core.errors import FieldErrors
 from scheduler.models import Job, JobArray
-from tenants import services
+from tenants import entitlements as entitlement_services
 from tenants.models import AuditEntry, PriorityClass, TeamEntitlements
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def restricted_production(priorities, platform_admin):
     """The recommended set-up: the class that preempts others is restricted."""
-    services.priority_class_set(
+    entitlement_services.priority_class_set(
         user=platform_admin,
         name="production",
         value=1000,
@@ -30,7 +30,7 @@ def restricted_production(priorities, platform_admin):
 
 
 def _grant(admin, team, classes=(), opt_out=False, **caps):
-    return services.entitlements_set(
+    return entitlement_services.entitlements_set(
         user=admin,
         team=team,
         priority_classes=list(classes),
@@ -257,7 +257,7 @@ def test_a_grant_racing_the_deletion_of_its_class(platform, teams, restricted_pr
         return _grant(admin, teams["vision"], ["production"])
 
     def delete():
-        return services.priority_class_delete(user=admin, name="production")
+        return entitlement_services.priority_class_delete(user=admin, name="production")
 
     if first == "delete":
         outcome = race(delete, grant)

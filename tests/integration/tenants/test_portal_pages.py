@@ -8,7 +8,7 @@ import io
 import pytest
 
 from scheduler.models import Allocation, Job, Node
-from tenants import services
+from tenants import quotas as quota_services
 from tenants.models import AuditEntry, Membership, Quota, QuotaRequest
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ def as_user(client):
 
 
 def test_index_shows_my_teams_with_use_against_quota(platform, teams, gpu_models, as_user, submit):
-    services.quota_set(
+    quota_services.quota_set(
         user=platform["admin"],
         team=teams["vision"],
         gpu_model=gpu_models["h100"],
@@ -166,7 +166,7 @@ def test_team_page_members_and_requests(platform, teams, as_user, vera):
 
 
 def test_audit_log_browse_and_csv(platform, teams, gpu_models, as_user, vera):
-    services.quota_set(
+    quota_services.quota_set(
         user=platform["admin"],
         team=teams["vision"],
         gpu_model=gpu_models["h100"],
@@ -174,7 +174,7 @@ def test_audit_log_browse_and_csv(platform, teams, gpu_models, as_user, vera):
         borrow_limit_gpus=0,
         comment='=HYPERLINK("x")',
     )
-    services.quota_set(
+    quota_services.quota_set(
         user=platform["admin"],
         team=teams["nlp"],
         gpu_model=gpu_models["h100"],
@@ -206,7 +206,7 @@ def test_audit_log_browse_and_csv(platform, teams, gpu_models, as_user, vera):
 
 
 def test_manage_prefills_the_quota_form(platform, teams, gpu_models, as_user):
-    services.quota_set(
+    quota_services.quota_set(
         user=platform["admin"],
         team=teams["nlp"],
         gpu_model=gpu_models["a100"],

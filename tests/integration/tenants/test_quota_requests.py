@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from core.errors import DomainError
-from tenants import services
+from tenants import quotas as quota_services
 from tenants.models import AuditEntry, Quota, QuotaRequest
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,7 @@ def _quota(team, model):
 
 def _ask(user, team, model, n, *, days=None, borrow=None):
     until = timezone.now() + timedelta(days=days) if days else None
-    return services.quota_request_create(
+    return quota_services.quota_request_create(
         user=user,
         team=team,
         gpu_model=model,
@@ -38,24 +38,24 @@ def _ask(user, team, model, n, *, days=None, borrow=None):
 
 def test_request_approve_applies_and_expiry_reverts(platform, teams, h100, vera):
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=2
     )
     req = _ask(vera, teams["vision"], h100, 8, days=7)
     assert req.status == "pending" and req.borrow_limit_gpus == 2  # kept the current limit
     assert _quota(teams["vision"], h100) == (4, 2)
-    approved = services.quota_request_approve(user=admin, request_id=req.pk, comment="ok")
+    approved = quota_services.quota_request_approve(user=admin, request_id=req.pk, comment="ok")
     assert approved.status == "approved" and approved.decided_by == admin
     assert _quota(teams["vision"], h100) == (8, 2)
     # Not due yet: nothing happens.
-    assert services.quota_requests_expire(timezone.now()) == 0
+    assert quota_services.quota_requests_expire(timezone.now()) == 0
     later = timezone.now() + timedelta(days=8)
-    assert services.quota_requests_expire(later) == 1
+    assert quota_services.quota_requests_expire(later) == 1
     assert _quota(teams["vision"], h100) == (4, 2)
     assert QuotaRequest.objects.get(pk=req.pk).status == "expired"
     # Idempotent: a second run (or a duplicate worker) changes nothing.
     audit_count = AuditEntry.objects.count()
-    assert services.quota_requests_expire(later) == 0
+    assert quota_services.quota_requests_expire(later) == 0
     assert _quota(teams["vision"], h100) == (4, 2)
     assert AuditEntry.objects.count() == audit_count
     revert = AuditEntry.objects.get(action="quota.revert")
@@ -66,26 +66,26 @@ def test_request_approve_applies_and_expiry_reverts(platform, teams, h100, vera)
 def test_overlapping_grants_compose(platform, teams, h100, vera):
     admin = platform["admin"]
     first = _ask(vera, teams["vision"], h100, 4, days=1)  # 0 -> 4 until day 1
-    services.quota_request_approve(user=admin, request_id=first.pk)
+    quota_services.quota_request_approve(user=admin, request_id=first.pk)
     second = _ask(vera, teams["vision"], h100, 6, days=3)  # 4 -> 6 until day 3
-    services.quota_request_approve(user=admin, request_id=second.pk)
+    quota_services.quota_request_approve(user=admin, request_id=second.pk)
     now = timezone.now()
-    services.quota_requests_expire(now + timedelta(days=2))
+    quota_services.quota_requests_expire(now + timedelta(days=2))
     assert _quota(teams["vision"], h100)[0] == 2  # the first +4 is gone, the second +2 stays
-    services.quota_requests_expire(now + timedelta(days=4))
+    quota_services.quota_requests_expire(now + timedelta(days=4))
     assert _quota(teams["vision"], h100)[0] == 0
 
 
 def test_permanent_request_never_expires(platform, teams, h100, vera):
     req = _ask(vera, teams["vision"], h100, 3)
-    services.quota_request_approve(user=platform["admin"], request_id=req.pk)
-    assert services.quota_requests_expire(timezone.now() + timedelta(days=3650)) == 0
+    quota_services.quota_request_approve(user=platform["admin"], request_id=req.pk)
+    assert quota_services.quota_requests_expire(timezone.now() + timedelta(days=3650)) == 0
     assert _quota(teams["vision"], h100)[0] == 3
 
 
 def test_pending_request_past_its_date_expires_without_change(platform, teams, h100, vera):
     req = _ask(vera, teams["vision"], h100, 3, days=1)
-    services.quota_requests_expire(timezone.now() + timedelta(days=2))
+    quota_services.quota_requests_expire(timezone.now() + timedelta(days=2))
     assert QuotaRequest.objects.get(pk=req.pk).status == "expired"
     assert _quota(teams["vision"], h100) is None
 
@@ -93,25 +93,25 @@ def test_pending_request_past_its_date_expires_without_change(platform, teams, h
 def test_reject_needs_a_comment_and_changes_nothing(platform, teams, h100, vera):
     req = _ask(vera, teams["vision"], h100, 3)
     with pytest.raises(DomainError) as err:
-        services.quota_request_reject(user=platform["admin"], request_id=req.pk, comment=" ")
+        quota_services.quota_request_reject(user=platform["admin"], request_id=req.pk, comment=" ")
     assert err.value.field == "comment"
-    rejected = services.quota_request_reject(
+    rejected = quota_services.quota_request_reject(
         user=platform["admin"], request_id=req.pk, comment="no budget"
     )
     assert rejected.status == "rejected" and rejected.decision_comment == "no budget"
     assert _quota(teams["vision"], h100) is None
     with pytest.raises(DomainError) as err:
-        services.quota_request_approve(user=platform["admin"], request_id=req.pk)
+        quota_services.quota_request_approve(user=platform["admin"], request_id=req.pk)
     assert err.value.status_code == 409
 
 
 def test_approval_respects_overcommit(platform, teams, h100, vera):
     req = _ask(vera, teams["vision"], h100, 20)
     with pytest.raises(DomainError) as err:
-        services.quota_request_approve(user=platform["admin"], request_id=req.pk)
+        quota_services.quota_request_approve(user=platform["admin"], request_id=req.pk)
     assert err.value.field == "guaranteed_gpus"
     assert QuotaRequest.objects.get(pk=req.pk).status == "pending"
-    services.quota_request_approve(
+    quota_services.quota_request_approve(
         user=platform["admin"], request_id=req.pk, confirm_overcommit=True
     )
     assert _quota(teams["vision"], h100)[0] == 20
@@ -126,13 +126,13 @@ def test_who_may_ask_and_decide(platform, teams, h100, vera, nick):
     assert err.value.status_code == 404
     req = _ask(vera, teams["vision"], h100, 2)
     with pytest.raises(DomainError) as err:  # team admins do not approve their own
-        services.quota_request_approve(user=vera, request_id=req.pk)
+        quota_services.quota_request_approve(user=vera, request_id=req.pk)
     assert err.value.status_code == 403
     with pytest.raises(DomainError) as err:
         _ask(vera, teams["vision"], h100, -2)
     assert "guaranteed_gpus" in err.value.errors
     with pytest.raises(DomainError) as err:
-        services.quota_request_create(
+        quota_services.quota_request_create(
             user=vera,
             team=teams["vision"],
             gpu_model=h100,
@@ -183,21 +183,21 @@ def test_two_approvals_at_once_revert_to_the_quota_before_them(platform, teams, 
     from tests.integration.concurrency import race
 
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
     )
     first = _ask(vera, teams["vision"], h100, 8, days=1)
     second = _ask(vera, teams["vision"], h100, 6, days=3)
     outcome = race(
-        lambda: services.quota_request_approve(user=admin, request_id=first.pk),
-        lambda: services.quota_request_approve(user=admin, request_id=second.pk),
+        lambda: quota_services.quota_request_approve(user=admin, request_id=first.pk),
+        lambda: quota_services.quota_request_approve(user=admin, request_id=second.pk),
     )
     assert isinstance(outcome, QuotaRequest) and outcome.status == "approved"
     assert _quota(teams["vision"], h100) == (6, 0)
     now = timezone.now()
-    services.quota_requests_expire(now + timedelta(days=2))
+    quota_services.quota_requests_expire(now + timedelta(days=2))
     assert _quota(teams["vision"], h100) == (2, 0)
-    services.quota_requests_expire(now + timedelta(days=4))
+    quota_services.quota_requests_expire(now + timedelta(days=4))
     assert _quota(teams["vision"], h100) == (4, 0)
 
 
@@ -211,8 +211,8 @@ def test_a_rejection_racing_an_approval_says_what_happened(platform, teams, h100
     admin = platform["admin"]
     req = _ask(vera, teams["vision"], h100, 4)
     outcome = race(
-        lambda: services.quota_request_approve(user=admin, request_id=req.pk),
-        lambda: services.quota_request_reject(user=admin, request_id=req.pk, comment="no"),
+        lambda: quota_services.quota_request_approve(user=admin, request_id=req.pk),
+        lambda: quota_services.quota_request_reject(user=admin, request_id=req.pk, comment="no"),
     )
     assert isinstance(outcome, DomainError) and outcome.status_code == 409
     assert outcome.message == "the request is already approved"

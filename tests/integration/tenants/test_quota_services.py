@@ -4,7 +4,9 @@ platform-admin only, and an audit entry with before -> after for every change.""
 import pytest
 
 from core.errors import DomainError, FieldErrors
-from tenants import services
+from tenants import entitlements as entitlement_services
+from tenants import quotas as quota_services
+from tenants import teams as team_services
 from tenants.models import AuditEntry, PriorityClass, Quota
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +34,7 @@ def h100(gpu_models):
 )
 def test_bad_values_are_refused_naming_the_field(platform, h100, guaranteed, borrow, field, needle):
     with pytest.raises(FieldErrors) as err:
-        services.quota_set(
+        quota_services.quota_set(
             user=platform["admin"],
             team=platform["alice"].memberships.get().team,
             gpu_model=h100,
@@ -45,7 +47,7 @@ def test_bad_values_are_refused_naming_the_field(platform, h100, guaranteed, bor
 
 def test_only_platform_admins_set_quotas(platform, teams, h100):
     with pytest.raises(DomainError) as err:
-        services.quota_set(
+        quota_services.quota_set(
             user=platform["alice"],
             team=teams["vision"],
             gpu_model=h100,
@@ -58,10 +60,10 @@ def test_only_platform_admins_set_quotas(platform, teams, h100):
 
 def test_set_records_before_and_after(platform, teams, h100):
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=2
     )
-    services.quota_set(
+    quota_services.quota_set(
         user=admin,
         team=teams["vision"],
         gpu_model=h100,
@@ -77,7 +79,7 @@ def test_set_records_before_and_after(platform, teams, h100):
     assert second.actor == admin and second.team == teams["vision"]
     assert second.comment == "grant" and second.action == "quota.set"
     # An unchanged save is not a change: no entry.
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=6, borrow_limit_gpus=2
     )
     assert AuditEntry.objects.count() == 2
@@ -85,17 +87,17 @@ def test_set_records_before_and_after(platform, teams, h100):
 
 def test_guarantees_above_capacity_need_confirmation(platform, teams, h100):
     admin = platform["admin"]  # the cluster has 16 H100s
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=10, borrow_limit_gpus=0
     )
     with pytest.raises(FieldErrors) as err:
-        services.quota_set(
+        quota_services.quota_set(
             user=admin, team=teams["nlp"], gpu_model=h100, guaranteed_gpus=7, borrow_limit_gpus=0
         )
     message = " ".join(err.value.errors["guaranteed_gpus"])
     assert "sum to 17" in message and "capacity of 16" in message and "confirm" in message
     assert not Quota.objects.filter(team=teams["nlp"]).exists()
-    services.quota_set(
+    quota_services.quota_set(
         user=admin,
         team=teams["nlp"],
         gpu_model=h100,
@@ -110,20 +112,20 @@ def test_guarantees_above_capacity_need_confirmation(platform, teams, h100):
 
 def test_children_count_inside_their_parent(platform, teams, h100):
     admin = platform["admin"]
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["research"], gpu_model=h100, guaranteed_gpus=12, borrow_limit_gpus=0
     )
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=8, borrow_limit_gpus=0
     )
     # Children inside a parent's guarantee do not add to the cluster-wide sum (12 <= 16)...
     with pytest.raises(FieldErrors) as err:
-        services.quota_set(
+        quota_services.quota_set(
             user=admin, team=teams["nlp"], gpu_model=h100, guaranteed_gpus=6, borrow_limit_gpus=0
         )
     # ...but they must fit in it: 8 + 6 > 12.
     assert "under research would sum to 14" in " ".join(err.value.errors["guaranteed_gpus"])
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["nlp"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
     )
 
@@ -131,13 +133,13 @@ def test_children_count_inside_their_parent(platform, teams, h100):
 def test_a_parent_cannot_be_lowered_below_its_childrens_guarantees(platform, teams, h100):
     admin = platform["admin"]
     for slug, gpus in (("research", 12), ("vision", 8), ("nlp", 4)):
-        services.quota_set(
+        quota_services.quota_set(
             user=admin, team=teams[slug], gpu_model=h100, guaranteed_gpus=gpus, borrow_limit_gpus=0
         )
     entries = AuditEntry.objects.count()
     # The children's 12 no longer fit in 10: the same refusal as raising a child past it.
     with pytest.raises(FieldErrors) as err:
-        services.quota_set(
+        quota_services.quota_set(
             user=admin,
             team=teams["research"],
             gpu_model=h100,
@@ -152,7 +154,7 @@ def test_a_parent_cannot_be_lowered_below_its_childrens_guarantees(platform, tea
     # A parent that takes a guarantee above children that hold theirs must cover them too.
     Quota.objects.filter(team=teams["research"]).delete()
     with pytest.raises(FieldErrors):
-        services.quota_set(
+        quota_services.quota_set(
             user=admin,
             team=teams["research"],
             gpu_model=h100,
@@ -160,54 +162,56 @@ def test_a_parent_cannot_be_lowered_below_its_childrens_guarantees(platform, tea
             borrow_limit_gpus=0,
         )
     assert not Quota.objects.filter(team=teams["research"]).exists()
-    services.quota_set(
+    quota_services.quota_set(
         user=admin, team=teams["research"], gpu_model=h100, guaranteed_gpus=12, borrow_limit_gpus=0
     )
 
 
 def test_team_tree_changes_are_audited_and_cycles_refused(platform, teams):
     admin = platform["admin"]
-    services.team_update(user=admin, team=teams["vision"], fair_share_weight="3.5")
+    team_services.team_update(user=admin, team=teams["vision"], fair_share_weight="3.5")
     teams["vision"].refresh_from_db()
     assert teams["vision"].fair_share_weight == 3.5
     entry = AuditEntry.objects.get(action="team.update")
     assert entry.before["fair_share_weight"] == 2.0 and entry.after["fair_share_weight"] == 3.5
     for bad in (-1, "nan", "x", float("inf")):
         with pytest.raises(FieldErrors) as err:
-            services.team_update(user=admin, team=teams["vision"], fair_share_weight=bad)
+            team_services.team_update(user=admin, team=teams["vision"], fair_share_weight=bad)
         assert "fair_share_weight" in err.value.errors
     with pytest.raises(FieldErrors) as err:
-        services.team_update(user=admin, team=teams["research"], parent=teams["vision"])
+        team_services.team_update(user=admin, team=teams["research"], parent=teams["vision"])
     assert "cycle" in err.value.errors["parent"][0]
     with pytest.raises(DomainError):
-        services.team_update(user=platform["alice"], team=teams["vision"], fair_share_weight=9)
-    child = services.team_create(user=admin, slug="vision-3d", name="3D", parent=teams["vision"])
+        team_services.team_update(user=platform["alice"], team=teams["vision"], fair_share_weight=9)
+    child = team_services.team_create(
+        user=admin, slug="vision-3d", name="3D", parent=teams["vision"]
+    )
     assert child.parent == teams["vision"]
     assert AuditEntry.objects.filter(action="team.create", target_id=str(child.pk)).exists()
 
 
 def test_priority_classes(platform):
     admin = platform["admin"]
-    services.priority_class_set(
+    entitlement_services.priority_class_set(
         user=admin, name="urgent", value="2000", preemptible_by_default=False
     )
     assert PriorityClass.objects.get(name="urgent").value == 2000
     for value in (1.5, "²", "-٣"):
         with pytest.raises(FieldErrors) as err:
-            services.priority_class_set(user=admin, name="urgent", value=value)
+            entitlement_services.priority_class_set(user=admin, name="urgent", value=value)
         assert "value" in err.value.errors, value
-    services.priority_class_delete(user=admin, name="urgent")
+    entitlement_services.priority_class_delete(user=admin, name="urgent")
     assert not PriorityClass.objects.filter(name="urgent").exists()
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["priority.set", "priority.delete"]
     with pytest.raises(DomainError):
-        services.priority_class_set(user=platform["alice"], name="mine", value=1)
+        entitlement_services.priority_class_set(user=platform["alice"], name="mine", value=1)
 
 
 def test_priority_class_in_use_is_a_conflict(platform, submit):
     assert submit(platform["alice"], priority_class="research").status_code == 201
     with pytest.raises(DomainError) as err:
-        services.priority_class_delete(user=platform["admin"], name="research")
+        entitlement_services.priority_class_delete(user=platform["admin"], name="research")
     assert err.value.status_code == 409
     assert PriorityClass.objects.filter(name="research").exists()
 
@@ -222,7 +226,7 @@ def test_two_admins_cannot_together_overcommit_a_gpu_model(platform, teams, h100
     admin = platform["admin"]
 
     def give(team):
-        return services.quota_set(
+        return quota_services.quota_set(
             user=admin, team=team, gpu_model=h100, guaranteed_gpus=10, borrow_limit_gpus=0
         )
 
@@ -254,8 +258,8 @@ def test_two_admins_moving_teams_at_once_cannot_make_a_cycle(platform, teams, sh
         (x, y), (u, v) = (a, b), (b, Team.objects.get(slug="c"))
     before = dict(Team.objects.values_list("slug", "parent__slug"))
     second = race(
-        lambda: services.team_update(user=admin, team=x, parent=y),
-        lambda: services.team_update(user=admin, team=u, parent=v),
+        lambda: team_services.team_update(user=admin, team=x, parent=y),
+        lambda: team_services.team_update(user=admin, team=u, parent=v),
     )
     assert isinstance(second, FieldErrors) and "cycle" in second.errors["parent"][0]
     assert dict(Team.objects.values_list("slug", "parent__slug")) == {**before, x.slug: y.slug}
@@ -272,8 +276,8 @@ def test_a_weight_change_racing_a_move_audits_the_parent_the_team_has(platform, 
     admin = platform["admin"]
     vision = teams["vision"]
     race(
-        lambda: services.team_update(user=admin, team=vision, parent=teams["nlp"]),
-        lambda: services.team_update(user=admin, team=vision, fair_share_weight=5),
+        lambda: team_services.team_update(user=admin, team=vision, parent=teams["nlp"]),
+        lambda: team_services.team_update(user=admin, team=vision, fair_share_weight=5),
     )
     entry = AuditEntry.objects.filter(action="team.update").latest("id")
     assert entry.before["parent"] == "nlp" and entry.after["parent"] == "nlp"
@@ -312,14 +316,14 @@ def test_a_tenancy_change_and_a_submission_to_the_team_at_once_both_succeed(
         name="train", team="vision", workers=1, gpus_per_worker=1, gpu_model="h100-80gb"
     )
     changes = {
-        "quota": lambda: services.quota_set(
+        "quota": lambda: quota_services.quota_set(
             user=admin, team=vision, gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
         ),
-        "membership": lambda: services.membership_set(
+        "membership": lambda: team_services.membership_set(
             user=admin, team=vision, username="bob", role="viewer"
         ),
-        "move": lambda: services.team_update(user=admin, team=vision, parent=None),
-        "entitlements": lambda: services.entitlements_set(
+        "move": lambda: team_services.team_update(user=admin, team=vision, parent=None),
+        "entitlements": lambda: entitlement_services.entitlements_set(
             user=admin, team=vision, priority_classes=[], may_opt_out_of_preemption=True
         ),
     }
@@ -333,7 +337,7 @@ def test_a_tenancy_change_and_a_submission_to_the_team_at_once_both_succeed(
 
 def test_a_quota_keeps_its_team_and_gpu_model_on_put_and_patch(platform, teams, h100, api_as):
     admin = platform["admin"]
-    vision = services.quota_set(
+    vision = quota_services.quota_set(
         user=admin, team=teams["vision"], gpu_model=h100, guaranteed_gpus=4, borrow_limit_gpus=0
     )
     url = f"/api/v1/quotas/{vision.pk}/"

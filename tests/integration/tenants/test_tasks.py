@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tenants import services
+from tenants import quotas as quota_services
 from tenants.models import Quota, QuotaRequest
 from tenants.tasks import expire_quota_requests
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_task_reverts_due_requests_once(platform, teams, gpu_models, vera):
-    req = services.quota_request_create(
+    req = quota_services.quota_request_create(
         user=vera,
         team=teams["vision"],
         gpu_model=gpu_models["h100"],
@@ -21,7 +21,7 @@ def test_task_reverts_due_requests_once(platform, teams, gpu_models, vera):
         reason="burst",
         until=timezone.now() + timedelta(seconds=1),
     )
-    services.quota_request_approve(user=platform["admin"], request_id=req.pk)
+    quota_services.quota_request_approve(user=platform["admin"], request_id=req.pk)
     QuotaRequest.objects.filter(pk=req.pk).update(until=timezone.now() - timedelta(seconds=1))
     assert expire_quota_requests.apply().get() == 1
     assert expire_quota_requests.apply().get() == 0
