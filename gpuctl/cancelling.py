@@ -11,7 +11,7 @@ from typing import Any
 
 from . import output
 from .client import ApiError, Client
-from .common import LIVE_STATES, UsageError, job_id_arg, job_states
+from .common import LIVE_STATES, UsageError, job_id_arg, job_states, jobs_listed
 from .common import client as _client
 from .common import err as _err
 from .common import out as _out
@@ -134,9 +134,11 @@ def _cancel_matching(args: argparse.Namespace, states: list[str]) -> int:
     with _client(args) as api:
         # The token's user, as `ls --mine` (GPUCTL_TOKEN overrides the saved login).
         submitter = api.get("/api/v1/auth/me")["username"] if args.mine else args.user
-        jobs, count = api.get_up_to(
-            "/api/v1/jobs/",
-            {"state": ",".join(states), "team": args.team, "submitter": submitter},
+        jobs, count = jobs_listed(
+            api,
+            state=",".join(states),
+            team=args.team,
+            submitter=submitter,
             limit=MAX_MATCHED_JOBS,
         )
         if count > len(jobs):

@@ -1,7 +1,8 @@
 """What gpuctl's command modules share: the usage error (exit 2), the job states and how
 ``--state`` may spell them, the API client the flags and the saved login name, the terminal
-writers and the error report. ``main`` and the command modules (``policy``, ``whatif``,
-``session``, ``cancelling``) import it; it imports none of them."""
+writers, the error report, and the job listing of ``ls`` and ``cancel``. ``main`` and the command
+modules (``policy``, ``whatif``, ``session``, ``cancelling``) import it; it imports none of
+them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TextIO, cast
 
 from . import config, output
-from .client import Client
+from .client import ApiError, Client
 
 # Ours, as the API names them.
 STATES = ("pending", "running", "preempted", "succeeded", "failed", "cancelled")
@@ -145,6 +146,28 @@ def client(args: argparse.Namespace) -> Client:
     """A client for the server ``--url`` names, else ``GPUCTL_URL``, else the saved login."""
     settings = config.resolve(url_flag=args.url)
     return Client(settings.url, settings.token)
+
+
+# The job list's query parameters and the flags of ``ls`` and ``cancel`` that fill them.
+JOB_FILTER_FLAGS = {"submitter": "--user", "team": "--team", "state": "--state"}
+
+
+def jobs_listed(
+    api: Client, *, state: str | None, team: str | None, submitter: str | None, limit: int
+) -> tuple[list[Any], int]:
+    """The newest ``limit`` jobs ``ls``'s and ``cancel``'s filters select, and how many match
+    (GET /api/v1/jobs/). The server's 400 names the flag, not its query parameter: ``--user:
+    no member of your teams is called 'nosuch'`` (the main handler exits 2 on it)."""
+    try:
+        return api.get_up_to(
+            "/api/v1/jobs/", {"state": state, "team": team, "submitter": submitter}, limit=limit
+        )
+    except ApiError as exc:
+        if exc.status == 400 and exc.fields:
+            exc.fields = {JOB_FILTER_FLAGS.get(k, k): v for k, v in exc.fields.items()}
+            first, reasons = next(iter(exc.fields.items()))
+            exc.message = f"{first}: {reasons[0]}"
+        raise
 
 
 def out() -> TextIO:

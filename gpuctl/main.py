@@ -38,6 +38,7 @@ from .common import (
     counts_text,
     job_id_arg,
     job_states,
+    jobs_listed,
     positive_number,
 )
 from .common import client as _client
@@ -498,10 +499,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         # The token's user, not the name saved at login: GPUCTL_TOKEN overrides the saved
         # token (CI has no file at all), and another user's name filters on their jobs.
         submitter = api.get("/api/v1/auth/me")["username"] if args.mine else args.user
-        jobs, count = api.get_up_to(
-            "/api/v1/jobs/",
-            {"state": state, "team": args.team, "submitter": submitter},
-            limit=args.limit,
+        jobs, count = jobs_listed(
+            api, state=state, team=args.team, submitter=submitter, limit=args.limit
         )
     if args.json:
         output.print_json(jobs, _out())

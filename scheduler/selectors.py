@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Prefetch, QuerySet
 
 from core.errors import DomainError, NotFound, Unavailable
+from tenants.models import Membership
 from tenants.permissions import Caller, is_platform_admin
 from tenants.selectors import team_get
 
@@ -47,6 +49,24 @@ def job_list(*, user: Caller, filters: Mapping[str, str] | None = None) -> Query
     if submitter := filters.get("submitter"):
         qs = qs.filter(submitter__username=submitter)
     return qs
+
+
+def submitter_visible(*, user: Caller, username: str) -> bool:
+    """Whether ``username`` names someone whose jobs ``user`` may list: the caller, a member of
+    one of the caller's teams, or the submitter of a job the caller sees (someone who has left
+    the team since); any user for a platform admin. A user only of other teams is False, as a
+    name no one has is: the answer never tells who exists elsewhere. At most two queries."""
+    if not user or not user.is_authenticated:
+        return False
+    if user.get_username() == username:
+        return True
+    if is_platform_admin(user):
+        return get_user_model().objects.filter(username=username).exists()
+    teams_of_caller = Membership.objects.filter(user=user).values("team_id")
+    return (
+        Membership.objects.filter(team_id__in=teams_of_caller, user__username=username).exists()
+        or Job.objects.visible_to(user).filter(submitter__username=username).exists()
+    )
 
 
 def job_get(*, user: Caller, job_id: int) -> Job:

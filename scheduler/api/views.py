@@ -20,7 +20,7 @@ from catalogue.models import GpuModel
 from core.errors import NotFound
 from core.ids import ID_REGEX, parse_id
 from scheduler.policy import decisions_to_dict, snapshot_to_dict
-from tenants.permissions import IsPlatformAdmin, signed_in
+from tenants.permissions import IsPlatformAdmin, is_platform_admin, signed_in
 from tenants.selectors import team_get
 
 from .. import retirement, selectors, services, transitions
@@ -46,7 +46,11 @@ class JobFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(
         method="filter_team", help_text="a team slug; a team you do not see is a 404"
     )
-    submitter = django_filters.CharFilter(field_name="submitter__username")
+    submitter = django_filters.CharFilter(
+        method="filter_submitter",
+        help_text="a user name: you, a member of your teams, or the submitter of a job you see "
+        "(any user for platform admins); anyone else is a 400, as a name no one has",
+    )
 
     class Meta:
         model = Job
@@ -59,6 +63,15 @@ class JobFilter(django_filters.FilterSet):
         # django-filter hands the view's request in (the filter backend always passes it).
         user = self.request.user if self.request is not None else None
         return queryset.filter(team=team_get(user=user, slug=value))
+
+    def filter_submitter(self, queryset: QuerySet[Job], _name: str, value: str) -> QuerySet[Job]:
+        user = self.request.user if self.request is not None else None
+        # As squeue -u says "Invalid user": a name that selects no one the caller could see is a
+        # mistake to name, not a user without jobs (an empty list that looks like success).
+        if not selectors.submitter_visible(user=user, username=value):
+            who = "no user" if is_platform_admin(user) else "no member of your teams"
+            raise serializers.ValidationError({"submitter": [f"{who} is called {value!r}"]})
+        return queryset.filter(submitter__username=value)
 
 
 _M = TypeVar("_M", bound=Model)

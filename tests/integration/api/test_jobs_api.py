@@ -104,8 +104,49 @@ def test_list_filters_by_state_team_and_submitter(platform, submit, api_as):
     names = {j["name"] for j in client.get("/api/v1/jobs/?state=pending").json()["results"]}
     assert names == {"a1", "a2"}
     assert client.get("/api/v1/jobs/?state=running").json()["results"] == []
-    assert client.get("/api/v1/jobs/?submitter=bob").json()["results"] == []
+    # charlie: a member of alice's team with no jobs (bob, of another team, is a 400 below)
+    assert client.get("/api/v1/jobs/?submitter=charlie").json()["results"] == []
     assert len(client.get("/api/v1/jobs/?team=vision").json()["results"]) == 2
+
+
+def test_a_submitter_filter_naming_no_one_the_caller_sees_is_a_400(platform, submit, api_as):
+    """``squeue -u nosuch`` says "Invalid user"; ``?submitter=nosuch`` answered an empty list, as
+    for a user without jobs. A name that is no one the caller sees is a 400 on ``submitter``, and
+    a member of another team only (bob) gets the very same answer: whether a name exists
+    elsewhere is not told."""
+    assert submit(platform["bob"], name="b1", team="nlp").status_code == 201
+    client = api_as(platform["alice"])
+    for name in ("nosuch", "bob"):
+        response = client.get("/api/v1/jobs/", {"submitter": name})
+        assert response.status_code == 400, name
+        assert response.json() == {"submitter": [f"no member of your teams is called '{name}'"]}
+
+
+def test_a_submitter_filter_takes_anyone_whose_jobs_the_caller_sees(platform, submit, api_as):
+    """The caller, their team-mates, and someone who left the team since submitting to it (their
+    jobs stay in the team's list); a platform admin sees every user, and is told "no user"."""
+    from django.contrib.auth import get_user_model
+
+    from tenants.models import Membership, Team
+
+    dora = get_user_model().objects.create_user(username="dora", password="pw-dora")
+    member = Membership.objects.create(
+        user=dora, team=Team.objects.get(slug="vision"), role="member"
+    )
+    assert submit(dora, name="d1").status_code == 201
+    member.delete()
+    assert submit(platform["bob"], name="b1", team="nlp").status_code == 201
+    alice = api_as(platform["alice"])
+    for name, jobs in (("alice", []), ("charlie", []), ("dora", ["d1"])):
+        response = alice.get("/api/v1/jobs/", {"submitter": name})
+        assert response.status_code == 200, (name, response.json())
+        assert [j["name"] for j in response.json()["results"]] == jobs, name
+    admin = api_as(platform["admin"])
+    listed = admin.get("/api/v1/jobs/", {"submitter": "bob"}).json()["results"]
+    assert [j["name"] for j in listed] == ["b1"]
+    response = admin.get("/api/v1/jobs/", {"submitter": "nosuch"})
+    assert response.status_code == 400
+    assert response.json() == {"submitter": ["no user is called 'nosuch'"]}
 
 
 def test_cancel_moves_a_pending_job_to_cancelled_once(platform, submit, api_as):

@@ -274,6 +274,37 @@ def test_ls_and_quota_of_another_or_no_team_say_no_such_team(as_alice, jobs):
     assert as_alice("ls", "--team", "vision").code == 0
 
 
+def test_ls_and_cancel_user_naming_no_one_you_see_are_bad_usage(as_alice, jobs):
+    """``squeue -u nosuch`` says "Invalid user" and fails; ``gpuctl ls --user nosuch`` listed
+    nothing and exited 0, as if the user had no jobs. Exit 2 naming the flag now, for ``cancel``'s
+    same filter too, and a user of another team (bob, whose b-one alice does not see) reads as no
+    user at all."""
+    for name in ("nosuch", "bob"):
+        for command in (("ls",), ("cancel", "--dry-run"), ("cancel",)):
+            result = as_alice(*command, "--user", name)
+            assert (result.code, result.out) == (2, ""), (command, name, result)
+            assert result.err == f"error: --user: no member of your teams is called '{name}'\n"
+    assert Job.objects.filter(state="pending").count() == 3  # nothing cancelled
+    alone = json.loads(as_alice("ls", "--user", "alice", "--json").out)
+    assert {j["name"] for j in alone} == {"a-one", "a-two"}
+    # A team-mate without jobs (charlie) is someone: an empty table, exit 0.
+    result = as_alice("ls", "--user", "charlie")
+    assert result.code == 0 and result.out.splitlines()[1:] == [], result
+
+
+def test_ls_user_as_a_platform_admin_takes_every_user(as_admin, jobs):
+    listed = json.loads(as_admin("ls", "--user", "bob", "--json").out)
+    assert [j["name"] for j in listed] == ["b-one"]
+    result = as_admin("ls", "--user", "nosuch", "--json")
+    assert result.code == 2 and result.out == ""
+    assert json.loads(result.err) == {
+        "error": "--user: no user is called 'nosuch'",
+        "kind": "api",
+        "fields": {"--user": ["no user is called 'nosuch'"]},
+        "status": 400,
+    }
+
+
 def test_ls_filters_by_state(as_alice, jobs):
     assert as_alice("cancel", str(jobs["a-one"])).code == 0
     pending = json.loads(as_alice("ls", "--live", "--json").out)
