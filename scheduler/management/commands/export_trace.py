@@ -9,9 +9,9 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -327,9 +327,16 @@ class Command(BaseCommand):
         exported = 0
         skipped = header["skipped"]
         origin: datetime | None = None
-        with tempfile.SpooledTemporaryFile(
-            SPOOL_MAX_BYTES, mode="w+", encoding="utf-8", dir=spool_dir
-        ) as spool:
+        # Closed however the export ends (a progress hook may raise: a cancel, a deadline), so
+        # its statement is finished before the caller writes again: on SQLite an open statement
+        # holds a read transaction that a write cannot upgrade once another connection committed.
+        statement = contextlib.closing(cast(Generator[dict[str, Any], None, None], rows))
+        with (
+            statement,
+            tempfile.SpooledTemporaryFile(
+                SPOOL_MAX_BYTES, mode="w+", encoding="utf-8", dir=spool_dir
+            ) as spool,
+        ):
             group: list[dict[str, Any]] = []
             group_at: datetime | None = None
             for read, row in enumerate(rows, 1):
