@@ -184,8 +184,13 @@ def test_a_team_whose_weight_no_engine_reads_stops_no_ones_scheduling(
 ):
     """The database refuses a negative fair-share weight but takes an infinite or NaN one
     (a manual UPDATE): it is read as its nearest bound, NaN as the default weight."""
+    from django.db import connection
+
     from scheduler.snapshot import build_snapshot
     from tenants.models import Team
+
+    if weight != weight and connection.vendor == "sqlite":
+        pytest.skip("SQLite stores NaN as NULL, which the NOT NULL column refuses: no such row")
 
     # Both teams have used GPUs, so fair share weighs their usage against their weights.
     used = [
