@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from core.errors import Conflict, NotFound
 from tenants.audit import REDACTED, redact
@@ -196,7 +196,12 @@ def _repository(reference: str) -> str:
     return name[:colon] if colon > slash else name
 
 
-def _provenance(job: Job, spec: BackendJobSpec, backend: Backend, ref: str) -> dict[str, Any]:
+def attempt_provenance(
+    job: Job, spec: BackendJobSpec, backend: Backend, ref: str
+) -> dict[str, Any]:
+    """What the record says of the run's origin: the backend's kind, what its optional
+    ``run_provenance(spec)`` can say about the run, and the backend's reference. A backend that
+    cannot answer leaves the image digest unresolved, never the record unwritten."""
     provenance: dict[str, Any] = {"kind": getattr(backend, "kind", "")}
     describe = getattr(backend, "run_provenance", None)
     if describe is not None:
@@ -207,41 +212,6 @@ def _provenance(job: Job, spec: BackendJobSpec, backend: Backend, ref: str) -> d
             provenance["image_note"] = f"the cluster could not describe the run: {exc}"
     provenance["backend_ref"] = ref
     return provenance
-
-
-def attempt_record_write(
-    *,
-    job: Job,
-    spec: BackendJobSpec,
-    backend: Backend,
-    ref: str,
-    now: datetime,
-    account: str = "",
-    policy: dict[str, Any] | None = None,
-) -> AttemptRecord:
-    """Write the record of the attempt the backend just accepted, submitted as ``account`` (what
-    ``Job.backend_accounts`` keeps for the attempt; "" for none). Idempotent: an attempt that
-    already has a record keeps it (a record is what was known when the attempt started). Asks
-    the backend's optional ``run_provenance(spec)`` what it can say about the run; a backend
-    that cannot answer leaves the image digest unresolved, never the record unwritten."""
-    existing = AttemptRecord.objects.filter(job=job, attempt=spec.attempt).first()
-    if existing is not None:
-        return existing
-    record = record_build(
-        job=job,
-        spec=spec,
-        provenance=_provenance(job, spec, backend, ref),
-        now=now,
-        account=account,
-        policy=policy,
-    )
-    try:
-        with transaction.atomic():
-            return AttemptRecord.objects.create(
-                job=job, attempt=spec.attempt, recorded_at=now, record=record
-            )
-    except IntegrityError:  # a racing cycle wrote it first
-        return AttemptRecord.objects.get(job=job, attempt=spec.attempt)
 
 
 @dataclass(frozen=True)
@@ -263,10 +233,12 @@ def attempt_records_write(
     policy: dict[str, Any],
     node_models: Mapping[int, Mapping[str, str]],
 ) -> None:
-    """:func:`attempt_record_write` for many runs at once, the same records: ``policy`` is
+    """Write the records of the attempts the backends just accepted (``run.account``: what
+    ``Job.backend_accounts`` keeps for the attempt; "" for none). ``policy`` is
     ``policy_in_force()``, ``node_models[job.pk]`` the GPU model of each node of the job's
-    placement in its cluster. The existing records are read in one query and the new ones
-    inserted in one; an attempt that has a record keeps it. Each record stays independent of
+    placement in its cluster. Idempotent: an attempt that already has a record keeps it (a
+    record is what was known when the attempt started). The existing records are read in one
+    query and the new ones inserted in one. Each record stays independent of
     the others: one that cannot be built is logged and left out, and when the database refuses
     the batch, each record is inserted alone, so only the one it refuses is missing (logged)."""
     existing = set(
@@ -283,7 +255,7 @@ def attempt_records_write(
             record = record_build(
                 job=job,
                 spec=spec,
-                provenance=_provenance(job, spec, run.backend, run.ref),
+                provenance=attempt_provenance(job, spec, run.backend, run.ref),
                 now=now,
                 account=run.account,
                 policy=policy,

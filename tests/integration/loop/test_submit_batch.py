@@ -18,7 +18,7 @@ from scheduler.checkpoint_advice import ENV_NAME
 from scheduler.loop.cycle import run_cycle
 from scheduler.loop.enforce import job_spec, reconcile
 from scheduler.models import Allocation, AttemptRecord, Job, Node
-from scheduler.reproducibility import attempt_record_write
+from scheduler.reproducibility import attempt_provenance, record_build
 from scheduler.selectors import job_placement
 from scheduler.transitions import event_record, job_requeue
 from tests.integration.concurrency import require_postgresql
@@ -108,15 +108,23 @@ def test_each_run_gets_the_advice_and_record_it_got_when_read_alone(platform, su
         "team", "cluster", "gpu_model", "priority_class", "submitter"
     ):
         assert job.backend_ref == f"gp-{job.pk}-a{job.attempts}"
+        # The record built for this job alone: its advice, placement nodes and policy read
+        # for it by the one-job paths (job_spec, record_build), stored as the batch's was.
         AttemptRecord.objects.filter(job=job).delete()
-        alone = attempt_record_write(
+        spec = job_spec(job, job_placement(job))
+        alone = AttemptRecord.objects.create(
             job=job,
-            spec=job_spec(job, job_placement(job)),
-            backend=get_backend(job.cluster),
-            ref=job.backend_ref,
-            now=now,
-            account=job.backend_accounts[str(job.attempts)],
+            attempt=spec.attempt,
+            recorded_at=now,
+            record=record_build(
+                job=job,
+                spec=spec,
+                provenance=attempt_provenance(job, spec, get_backend(job.cluster), job.backend_ref),
+                now=now,
+                account=job.backend_accounts[str(job.attempts)],
+            ),
         )
+        alone.refresh_from_db()
         assert batch[job.pk] == alone.record, job.name
 
 
